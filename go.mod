@@ -1,0 +1,3 @@
+module github.com/gym-otel-spank/gym-otel-spank
+
+go 1.26

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+)
+
+// inputFlags are the flags every command that resolves a job's settings takes.
+type inputFlags struct {
+	site      string
+	siteItems multiFlag
+	config    string
+	spec      string
+}
+
+func (f *inputFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.site, "site", "", "site `FILE` (YAML with an otel: block), as plugstack.conf's site=")
+	fs.Var(&f.siteItems, "site-item", "inline site otel `KEY=VALUE` as in plugstack.conf (repeatable)")
+	fs.StringVar(&f.config, "config", "", "the job's resolved NeMo Gym submit config `FILE` (same as config= in SPEC)")
+	fs.StringVar(&f.spec, "spec", "", "the value of --gym-otel= (`SPEC`: comma-separated key=value items, \"off\", or empty)")
+}
+
+// resolve merges the layers and validates. checkToken also requires the
+// token variable in this process's environment, as the submit does.
+func (f *inputFlags) resolve(stderr io.Writer, checkToken bool) (*config.Resolved, error) {
+	spec := f.spec
+	if f.config != "" {
+		if strings.Contains(spec, "config=") {
+			return nil, usageError{"give the config either with --config or as config= in --spec, not both"}
+		}
+		item := "config=" + config.EscapeValue(f.config)
+		if spec == "" || spec == "on" {
+			spec = item
+		} else {
+			spec = item + "," + spec
+		}
+	}
+	var items []config.Item
+	for _, kv := range f.siteItems {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, usageError{fmt.Sprintf("--site-item %q: expected KEY=VALUE", kv)}
+		}
+		items = append(items, config.Item{Key: k, Value: v})
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	r, err := config.Resolve(config.Inputs{SiteFile: f.site, SiteItems: items, Spec: spec, WorkDir: wd})
+	if err != nil {
+		return nil, err
+	}
+	var env config.LookupEnv
+	if checkToken {
+		env = os.LookupEnv
+	}
+	warnings, err := r.Validate(env)
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "gym-otel: warning: %s\n", w)
+	}
+	return r, err
+}
+
+func runValidate(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("validate", "[--site FILE] [--config FILE] [--spec SPEC] [--no-token-check]", stderr)
+	var in inputFlags
+	in.register(fs)
+	noToken := fs.Bool("no-token-check", false, "do not require the token variable in this environment (for checking a site file)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	r, err := in.resolve(stderr, !*noToken)
+	if err != nil {
+		return err
+	}
+	o := r.Otel
+	if !o.Enabled {
+		fmt.Fprintln(stdout, "gym-otel: valid: collector off for this job")
+		return nil
+	}
+	fmt.Fprintf(stdout, "gym-otel: valid: endpoint %s, service_name %s, token from $%s, %d model service(s), job dir %s\n",
+		o.Endpoint, o.ServiceName, o.TokenEnv, len(r.Services), r.JobDir)
+	return nil
+}
+
+func runRender(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("render", "[--site FILE] [--config FILE] [--spec SPEC] [--job-id ID] [--node NAME] [--node-index N] [--output DIR]", stderr)
+	var in inputFlags
+	in.register(fs)
+	jobID := fs.String("job-id", "", "Slurm job `ID` (default: a placeholder)")
+	node := fs.String("node", "", "node `NAME` (default: this host's name)")
+	nodeIndex := fs.Int("node-index", 0, "the node's position `N` in the job's node list (0: the first node)")
+	output := fs.String("output", "", "output `DIR` (default: <job dir>/otel, or otel/nodes/<node> past the first node)")
+	gpus := fs.String("gpus", "", "the job's GPU indexes on the node, as SLURM_JOB_GPUS (`LIST`)")
+	ports := fs.String("ports", "4317,4318,13133,8888", "OTLP gRPC, OTLP HTTP, health and telemetry `PORTS` (chosen per job at job start; shown as the collector defaults)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	p, err := parsePorts(*ports)
+	if err != nil {
+		return err
+	}
+	r, err := in.resolve(stderr, false)
+	if err != nil {
+		return err
+	}
+	f := jobfacts.Facts{JobID: *jobID, Node: *node, NodeIndex: *nodeIndex, GPUs: jobfacts.ParseGPUs(*gpus)}
+	if f.JobID == "" {
+		f.JobID = "JOBID"
+	}
+	if f.Node == "" {
+		f.Node, _ = os.Hostname()
+	}
+	if u, err := user.Current(); err == nil {
+		f.User = u.Username
+	}
+	f.Cluster = os.Getenv("SLURM_CLUSTER_NAME")
+	out := *output
+	if out == "" {
+		out = jobfacts.OutputDir(r, f)
+	}
+	y, err := render.Render(render.Input{Spec: r, Job: jobfacts.RenderJob(r, f), Ports: p, OutputDir: out})
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(y)
+	return err
+}
+
+func parsePorts(s string) (render.Ports, error) {
+	parts := strings.Split(s, ",")
+	if len(parts) != 4 {
+		return render.Ports{}, usageError{fmt.Sprintf("--ports %q: expected four ports GRPC,HTTP,HEALTH,TELEMETRY", s)}
+	}
+	var n [4]int
+	for i, p := range parts {
+		v, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || v < 0 || v > 65535 || (v == 0 && i < 3) {
+			return render.Ports{}, usageError{fmt.Sprintf("--ports: %q is not a port", p)}
+		}
+		n[i] = v
+	}
+	return render.Ports{OTLPGRPC: n[0], OTLPHTTP: n[1], Health: n[2], Telemetry: n[3]}, nil
+}
+
+func runDirective(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("directive", "--config FILE [--run-id ID] [--benchmark NAME] [--model NAME] [--job-dir DIR] [OTEL_KEY=VALUE...]", stderr)
+	cfg := fs.String("config", "", "the resolved submit config `FILE` as staged on the cluster (absolute path)")
+	runID := fs.String("run-id", "", "the Gym run `ID` (run_id)")
+	bench := fs.String("benchmark", "", "benchmark `NAME`")
+	model := fs.String("model", "", "model `NAME` (default: the services' served model)")
+	jobDir := fs.String("job-dir", "", "job `DIR` (default: the config's job.output_path); may hold %j, %A, %a")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if *cfg == "" {
+		return usageError{"--config is required"}
+	}
+	if !strings.HasPrefix(*cfg, "/") {
+		return usageError{fmt.Sprintf("--config %q: give the absolute path of the staged file on the cluster", *cfg)}
+	}
+	if _, err := os.Stat(*cfg); err == nil {
+		if _, err := config.LoadGymConfig(*cfg); err != nil {
+			return err
+		}
+	}
+	items := []config.Item{{Key: "config", Value: *cfg}}
+	for _, it := range []config.Item{{Key: "run_id", Value: *runID}, {Key: "benchmark", Value: *bench}, {Key: "model", Value: *model}, {Key: "job_dir", Value: *jobDir}} {
+		if it.Value != "" {
+			items = append(items, it)
+		}
+	}
+	for _, a := range fs.Args() {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok {
+			return usageError{fmt.Sprintf("%q: expected OTEL_KEY=VALUE", a)}
+		}
+		items = append(items, config.Item{Key: k, Value: v})
+	}
+	spec := config.FormatSpec(items)
+	if _, err := config.ParseSpec(spec); err != nil {
+		return err
+	}
+	if strings.ContainsAny(spec, " \t\n\"'") {
+		// #SBATCH lines are split on whitespace by sbatch.
+		return fmt.Errorf("directive: a value holds whitespace or quotes, which an #SBATCH line cannot carry: %s", spec)
+	}
+	fmt.Fprintf(stdout, "#SBATCH --gym-otel=%s\n", spec)
+	return nil
+}

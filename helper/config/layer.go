@@ -1,0 +1,200 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Layer is one source of otel: settings. Layers apply in order over
+// Defaults(); a later layer's key wins. The zero Layer sets nothing.
+type Layer struct {
+	// Source names the layer in messages, e.g. "site file /etc/slurm/gym-otel.yaml".
+	Source   string
+	settings []setting
+}
+
+type setting struct {
+	def   *keyDef
+	v     value
+	where string // "file:line" or the inline item
+}
+
+// Keys returns the otel keys this layer sets, sorted.
+func (l Layer) Keys() []string {
+	out := make([]string, 0, len(l.settings))
+	for _, s := range l.settings {
+		out = append(out, s.def.name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Apply returns base with this layer's settings applied.
+func (l Layer) Apply(base Otel) Otel {
+	for _, s := range l.settings {
+		v := s.v
+		if v.null {
+			v = value{} // null on a nullable key: port 0 (skip), container "" (none)
+		}
+		s.def.set(&base, v)
+	}
+	return base
+}
+
+// ParseOtelNode builds a Layer from the YAML mapping under otel:. file names
+// the source in messages. Strict: unknown and duplicate keys are errors that
+// name otel.<key> and the line, with the closest known key suggested.
+// An empty or null node gives an empty layer. All problems are returned,
+// joined (errors.Join), one per line.
+func ParseOtelNode(file string, n *yaml.Node) (Layer, error) {
+	l := Layer{Source: file}
+	if n == nil || (n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
+		return l, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return l, fmt.Errorf("%s:%d: otel: expected a mapping of otel keys, got a %s", file, n.Line, nodeKindName(n))
+	}
+	var errs []error
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		kn, vn := n.Content[i], n.Content[i+1]
+		name := kn.Value
+		where := fmt.Sprintf("%s:%d", file, kn.Line)
+		if first, dup := seen[name]; dup {
+			errs = append(errs, fmt.Errorf("%s: otel.%s: duplicate key (first set on line %d)", where, name, first))
+			continue
+		}
+		seen[name] = kn.Line
+		def, ok := lookupKey(name)
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s: otel.%s: unknown key%s", where, name, suggest(name)))
+			continue
+		}
+		v, err := def.parseNode(vn)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: otel.%s: %w", where, name, err))
+			continue
+		}
+		l.settings = append(l.settings, setting{def: def, v: v, where: where})
+	}
+	return l, errors.Join(errs...)
+}
+
+// ParseInline builds a Layer from key=value items (plugstack.conf arguments
+// or SPEC items). source names where the items come from in messages, e.g.
+// "plugstack.conf" or "--gym-otel". Unknown keys are errors naming the item.
+func ParseInline(source string, items []Item) (Layer, error) {
+	l := Layer{Source: source}
+	var errs []error
+	seen := map[string]bool{}
+	for _, it := range items {
+		def, ok := lookupKey(it.Key)
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s: %s: unknown otel key%s", source, it.Key, suggest(it.Key)))
+			continue
+		}
+		if seen[it.Key] {
+			errs = append(errs, fmt.Errorf("%s: %s: given twice", source, it.Key))
+			continue
+		}
+		seen[it.Key] = true
+		v, err := def.parseText(it.Value)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: otel.%s=%s: %w", source, it.Key, it.Value, err))
+			continue
+		}
+		l.settings = append(l.settings, setting{def: def, v: v, where: source})
+	}
+	return l, errors.Join(errs...)
+}
+
+// LoadSiteFile reads the site file (YAML with an otel: block; other
+// top-level keys are ignored, so a NeMo Gym cluster fragment serves as one).
+func LoadSiteFile(path string) (Layer, error) {
+	root, err := readYAML(path)
+	if err != nil {
+		return Layer{}, err
+	}
+	otel, err := topLevel(path, root, "otel")
+	if err != nil {
+		return Layer{}, err
+	}
+	return ParseOtelNode("site file "+path, otel)
+}
+
+// readYAML parses one YAML document; an empty file is an empty mapping.
+func readYAML(path string) (*yaml.Node, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: not valid YAML: %w", path, err)
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}, nil
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s:%d: expected a mapping at the top level", path, root.Line)
+	}
+	return root, nil
+}
+
+// topLevel returns the value node of key in mapping m, nil when absent, and
+// an error when the key appears twice.
+func topLevel(file string, m *yaml.Node, key string) (*yaml.Node, error) {
+	var found *yaml.Node
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value != key {
+			continue
+		}
+		if found != nil {
+			return nil, fmt.Errorf("%s:%d: %s: duplicate key", file, m.Content[i].Line, key)
+		}
+		found = m.Content[i+1]
+	}
+	return found, nil
+}
+
+// suggest returns ` (did you mean "x"?)` for the known key closest to name,
+// or "" when none is close.
+func suggest(name string) string {
+	best, bestD := "", 1<<30
+	for _, k := range keyDefs {
+		if d := editDistance(name, k.name); d < bestD {
+			best, bestD = k.name, d
+		}
+	}
+	if bestD <= max(2, len(name)/3) {
+		return fmt.Sprintf(" (did you mean %q?)", best)
+	}
+	return fmt.Sprintf(" (known keys: %s)", strings.Join(Keys(), ", "))
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,172 @@
+package config
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// SpecVersion is the version of the resolved spec's JSON. A node refuses a
+// spec of another version (the plugin on the submit host and on the node
+// must be of one release).
+const SpecVersion = 1
+
+// Resolved is a job's resolved spec: everything a node needs to run the
+// job's collector, decided at submit. It travels to the job's nodes as the
+// job-control variable GYM_OTEL_SPEC (compact JSON, base64url; see Encode).
+// It never holds the backend token.
+type Resolved struct {
+	// Version is SpecVersion.
+	Version int `json:"v"`
+	// Otel is the merged otel: block.
+	Otel Otel `json:"otel"`
+	// Identity is the run identity from the SPEC items and the Gym config.
+	// Empty RunID means the job id; empty Cluster means SLURM_CLUSTER_NAME.
+	Identity Identity `json:"identity"`
+	// JobDir is the job directory: absolute, may hold %j, %A and %a.
+	JobDir string `json:"job_dir"`
+	// Services are the model services to scrape.
+	Services []Service `json:"services,omitempty"`
+	// GymConfig is the path of the Gym submit config given with config=, if any.
+	GymConfig string `json:"gym_config,omitempty"`
+
+	// noGymInstall: the Gym config has no driver.gym_install (checked at
+	// submit only; the config file is not read on the nodes).
+	noGymInstall bool
+}
+
+// Inputs are the sources a job's settings are resolved from. Layers, lowest
+// first: Defaults(), SiteFile, SiteItems, the Gym config named by the SPEC's
+// config= item, the SPEC's own otel items.
+type Inputs struct {
+	// SiteFile is the site file's path ("" for none).
+	SiteFile string
+	// SiteItems are the inline otel keys of plugstack.conf.
+	SiteItems []Item
+	// Spec is the value of --gym-otel ("" for a bare flag).
+	Spec string
+	// WorkDir resolves relative paths in the SPEC (config=, job_dir=) and
+	// holds the default job dir; the submitting process's working directory.
+	WorkDir string
+}
+
+// DefaultJobDirName is the job dir used, under the submit directory, when
+// neither job_dir= nor the Gym config's job.output_path says one.
+const DefaultJobDirName = "gym-otel-%j"
+
+// Resolve merges the layers of in. Problems of every layer are returned
+// together (joined). The result is not validated: call Validate.
+func Resolve(in Inputs) (*Resolved, error) {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	spec, err := ParseSpec(in.Spec)
+	add(err)
+	o := Defaults()
+	if in.SiteFile != "" {
+		l, err := LoadSiteFile(in.SiteFile)
+		add(err)
+		o = l.Apply(o)
+	}
+	if len(in.SiteItems) > 0 {
+		l, err := ParseInline("plugstack.conf", in.SiteItems)
+		add(err)
+		o = l.Apply(o)
+	}
+	r := &Resolved{Version: SpecVersion, Identity: spec.Identity}
+	if spec.ConfigPath != "" {
+		path := absUnder(in.WorkDir, spec.ConfigPath)
+		r.GymConfig = path
+		g, err := LoadGymConfig(path)
+		add(err)
+		if g != nil {
+			o = g.Otel.Apply(o)
+			r.Services = g.Services
+			if r.Identity.Cluster == "" {
+				r.Identity.Cluster = g.Cluster
+			}
+			if r.Identity.Model == "" {
+				r.Identity.Model = soleModel(g.Services)
+			}
+			if spec.JobDir == "" && g.OutputPath != "" {
+				r.JobDir = absUnder(in.WorkDir, g.OutputPath)
+			}
+			r.noGymInstall = !g.GymInstall
+		}
+	}
+	l, err := ParseInline("--gym-otel", spec.Otel)
+	add(err)
+	o = l.Apply(o)
+	if spec.Off {
+		o.Enabled = false
+	}
+	if spec.JobDir != "" {
+		r.JobDir = absUnder(in.WorkDir, spec.JobDir)
+	}
+	if r.JobDir == "" {
+		r.JobDir = filepath.Join(in.WorkDir, DefaultJobDirName)
+	}
+	r.Otel = o
+	return r, errors.Join(errs...)
+}
+
+// soleModel returns the served model name when all services agree on one.
+func soleModel(svcs []Service) string {
+	model := ""
+	for _, s := range svcs {
+		m := s.ServedModelName
+		if m == "" {
+			m = s.Model
+		}
+		if m == "" {
+			continue
+		}
+		if model != "" && model != m {
+			return ""
+		}
+		model = m
+	}
+	return model
+}
+
+func absUnder(dir, p string) string {
+	if filepath.IsAbs(p) || dir == "" {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(dir, p)
+}
+
+// Encode returns the spec as base64url (unpadded) of its compact JSON: the
+// value of the job-control variable GYM_OTEL_SPEC.
+func (r *Resolved) Encode() (string, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// Decode parses a value made by Encode. It refuses another version and
+// unknown fields. The result is not validated: call Validate.
+func Decode(s string) (*Resolved, error) {
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimSpace(s))
+	if err != nil {
+		return nil, fmt.Errorf("GYM_OTEL_SPEC: not base64url: %w", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	var r Resolved
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("GYM_OTEL_SPEC: %w", err)
+	}
+	if r.Version != SpecVersion {
+		return nil, fmt.Errorf("GYM_OTEL_SPEC: version %d, this node understands %d: install one release of gym-otel-spank on submit hosts and nodes", r.Version, SpecVersion)
+	}
+	return &r, nil
+}

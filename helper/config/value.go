@@ -1,0 +1,144 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// parseNode types one YAML value of key k. Booleans must be the YAML booleans
+// true or false: yes, on and "true" are errors ("expected true or false").
+// Ports and integers must be plain YAML integers: quoted numbers, floats and
+// lists are errors. Strings keep no/on/off/y as strings.
+func (k *keyDef) parseNode(n *yaml.Node) (value, error) {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if n.Kind != yaml.ScalarNode {
+		return value{}, fmt.Errorf("expected a %s, got a %s", k.kindName(), nodeKindName(n))
+	}
+	if n.Tag == "!!null" {
+		if k.nullable {
+			return value{null: true}, nil
+		}
+		return value{}, fmt.Errorf("null is not allowed here; remove the key to get the default, or set a %s", k.kindName())
+	}
+	switch k.kind {
+	case kindBool:
+		if n.Tag != "!!bool" {
+			return value{}, fmt.Errorf("expected true or false, got %q", n.Value)
+		}
+		b, err := strconv.ParseBool(strings.ToLower(n.Value))
+		if err != nil {
+			return value{}, fmt.Errorf("expected true or false, got %q", n.Value)
+		}
+		return value{b: b}, nil
+	case kindPort, kindInt:
+		if n.Tag != "!!int" {
+			return value{}, fmt.Errorf("expected %s, got %s", k.kindName(), describeScalar(n))
+		}
+		return k.checkInt(n.Value)
+	default:
+		// String kinds accept any scalar's text (a model called 2024 is a
+		// name), but a quoted or plain string is what users write.
+		return k.checkString(n.Value)
+	}
+}
+
+// parseText types one value written as text: an inline SPEC item or a
+// plugstack.conf argument. "null" (or "none") on a nullable key means skip.
+func (k *keyDef) parseText(s string) (value, error) {
+	if k.nullable && (s == "null" || s == "none" || s == "~") {
+		return value{null: true}, nil
+	}
+	switch k.kind {
+	case kindBool:
+		switch s {
+		case "true":
+			return value{b: true}, nil
+		case "false":
+			return value{b: false}, nil
+		}
+		return value{}, fmt.Errorf("expected true or false, got %q", s)
+	case kindPort, kindInt:
+		return k.checkInt(s)
+	default:
+		return k.checkString(s)
+	}
+}
+
+func (k *keyDef) checkInt(s string) (value, error) {
+	i, err := strconv.Atoi(s)
+	if err != nil {
+		return value{}, fmt.Errorf("expected %s, got %q", k.kindName(), s)
+	}
+	if i < k.min || i > k.max {
+		return value{}, fmt.Errorf("%d is out of range %d..%d", i, k.min, k.max)
+	}
+	return value{i: i}, nil
+}
+
+func (k *keyDef) checkString(s string) (value, error) {
+	switch k.kind {
+	case kindEnum:
+		for _, e := range k.enum {
+			if s == e {
+				return value{s: s}, nil
+			}
+		}
+		return value{}, fmt.Errorf("expected one of %s, got %q", strings.Join(k.enum, ", "), s)
+	case kindMode:
+		m, err := strconv.ParseUint(s, 8, 32)
+		if err != nil || len(s) < 3 || m > 0o777 {
+			return value{}, fmt.Errorf("expected an octal mode such as \"0700\", got %q", s)
+		}
+		if m&0o700 != 0o700 {
+			return value{}, fmt.Errorf("mode %q must give the owner rwx (0700)", s)
+		}
+		return value{s: fmt.Sprintf("%04o", m)}, nil
+	}
+	if strings.ContainsRune(s, 0) {
+		return value{}, fmt.Errorf("contains a NUL byte")
+	}
+	return value{s: s}, nil
+}
+
+func (k *keyDef) kindName() string {
+	switch k.kind {
+	case kindBool:
+		return "boolean (true or false)"
+	case kindPort:
+		return "port number (an integer 1..65535, or null to skip)"
+	case kindInt:
+		return fmt.Sprintf("whole number %d..%d", k.min, k.max)
+	case kindEnum:
+		return "one of " + strings.Join(k.enum, ", ")
+	case kindMode:
+		return "quoted octal mode such as \"0700\""
+	}
+	return "string"
+}
+
+func nodeKindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "list"
+	case yaml.MappingNode:
+		return "mapping"
+	}
+	return "value"
+}
+
+func describeScalar(n *yaml.Node) string {
+	switch n.Tag {
+	case "!!str":
+		return fmt.Sprintf("the string %q (write the number without quotes)", n.Value)
+	case "!!float":
+		return fmt.Sprintf("the decimal %s", n.Value)
+	case "!!bool":
+		return fmt.Sprintf("the boolean %s", n.Value)
+	}
+	return fmt.Sprintf("%q", n.Value)
+}

@@ -1,0 +1,127 @@
+// Package jobfacts holds what Slurm says about a job on one node and the
+// names derived from it: the expanded job dir, the node's output dir and the
+// identity stamped on the telemetry.
+package jobfacts
+
+import (
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+)
+
+// Facts are the job's facts on one node. In the plugin they come from the
+// prolog's SPANK items and environment (S_JOB_ID, S_JOB_UID,
+// SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID, SLURMD_NODENAME,
+// SLURM_JOB_NODELIST, SLURM_CLUSTER_NAME, SLURM_JOB_GPUS).
+type Facts struct {
+	// JobID is the Slurm job id.
+	JobID string `json:"job_id"`
+	// ArrayJobID and ArrayTaskID are set for array jobs ("" otherwise).
+	ArrayJobID  string `json:"array_job_id,omitempty"`
+	ArrayTaskID string `json:"array_task_id,omitempty"`
+	// User is the job's user name.
+	User string `json:"user"`
+	// Node is this node's name.
+	Node string `json:"node"`
+	// NodeIndex is the node's position in the job's node list; 0 is the
+	// first node, which writes <job dir>/otel itself.
+	NodeIndex int `json:"node_index"`
+	// Cluster is SLURM_CLUSTER_NAME.
+	Cluster string `json:"cluster,omitempty"`
+	// GPUs are the job's GPU indexes on this node (SLURM_JOB_GPUS); nil
+	// when unknown.
+	GPUs []string `json:"gpus,omitempty"`
+}
+
+// ExpandJobDir expands %j (job id), %A (array master job id, else the job id),
+// %a (array task id, else 0) and %% in a job_dir pattern, as sbatch --output
+// does.
+func ExpandJobDir(pattern string, f Facts) string {
+	arrayJob, task := f.ArrayJobID, f.ArrayTaskID
+	if arrayJob == "" {
+		arrayJob = f.JobID
+	}
+	if task == "" {
+		task = "0"
+	}
+	var b strings.Builder
+	for i := 0; i < len(pattern); i++ {
+		if pattern[i] != '%' || i+1 == len(pattern) {
+			b.WriteByte(pattern[i])
+			continue
+		}
+		i++
+		switch pattern[i] {
+		case 'j':
+			b.WriteString(f.JobID)
+		case 'A':
+			b.WriteString(arrayJob)
+		case 'a':
+			b.WriteString(task)
+		case '%':
+			b.WriteByte('%')
+		default:
+			b.WriteByte('%')
+			b.WriteByte(pattern[i])
+		}
+	}
+	return b.String()
+}
+
+// OutputDir is where this node's collector writes: <job dir>/otel on the
+// job's first node, <job dir>/otel/nodes/<node> on every other node.
+func OutputDir(spec *config.Resolved, f Facts) string {
+	dir := filepath.Join(ExpandJobDir(spec.JobDir, f), "otel")
+	if f.NodeIndex != 0 {
+		dir = filepath.Join(dir, "nodes", filepath.Base(f.Node))
+	}
+	return dir
+}
+
+// RunID is the run identity: the spec's run_id (with %j/%A/%a expanded),
+// else the job id.
+func RunID(spec *config.Resolved, f Facts) string {
+	if spec.Identity.RunID != "" {
+		return ExpandJobDir(spec.Identity.RunID, f)
+	}
+	return f.JobID
+}
+
+// RenderJob is the render.Job of this node.
+func RenderJob(spec *config.Resolved, f Facts) render.Job {
+	cluster := spec.Identity.Cluster
+	if cluster == "" {
+		cluster = f.Cluster
+	}
+	return render.Job{
+		User:      f.User,
+		JobID:     f.JobID,
+		RunID:     RunID(spec, f),
+		Benchmark: spec.Identity.Benchmark,
+		Model:     spec.Identity.Model,
+		Cluster:   cluster,
+		Node:      f.Node,
+		NodeIndex: f.NodeIndex,
+		GPUs:      f.GPUs,
+	}
+}
+
+// ParseGPUs parses SLURM_JOB_GPUS ("0,1,3"); "" gives nil (unknown).
+func ParseGPUs(s string) []string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil
+	}
+	var out []string
+	for _, g := range strings.Split(s, ",") {
+		if g = strings.TrimSpace(g); g != "" {
+			if _, err := strconv.Atoi(g); err == nil {
+				out = append(out, g)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,399 @@
+// Package render turns a job's resolved spec, its identity on one node, the
+// chosen loopback ports and the output directory into the collector's YAML
+// configuration. Render is a pure function: same input, same bytes.
+//
+// What the configuration does (the seed's "What is exported"):
+//   - receivers: OTLP gRPC and HTTP on 127.0.0.1 at per-job ports, requiring a
+//     per-job bearer token (bearertokenauth/receivers); a Prometheus receiver
+//     with one scrape job per model service on this node
+//     (<component>/<service>), plus "dcgm" and "node" when their ports are set.
+//   - processors: memory_limiter first; filter/dcgm keeps only the job's GPUs
+//     when Slurm named them; transform/names renames "<prefix>:<name>" metrics
+//     to "<prefix>_<name>" after parsing, so types survive; transform/identity
+//     stamps the identity on every resource; batch last.
+//   - connector span_metrics: a call counter and a duration histogram per span
+//     name, producer (service.name.override) and sandbox provider.
+//   - exporters: file/{metrics,traces,logs} into the output dir (appending) and
+//     otlp_http/backend, whose bearer token is only ever ${env:<token_env>}.
+package render
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+)
+
+// MinCollectorVersion is the oldest collector release the rendered
+// configuration has been run with (component type names otlp_http and
+// span_metrics, the exclude_dimensions of span_metrics). The supervisor
+// refuses an older otel.binary.
+const MinCollectorVersion = "0.161.0"
+
+// ReceiverTokenEnv is the collector environment variable holding the per-job
+// receiver token; the configuration references it, never holds it.
+const ReceiverTokenEnv = "GYM_OTEL_RECEIVER_TOKEN"
+
+// SpanMetricsFlushInterval is the span_metrics connector's flush interval.
+// The drain waits one interval so the last counts are exported.
+const SpanMetricsFlushInterval = "5s"
+
+// Ports are the loopback TCP ports of one collector.
+type Ports struct {
+	// OTLPGRPC and OTLPHTTP are the OTLP receivers' ports.
+	OTLPGRPC int `json:"otlp_grpc"`
+	// OTLPHTTP is the OTLP/HTTP receiver's port.
+	OTLPHTTP int `json:"otlp_http"`
+	// Health is the health_check extension's port.
+	Health int `json:"health"`
+	// Telemetry is the port of the collector's own metrics (Prometheus
+	// text at /metrics); 0 turns them off.
+	Telemetry int `json:"telemetry"`
+}
+
+// Job holds the facts of the job on this node. Empty strings are omitted from
+// the telemetry.
+type Job struct {
+	// User is the job's user name (from the job's uid).
+	User string
+	// JobID is the Slurm job id (SLURM_JOB_ID), stamped as a string.
+	JobID string
+	// RunID is the run identity: the Gym run id, else the job id.
+	RunID string
+	// Benchmark, Model and Cluster come from the spec's identity; Cluster
+	// defaults to SLURM_CLUSTER_NAME on the node.
+	Benchmark, Model, Cluster string
+	// Node is this node's name (host.name).
+	Node string
+	// NodeIndex is the node's position in the job's node list (0 first).
+	NodeIndex int
+	// GPUs are the job's GPU indexes on this node (SLURM_JOB_GPUS); nil
+	// when Slurm did not say, and then every GPU is kept.
+	GPUs []string
+}
+
+// Input is everything Render needs.
+type Input struct {
+	// Spec is the job's validated resolved spec.
+	Spec *config.Resolved
+	// Job is the job on this node.
+	Job Job
+	// Ports are the chosen loopback ports.
+	Ports Ports
+	// OutputDir is the absolute directory of the jsonl files.
+	OutputDir string
+}
+
+// Render returns the collector YAML for in. Errors: a missing port or a
+// relative output dir.
+func Render(in Input) ([]byte, error) {
+	if err := check(in); err != nil {
+		return nil, err
+	}
+	o := in.Spec.Otel
+	out := func(name string) string { return esc(filepath.Join(in.OutputDir, name)) }
+
+	receivers := omap{
+		{"otlp", omap{{"protocols", omap{
+			{"grpc", omap{{"endpoint", loop(in.Ports.OTLPGRPC)}, {"auth", omap{{"authenticator", "bearertokenauth/receivers"}}}}},
+			{"http", omap{{"endpoint", loop(in.Ports.OTLPHTTP)}, {"auth", omap{{"authenticator", "bearertokenauth/receivers"}}}}},
+		}}}},
+	}
+	scrapes := scrapeJobs(in)
+	if len(scrapes) > 0 {
+		receivers = append(receivers, kv{"prometheus", omap{{"config", omap{{"scrape_configs", scrapes}}}}})
+	}
+
+	processors := omap{
+		{"memory_limiter", omap{
+			{"check_interval", "1s"},
+			{"limit_mib", o.MemoryLimitMiB},
+			{"spike_limit_mib", o.MemoryLimitMiB / 5},
+		}},
+	}
+	metricsProcs := []string{"memory_limiter"}
+	if in.Job.GPUs != nil && o.GPUMetricsPort != 0 {
+		processors = append(processors, kv{"filter/dcgm", omap{
+			{"error_mode", "ignore"},
+			{"metrics", omap{{"datapoint", []string{dcgmFilter(in.Job.GPUs)}}}},
+		}})
+		metricsProcs = append(metricsProcs, "filter/dcgm")
+	}
+	processors = append(processors,
+		kv{"transform/names", omap{
+			{"error_mode", "ignore"},
+			{"metric_statements", []omap{{
+				{"context", "metric"},
+				{"statements", []string{`replace_pattern(metric.name, "^([A-Za-z_][A-Za-z0-9_]*):", "$${1}_")`}},
+			}}},
+		}},
+	)
+	identity := identityStatements(in)
+	idStmts := omap{}
+	for _, sig := range []string{"trace", "metric", "log"} {
+		idStmts = append(idStmts, kv{sig + "_statements", []omap{{{"context", "resource"}, {"statements", identity}}}})
+	}
+	processors = append(processors, kv{"transform/identity", append(omap{{"error_mode", "ignore"}}, idStmts...)})
+	if o.TokenResourceAttribute {
+		processors = append(processors, kv{"resource/backend_auth", omap{{"attributes", []omap{{
+			{"key", "Authorization"},
+			{"value", "Bearer ${env:" + o.TokenEnv + "}"},
+			{"action", "upsert"},
+		}}}}})
+	}
+	processors = append(processors, kv{"batch", omap{{"timeout", "1s"}}})
+	metricsProcs = append(metricsProcs, "transform/names", "transform/identity")
+
+	connectors := omap{{"span_metrics", omap{
+		{"namespace", "traces.span.metrics"},
+		{"metrics_flush_interval", SpanMetricsFlushInterval},
+		{"dimensions", []omap{{{"name", "service.name.override"}}, {{"name", "nemo.gym.sandbox.provider"}}}},
+		{"exclude_dimensions", []string{"collector.instance.id"}},
+		{"histogram", omap{{"unit", "ms"}}},
+	}}}
+
+	exporters := omap{}
+	for _, sig := range signals(o) {
+		exporters = append(exporters, kv{"file/" + sig, omap{
+			{"path", out(sig + ".jsonl")},
+			{"append", true},
+			{"flush_interval", "1s"},
+		}})
+	}
+	exporters = append(exporters, kv{"otlp_http/backend", omap{
+		{"endpoint", esc(o.Endpoint)},
+		{"headers", omap{{"Authorization", "Bearer ${env:" + o.TokenEnv + "}"}}},
+		{"timeout", fmt.Sprintf("%ds", o.ExportTimeoutSeconds)},
+		{"retry_on_failure", omap{
+			{"enabled", true},
+			{"initial_interval", "1s"},
+			{"max_interval", fmt.Sprintf("%ds", o.ExportTimeoutSeconds)},
+			{"max_elapsed_time", fmt.Sprintf("%ds", 6*o.ExportTimeoutSeconds)},
+		}},
+		{"sending_queue", omap{{"enabled", true}, {"queue_size", 256}}},
+	}})
+
+	extensions := omap{
+		{"health_check", omap{{"endpoint", loop(in.Ports.Health)}}},
+		{"bearertokenauth/receivers", omap{{"token", "${env:" + ReceiverTokenEnv + "}"}}},
+	}
+
+	pipelines := omap{}
+	addPipeline := func(sig string, recv, procs, exps []string) {
+		local := append(append([]string{}, exps...), "file/"+sig)
+		if !o.TokenResourceAttribute {
+			pipelines = append(pipelines, kv{sig, pipeline(recv, procs, append(local, "otlp_http/backend"))})
+			return
+		}
+		pipelines = append(pipelines, kv{sig, pipeline(recv, procs, local)})
+		pipelines = append(pipelines, kv{sig + "/backend", pipeline(recv, append(append([]string{}, procs...), "resource/backend_auth"), []string{"otlp_http/backend"})})
+	}
+	addPipeline("traces", []string{"otlp"}, []string{"memory_limiter", "transform/identity"}, []string{"span_metrics"})
+	metricsRecv := []string{"otlp", "span_metrics"}
+	if len(scrapes) > 0 {
+		metricsRecv = []string{"otlp", "prometheus", "span_metrics"}
+	}
+	addPipeline("metrics", metricsRecv, metricsProcs, nil)
+	if o.GymLogs {
+		addPipeline("logs", []string{"otlp"}, []string{"memory_limiter", "transform/identity"}, nil)
+	}
+
+	telemetry := omap{{"logs", omap{{"level", "info"}}}}
+	if in.Ports.Telemetry != 0 {
+		telemetry = append(telemetry, kv{"metrics", omap{
+			{"level", "normal"},
+			{"readers", []omap{{{"pull", omap{{"exporter", omap{{"prometheus", omap{
+				{"host", "127.0.0.1"},
+				{"port", in.Ports.Telemetry},
+			}}}}}}}}},
+		}})
+	} else {
+		telemetry = append(telemetry, kv{"metrics", omap{{"level", "none"}}})
+	}
+
+	doc := omap{
+		{"receivers", receivers},
+		{"processors", processors},
+		{"connectors", connectors},
+		{"exporters", exporters},
+		{"extensions", extensions},
+		{"service", omap{
+			{"extensions", []string{"health_check", "bearertokenauth/receivers"}},
+			{"telemetry", telemetry},
+			{"pipelines", pipelines},
+		}},
+	}
+	var buf bytes.Buffer
+	buf.WriteString(header(in))
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func check(in Input) error {
+	var errs []error
+	if in.Spec == nil {
+		return errors.New("render: no spec")
+	}
+	for name, p := range map[string]int{"otlp_grpc": in.Ports.OTLPGRPC, "otlp_http": in.Ports.OTLPHTTP, "health": in.Ports.Health} {
+		if p < 1 || p > 65535 {
+			errs = append(errs, fmt.Errorf("render: port %s is %d", name, p))
+		}
+	}
+	if !filepath.IsAbs(in.OutputDir) {
+		errs = append(errs, fmt.Errorf("render: output dir %q is not absolute", in.OutputDir))
+	}
+	return errors.Join(errs...)
+}
+
+func header(in Input) string {
+	return fmt.Sprintf("# Collector configuration rendered by gym-otel-spank for job %s on %s.\n"+
+		"# Needs OpenTelemetry Collector %s or newer with the components of otelcol-gym.\n"+
+		"# Secrets are references: ${env:%s} (backend token), ${env:%s} (receiver token).\n",
+		oneLine(in.Job.JobID), oneLine(in.Job.Node), MinCollectorVersion, in.Spec.Otel.TokenEnv, ReceiverTokenEnv)
+}
+
+func oneLine(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+func signals(o config.Otel) []string {
+	if o.GymLogs {
+		return []string{"metrics", "traces", "logs"}
+	}
+	return []string{"metrics", "traces"}
+}
+
+func pipeline(recv, procs, exps []string) omap {
+	return omap{
+		{"receivers", recv},
+		{"processors", append(append([]string{}, procs...), "batch")},
+		{"exporters", exps},
+	}
+}
+
+func loop(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+
+// scrapeJobs returns the Prometheus scrape jobs of this node: the model
+// services that run here, then dcgm and node.
+func scrapeJobs(in Input) []omap {
+	o := in.Spec.Otel
+	var jobs []omap
+	add := func(name string, port int) {
+		interval := o.ScrapeIntervalSeconds
+		timeout := min(interval, 10)
+		jobs = append(jobs, omap{
+			{"job_name", esc(name)},
+			{"scrape_interval", fmt.Sprintf("%ds", interval)},
+			{"scrape_timeout", fmt.Sprintf("%ds", timeout)},
+			{"metrics_path", "/metrics"},
+			{"static_configs", []omap{{
+				{"targets", []string{"localhost:" + strconv.Itoa(port)}},
+				{"labels", omap{{"instance", esc(in.Job.Node + ":" + strconv.Itoa(port))}}},
+			}}},
+		})
+	}
+	for _, s := range in.Spec.Services {
+		if s.RunsOn(in.Job.Node, in.Job.NodeIndex) {
+			add(o.Component+"/"+s.Name, s.Port)
+		}
+	}
+	if o.GPUMetricsPort != 0 {
+		add("dcgm", o.GPUMetricsPort)
+	}
+	if o.NodeMetricsPort != 0 {
+		add("node", o.NodeMetricsPort)
+	}
+	return jobs
+}
+
+// dcgmFilter is the filter condition dropping data points of GPUs that are
+// not the job's, in the dcgm scrape only.
+func dcgmFilter(gpus []string) string {
+	keep := make([]string, len(gpus))
+	for i, g := range gpus {
+		keep[i] = fmt.Sprintf(`attributes["gpu"] == %s`, ottlString(g))
+	}
+	cond := "false"
+	if len(keep) > 0 {
+		cond = strings.Join(keep, " or ")
+	}
+	return fmt.Sprintf(`resource.attributes["service.name"] == "dcgm" and attributes["gpu"] != nil and not (%s)`, cond)
+}
+
+// identityStatements are the OTTL resource statements that stamp the run
+// identity. String literals keep slurm_job_id a string (the resource
+// processor would type a numeric value as Int).
+func identityStatements(in Input) []string {
+	j := in.Job
+	st := []string{
+		`set(attributes["service.name.override"], attributes["service.name"]) where attributes["service.name.override"] == nil and attributes["service.name"] != nil`,
+		fmt.Sprintf(`set(attributes["service.name"], %s)`, ottlString(in.Spec.Otel.ServiceName)),
+	}
+	for _, a := range []struct{ key, val string }{
+		{"user", j.User},
+		{"run_id", j.RunID},
+		{"slurm_job_id", j.JobID},
+		{"benchmark", j.Benchmark},
+		{"cluster", j.Cluster},
+		{"model", j.Model},
+		{"host.name", j.Node},
+	} {
+		if a.val != "" {
+			st = append(st, fmt.Sprintf(`set(attributes[%q], %s)`, a.key, ottlString(a.val)))
+		}
+	}
+	return st
+}
+
+// ottlString quotes s as an OTTL string literal, with $ escaped for the
+// collector's configuration expansion.
+func ottlString(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\r", `\r`, "\t", `\t`)
+	return esc(`"` + r.Replace(s) + `"`)
+}
+
+// esc escapes $ for the collector's configuration expansion ($$ is a
+// literal $), so user text reaches the collector unchanged.
+func esc(s string) string { return strings.ReplaceAll(s, "$", "$$") }
+
+type kv struct {
+	k string
+	v any
+}
+
+// omap is a YAML mapping that keeps its keys in order.
+type omap []kv
+
+// MarshalYAML implements yaml.Marshaler.
+func (m omap) MarshalYAML() (any, error) {
+	n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	for _, e := range m {
+		var v yaml.Node
+		if err := v.Encode(e.v); err != nil {
+			return nil, err
+		}
+		n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: e.k}, &v)
+	}
+	return n, nil
+}

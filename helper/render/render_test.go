@@ -1,0 +1,139 @@
+package render_test
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// variant is one row of the golden matrix.
+type variant struct {
+	name string
+	spec string // SPEC items over testdata/site.yaml
+}
+
+var variants = []variant{
+	{"no-model-service", ""},
+	{"two-services", "config=testdata/gym-two-services.yaml,benchmark=gsm8k"},
+	{"node-ports-null", "gpu_metrics_port=null,node_metrics_port=null"},
+	{"logs-off", "gym_logs=false,gym_telemetry=false"},
+	{"endpoint-path-prefix", "endpoint=https://otlp.example.com/api/otlp/v1/traces"},
+	{"token-resource-attribute", "token_resource_attribute=true"},
+	{"hostile-text", `benchmark=a$b"c:d {x},model=m${env:HOME}\\n,component=c$`},
+}
+
+func renderVariant(t *testing.T, v variant, gpus []string) []byte {
+	t.Helper()
+	spec := strings.ReplaceAll(v.spec, "config=testdata/", "config="+testdata(t)+"/")
+	r, err := config.Resolve(config.Inputs{SiteFile: "testdata/site.yaml", Spec: spec, WorkDir: "/home/alice/runs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Validate(nil); err != nil {
+		t.Fatal(err)
+	}
+	y, err := render.Render(render.Input{
+		Spec: r,
+		Job: render.Job{User: "alice", JobID: "1234", RunID: "1234", Benchmark: r.Identity.Benchmark,
+			Model: r.Identity.Model, Cluster: "eos", Node: "gn1", NodeIndex: 0, GPUs: gpus},
+		Ports:     render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004},
+		OutputDir: "/home/alice/runs/gym-otel-1234/otel",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return y
+}
+
+func testdata(t *testing.T) string {
+	abs, err := filepath.Abs("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+func TestGolden(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			got := renderVariant(t, v, []string{"0", "1"})
+			path := filepath.Join("testdata", v.name+".golden.yaml")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("render differs from %s (go test -update to accept):\n%s", path, got)
+			}
+			again := renderVariant(t, v, []string{"0", "1"})
+			if !bytes.Equal(got, again) {
+				t.Error("render is not deterministic")
+			}
+		})
+	}
+}
+
+func TestRenderShape(t *testing.T) {
+	y := string(renderVariant(t, variants[0], nil))
+	for _, want := range []string{"127.0.0.1:41001", "127.0.0.1:41002", "127.0.0.1:41003", "port: 41004",
+		"job_name: node", "job_name: dcgm", `set(attributes["slurm_job_id"], "1234")`, "append: true",
+		"Bearer ${env:OTEL_TOKEN}", "${env:GYM_OTEL_RECEIVER_TOKEN}", "exclude_dimensions"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("rendered config lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"4317", "4318", "13133", "0.0.0.0", "filter/dcgm", "metric_relabel_configs"} {
+		if strings.Contains(y, bad) {
+			t.Errorf("rendered config holds %q", bad)
+		}
+	}
+	noScrape := string(renderVariant(t, variants[2], nil))
+	if strings.Contains(noScrape, "scrape_configs") || strings.Contains(noScrape, "- prometheus") {
+		t.Error("a Prometheus receiver with nothing to scrape")
+	}
+	logsOff := string(renderVariant(t, variants[3], nil))
+	if strings.Contains(logsOff, "logs.jsonl") || strings.Contains(logsOff, "file/logs") {
+		t.Error("logs pipeline with gym_logs off")
+	}
+}
+
+func TestRenderRejects(t *testing.T) {
+	r, _ := config.Resolve(config.Inputs{SiteFile: "testdata/site.yaml", WorkDir: "/w"})
+	if _, err := render.Render(render.Input{Spec: r, OutputDir: "rel"}); err == nil {
+		t.Error("zero ports and a relative dir accepted")
+	}
+}
+
+// TestCollectorValidates loads every golden variant with the real
+// collector's validate command.
+func TestCollectorValidates(t *testing.T) {
+	bin := testenv.Collector(t)
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "collector.yaml")
+			if err := os.WriteFile(path, renderVariant(t, v, []string{"0"}), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(bin, "validate", "--config", path)
+			cmd.Env = append(os.Environ(), "OTEL_TOKEN=t", render.ReceiverTokenEnv+"=r")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s validate: %v\n%s", bin, err, out)
+			}
+		})
+	}
+}

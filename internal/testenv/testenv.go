@@ -1,0 +1,72 @@
+// Package testenv finds the real parts the tests run: the collector binary
+// built by `make collector`, the stand-ins, the repository root.
+//
+// A missing part skips the test, except when GYM_OTEL_REQUIRE_REAL=1 (set by
+// `make test` and CI), where it fails: a run that was meant to use real parts
+// never passes without them.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// Root returns the repository root (the directory holding go.mod).
+func Root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Required reports whether missing real parts fail the tests.
+func Required() bool { return os.Getenv("GYM_OTEL_REQUIRE_REAL") == "1" }
+
+// Missing skips t (or fails it when Required) because what is absent.
+func Missing(t testing.TB, what string) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("%s is missing (GYM_OTEL_REQUIRE_REAL=1)", what)
+	}
+	t.Skipf("%s is missing; run make collector standins, or set GYM_OTEL_REQUIRE_REAL=1 to fail", what)
+}
+
+// Collector returns the path of the collector binary: $GYM_OTEL_COLLECTOR,
+// else build/otelcol-gym of the repository.
+func Collector(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv("GYM_OTEL_COLLECTOR")
+	if p == "" {
+		p = filepath.Join(Root(), "build", "otelcol-gym")
+	}
+	if _, err := os.Stat(p); err != nil {
+		Missing(t, "the collector binary "+p)
+	}
+	return p
+}
+
+// Standin returns the path of a stand-in built into build/standins.
+func Standin(t testing.TB, name string) string {
+	t.Helper()
+	p := filepath.Join(Root(), "build", "standins", name)
+	if _, err := os.Stat(p); err != nil {
+		Missing(t, "the stand-in "+p)
+	}
+	return p
+}
+
+// Binary returns the path of a program on PATH or at one of the given paths.
+func Binary(t testing.TB, name string, paths ...string) string {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Missing(t, name)
+	}
+	return p
+}

@@ -41,8 +41,10 @@ const MinCollectorVersion = "0.161.0"
 const ReceiverTokenEnv = "GYM_OTEL_RECEIVER_TOKEN"
 
 // SpanMetricsFlushInterval is the span_metrics connector's flush interval.
-// The drain waits one interval so the last counts are exported.
-const SpanMetricsFlushInterval = "5s"
+// The connector emits a new cumulative series as 0 at its first flush and
+// the count at the next, so the drain waits two intervals after the last
+// span (see the lifecycle package).
+const SpanMetricsFlushInterval = "2s"
 
 // Ports are the loopback TCP ports of one collector.
 type Ports struct {

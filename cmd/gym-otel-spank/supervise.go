@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+)
+
+// Environment of `supervise --from-env`, set by the plugin's prolog.
+const (
+	envSpec   = "GYM_OTEL_SPEC"   // the resolved spec, as config.Resolved.Encode
+	envFacts  = "GYM_OTEL_FACTS"  // jobfacts.Facts as JSON
+	envRecord = "GYM_OTEL_RECORD" // root's record of the job on this node
+)
+
+func init() {
+	commands["supervise"] = command{"run one job's collector on this node until SIGTERM (started by the plugin's prolog)", runSupervise}
+}
+
+func runSupervise(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("supervise", "--from-env | [--site FILE] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH]", stderr)
+	fromEnv := fs.Bool("from-env", false, "read the spec from $"+envSpec+", the job facts from $"+envFacts+", the record from $"+envRecord+" and report on fd 3 (how the plugin's prolog starts it)")
+	var in inputFlags
+	in.register(fs)
+	jobID := fs.String("job-id", "", "Slurm job `ID`")
+	node := fs.String("node", "", "node `NAME` (default: this host's name)")
+	nodeIndex := fs.Int("node-index", 0, "the node's position `N` in the job's node list")
+	output := fs.String("output", "", "output `DIR` (default: <job dir>/otel or otel/nodes/<node>)")
+	userName := fs.String("user", "", "when started as root, become this `USER` first")
+	record := fs.String("record", "", "drain when this `PATH` disappears (the job has ended)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	// Before anything else: a clean signal mask for us and the collector,
+	// the job's user, no core dumps.
+	runtime.LockOSThread() // the collector's Pdeathsig follows this thread
+	if err := lifecycle.ClearSignals(); err != nil {
+		logrus.Warnf("signals: %v", err)
+	}
+	if *userName != "" {
+		if err := lifecycle.BecomeUser(*userName); err != nil {
+			return err
+		}
+	}
+	syscall.Umask(0o077) // traces and logs hold prompts
+	if err := lifecycle.NoCoreDumps(); err != nil {
+		logrus.Warnf("core dumps: %v", err)
+	}
+	opt := lifecycle.Options{}
+	if *fromEnv {
+		var st syscall.Stat_t
+		if syscall.Fstat(lifecycle.ReportFD, &st) == nil {
+			opt.Report = os.NewFile(lifecycle.ReportFD, "report")
+		}
+		if err := optionsFromEnv(&opt); err != nil {
+			if opt.Report != nil {
+				lifecycle.WriteReport(opt.Report, lifecycle.Report{Status: lifecycle.StatusFailed, Error: err.Error(), SupervisorPID: os.Getpid()})
+			}
+			return err
+		}
+	} else {
+		spec, err := in.resolve(stderr, true)
+		if err != nil {
+			return err
+		}
+		if *jobID == "" {
+			return usageError{"--job-id is required (or --from-env)"}
+		}
+		opt.Spec, opt.RecordPath, opt.OutputDir = spec, *record, *output
+		opt.Facts = jobfacts.Facts{JobID: *jobID, Node: *node, NodeIndex: *nodeIndex, Cluster: os.Getenv("SLURM_CLUSTER_NAME")}
+		if opt.Facts.Node == "" {
+			opt.Facts.Node, _ = os.Hostname()
+		}
+		if u := os.Getenv("USER"); u != "" {
+			opt.Facts.User = u
+		}
+		opt.Report = stdout
+	}
+	if err := takeToken(&opt); err != nil {
+		return err
+	}
+	return lifecycle.Run(context.Background(), opt)
+}
+
+// optionsFromEnv fills opt from the environment the plugin's prolog sets.
+func optionsFromEnv(opt *lifecycle.Options) error {
+	spec, err := config.Decode(os.Getenv(envSpec))
+	if err != nil {
+		return err
+	}
+	if _, err := spec.Validate(nil); err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(os.Getenv(envFacts)), &opt.Facts); err != nil {
+		return fmt.Errorf("%s: %w", envFacts, err)
+	}
+	opt.Spec, opt.RecordPath = spec, os.Getenv(envRecord)
+	return takeToken(opt)
+}
+
+// takeToken moves the backend token from the environment into opt: it stays
+// in this process's memory and the collector's environment only.
+func takeToken(opt *lifecycle.Options) error {
+	if !opt.Spec.Otel.Enabled {
+		return fmt.Errorf("otel.enabled is false for this job: nothing to supervise")
+	}
+	if opt.Token == "" {
+		opt.Token = os.Getenv(opt.Spec.Otel.TokenEnv)
+	}
+	if opt.Token == "" {
+		return fmt.Errorf("otel.token_env: %s is empty in the supervisor's environment", opt.Spec.Otel.TokenEnv)
+	}
+	os.Unsetenv(opt.Spec.Otel.TokenEnv)
+	return nil
+}

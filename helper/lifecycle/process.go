@@ -1,0 +1,129 @@
+package lifecycle
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"os/user"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// cleanSignalsEnv marks the one re-exec ClearSignals does.
+const cleanSignalsEnv = "GYM_OTEL_SIGNALS_CLEARED"
+
+// ClearSignals makes sure this process, and so every child it starts, runs
+// with an empty signal mask and no ignored signals. A process started under
+// slurmstepd or srun inherits a blocked SIGTERM, and Go restores the mask it
+// started with in every child it forks, so the only way to clear it for the
+// children is to re-exec this program from a thread whose mask is cleared
+// (execve keeps the calling thread's mask; handlers reset, SIG_IGN stays
+// unless un-ignored first). It returns only when nothing needed clearing or
+// the re-exec failed; on success the process image is replaced.
+func ClearSignals() error {
+	blocked, ignored, err := procSignals("self")
+	if err != nil || (blocked == 0 && ignored == 0) {
+		return err
+	}
+	if os.Getenv(cleanSignalsEnv) != "" {
+		return fmt.Errorf("signals still blocked (%#x) or ignored (%#x) after re-exec", blocked, ignored)
+	}
+	runtime.LockOSThread()
+	// Installing a handler un-ignores a signal; execve then resets it to
+	// the default disposition.
+	var sigs []os.Signal
+	for s := 1; s < 64; s++ {
+		if ignored&(1<<(s-1)) != 0 && s != int(syscall.SIGKILL) && s != int(syscall.SIGSTOP) {
+			sigs = append(sigs, syscall.Signal(s))
+		}
+	}
+	if len(sigs) > 0 {
+		signal.Notify(make(chan os.Signal, 1), sigs...)
+	}
+	var empty unix.Sigset_t
+	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &empty, nil); err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	env := append(os.Environ(), cleanSignalsEnv+"=1")
+	return syscall.Exec(exe, os.Args, env)
+}
+
+// procSignals returns the SigBlk and SigIgn masks of /proc/<pid>/status
+// (bit n-1 is signal n).
+func procSignals(pid string) (blocked, ignored uint64, err error) {
+	data, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "SigBlk":
+			blocked, _ = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		case "SigIgn":
+			ignored, _ = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		}
+	}
+	return blocked, ignored, nil
+}
+
+// NoCoreDumps sets RLIMIT_CORE to 0 (inherited by the collector): the token
+// is in memory.
+func NoCoreDumps() error {
+	return unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{Cur: 0, Max: 0})
+}
+
+// BecomeUser switches this process (all threads) to the user called name,
+// with its primary group and supplementary groups from NSS. Only root can;
+// it is a no-op when already running as that user.
+func BecomeUser(name string) error {
+	u, err := user.Lookup(name)
+	if err != nil {
+		if u, err = user.LookupId(name); err != nil {
+			return fmt.Errorf("user %q: %w", name, err)
+		}
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if os.Getuid() == uid && os.Geteuid() == uid {
+		return nil
+	}
+	gids, err := u.GroupIds()
+	if err != nil {
+		return fmt.Errorf("groups of %s: %w", name, err)
+	}
+	groups := make([]int, 0, len(gids))
+	for _, g := range gids {
+		if n, err := strconv.Atoi(g); err == nil {
+			groups = append(groups, n)
+		}
+	}
+	if err := syscall.Setgroups(groups); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setgid(gid); err != nil {
+		return fmt.Errorf("setgid %d: %w", gid, err)
+	}
+	if err := syscall.Setuid(uid); err != nil {
+		return fmt.Errorf("setuid %d: %w", uid, err)
+	}
+	if os.Getuid() != uid || os.Geteuid() != uid {
+		return fmt.Errorf("still uid %d after setuid %d", os.Geteuid(), uid)
+	}
+	if home := u.HomeDir; home != "" {
+		os.Setenv("HOME", home)
+	}
+	os.Setenv("USER", u.Username)
+	return nil
+}

@@ -1,0 +1,94 @@
+// Package lifecycle runs one job's collector on one node: it chooses
+// loopback ports, writes collector.yaml, starts the collector as the job's
+// user, gates on its health check, reports ready or failed once, restarts it
+// if it dies mid-job, notices when the job is gone, and drains it on SIGTERM.
+// `gym-otel-spank supervise` is this package's command; the SPANK plugin's
+// prolog starts it and its epilog stops it.
+package lifecycle
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+)
+
+// Status values of Report and State.
+const (
+	StatusStarting = "starting"
+	StatusReady    = "ready"
+	StatusFailed   = "failed"
+	StatusDraining = "draining"
+	StatusDrained  = "drained"
+)
+
+// Report is what the supervisor tells whoever started it, exactly once, as
+// one JSON line on the report descriptor (fd 3 when started by the plugin's
+// prolog; see ReportFD).
+type Report struct {
+	// Status is StatusReady or StatusFailed.
+	Status string `json:"status"`
+	// Error is the reason when failed: it names the key or path at fault
+	// and ends with the last lines of collector.log when there are any.
+	Error string `json:"error,omitempty"`
+	// Ports are the collector's loopback ports when ready.
+	Ports render.Ports `json:"ports"`
+	// ReceiverToken is the per-job bearer token the OTLP receivers require;
+	// tasks get it as OTEL_EXPORTER_OTLP_HEADERS. Not the backend token.
+	ReceiverToken string `json:"receiver_token,omitempty"`
+	// SupervisorPID is the supervisor's own pid.
+	SupervisorPID int `json:"supervisor_pid"`
+	// CollectorPID is the collector's pid when ready.
+	CollectorPID int `json:"collector_pid,omitempty"`
+	// CollectorStart is the collector's start time in clock ticks since
+	// boot (field 22 of /proc/<pid>/stat), to re-check the pid later.
+	CollectorStart uint64 `json:"collector_start,omitempty"`
+	// OutputDir is the directory of the jsonl files.
+	OutputDir string `json:"output_dir"`
+	// ReadyMillis is the time from the supervisor's start to ready, in ms.
+	ReadyMillis int64 `json:"ready_ms,omitempty"`
+}
+
+// ReportFD is the descriptor the plugin's prolog passes the supervisor for
+// its Report (the write end of a pipe, given as the first extra file).
+const ReportFD = 3
+
+// WriteReport writes r as one JSON line.
+func WriteReport(w io.Writer, r Report) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// ReadReport reads the one JSON line a supervisor wrote. An empty stream
+// (the supervisor died before reporting) is an error.
+func ReadReport(data []byte) (Report, error) {
+	var r Report
+	if len(data) == 0 {
+		return r, fmt.Errorf("the supervisor exited without a report")
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return r, fmt.Errorf("the supervisor's report is not JSON: %w", err)
+	}
+	if r.Status != StatusReady && r.Status != StatusFailed {
+		return r, fmt.Errorf("the supervisor's report has status %q", r.Status)
+	}
+	return r, nil
+}
+
+// State is state.json in the output dir: for humans and tests. It is the
+// user's file; root never trusts it.
+type State struct {
+	Status         string       `json:"status"`
+	Error          string       `json:"error,omitempty"`
+	Ports          render.Ports `json:"ports"`
+	SupervisorPID  int          `json:"supervisor_pid"`
+	CollectorPID   int          `json:"collector_pid,omitempty"`
+	Restarts       int          `json:"restarts"`
+	ExportProblems string       `json:"export_problems,omitempty"`
+	UpdatedAt      string       `json:"updated_at"`
+}

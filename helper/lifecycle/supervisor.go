@@ -1,0 +1,498 @@
+package lifecycle
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+)
+
+// Defaults of Options.
+const (
+	// DefaultHealthPoll is how often the health endpoint is polled at start.
+	DefaultHealthPoll = 25 * time.Millisecond
+	// DefaultRecordPoll is how often the root record's presence is checked.
+	DefaultRecordPoll = 5 * time.Second
+	// DefaultSlurmPoll is how often Slurm is asked whether the job still runs.
+	DefaultSlurmPoll = 30 * time.Second
+	// DefaultMaxRestarts bounds the restarts of a collector that died mid-job.
+	DefaultMaxRestarts = 3
+	// bindRetries bounds the new port choices after a lost bind race.
+	bindRetries = 3
+)
+
+// Options configure one supervisor run.
+type Options struct {
+	// Spec is the job's validated resolved spec.
+	Spec *config.Resolved
+	// Facts are the job's facts on this node.
+	Facts jobfacts.Facts
+	// Token is the backend bearer token (the value of otel.token_env); it
+	// goes into the collector's environment only.
+	Token string
+	// OutputDir defaults to jobfacts.OutputDir(Spec, Facts).
+	OutputDir string
+	// RecordPath is root's record of this job on this node; when it
+	// disappears the job has ended and the supervisor drains ("" disables).
+	RecordPath string
+	// JobRunning asks Slurm whether the job still runs; nil uses squeue
+	// when it is on PATH. An error means "unknown" and changes nothing.
+	JobRunning func(ctx context.Context, jobID string) (bool, error)
+	// Report receives the one Report line (nil: none).
+	Report io.Writer
+	// Log receives the supervisor's own log lines (nil: logrus standard).
+	Log *logrus.Logger
+	// HealthPoll, RecordPoll, SlurmPoll and MaxRestarts default to the
+	// Default* constants.
+	HealthPoll, RecordPoll, SlurmPoll time.Duration
+	MaxRestarts                       int
+	// Signals delivers the drain request (nil: SIGTERM and SIGINT).
+	Signals <-chan os.Signal
+}
+
+// supervisor is one run's state.
+type supervisor struct {
+	opt        Options
+	o          config.Otel
+	log        *logrus.Logger
+	out        string
+	logPath    string
+	ports      render.Ports
+	rtoken     string
+	coll       *collector
+	restarts   int
+	lastSpans  float64
+	spansAt    time.Time
+	problems   string
+	started    time.Time
+	reported   bool
+	launchArgs launchSpec
+}
+
+// Run starts the job's collector, reports, supervises it until a drain
+// request (Options.Signals), the job's end, or a fatal error, then drains.
+// It returns nil after a clean drain; an error when the collector could not
+// be made ready (after reporting failed) or did not shut down cleanly.
+func Run(ctx context.Context, opt Options) error {
+	s := &supervisor{opt: opt, o: opt.Spec.Otel, log: opt.Log, started: time.Now()}
+	if s.log == nil {
+		s.log = logrus.StandardLogger()
+	}
+	s.defaults()
+	sigs := opt.Signals
+	if sigs == nil {
+		c := make(chan os.Signal, 2)
+		signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
+		defer signal.Stop(c)
+		sigs = c
+	}
+	if err := s.startUp(ctx, sigs); err != nil {
+		s.fail(err)
+		return err
+	}
+	return s.monitor(ctx, sigs)
+}
+
+func (s *supervisor) defaults() {
+	if s.opt.HealthPoll == 0 {
+		s.opt.HealthPoll = DefaultHealthPoll
+	}
+	if s.opt.RecordPoll == 0 {
+		s.opt.RecordPoll = DefaultRecordPoll
+	}
+	if s.opt.SlurmPoll == 0 {
+		s.opt.SlurmPoll = DefaultSlurmPoll
+	}
+	if s.opt.MaxRestarts == 0 {
+		s.opt.MaxRestarts = DefaultMaxRestarts
+	}
+	if s.opt.JobRunning == nil {
+		s.opt.JobRunning = squeueRunning
+	}
+	s.out = s.opt.OutputDir
+	if s.out == "" {
+		s.out = jobfacts.OutputDir(s.opt.Spec, s.opt.Facts)
+	}
+	s.logPath = filepath.Join(s.out, "collector.log")
+}
+
+// startUp makes the output dir, checks the binary, chooses ports and starts
+// the collector until it is healthy, within health_check_timeout_seconds.
+func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(s.o.HealthCheckTimeoutSeconds)*time.Second)
+	defer cancel()
+	go func() {
+		select {
+		case <-sigs: // a drain request during start-up: give up
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	mode, _ := strconv.ParseUint(s.o.OutputDirMode, 8, 32)
+	if err := os.MkdirAll(s.out, os.FileMode(mode)); err != nil {
+		return fmt.Errorf("output dir %s (from job_dir %s): %w", s.out, s.opt.Spec.JobDir, unwrapPath(err))
+	}
+	if err := os.Chmod(s.out, os.FileMode(mode)); err != nil {
+		return fmt.Errorf("output dir %s: %w", s.out, unwrapPath(err))
+	}
+	probe := filepath.Join(s.out, ".gym-otel-write-test")
+	if f, err := os.OpenFile(probe, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err != nil {
+		return fmt.Errorf("output dir %s is not writable by %s: %w", s.out, s.opt.Facts.User, unwrapPath(err))
+	} else {
+		f.Close()
+		os.Remove(probe)
+	}
+	s.writeState(StatusStarting, "")
+	if s.o.Container == "" {
+		if err := checkVersion(ctx, s.o.Binary, []string{"PATH=/usr/bin:/bin"}); err != nil {
+			return err
+		}
+	}
+	tok := make([]byte, 24)
+	if _, err := rand.Read(tok); err != nil {
+		return err
+	}
+	s.rtoken = "gos_" + hex.EncodeToString(tok)
+	var last error
+	for attempt := 0; attempt < bindRetries; attempt++ {
+		if err := s.choosePorts(); err != nil {
+			return err
+		}
+		if err := s.writeConfig(); err != nil {
+			return err
+		}
+		err := s.launch(ctx)
+		if err == nil {
+			return nil
+		}
+		last = err
+		if !errors.Is(err, errBindRace) {
+			return err
+		}
+		s.log.Warnf("a port was taken before the collector bound it; choosing new ports (%v)", err)
+	}
+	return last
+}
+
+var errBindRace = errors.New("address already in use")
+
+func (s *supervisor) choosePorts() error {
+	p, err := freePorts(4)
+	if err != nil {
+		return err
+	}
+	s.ports = render.Ports{OTLPGRPC: p[0], OTLPHTTP: p[1], Health: p[2], Telemetry: p[3]}
+	return nil
+}
+
+func (s *supervisor) configPath() string { return filepath.Join(s.out, "collector.yaml") }
+
+func (s *supervisor) writeConfig() error {
+	y, err := render.Render(render.Input{
+		Spec:      s.opt.Spec,
+		Job:       jobfacts.RenderJob(s.opt.Spec, s.opt.Facts),
+		Ports:     s.ports,
+		OutputDir: s.out,
+	})
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(s.configPath(), y, 0o600)
+}
+
+// collectorEnv is the collector's whole environment: the two tokens, a
+// memory limit for the Go runtime, PATH and HOME. Nothing else is secret.
+func (s *supervisor) collectorEnv() []string {
+	env := []string{
+		s.o.TokenEnv + "=" + s.opt.Token,
+		render.ReceiverTokenEnv + "=" + s.rtoken,
+		fmt.Sprintf("GOMEMLIMIT=%dMiB", s.o.MemoryLimitMiB*4/5),
+		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+	}
+	if h := os.Getenv("HOME"); h != "" {
+		env = append(env, "HOME="+h)
+	}
+	return env
+}
+
+// launch starts the collector and waits until it is healthy.
+func (s *supervisor) launch(ctx context.Context) error {
+	argv, err := commandFor(s.o, s.configPath(), s.out)
+	if err != nil {
+		return err
+	}
+	s.launchArgs = launchSpec{argv: argv, env: s.collectorEnv(), log: s.logPath}
+	c, err := start(s.launchArgs)
+	if err != nil {
+		if s.o.Container == "" {
+			return fmt.Errorf("otel.binary: starting %s: %w", s.o.Binary, unwrapPath(err))
+		}
+		return fmt.Errorf("otel.container_runtime: starting %s: %w", argv[0], unwrapPath(err))
+	}
+	s.coll = c
+	err = waitHealthy(ctx, c, s.ports.Health, s.opt.HealthPoll)
+	if err == nil {
+		return nil
+	}
+	c.stop(2 * time.Second)
+	tail := tailFile(s.logPath, 8)
+	if strings.Contains(tail, "address already in use") {
+		return fmt.Errorf("%w: %s", errBindRace, lastLine(tail))
+	}
+	if errors.Is(err, errExited) {
+		return fmt.Errorf("otel.binary: the collector exited before it was healthy (%v); last lines of %s:\n%s", c.waitErr, s.logPath, tail)
+	}
+	return fmt.Errorf("otel.health_check_timeout_seconds: the collector was not healthy within %ds; last lines of %s:\n%s", s.o.HealthCheckTimeoutSeconds, s.logPath, tail)
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// fail reports failed once and records the reason.
+func (s *supervisor) fail(err error) {
+	s.log.Errorf("collector not started: %v", err)
+	s.writeState(StatusFailed, err.Error())
+	s.report(Report{Status: StatusFailed, Error: err.Error(), OutputDir: s.out, SupervisorPID: os.Getpid()})
+}
+
+func (s *supervisor) report(r Report) {
+	if s.reported || s.opt.Report == nil {
+		return
+	}
+	s.reported = true
+	if err := WriteReport(s.opt.Report, r); err != nil {
+		s.log.Warnf("report: %v", err)
+	}
+	if c, ok := s.opt.Report.(io.Closer); ok {
+		c.Close()
+	}
+}
+
+// monitor reports ready, then waits for a drain request, the job's end or
+// the collector's death (restarted a bounded number of times).
+func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
+	ready := time.Since(s.started)
+	s.log.Infof("collector ready in %d ms: pid %d, OTLP gRPC %d, HTTP %d, health %d, output %s",
+		ready.Milliseconds(), s.coll.pid, s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health, s.out)
+	s.writeState(StatusReady, "")
+	s.report(Report{
+		Status: StatusReady, Ports: s.ports, ReceiverToken: s.rtoken,
+		SupervisorPID: os.Getpid(), CollectorPID: s.coll.pid, CollectorStart: s.coll.start,
+		OutputDir: s.out, ReadyMillis: ready.Milliseconds(),
+	})
+	selfTick := time.NewTicker(time.Second)
+	defer selfTick.Stop()
+	recordTick := time.NewTicker(s.opt.RecordPoll)
+	defer recordTick.Stop()
+	slurmTick := time.NewTicker(s.opt.SlurmPoll)
+	defer slurmTick.Stop()
+	for {
+		select {
+		case sig := <-sigs:
+			s.log.Infof("%v: draining", sig)
+			return s.drain()
+		case <-ctx.Done():
+			return s.drain()
+		case <-s.coll.exited:
+			if err := s.restart(ctx); err != nil {
+				s.writeState(StatusFailed, err.Error())
+				return err
+			}
+		case <-selfTick.C:
+			s.pollSelf()
+		case <-recordTick.C:
+			if s.opt.RecordPath == "" {
+				continue
+			}
+			if _, err := os.Stat(s.opt.RecordPath); errors.Is(err, os.ErrNotExist) {
+				s.log.Infof("job record %s is gone: the job has ended; draining", s.opt.RecordPath)
+				return s.drain()
+			}
+		case <-slurmTick.C:
+			running, err := s.opt.JobRunning(ctx, s.opt.Facts.JobID)
+			if err == nil && !running {
+				s.log.Infof("Slurm no longer runs job %s; draining", s.opt.Facts.JobID)
+				return s.drain()
+			}
+		}
+	}
+}
+
+// pollSelf reads the collector's counters: when spans last arrived (the
+// drain waits for their span metrics) and the backend's refusals.
+func (s *supervisor) pollSelf() {
+	m, err := readSelfMetrics(s.ports.Telemetry)
+	if err != nil {
+		return
+	}
+	if m.acceptedSpans != s.lastSpans {
+		s.lastSpans, s.spansAt = m.acceptedSpans, time.Now()
+	}
+	if p := m.problems(); p != "" && p != s.problems {
+		s.problems = p
+		s.writeState(StatusReady, "")
+	}
+}
+
+// restart starts the collector again on the same ports, appending to the
+// same files, up to MaxRestarts times.
+func (s *supervisor) restart(ctx context.Context) error {
+	tail := tailFile(s.logPath, 5)
+	if s.restarts >= s.opt.MaxRestarts {
+		return fmt.Errorf("the collector died %d times; giving up. Last lines of %s:\n%s", s.restarts+1, s.logPath, tail)
+	}
+	s.restarts++
+	s.log.Warnf("the collector exited unexpectedly (%v); restart %d of %d on the same ports", s.coll.waitErr, s.restarts, s.opt.MaxRestarts)
+	appendLog(s.logPath, fmt.Sprintf("gym-otel: the collector exited unexpectedly (%v); restart %d of %d", s.coll.waitErr, s.restarts, s.opt.MaxRestarts))
+	c, err := start(s.launchArgs)
+	if err != nil {
+		return err
+	}
+	s.coll = c
+	hctx, cancel := context.WithTimeout(ctx, time.Duration(s.o.HealthCheckTimeoutSeconds)*time.Second)
+	defer cancel()
+	if err := waitHealthy(hctx, c, s.ports.Health, s.opt.HealthPoll); err != nil {
+		if errors.Is(err, errExited) {
+			return s.restart(ctx)
+		}
+		return err
+	}
+	s.writeState(StatusReady, "")
+	return nil
+}
+
+// drain waits for the span metrics of the last spans to be flushed, reads
+// the backend counters, stops the collector within shutdown_timeout_seconds
+// and reports what the backend refused.
+func (s *supervisor) drain() error {
+	s.writeState(StatusDraining, "")
+	s.pollSelf()
+	flush, _ := time.ParseDuration(render.SpanMetricsFlushInterval)
+	if !s.spansAt.IsZero() {
+		// A new series is flushed as 0 first and with its count one
+		// interval later: wait two intervals after the last spans.
+		if wait := time.Until(s.spansAt.Add(2*flush + time.Second)); wait > 0 {
+			s.log.Infof("waiting %v for the span metrics of the last spans", wait.Round(time.Millisecond))
+			time.Sleep(wait)
+		}
+	}
+	s.pollSelf()
+	start := time.Now()
+	clean := s.coll.stop(time.Duration(s.o.ShutdownTimeoutSeconds) * time.Second)
+	s.log.Infof("collector stopped in %d ms (clean: %v)", time.Since(start).Milliseconds(), clean)
+	if p := s.problems; p != "" {
+		appendLog(s.logPath, "gym-otel: "+p)
+		s.log.Warn(p)
+	} else if strings.Contains(tailFile(s.logPath, 200), "otlp_http/backend") && logHasExportFailure(s.logPath) {
+		s.problems = "the backend refused or dropped data (see collector.log); the local jsonl files are complete"
+		appendLog(s.logPath, "gym-otel: "+s.problems)
+	}
+	if !clean {
+		err := fmt.Errorf("the collector did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.o.ShutdownTimeoutSeconds)
+		s.writeState(StatusDrained, err.Error())
+		return err
+	}
+	s.writeState(StatusDrained, "")
+	return nil
+}
+
+func logHasExportFailure(path string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, "otlp_http/backend") && (strings.Contains(line, "Exporting failed") || strings.Contains(line, "dropped")) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *supervisor) writeState(status, errText string) {
+	st := State{
+		Status: status, Error: errText, Ports: s.ports, SupervisorPID: os.Getpid(),
+		Restarts: s.restarts, ExportProblems: s.problems, UpdatedAt: time.Now().UTC().Format(time.RFC3339Nano),
+	}
+	if s.coll != nil && s.coll.running() {
+		st.CollectorPID = s.coll.pid
+	}
+	b, _ := json.MarshalIndent(st, "", "  ")
+	if err := writeFileAtomic(filepath.Join(s.out, "state.json"), append(b, '\n'), 0o600); err != nil {
+		s.log.Debugf("state.json: %v", err)
+	}
+}
+
+func appendLog(path, line string) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), line)
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// squeueRunning asks squeue whether the job is still pending, running,
+// suspended or completing. Unknown (squeue missing, the controller not
+// answering) is an error, which changes nothing.
+func squeueRunning(ctx context.Context, jobID string) (bool, error) {
+	if jobID == "" {
+		return true, errors.New("no job id")
+	}
+	path, err := exec.LookPath("squeue")
+	if err != nil {
+		return true, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "-h", "-j", jobID, "-o", "%T").CombinedOutput()
+	text := strings.TrimSpace(string(out))
+	if err != nil {
+		if strings.Contains(text, "Invalid job id") {
+			return false, nil
+		}
+		return true, fmt.Errorf("squeue: %v: %s", err, text)
+	}
+	switch text {
+	case "":
+		return false, nil
+	case "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE":
+		return false, nil
+	}
+	return true, nil
+}

@@ -1,0 +1,128 @@
+// Package plugin is the Go side of the gym_otel SPANK plugin: what the C
+// front (spank/) hands to the Go core (spank/core) at submit, in the job
+// prolog and in the job epilog. It parses the plugstack.conf arguments,
+// resolves and validates a job's settings at submit, starts the per-node
+// supervisor as the job's user from the prolog and writes root's record that
+// the steps read, and stops the supervisor from the epilog.
+//
+// Nothing here runs in a slurmstepd step process: the steps are pure C and
+// only read the record (see Record).
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+)
+
+// Defaults of the plugstack.conf arguments.
+const (
+	DefaultPrologTimeout = 60 // seconds
+	DefaultCLI           = "/usr/bin/gym-otel-spank"
+	DefaultRecordDir     = "/run/gym-otel"
+)
+
+// Args are the plugstack.conf arguments of the plugin:
+//
+//	site=PATH            the site file (YAML with an otel: block)
+//	default=off|on       on: every job gets a collector unless --gym-otel=off
+//	prolog_timeout=SECS  cap on the prolog's wait for the supervisor's report
+//	                     (default 60; keep it below PrologEpilogTimeout)
+//	cli=PATH             the gym-otel-spank CLI (default /usr/bin/gym-otel-spank)
+//	record_dir=PATH      root's record dir (default /run/gym-otel)
+//	core=PATH            the Go core (default: gym_otel_core.so beside gym_otel.so)
+//	<otel key>=VALUE     inline site overrides, e.g. on_failure=fail
+type Args struct {
+	Site          string
+	DefaultOn     bool
+	PrologTimeout int
+	CLI           string
+	RecordDir     string
+	Core          string
+	// SiteItems are the inline otel keys, in the order given.
+	SiteItems []config.Item
+}
+
+// ParseArgs parses plugstack.conf arguments. Every bad argument is reported
+// (joined), each naming the argument.
+func ParseArgs(av []string) (Args, error) {
+	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: DefaultRecordDir}
+	var errs []error
+	bad := func(arg, format string, v ...any) {
+		errs = append(errs, fmt.Errorf("plugstack.conf argument %q: %s", arg, fmt.Sprintf(format, v...)))
+	}
+	seen := map[string]bool{}
+	for _, arg := range av {
+		if arg == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(arg, "=")
+		if !ok || !validArgKey(k) {
+			bad(arg, "expected key=value (key: lower-case letters and _)")
+			continue
+		}
+		if seen[k] {
+			bad(arg, "%s given twice", k)
+			continue
+		}
+		seen[k] = true
+		switch k {
+		case "site", "cli", "record_dir", "core":
+			if !filepath.IsAbs(v) {
+				bad(arg, "%s wants an absolute path", k)
+				continue
+			}
+			v = filepath.Clean(v)
+			switch k {
+			case "site":
+				a.Site = v
+			case "cli":
+				a.CLI = v
+			case "record_dir":
+				a.RecordDir = v
+			case "core":
+				a.Core = v
+			}
+		case "default":
+			switch v {
+			case "on":
+				a.DefaultOn = true
+			case "off":
+				a.DefaultOn = false
+			default:
+				bad(arg, "default wants on or off")
+			}
+		case "prolog_timeout":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 3600 {
+				bad(arg, "prolog_timeout wants whole seconds, 1..3600")
+				continue
+			}
+			a.PrologTimeout = n
+		default:
+			a.SiteItems = append(a.SiteItems, config.Item{Key: k, Value: v})
+		}
+	}
+	if len(a.SiteItems) > 0 {
+		if _, err := config.ParseInline("plugstack.conf", a.SiteItems); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return a, errors.Join(errs...)
+}
+
+func validArgKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, c := range k {
+		if !(c >= 'a' && c <= 'z' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

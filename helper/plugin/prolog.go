@@ -1,0 +1,284 @@
+package plugin
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+)
+
+// Environment variables of the supervisor (besides otel.token_env, PATH,
+// HOME, USER and LOGNAME), set by the prolog.
+const (
+	EnvSpec   = "GYM_OTEL_SPEC"   // the encoded resolved spec
+	EnvFacts  = "GYM_OTEL_FACTS"  // JSON of jobfacts.Facts
+	EnvRecord = "GYM_OTEL_RECORD" // root's record file; gone = the job ended
+)
+
+// SupervisorPath is the PATH the supervisor gets.
+const SupervisorPath = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+// PrologInput is what the C front hands the prolog.
+type PrologInput struct {
+	Args Args
+	// Spec and Token are SPANK_GYM_OTEL_SPEC and SPANK_GYM_OTEL_TOKEN.
+	Spec, Token string
+	JobID       uint32
+	UID, GID    uint32
+	// Getenv reads the prolog's environment (SLURMD_NODENAME,
+	// SLURM_JOB_NODELIST, SLURM_ARRAY_*, SLURM_CLUSTER_NAME, SLURM_JOB_GPUS).
+	Getenv func(string) string
+}
+
+// NodeName is this node's name: SLURMD_NODENAME, else the short host name.
+func NodeName(getenv func(string) string) string {
+	if n := getenv("SLURMD_NODENAME"); n != "" {
+		return n
+	}
+	h, _ := os.Hostname()
+	if i := indexByte(h, '.'); i > 0 {
+		h = h[:i]
+	}
+	return h
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// Prolog starts the job's supervisor on this node and writes root's record.
+// It is only called when the job carries a spec. Whatever happens, it leaves
+// a record (status=failed with the reason when it could not start a ready
+// collector) unless the record dir itself cannot be made; the returned error
+// is for the log only: the prolog always returns 0 to Slurm.
+func Prolog(in PrologInput, log logrus.FieldLogger) error {
+	node := NodeName(in.Getenv)
+	dir, err := MakeJobRecordDir(in.Args.RecordDir, node, in.JobID)
+	if err != nil {
+		return err
+	}
+	rec := &Record{Status: "failed", OnFailure: "continue", UID: in.UID}
+	fail := func(err error) error {
+		rec.Status = "failed"
+		rec.Reason = err.Error()
+		if werr := WriteRecord(dir, rec); werr != nil {
+			return errors.Join(err, werr)
+		}
+		return err
+	}
+	spec, err := config.Decode(in.Spec)
+	if err != nil {
+		return fail(err)
+	}
+	if spec.Otel.OnFailure == "fail" {
+		rec.OnFailure = "fail"
+	}
+	rec.Unset = unsetNames(spec.Otel.TokenEnv)
+	if _, err := spec.Validate(nil); err != nil {
+		return fail(fmt.Errorf("the job's spec does not validate on node %s: %w", node, err))
+	}
+	if in.Token == "" {
+		return fail(fmt.Errorf("the job carries no token (GYM_OTEL_TOKEN): was %s set in the submitting shell?", spec.Otel.TokenEnv))
+	}
+	rec.FinalWait = FinalWait(spec.Otel)
+	rec.DrainTimeout = spec.Otel.ShutdownTimeoutSeconds + 10
+
+	u, err := user.LookupId(strconv.FormatUint(uint64(in.UID), 10))
+	if err != nil {
+		return fail(fmt.Errorf("the job's user (uid %d): %w", in.UID, err))
+	}
+	groups, err := supplementaryGroups(u)
+	if err != nil {
+		return fail(fmt.Errorf("the groups of %s: %w", u.Username, err))
+	}
+	facts, err := prologFacts(in, node, u.Username, log)
+	if err != nil {
+		return fail(err)
+	}
+	factsJSON, err := json.Marshal(facts)
+	if err != nil {
+		return fail(err)
+	}
+	timeout := time.Duration(min(spec.Otel.HealthCheckTimeoutSeconds+5, in.Args.PrologTimeout)) * time.Second
+	env := []string{
+		EnvSpec + "=" + in.Spec,
+		spec.Otel.TokenEnv + "=" + in.Token,
+		EnvFacts + "=" + string(factsJSON),
+		EnvRecord + "=" + filepath.Join(dir, RecordFile),
+		"PATH=" + SupervisorPath,
+		"HOME=" + u.HomeDir,
+		"USER=" + u.Username,
+		"LOGNAME=" + u.Username,
+	}
+	sup, err := startSupervisor(in.Args.CLI, env, in.UID, in.GID, groups)
+	if err != nil {
+		return fail(fmt.Errorf("starting %s supervise: %w", in.Args.CLI, err))
+	}
+	rep, err := sup.wait(timeout)
+	if err == nil && rep.Status != lifecycle.StatusReady {
+		err = fmt.Errorf("the collector failed to start: %s", rep.Error)
+	}
+	if err != nil {
+		sup.kill()
+		return fail(err)
+	}
+	ps, err := readProc(sup.pid)
+	if err != nil {
+		sup.kill()
+		return fail(fmt.Errorf("the supervisor (pid %d) is gone after its report: %w", sup.pid, err))
+	}
+	rec.Status = "ready"
+	rec.SupervisorPID = sup.pid
+	rec.SupervisorStart = ps.StartTime
+	rec.Env = TaskEnv(spec, facts, rep)
+	if err := WriteRecord(dir, rec); err != nil {
+		sup.kill()
+		return fail(err)
+	}
+	sup.release()
+	log.Infof("job %d: collector ready on %s (supervisor pid %d, OTLP http 127.0.0.1:%d, output %s, %d ms)",
+		in.JobID, node, sup.pid, rep.Ports.OTLPHTTP, rep.OutputDir, rep.ReadyMillis)
+	return nil
+}
+
+// unsetNames are the variables the steps remove from the task env: the
+// token variable and Slurm's copies of the forwarded token.
+func unsetNames(tokenEnv string) []string {
+	out := []string{}
+	if identRE(tokenEnv) {
+		out = append(out, tokenEnv)
+	}
+	return append(out, TokenCopies...)
+}
+
+func supplementaryGroups(u *user.User) ([]uint32, error) {
+	ids, err := u.GroupIds()
+	if err != nil {
+		return nil, err
+	}
+	var out []uint32
+	for _, s := range ids {
+		g, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, uint32(g))
+	}
+	return out, nil
+}
+
+func prologFacts(in PrologInput, node, userName string, log logrus.FieldLogger) (jobfacts.Facts, error) {
+	f := jobfacts.Facts{
+		JobID:       strconv.FormatUint(uint64(in.JobID), 10),
+		ArrayJobID:  in.Getenv("SLURM_ARRAY_JOB_ID"),
+		ArrayTaskID: in.Getenv("SLURM_ARRAY_TASK_ID"),
+		User:        userName,
+		Node:        node,
+		Cluster:     in.Getenv("SLURM_CLUSTER_NAME"),
+		GPUs:        jobfacts.ParseGPUs(in.Getenv("SLURM_JOB_GPUS")),
+	}
+	nodelist := in.Getenv("SLURM_JOB_NODELIST")
+	if nodelist == "" {
+		nodelist = in.Getenv("SLURM_NODELIST")
+	}
+	if nodelist != "" {
+		idx, err := NodeIndex(nodelist, node)
+		if err != nil {
+			return f, err
+		}
+		if idx < 0 {
+			log.Warnf("job %d: node %s is not in SLURM_JOB_NODELIST=%s: writing as a non-first node", in.JobID, node, nodelist)
+			idx = 1
+		}
+		f.NodeIndex = idx
+	}
+	return f, nil
+}
+
+// supervisor is a started `<cli> supervise --from-env`.
+type supervisor struct {
+	cmd    *exec.Cmd
+	pid    int
+	report *os.File
+}
+
+func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32) (*supervisor, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	// Core dumps off: the child inherits the limit (this process is a
+	// throwaway `slurmstepd spank prolog`).
+	_ = syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{Cur: 0, Max: 0})
+	cmd := exec.Command(cli, "supervise", "--from-env")
+	cmd.Env = env
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{w} // fd 3 = lifecycle.ReportFD
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups},
+		Setsid:     true,
+	}
+	if err := cmd.Start(); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return &supervisor{cmd: cmd, pid: cmd.Process.Pid, report: r}, nil
+}
+
+// wait reads the one-line report, bounded by timeout.
+func (s *supervisor) wait(timeout time.Duration) (lifecycle.Report, error) {
+	type result struct {
+		line []byte
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		line, err := bufio.NewReaderSize(s.report, 64*1024).ReadBytes('\n')
+		ch <- result{line, err}
+	}()
+	select {
+	case res := <-ch:
+		s.report.Close()
+		if len(res.line) == 0 {
+			return lifecycle.Report{}, fmt.Errorf("the supervisor exited without a report")
+		}
+		return lifecycle.ReadReport(res.line)
+	case <-time.After(timeout):
+		s.report.Close()
+		return lifecycle.Report{}, fmt.Errorf("no report from the supervisor within %s (health_check_timeout_seconds + 5, capped by the plugstack's prolog_timeout)", timeout)
+	}
+}
+
+// kill ends the supervisor's whole session and reaps it.
+func (s *supervisor) kill() {
+	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
+	_ = s.cmd.Process.Kill()
+	done := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// release lets the supervisor outlive the prolog (it is reparented to init).
+func (s *supervisor) release() { _ = s.cmd.Process.Release() }

@@ -1,0 +1,261 @@
+package plugin
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Record is root's record of one job on one node: written by the prolog
+// (as root, 0600, in a root-only directory), read by every step (pure C,
+// spank/record.c) and by the epilog. It never holds the backend token.
+//
+// The file is lines of key=value; env and unset repeat:
+//
+//	status=ready|failed
+//	on_failure=continue|fail
+//	reason=<one line>
+//	final_wait=<seconds the batch step's task_exit waits, 0..30>
+//	drain_timeout=<seconds the epilog waits for the supervisor>
+//	supervisor_pid=<pid>
+//	supervisor_start=<start time, clock ticks since boot>
+//	uid=<the job's uid>
+//	env=KEY=VALUE
+//	unset=NAME
+type Record struct {
+	Status          string
+	OnFailure       string
+	Reason          string
+	FinalWait       int
+	DrainTimeout    int
+	SupervisorPID   int
+	SupervisorStart uint64
+	UID             uint32
+	Env             []KV
+	Unset           []string
+}
+
+// KV is one environment variable.
+type KV struct{ Key, Value string }
+
+// RecordFile is the record's file name inside the job's record dir.
+const RecordFile = "record"
+
+// MaxFinalWait bounds the batch step's final-scrape wait (seconds), below
+// Slurm's default UnkillableStepTimeout of 60 s.
+const MaxFinalWait = 30
+
+// oneLine flattens s into one line (records and logs are line formats).
+func oneLine(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == 0 {
+			return ' '
+		}
+		return r
+	}, s)
+	return strings.TrimSpace(s)
+}
+
+// Marshal returns the record's text. Env values and names with a newline
+// or NUL are refused.
+func (r *Record) Marshal() ([]byte, error) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "status=%s\n", r.Status)
+	fmt.Fprintf(&b, "on_failure=%s\n", r.OnFailure)
+	fmt.Fprintf(&b, "reason=%s\n", oneLine(r.Reason))
+	fmt.Fprintf(&b, "final_wait=%d\n", r.FinalWait)
+	fmt.Fprintf(&b, "drain_timeout=%d\n", r.DrainTimeout)
+	fmt.Fprintf(&b, "supervisor_pid=%d\n", r.SupervisorPID)
+	fmt.Fprintf(&b, "supervisor_start=%d\n", r.SupervisorStart)
+	fmt.Fprintf(&b, "uid=%d\n", r.UID)
+	for _, kv := range r.Env {
+		if !identRE(kv.Key) || strings.ContainsAny(kv.Value, "\n\r\x00") {
+			return nil, fmt.Errorf("record: env %q: not a name or a one-line value", kv.Key)
+		}
+		fmt.Fprintf(&b, "env=%s=%s\n", kv.Key, kv.Value)
+	}
+	for _, n := range r.Unset {
+		if !identRE(n) {
+			return nil, fmt.Errorf("record: unset %q: not a variable name", n)
+		}
+		fmt.Fprintf(&b, "unset=%s\n", n)
+	}
+	return b.Bytes(), nil
+}
+
+// ParseRecord parses a record's text.
+func ParseRecord(data []byte) (*Record, error) {
+	r := &Record{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), "=")
+		if !ok {
+			continue
+		}
+		var err error
+		switch k {
+		case "status":
+			r.Status = v
+		case "on_failure":
+			r.OnFailure = v
+		case "reason":
+			r.Reason = v
+		case "final_wait":
+			r.FinalWait, err = strconv.Atoi(v)
+		case "drain_timeout":
+			r.DrainTimeout, err = strconv.Atoi(v)
+		case "supervisor_pid":
+			r.SupervisorPID, err = strconv.Atoi(v)
+		case "supervisor_start":
+			r.SupervisorStart, err = strconv.ParseUint(v, 10, 64)
+		case "uid":
+			var u uint64
+			u, err = strconv.ParseUint(v, 10, 32)
+			r.UID = uint32(u)
+		case "env":
+			ek, ev, _ := strings.Cut(v, "=")
+			r.Env = append(r.Env, KV{ek, ev})
+		case "unset":
+			r.Unset = append(r.Unset, v)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("record: %s: %w", k, err)
+		}
+	}
+	if r.Status != "ready" && r.Status != "failed" {
+		return nil, fmt.Errorf("record: status %q", r.Status)
+	}
+	return r, sc.Err()
+}
+
+func identRE(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// JobRecordDir is <recordDir>/<node>/<jobID>.
+func JobRecordDir(recordDir, node string, jobID uint32) string {
+	return filepath.Join(recordDir, node, strconv.FormatUint(uint64(jobID), 10))
+}
+
+// ensureRootDir makes dir (mode) when missing and checks that it is a real
+// directory owned by root that only root can write (no symlink).
+func ensureRootDir(dir string, mode os.FileMode) error {
+	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return checkRootDir(dir)
+}
+
+func checkRootDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
+		return fmt.Errorf("%s: not a directory (a symlink?)", dir)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid != 0 {
+		return fmt.Errorf("%s: not owned by root", dir)
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s: writable by group or others", dir)
+	}
+	return nil
+}
+
+// MakeJobRecordDir creates <recordDir> and <recordDir>/<node> (0755) and the
+// job's dir (0700), all root's, refusing symlinks and foreign owners.
+func MakeJobRecordDir(recordDir, node string, jobID uint32) (string, error) {
+	if node == "" || strings.ContainsAny(node, "/\x00") || node == "." || node == ".." {
+		return "", fmt.Errorf("node name %q is not usable as a directory name", node)
+	}
+	if err := ensureRootDir(recordDir, 0o755); err != nil {
+		return "", fmt.Errorf("record dir: %w", err)
+	}
+	if err := ensureRootDir(filepath.Join(recordDir, node), 0o755); err != nil {
+		return "", fmt.Errorf("record dir: %w", err)
+	}
+	dir := JobRecordDir(recordDir, node, jobID)
+	if err := ensureRootDir(dir, 0o700); err != nil {
+		return "", fmt.Errorf("record dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// WriteRecord writes r into dir atomically (a temporary file, fsync,
+// rename), mode 0600.
+func WriteRecord(dir string, r *Record) error {
+	data, err := r.Marshal()
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".record.*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, RecordFile))
+}
+
+// ReadRecord reads dir's record, checking it is root's and not writable by
+// group or others.
+func ReadRecord(dir string) (*Record, error) {
+	if err := checkRootDir(dir); err != nil {
+		return nil, err
+	}
+	p := filepath.Join(dir, RecordFile)
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a root-only regular file", p)
+	}
+	data := make([]byte, 0, fi.Size())
+	buf := bytes.NewBuffer(data)
+	if _, err := buf.ReadFrom(f); err != nil {
+		return nil, err
+	}
+	return ParseRecord(buf.Bytes())
+}

@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# Bring up (idempotently) a real local Slurm cluster on this host:
+# munged, slurmctld and N slurmd daemons ("slurmd -D -N gnI", one port each).
+#
+#   tests/slurm/up.sh [--nodes N] [--prolog-flags FLAGS] [--plugstack FILE]...
+#                     [--no-plugstack] [--extra-conf 'Key=Value']... [--clean]
+#
+# stdout: only `export VAR=...` lines (eval-able); progress goes to stderr.
+# See tests/slurm/README.md.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/slurm/lib.sh
+. "$HERE/lib.sh"
+
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+NODES=2
+PROLOG_FLAGS=""
+PLUGSTACK_FILES=()
+NO_PLUGSTACK=0
+EXTRA_CONF=()
+CLEAN=0
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--nodes) NODES=${2:?}; shift 2 ;;
+	--nodes=*) NODES=${1#*=}; shift ;;
+	--prolog-flags) PROLOG_FLAGS=${2?}; shift 2 ;;
+	--prolog-flags=*) PROLOG_FLAGS=${1#*=}; shift ;;
+	--plugstack) PLUGSTACK_FILES+=("${2:?}"); shift 2 ;;
+	--plugstack=*) PLUGSTACK_FILES+=("${1#*=}"); shift ;;
+	--no-plugstack) NO_PLUGSTACK=1; shift ;;
+	--extra-conf) EXTRA_CONF+=("${2:?}"); shift 2 ;;
+	--extra-conf=*) EXTRA_CONF+=("${1#*=}"); shift ;;
+	--clean) CLEAN=1; shift ;;
+	-h | --help) usage ;;
+	*) log "unknown argument: $1"; usage ;;
+	esac
+done
+case "$NODES" in '' | *[!0-9]*) die "--nodes wants a number" ;; esac
+{ [ "$NODES" -ge 1 ] && [ "$NODES" -le 16 ]; } || die "--nodes must be 1..16"
+need_root
+T0=$(date +%s%N)
+
+for b in munged munge unmunge slurmctld slurmd sinfo scontrol setsid; do
+	command -v "$b" >/dev/null || die "$b not found: run .ci/install-deps.sh"
+done
+
+if [ $CLEAN -eq 1 ]; then
+	log "--clean: stopping everything and wiping $STATE"
+	"$HERE/down.sh" >&2
+	rm -rf "$STATE"
+fi
+
+# ---------------------------------------------------------------- test user
+if ! getent group "$GOS_SLURM_GROUP2" >/dev/null; then
+	groupadd "$GOS_SLURM_GROUP2"
+fi
+if ! getent passwd "$GOS_SLURM_USER" >/dev/null; then
+	if ! getent group "$GOS_SLURM_USER" >/dev/null; then
+		if getent group "$GOS_SLURM_UID" >/dev/null; then
+			groupadd "$GOS_SLURM_USER"
+		else
+			groupadd -g "$GOS_SLURM_UID" "$GOS_SLURM_USER"
+		fi
+	fi
+	useradd -u "$GOS_SLURM_UID" -g "$GOS_SLURM_USER" -G "$GOS_SLURM_GROUP2" \
+		-m -d "/home/$GOS_SLURM_USER" -s /bin/bash "$GOS_SLURM_USER"
+	log "created user $GOS_SLURM_USER ($(id "$GOS_SLURM_USER"))"
+elif ! id -nG "$GOS_SLURM_USER" | tr ' ' '\n' | grep -qx "$GOS_SLURM_GROUP2"; then
+	usermod -aG "$GOS_SLURM_GROUP2" "$GOS_SLURM_USER"
+fi
+
+# ---------------------------------------------------------------- state dir
+mkdir -p "$STATE" "$RUN" "$STATE/ctld" "$STATE/plugstack.conf.d" "$STATE/jobs"
+chmod 0755 "$STATE" "$STATE/plugstack.conf.d"
+chmod 0700 "$STATE/ctld" "$RUN"
+chmod 1777 "$STATE/jobs"
+# State dir may sit under a parent that root created with a tight umask.
+p=$(dirname "$STATE")
+while [ "$p" != / ]; do
+	if [ -d "$p" ] && [ -z "$(find "$p" -maxdepth 0 -perm -o+x)" ]; then
+		log "chmod o+x $p (the test user must reach $STATE)"
+		chmod o+x "$p"
+	fi
+	p=$(dirname "$p")
+done
+
+printf 'include %s/plugstack.conf.d/*.conf\n' "$STATE" >"$STATE/plugstack.conf.new"
+mv -f "$STATE/plugstack.conf.new" "$STATE/plugstack.conf"
+chmod 0644 "$STATE/plugstack.conf"
+if [ $NO_PLUGSTACK -eq 1 ]; then
+	rm -f "$STATE"/plugstack.conf.d/*.conf
+fi
+for f in "${PLUGSTACK_FILES[@]+"${PLUGSTACK_FILES[@]}"}"; do
+	[ -f "$f" ] || die "--plugstack $f: no such file"
+	b=$(basename "$f")
+	case "$b" in *.conf) ;; *) b="$b.conf" ;; esac
+	install -m 0644 "$f" "$STATE/plugstack.conf.d/$b"
+	log "plugstack snippet installed: $STATE/plugstack.conf.d/$b"
+done
+
+# ---------------------------------------------------------------- munge
+MUNGE_KEY=/etc/munge/munge.key
+if [ ! -s "$MUNGE_KEY" ]; then
+	log "creating munge key $MUNGE_KEY"
+	mkdir -p /etc/munge
+	if command -v mungekey >/dev/null; then
+		mungekey --create --keyfile="$MUNGE_KEY" --force
+	else
+		dd if=/dev/urandom of="$MUNGE_KEY" bs=1024 count=1 status=none
+	fi
+fi
+MUNGE_USER=root
+getent passwd munge >/dev/null && MUNGE_USER=munge
+chown "$MUNGE_USER:" "$MUNGE_KEY" /etc/munge
+chmod 0400 "$MUNGE_KEY"
+chmod 0700 /etc/munge
+for d in /run/munge /var/lib/munge /var/log/munge; do
+	mkdir -p "$d"
+	chown "$MUNGE_USER:" "$d"
+done
+chmod 0711 /run/munge   # clients (any uid) must reach the socket
+chmod 0700 /var/lib/munge /var/log/munge
+
+munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+if pid_alive munged munged; then
+	:
+elif munge_ok; then
+	log "a munged not started by us already serves /run/munge; using it"
+else
+	# munged forks itself; -F keeps it in the foreground so that we own the pid.
+	rm -f /run/munge/munge.socket.2 /run/munge/munge.socket.2.lock /run/munge/munged.pid
+	if [ "$MUNGE_USER" = root ]; then
+		start_daemon munged "$RUN/munged.out" munged -F --force
+	else
+		start_daemon munged "$RUN/munged.out" setpriv --reuid="$MUNGE_USER" \
+			--regid="$MUNGE_USER" --init-groups munged -F
+	fi
+	log "started munged (pid $(pid_of munged))"
+fi
+for ((i = 0; i < 100; i++)); do munge_ok && break; sleep 0.1; done
+munge_ok || { cat "$RUN/munged.out" >&2 2>/dev/null || true; tail -n 20 /var/log/munge/munged.log >&2 2>/dev/null || true; die "munged does not answer"; }
+
+# ---------------------------------------------------------------- slurm.conf
+HOST=$(hostname -s)
+{
+	cat <<EOF
+# Generated by tests/slurm/up.sh; do not edit (rewritten on every up.sh).
+ClusterName=gymtest
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldPort=$GOS_SLURMCTLD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=$STATE/ctld
+SlurmdSpoolDir=$STATE/spool/%n
+SlurmctldPidFile=$RUN/slurmctld.slurm.pid
+SlurmdPidFile=$RUN/slurmd-%n.slurm.pid
+SlurmctldLogFile=$STATE/slurmctld.log
+SlurmdLogFile=$STATE/slurmd-%n.log
+SlurmctldDebug=debug
+SlurmdDebug=debug
+LogTimeFormat=iso8601_ms
+PlugStackConfig=$STATE/plugstack.conf
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SwitchType=switch/none
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+ReturnToService=2
+SlurmdTimeout=30
+SlurmctldTimeout=30
+MessageTimeout=10
+InactiveLimit=0
+KillWait=5
+MinJobAge=30
+TmpFS=/tmp
+MailProg=/bin/true
+EOF
+	if [ -n "$PROLOG_FLAGS" ]; then
+		echo "PrologFlags=$PROLOG_FLAGS"
+	fi
+	for ((i = 1; i <= NODES; i++)); do
+		echo "NodeName=gn$i NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((GOS_SLURMD_PORT_BASE + i - 1)) CPUs=8 RealMemory=4000 State=UNKNOWN"
+	done
+	NODELIST="gn[1-$NODES]"
+	[ "$NODES" -eq 1 ] && NODELIST=gn1
+	echo "PartitionName=debug Nodes=$NODELIST Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
+	for l in "${EXTRA_CONF[@]+"${EXTRA_CONF[@]}"}"; do
+		echo "$l"
+	done
+} >"$CONF.new"
+chmod 0644 "$CONF.new"
+
+CONF_CHANGED=0
+if ! cmp -s "$CONF.new" "$CONF"; then
+	CONF_CHANGED=1
+fi
+
+# Which slurmd do we want, and which run now?
+WANT_NODES=""
+for ((i = 1; i <= NODES; i++)); do WANT_NODES="$WANT_NODES gn$i"; done
+WANT_NODES=${WANT_NODES# }
+
+if [ $CONF_CHANGED -eq 1 ]; then
+	if [ -f "$CONF" ]; then
+		log "slurm.conf changed: restarting Slurm daemons"
+		diff "$CONF" "$CONF.new" >&2 || true
+	fi
+	# stop all slurm daemons (leave munged), including nodes no longer wanted
+	for f in "$RUN"/slurmd-*.pid; do
+		[ -e "$f" ] || continue
+		case "$f" in *.slurm.pid) continue ;; esac
+		n=$(basename "$f" .pid)
+		stop_daemon "$n" "slurmd -D"
+	done
+	stop_daemon slurmctld "slurmctld -D" 15
+	mv -f "$CONF.new" "$CONF"
+else
+	rm -f "$CONF.new"
+fi
+export_slurm_env
+
+# ---------------------------------------------------------------- slurmctld
+ctld_ok() { timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP'; }
+if ! pid_alive slurmctld "slurmctld -D"; then
+	start_daemon slurmctld "$RUN/slurmctld.out" slurmctld -D -f "$CONF"
+	log "started slurmctld (pid $(pid_of slurmctld))"
+fi
+for ((i = 0; i < GOS_SLURM_WAIT * 10; i++)); do
+	ctld_ok && break
+	pid_alive slurmctld "slurmctld -D" || { dump_logs; die "slurmctld exited"; }
+	sleep 0.1
+done
+ctld_ok || { dump_logs; die "slurmctld not answering after ${GOS_SLURM_WAIT}s"; }
+
+# ---------------------------------------------------------------- slurmd
+PS_HASH=$(plugstack_hash)
+if [ -f "$RUN/plugstack.hash" ] && [ "$(cat "$RUN/plugstack.hash")" != "$PS_HASH" ]; then
+	log "plugstack configuration changed since slurmd started: restarting slurmd"
+	for n in $WANT_NODES; do stop_daemon "slurmd-$n" "slurmd -D"; done
+fi
+# shellcheck disable=SC2034 # read by lib.sh (slurmd_fresh)
+FRESH_SINCE=$(date +%s)
+for n in $WANT_NODES; do
+	if ! pid_alive "slurmd-$n" "slurmd -D"; then
+		mkdir -p "$STATE/spool/$n"
+		start_daemon "slurmd-$n" "$RUN/slurmd-$n.out" slurmd -D -N "$n" -f "$CONF"
+		FRESH_NODES="$FRESH_NODES $n"
+		log "started slurmd $n (pid $(pid_of "slurmd-$n"))"
+	fi
+done
+echo "$PS_HASH" >"$RUN/plugstack.hash"
+
+wait_nodes_ready "$GOS_SLURM_WAIT" || die "cluster not ready"
+
+# ---------------------------------------------------------------- env
+cat >"$STATE/env.sh.new" <<EOF
+# Generated by tests/slurm/up.sh. Source it: . $STATE/env.sh
+export SLURM_CONF=$CONF
+export GOS_SLURM_STATE=$STATE
+export GOS_SLURM_NODES="$WANT_NODES"
+export GOS_SLURM_USER=$GOS_SLURM_USER
+export GOS_SLURM_JOBS=$STATE/jobs
+export GOS_SLURM_PLUGSTACK_D=$STATE/plugstack.conf.d
+EOF
+chmod 0644 "$STATE/env.sh.new"
+mv -f "$STATE/env.sh.new" "$STATE/env.sh"
+log "cluster up: nodes $WANT_NODES ($(( ($(date +%s%N) - T0) / 1000000 )) ms)"
+grep '^export ' "$STATE/env.sh"

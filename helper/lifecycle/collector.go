@@ -107,14 +107,17 @@ func (c *collector) running() bool {
 	}
 }
 
-// stop sends SIGTERM and waits up to bound for a clean exit; past it the
+// stop sends SIGTERM to the collector's process group and waits up to bound for a clean exit; past it the
 // collector's whole session is SIGKILLed. It reports whether the exit was
 // clean (exit status 0 before the bound).
 func (c *collector) stop(bound time.Duration) (clean bool) {
 	if !c.running() {
 		return c.waitErr == nil
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	// The whole process group: a container runtime's collector is in it.
+	if syscall.Kill(-c.pid, syscall.SIGTERM) != nil {
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	}
 	select {
 	case <-c.exited:
 		return c.waitErr == nil

@@ -256,8 +256,12 @@ func (s *supervisor) launch(ctx context.Context) error {
 	if strings.Contains(tail, "address already in use") {
 		return fmt.Errorf("%w: %s", errBindRace, lastLine(tail))
 	}
+	key := "otel.binary"
+	if s.o.Container != "" {
+		key = "otel.container"
+	}
 	if errors.Is(err, errExited) {
-		return fmt.Errorf("otel.binary: the collector exited before it was healthy (%v); last lines of %s:\n%s", c.waitErr, s.logPath, tail)
+		return fmt.Errorf("%s: the collector exited before it was healthy (%v); last lines of %s:\n%s", key, c.waitErr, s.logPath, tail)
 	}
 	return fmt.Errorf("otel.health_check_timeout_seconds: the collector was not healthy within %ds; last lines of %s:\n%s", s.o.HealthCheckTimeoutSeconds, s.logPath, tail)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -21,6 +22,10 @@ const (
 	envSpec   = "GYM_OTEL_SPEC"   // the resolved spec, as config.Resolved.Encode
 	envFacts  = "GYM_OTEL_FACTS"  // jobfacts.Facts as JSON
 	envRecord = "GYM_OTEL_RECORD" // root's record of the job on this node
+	// envRecordPoll optionally overrides how often the record's presence is
+	// checked (a Go duration such as "200ms"; default
+	// lifecycle.DefaultRecordPoll). A test hook for the liveness check.
+	envRecordPoll = "GYM_OTEL_RECORD_POLL"
 )
 
 func init() {
@@ -88,6 +93,13 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	}
 	if err := takeToken(&opt); err != nil {
 		return err
+	}
+	if v := os.Getenv(envRecordPoll); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%s: %q is not a positive duration", envRecordPoll, v)
+		}
+		opt.RecordPoll = d
 	}
 	return lifecycle.Run(context.Background(), opt)
 }

@@ -219,10 +219,16 @@ func (s *supervisor) writeConfig() error {
 
 // collectorEnv is the collector's whole environment: the two tokens, a
 // memory limit for the Go runtime, PATH and HOME. Nothing else is secret.
+//
+// The backend token is referenced inside a larger string ("Bearer
+// ${env:X}"), and there the collector (v0.161.0) expands the substituted value once more:
+// "${env:HOME}" in a token would become the home directory and "$$" a
+// single "$". Doubling every "$" (envValue) makes the value arrive byte for
+// byte (tested with "$", "$$", "${", "${env:HOME}" in a token).
 func (s *supervisor) collectorEnv() []string {
 	env := []string{
-		s.o.TokenEnv + "=" + s.opt.Token,
-		render.ReceiverTokenEnv + "=" + s.rtoken,
+		s.o.TokenEnv + "=" + envValue(s.opt.Token),
+		render.ReceiverTokenEnv + "=" + s.rtoken, // hex: nothing to escape; referenced as a whole value
 		fmt.Sprintf("GOMEMLIMIT=%dMiB", s.o.MemoryLimitMiB*4/5),
 		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
 	}
@@ -231,6 +237,10 @@ func (s *supervisor) collectorEnv() []string {
 	}
 	return env
 }
+
+// envValue escapes v for a ${env:...} reference embedded in a larger
+// configuration string: the collector turns "$$" back into "$".
+func envValue(v string) string { return strings.ReplaceAll(v, "$", "$$") }
 
 // launch starts the collector and waits until it is healthy.
 func (s *supervisor) launch(ctx context.Context) error {
@@ -367,6 +377,7 @@ func (s *supervisor) restart(ctx context.Context) error {
 	s.restarts++
 	s.log.Warnf("the collector exited unexpectedly (%v); restart %d of %d on the same ports", s.coll.waitErr, s.restarts, s.opt.MaxRestarts)
 	appendLog(s.logPath, fmt.Sprintf("gym-otel: the collector exited unexpectedly (%v); restart %d of %d", s.coll.waitErr, s.restarts, s.opt.MaxRestarts))
+	s.cutPartialLines()
 	c, err := start(s.launchArgs)
 	if err != nil {
 		return err
@@ -382,6 +393,53 @@ func (s *supervisor) restart(ctx context.Context) error {
 	}
 	s.writeState(StatusReady, "")
 	return nil
+}
+
+// cutPartialLines truncates each jsonl file back to its last complete line.
+// A collector killed mid-write leaves half a batch at the end; the restarted
+// one appends, and the half line would glue onto its first line, making a
+// line that does not parse. The half batch is lost either way.
+func (s *supervisor) cutPartialLines() {
+	for _, sig := range []string{"metrics", "traces", "logs"} {
+		path := filepath.Join(s.out, sig+".jsonl")
+		size, keep, err := completeLength(path)
+		if err != nil || keep == size {
+			continue
+		}
+		if err := os.Truncate(path, keep); err != nil {
+			s.log.Warnf("%s: cutting the partial last line: %v", path, err)
+			continue
+		}
+		appendLog(s.logPath, fmt.Sprintf("gym-otel: removed a partial last line (%d bytes) from %s left by the collector's exit", size-keep, path))
+	}
+}
+
+// completeLength returns the size of path and the length of its complete
+// lines (up to and including the last newline), reading backwards from the
+// end in 64 KiB chunks (the files can be large).
+func completeLength(path string) (size, keep int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, 0, err
+	}
+	size = fi.Size()
+	buf := make([]byte, 64*1024)
+	for end := size; end > 0; {
+		n := min(int64(len(buf)), end)
+		if _, err := f.ReadAt(buf[:n], end-n); err != nil {
+			return size, size, err
+		}
+		if i := strings.LastIndexByte(string(buf[:n]), '\n'); i >= 0 {
+			return size, end - n + int64(i) + 1, nil
+		}
+		end -= n
+	}
+	return size, 0, nil
 }
 
 // drain waits for the span metrics of the last spans to be flushed, reads
@@ -411,6 +469,7 @@ func (s *supervisor) drain() error {
 		appendLog(s.logPath, "gym-otel: "+s.problems)
 	}
 	if !clean {
+		s.cutPartialLines()
 		err := fmt.Errorf("the collector did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.o.ShutdownTimeoutSeconds)
 		s.writeState(StatusDrained, err.Error())
 		return err

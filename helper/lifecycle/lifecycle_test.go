@@ -1,0 +1,866 @@
+package lifecycle_test
+
+// Tests with real parts (issue 3): the real CLI `gym-otel-spank supervise`
+// as a subprocess, the real collector (build/otelcol-gym), Debian's
+// node_exporter, the stand-ins of tests/standins and a second collector as
+// the OTLP/HTTP backend with bearer-token auth. A missing part skips, or
+// fails under GYM_OTEL_REQUIRE_REAL=1 (internal/testenv).
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// spanWait is the drain's wait for the span metrics of the last spans: two
+// span_metrics flush intervals (2 s) plus a second (supervisor.go).
+const spanWait = 5 * time.Second
+
+// vllmBounds are the vLLM stand-in's histogram buckets (tests/standins).
+var vllmBounds = []float64{0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// waitMetricNames waits until metrics.jsonl of s names every one of names.
+func waitMetricNames(t testing.TB, s *sup, d time.Duration, names ...string) {
+	t.Helper()
+	waitFor(t, d, fmt.Sprintf("metrics %v in metrics.jsonl", names), func() bool {
+		data, _ := os.ReadFile(filepath.Join(s.out, "metrics.jsonl"))
+		for _, n := range names {
+			if !bytes.Contains(data, []byte(`"name":"`+n+`"`)) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// assertNoLeak fails if secret occurs in any file under dir, in out, or in
+// the argv of any process.
+func assertNoLeak(t testing.TB, secret, dir string, extra map[string]string) {
+	t.Helper()
+	if len(secret) < 8 {
+		t.Fatalf("secret %q too short to search for", secret)
+	}
+	files := 0
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		files++
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Errorf("reading %s: %v", path, err)
+			return nil
+		}
+		for _, form := range []string{secret, strings.ReplaceAll(secret, "$", "$$")} {
+			if bytes.Contains(data, []byte(form)) {
+				t.Errorf("the backend token appears in %s", path)
+			}
+		}
+		return nil
+	})
+	if files < 5 {
+		t.Errorf("only %d files under %s; expected collector.yaml, collector.log, state.json and the jsonl files", files, dir)
+	}
+	for what, text := range extra {
+		if strings.Contains(text, secret) {
+			t.Errorf("the backend token appears in %s", what)
+		}
+	}
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		n++
+		if bytes.Contains(data, []byte(secret)) || bytes.Contains(data, []byte(strings.ReplaceAll(secret, "$", "$$"))) {
+			t.Errorf("the backend token appears in the argv of pid %s: %q", e.Name(), bytes.ReplaceAll(data, []byte{0}, []byte{' '}))
+		}
+	}
+	if n < 5 {
+		t.Errorf("read only %d /proc/*/cmdline", n)
+	}
+}
+
+// signalsClear reports whether pid runs with no signal ignored (SigIgn 0,
+// process-wide) and no signal blocked (SigBlk 0) on some thread, sampling
+// for up to d. Not every thread: a Go program whose main goroutine exits
+// while locked to the main thread parks that thread with nearly all
+// signals blocked (otelcol-gym does), and a thread being created blocks
+// all for a moment. An inherited mask shows on every thread, because Go
+// keeps inherited blocked signals it does not need (e.g. SIGUSR1) blocked.
+func signalsClear(pid int, d time.Duration) (bool, string) {
+	deadline := time.Now().Add(d)
+	var why string
+	for {
+		why = ""
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			return false, err.Error()
+		}
+		if ign := statusField(string(status), "SigIgn"); ign != 0 {
+			return false, fmt.Sprintf("SigIgn = %x", ign)
+		}
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, task := range tasks {
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()))
+			if err != nil {
+				continue
+			}
+			blk := statusField(string(data), "SigBlk")
+			if blk == 0 {
+				return true, ""
+			}
+			why += fmt.Sprintf(" %x", blk)
+		}
+		if time.Now().After(deadline) {
+			return false, "no thread with SigBlk 0:" + why
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// assertSignalsClear fails unless signalsClear holds for pid within 2 s.
+func assertSignalsClear(t testing.TB, pid int) {
+	t.Helper()
+	if ok, why := signalsClear(pid, 2*time.Second); !ok {
+		t.Errorf("pid %d: signals not clear: %s", pid, why)
+	}
+}
+
+// assertAllParse parses every jsonl file of dir (every line must parse).
+func assertAllParse(t testing.TB, dir string) {
+	t.Helper()
+	for _, sig := range []string{"metrics", "traces", "logs"} {
+		if _, err := parseJSONL(filepath.Join(dir, sig+".jsonl")); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestFullJob runs one job with every source and a real backend and checks
+// the data, the identity, the backend, the token hygiene and the drain.
+func TestFullJob(t *testing.T) {
+	t.Parallel()
+	// $, { and } in the token: a collector that expanded the value again
+	// would send something else, and the backend would refuse it.
+	token := "t$k{n}}${env:HOME}$$-" + randHex(8)
+	be := startBackend(t, token)
+	j := job{
+		JobID: "90017", Node: "gn7", Token: token, Endpoint: be.url,
+		VLLMPort: startVLLM(t), DCGMPort: startDCGM(t), NodePort: startNodeExporter(t),
+	}
+	s := startSup(t, j).mustReady(t)
+	assertSignalsClear(t, s.report.CollectorPID)
+	if s.report.ReceiverToken == "" || s.report.ReceiverToken == token {
+		t.Fatalf("receiver token %q: want a per-job token distinct from the backend token", s.report.ReceiverToken)
+	}
+	waitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds", "DCGM_FI_DEV_GPU_UTIL", "node_load1")
+	gymOut := s.runGym(t, "agent", 3, "e2b-test")
+
+	// While everything runs: the token in no argv, no file.
+	assertNoLeak(t, token, s.out, map[string]string{"the supervisor's output": s.out2(), "the Gym stand-in's output": gymOut})
+
+	// 3 rollouts (3 spans each name) sent 1 s before the drain.
+	time.Sleep(time.Second)
+	took, err := s.drain(t, 30*time.Second)
+	if err != nil {
+		t.Fatalf("drain: %v\n%s", err, s.out2())
+	}
+	bound := time.Duration(s.job.Shutdown)*time.Second + spanWait + 2*time.Second
+	if took > bound {
+		t.Errorf("drain took %v, bound %v", took, bound)
+	}
+	t.Logf("drain took %v", took)
+	s.assertGone(t)
+	assertNoLeak(t, token, s.out, map[string]string{"the supervisor's output": s.out2()})
+	if st := s.state(t); st.Status != lifecycle.StatusDrained || st.ExportProblems != "" {
+		t.Errorf("state.json: %+v; want drained without export problems", st)
+	}
+
+	m := mustParse(t, s.out, "metrics")
+	tr := mustParse(t, s.out, "traces")
+	lg := mustParse(t, s.out, "logs")
+
+	// vLLM: types survive the rename.
+	for _, mt := range m.metrics {
+		if strings.Contains(mt.Name, "vllm:") {
+			t.Errorf("metric %q still contains vllm:", mt.Name)
+		}
+	}
+	hist := m.named("vllm_e2e_request_latency_seconds")
+	if len(hist) == 0 {
+		t.Fatal("no vllm_e2e_request_latency_seconds")
+	}
+	for _, h := range hist {
+		if h.Histogram == nil || len(h.Histogram.DataPoints) == 0 {
+			t.Fatalf("vllm_e2e_request_latency_seconds is not a histogram: %+v", h.otlpMetric)
+		}
+		dp := h.Histogram.DataPoints[0]
+		if !reflect.DeepEqual(dp.ExplicitBounds, vllmBounds) || len(dp.BucketCounts) != len(vllmBounds)+1 {
+			t.Errorf("histogram bounds %v (%d buckets), want %v", dp.ExplicitBounds, len(dp.BucketCounts), vllmBounds)
+		}
+		if o, _ := h.resource.str("service.name.override"); o != "gym-vllm/policy" {
+			t.Errorf("vLLM histogram: service.name.override %q", o)
+		}
+	}
+	for _, c := range m.named("vllm_prompt_tokens_total") {
+		if c.Sum == nil || !c.Sum.IsMonotonic || c.Sum.AggregationTemporality != 2 {
+			t.Errorf("vllm_prompt_tokens_total is not a monotonic cumulative sum: %+v", c.otlpMetric)
+		}
+	}
+	gauges := m.named("vllm_num_requests_running")
+	if len(m.named("vllm_prompt_tokens_total")) == 0 || len(gauges) == 0 {
+		t.Fatal("vllm_prompt_tokens_total or vllm_num_requests_running missing")
+	}
+	for _, g := range gauges {
+		if g.Gauge == nil || len(g.Gauge.DataPoints) == 0 || !g.Gauge.DataPoints[0].Attributes.has("engine") {
+			t.Errorf("vllm_num_requests_running is not a gauge with an engine label: %+v", g.otlpMetric)
+		}
+	}
+	// dcgm and node.
+	dcgm := m.named("DCGM_FI_DEV_GPU_UTIL")
+	if len(dcgm) == 0 || dcgm[0].Gauge == nil || !dcgm[0].Gauge.DataPoints[0].Attributes.has("gpu") || !dcgm[0].Gauge.DataPoints[0].Attributes.has("UUID") {
+		t.Errorf("DCGM_FI_DEV_GPU_UTIL missing or without gpu/UUID: %+v", dcgm)
+	}
+	for _, d := range dcgm {
+		if o, _ := d.resource.str("service.name.override"); o != "dcgm" {
+			t.Errorf("dcgm series with service.name.override %q", o)
+		}
+	}
+	nodeSeen := false
+	for _, mt := range m.metrics {
+		if strings.HasPrefix(mt.Name, "node_") {
+			nodeSeen = true
+			if o, _ := mt.resource.str("service.name.override"); o != "node" {
+				t.Errorf("node_exporter series %s with service.name.override %q", mt.Name, o)
+			}
+		}
+	}
+	if !nodeSeen {
+		t.Error("no node_exporter series")
+	}
+	// The Gym stand-in's own histogram.
+	if len(m.named("gym.rollout.duration_ms")) == 0 {
+		t.Error("no gym.rollout.duration_ms")
+	}
+	// Span metrics: dimensions and the last counts.
+	calls := m.named("traces.span.metrics.calls")
+	if len(calls) == 0 || len(m.named("traces.span.metrics.duration")) == 0 {
+		t.Fatal("no span metrics (traces.span.metrics.calls / .duration)")
+	}
+	last := map[string]float64{}
+	for _, c := range calls {
+		if c.Sum == nil {
+			t.Fatalf("traces.span.metrics.calls is not a sum")
+		}
+		for _, dp := range c.Sum.DataPoints {
+			name, ok := dp.Attributes.str("span.name")
+			if !ok {
+				t.Errorf("span metrics point without span.name: %+v", dp.Attributes)
+				continue
+			}
+			if o, _ := dp.Attributes.str("service.name.override"); o != "nemo-gym/agent" {
+				t.Errorf("span metrics %s: service.name.override %q, want nemo-gym/agent", name, o)
+			}
+			if name == "sandbox.exec" {
+				if p, _ := dp.Attributes.str("nemo.gym.sandbox.provider"); p != "e2b-test" {
+					t.Errorf("sandbox.exec span metrics: nemo.gym.sandbox.provider %q", p)
+				}
+			}
+			last[name] = max(last[name], dp.value())
+		}
+	}
+	for _, name := range []string{"gym.rollout", "gym.verify", "sandbox.exec"} {
+		if last[name] != 3 {
+			t.Errorf("span metrics calls of %s = %v, want 3 (sent 1 s before the drain)", name, last[name])
+		}
+	}
+	for _, d := range m.named("traces.span.metrics.duration") {
+		if d.Histogram == nil {
+			t.Errorf("traces.span.metrics.duration is not a histogram")
+		}
+	}
+	// Traces and logs complete.
+	for _, name := range []string{"gym.rollout", "gym.verify", "sandbox.exec"} {
+		if n := tr.spanCount(name); n != 3 {
+			t.Errorf("traces.jsonl: %d %s spans, want 3", n, name)
+		}
+	}
+	if len(lg.logs) != 3 {
+		t.Errorf("logs.jsonl: %d records, want 3", len(lg.logs))
+	}
+
+	// Identity on every resource of every file.
+	id := identity{user: currentUser(), jobID: j.JobID, node: j.Node,
+		overrides: map[string]bool{"nemo-gym/agent": true, "gym-vllm/policy": true, "dcgm": true, "node": true}}
+	checkIdentity(t, "metrics.jsonl", m, id)
+	checkIdentity(t, "traces.jsonl", tr, id)
+	checkIdentity(t, "logs.jsonl", lg, id)
+	if seen := m.overridesSeen(); len(seen) != 4 {
+		t.Errorf("metrics.jsonl overrides %v, want all of %v", keys(seen), keys(id.overrides))
+	}
+
+	// The backend got all three signals, with the same identity.
+	be.stop(t)
+	bm, bt, bl := mustParse(t, be.dir, "metrics"), mustParse(t, be.dir, "traces"), mustParse(t, be.dir, "logs")
+	if len(bm.metrics) == 0 || len(bt.spans) == 0 || len(bl.logs) == 0 {
+		t.Fatalf("backend: %d metrics, %d spans, %d logs; want all three signals", len(bm.metrics), len(bt.spans), len(bl.logs))
+	}
+	checkIdentity(t, "backend metrics", bm, id)
+	checkIdentity(t, "backend traces", bt, id)
+	checkIdentity(t, "backend logs", bl, id)
+	if bt.spanCount("gym.rollout") != 3 || len(bl.logs) != 3 {
+		t.Errorf("backend: %d gym.rollout spans, %d logs; want 3 and 3", bt.spanCount("gym.rollout"), len(bl.logs))
+	}
+	if len(bm.named("vllm_e2e_request_latency_seconds")) == 0 || len(bm.named("traces.span.metrics.calls")) == 0 {
+		t.Error("backend: vLLM or span metrics missing")
+	}
+}
+
+// TestTokensArriveIntact sends to backends whose token looks like YAML or
+// holds expansion syntax: each backend accepts only its exact token.
+func TestTokensArriveIntact(t *testing.T) {
+	t.Parallel()
+	for _, tok := range []string{"123", "true", "[a]", "{b}:c", "p$q{r}s${env:PATH}$$"} {
+		t.Run(tok, func(t *testing.T) {
+			t.Parallel()
+			be := startBackend(t, tok)
+			s := startSup(t, job{JobID: "555", Token: tok, Endpoint: be.url}).mustReady(t)
+			s.runGym(t, "agent", 1, "local")
+			waitFor(t, 20*time.Second, "all three signals at the backend", func() bool {
+				for _, sig := range []string{"traces", "metrics", "logs"} {
+					if fi, err := os.Stat(filepath.Join(be.dir, sig+".jsonl")); err != nil || fi.Size() == 0 {
+						return false
+					}
+				}
+				return true
+			})
+			if _, err := s.drain(t, 30*time.Second); err != nil {
+				t.Fatalf("drain: %v\n%s", err, s.out2())
+			}
+			if st := s.state(t); st.ExportProblems != "" {
+				t.Errorf("export problems with token %q: %s", tok, st.ExportProblems)
+			}
+			be.stop(t)
+			if d := mustParse(t, be.dir, "traces"); d.spanCount("gym.rollout") != 1 {
+				t.Errorf("backend got %d gym.rollout spans, want 1", d.spanCount("gym.rollout"))
+			}
+		})
+	}
+}
+
+// grpcExport calls TraceService/Export over h2c with an empty request and
+// returns the grpc-status.
+func grpcExport(t testing.TB, port int, auth string) string {
+	t.Helper()
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/opentelemetry.proto.collector.trace.v1.TraceService/Export", port), bytes.NewReader([]byte{0, 0, 0, 0, 0}))
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("TE", "trailers")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("gRPC call: %v", err)
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	if st := resp.Header.Get("Grpc-Status"); st != "" {
+		return st
+	}
+	return resp.Trailer.Get("Grpc-Status")
+}
+
+// httpExport posts an empty OTLP/HTTP JSON trace request and returns the status.
+func httpExport(t testing.TB, port int, auth string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/traces", port), strings.NewReader(`{"resourceSpans":[]}`))
+	req.Header.Set("Content-Type", "application/json")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("HTTP call: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestReceiverRequiresToken: OTLP without the per-job token, or with a
+// wrong one, is refused on both receivers.
+func TestReceiverRequiresToken(t *testing.T) {
+	t.Parallel()
+	s := startSup(t, job{JobID: "777"}).mustReady(t)
+	good := "Bearer " + s.report.ReceiverToken
+	for _, auth := range []string{"", "Bearer wrong-" + randHex(4), "Bearer " + s.report.ReceiverToken + "x", s.report.ReceiverToken} {
+		if code := httpExport(t, s.report.Ports.OTLPHTTP, auth); code != http.StatusUnauthorized {
+			t.Errorf("OTLP/HTTP with Authorization %q: HTTP %d, want 401", auth, code)
+		}
+		if st := grpcExport(t, s.report.Ports.OTLPGRPC, auth); st != "16" {
+			t.Errorf("OTLP/gRPC with authorization %q: grpc-status %q, want 16 (Unauthenticated)", auth, st)
+		}
+	}
+	// The control: the right token is accepted on both.
+	if code := httpExport(t, s.report.Ports.OTLPHTTP, good); code != http.StatusOK {
+		t.Errorf("OTLP/HTTP with the receiver token: HTTP %d, want 200", code)
+	}
+	if st := grpcExport(t, s.report.Ports.OTLPGRPC, good); st != "0" {
+		t.Errorf("OTLP/gRPC with the receiver token: grpc-status %q, want 0", st)
+	}
+	// A real SDK client without the token gets nothing in.
+	p := startProc(t, "gym-standin", s.gymEnv("-"), testenv.Standin(t, "gym-standin"), "--rollouts", "1", "--flush-timeout", "5s")
+	p.wait(t, 30*time.Second)
+	if !strings.Contains(p.out.String(), "flush=failed") {
+		t.Errorf("gym-standin without the token: %s; want flush=failed", p.out.String())
+	}
+	if _, err := s.drain(t, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustParse(t, s.out, "traces"); len(d.spans) != 0 {
+		t.Errorf("%d spans were accepted without the token", len(d.spans))
+	}
+}
+
+// TestBackendFailures: a wrong token (401), a backend that is down and one
+// that never answers: health stays up, local files stay complete, the drain
+// is bounded and the refusal is reported.
+func TestBackendFailures(t *testing.T) {
+	t.Parallel()
+	vllm := startVLLM(t)
+	cases := []struct {
+		name     string
+		endpoint func(t *testing.T) (string, *backend)
+	}{
+		{"wrong-token", func(t *testing.T) (string, *backend) {
+			be := startBackend(t, "the-right-token-"+randHex(4))
+			return be.url, be
+		}},
+		{"down", func(t *testing.T) (string, *backend) { return fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), nil }},
+		{"hang", func(t *testing.T) (string, *backend) { return startBlackhole(t, "hang"), nil }},
+		{"401", func(t *testing.T) (string, *backend) { return startBlackhole(t, "401"), nil }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ep, be := c.endpoint(t)
+			j := job{JobID: "31337", Endpoint: ep, VLLMPort: vllm, Token: "wrong-" + randHex(6)}
+			s := startSup(t, j).mustReady(t)
+			waitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds")
+			s.runGym(t, "agent", 3, "local")
+			// Let the exporter try (and fail) for a while.
+			time.Sleep(3 * time.Second)
+			if !httpOK(s.healthURL()) {
+				t.Error("health is not 200 while the backend fails")
+			}
+			took, err := s.drain(t, 60*time.Second)
+			bound := time.Duration(s.job.Shutdown)*time.Second + spanWait + 2*time.Second
+			t.Logf("drain took %v (bound %v), exit %v", took, bound, err)
+			if took > bound {
+				t.Errorf("drain took %v, bound %v", took, bound)
+			}
+			if err != nil {
+				t.Errorf("the drain did not exit 0: %v\n%s", err, s.out2())
+			}
+			s.assertGone(t)
+			st := s.state(t)
+			if st.ExportProblems == "" {
+				t.Errorf("state.json reports no export problems: %+v", st)
+			}
+			log, _ := os.ReadFile(filepath.Join(s.out, "collector.log"))
+			if !bytes.Contains(log, []byte("gym-otel: the backend refused or dropped data")) {
+				t.Error("collector.log has no gym-otel: line about the refusal")
+			}
+			tr, lg, m := mustParse(t, s.out, "traces"), mustParse(t, s.out, "logs"), mustParse(t, s.out, "metrics")
+			for _, name := range []string{"gym.rollout", "gym.verify", "sandbox.exec"} {
+				if n := tr.spanCount(name); n != 3 {
+					t.Errorf("traces.jsonl: %d %s spans, want 3", n, name)
+				}
+			}
+			if len(lg.logs) != 3 || len(m.named("vllm_prompt_tokens_total")) == 0 || len(m.named("traces.span.metrics.calls")) == 0 {
+				t.Errorf("local files incomplete: %d logs, vLLM %d, span metrics %d", len(lg.logs), len(m.named("vllm_prompt_tokens_total")), len(m.named("traces.span.metrics.calls")))
+			}
+			if be != nil {
+				be.stop(t)
+				for _, sig := range []string{"traces", "metrics", "logs"} {
+					if d := mustParse(t, be.dir, sig); d.lines != 0 {
+						t.Errorf("the backend accepted %d %s lines with a wrong token", d.lines, sig)
+					}
+				}
+			}
+		})
+	}
+}
+
+// pySigWrap starts argv with SIGTERM blocked and SIGHUP ignored, as
+// slurmstepd may leave them, and SIGUSR1 blocked too: a Go program unblocks
+// SIGTERM in its own threads but keeps SIGUSR1 blocked, so an inherited
+// mask shows in the collector's SigBlk (and its own children would get
+// SIGTERM blocked).
+var pySigWrap = []string{"python3", "-c",
+	"import os, signal, sys\n" +
+		"signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1})\n" +
+		"signal.signal(signal.SIGHUP, signal.SIG_IGN)\n" +
+		"os.execv(sys.argv[1], sys.argv[1:])\n"}
+
+// TestSignalsCleared: started with SIGTERM blocked and SIGHUP ignored, the
+// collector still runs with an empty mask and no ignored signals, and the
+// drain on SIGTERM works.
+func TestSignalsCleared(t *testing.T) {
+	t.Parallel()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		testenv.Missing(t, "python3")
+	}
+	wrap := append([]string{py}, pySigWrap[1:]...)
+	// The wrapper works: a plain program inherits what it set.
+	out, err := exec.Command(wrap[0], append(wrap[1:], "/bin/cat", "/proc/self/status")...).CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, ign := statusField(string(out), "SigBlk"), statusField(string(out), "SigIgn")
+	if blk&(1<<(syscall.SIGTERM-1)) == 0 || blk&(1<<(syscall.SIGUSR1-1)) == 0 || ign&(1<<(syscall.SIGHUP-1)) == 0 {
+		t.Fatalf("the wrapper does not set the mask: SigBlk %x SigIgn %x", blk, ign)
+	}
+	// The check sees an inherited mask: a program started through the
+	// wrapper directly is not clear.
+	ctl := startProc(t, "sleep", nil, append(append([]string{}, wrap...), "/bin/sleep", "30")...)
+	waitFor(t, 5*time.Second, "the control's exec", func() bool {
+		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ctl.cmd.Process.Pid))
+		return strings.TrimSpace(string(data)) == "sleep"
+	})
+	if ok, _ := signalsClear(ctl.cmd.Process.Pid, 200*time.Millisecond); ok {
+		t.Fatal("signalsClear does not see the mask the wrapper set")
+	}
+	ctl.kill()
+
+	s := startSup(t, job{JobID: "4711", Wrap: wrap, VLLMPort: startVLLM(t)}).mustReady(t)
+	assertSignalsClear(t, s.report.CollectorPID)
+	// The supervisor itself (re-executed with a clean mask) too.
+	assertSignalsClear(t, s.cmd.Process.Pid)
+	waitMetricNames(t, s, 20*time.Second, "vllm_prompt_tokens_total")
+	took, err := s.drain(t, 30*time.Second)
+	if err != nil {
+		t.Fatalf("drain: %v\n%s", err, s.out2())
+	}
+	if bound := time.Duration(s.job.Shutdown)*time.Second + 2*time.Second; took > bound {
+		t.Errorf("drain took %v, bound %v", took, bound)
+	}
+	s.assertGone(t)
+	assertAllParse(t, s.out)
+}
+
+// TestRunsAsUser: started as root with --user, the collector and every file
+// are the user's.
+func TestRunsAsUser(t *testing.T) {
+	t.Parallel()
+	if os.Getuid() != 0 {
+		t.Skip("needs root")
+	}
+	u := ensureGymUser(t)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	// The user's job dir in a 0755 dir, as on a cluster.
+	jobDir := filepath.Join(sharedDir(t), "job")
+	if err := os.Mkdir(jobDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(jobDir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	s := startSup(t, job{JobID: "2001", User: "gymuser", VLLMPort: startVLLM(t), Output: filepath.Join(jobDir, "otel")}).mustReady(t)
+	pid := s.report.CollectorPID
+	for _, k := range []string{"Uid", "Gid"} {
+		want := strconv.Itoa(uid)
+		if k == "Gid" {
+			want = strconv.Itoa(gid)
+		}
+		for _, f := range strings.Fields(procStatus(t, pid, k)) {
+			if f != want {
+				t.Errorf("collector %s: %q, want all %s", k, procStatus(t, pid, k), want)
+				break
+			}
+		}
+	}
+	if f := strings.Fields(procStatus(t, s.cmd.Process.Pid, "Uid")); len(f) == 0 || f[0] != strconv.Itoa(uid) {
+		t.Errorf("supervisor Uid %v, want %d", f, uid)
+	}
+	assertSignalsClear(t, pid)
+	waitMetricNames(t, s, 20*time.Second, "vllm_prompt_tokens_total")
+	s.runGym(t, "agent", 1, "local")
+	if _, err := s.drain(t, 30*time.Second); err != nil {
+		t.Fatalf("drain: %v\n%s", err, s.out2())
+	}
+	s.assertGone(t)
+	n := 0
+	filepath.WalkDir(s.out, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		n++
+		st := fi.Sys().(*syscall.Stat_t)
+		if int(st.Uid) != uid || int(st.Gid) != gid {
+			t.Errorf("%s is owned by %d:%d, want %d:%d", path, st.Uid, st.Gid, uid, gid)
+		}
+		return nil
+	})
+	if n < 7 { // the dir, collector.yaml, collector.log, state.json, 3 jsonl
+		t.Errorf("only %d entries under %s", n, s.out)
+	}
+	d := mustParse(t, s.out, "metrics")
+	checkIdentity(t, "metrics.jsonl", d, identity{user: "gymuser", jobID: "2001", node: "gn7",
+		overrides: map[string]bool{"gym-vllm/policy": true, "nemo-gym/agent": true}})
+}
+
+// statusField parses a hex field of a /proc/<pid>/status text.
+func statusField(status, key string) uint64 {
+	for _, line := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// ensureGymUser creates gymuser (uid 2001) when absent.
+func ensureGymUser(t testing.TB) *user.User {
+	t.Helper()
+	u, err := user.Lookup("gymuser")
+	if err == nil {
+		return u
+	}
+	if out, err := exec.Command("useradd", "-m", "-u", "2001", "gymuser").CombinedOutput(); err != nil {
+		if u, err2 := user.Lookup("gymuser"); err2 == nil { // created concurrently
+			return u
+		}
+		t.Fatalf("useradd gymuser: %v %s", err, out)
+	}
+	u, err = user.Lookup("gymuser")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestStartFailures: the Report says failed, names the key or path, comes
+// within the health timeout plus a second, and nothing is left running.
+func TestStartFailures(t *testing.T) {
+	t.Parallel()
+	t.Run("missing binary", func(t *testing.T) {
+		t.Parallel()
+		bin := "/nonexistent/" + randHex(4) + "/otelcol"
+		s := startSup(t, job{Binary: bin, Health: 2})
+		assertFailed(t, s, 3*time.Second, "otel.binary", bin)
+	})
+	t.Run("unwritable output dir", func(t *testing.T) {
+		t.Parallel()
+		parent := sharedDir(t) // 0755, root's
+		j := job{Health: 2}
+		if os.Getuid() == 0 {
+			ensureGymUser(t)
+			j.User = "gymuser"
+		} else {
+			os.Chmod(parent, 0o555)
+		}
+		j.Output = filepath.Join(parent, "otel")
+		s := startSup(t, j)
+		assertFailed(t, s, 3*time.Second, j.Output)
+	})
+	t.Run("never healthy", func(t *testing.T) {
+		t.Parallel()
+		dir := sharedDir(t)
+		marker := strconv.Itoa(100000 + int(time.Now().UnixNano()%800000))
+		bin := filepath.Join(dir, "binary")
+		// Not exec: the shell's child must go with it.
+		script := "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'x version 0.161.0'; exit 0; fi\nsleep " + marker + "\necho done\n"
+		if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		s := startSup(t, job{Binary: bin, Health: 2})
+		assertFailed(t, s, 3*time.Second, "otel.health_check_timeout_seconds")
+		waitFor(t, 3*time.Second, "the supervisor's exit", func() bool { return !s.running() })
+		if left := procsMatching("sleep\x00" + marker); len(left) > 0 {
+			t.Errorf("the never-healthy collector's child is left running: pids %v", left)
+		}
+		if left := procsMatching(bin); len(left) > 0 {
+			t.Errorf("the never-healthy collector is left running: pids %v", left)
+		}
+	})
+}
+
+// assertFailed checks a failed Report and the supervisor's exit.
+func assertFailed(t testing.TB, s *sup, within time.Duration, mentions ...string) {
+	t.Helper()
+	if s.report.Status != lifecycle.StatusFailed {
+		t.Fatalf("report %+v, want failed", s.report)
+	}
+	for _, m := range mentions {
+		if !strings.Contains(s.report.Error, m) {
+			t.Errorf("reason %q does not name %q", s.report.Error, m)
+		}
+	}
+	if s.reportAfter > within {
+		t.Errorf("failed reported after %v, want within %v", s.reportAfter, within)
+	}
+	if err := s.wait(t, 5*time.Second); err == nil {
+		t.Error("the supervisor exited 0 after failing")
+	}
+}
+
+// TestTwoSupervisors: two jobs on one node at once.
+func TestTwoSupervisors(t *testing.T) {
+	t.Parallel()
+	vllm := startVLLM(t)
+	a := startSup(t, job{JobID: "1001", VLLMPort: vllm}).mustReady(t)
+	b := startSup(t, job{JobID: "1002", VLLMPort: vllm}).mustReady(t)
+	seen := map[int]string{}
+	for name, p := range map[string]lifecycle.Report{"a": a.report, "b": b.report} {
+		for _, port := range []int{p.Ports.OTLPGRPC, p.Ports.OTLPHTTP, p.Ports.Health, p.Ports.Telemetry} {
+			if port == 0 || seen[port] != "" {
+				t.Errorf("port %d of %s is zero or shared with %s", port, name, seen[port])
+			}
+			seen[port] = name
+		}
+	}
+	a.runGym(t, "agent", 2, "local")
+	b.runGym(t, "judge", 2, "local")
+	waitMetricNames(t, a, 20*time.Second, "vllm_prompt_tokens_total")
+	waitMetricNames(t, b, 20*time.Second, "vllm_prompt_tokens_total")
+	for _, s := range []*sup{a, b} {
+		if _, err := s.drain(t, 30*time.Second); err != nil {
+			t.Fatalf("drain %s: %v", s.job.JobID, err)
+		}
+		s.assertGone(t)
+	}
+	for _, s := range []*sup{a, b} {
+		server := map[string]string{"1001": "nemo-gym/agent", "1002": "nemo-gym/judge"}[s.job.JobID]
+		id := identity{user: currentUser(), jobID: s.job.JobID, node: "gn7", overrides: map[string]bool{server: true, "gym-vllm/policy": true}}
+		for _, sig := range []string{"metrics", "traces", "logs"} {
+			d := mustParse(t, s.out, sig)
+			checkIdentity(t, s.job.JobID+" "+sig, d, id)
+		}
+		if n := mustParse(t, s.out, "traces").spanCount("gym.rollout"); n != 2 {
+			t.Errorf("job %s: %d gym.rollout spans, want its own 2", s.job.JobID, n)
+		}
+	}
+}
+
+// TestCrashRestart: a collector killed mid-job is restarted on the same
+// ports and appends to the files.
+func TestCrashRestart(t *testing.T) {
+	t.Parallel()
+	s := startSup(t, job{JobID: "6006", VLLMPort: startVLLM(t)}).mustReady(t)
+	metrics := filepath.Join(s.out, "metrics.jsonl")
+	var before []byte
+	waitFor(t, 20*time.Second, "3 complete lines in metrics.jsonl", func() bool {
+		data, _ := os.ReadFile(metrics)
+		if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
+			before = data[:i+1]
+		}
+		return bytes.Count(before, []byte("\n")) >= 3
+	})
+	old := s.report.CollectorPID
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var st lifecycle.State
+	waitFor(t, 15*time.Second, "a restarted, ready collector", func() bool {
+		data, err := os.ReadFile(filepath.Join(s.out, "state.json"))
+		if err != nil || jsonUnmarshal(data, &st) != nil {
+			return false
+		}
+		return st.Restarts == 1 && st.Status == lifecycle.StatusReady && st.CollectorPID != 0 && st.CollectorPID != old
+	})
+	if st.Ports != s.report.Ports {
+		t.Errorf("restarted on ports %+v, want the same %+v", st.Ports, s.report.Ports)
+	}
+	if !httpOK(s.healthURL()) {
+		t.Error("the restarted collector is not healthy on the same health port")
+	}
+	assertSignalsClear(t, st.CollectorPID)
+	waitFor(t, 20*time.Second, "new lines after the restart", func() bool {
+		data, _ := os.ReadFile(metrics)
+		return bytes.Count(data, []byte("\n")) >= bytes.Count(before, []byte("\n"))+3
+	})
+	if _, err := s.drain(t, 30*time.Second); err != nil {
+		t.Fatalf("drain: %v\n%s", err, s.out2())
+	}
+	after, _ := os.ReadFile(metrics)
+	if !bytes.HasPrefix(after, before) {
+		t.Errorf("metrics.jsonl was truncated or rewritten: %d bytes before the crash no longer a prefix", len(before))
+	}
+	if st := s.state(t); st.Restarts != 1 {
+		t.Errorf("state.json restarts = %d, want 1", st.Restarts)
+	}
+	log, _ := os.ReadFile(filepath.Join(s.out, "collector.log"))
+	if !bytes.Contains(log, []byte("gym-otel: the collector exited unexpectedly")) {
+		t.Error("the restart is not logged in collector.log")
+	}
+	if procAlive(st.CollectorPID, 0) {
+		t.Errorf("the restarted collector %d is still running", st.CollectorPID)
+	}
+	assertAllParse(t, s.out)
+}
+
+// TestLivenessRecordRemoved: when the record disappears the supervisor
+// drains and exits by itself.
+func TestLivenessRecordRemoved(t *testing.T) {
+	t.Parallel()
+	rec := filepath.Join(sharedDir(t), "record")
+	if err := os.WriteFile(rec, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startSup(t, job{JobID: "8080", Record: rec, Env: []string{"GYM_OTEL_RECORD_POLL=200ms"}}).mustReady(t)
+	// It keeps running while the record exists.
+	time.Sleep(time.Second)
+	if !s.running() {
+		t.Fatalf("the supervisor exited with the record present: %s", s.out2())
+	}
+	os.Remove(rec)
+	start := time.Now()
+	if err := s.wait(t, 15*time.Second); err != nil {
+		t.Fatalf("exit after the record was removed: %v\n%s", err, s.out2())
+	}
+	t.Logf("exited %v after the record was removed", time.Since(start))
+	s.assertGone(t)
+	if st := s.state(t); st.Status != lifecycle.StatusDrained {
+		t.Errorf("state.json status %q, want drained", st.Status)
+	}
+}

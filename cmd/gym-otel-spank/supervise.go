@@ -58,6 +58,9 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	syscall.Umask(0o077) // traces and logs hold prompts
+	if err := lifecycle.BecomeSubreaper(); err != nil {
+		logrus.Warnf("subreaper: %v", err)
+	}
 	if err := lifecycle.NoCoreDumps(); err != nil {
 		logrus.Warnf("core dumps: %v", err)
 	}

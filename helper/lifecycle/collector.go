@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
@@ -107,26 +109,80 @@ func (c *collector) running() bool {
 	}
 }
 
-// stop sends SIGTERM to the collector's process group and waits up to bound for a clean exit; past it the
-// collector's whole session is SIGKILLed. It reports whether the exit was
-// clean (exit status 0 before the bound).
+// stop sends SIGTERM to the collector's process group and waits up to bound
+// until every process of the group is gone (a container runtime's collector
+// may outlive the runtime process; the supervisor is their subreaper, see
+// BecomeSubreaper); past the bound the group is SIGKILLed. It reports whether
+// the stop was clean: the group gone within the bound, and the direct child
+// exited 0 or by the SIGTERM it was sent.
 func (c *collector) stop(bound time.Duration) (clean bool) {
 	if !c.running() {
 		return c.waitErr == nil
 	}
-	// The whole process group: a container runtime's collector is in it.
 	if syscall.Kill(-c.pid, syscall.SIGTERM) != nil {
 		_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	}
+	deadline := time.Now().Add(bound)
 	select {
 	case <-c.exited:
-		return c.waitErr == nil
 	case <-time.After(bound):
 	}
-	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
-	_ = c.cmd.Process.Kill()
-	<-c.exited
-	return false
+	for c.running() || groupAlive(c.pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+			_ = c.cmd.Process.Kill()
+			<-c.exited
+			reapOrphans()
+			return false
+		}
+		reapOrphans()
+		time.Sleep(20 * time.Millisecond)
+	}
+	return c.waitErr == nil || terminatedBy(c.waitErr, syscall.SIGTERM)
+}
+
+// groupAlive reports whether a live (not zombie) process is left in process
+// group pgid, reaping orphaned zombies it finds.
+func groupAlive(pgid int) bool {
+	if syscall.Kill(-pgid, 0) != nil {
+		return false
+	}
+	reapOrphans()
+	return syscall.Kill(-pgid, 0) == nil
+}
+
+// reapOrphans collects exited descendants that were reparented to this
+// process (the subreaper), without blocking. The collector itself is reaped
+// by its exec.Cmd, and only after it has exited is this called.
+func reapOrphans() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}
+
+// terminatedBy reports whether err is an exit by signal sig (or the shell
+// convention 128+sig).
+func terminatedBy(err error, sig syscall.Signal) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	if !ok {
+		return false
+	}
+	return (ws.Signaled() && ws.Signal() == sig) || (ws.Exited() && ws.ExitStatus() == 128+int(sig))
+}
+
+// BecomeSubreaper makes this process the reaper of its orphaned
+// descendants (PR_SET_CHILD_SUBREAPER), so a collector that outlives its
+// container runtime process is still seen and reaped by the supervisor.
+func BecomeSubreaper() error {
+	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 }
 
 // waitHealthy polls the health endpoint every poll until it answers 200,

@@ -35,8 +35,13 @@ func TestContainerRuntimeTemplate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for _, d := range []string{"tmp", "proc", "dev"} {
+		if err := os.Mkdir(filepath.Join(image, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	out := filepath.Join(t.TempDir(), "job")
-	runtime := bwrap + " --ro-bind {image} / --tmpfs /tmp --bind {output} {output} --proc /proc --dev /dev --die-with-parent /otelcol-gym --config {config}"
+	runtime := bwrap + " --ro-bind {image} / --tmpfs /tmp --bind {output} {output} --proc /proc --dev /dev /otelcol-gym --config {config}"
 	site := filepath.Join(t.TempDir(), "site.yaml")
 	body := "otel:\n  endpoint: http://127.0.0.1:9\n  service_name: svc\n  gpu_metrics_port: null\n  node_metrics_port: null\n" +
 		"  container: " + image + "\n  container_runtime: " + runtime + "\n  shutdown_timeout_seconds: 5\n"

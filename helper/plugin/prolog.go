@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -195,6 +197,15 @@ func prologFacts(in PrologInput, node, userName string, log logrus.FieldLogger) 
 		Cluster:     in.Getenv("SLURM_CLUSTER_NAME"),
 		GPUs:        jobfacts.ParseGPUs(in.Getenv("SLURM_JOB_GPUS")),
 	}
+	if f.ArrayJobID == "" {
+		// With PrologFlags=Alloc, 22.05's prolog env has no SLURM_ARRAY_*
+		// (and the SPANK items are not available there): ask slurmctld.
+		if aj, at, err := arrayOf(in.JobID); err != nil {
+			log.Warnf("job %d: array ids: %v", in.JobID, err)
+		} else {
+			f.ArrayJobID, f.ArrayTaskID = aj, at
+		}
+	}
 	nodelist := in.Getenv("SLURM_JOB_NODELIST")
 	if nodelist == "" {
 		nodelist = in.Getenv("SLURM_NODELIST")
@@ -211,6 +222,61 @@ func prologFacts(in PrologInput, node, userName string, log logrus.FieldLogger) 
 		f.NodeIndex = idx
 	}
 	return f, nil
+}
+
+// scontrolPaths are where scontrol is looked for (the prolog has no PATH).
+var scontrolPaths = []string{"/usr/bin/scontrol", "/usr/local/bin/scontrol", "/opt/slurm/bin/scontrol"}
+
+// arrayOf asks slurmctld for the job's array job and task ids ("" when the
+// job is not an array task).
+func arrayOf(jobID uint32) (arrayJob, task string, err error) {
+	bin := ""
+	for _, p := range scontrolPaths {
+		if _, err := os.Stat(p); err == nil {
+			bin = p
+			break
+		}
+	}
+	if bin == "" {
+		if bin, err = exec.LookPath("scontrol"); err != nil {
+			return "", "", err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "-o", "show", "job", strconv.FormatUint(uint64(jobID), 10)).Output()
+	if err != nil {
+		return "", "", fmt.Errorf("scontrol show job: %w", err)
+	}
+	return parseArray(string(out), jobID)
+}
+
+// parseArray reads ArrayJobId= and ArrayTaskId= of job jobID from `scontrol
+// -o show job` (for an array's first job id, scontrol prints one line per
+// task of the array).
+func parseArray(out string, jobID uint32) (arrayJob, task string, err error) {
+	want := "JobId=" + strconv.FormatUint(uint64(jobID), 10)
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != want {
+			continue
+		}
+		for _, kv := range f {
+			if v, ok := strings.CutPrefix(kv, "ArrayJobId="); ok {
+				arrayJob = v
+			} else if v, ok := strings.CutPrefix(kv, "ArrayTaskId="); ok {
+				task = v
+			}
+		}
+		break
+	}
+	if (arrayJob == "") != (task == "") {
+		return "", "", fmt.Errorf("scontrol show job: ArrayJobId=%q ArrayTaskId=%q", arrayJob, task)
+	}
+	if _, err := strconv.Atoi(task); task != "" && err != nil {
+		return "", "", fmt.Errorf("scontrol show job: ArrayTaskId=%q is not one task", task)
+	}
+	return arrayJob, task, nil
 }
 
 // supervisor is a started `<cli> supervise --from-env`.

@@ -180,7 +180,10 @@ func checkRootDir(dir string) error {
 }
 
 // MakeJobRecordDir creates <recordDir> and <recordDir>/<node> (0755) and the
-// job's dir (0700), all root's, refusing symlinks and foreign owners.
+// job's dir (0711), all root's, refusing symlinks and foreign owners. The
+// job's dir can be searched but not listed by others, so the supervisor (the
+// job's user) can stat the record (0600) to notice the job's end, but not
+// read it.
 func MakeJobRecordDir(recordDir, node string, jobID uint32) (string, error) {
 	if node == "" || strings.ContainsAny(node, "/\x00") || node == "." || node == ".." {
 		return "", fmt.Errorf("node name %q is not usable as a directory name", node)
@@ -192,10 +195,10 @@ func MakeJobRecordDir(recordDir, node string, jobID uint32) (string, error) {
 		return "", fmt.Errorf("record dir: %w", err)
 	}
 	dir := JobRecordDir(recordDir, node, jobID)
-	if err := ensureRootDir(dir, 0o700); err != nil {
+	if err := ensureRootDir(dir, 0o711); err != nil {
 		return "", fmt.Errorf("record dir: %w", err)
 	}
-	if err := os.Chmod(dir, 0o700); err != nil {
+	if err := os.Chmod(dir, 0o711); err != nil {
 		return "", err
 	}
 	return dir, nil

@@ -1,0 +1,91 @@
+# gym-otel-spank: build, install and test.
+#
+#   make              build/gym_otel.so (the SPANK plugin, C), build/gym_otel_core.so
+#                     (its Go core, loaded only for jobs that ask), build/gym-otel-spank
+#   make install      PREFIX=/usr DESTDIR= SLURM_PLUGIN_DIR=<detected> SYSCONFDIR=/etc
+#   make test         go test ./... with real parts required
+#   make plugin-test  the plugin's tests on a real local Slurm (tests/plugin; root)
+
+GO       ?= go
+CC       ?= gcc
+BUILD    ?= build
+PREFIX   ?= /usr
+BINDIR   ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+DESTDIR  ?=
+
+# Where slurmd looks for plugins: pkg-config's libdir + /slurm when Slurm
+# ships a slurm.pc (RPM), Debian's /usr/lib/<multiarch>/slurm-wlm, else
+# /usr/lib64/slurm. Override with SLURM_PLUGIN_DIR=...
+SLURM_PLUGIN_DIR ?= $(shell \
+	if d=$$(pkg-config --variable=libdir slurm 2>/dev/null) && [ -n "$$d" ]; then echo "$$d/slurm"; \
+	elif m=$$($(CC) -print-multiarch 2>/dev/null) && [ -n "$$m" ] && [ -d "/usr/lib/$$m/slurm-wlm" ]; then echo "/usr/lib/$$m/slurm-wlm"; \
+	else echo /usr/lib64/slurm; fi)
+SLURM_INCLUDE ?= /usr/include
+
+CFLAGS   ?= -O2 -g
+PLUGIN_CFLAGS = $(CFLAGS) -std=gnu11 -Wall -Wextra -Werror -fPIC \
+	-I$(SLURM_INCLUDE) -Iinclude
+PLUGIN_LDFLAGS = -shared -Wl,--version-script=spank/gym_otel.map -ldl
+
+PLUGIN_SRCS = spank/gym_otel.c spank/args.c spank/core.c spank/submit.c \
+	spank/prolog.c spank/step.c spank/record.c
+PLUGIN_HDRS = spank/gym_otel.h include/gym_otel_core.h
+
+.PHONY: all build install test plugin-test vet clean FORCE
+
+all: build
+
+build: $(BUILD)/gym_otel.so $(BUILD)/gym_otel_core.so $(BUILD)/gym-otel-spank
+
+$(BUILD)/gym_otel.so: $(PLUGIN_SRCS) $(PLUGIN_HDRS) spank/gym_otel.map
+	@mkdir -p $(BUILD)
+	$(CC) $(PLUGIN_CFLAGS) -o $@ $(PLUGIN_SRCS) $(PLUGIN_LDFLAGS)
+
+# Go decides what to rebuild (FORCE); -z nodelete: Slurm's dlclose must not
+# unmap a Go runtime.
+$(BUILD)/gym_otel_core.so: FORCE
+	@mkdir -p $(BUILD)
+	CGO_ENABLED=1 CGO_LDFLAGS="-Wl,-z,nodelete" $(GO) build -buildmode=c-shared \
+		-o $@ ./spank/core
+	@rm -f $(BUILD)/gym_otel_core.h
+
+$(BUILD)/gym-otel-spank: FORCE
+	@mkdir -p $(BUILD)
+	$(GO) build -o $@ ./cmd/gym-otel-spank
+
+install: build
+	install -d $(DESTDIR)$(SLURM_PLUGIN_DIR) $(DESTDIR)$(BINDIR) \
+		$(DESTDIR)$(SYSCONFDIR)/slurm/plugstack.conf.d
+	install -m 0755 $(BUILD)/gym_otel.so $(DESTDIR)$(SLURM_PLUGIN_DIR)/gym_otel.so
+	install -m 0755 $(BUILD)/gym_otel_core.so $(DESTDIR)$(SLURM_PLUGIN_DIR)/gym_otel_core.so
+	install -m 0755 $(BUILD)/gym-otel-spank $(DESTDIR)$(BINDIR)/gym-otel-spank
+	printf '%s\n' \
+		'# gym-otel-spank: a per-job OpenTelemetry Collector (sbatch/srun/salloc --gym-otel).' \
+		'# Arguments: site=FILE default=off|on prolog_timeout=SECONDS (keep below PrologEpilogTimeout)' \
+		'#            cli=PATH record_dir=PATH core=PATH and inline otel keys (on_failure=fail, ...).' \
+		'# slurmd caches this file for the job prolog/epilog: restart slurmd after a change.' \
+		'# Needs PrologFlags=Alloc in slurm.conf (the job prolog must see the job on every node).' \
+		'required $(SLURM_PLUGIN_DIR)/gym_otel.so site=$(SYSCONFDIR)/slurm/gym-otel.yaml cli=$(BINDIR)/gym-otel-spank' \
+		> $(DESTDIR)$(SYSCONFDIR)/slurm/plugstack.conf.d/gym-otel.conf
+	@echo "installed. Make sure plugstack.conf includes $(SYSCONFDIR)/slurm/plugstack.conf.d/*.conf,"
+	@echo "set PrologFlags=Alloc (or Alloc,Contain) in slurm.conf, and restart slurmd on every node"
+	@echo "(it caches plugstack.conf for the job prolog/epilog)."
+
+# The whole module with real parts required; tests/plugin (real Slurm, root)
+# skips itself there and runs in plugin-test.
+test: build
+	GYM_OTEL_REQUIRE_REAL=1 $(GO) test ./...
+	$(MAKE) plugin-test
+
+plugin-test: build
+	GYM_OTEL_REQUIRE_REAL=1 GYM_OTEL_PLUGIN_TESTS=1 $(GO) test -count=1 -v -timeout 20m ./tests/plugin/
+
+vet:
+	$(GO) vet ./...
+	@out=$$(gofmt -l cmd helper internal spank tests); [ -z "$$out" ] || { echo "gofmt: $$out"; exit 1; }
+
+clean:
+	rm -f $(BUILD)/gym_otel.so $(BUILD)/gym_otel_core.so $(BUILD)/gym-otel-spank
+
+FORCE:

@@ -1,0 +1,149 @@
+/*
+ * gym_otel.c: the SPANK entry points of gym_otel.so, the C front of the
+ * gym-otel-spank plugin. Each entry point switches on the context and hands
+ * off to one function per context; reading this file gives the lifecycle:
+ *
+ *   submit  (local: srun, allocator: sbatch/salloc; as the user)
+ *           init: register --gym-otel, parse the plugstack arguments;
+ *           init_post_opt: resolve + validate in the Go core, forward
+ *           GYM_OTEL_SPEC and GYM_OTEL_TOKEN                   submit.c
+ *   prolog  (job_script: `slurmstepd spank prolog`, root)
+ *           job_prolog: start the supervisor, write root's record prolog.c
+ *   step    (remote: slurmstepd; pure C, never Go)
+ *           init_post_opt: task env from root's record;
+ *           task_init: fail the tasks when the collector failed and
+ *           on_failure=fail; task_exit: final-scrape wait        step.c
+ *   epilog  (job_script: `slurmstepd spank epilog`, root)
+ *           job_epilog: stop the supervisor, remove the record   prolog.c
+ *
+ * Apart from task_init, no callback in slurmstepd or in the prolog/epilog
+ * returns non-zero: a failure there must never drain a node.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <slurm/slurm_version.h>
+#include <slurm/spank.h>
+
+#include "gym_otel.h"
+
+SPANK_PLUGIN(gym_otel, 1);
+
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(25, 5, 0)
+/* 25.05+: a failing remote init fails the job, not the node. */
+const int slurm_spank_init_failure_mode = ESPANK_JOB_FAILURE;
+#endif
+
+struct gos_option gos_opt;
+static struct gos_args args;
+static int args_ok;
+
+static int option_cb(int val, const char *optarg, int remote)
+{
+	(void)val;
+	(void)remote;
+	free(gos_opt.value);
+	gos_opt.given = 1;
+	/* A bare flag arrives as NULL, or as "(null)" on 24.11. */
+	gos_opt.value = strdup(optarg && strcmp(optarg, "(null)") ? optarg : "");
+	return 0; /* never fail a step for this (remote context) */
+}
+
+static struct spank_option option = {
+	"gym-otel",
+	"SPEC",
+	"Run an OpenTelemetry Collector for this job on each of its nodes. "
+	"SPEC: empty/on, off, or key=value items (config=, job_dir=, run_id=, "
+	"benchmark=, model=, cluster= and otel keys), comma separated.",
+	2, /* optional argument */
+	0,
+	option_cb,
+};
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+	spank_err_t rc;
+
+	switch (spank_context()) {
+	case S_CTX_LOCAL:
+	case S_CTX_ALLOCATOR:
+	case S_CTX_REMOTE:
+		break;
+	default:
+		return 0;
+	}
+	rc = spank_option_register(sp, &option);
+	if (rc != ESPANK_SUCCESS)
+		gos_error("registering --gym-otel: %s", spank_strerror(rc));
+	args_ok = gos_args_parse(&args, ac, av) == 0;
+	if (args_ok)
+		return 0;
+	if (spank_context() == S_CTX_REMOTE) {
+		/* Never drain a node for a typo: log it, feature off. */
+		gos_error("%s (the plugin is off in this step)", args.err);
+		return 0;
+	}
+	/* Submit contexts: reported (and fatal) in init_post_opt. */
+	return 0;
+}
+
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	switch (spank_context()) {
+	case S_CTX_LOCAL:
+	case S_CTX_ALLOCATOR:
+		return gos_submit_init_post_opt(sp, &args, args_ok);
+	case S_CTX_REMOTE:
+		if (args_ok)
+			gos_step_init_post_opt(sp, &args);
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (spank_context() != S_CTX_REMOTE)
+		return 0;
+	return gos_step_task_init(sp);
+}
+
+int slurm_spank_task_exit(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (spank_context() == S_CTX_REMOTE)
+		gos_step_task_exit(sp);
+	return 0;
+}
+
+int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
+{
+	gos_job_prolog(sp, ac, av);
+	return 0;
+}
+
+int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
+{
+	gos_job_epilog(sp, ac, av);
+	return 0;
+}
+
+int slurm_spank_exit(spank_t sp, int ac, char **av)
+{
+	(void)sp;
+	(void)ac;
+	(void)av;
+	if (spank_context() == S_CTX_REMOTE)
+		gos_step_exit();
+	gos_args_free(&args);
+	free(gos_opt.value);
+	gos_opt.value = NULL;
+	gos_opt.given = 0;
+	return 0;
+}

@@ -1,0 +1,84 @@
+/*
+ * gym_otel.h: what the C front's files share. Internal to spank/.
+ */
+#ifndef GYM_OTEL_INTERNAL_H
+#define GYM_OTEL_INTERNAL_H
+
+#include <stdint.h>
+#include <slurm/spank.h>
+
+#define GOS_PREFIX "gym-otel: "
+
+#define gos_error(fmt, ...) slurm_error(GOS_PREFIX fmt, ##__VA_ARGS__)
+#define gos_info(fmt, ...) slurm_info(GOS_PREFIX fmt, ##__VA_ARGS__)
+#define gos_debug(fmt, ...) slurm_debug(GOS_PREFIX fmt, ##__VA_ARGS__)
+
+/* Plugstack defaults (keep in step with helper/plugin/args.go). */
+#define GOS_DEFAULT_CLI "/usr/bin/gym-otel-spank"
+#define GOS_DEFAULT_RECORD_DIR "/run/gym-otel"
+#define GOS_DEFAULT_PROLOG_TIMEOUT 60
+#define GOS_CORE_NAME "gym_otel_core.so"
+
+/* args.c: plugstack.conf arguments. */
+struct gos_args {
+	char *site;
+	int default_on;
+	int prolog_timeout;
+	char *cli;
+	char *record_dir;
+	char *core;
+	char *joined; /* every argument, joined by '\n', for the Go core */
+	char err[512]; /* the first problem, naming the argument */
+};
+int gos_args_parse(struct gos_args *a, int ac, char **av);
+void gos_args_free(struct gos_args *a);
+
+/* gym_otel.c: the option. */
+struct gos_option {
+	int given;   /* --gym-otel was seen (command line or SLURM_SPANK_* env) */
+	char *value; /* its value, "" for a bare flag */
+};
+extern struct gos_option gos_opt;
+
+/* core.c: the Go core, loaded on demand. */
+struct gos_core {
+	void *handle;
+	int (*submit)(const char *args, const char *spec, const char *cwd, char **out);
+	int (*prolog)(const char *args, const char *spec, const char *token,
+		      unsigned int job_id, unsigned int uid, unsigned int gid);
+	int (*epilog)(const char *record_dir, const char *node, unsigned int job_id);
+	void (*free)(char *p);
+};
+int gos_core_open(const struct gos_args *a, struct gos_core *c);
+
+/* record.c: root's record, read by the steps (pure C). */
+struct gos_record {
+	int ready;      /* status=ready */
+	int fail;       /* on_failure=fail */
+	char reason[1024];
+	int final_wait; /* seconds, 0..30 */
+	int nenv;
+	char **env;     /* "KEY=VALUE" */
+	int nunset;
+	char **unset;
+	char dir[4096]; /* the job's record dir */
+};
+/* 0: read; 1: no record; -1: a bad record (message in err). */
+int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
+		    struct gos_record *r, char *err, size_t errlen);
+void gos_record_free(struct gos_record *r);
+/* The n-th host of a Slurm hostlist. */
+int gos_hostlist_nth(const char *list, unsigned n, char *buf, size_t len);
+/* The node's name in a step, prolog or epilog. */
+int gos_node_name(spank_t sp, char *buf, size_t len);
+
+/* Per-context entry points. */
+int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok);
+int gos_step_init_post_opt(spank_t sp, struct gos_args *a);
+int gos_step_task_init(spank_t sp);
+int gos_step_task_exit(spank_t sp);
+void gos_step_exit(void);
+int gos_job_prolog(spank_t sp, int ac, char **av);
+int gos_job_epilog(spank_t sp, int ac, char **av);
+
+#endif

@@ -1,0 +1,103 @@
+/*
+ * prolog.c: job_prolog and job_epilog, as root in a fresh
+ * `slurmstepd spank prolog|epilog` process (slurm_spank_init is not called
+ * there: the plugstack arguments are parsed again here).
+ *
+ * The Go core is loaded only for a job that carries a spec (prolog) or has
+ * a record dir on this node (epilog). Both always return 0 to Slurm.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "gym_otel.h"
+
+/* The forwarded job-control variables as the prolog sees them. */
+static const char *job_control(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : NULL;
+}
+
+/* Run the core with no signal blocked, so the supervisor it starts inherits
+ * an empty mask (22.05's slurmstepd blocks SIGTERM, among others). */
+static void unblock_all(sigset_t *old)
+{
+	sigset_t none;
+
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, old);
+}
+
+int gos_job_prolog(spank_t sp, int ac, char **av)
+{
+	struct gos_args a = { 0 };
+	struct gos_core core;
+	const char *spec, *token;
+	uint32_t job_id = 0;
+	uid_t uid;
+	gid_t gid;
+	sigset_t old;
+
+	spec = job_control("SPANK_GYM_OTEL_SPEC");
+	if (!spec)
+		return 0; /* not a gym-otel job: Go is never loaded */
+	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS ||
+	    spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
+	    spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS) {
+		gos_error("job prolog: cannot read the job's id, uid or gid: collector off");
+		return 0;
+	}
+	if (gos_args_parse(&a, ac, av)) {
+		gos_error("%s (the collector is off for job %u)", a.err, job_id);
+		goto out;
+	}
+	token = job_control("SPANK_GYM_OTEL_TOKEN");
+	gos_debug("job %u: prolog: the job carries a spec", job_id);
+	unblock_all(&old);
+	if (gos_core_open(&a, &core) == 0)
+		core.prolog(a.joined, spec, token ? token : "", job_id, uid, gid);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+out:
+	gos_args_free(&a);
+	return 0;
+}
+
+int gos_job_epilog(spank_t sp, int ac, char **av)
+{
+	struct gos_args a = { 0 };
+	struct gos_core core;
+	struct stat st;
+	char node[256], dir[4400];
+	uint32_t job_id = 0;
+	sigset_t old;
+
+	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS)
+		return 0;
+	if (gos_args_parse(&a, ac, av)) {
+		/* Still find and stop what a good configuration started. */
+		gos_error("%s (job %u epilog: using the default record_dir)", a.err, job_id);
+		free(a.record_dir);
+		a.record_dir = strdup(GOS_DEFAULT_RECORD_DIR);
+		if (!a.record_dir)
+			goto out;
+	}
+	if (gos_node_name(sp, node, sizeof(node)))
+		goto out;
+	snprintf(dir, sizeof(dir), "%s/%s/%u", a.record_dir, node, job_id);
+	if (lstat(dir, &st))
+		goto out; /* no record: nothing to do, Go is never loaded */
+	gos_debug("job %u: epilog: record dir %s", job_id, dir);
+	unblock_all(&old);
+	if (gos_core_open(&a, &core) == 0)
+		core.epilog(a.record_dir, node, job_id);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+out:
+	gos_args_free(&a);
+	return 0;
+}

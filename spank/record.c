@@ -1,0 +1,228 @@
+/*
+ * record.c: reading root's record (written by the prolog through the Go
+ * core; format in helper/plugin/record.go) in a step, in pure C.
+ *
+ * The record is trusted only when its directory and file are root's and
+ * writable by no one else, and the file is read without following links.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <slurm/slurm.h>
+
+#include "gym_otel.h"
+
+#define RECORD_MAX (1 << 20)
+
+void gos_record_free(struct gos_record *r)
+{
+	for (int i = 0; i < r->nenv; i++)
+		free(r->env[i]);
+	for (int i = 0; i < r->nunset; i++)
+		free(r->unset[i]);
+	free(r->env);
+	free(r->unset);
+	memset(r, 0, sizeof(*r));
+}
+
+static int push(char ***v, int *n, const char *s)
+{
+	char **nv = realloc(*v, sizeof(char *) * (*n + 1));
+
+	if (!nv)
+		return -1;
+	*v = nv;
+	if (!(nv[*n] = strdup(s)))
+		return -1;
+	(*n)++;
+	return 0;
+}
+
+static int root_only(const struct stat *st)
+{
+	return st->st_uid == 0 && !(st->st_mode & (S_IWGRP | S_IWOTH));
+}
+
+/*
+ * The n-th host (0-based) of a Slurm hostlist such as "gn[1-3,07],login1"
+ * into buf. One bracket group per name. Returns 0, or -1.
+ */
+int gos_hostlist_nth(const char *list, unsigned n, char *buf, size_t len)
+{
+	const char *p = list;
+
+	while (*p) {
+		const char *end = p, *open, *close;
+		size_t itemlen;
+
+		for (int depth = 0; *end && (depth || *end != ','); end++)
+			depth += *end == '[' ? 1 : *end == ']' ? -1 : 0;
+		itemlen = end - p;
+		open = memchr(p, '[', itemlen);
+		if (!open) {
+			if (n == 0) {
+				if (itemlen >= len)
+					return -1;
+				memcpy(buf, p, itemlen);
+				buf[itemlen] = 0;
+				return 0;
+			}
+			n--;
+		} else {
+			const char *r = open + 1;
+
+			close = memchr(open, ']', end - open);
+			if (!close || memchr(close, '[', end - close))
+				return -1;
+			while (r < close) {
+				char *stop;
+				unsigned long lo, hi;
+				int width;
+
+				lo = strtoul(r, &stop, 10);
+				width = (int)(stop - r);
+				if (width == 0)
+					return -1;
+				hi = lo;
+				if (*stop == '-') {
+					const char *h = stop + 1;
+
+					hi = strtoul(h, &stop, 10);
+					if (stop == h || hi < lo)
+						return -1;
+				}
+				if (n <= hi - lo) {
+					int w = snprintf(buf, len, "%.*s%0*lu%.*s", (int)(open - p), p,
+							 width, lo + n, (int)(end - close - 1), close + 1);
+					return w > 0 && (size_t)w < len ? 0 : -1;
+				}
+				n -= hi - lo + 1;
+				if (*stop == ',')
+					stop++;
+				else if (stop != close)
+					return -1;
+				r = stop;
+			}
+		}
+		p = *end ? end + 1 : end;
+	}
+	return -1;
+}
+
+/*
+ * The node's name in a step. The task env may hold a stale SLURMD_NODENAME
+ * (inherited from the batch step by an srun on another node), and
+ * slurmstepd's own environ has none; srun sets SLURM_STEP_NODELIST for each
+ * launch and S_JOB_NODEID is this node's place in it. The batch step has
+ * no step node list: slurmd puts the right SLURMD_NODENAME in its env.
+ */
+int gos_node_name(spank_t sp, char *buf, size_t len)
+{
+	static char list[65536];
+	uint32_t step_id, node_id;
+	const char *e;
+
+	if (spank_context() == S_CTX_REMOTE &&
+	    spank_get_item(sp, S_JOB_STEPID, &step_id) == ESPANK_SUCCESS &&
+	    step_id != SLURM_BATCH_SCRIPT &&
+	    spank_get_item(sp, S_JOB_NODEID, &node_id) == ESPANK_SUCCESS &&
+	    spank_getenv(sp, "SLURM_STEP_NODELIST", list, sizeof(list)) == ESPANK_SUCCESS)
+		return gos_hostlist_nth(list, node_id, buf, len);
+	if (spank_context() == S_CTX_REMOTE &&
+	    spank_getenv(sp, "SLURMD_NODENAME", buf, (int)len) == ESPANK_SUCCESS && buf[0])
+		return 0;
+	e = getenv("SLURMD_NODENAME"); /* job_prolog/job_epilog: set by slurmd */
+	if (e && *e && strlen(e) < len) {
+		strcpy(buf, e);
+		return 0;
+	}
+	return -1;
+}
+
+int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
+		    struct gos_record *r, char *err, size_t errlen)
+{
+	char path[4200];
+	struct stat st;
+	char *data = NULL, *p, *nl;
+	ssize_t n, got = 0;
+	int fd, rc = -1;
+
+	memset(r, 0, sizeof(*r));
+	if (strchr(node, '/')) {
+		snprintf(err, errlen, "node name %s holds a /", node);
+		return -1;
+	}
+	snprintf(r->dir, sizeof(r->dir), "%s/%s/%u", record_dir, node, job_id);
+	if (lstat(r->dir, &st)) {
+		if (errno == ENOENT)
+			return 1;
+		snprintf(err, errlen, "%s: %s", r->dir, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode) || !root_only(&st)) {
+		snprintf(err, errlen, "%s: not a root-only directory: ignored", r->dir);
+		return -1;
+	}
+	snprintf(path, sizeof(path), "%s/record", r->dir);
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return 1; /* the prolog has not written it: nothing to do */
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || !root_only(&st) ||
+	    st.st_size > RECORD_MAX) {
+		snprintf(err, errlen, "%s: not a root-only regular file: ignored", path);
+		goto out;
+	}
+	data = malloc(st.st_size + 1);
+	if (!data) {
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	while (got < st.st_size && (n = read(fd, data + got, st.st_size - got)) > 0)
+		got += n;
+	data[got] = 0;
+	rc = 0;
+	r->fail = 0;
+	for (p = data; p && *p; p = nl) {
+		nl = strchr(p, '\n');
+		if (nl)
+			*nl++ = 0;
+		if (!strncmp(p, "status=", 7)) {
+			r->ready = !strcmp(p + 7, "ready");
+		} else if (!strncmp(p, "on_failure=", 11)) {
+			r->fail = !strcmp(p + 11, "fail");
+		} else if (!strncmp(p, "reason=", 7)) {
+			snprintf(r->reason, sizeof(r->reason), "%s", p + 7);
+		} else if (!strncmp(p, "final_wait=", 11)) {
+			r->final_wait = atoi(p + 11);
+			if (r->final_wait < 0)
+				r->final_wait = 0;
+			if (r->final_wait > 30)
+				r->final_wait = 30;
+		} else if (!strncmp(p, "env=", 4)) {
+			if (strchr(p + 4, '=') && push(&r->env, &r->nenv, p + 4))
+				rc = -1;
+		} else if (!strncmp(p, "unset=", 6)) {
+			if (push(&r->unset, &r->nunset, p + 6))
+				rc = -1;
+		}
+	}
+	if (rc)
+		snprintf(err, errlen, "out of memory");
+out:
+	free(data);
+	close(fd);
+	if (rc)
+		gos_record_free(r);
+	return rc;
+}

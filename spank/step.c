@@ -1,0 +1,258 @@
+/*
+ * step.c: every step of a job (remote context, slurmstepd), pure C: no Go
+ * ever runs in a step process. Acts on root's record only, never on the
+ * option, and never blocks long.
+ *
+ *   init_post_opt (slurmstepd parent): the task env from the record
+ *   task_init (forked task child): fail the tasks when the collector
+ *     failed and on_failure=fail (fails the job, never drains the node)
+ *   task_exit (batch step): the final-scrape wait, at most 30 s
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <slurm/slurm.h>
+
+#include "gym_otel.h"
+
+#define OWNED_ENV "GYM_OTEL_OWNED"
+#define ENV_MAX 65536
+
+static struct {
+	int have; /* a record was read */
+	int ready;
+	int fail;
+	int final_wait;
+	uint32_t job_id;
+	uint32_t step_id;
+	char node[256];
+	char reason[1024];
+} st;
+
+/* FNV-1a, 32 bits: how GYM_OTEL_OWNED remembers a value the plugin set. */
+static uint32_t fnv1a(const char *s)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *s; s++) {
+		h ^= (unsigned char)*s;
+		h *= 16777619u;
+	}
+	return h;
+}
+
+/* Whether owned ("KEY:hash,...") says the plugin set key to a value of hash h. */
+static int owned_by_us(const char *owned, const char *key, uint32_t h)
+{
+	size_t kl = strlen(key);
+	char want[16];
+	const char *p = owned;
+
+	snprintf(want, sizeof(want), "%08x", h);
+	while (p && *p) {
+		const char *comma = strchr(p, ',');
+		size_t n = comma ? (size_t)(comma - p) : strlen(p);
+
+		if (n == kl + 9 && !strncmp(p, key, kl) && p[kl] == ':' &&
+		    !strncmp(p + kl + 1, want, 8))
+			return 1;
+		p = comma ? comma + 1 : NULL;
+	}
+	return 0;
+}
+
+static void apply_env(spank_t sp, const struct gos_record *r)
+{
+	static char cur[ENV_MAX], owned[ENV_MAX];
+	char newowned[ENV_MAX] = "";
+	size_t used = 0;
+
+	if (spank_getenv(sp, OWNED_ENV, owned, sizeof(owned)) != ESPANK_SUCCESS)
+		owned[0] = 0;
+	for (int i = 0; i < r->nenv; i++) {
+		char *kv = r->env[i];
+		char *eq = strchr(kv, '=');
+		const char *val = eq + 1;
+		spank_err_t rc;
+
+		*eq = 0;
+		rc = spank_getenv(sp, kv, cur, sizeof(cur));
+		if (rc == ESPANK_SUCCESS && !owned_by_us(owned, kv, fnv1a(cur))) {
+			gos_debug("job %u: %s is set by the user: kept", st.job_id, kv);
+		} else if (rc == ESPANK_SUCCESS || rc == ESPANK_ENV_NOEXIST) {
+			if (spank_setenv(sp, kv, val, 1) == ESPANK_SUCCESS) {
+				int w = snprintf(newowned + used, sizeof(newowned) - used,
+						 "%s%s:%08x", used ? "," : "", kv, fnv1a(val));
+				if (w > 0 && (size_t)w < sizeof(newowned) - used)
+					used += w;
+			}
+		}
+		*eq = '=';
+	}
+	spank_setenv(sp, OWNED_ENV, newowned, 1);
+}
+
+/*
+ * No record on this node: a value the plugin set on another node (the
+ * batch step's env inherited by an srun here) points at that node's
+ * loopback, so take it out; the user's own values stay.
+ */
+static void strip_foreign(spank_t sp)
+{
+	static char cur[ENV_MAX], owned[ENV_MAX];
+	char *copy, *tok, *save;
+
+	if (spank_getenv(sp, OWNED_ENV, owned, sizeof(owned)) != ESPANK_SUCCESS || !owned[0])
+		return;
+	copy = strdup(owned);
+	for (tok = copy ? strtok_r(copy, ",", &save) : NULL; tok; tok = strtok_r(NULL, ",", &save)) {
+		char *colon = strrchr(tok, ':');
+
+		if (!colon)
+			continue;
+		*colon = 0;
+		if (spank_getenv(sp, tok, cur, sizeof(cur)) == ESPANK_SUCCESS &&
+		    owned_by_us(owned, tok, fnv1a(cur)))
+			spank_unsetenv(sp, tok);
+	}
+	free(copy);
+	spank_unsetenv(sp, OWNED_ENV);
+}
+
+/* With a proxy configured, make sure 127.0.0.1 (the collector) bypasses it. */
+static void extend_no_proxy(spank_t sp)
+{
+	static const char *proxies[] = { "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY" };
+	static const char *noproxies[] = { "no_proxy", "NO_PROXY" };
+	static char cur[ENV_MAX], buf[ENV_MAX + 32];
+	int any = 0;
+
+	for (size_t i = 0; i < sizeof(proxies) / sizeof(*proxies); i++)
+		if (spank_getenv(sp, proxies[i], cur, sizeof(cur)) == ESPANK_SUCCESS && cur[0])
+			any = 1;
+	if (!any)
+		return;
+	for (size_t i = 0; i < sizeof(noproxies) / sizeof(*noproxies); i++) {
+		int has = spank_getenv(sp, noproxies[i], cur, sizeof(cur)) == ESPANK_SUCCESS && cur[0];
+		char *tok, *save, *copy;
+		int found = 0;
+
+		if (has) {
+			copy = strdup(cur);
+			for (tok = copy ? strtok_r(copy, ", ", &save) : NULL; tok;
+			     tok = strtok_r(NULL, ", ", &save))
+				if (!strcmp(tok, "127.0.0.1"))
+					found = 1;
+			free(copy);
+		}
+		if (found)
+			continue;
+		snprintf(buf, sizeof(buf), "%s%s127.0.0.1", has ? cur : "", has ? "," : "");
+		spank_setenv(sp, noproxies[i], buf, 1);
+	}
+}
+
+/* Warn once per job and node (a marker created O_EXCL in the record dir). */
+static void warn_once(const struct gos_record *r)
+{
+	char path[4200];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/warned", r->dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	close(fd);
+	gos_error("job %u: no collector on %s, the job runs without telemetry "
+		  "(on_failure=continue): %s", st.job_id, st.node, r->reason);
+}
+
+int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
+{
+	struct gos_record r;
+	char err[512], jobbuf[16];
+	int rc;
+
+	memset(&st, 0, sizeof(st));
+	if (spank_get_item(sp, S_JOB_ID, &st.job_id) != ESPANK_SUCCESS ||
+	    spank_get_item(sp, S_JOB_STEPID, &st.step_id) != ESPANK_SUCCESS)
+		return 0;
+	if (st.step_id == SLURM_EXTERN_CONT)
+		return 0;
+	if (gos_node_name(sp, st.node, sizeof(st.node))) {
+		gos_debug("job %u: no SLURMD_NODENAME in the step", st.job_id);
+		return 0;
+	}
+	rc = gos_record_read(a->record_dir, st.node, st.job_id, &r, err, sizeof(err));
+	if (rc == 1) {
+		/* No collector for this job on this node. */
+		strip_foreign(sp);
+		if (spank_getenv(sp, "SLURM_SPANK_GYM_OTEL_SPEC", err, sizeof(err)) != ESPANK_ENV_NOEXIST)
+			gos_error("job %u: the job asked for a collector but node %s has "
+				  "none: the job prolog did not see the job's spec here "
+				  "(set PrologFlags=Alloc in slurm.conf)", st.job_id, st.node);
+		return 0;
+	}
+	if (rc < 0) {
+		gos_error("job %u: %s", st.job_id, err);
+		return 0;
+	}
+	st.have = 1;
+	st.ready = r.ready;
+	st.fail = r.fail;
+	st.final_wait = r.final_wait;
+	snprintf(st.reason, sizeof(st.reason), "%s", r.reason);
+
+	/* The nesting marker: an srun in this job does not submit again. */
+	snprintf(jobbuf, sizeof(jobbuf), "%u", st.job_id);
+	spank_setenv(sp, "GYM_OTEL_JOB", jobbuf, 1);
+	for (int i = 0; i < r.nunset; i++)
+		spank_unsetenv(sp, r.unset[i]);
+	if (r.ready) {
+		apply_env(sp, &r);
+		extend_no_proxy(sp);
+	} else if (!r.fail) {
+		warn_once(&r);
+	}
+	gos_record_free(&r);
+	return 0;
+}
+
+int gos_step_task_init(spank_t sp)
+{
+	(void)sp;
+	if (!st.have || st.ready || !st.fail)
+		return 0;
+	slurm_error(GOS_PREFIX "job %u: the collector on %s failed to start "
+		    "(on_failure=fail): %s", st.job_id, st.node, st.reason);
+	return -1;
+}
+
+int gos_step_task_exit(spank_t sp)
+{
+	int status = 0;
+	struct timespec slice = { 0, 100 * 1000 * 1000 };
+
+	if (!st.have || !st.ready || st.step_id != SLURM_BATCH_SCRIPT || st.final_wait <= 0)
+		return 0;
+	if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS ||
+	    !WIFEXITED(status))
+		return 0; /* signalled (scancel, time limit): no wait */
+	gos_info("job %u: batch script done, waiting %d s for the collector's final scrape",
+		 st.job_id, st.final_wait);
+	for (int i = 0; i < st.final_wait * 10; i++)
+		nanosleep(&slice, NULL);
+	return 0;
+}
+
+void gos_step_exit(void)
+{
+	memset(&st, 0, sizeof(st));
+}

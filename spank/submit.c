@@ -1,0 +1,148 @@
+/*
+ * submit.c: the submit contexts (local: srun; allocator: sbatch, salloc),
+ * as the user, in slurm_spank_init_post_opt.
+ *
+ * Jobs without the flag (and without default=on) return at once: the Go
+ * core is not loaded. Otherwise the core resolves and validates the job's
+ * settings; on success exactly two job-control variables are forwarded
+ * (GYM_OTEL_SPEC, GYM_OTEL_TOKEN) and the token variable is removed from
+ * the client's environment so it does not also travel in the job's env.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gym_otel.h"
+
+/* The env var with which sbatch hands --gym-otel to the steps of the job. */
+#define GOS_OPTION_ENV "SLURM_SPANK__SLURM_SPANK_OPTION_gym_otel_gym_otel"
+
+/* Print each line of core output with key k through fn. */
+static void each_line(const char *out, const char *k, int err)
+{
+	size_t kl = strlen(k);
+	const char *p = out;
+
+	while (p && *p) {
+		const char *nl = strchr(p, '\n');
+		int n = nl ? (int)(nl - p) : (int)strlen(p);
+
+		if (n > (int)kl && !strncmp(p, k, kl) && p[kl] == '=') {
+			if (err)
+				slurm_error(GOS_PREFIX "%.*s", n - (int)kl - 1, p + kl + 1);
+			else
+				slurm_spank_log(GOS_PREFIX "warning: %.*s", n - (int)kl - 1, p + kl + 1);
+		}
+		p = nl ? nl + 1 : NULL;
+	}
+}
+
+/* The value of key k in the core's output (malloc'ed), or NULL. */
+static char *get_line(const char *out, const char *k)
+{
+	size_t kl = strlen(k);
+	const char *p = out;
+
+	while (p && *p) {
+		const char *nl = strchr(p, '\n');
+		size_t n = nl ? (size_t)(nl - p) : strlen(p);
+
+		if (n > kl && !strncmp(p, k, kl) && p[kl] == '=')
+			return strndup(p + kl + 1, n - kl - 1);
+		p = nl ? nl + 1 : NULL;
+	}
+	return NULL;
+}
+
+/* srun inside an existing job (allocation) */
+static int inside_job(void)
+{
+	return spank_context() == S_CTX_LOCAL && getenv("SLURM_JOB_ID");
+}
+
+static int nested_in_flagged_job(void)
+{
+	/* GYM_OTEL_JOB: set by the steps of a job that has the collector
+	 * (step.c) and by salloc's client after its submit; the option env:
+	 * how sbatch hands the option to the steps. */
+	return getenv("GYM_OTEL_JOB") || getenv(GOS_OPTION_ENV);
+}
+
+int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok)
+{
+	int explicit_flag = gos_opt.given;
+	const char *val = gos_opt.value ? gos_opt.value : "";
+	struct gos_core core;
+	char cwd[PATH_MAX];
+	char *out = NULL, *spec = NULL, *token_env = NULL;
+	const char *token;
+	int rc, ret = 0;
+
+	if (!args_ok) {
+		slurm_error(GOS_PREFIX "%s", a->err);
+		return -1;
+	}
+	if (!explicit_flag && !a->default_on)
+		return 0;
+	if (!strcmp(val, "off"))
+		return 0;
+	if (inside_job()) {
+		/* A step of a job: the allocation decided. Never validate or
+		 * forward again, never start a second collector. */
+		if (nested_in_flagged_job() || !explicit_flag)
+			return 0;
+		slurm_error(GOS_PREFIX "--gym-otel must be given to the allocation "
+			    "(sbatch/salloc), not to an srun inside it");
+		return -1;
+	}
+
+	if (gos_core_open(a, &core))
+		return explicit_flag ? -1 : 0;
+	if (!getcwd(cwd, sizeof(cwd)))
+		snprintf(cwd, sizeof(cwd), "/");
+	rc = core.submit(a->joined, val, cwd, &out);
+	each_line(out, "warning", 0);
+	if (rc != 0) {
+		if (explicit_flag) {
+			each_line(out, "error", 1);
+			ret = -1;
+		} else {
+			char *first = get_line(out, "error");
+
+			slurm_spank_log(GOS_PREFIX "warning: the job runs without a collector "
+					"(plugstack default=on): %s", first ? first : "invalid settings");
+			free(first);
+		}
+		goto done;
+	}
+	if ((spec = get_line(out, "off")))
+		goto done;
+	spec = get_line(out, "spec");
+	token_env = get_line(out, "token_env");
+	token = token_env ? getenv(token_env) : NULL;
+	if (!spec || !token || !*token) {
+		slurm_error(GOS_PREFIX "internal error: no spec or token from the core");
+		ret = explicit_flag ? -1 : 0;
+		goto done;
+	}
+	if (spank_job_control_setenv(sp, "GYM_OTEL_SPEC", spec, 1) != ESPANK_SUCCESS ||
+	    spank_job_control_setenv(sp, "GYM_OTEL_TOKEN", token, 1) != ESPANK_SUCCESS) {
+		slurm_error(GOS_PREFIX "spank_job_control_setenv failed");
+		ret = explicit_flag ? -1 : 0;
+		goto done;
+	}
+	/* The token travels once, as the job-control variable. */
+	unsetenv(token_env);
+	if (!strcmp(program_invocation_short_name, "salloc"))
+		setenv("GYM_OTEL_JOB", "salloc", 1);
+done:
+	if (out)
+		core.free(out);
+	free(spec);
+	free(token_env);
+	return ret;
+}

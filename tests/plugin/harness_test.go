@@ -1,0 +1,303 @@
+// Package plugin_test runs the gym_otel SPANK plugin on a real local Slurm
+// (tests/slurm: munge, slurmctld, two `slurmd -N gn1/gn2` on this host),
+// loaded as `required`, with jobs submitted as the unprivileged gymuser.
+//
+// Needs root, Debian's Slurm packages and `make build` (plus the collector
+// of `make collector`). Runs only with GYM_OTEL_PLUGIN_TESTS=1 (`make
+// plugin-test`); GYM_OTEL_KEEP_SLURM=1 leaves the cluster up afterwards.
+package plugin_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+const (
+	backendToken = "tok-gym-otel-test-5c1f9e"
+	backendPort  = "14718"
+	backendHC    = "14733"
+	recordDir    = "/run/gym-otel-plugin-test"
+)
+
+var (
+	root      = testenv.Root()
+	slurmEnv  = map[string]string{}
+	jobsDir   string
+	stateDir  string
+	plugDir   = "/var/lib/gym-otel-test/plugin"
+	snippet   string
+	goodConf  string
+	setupErr  error
+	backendPI string
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("GYM_OTEL_PLUGIN_TESTS") != "1" {
+		fmt.Println("tests/plugin: skipped (real Slurm tests run with GYM_OTEL_PLUGIN_TESTS=1: make plugin-test)")
+		os.Exit(0)
+	}
+	if os.Geteuid() != 0 {
+		fmt.Println("tests/plugin: must run as root")
+		os.Exit(1)
+	}
+	code := 1
+	if err := setup(); err != nil {
+		fmt.Fprintf(os.Stderr, "tests/plugin: setup: %v\n", err)
+	} else {
+		code = m.Run()
+	}
+	teardown()
+	os.Exit(code)
+}
+
+func run(name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func setup() error {
+	col := filepath.Join(root, "build", "otelcol-gym")
+	if p := os.Getenv("GYM_OTEL_COLLECTOR"); p != "" {
+		col = p
+	}
+	for _, f := range []string{"build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank"} {
+		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+			return fmt.Errorf("%s missing: run make build", f)
+		}
+	}
+	if _, err := os.Stat(col); err != nil {
+		return fmt.Errorf("collector %s missing: run make collector", col)
+	}
+	// Install as an admin would: root-owned copies readable by everyone.
+	if err := os.MkdirAll(plugDir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range []string{"gym_otel.so", "gym_otel_core.so", "gym-otel-spank"} {
+		if out, err := run("install", "-m", "0755", filepath.Join(root, "build", f), filepath.Join(plugDir, f)); err != nil {
+			return fmt.Errorf("install %s: %v: %s", f, err, out)
+		}
+	}
+	site := fmt.Sprintf(`otel:
+  endpoint: http://127.0.0.1:%s
+  service_name: gym-plugin-test
+  token_env: OTEL_TOKEN
+  binary: %s
+  gpu_metrics_port: null
+  node_metrics_port: null
+  scrape_interval_seconds: 1
+  health_check_timeout_seconds: 20
+  shutdown_timeout_seconds: 5
+`, backendPort, col)
+	if err := os.WriteFile(filepath.Join(plugDir, "site.yaml"), []byte(site), 0o644); err != nil {
+		return err
+	}
+	goodConf = fmt.Sprintf("required %s/gym_otel.so site=%s/site.yaml cli=%s/gym-otel-spank record_dir=%s prolog_timeout=30\n",
+		plugDir, plugDir, plugDir, recordDir)
+	conf := filepath.Join(os.TempDir(), "gym-otel.conf")
+	if err := os.WriteFile(conf, []byte(goodConf), 0o644); err != nil {
+		return err
+	}
+	// The backend: a collector with bearer auth writing jsonl files.
+	beDir := filepath.Join(os.TempDir(), "gym-otel-plugin-backend")
+	_ = os.RemoveAll(beDir)
+	cmd := exec.Command(filepath.Join(root, "tests/backend/run.sh"))
+	cmd.Env = append(os.Environ(), "BACKEND_PORT="+backendPort, "BACKEND_TOKEN="+backendToken,
+		"BACKEND_DIR="+beDir, "BACKEND_HEALTH_PORT="+backendHC, "OTELCOL="+col)
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("backend: %v", err)
+	}
+	backendPI = strings.TrimSpace(string(out))
+
+	// The plugin needs PrologFlags=Alloc for the job prolog to see the
+	// job's spec on every node (without it, a node other than the batch
+	// node runs the prolog at its first srun step, with srun's own
+	// job-control env: no spec there).
+	flags := os.Getenv("GYM_OTEL_PROLOG_FLAGS")
+	if flags == "" {
+		flags = "Alloc"
+	}
+	cmd = exec.Command(filepath.Join(root, "tests/slurm/up.sh"), "--nodes", "2", "--prolog-flags", flags, "--no-plugstack", "--plugstack", conf)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err = cmd.Output()
+	if err != nil {
+		return fmt.Errorf("tests/slurm/up.sh: %v\n%s", err, stderr.String())
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if kv, ok := strings.CutPrefix(line, "export "); ok {
+			k, v, _ := strings.Cut(kv, "=")
+			v = strings.Trim(v, `"`)
+			slurmEnv[k] = v
+			os.Setenv(k, v)
+		}
+	}
+	jobsDir, stateDir = slurmEnv["GOS_SLURM_JOBS"], slurmEnv["GOS_SLURM_STATE"]
+	snippet = filepath.Join(slurmEnv["GOS_SLURM_PLUGSTACK_D"], "gym-otel.conf")
+	if jobsDir == "" || stateDir == "" {
+		return fmt.Errorf("up.sh printed no GOS_SLURM_JOBS/GOS_SLURM_STATE: %s", out)
+	}
+	return nil
+}
+
+func teardown() {
+	if backendPI != "" {
+		_, _ = run(filepath.Join(root, "tests/backend/stop.sh"), backendPI)
+	}
+	if os.Getenv("GYM_OTEL_KEEP_SLURM") == "1" {
+		return
+	}
+	if snippet != "" {
+		_ = os.Remove(snippet)
+	}
+	_, _ = run(filepath.Join(root, "tests/slurm/down.sh"))
+}
+
+// result of a command run as gymuser.
+type result struct {
+	stdout, stderr string
+	code           int
+	took           time.Duration
+}
+
+// asUser runs a bash command line as gymuser in the shared jobs dir with
+// SLURM_CONF and the given extra environment.
+func asUser(t testing.TB, timeout time.Duration, env []string, cmdline string) result {
+	t.Helper()
+	user := slurmEnv["GOS_SLURM_USER"]
+	full := strings.Join(append(env, cmdline), " ")
+	cmd := exec.Command("timeout", fmt.Sprint(int(timeout.Seconds())), "su", user, "-s", "/bin/bash", "-c", "cd "+jobsDir+" && "+full)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	start := time.Now()
+	err := cmd.Run()
+	r := result{so.String(), se.String(), 0, time.Since(start)}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%s: %v", cmdline, err)
+	}
+	return r
+}
+
+// writeScript writes an executable job script into the jobs dir.
+func writeScript(t testing.TB, name, body string) string {
+	t.Helper()
+	p := filepath.Join(jobsDir, name)
+	if err := os.WriteFile(p, []byte("#!/bin/bash\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// nodeStates returns sinfo's node states, e.g. "gn1=idle gn2=idle".
+func nodeStates(t testing.TB) string {
+	out, err := run("sinfo", "-h", "-N", "-o", "%N=%T")
+	if err != nil {
+		t.Fatalf("sinfo: %v %s", err, out)
+	}
+	f := strings.Fields(out)
+	sort.Strings(f)
+	return strings.Join(f, " ")
+}
+
+// waitIdle waits until the queue is empty and every node is idle; a
+// drained or down node fails the test.
+func waitIdle(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		q, _ := run("squeue", "-h", "-o", "%i")
+		st := nodeStates(t)
+		if strings.Contains(st, "drain") || strings.Contains(st, "down") || strings.Contains(st, "fail") {
+			t.Fatalf("a node is not healthy: %s", st)
+		}
+		if strings.TrimSpace(q) == "" && st == "gn1=idle gn2=idle" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not idle after 40 s: queue %q, nodes %s", q, st)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// userProcs lists gymuser's processes whose command line contains pat.
+func userProcs(pat string) []string {
+	out, _ := run("pgrep", "-a", "-u", slurmEnv["GOS_SLURM_USER"], "-f", pat)
+	var procs []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if l != "" {
+			procs = append(procs, l)
+		}
+	}
+	return procs
+}
+
+// waitNoCollector waits (bounded) until gymuser runs no supervisor or collector.
+func waitNoCollector(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left := append(userProcs("otelcol-gym"), userProcs("supervise --from-env")...)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still running after the job: %v", left)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// envOf parses `env` output into a map.
+func envOf(s string) map[string]string {
+	m := map[string]string{}
+	for _, l := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// withSnippet replaces the plugstack snippet for submit-side tests (sbatch,
+// salloc and srun read plugstack.conf on every run; slurmd keeps its cached
+// copy) and restores it at the end.
+func withSnippet(t testing.TB, content string) {
+	t.Helper()
+	if err := os.WriteFile(snippet, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(snippet, []byte(goodConf), 0o644); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+func slurmdLogs(t testing.TB) string {
+	var b strings.Builder
+	for _, n := range []string{"gn1", "gn2"} {
+		data, err := os.ReadFile(filepath.Join(stateDir, "slurmd-"+n+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(data)
+	}
+	return b.String()
+}
+
+func tokenEnv() []string { return []string{"OTEL_TOKEN=" + backendToken} }

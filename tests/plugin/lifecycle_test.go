@@ -1,0 +1,298 @@
+package plugin_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+func jobIDOf(t testing.TB, r result) string {
+	t.Helper()
+	m := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("no job id: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	return m[1]
+}
+
+// The headline job: a vLLM stand-in scraped and a Gym stand-in sending
+// OTLP with the task env only; the collector ready before the script's
+// first line; the final scrape after its last line; data in the job's jsonl
+// files and at the backend; exit code kept.
+func TestTelemetryEndToEnd(t *testing.T) {
+	waitIdle(t)
+	vllm := testenv.Standin(t, "vllm-standin")
+	gym := testenv.Standin(t, "gym-standin")
+	for _, p := range []string{vllm, gym} {
+		if out, err := run("install", "-m", "0755", p, filepath.Join(plugDir, filepath.Base(p))); err != nil {
+			t.Fatalf("install %s: %v %s", p, err, out)
+		}
+	}
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	base := filepath.Join(jobsDir, "e2e-"+tag)
+	gymCfg := base + ".gym.yaml"
+	if err := os.WriteFile(gymCfg, []byte(`compute:
+  gymtest: {}
+driver:
+  gym_install: /opt/gym
+job:
+  output_path: `+base+`.run
+services:
+  policy:
+    type: vllm
+    port: 18123
+    served_model_name: tiny-model
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := writeScript(t, "e2e-"+tag+".sh", fmt.Sprintf(`
+date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > %[1]s.first
+%[2]s/vllm-standin --port 18123 --model tiny-model --scrape-log %[1]s.scrapes &
+sleep 2.5
+%[2]s/gym-standin --rollouts 3 || exit 9
+date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > %[1]s.last
+exit 5
+`, base, plugDir))
+	r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait --gym-otel=config=%s,benchmark=bench1 -o %s.out %s", gymCfg, base, script))
+	if r.code != 5 {
+		out, _ := os.ReadFile(base + ".out")
+		t.Fatalf("exit %d (want 5); stderr %s\n%s", r.code, r.stderr, out)
+	}
+	jobID := jobIDOf(t, r)
+	otelDir := filepath.Join(base+".run", "otel")
+	state, err := os.ReadFile(filepath.Join(otelDir, "collector.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = state
+	first := readTime(t, base+".first")
+	last := readTime(t, base+".last")
+	// Ready before the first line: the prolog waited for the report.
+	log := slurmdLogs(t)
+	m := regexp.MustCompile(`\[([0-9T:.-]+)\] gym-otel: job ` + jobID + `: collector ready on gn1`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no ready line for job %s in slurmd logs", jobID)
+	}
+	ready, err := time.ParseInLocation("2006-01-02T15:04:05.000", m[1], time.Local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ready.Before(first) {
+		t.Errorf("collector ready at %v, script's first line at %v", ready, first)
+	}
+	// Final scrape after the last line.
+	scrapes, _ := os.ReadFile(base + ".scrapes")
+	lines := strings.Fields(string(scrapes))
+	if len(lines) == 0 {
+		t.Fatal("vllm-standin was never scraped")
+	}
+	lastScrape, err := time.Parse(time.RFC3339Nano, lines[len(lines)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lastScrape.After(last) {
+		t.Errorf("last scrape %v is not after the script's last line %v", lastScrape, last)
+	}
+	metrics, _ := os.ReadFile(filepath.Join(otelDir, "metrics.jsonl"))
+	traces, _ := os.ReadFile(filepath.Join(otelDir, "traces.jsonl"))
+	for what, want := range map[string]string{"vllm metric": "vllm_num_requests_running", "gym metric": "gym.rollout.duration_ms"} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("%s %s not in metrics.jsonl", what, want)
+		}
+	}
+	if !strings.Contains(string(traces), "gym.rollout") {
+		t.Errorf("no gym.rollout span in traces.jsonl")
+	}
+	be, _ := os.ReadFile(filepath.Join(os.TempDir(), "gym-otel-plugin-backend", "metrics.jsonl"))
+	if !strings.Contains(string(be), `"`+jobID+`"`) && !strings.Contains(string(be), "vllm_") {
+		t.Errorf("the backend received nothing of job %s", jobID)
+	}
+	waitNoCollector(t)
+	waitIdle(t)
+}
+
+func readTime(t testing.TB, p string) time.Time {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}
+
+// An array job: three run ids and three dirs. The tasks run one at a time
+// here (%1); TestSimultaneousStarts starts three collectors at once.
+func TestArrayJob(t *testing.T) {
+	testArray(t, "0-2%1")
+}
+
+// Three array tasks starting at once on one node: three collectors, no
+// port clash.
+func TestSimultaneousStarts(t *testing.T) {
+	testArray(t, "0-2")
+}
+
+func testArray(t *testing.T, spec string) {
+	waitIdle(t)
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	base := filepath.Join(jobsDir, "arr-"+tag)
+	script := writeScript(t, "arr-"+tag+".sh", fmt.Sprintf("echo $NEMO_GYM_OTEL_RUN_ID > %s.$SLURM_ARRAY_TASK_ID.runid\n", base))
+	r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -w gn1 --array=%s --gym-otel=job_dir=%s/%%A_%%a,run_id=r%%A_%%a -o /dev/null %s", spec, base, script))
+	if r.code != 0 {
+		t.Fatalf("sbatch: %d %s", r.code, r.stderr)
+	}
+	arrayID := jobIDOf(t, r)
+	for i := 0; i < 3; i++ {
+		data, err := os.ReadFile(fmt.Sprintf("%s.%d.runid", base, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := strings.TrimSpace(string(data)), fmt.Sprintf("r%s_%d", arrayID, i); got != want {
+			t.Errorf("task %d: run id %q, want %q", i, got, want)
+		}
+		if _, err := os.Stat(filepath.Join(base, fmt.Sprintf("%s_%d", arrayID, i), "otel", "collector.yaml")); err != nil {
+			t.Errorf("task %d: %v", i, err)
+		}
+	}
+	waitNoCollector(t)
+	waitIdle(t)
+}
+
+// Two jobs of one user on one node: distinct collectors; the first job's
+// end leaves the second's running.
+func TestConcurrentJobs(t *testing.T) {
+	waitIdle(t)
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	base := filepath.Join(jobsDir, "conc-"+tag)
+	mk := func(name string, secs int) string {
+		return writeScript(t, fmt.Sprintf("conc-%s-%s.sh", tag, name), fmt.Sprintf(
+			"echo $OTEL_EXPORTER_OTLP_ENDPOINT > %s.%s.ep\nsleep %d\n", base, name, secs))
+	}
+	a := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch -w gn1 --gym-otel -o /dev/null "+mk("a", 2)))
+	b := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch -w gn1 --gym-otel -o /dev/null "+mk("b", 8)))
+	// Wait until a is done and b still runs.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		q, _ := run("squeue", "-h", "-o", "%i %T")
+		if !strings.Contains(q, a+" ") && strings.Contains(q, b+" RUNNING") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue: %s", q)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // a's epilog
+	ea, _ := os.ReadFile(base + ".a.ep")
+	eb, _ := os.ReadFile(base + ".b.ep")
+	if len(ea) == 0 || string(ea) == string(eb) {
+		t.Errorf("endpoints a=%q b=%q", ea, eb)
+	}
+	if _, err := os.Stat(filepath.Join(recordDir, "gn1", b, "record")); err != nil {
+		t.Errorf("job b's record: %v", err)
+	}
+	if procs := userProcs("otelcol-gym"); len(procs) != 1 {
+		t.Errorf("collectors running while only job b runs: %v", procs)
+	}
+	waitNoCollector(t)
+	waitIdle(t)
+}
+
+// default=on: a job without the flag gets a collector; without the token it
+// runs without one after one warning; --gym-otel=off opts out.
+func TestDefaultOn(t *testing.T) {
+	waitIdle(t)
+	withSnippet(t, strings.TrimSpace(goodConf)+" default=on\n")
+	base := filepath.Join(jobsDir, "defon")
+	script := writeScript(t, "defon.sh", fmt.Sprintf("echo ${OTEL_EXPORTER_OTLP_ENDPOINT:-none} > %s.$SLURM_JOB_ID\n", base))
+	check := func(env []string, flag, want string) {
+		t.Helper()
+		r := asUser(t, 60*time.Second, env, "sbatch --wait "+flag+" -o /dev/null "+script)
+		if r.code != 0 {
+			t.Fatalf("sbatch %s: %d %s", flag, r.code, r.stderr)
+		}
+		data, _ := os.ReadFile(base + "." + jobIDOf(t, r))
+		got := strings.TrimSpace(string(data))
+		if want == "none" && got != "none" || want != "none" && !strings.HasPrefix(got, want) {
+			t.Errorf("sbatch %s %v: endpoint %q, want %q", flag, env, got, want)
+		}
+		if len(env) == 0 && !strings.Contains(r.stderr, "gym-otel: warning: the job runs without a collector") {
+			t.Errorf("no warning: %s", r.stderr)
+		}
+	}
+	check(tokenEnv(), "", "http://127.0.0.1:")
+	check(nil, "", "none")
+	check(tokenEnv(), "--gym-otel=off", "none")
+	waitNoCollector(t)
+	waitIdle(t)
+}
+
+// 200 steps with the flag inside one flagged job: every exit code intact.
+func TestSoakSteps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak")
+	}
+	waitIdle(t)
+	out := filepath.Join(jobsDir, "soak.out")
+	script := writeScript(t, "soak.sh", `
+bad=0
+for i in $(seq 200); do
+  srun -N1 --gym-otel sh -c "test -n \"\$OTEL_EXPORTER_OTLP_ENDPOINT\" || exit 99; exit $((i % 7))"
+  rc=$?
+  [ $rc -eq $((i % 7)) ] || { echo "BAD step $i rc=$rc"; bad=1; }
+done
+echo done bad=$bad
+`)
+	start := time.Now()
+	r := asUser(t, 300*time.Second, tokenEnv(), "sbatch --wait --gym-otel -o "+out+" "+script)
+	data, _ := os.ReadFile(out)
+	if r.code != 0 || !strings.Contains(string(data), "done bad=0") {
+		t.Fatalf("soak: exit %d\n%s", r.code, data)
+	}
+	t.Logf("200 steps in %v", time.Since(start))
+	waitNoCollector(t)
+	waitIdle(t)
+}
+
+// scancel while the batch step waits for the final scrape: the job ends,
+// no node drains, nothing is left.
+func TestScancelDuringFinalWait(t *testing.T) {
+	waitIdle(t)
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	done := filepath.Join(jobsDir, "fw-"+tag+".done")
+	script := writeScript(t, "fw-"+tag+".sh", "touch "+done+"\n")
+	// scrape_interval_seconds=9: the batch step waits 10 s after the script.
+	id := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch --gym-otel=scrape_interval_seconds=9 -o /dev/null "+script))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(done); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the script did not run")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	if !strings.Contains(slurmdLogs(t), "job "+id+": batch script done, waiting 10 s") {
+		t.Errorf("no final-scrape wait logged for job %s", id)
+	}
+	start := time.Now()
+	if out, err := run("scancel", id); err != nil {
+		t.Fatalf("scancel: %v %s", err, out)
+	}
+	waitNoCollector(t)
+	waitIdle(t)
+	t.Logf("job gone and nodes idle %v after scancel", time.Since(start))
+}

@@ -69,7 +69,7 @@ EOF
 chmod 0644 "$prefix/etc/slurm/gym-otel.yaml"
 
 say "starting a local Slurm with the plugin in plugstack.conf.d"
-eval "$("$repo/tests/slurm/up.sh" --nodes 1 --no-plugstack --plugstack "$prefix/etc/slurm/plugstack.conf.d/gym-otel.conf")"
+eval "$("$repo/tests/slurm/up.sh" --nodes 1 --prolog-flags Alloc --no-plugstack --plugstack "$prefix/etc/slurm/plugstack.conf.d/gym-otel.conf")"
 
 jobdir=$GOS_SLURM_JOBS/demo-$(date +%Y%m%d-%H%M%S)
 install -d -o "$user" -g "$user" -m 0755 "$jobdir"

@@ -3,12 +3,12 @@ package lifecycle
 import (
 	"fmt"
 	"os"
-	"os/signal"
-	"os/user"
+		"os/user"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,16 +33,16 @@ func ClearSignals() error {
 		return fmt.Errorf("signals still blocked (%#x) or ignored (%#x) after re-exec", blocked, ignored)
 	}
 	runtime.LockOSThread()
-	// Installing a handler un-ignores a signal; execve then resets it to
-	// the default disposition.
-	var sigs []os.Signal
-	for s := 1; s < 64; s++ {
-		if ignored&(1<<(s-1)) != 0 && s != int(syscall.SIGKILL) && s != int(syscall.SIGSTOP) {
-			sigs = append(sigs, syscall.Signal(s))
+	// SIG_IGN survives execve; set those signals back to SIG_DFL with the
+	// raw system call (os/signal cannot touch 32 and 33, which glibc
+	// reserves and a parent may still have ignored).
+	for s := 1; s <= 64; s++ {
+		if ignored&(1<<(s-1)) == 0 || s == int(syscall.SIGKILL) || s == int(syscall.SIGSTOP) {
+			continue
 		}
-	}
-	if len(sigs) > 0 {
-		signal.Notify(make(chan os.Signal, 1), sigs...)
+		if err := setDefaultAction(s); err != nil {
+			return fmt.Errorf("signal %d: %w", s, err)
+		}
 	}
 	var empty unix.Sigset_t
 	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &empty, nil); err != nil {
@@ -54,6 +54,25 @@ func ClearSignals() error {
 	}
 	env := append(os.Environ(), cleanSignalsEnv+"=1")
 	return syscall.Exec(exe, os.Args, env)
+}
+
+// kernelSigaction is the kernel's struct sigaction on linux/amd64 and
+// linux/arm64 (handler, flags, restorer, mask).
+type kernelSigaction struct {
+	handler  uintptr
+	flags    uint64
+	restorer uintptr
+	mask     uint64
+}
+
+// setDefaultAction sets signal s to SIG_DFL.
+func setDefaultAction(s int) error {
+	act := kernelSigaction{} // handler 0 is SIG_DFL
+	_, _, e := syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(s), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
 }
 
 // procSignals returns the SigBlk and SigIgn masks of /proc/<pid>/status

@@ -3,7 +3,7 @@ package lifecycle
 import (
 	"fmt"
 	"os"
-		"os/user"
+	"os/user"
 	"runtime"
 	"strconv"
 	"strings"

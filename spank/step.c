@@ -30,6 +30,7 @@ static struct {
 	int ready;
 	int fail;
 	int final_wait;
+	int warn_user; /* this step made the job's warned marker: tell the user */
 	uint32_t job_id;
 	uint32_t step_id;
 	char node[256];
@@ -170,6 +171,7 @@ static void warn_once(const struct gos_record *r)
 	if (fd < 0)
 		return;
 	close(fd);
+	st.warn_user = 1;
 	gos_error("job %u: no collector on %s, the job runs without telemetry "
 		  "(on_failure=continue): %s", st.job_id, st.node, r->reason);
 }
@@ -196,8 +198,10 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 		strip_foreign(sp);
 		if (spank_getenv(sp, "SLURM_SPANK_GYM_OTEL_SPEC", err, sizeof(err)) != ESPANK_ENV_NOEXIST)
 			gos_error("job %u: the job asked for a collector but node %s has "
-				  "none: the job prolog did not see the job's spec here "
-				  "(set PrologFlags=Alloc in slurm.conf)", st.job_id, st.node);
+				  "no record of it: the job prolog did not start one here "
+				  "(PrologFlags=Alloc missing in slurm.conf, slurmd not "
+				  "restarted after installing the plugin, or the prolog "
+				  "failed: see slurmd's log)", st.job_id, st.node);
 		return 0;
 	}
 	if (rc < 0) {
@@ -227,9 +231,21 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 
 int gos_step_task_init(spank_t sp)
 {
-	(void)sp;
-	if (!st.have || st.ready || !st.fail)
+	uint32_t rank = 1;
+
+	if (!st.have || st.ready)
 		return 0;
+	if (!st.fail) {
+		/*
+		 * on_failure=continue: the user learns it once per job, on the
+		 * first task's stderr (the forked task: plain C, write(2) only).
+		 */
+		if (st.warn_user && spank_get_item(sp, S_TASK_GLOBAL_ID, &rank) == ESPANK_SUCCESS &&
+		    rank == 0)
+			dprintf(STDERR_FILENO, GOS_PREFIX "warning: no collector on %s, this job runs "
+				"without telemetry (on_failure=continue): %s\n", st.node, st.reason);
+		return 0;
+	}
 	slurm_error(GOS_PREFIX "job %u: the collector on %s failed to start "
 		    "(on_failure=fail): %s", st.job_id, st.node, st.reason);
 	return -1;

@@ -248,6 +248,9 @@ func TestCollectorFailure(t *testing.T) {
 	if !strings.Contains(slurmdLogs(t), "the job runs without telemetry (on_failure=continue)") {
 		t.Errorf("no warning in the slurmd log")
 	}
+	if data, _ := os.ReadFile(out + ".out"); strings.Count(string(data), "gym-otel: warning: no collector") != 1 {
+		t.Errorf("on_failure=continue: the job's output does not warn exactly once:\n%s", data)
+	}
 	waitNoCollector(t)
 	waitIdle(t)
 }

@@ -21,7 +21,9 @@ func TaskEnv(spec *config.Resolved, f jobfacts.Facts, rep lifecycle.Report) []KV
 		return "0"
 	}
 	env := []KV{
-		{"NEMO_GYM_OTEL_ENABLED", "1"},
+		// gym_telemetry: false keeps the collector for engine and node
+		// metrics only: Gym's own instrumentation stays off.
+		{"NEMO_GYM_OTEL_ENABLED", b01(spec.Otel.GymTelemetry)},
 		{"NEMO_GYM_OTEL_RUN_ID", jobfacts.RunID(spec, f)},
 		{"NEMO_GYM_OTEL_SPAN_GROUPS", spec.Otel.GymSpanGroups},
 		{"NEMO_GYM_OTEL_LOGS_ENABLED", b01(spec.Otel.GymLogs)},

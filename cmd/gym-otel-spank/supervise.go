@@ -70,6 +70,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 		if syscall.Fstat(lifecycle.ReportFD, &st) == nil {
 			opt.Report = os.NewFile(lifecycle.ReportFD, "report")
 		}
+		opt.LogToOutputDir = true
 		if err := optionsFromEnv(&opt); err != nil {
 			if opt.Report != nil {
 				lifecycle.WriteReport(opt.Report, lifecycle.Report{Status: lifecycle.StatusFailed, Error: err.Error(), SupervisorPID: os.Getpid()})
@@ -123,8 +124,10 @@ func optionsFromEnv(opt *lifecycle.Options) error {
 	return takeToken(opt)
 }
 
-// takeToken moves the backend token from the environment into opt: it stays
-// in this process's memory and the collector's environment only.
+// takeToken moves the backend token from the environment into opt and the
+// collector's environment. Unsetenv keeps it from any other child; the
+// kernel's copy in /proc/<pid>/environ stays, readable by the job's user
+// only, as the collector's is.
 func takeToken(opt *lifecycle.Options) error {
 	if !opt.Spec.Otel.Enabled {
 		return fmt.Errorf("otel.enabled is false for this job: nothing to supervise")

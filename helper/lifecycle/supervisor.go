@@ -65,6 +65,10 @@ type Options struct {
 	MaxRestarts                       int
 	// Signals delivers the drain request (nil: SIGTERM and SIGINT).
 	Signals <-chan os.Signal
+	// LogToOutputDir also appends the supervisor's log lines to
+	// <output dir>/supervisor.log once the dir exists (the plugin's prolog
+	// gives the supervisor no stderr).
+	LogToOutputDir bool
 }
 
 // supervisor is one run's state.
@@ -151,6 +155,11 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	}
 	if err := os.Chmod(s.out, os.FileMode(mode)); err != nil {
 		return fmt.Errorf("output dir %s: %w", s.out, unwrapPath(err))
+	}
+	if s.opt.LogToOutputDir {
+		if f, err := os.OpenFile(filepath.Join(s.out, "supervisor.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
+			s.log.SetOutput(io.MultiWriter(s.log.Out, f))
+		}
 	}
 	probe := filepath.Join(s.out, ".gym-otel-write-test")
 	if f, err := os.OpenFile(probe, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err != nil {

@@ -31,7 +31,7 @@ const (
 )
 
 // SupervisorPath is the PATH the supervisor gets.
-const SupervisorPath = "/usr/sbin:/usr/bin:/sbin:/bin"
+const SupervisorPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // PrologInput is what the C front hands the prolog.
 type PrologInput struct {
@@ -101,7 +101,10 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return fail(fmt.Errorf("the job carries no token (GYM_OTEL_TOKEN): was %s set in the submitting shell?", spec.Otel.TokenEnv))
 	}
 	rec.FinalWait = FinalWait(spec.Otel)
-	rec.DrainTimeout = spec.Otel.ShutdownTimeoutSeconds + 10
+	// The epilog's wait: the user's shutdown bound plus the span-metrics
+	// flush, but never past the site's prolog_timeout (which admins keep
+	// below PrologEpilogTimeout).
+	rec.DrainTimeout = min(spec.Otel.ShutdownTimeoutSeconds+10, in.Args.PrologTimeout)
 
 	u, err := user.LookupId(strconv.FormatUint(uint64(in.UID), 10))
 	if err != nil {

@@ -173,12 +173,15 @@ type result struct {
 }
 
 // asUser runs a bash command line as gymuser in the shared jobs dir with
-// SLURM_CONF and the given extra environment.
+// SLURM_CONF and the given extra environment. The environment travels as
+// the process environment, never on a command line (it holds the token).
 func asUser(t testing.TB, timeout time.Duration, env []string, cmdline string) result {
 	t.Helper()
 	user := slurmEnv["GOS_SLURM_USER"]
-	full := strings.Join(append(env, cmdline), " ")
-	cmd := exec.Command("timeout", fmt.Sprint(int(timeout.Seconds())), "su", user, "-s", "/bin/bash", "-c", "cd "+jobsDir+" && "+full)
+	cmd := exec.Command("timeout", fmt.Sprint(int(timeout.Seconds())), "setpriv", "--reuid="+user, "--regid="+user,
+		"--init-groups", "/bin/bash", "-c", "cd "+jobsDir+" && "+cmdline)
+	cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "SLURM_CONF=" + os.Getenv("SLURM_CONF"),
+		"HOME=/home/" + user, "USER=" + user, "LOGNAME=" + user, "LANG=C.UTF-8"}, env...)
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	start := time.Now()

@@ -10,6 +10,10 @@ GOS_SLURM_GROUP2="${GOS_SLURM_GROUP2:-gymgrp}"
 GOS_SLURMCTLD_PORT="${GOS_SLURMCTLD_PORT:-16817}"
 GOS_SLURMD_PORT_BASE="${GOS_SLURMD_PORT_BASE:-16820}"
 GOS_SLURM_WAIT="${GOS_SLURM_WAIT:-30}"
+# munged's socket. The default is the system one (shared with any other
+# cluster on this host); another path gives this cluster its own munged
+# (socket dir, pid, seed and log files beside the socket) and AuthInfo=socket=.
+GOS_MUNGE_SOCKET="${GOS_MUNGE_SOCKET:-/run/munge/munge.socket.2}"
 
 STATE="$GOS_SLURM_STATE"
 CONF="$STATE/slurm.conf"

@@ -116,28 +116,37 @@ getent passwd munge >/dev/null && MUNGE_USER=munge
 chown "$MUNGE_USER:" "$MUNGE_KEY" /etc/munge
 chmod 0400 "$MUNGE_KEY"
 chmod 0700 /etc/munge
-for d in /run/munge /var/lib/munge /var/log/munge; do
+MUNGE_DIR=$(dirname "$GOS_MUNGE_SOCKET")
+MUNGED_ARGS=()
+AUTH_INFO=""
+if [ "$GOS_MUNGE_SOCKET" != /run/munge/munge.socket.2 ]; then
+	# This cluster's own munged: everything beside its socket.
+	MUNGED_ARGS=(--socket="$GOS_MUNGE_SOCKET" --pid-file="$MUNGE_DIR/munged.pid"
+		--seed-file="$MUNGE_DIR/munged.seed" --log-file="$MUNGE_DIR/munged.log")
+	AUTH_INFO="AuthInfo=socket=$GOS_MUNGE_SOCKET"
+fi
+for d in "$MUNGE_DIR" /var/lib/munge /var/log/munge; do
 	mkdir -p "$d"
 	chown "$MUNGE_USER:" "$d"
 done
-chmod 0711 /run/munge   # clients (any uid) must reach the socket
+chmod 0711 "$MUNGE_DIR"   # clients (any uid) must reach the socket
 chmod 0700 /var/lib/munge /var/log/munge
 
-munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+munge_ok() { munge -S "$GOS_MUNGE_SOCKET" -n 2>/dev/null | unmunge -S "$GOS_MUNGE_SOCKET" >/dev/null 2>&1; }
 if pid_alive munged munged; then
 	:
 elif munge_ok; then
-	log "a munged not started by us already serves /run/munge; using it"
+	log "a munged not started by us already serves $GOS_MUNGE_SOCKET; using it"
 else
 	# munged forks itself; -F keeps it in the foreground so that we own the pid.
-	rm -f /run/munge/munge.socket.2 /run/munge/munge.socket.2.lock /run/munge/munged.pid
+	rm -f "$GOS_MUNGE_SOCKET" "$GOS_MUNGE_SOCKET.lock" "$MUNGE_DIR/munged.pid"
 	if [ "$MUNGE_USER" = root ]; then
-		start_daemon munged "$RUN/munged.out" munged -F --force
+		start_daemon munged "$RUN/munged.out" munged -F --force "${MUNGED_ARGS[@]+"${MUNGED_ARGS[@]}"}"
 	else
 		start_daemon munged "$RUN/munged.out" setpriv --reuid="$MUNGE_USER" \
-			--regid="$MUNGE_USER" --init-groups munged -F
+			--regid="$MUNGE_USER" --init-groups munged -F "${MUNGED_ARGS[@]+"${MUNGED_ARGS[@]}"}"
 	fi
-	log "started munged (pid $(pid_of munged))"
+	log "started munged (pid $(pid_of munged)) on $GOS_MUNGE_SOCKET"
 fi
 for ((i = 0; i < 100; i++)); do munge_ok && break; sleep 0.1; done
 munge_ok || { cat "$RUN/munged.out" >&2 2>/dev/null || true; tail -n 20 /var/log/munge/munged.log >&2 2>/dev/null || true; die "munged does not answer"; }
@@ -186,6 +195,9 @@ MinJobAge=30
 TmpFS=/tmp
 MailProg=/bin/true
 EOF
+	if [ -n "$AUTH_INFO" ]; then
+		echo "$AUTH_INFO"
+	fi
 	if [ -n "$PROLOG_FLAGS" ]; then
 		echo "PrologFlags=$PROLOG_FLAGS"
 	fi

@@ -14,6 +14,7 @@ for s in $suites; do
 		ids=$(docker ps -aq --filter "label=com.docker.compose.project=$project")
 		[ -n "$ids" ] && docker rm -f $ids >/dev/null
 		docker network rm "${project}_net" >/dev/null 2>&1
+		rm -f "$work/env"
 		[ "${2:-}" = --purge ] && rm -rf "$work"
 		true
 	)

@@ -22,7 +22,7 @@ slurmver=$(docker image inspect -f '{{index .Config.Labels "gym-otel.slurm"}}' "
 
 "$here/down.sh" "$suite" >/dev/null 2>&1 || true
 mkdir -p "$work"
-rm -rf "$work/stage" "$work/jobs" "$work/log" "$work/backend" "$work/cluster" "$work/secret" "$work/include"
+rm -rf "$work/env" "$work/stage" "$work/jobs" "$work/log" "$work/backend" "$work/cluster" "$work/secret" "$work/include"
 mkdir -p "$work/include" "$work/cluster" "$work/secret" "$work/backend" "$work/log"/{ctl,c1,c2}
 chmod 0700 "$work/secret"
 install -d -m 1777 "$work/jobs"
@@ -81,7 +81,8 @@ for i in $(seq 1 100); do
 	sleep 0.1
 done
 log "up: Slurm $slurmver, variant $variant, image $image (image ${t_image}s, cluster $(( $(date +%s) - t1 ))s)"
-cat <<ENV
+# The exports, printed and kept in $work/env (the suite reads it).
+cat <<ENV | tee "$work/env"
 export GOS_SUITE=$suite GOS_PROJECT=$project GOS_WORK=$work GOS_NET=$net
 export GOS_IMAGE=$image GOS_SLURM_VERSION=$slurmver GOS_VARIANT=$variant
 ENV

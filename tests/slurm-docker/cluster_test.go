@@ -1,0 +1,402 @@
+// Package slurmdocker runs gym-otel-spank on a real multi-node Slurm in
+// containers (tests/slurm-docker: ctl, c1, c2 and an OTLP backend; Slurm
+// 22.05 on Debian bookworm, 24.11 on Debian trixie), with jobs submitted as
+// the unprivileged gymuser from the controller.
+//
+// The cluster is brought up first (up.sh SUITE alloc); the suite reads the
+// exports up.sh keeps in the work dir. Runs only with
+// GYM_OTEL_DOCKER_TESTS=1 (`make docker-test` brings each suite up, runs
+// this and tears it down); GOS_SUITE picks the suite (default bookworm).
+// With GYM_OTEL_REQUIRE_REAL=1 a missing cluster fails instead of skipping.
+//
+// Go rather than bash: the assertions read OTLP-JSON (types, resources,
+// attributes) and compare times and ports across nodes.
+package slurmdocker
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+const jobUser = "gymuser" // uid/gid 2000 in every container (image.sh)
+const jobUID = 2000
+
+// cluster is what up.sh printed (and kept in <work>/env).
+type cluster struct {
+	suite, project, work, net, image, slurmVersion string
+	variant                                        string
+	token                                          string // the backend's bearer token
+}
+
+var (
+	cl       *cluster
+	setupErr error
+	here     = filepath.Join(testenv.Root(), "tests", "slurm-docker")
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("GYM_OTEL_DOCKER_TESTS") != "1" {
+		fmt.Println("tests/slurm-docker: skipped (runs with GYM_OTEL_DOCKER_TESTS=1 on a cluster up.sh brought up: make docker-test)")
+		os.Exit(0)
+	}
+	cl, setupErr = load()
+	os.Exit(m.Run())
+}
+
+// need returns the cluster, or skips (fails with GYM_OTEL_REQUIRE_REAL=1)
+// when none is up.
+func need(t *testing.T) *cluster {
+	t.Helper()
+	if setupErr != nil {
+		testenv.Missing(t, "the docker cluster ("+setupErr.Error()+"; run tests/slurm-docker/up.sh)")
+	}
+	return cl
+}
+
+func load() (*cluster, error) {
+	suite := os.Getenv("GOS_SUITE")
+	if suite == "" {
+		suite = "bookworm"
+	}
+	base := os.Getenv("GYM_OTEL_DOCKER_WORK")
+	if base == "" {
+		base = "/var/tmp/gym-otel-docker"
+	}
+	data, err := os.ReadFile(filepath.Join(base, suite, "env"))
+	if err != nil {
+		return nil, fmt.Errorf("no %s cluster up: %v", suite, err)
+	}
+	env := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		for _, kv := range strings.Fields(strings.TrimPrefix(line, "export ")) {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				env[k] = v
+			}
+		}
+	}
+	c := &cluster{suite: env["GOS_SUITE"], project: env["GOS_PROJECT"], work: env["GOS_WORK"], net: env["GOS_NET"],
+		image: env["GOS_IMAGE"], slurmVersion: env["GOS_SLURM_VERSION"], variant: env["GOS_VARIANT"]}
+	if c.project == "" || c.work == "" {
+		return nil, fmt.Errorf("%s/%s/env: no GOS_PROJECT/GOS_WORK", base, suite)
+	}
+	sec, err := os.ReadFile(filepath.Join(c.work, "secret", "backend.env"))
+	if err != nil {
+		return nil, err
+	}
+	c.token = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(sec)), "BACKEND_TOKEN="))
+	if out, err := run("docker", "exec", c.project+"-ctl", "scontrol", "ping"); err != nil || !strings.Contains(out, "UP") {
+		return nil, fmt.Errorf("%s-ctl: scontrol ping: %v %s", c.project, err, out)
+	}
+	return c, nil
+}
+
+func run(name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// on runs a command as root in a container of the cluster (ctl, c1, c2, backend).
+func (c *cluster) on(node string, args ...string) (string, error) {
+	return run("docker", append([]string{"exec", c.project + "-" + node}, args...)...)
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// asUser runs a bash command line as gymuser on ctl (the login node) in
+// dir (a path inside the containers). env holds NAME=VALUE pairs; they
+// travel as docker's environment (`-e NAME`), never on a command line.
+func (c *cluster) asUser(t testing.TB, timeout time.Duration, env []string, dir, cmdline string) result {
+	t.Helper()
+	args := []string{"exec", "-u", jobUser, "-w", dir, "-e", "HOME=/home/" + jobUser, "-e", "USER=" + jobUser}
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		args = append(args, "-e", k)
+	}
+	args = append(args, c.project+"-ctl", "timeout", fmt.Sprint(int(timeout.Seconds())), "bash", "-c", cmdline)
+	cmd := exec.Command("docker", args...)
+	cmd.Env = append(os.Environ(), env...)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err := cmd.Run()
+	r := result{so.String(), se.String(), 0}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%s: %v", cmdline, err)
+	}
+	return r
+}
+
+func (c *cluster) tokenEnv() []string { return []string{"OTEL_TOKEN=" + c.token} }
+
+// jobDir makes a fresh job dir owned by gymuser; returns its host path and
+// its path in the containers.
+func (c *cluster) jobDir(t testing.TB, name string) (host, inside string) {
+	t.Helper()
+	tag := name + "-" + fmt.Sprint(time.Now().UnixNano()%1e9)
+	host = filepath.Join(c.work, "jobs", tag)
+	if err := os.MkdirAll(host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(host, jobUID, jobUID); err != nil {
+		t.Fatal(err)
+	}
+	return host, "/jobs/" + tag
+}
+
+// writeFile writes a file owned by gymuser.
+func writeFile(t testing.TB, p, body string, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(body), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(p, jobUID, jobUID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var jobIDRe = regexp.MustCompile(`Submitted batch job (\d+)`)
+
+func jobIDOf(t testing.TB, r result) string {
+	t.Helper()
+	m := jobIDRe.FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("no job id: code %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	return m[1]
+}
+
+// nodeStates is sinfo's view, e.g. "c1=idle c2=idle".
+func (c *cluster) nodeStates(t testing.TB) string {
+	out, err := c.on("ctl", "sinfo", "-h", "-N", "-o", "%N=%T")
+	if err != nil {
+		t.Fatalf("sinfo: %v %s", err, out)
+	}
+	f := strings.Fields(out)
+	sort.Strings(f)
+	return strings.Join(f, " ")
+}
+
+// waitIdle waits until the queue is empty and both nodes are idle; a
+// drained or down node fails the test at once.
+func (c *cluster) waitIdle(t testing.TB, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		q, _ := c.on("ctl", "squeue", "-h", "-o", "%i %T")
+		st := c.nodeStates(t)
+		if strings.Contains(st, "drain") || strings.Contains(st, "down") || strings.Contains(st, "fail") {
+			reason, _ := c.on("ctl", "sinfo", "-R")
+			t.Fatalf("a node is not healthy: %s\n%s", st, reason)
+		}
+		if strings.TrimSpace(q) == "" && st == "c1=idle c2=idle" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not idle after %v: queue %q, nodes %s", within, q, st)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// userProcs lists every process of gymuser on a node.
+func (c *cluster) userProcs(node string) []string {
+	out, _ := c.on(node, "pgrep", "-a", "-u", jobUser)
+	var procs []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if l != "" {
+			procs = append(procs, l)
+		}
+	}
+	return procs
+}
+
+// waitNothingLeft waits (bounded) until no process of gymuser runs on any
+// compute node and no record of the job is left.
+func (c *cluster) waitNothingLeft(t testing.TB, jobID string) {
+	t.Helper()
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		var left []string
+		for _, n := range []string{"c1", "c2"} {
+			for _, p := range c.userProcs(n) {
+				left = append(left, n+": "+p)
+			}
+			if jobID != "" {
+				if out, err := c.on(n, "test", "-e", "/run/gym-otel/"+n+"/"+jobID); err == nil {
+					left = append(left, n+": record dir /run/gym-otel/"+n+"/"+jobID+out)
+				}
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still there after the job: %v", left)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// slurmdLog returns a node's slurmd log.
+func (c *cluster) slurmdLog(t testing.TB, node string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(c.work, "log", node, "slurmd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// logTime finds the first line of a slurmd log matching re (one group
+// after the timestamp is allowed) and returns its time (the containers
+// log in UTC).
+func logTime(log string, re string) (time.Time, bool) {
+	m := regexp.MustCompile(`\[([0-9T:.-]+)\] (?:\[[^]]*\] )?` + re).FindStringSubmatch(log)
+	if m == nil {
+		return time.Time{}, false
+	}
+	tm, err := time.Parse("2006-01-02T15:04:05.000", m[1])
+	return tm, err == nil
+}
+
+func readTime(t testing.TB, p string) time.Time {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	return tm
+}
+
+func lastLine(t testing.TB, p string) string {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var last string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if s := strings.TrimSpace(sc.Text()); s != "" {
+			last = s
+		}
+	}
+	return last
+}
+
+func envOf(s string) map[string]string {
+	m := map[string]string{}
+	for _, l := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// switchVariant rewrites slurm.conf and restarts the daemons (variant.sh).
+func (c *cluster) switchVariant(t testing.TB, variant string) {
+	t.Helper()
+	if c.variant == variant {
+		return
+	}
+	out, err := run(filepath.Join(here, "variant.sh"), c.suite, variant)
+	if err != nil {
+		t.Fatalf("variant.sh %s %s: %v\n%s", c.suite, variant, err, out)
+	}
+	c.variant = variant
+	c.waitIdle(t, 60*time.Second)
+}
+
+// scanFor lists the files under root that contain s.
+func scanFor(root, s string) []string {
+	var hits []string
+	_ = filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() || fi.Size() > 256<<20 {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err == nil && bytes.Contains(data, []byte(s)) {
+			hits = append(hits, p)
+		}
+		return nil
+	})
+	return hits
+}
+
+// owner is a file's uid and gid.
+func owner(fi os.FileInfo) (int, int) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return -1, -1
+	}
+	return int(st.Uid), int(st.Gid)
+}
+
+// sbatch submits as gymuser (from dir, with env) and returns the job id.
+// The tests poll the job themselves: sbatch --wait polls at growing
+// intervals and added up to 30 s to a 13 s job.
+func (c *cluster) sbatch(t testing.TB, env []string, dir, args string) string {
+	t.Helper()
+	r := c.asUser(t, 60*time.Second, env, dir, "sbatch "+args)
+	if r.code != 0 {
+		t.Fatalf("sbatch %s: exit %d: %s%s", args, r.code, r.stdout, r.stderr)
+	}
+	return jobIDOf(t, r)
+}
+
+var (
+	jobStateRe = regexp.MustCompile(`JobState=(\S+)`)
+	exitCodeRe = regexp.MustCompile(`\bExitCode=(\S+)`)
+)
+
+// waitJob waits until job id has ended (a final state, not COMPLETING)
+// and returns its state and ExitCode (e.g. "COMPLETED", "0:0").
+func (c *cluster) waitJob(t testing.TB, id string, within time.Duration) (state, exit string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		out, err := c.on("ctl", "scontrol", "-o", "show", "job", id)
+		if err == nil {
+			st := jobStateRe.FindStringSubmatch(out)
+			ex := exitCodeRe.FindStringSubmatch(out)
+			if st != nil && ex != nil {
+				switch st[1] {
+				case "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING":
+				default:
+					if !strings.Contains(out, "COMPLETING") {
+						return st[1], ex[1]
+					}
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s not done after %v: %s", id, within, out)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}

@@ -1,6 +1,7 @@
 package plugin_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -295,4 +296,76 @@ func TestScancelDuringFinalWait(t *testing.T) {
 	waitNoCollector(t)
 	waitIdle(t)
 	t.Logf("job gone and nodes idle %v after scancel", time.Since(start))
+}
+
+// A job that hits its time limit: Slurm ends it (TIMEOUT), the epilog
+// drains the collector, every jsonl line parses, nothing is left, the node
+// is idle. The limit is lowered with scontrol once the script runs (Slurm's
+// smallest --time is a minute); slurmctld enforces it within its periodic
+// check (Slurm counts limits in whole minutes: about 90 s in all).
+func TestTimeLimit(t *testing.T) {
+	waitIdle(t)
+	gym := testenv.Standin(t, "gym-standin")
+	if out, err := run("install", "-m", "0755", gym, filepath.Join(plugDir, "gym-standin")); err != nil {
+		t.Fatalf("install %s: %v %s", gym, err, out)
+	}
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	ready := filepath.Join(jobsDir, "tl-"+tag+".ready")
+	jobDir := filepath.Join(jobsDir, "otel-tl-"+tag)
+	script := writeScript(t, "tl-"+tag+".sh", fmt.Sprintf("srun -N1 %s/gym-standin --rollouts 2 || exit 9\ntouch %s\nsleep 600\n", plugDir, ready))
+	id := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(),
+		fmt.Sprintf("sbatch --time=10 --gym-otel=job_dir=%s,scrape_interval_seconds=1 -o /dev/null %s", jobDir, script)))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job did not start")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if out, err := run("scontrol", "update", "JobId="+id, "TimeLimit=0:01"); err != nil {
+		t.Fatalf("scontrol update: %v %s", err, out)
+	}
+	start := time.Now()
+	state := ""
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		out, _ := run("scontrol", "-o", "show", "job", id)
+		if m := regexp.MustCompile(`JobState=(\S+)`).FindStringSubmatch(out); m != nil {
+			state = m[1]
+		}
+		if state == "TIMEOUT" {
+			break
+		}
+	}
+	if state != "TIMEOUT" {
+		t.Fatalf("job %s: state %q, want TIMEOUT", id, state)
+	}
+	t.Logf("TIMEOUT %v after the limit was lowered", time.Since(start))
+	waitNoCollector(t)
+	waitIdle(t)
+	lines := map[string]int{}
+	for _, f := range []string{"metrics.jsonl", "traces.jsonl", "logs.jsonl"} {
+		data, err := os.ReadFile(filepath.Join(jobDir, "otel", f))
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		for i, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+			if line == "" {
+				continue
+			}
+			lines[f]++
+			if !json.Valid([]byte(line)) {
+				t.Errorf("%s:%d: not JSON", f, i+1)
+			}
+		}
+	}
+	if lines["traces.jsonl"] == 0 {
+		t.Errorf("no spans in %s/otel/traces.jsonl: %v", jobDir, lines)
+	}
+	if ents, _ := filepath.Glob(filepath.Join(recordDir, "*", id)); len(ents) > 0 {
+		t.Errorf("record dirs left: %v", ents)
+	}
 }

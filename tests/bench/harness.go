@@ -1,0 +1,415 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Where the benchmark's own Slurm lives: a cluster separate from the plugin
+// tests' (state dir, ports and munged of its own).
+const (
+	benchBase     = "/var/lib/gym-otel-bench"
+	slurmState    = benchBase + "/slurm"
+	installDir    = benchBase + "/install"
+	backendDir    = benchBase + "/backend"
+	recordDir     = "/run/gym-otel-bench"
+	ctldPort      = "17817"
+	slurmdPort    = "17820"
+	mungeSocket   = "/run/gym-otel-bench-munge/munge.socket.2"
+	backendPort   = "17830"
+	backendHealth = "17831"
+	gymOTLPHTTP   = "17840"
+	gymOTLPGRPC   = "17841"
+	gymHealth     = "17842"
+	benchUser     = "gymuser"
+	benchToken    = "bench-token-6f1d2c"
+	nodeCount     = 2
+)
+
+var (
+	repo    string
+	jobsDir = slurmState + "/jobs"
+	snippet = slurmState + "/plugstack.conf.d/gym-otel.conf"
+	conf    = filepath.Join(benchBase, "gym-otel.conf")
+	logf    = func(format string, a ...any) {
+		fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", a...)
+	}
+	backendP string
+)
+
+// slurmEnv is the environment of every harness script and Slurm client.
+func slurmEnv() []string {
+	return []string{
+		"GOS_SLURM_STATE=" + slurmState,
+		"GOS_SLURMCTLD_PORT=" + ctldPort,
+		"GOS_SLURMD_PORT_BASE=" + slurmdPort,
+		"GOS_MUNGE_SOCKET=" + mungeSocket,
+		"SLURM_CONF=" + slurmState + "/slurm.conf",
+	}
+}
+
+// sh runs a command as root with the bench's Slurm environment.
+func sh(name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), slurmEnv()...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, lastLines(out.String(), 15))
+	}
+	return out.String(), nil
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// asUser runs a bash command line as the bench user in the jobs dir. The
+// token travels in the environment only when withToken is set.
+func asUser(cmdline string, withToken bool, timeout time.Duration) (string, error) {
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/" + benchUser, "USER=" + benchUser,
+		"LOGNAME=" + benchUser, "LANG=C.UTF-8", "SLURM_CONF=" + slurmState + "/slurm.conf"}
+	if withToken {
+		env = append(env, "OTEL_TOKEN="+benchToken)
+	}
+	cmd := exec.Command("timeout", strconv.Itoa(int(timeout.Seconds())), "setpriv", "--reuid="+benchUser,
+		"--regid="+benchUser, "--init-groups", "/bin/bash", "-c", "cd "+jobsDir+" && "+cmdline)
+	cmd.Env = env
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	if err := cmd.Run(); err != nil {
+		return so.String(), fmt.Errorf("%s: %v: %s", cmdline, err, lastLines(se.String(), 10))
+	}
+	return so.String(), nil
+}
+
+// setup installs the plugin, the CLI, the collector and the load generator
+// as an admin would, starts the OTLP backend and the bench's Slurm with the
+// plugin in plugstack.conf.d.
+func setup() error {
+	for _, d := range []string{benchBase, installDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		_ = os.Chmod(d, 0o755)
+	}
+	for _, f := range []string{"build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank", "build/otelcol-gym", "build/bench/loadgen"} {
+		if _, err := sh("install", "-m", "0755", filepath.Join(repo, f), filepath.Join(installDir, filepath.Base(f))); err != nil {
+			return fmt.Errorf("%v (run make build collector, and build tests/bench/loadgen)", err)
+		}
+	}
+	site := fmt.Sprintf(`otel:
+  endpoint: http://127.0.0.1:%s
+  service_name: gym-bench
+  token_env: OTEL_TOKEN
+  binary: %s/otelcol-gym
+  gpu_metrics_port: null
+  node_metrics_port: null
+  scrape_interval_seconds: %d
+`, backendPort, installDir, scrapeInterval)
+	if err := os.WriteFile(filepath.Join(installDir, "site.yaml"), []byte(site), 0o644); err != nil {
+		return err
+	}
+	line := fmt.Sprintf("required %[1]s/gym_otel.so site=%[1]s/site.yaml cli=%[1]s/gym-otel-spank record_dir=%[2]s prolog_timeout=30\n", installDir, recordDir)
+	if err := os.WriteFile(conf, []byte(line), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(installDir, "gym-style.yaml"), []byte(gymStyleConfig), 0o644); err != nil {
+		return err
+	}
+	_ = os.RemoveAll(backendDir)
+	cmd := exec.Command(filepath.Join(repo, "tests/backend/run.sh"))
+	cmd.Env = append(os.Environ(), "BACKEND_PORT="+backendPort, "BACKEND_TOKEN="+benchToken,
+		"BACKEND_DIR="+backendDir, "BACKEND_HEALTH_PORT="+backendHealth, "OTELCOL="+installDir+"/otelcol-gym")
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("backend: %v", err)
+	}
+	backendP = strings.TrimSpace(string(out))
+	if _, err := sh(filepath.Join(repo, "tests/slurm/up.sh"), "--nodes", strconv.Itoa(nodeCount), "--prolog-flags", "Alloc",
+		"--no-plugstack", "--plugstack", conf); err != nil {
+		return err
+	}
+	return os.Chmod(jobsDir, 0o1777)
+}
+
+// teardown stops the backend and the bench's Slurm (jobs, daemons, munged).
+func teardown() {
+	if backendP != "" {
+		_, _ = sh(filepath.Join(repo, "tests/backend/stop.sh"), backendP)
+		backendP = ""
+	}
+	if _, err := sh(filepath.Join(repo, "tests/slurm/down.sh")); err != nil {
+		logf("down.sh: %v", err)
+	}
+}
+
+// usePlugin installs (or removes) the plugstack snippet and restarts slurmd,
+// which caches the plugstack for the job prolog/epilog.
+func usePlugin(on bool) error {
+	if on {
+		data, err := os.ReadFile(conf)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(snippet, data, 0o644); err != nil {
+			return err
+		}
+	} else if err := os.Remove(snippet); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	_, err := sh(filepath.Join(repo, "tests/slurm/restart-slurmd.sh"))
+	return err
+}
+
+// waitIdle waits (bounded) until the queue is empty and every node idle.
+func waitIdle(limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		q, _ := sh("squeue", "-h", "-o", "%i")
+		st, _ := sh("sinfo", "-h", "-N", "-o", "%T")
+		busy := strings.TrimSpace(q) != ""
+		for _, s := range strings.Fields(st) {
+			if s != "idle" {
+				busy = true
+			}
+		}
+		if !busy {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not idle after %v: queue %q, nodes %q", limit, strings.TrimSpace(q), strings.TrimSpace(st))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitGone polls squeue every `every` until job id has left it (the job
+// and its epilogs are done); it returns the time it saw that.
+func waitGone(id string, every, limit time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		out, _ := sh("squeue", "-h", "-j", id, "-o", "%t")
+		if strings.TrimSpace(out) == "" || strings.Contains(out, "Invalid job id") {
+			return time.Now(), nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("job %s still in the queue after %v: %s", id, limit, out)
+		}
+		time.Sleep(every)
+	}
+}
+
+var logTS = regexp.MustCompile(`^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})\] (.*)$`)
+
+// logLine is one timestamped line of a Slurm daemon log.
+type logLine struct {
+	at   time.Time
+	text string
+}
+
+// readLog returns the timestamped lines of one daemon log.
+func readLog(name string) []logLine {
+	f, err := os.Open(filepath.Join(slurmState, name))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var lines []logLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		m := logTS.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		at, err := time.ParseInLocation("2006-01-02T15:04:05.000", m[1], time.Local)
+		if err != nil {
+			continue
+		}
+		lines = append(lines, logLine{at, m[2]})
+	}
+	return lines
+}
+
+// firstMatch is the time of the first line containing s, or zero.
+func firstMatch(lines []logLine, s string) time.Time {
+	for _, l := range lines {
+		if strings.Contains(l.text, s) {
+			return l.at
+		}
+	}
+	return time.Time{}
+}
+
+// readNanos reads a file holding `date +%s%N`.
+func readNanos(p string) (time.Time, error) {
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return time.Time{}, err
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: %v", p, err)
+	}
+	return time.Unix(0, ns), nil
+}
+
+// writeScript writes an executable job script into the jobs dir.
+func writeScript(name, body string) (string, error) {
+	p := filepath.Join(jobsDir, name)
+	return p, os.WriteFile(p, []byte("#!/bin/bash\n"+body), 0o755)
+}
+
+var submitted = regexp.MustCompile(`^(\d+)`)
+
+// sbatch submits as the bench user and returns the job id and the moment
+// sbatch returned.
+func sbatch(args string, withToken bool) (string, time.Time, error) {
+	out, err := asUser("sbatch --parsable "+args, withToken, 60*time.Second)
+	ret := time.Now()
+	if err != nil {
+		return "", ret, err
+	}
+	m := submitted.FindStringSubmatch(strings.TrimSpace(out))
+	if m == nil {
+		return "", ret, fmt.Errorf("sbatch %s: %q", args, out)
+	}
+	return m[1], ret, nil
+}
+
+// countIn counts the occurrences of pat in file p, streaming.
+func countIn(p string, pat []byte) (int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 8<<20)
+	keep := len(pat) - 1
+	var n int64
+	carry := 0
+	for {
+		r, err := f.Read(buf[carry:])
+		total := carry + r
+		n += int64(bytes.Count(buf[:total], pat))
+		if total > keep {
+			copy(buf, buf[total-keep:total])
+			carry = keep
+		} else {
+			carry = total
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// memOf reads a process's memory: VmRSS, RssAnon, RssFile (status) and
+// Pss (smaps_rollup), in KiB.
+type memOf struct{ RSS, Anon, File, PSS float64 }
+
+func readMem(pid int) (memOf, error) {
+	var m memOf
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return m, err
+	}
+	for _, l := range strings.Split(string(st), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			m.RSS = v
+		case "RssAnon:":
+			m.Anon = v
+		case "RssFile:":
+			m.File = v
+		}
+	}
+	sm, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err == nil {
+		for _, l := range strings.Split(string(sm), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "Pss:" {
+				m.PSS, _ = strconv.ParseFloat(f[1], 64)
+			}
+		}
+	}
+	return m, nil
+}
+
+// findProc returns the pids whose command line starts with prefix.
+func findProc(prefix string) []int {
+	var pids []int
+	ents, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, e := range ents {
+		cl, err := os.ReadFile(e)
+		if err != nil || !strings.HasPrefix(strings.ReplaceAll(string(cl), "\x00", " "), prefix) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(e))); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	sort.Ints(pids)
+	return pids
+}
+
+// ---------------------------------------------------------------- statistics
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// quart returns the 25th and 75th percentiles (nearest rank).
+func quart(v []float64) (float64, float64) {
+	if len(v) == 0 {
+		return 0, 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	at := func(p float64) float64 { return s[int(p*float64(len(s)-1)+0.5)] }
+	return at(0.25), at(0.75)
+}
+
+func minmax(v []float64) (float64, float64) {
+	if len(v) == 0 {
+		return 0, 0
+	}
+	lo, hi := v[0], v[0]
+	for _, x := range v {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	return lo, hi
+}
+
+func secs(d time.Duration) float64 { return d.Seconds() }

@@ -1,0 +1,161 @@
+// Command bench measures what gym-otel-spank costs, against its anchors
+// (P1-P6 of docs/performance.md), on a local Slurm of its own, and prints
+// one table: id, what, figure, spread, target, met. It asserts nothing and
+// is never part of `make test`; run it with `make bench` (root; it installs
+// and starts what it needs, and stops it again).
+//
+// The bench's Slurm is separate from the plugin tests' cluster: state dir
+// /var/lib/gym-otel-bench/slurm, slurmctld port 17817, slurmd 17820+, its own
+// munged. Every comparison runs in one invocation, interleaved in blocks over
+// several rounds, with an A-against-A control.
+//
+// Environment:
+//
+//	GYM_OTEL_BENCH_QUICK=1      fewer rounds and samples, 15 s load steps (about 6 minutes)
+//	GYM_OTEL_BENCH_ONLY=P1,P2   only these (P1 includes P6, P2 includes P3, P4 includes P5)
+//	GYM_OTEL_BENCH_OUT=FILE     also write the table there (default build/bench/result.txt)
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// scrapeInterval is the site's scrape_interval_seconds in the bench, in
+// seconds: P3's target is this plus 2 s.
+const scrapeInterval = 5
+
+// Row is one line of the result table.
+type Row struct {
+	ID, What, Figure, Spread, Target, Met string
+}
+
+func main() {
+	_, file, _, _ := runtime.Caller(0)
+	repo = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	if wd, err := os.Getwd(); err == nil {
+		if _, err := os.Stat(filepath.Join(wd, "tests/slurm/up.sh")); err == nil {
+			repo = wd
+		}
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "bench: must run as root (it runs its own Slurm)")
+		os.Exit(2)
+	}
+	quick := os.Getenv("GYM_OTEL_BENCH_QUICK") == "1"
+	only := map[string]bool{}
+	for _, p := range strings.Split(os.Getenv("GYM_OTEL_BENCH_ONLY"), ",") {
+		if p = strings.ToUpper(strings.TrimSpace(p)); p != "" {
+			only[p] = true
+		}
+	}
+	want := func(ids ...string) bool {
+		if len(only) == 0 {
+			return true
+		}
+		for _, id := range ids {
+			if only[id] {
+				return true
+			}
+		}
+		return false
+	}
+	out := os.Getenv("GYM_OTEL_BENCH_OUT")
+	if out == "" {
+		out = filepath.Join(repo, "build/bench/result.txt")
+	}
+
+	// Rounds and samples: about 16 minutes by default, 6 in quick mode.
+	p1Rounds, p1N, p1Sbatch := 4, 10, 4
+	p23Rounds := 5
+	loadDur, idle, loadJobs := 60*time.Second, 15*time.Second, 3
+	if quick {
+		p1Rounds, p1N, p1Sbatch = 2, 6, 2
+		p23Rounds = 2
+		loadDur, idle, loadJobs = 15*time.Second, 10*time.Second, 2
+	}
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		logf("interrupted: stopping the bench's Slurm and backend")
+		teardown()
+		os.Exit(130)
+	}()
+
+	t0 := time.Now()
+	load1, _ := os.ReadFile("/proc/loadavg")
+	logf("bench: setting up (quick=%v)", quick)
+	var rows []Row
+	err := setup()
+	if err == nil && want("P1", "P6") {
+		var r []Row
+		if r, err = runP1(p1Rounds, p1N, p1Sbatch); err == nil {
+			rows = append(rows, r...)
+		}
+	}
+	if err == nil && want("P2", "P3") {
+		var r []Row
+		if r, err = runP23(p23Rounds); err == nil {
+			rows = append(rows, r...)
+		}
+	}
+	if err == nil && want("P4", "P5") {
+		var r []Row
+		if r, err = runP45(loadDur, idle, loadJobs); err == nil {
+			rows = append(rows, r...)
+		}
+	}
+	load2, _ := os.ReadFile("/proc/loadavg")
+	teardown()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	order := map[string]int{"P1": 1, "P2": 2, "P3": 3, "P4": 4, "P5": 5, "P6": 6}
+	sortRows(rows, order)
+
+	var b strings.Builder
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "gym-otel-spank bench, %s, %s, %d CPUs, %s; %v; load average before %s, after %s\n",
+		time.Now().Format("2006-01-02 15:04"), host, runtime.NumCPU(), slurmVersion(),
+		time.Since(t0).Round(time.Second), strings.Join(strings.Fields(string(load1))[:3], " "),
+		strings.Join(strings.Fields(string(load2))[:3], " "))
+	if quick {
+		b.WriteString("quick mode (GYM_OTEL_BENCH_QUICK=1): fewer rounds and samples\n")
+	}
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "id\twhat\tfigure\tspread\ttarget\tmet")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.What, r.Figure, r.Spread, r.Target, r.Met)
+	}
+	tw.Flush()
+	fmt.Print(b.String())
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err == nil {
+		_ = os.WriteFile(out, []byte(b.String()), 0o644)
+	}
+}
+
+func sortRows(rows []Row, order map[string]int) {
+	for i := 1; i < len(rows); i++ {
+		for j := i; j > 0 && order[rows[j].ID] < order[rows[j-1].ID]; j-- {
+			rows[j], rows[j-1] = rows[j-1], rows[j]
+		}
+	}
+}
+
+func slurmVersion() string {
+	out, err := sh("sinfo", "--version")
+	if err != nil {
+		return "slurm ?"
+	}
+	return strings.TrimSpace(out)
+}

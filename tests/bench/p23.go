@@ -1,0 +1,203 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// gymStyleConfig is the collector the Gym-style script starts: fixed ports
+// (here on 127.0.0.1 rather than 0.0.0.0), a health check, OTLP in, the
+// backend and a file out.
+const gymStyleConfig = `# The collector NeMo Gym's rendered sbatch script starts today (the P2/P3 anchor).
+extensions:
+  health_check:
+    endpoint: 127.0.0.1:` + gymHealth + `
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:` + gymOTLPGRPC + `
+      http:
+        endpoint: 127.0.0.1:` + gymOTLPHTTP + `
+exporters:
+  otlp_http:
+    endpoint: http://127.0.0.1:` + backendPort + `
+    headers:
+      Authorization: Bearer ${env:OTEL_TOKEN}
+  file:
+    path: ${env:GYMSTYLE_DIR}/traces.jsonl
+service:
+  extensions: [health_check]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [otlp_http, file]
+    metrics:
+      receivers: [otlp]
+      exporters: [otlp_http]
+    logs:
+      receivers: [otlp]
+      exporters: [otlp_http]
+`
+
+// gymStyleScript reproduces the collector step of Gym's sbatch script:
+// an `srun --overlap` collector on node 0, a health poll sleeping 5 s,
+// Gym's env for the driver, then a fixed 20 s grace, pkill by pattern and a
+// 1 s wait loop (at most 30 s).
+func gymStyleScript() string {
+	return fmt.Sprintf(`export GYMSTYLE_DIR=%[1]s/gymstyle-$SLURM_JOB_ID
+mkdir -p "$GYMSTYLE_DIR"
+CFG=%[2]s/gym-style.yaml
+srun --overlap --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" %[2]s/otelcol-gym --config "$CFG" >"$GYMSTYLE_DIR/collector.log" 2>&1 &
+until curl -sf -o /dev/null http://127.0.0.1:%[3]s/; do sleep 5; done
+export NEMO_GYM_OTEL_ENABLED=1 NEMO_GYM_OTEL_RUN_ID=$SLURM_JOB_ID NEMO_GYM_OTEL_SPAN_GROUPS=default,verify NEMO_GYM_OTEL_LOGS_ENABLED=1
+export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:%[4]s OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_LOGS_ENDPOINT=http://127.0.0.1:%[5]s
+date +%%s%%N > %[1]s/first.$SLURM_JOB_ID
+true
+date +%%s%%N > %[1]s/last.$SLURM_JOB_ID
+sleep 20
+pkill -f "otelcol-gym --config $CFG" || true
+for i in $(seq 1 30); do sleep 1; pgrep -f "otelcol-gym --config $CFG" >/dev/null || break; done
+`, jobsDir, installDir, gymHealth, gymOTLPHTTP, gymOTLPGRPC)
+}
+
+// p23Job is one measured job of P2/P3.
+type p23Job struct {
+	arm       string // "ours", "noflag", "noflag2", "gym"
+	round     int
+	id        string
+	returned  time.Time // sbatch returned
+	polledEnd time.Time // the bench saw the job leave the queue
+}
+
+// runP23 runs rounds of four jobs (flag on, no flag twice, Gym-style) on two
+// nodes, in an order that rotates every round, with the plugin installed.
+func runP23(rounds int) ([]Row, error) {
+	if err := usePlugin(true); err != nil {
+		return nil, err
+	}
+	plain, err := writeScript("p23.sh", fmt.Sprintf(`date +%%s%%N > %[1]s/first.$SLURM_JOB_ID
+true
+date +%%s%%N > %[1]s/last.$SLURM_JOB_ID
+`, jobsDir))
+	if err != nil {
+		return nil, err
+	}
+	gym, err := writeScript("gymstyle.sh", gymStyleScript())
+	if err != nil {
+		return nil, err
+	}
+	arms := []string{"ours", "noflag", "gym", "noflag2"}
+	var jobs []p23Job
+	for r := 0; r < rounds; r++ {
+		for i := range arms {
+			arm := arms[(i+r)%len(arms)]
+			if err := waitIdle(60 * time.Second); err != nil {
+				return nil, err
+			}
+			args, tok := "-N2 -o /dev/null "+plain, false
+			switch arm {
+			case "ours":
+				args, tok = "-N2 -o /dev/null --gym-otel "+plain, true
+			case "gym":
+				args, tok = "-N2 -o "+jobsDir+"/gymstyle-%j.out "+gym, true
+			}
+			id, ret, err := sbatch(args, tok)
+			if err != nil {
+				return nil, err
+			}
+			end, err := waitGone(id, 100*time.Millisecond, 120*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			jobs = append(jobs, p23Job{arm, r, id, ret, end})
+			logf("P2/P3 round %d/%d: %s job %s done", r+1, rounds, arm, id)
+		}
+	}
+	if err := waitIdle(60 * time.Second); err != nil {
+		return nil, err
+	}
+	// Times from the job's files and slurmd's logs (millisecond stamps).
+	var logs [][]logLine
+	for n := 1; n <= nodeCount; n++ {
+		logs = append(logs, readLog(fmt.Sprintf("slurmd-gn%d.log", n)))
+	}
+	start := map[string][]float64{}    // sbatch return to first line (s)
+	end := map[string][]float64{}      // last line to job end (s)
+	prolog := map[string][]float64{}   // prolog on the batch node (s)
+	perRound := map[string][]float64{} // "ours-r" etc: per-round start values
+	for _, j := range jobs {
+		first, err := readNanos(filepath.Join(jobsDir, "first."+j.id))
+		if err != nil {
+			return nil, err
+		}
+		last, err := readNanos(filepath.Join(jobsDir, "last."+j.id))
+		if err != nil {
+			return nil, err
+		}
+		var done time.Time
+		for _, l := range logs {
+			if t := firstMatch(l, "JobId="+j.id+": sent epilog complete msg"); t.After(done) {
+				done = t
+			}
+		}
+		if done.IsZero() {
+			done = j.polledEnd
+		}
+		arm := j.arm
+		if arm == "noflag2" {
+			arm = "noflag"
+		}
+		start[arm] = append(start[arm], secs(first.Sub(j.returned)))
+		perRound[fmt.Sprintf("%s-%d", j.arm, j.round)] = append(perRound[fmt.Sprintf("%s-%d", j.arm, j.round)], secs(first.Sub(j.returned)))
+		end[arm] = append(end[arm], secs(done.Sub(last)))
+		if s, e := firstMatch(logs[0], "Running spank/prolog for jobid ["+j.id+"]"), firstMatch(logs[0], "Finished wait for job "+j.id+"'s prolog to complete"); !s.IsZero() && e.After(s) {
+			prolog[arm] = append(prolog[arm], secs(e.Sub(s)))
+		}
+	}
+	var added, gymAdded, ctl []float64
+	for r := 0; r < rounds; r++ {
+		nf := (median(perRound[fmt.Sprintf("noflag-%d", r)]) + median(perRound[fmt.Sprintf("noflag2-%d", r)])) / 2
+		added = append(added, median(perRound[fmt.Sprintf("ours-%d", r)])-nf)
+		gymAdded = append(gymAdded, median(perRound[fmt.Sprintf("gym-%d", r)])-nf)
+		ctl = append(ctl, median(perRound[fmt.Sprintf("noflag2-%d", r)])-median(perRound[fmt.Sprintf("noflag-%d", r)]))
+	}
+	add := median(start["ours"]) - median(start["noflag"])
+	gadd := median(start["gym"]) - median(start["noflag"])
+	alo, ahi := minmax(added)
+	glo, ghi := minmax(gymAdded)
+	clo, chi := minmax(ctl)
+	plo, phi := quart(prolog["ours"])
+	olo, ohi := quart(end["ours"])
+	nlo, nhi := quart(end["noflag"])
+	gelo, gehi := quart(end["gym"])
+	target3 := float64(scrapeInterval) + 2
+	rows := []Row{
+		{ID: "P2", What: "sbatch's return to the script's first line: flag on, added to no flag",
+			Figure: fmt.Sprintf("%+.2f s (%.2f / %.2f s)", add, median(start["ours"]), median(start["noflag"])),
+			Spread: fmt.Sprintf("rounds %+.2f..%+.2f s; A/A (no flag twice) %+.2f..%+.2f s", alo, ahi, clo, chi),
+			Target: "<= 0.3 s added (Gym: 5.0 s)", Met: yes(add <= 0.3)},
+		{ID: "P2", What: "the job prolog on the batch node, flag on (slurmd log, ms stamps)",
+			Figure: fmt.Sprintf("%.3f s (no flag %.3f s)", median(prolog["ours"]), median(prolog["noflag"])),
+			Spread: fmt.Sprintf("p25-p75 %.3f-%.3f s", plo, phi),
+			Target: "part of the 0.3 s", Met: "-"},
+		{ID: "P2", What: "the Gym-style script: sbatch's return to the driver's first line, added",
+			Figure: fmt.Sprintf("%+.2f s (%.2f s)", gadd, median(start["gym"])),
+			Spread: fmt.Sprintf("rounds %+.2f..%+.2f s", glo, ghi),
+			Target: "anchor (5.0 s before)", Met: "-"},
+		{ID: "P3", What: "the script's last line to the job's end, all nodes idle: flag on",
+			Figure: fmt.Sprintf("%.2f s (no flag %.2f s)", median(end["ours"]), median(end["noflag"])),
+			Spread: fmt.Sprintf("p25-p75 %.2f-%.2f s (no flag %.2f-%.2f s)", olo, ohi, nlo, nhi),
+			Target: fmt.Sprintf("<= %.0f s (scrape interval %d s + 2 s; Gym: 21.0 s)", target3, scrapeInterval),
+			Met:    yes(median(end["ours"]) <= target3)},
+		{ID: "P3", What: "the Gym-style script: the driver's last line to the job's end",
+			Figure: fmt.Sprintf("%.2f s", median(end["gym"])),
+			Spread: fmt.Sprintf("p25-p75 %.2f-%.2f s", gelo, gehi),
+			Target: "anchor (21.0 s before)", Met: "-"},
+	}
+	return rows, nil
+}

@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <slurm/slurm.h>
 
 #include "gym_otel.h"
 
@@ -72,6 +75,32 @@ static int nested_in_flagged_job(void)
 	return getenv("GYM_OTEL_JOB") || getenv(GOS_OPTION_ENV);
 }
 
+#ifdef PROLOG_FLAG_RUN_IN_JOB
+/*
+ * PrologFlags=RunInJob (Slurm 23.11+) moves the job prolog and epilog into
+ * the job's extern step. Slurm 24.11 calls no SPANK job_prolog/job_epilog
+ * there, so no node would start the job's collector (see the admin guide).
+ * Asks slurmctld (one RPC, only for jobs that want a collector); an
+ * unreachable controller is not this plugin's to report.
+ */
+static int prolog_runs_in_job(void)
+{
+	slurm_conf_t *conf = NULL;
+	int yes;
+
+	if (slurm_load_ctl_conf((time_t)0, &conf) != SLURM_SUCCESS || !conf)
+		return 0;
+	yes = (conf->prolog_flags & PROLOG_FLAG_RUN_IN_JOB) != 0;
+	slurm_free_ctl_conf(conf);
+	return yes;
+}
+#else
+static int prolog_runs_in_job(void)
+{
+	return 0;
+}
+#endif
+
 int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok)
 {
 	int explicit_flag = gos_opt.given;
@@ -100,6 +129,18 @@ int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok)
 		return -1;
 	}
 
+	if (prolog_runs_in_job()) {
+		if (explicit_flag) {
+			slurm_error(GOS_PREFIX "PrologFlags=RunInJob is set in slurm.conf: the job "
+				    "prolog runs inside the job, where Slurm runs no SPANK job "
+				    "prolog, so no node could start the job's collector; ask the "
+				    "admins for PrologFlags=Alloc without RunInJob");
+			return -1;
+		}
+		slurm_spank_log(GOS_PREFIX "warning: the job runs without a collector "
+				"(plugstack default=on): PrologFlags=RunInJob is set in slurm.conf");
+		return 0;
+	}
 	if (gos_core_open(a, &core))
 		return explicit_flag ? -1 : 0;
 	if (!getcwd(cwd, sizeof(cwd)))

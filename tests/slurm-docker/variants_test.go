@@ -1,0 +1,177 @@
+package slurmdocker
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The slurm.conf variants besides alloc (lib.sh gen_slurm_conf), per suite.
+var variants = map[string][]string{
+	"bookworm": {"none", "contain"},
+	"trixie":   {"contain", "contain_spank", "runinjob"},
+}
+
+// A short smoke job on every other variant of the suite's Slurm; the
+// cluster goes back to alloc afterwards.
+func TestVariants(t *testing.T) {
+	c := need(t)
+	t.Cleanup(func() { c.switchVariant(t, "alloc") })
+	for _, v := range variants[c.suite] {
+		t.Run(v, func(t *testing.T) {
+			c.switchVariant(t, v)
+			switch v {
+			case "none":
+				smokeNoAlloc(t, c)
+			case "runinjob":
+				smokeRunInJob(t, c)
+			default:
+				smokeFull(t, c)
+			}
+		})
+	}
+}
+
+// smoke is a two-node job: env of the batch step and of an srun -N2 step,
+// a Gym stand-in on the batch node.
+type smoke struct {
+	host, dir, jobID, state, exit string
+	env                           map[string]map[string]string // batch, c1, c2
+}
+
+func runSmoke(t *testing.T, c *cluster, name string) smoke {
+	t.Helper()
+	c.waitIdle(t, 60*time.Second)
+	host, dir := c.jobDir(t, name)
+	writeFile(t, filepath.Join(host, "job.sh"), fmt.Sprintf(`#!/bin/bash
+env > %[1]s/env.batch
+srun -N2 --ntasks-per-node=1 --overlap bash -c 'env > %[1]s/env.$SLURMD_NODENAME' || exit 91
+%[2]s/gym-standin --rollouts 2 --sandbox-provider docker || exit 92
+`, dir, standins), 0o755)
+	s := smoke{host: host, dir: dir}
+	s.jobID = c.sbatch(t, c.tokenEnv(), dir, fmt.Sprintf("-N2 --gym-otel=job_dir=%s -o %s/slurm-%%j.out job.sh", dir, dir))
+	s.state, s.exit = c.waitJob(t, s.jobID, 120*time.Second)
+	out, _ := os.ReadFile(filepath.Join(host, "slurm-"+s.jobID+".out"))
+	t.Logf("%s job %s: %s %s; output:\n%s", c.variant, s.jobID, s.state, s.exit, out)
+	if s.state != "COMPLETED" || s.exit != "0:0" {
+		t.Fatalf("job %s: %s ExitCode=%s, want COMPLETED 0:0", s.jobID, s.state, s.exit)
+	}
+	s.env = map[string]map[string]string{}
+	for _, k := range []string{"batch", "c1", "c2"} {
+		data, err := os.ReadFile(filepath.Join(host, "env."+k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), c.token) {
+			t.Errorf("env.%s: the token's value is in the task env", k)
+		}
+		s.env[k] = envOf(string(data))
+	}
+	return s
+}
+
+func statePort(t *testing.T, dir string) string {
+	t.Helper()
+	st, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`"otlp_http": (\d+)`).FindSubmatch(st)
+	if m == nil {
+		t.Fatalf("%s/state.json: no otlp_http port: %s", dir, st)
+	}
+	if !strings.Contains(string(st), `"drained"`) {
+		t.Errorf("%s/state.json: not drained: %s", dir, st)
+	}
+	return string(m[1])
+}
+
+// smokeFull: the lifecycle works as with alloc: a collector per node, each
+// node's tasks pointing at it, the Gym spans in the files, the final
+// scrape wait, nothing left.
+func smokeFull(t *testing.T, c *cluster) {
+	s := runSmoke(t, c, "smoke-"+c.variant)
+	dirs := map[string]string{"c1": filepath.Join(s.host, "otel"), "c2": filepath.Join(s.host, "otel", "nodes", "c2")}
+	for k, n := range map[string]string{"batch": "c1", "c1": "c1", "c2": "c2"} {
+		want := "http://127.0.0.1:" + statePort(t, dirs[n])
+		if got := s.env[k]["OTEL_EXPORTER_OTLP_ENDPOINT"]; got != want {
+			t.Errorf("env.%s: OTEL_EXPORTER_OTLP_ENDPOINT=%q, want %s (%s's collector)", k, got, want, n)
+		}
+		for _, v := range gymVars {
+			if s.env[k][v] == "" {
+				t.Errorf("env.%s: %s missing", k, v)
+			}
+		}
+	}
+	spans := find(readOTLP(t, filepath.Join(dirs["c1"], "traces.jsonl")), func(it item) bool {
+		return it.signal == "span" && it.name == "gym.rollout" && it.res["slurm_job_id"] == s.jobID && it.res["host.name"] == "c1"
+	})
+	if len(spans) != 2 {
+		t.Errorf("c1: %d gym.rollout spans of job %s, want 2", len(spans), s.jobID)
+	}
+	if !strings.Contains(c.slurmdLog(t, "c1"), "gym-otel: job "+s.jobID+": batch script done, waiting") {
+		t.Errorf("c1: no final-scrape wait for job %s", s.jobID)
+	}
+	c.waitNothingLeft(t, s.jobID)
+	c.waitIdle(t, 30*time.Second)
+}
+
+// smokeNoAlloc (PrologFlags unset, the documented degradation): slurmd runs
+// the prolog on the batch node at allocation and on the other nodes only
+// at their first step, with that srun's job-control env, which holds no
+// spec. So the batch node gets a collector; the other node none: its tasks
+// get none of the plugin's env (the values inherited from the batch step
+// point at another node's loopback and are taken out), slurmd logs why,
+// and nothing drains.
+func smokeNoAlloc(t *testing.T, c *cluster) {
+	s := runSmoke(t, c, "smoke-none")
+	want := "http://127.0.0.1:" + statePort(t, filepath.Join(s.host, "otel"))
+	for _, k := range []string{"batch", "c1"} {
+		if got := s.env[k]["OTEL_EXPORTER_OTLP_ENDPOINT"]; got != want {
+			t.Errorf("env.%s: OTEL_EXPORTER_OTLP_ENDPOINT=%q, want %s", k, got, want)
+		}
+	}
+	for _, v := range append([]string{"GYM_OTEL_OWNED"}, gymVars...) {
+		if val, ok := s.env["c2"][v]; ok {
+			t.Errorf("env.c2: %s=%q is set though c2 has no collector", v, val)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(s.host, "otel", "nodes", "c2")); err == nil {
+		t.Errorf("otel/nodes/c2 exists: c2 started a collector")
+	}
+	if !strings.Contains(c.slurmdLog(t, "c2"), "gym-otel: job "+s.jobID+": the job asked for a collector but node c2 has no record of it") {
+		t.Errorf("c2: slurmd does not say why job %s has no collector there", s.jobID)
+	}
+	if strings.Contains(c.slurmdLog(t, "c2"), "gym-otel: job "+s.jobID+": collector ready") {
+		t.Errorf("c2: a collector started for job %s", s.jobID)
+	}
+	c.waitNothingLeft(t, s.jobID)
+	c.waitIdle(t, 30*time.Second)
+}
+
+// smokeRunInJob: Slurm 24.11 runs no SPANK job prolog under RunInJob, so
+// --gym-otel is refused at submit with the reason; jobs without the flag
+// run as before.
+func smokeRunInJob(t *testing.T, c *cluster) {
+	c.waitIdle(t, 60*time.Second)
+	_, dir := c.jobDir(t, "smoke-runinjob")
+	for _, cmd := range []string{"sbatch -N2 --gym-otel --wrap true", "srun -N1 --gym-otel true", "salloc -N1 --gym-otel true"} {
+		r := c.asUser(t, 60*time.Second, c.tokenEnv(), dir, cmd)
+		if r.code == 0 || !strings.Contains(r.stderr, "gym-otel: PrologFlags=RunInJob is set in slurm.conf") {
+			t.Errorf("%s under RunInJob: exit %d, stderr %s", cmd, r.code, r.stderr)
+		}
+	}
+	if q, _ := c.on("ctl", "squeue", "-h"); strings.TrimSpace(q) != "" {
+		t.Errorf("something was queued: %s", q)
+	}
+	id := c.sbatch(t, nil, dir, "-N2 -o /dev/null --wrap 'srun -N2 true'")
+	if st, ex := c.waitJob(t, id, 60*time.Second); st != "COMPLETED" || ex != "0:0" {
+		t.Errorf("a job without the flag under RunInJob: %s %s", st, ex)
+	}
+	c.waitNothingLeft(t, id)
+	c.waitIdle(t, 30*time.Second)
+}

@@ -11,6 +11,8 @@
 #   make man          build/man/gym_otel.8, build/man/gym-otel-spank.1
 #   make rpm          build/rpm/*.rpm (a payload check here: see packaging/rpm)
 #   make plugin-test  the plugin's tests on a real local Slurm (tests/plugin; root)
+#   make docker-test  the multi-node tests on Slurm 22.05 and 24.11 in containers
+#   make demo-cluster the main job on a two-node Slurm in containers
 
 GO       ?= go
 CC       ?= gcc
@@ -137,6 +139,20 @@ clean:
 	rm -f $(BUILD)/gym_otel.so $(BUILD)/gym_otel_core.so $(BUILD)/gym-otel-spank
 
 FORCE:
+
+# ------------------------------------------------- multi-node docker cluster
+# tests/slurm-docker: ctl + c1 + c2 + an OTLP backend in containers built
+# from debootstrap (no registry), Slurm 22.05 (bookworm) and 24.11 (trixie);
+# the plugin built against each image's spank.h and installed with make
+# install. Root, docker and docker-compose. Cold: ~1 min per image build.
+#   make docker-test    per suite: up, the main job + variants + faults, down
+#   make demo-cluster   the main job on the bookworm cluster, where it went, down
+.PHONY: docker-test demo-cluster
+docker-test: deps build collector standins
+	bash tests/slurm-docker/test.sh bookworm trixie
+
+demo-cluster: deps build collector standins
+	bash tests/slurm-docker/demo.sh bookworm
 
 # ---------------------------------------------------------------- benchmarks
 # make bench: P1-P6 of docs/performance.md on a local Slurm of its own

@@ -14,8 +14,9 @@ PKGS=(
 	prometheus-node-exporter
 	# plugin build, packaging, man pages
 	gcc make libc6-dev pkg-config pandoc rpm
-	# containers / root filesystems for the multi-host tests
-	bubblewrap debootstrap
+	# containers / root filesystems for the multi-host tests; the docker
+	# cluster (tests/slurm-docker) also needs a running docker daemon
+	bubblewrap debootstrap docker-compose
 	# test tooling
 	curl ca-certificates procps jq psmisc iproute2 util-linux passwd
 	coreutils findutils sed grep diffutils

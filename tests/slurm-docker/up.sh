@@ -14,6 +14,11 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 variant=${2:-alloc}
 t0=$(date +%s)
+[ "$(id -u)" -eq 0 ] || { log "must run as root (debootstrap, docker, the job dirs' owners)"; exit 1; }
+docker info >/dev/null 2>&1 || { log "the docker daemon does not answer (docker info)"; exit 1; }
+for f in "$repo/build/otelcol-gym" "$repo/build/standins/gym-standin" "$repo/build/standins/vllm-standin"; do
+	[ -x "$f" ] || { log "$f missing: make collector standins"; exit 1; }
+done
 
 image=$("$here/image.sh" "$suite")
 t_image=$(( $(date +%s) - t0 ))

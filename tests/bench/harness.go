@@ -257,6 +257,21 @@ func firstMatch(lines []logLine, s string) time.Time {
 	return time.Time{}
 }
 
+var allocRE = regexp.MustCompile(`sched: Allocate JobId=(\d+) `)
+
+// allocTimes maps job ids to the time slurmctld allocated them.
+func allocTimes() map[string]time.Time {
+	m := map[string]time.Time{}
+	for _, l := range readLog("slurmctld.log") {
+		if s := allocRE.FindStringSubmatch(l.text); s != nil {
+			if _, ok := m[s[1]]; !ok {
+				m[s[1]] = l.at
+			}
+		}
+	}
+	return m
+}
+
 // readNanos reads a file holding `date +%s%N`.
 func readNanos(p string) (time.Time, error) {
 	data, err := os.ReadFile(p)

@@ -51,13 +51,10 @@ exit $rc
 `, dir, standins, rc)
 }
 
-// The main job of the feature, end to end on two nodes: see the checks.
-func TestMainJob(t *testing.T) {
-	c := need(t)
-	c.switchVariant(t, "alloc")
-	c.waitIdle(t, 60*time.Second)
-	host, dir := c.jobDir(t, "main")
-	runID := "run-" + filepath.Base(dir)
+// stageConfig writes a resolved NeMo Gym submit config into the job dir, as
+// gym eval submit stages it: one vLLM service on port 8000, sandbox spans on.
+func stageConfig(t testing.TB, host, dir string) {
+	t.Helper()
 	writeFile(t, filepath.Join(host, "submit.yaml"), fmt.Sprintf(`# A resolved NeMo Gym submit config, as gym eval submit stages it.
 compute:
   dockerlab: {}
@@ -73,6 +70,16 @@ services:
 otel:
   gym_span_groups: default,verify,sandbox
 `, dir), 0o644)
+}
+
+// The main job of the feature, end to end on two nodes: see the checks.
+func TestMainJob(t *testing.T) {
+	c := need(t)
+	c.switchVariant(t, "alloc")
+	c.waitIdle(t, 60*time.Second)
+	host, dir := c.jobDir(t, "main")
+	runID := "run-" + filepath.Base(dir)
+	stageConfig(t, host, dir)
 	writeFile(t, filepath.Join(host, "job.sh"), mainJobScript(dir, 7), 0o755)
 
 	start := time.Now()

@@ -1,0 +1,189 @@
+package slurmdocker
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// waitFile waits (bounded) until every path exists.
+func waitFile(t *testing.T, within time.Duration, paths ...string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, p := range paths {
+		for {
+			if _, err := os.Stat(p); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not appear within %v", p, within)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+// The backend stops mid-job: the job finishes on time, the local files are
+// complete, and the refusal is reported once per node (collector.log and
+// state.json), not per batch.
+func TestFaultBackendStopped(t *testing.T) {
+	c := need(t)
+	c.switchVariant(t, "alloc")
+	c.waitIdle(t, 60*time.Second)
+	host, dir := c.jobDir(t, "backend-stopped")
+	writeFile(t, filepath.Join(host, "job.sh"), fmt.Sprintf(`#!/bin/bash
+D=%[1]s
+srun -N2 --ntasks-per-node=1 --overlap bash -c 'exec %[2]s/vllm-standin --port 8000 --model tiny-model --scrape-log %[1]s/scrapes.$SLURMD_NODENAME' &
+for i in $(seq 1 300); do [ -s $D/scrapes.c1 ] && [ -s $D/scrapes.c2 ] && break; sleep 0.1; done
+touch $D/ready
+for i in $(seq 1 600); do [ -e $D/go ] && break; sleep 0.1; done
+%[2]s/gym-standin --rollouts 3 --sandbox-provider docker --flush-timeout 10s || exit 92
+# Long enough for the collectors' exports to the stopped backend to time
+# out (export_timeout_seconds: 5) while the job runs.
+sleep 8
+`, dir, standins), 0o755)
+	stageConfig(t, host, dir)
+	id := c.sbatch(t, c.tokenEnv(), dir, fmt.Sprintf("-N2 --gym-otel=config=%s/submit.yaml -o %s/slurm-%%j.out job.sh", dir, dir))
+	waitFile(t, 60*time.Second, filepath.Join(host, "ready"))
+	if out, err := run("docker", "stop", "-t", "2", c.project+"-backend"); err != nil {
+		t.Fatalf("docker stop backend: %v %s", err, out)
+	}
+	t.Cleanup(func() { c.startBackend(t) })
+	start := time.Now()
+	writeFile(t, filepath.Join(host, "go"), "", 0o644)
+	state, exit := c.waitJob(t, id, 120*time.Second)
+	took := time.Since(start)
+	out, _ := os.ReadFile(filepath.Join(host, "slurm-"+id+".out"))
+	t.Logf("job %s: %s %s %v after the backend stopped; output:\n%s", id, state, exit, took.Round(time.Millisecond), out)
+	if state != "COMPLETED" || exit != "0:0" {
+		t.Fatalf("job %s: %s %s, want COMPLETED 0:0", id, state, exit)
+	}
+	// The script's own work is seconds; the drain is bounded by the
+	// export and shutdown timeouts of the site file (5 s each).
+	if took > 60*time.Second {
+		t.Errorf("the job took %v after the backend stopped", took)
+	}
+	c.waitNothingLeft(t, id)
+	c.waitIdle(t, 30*time.Second)
+	for n, d := range map[string]string{"c1": filepath.Join(host, "otel"), "c2": filepath.Join(host, "otel", "nodes", "c2")} {
+		var all []item
+		for _, sig := range []string{"metrics", "traces", "logs"} {
+			all = append(all, readOTLP(t, filepath.Join(d, sig+".jsonl"))...) // fails on a partial line
+		}
+		if len(find(all, metricNamed("vllm_num_requests_running"))) == 0 {
+			t.Errorf("%s: no vLLM metrics in the local files", n)
+		}
+		if n == "c1" {
+			if k := len(find(all, func(it item) bool { return it.signal == "span" && it.name == "gym.rollout" })); k != 3 {
+				t.Errorf("c1: %d gym.rollout spans in traces.jsonl, want 3", k)
+			}
+		}
+		st, _ := os.ReadFile(filepath.Join(d, "state.json"))
+		if !strings.Contains(string(st), `"drained"`) || !strings.Contains(string(st), `"export_problems"`) {
+			t.Errorf("%s: state.json does not report the refusal: %s", n, st)
+		}
+		lg, _ := os.ReadFile(filepath.Join(d, "collector.log"))
+		if k := strings.Count(string(lg), " gym-otel: the backend"); k != 1 {
+			t.Errorf("%s: collector.log has %d gym-otel: reports, want 1", n, k)
+		}
+	}
+}
+
+// startBackend starts the backend container again and waits for its health.
+func (c *cluster) startBackend(t *testing.T) {
+	if out, err := run("docker", "start", c.project+"-backend"); err != nil {
+		t.Errorf("docker start backend: %v %s", err, out)
+		return
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := c.on("backend", "curl", "-fsS", "-o", "/dev/null", "http://127.0.0.1:13133/"); err == nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Errorf("the backend is not healthy again")
+}
+
+// scancel while both nodes' prologs wait for a collector that takes 20 s
+// to start: nothing is left behind, no node drains.
+func TestFaultScancelDuringHealthWait(t *testing.T) {
+	c := need(t)
+	c.switchVariant(t, "alloc")
+	c.waitIdle(t, 60*time.Second)
+	host, dir := c.jobDir(t, "scancel-prolog")
+	// A collector that answers --version at once but starts 20 s late.
+	writeFile(t, filepath.Join(host, "slowcol"), fmt.Sprintf(`#!/bin/sh
+case "$1" in --version) exec /usr/bin/otelcol-gym "$@" ;; esac
+touch %s/started.$(hostname)
+sleep 20
+exec /usr/bin/otelcol-gym "$@"
+`, dir), 0o755)
+	writeFile(t, filepath.Join(host, "job.sh"), "#!/bin/bash\ntouch "+dir+"/ran\n", 0o755)
+	id := c.sbatch(t, c.tokenEnv(), dir, fmt.Sprintf("-N2 --gym-otel=job_dir=%s/out,binary=%s/slowcol -o %s/slurm-%%j.out job.sh", dir, dir, dir))
+	waitFile(t, 60*time.Second, filepath.Join(host, "started.c1"), filepath.Join(host, "started.c2"))
+	if st, _ := c.on("ctl", "squeue", "-h", "-j", id, "-o", "%T"); !strings.Contains(st, "CONFIGURING") && !strings.Contains(st, "RUNNING") {
+		t.Logf("job %s state before scancel: %s", id, st)
+	}
+	start := time.Now()
+	if out, err := c.on("ctl", "scancel", id); err != nil {
+		t.Fatalf("scancel: %v %s", err, out)
+	}
+	state, _ := c.waitJob(t, id, 90*time.Second)
+	if state != "CANCELLED" {
+		t.Errorf("job %s: %s, want CANCELLED", id, state)
+	}
+	c.waitNothingLeft(t, id)
+	c.waitIdle(t, 60*time.Second)
+	t.Logf("job %s cancelled in its prolog: nothing left and nodes idle %v after scancel", id, time.Since(start).Round(time.Millisecond))
+	if _, err := os.Stat(filepath.Join(host, "ran")); err == nil {
+		t.Errorf("the batch script ran")
+	}
+}
+
+// An output dir the user cannot write: on_failure=continue runs the job
+// without telemetry and tells the user why, once; on_failure=fail fails the
+// job with the reason; nothing is created as root; no node drains.
+func TestFaultUnwritableOutputDir(t *testing.T) {
+	c := need(t)
+	c.switchVariant(t, "alloc")
+	c.waitIdle(t, 60*time.Second)
+	host, dir := c.jobDir(t, "unwritable")
+	// A dir of root's, mode 0755, in the shared jobs dir.
+	locked := host + "-root"
+	if err := os.Mkdir(locked, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(host, "job.sh"), "#!/bin/bash\necho \"endpoint=${OTEL_EXPORTER_OTLP_ENDPOINT:-none}\"\n", 0o755)
+	jobDir := dir + "-root/run"
+	for _, policy := range []string{"continue", "fail"} {
+		id := c.sbatch(t, c.tokenEnv(), dir, fmt.Sprintf("-N2 --gym-otel=job_dir=%s,on_failure=%s -o %s/slurm-%%j.out job.sh", jobDir, policy, dir))
+		state, exit := c.waitJob(t, id, 90*time.Second)
+		out, _ := os.ReadFile(filepath.Join(host, "slurm-"+id+".out"))
+		t.Logf("on_failure=%s: job %s %s %s; output:\n%s", policy, id, state, exit, out)
+		switch policy {
+		case "continue":
+			if state != "COMPLETED" || !strings.Contains(string(out), "endpoint=none") {
+				t.Errorf("on_failure=continue: %s %s, want COMPLETED without the env", state, exit)
+			}
+			if k := strings.Count(string(out), "gym-otel: warning: no collector on "); k != 1 {
+				t.Errorf("on_failure=continue: %d warnings in the job's output, want 1", k)
+			}
+		case "fail":
+			if state != "FAILED" || strings.Contains(string(out), "endpoint=") {
+				t.Errorf("on_failure=fail: %s %s and the script ran: want FAILED before it", state, exit)
+			}
+		}
+		if !strings.Contains(strings.ToLower(string(out)), "permission denied") || !strings.Contains(string(out), jobDir) {
+			t.Errorf("on_failure=%s: the job's output does not give the reason (%s, permission denied)", policy, jobDir)
+		}
+		c.waitNothingLeft(t, id)
+		c.waitIdle(t, 30*time.Second)
+	}
+	if ents, _ := os.ReadDir(locked); len(ents) > 0 {
+		t.Errorf("something was created in the root-owned dir: %v", ents)
+	}
+}

@@ -178,6 +178,25 @@ func suggest(name string) string {
 	return fmt.Sprintf(" (known keys: %s)", strings.Join(Keys(), ", "))
 }
 
+// Closest returns the candidate nearest to name by edit distance, and
+// whether it is near enough to suggest (at most 2 edits, or a third of
+// name's length for long names).
+func Closest(name string, candidates []string) (string, bool) {
+	best, bestD := "", 1<<30
+	for _, k := range candidates {
+		if d := editDistance(name, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best, best != "" && bestD <= max(2, len(name)/3)
+}
+
+// IsKey reports whether name is a key of the otel: block.
+func IsKey(name string) bool {
+	_, ok := lookupKey(name)
+	return ok
+}
+
 // editDistance is the Levenshtein distance between a and b.
 func editDistance(a, b string) int {
 	prev := make([]int, len(b)+1)

@@ -26,6 +26,10 @@ const (
 	DefaultRecordDir     = "/run/gym-otel"
 )
 
+// ArgNames are the plugin's own plugstack.conf argument names (the rest are
+// otel keys).
+var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir", "core"}
+
 // Args are the plugstack.conf arguments of the plugin:
 //
 //	site=PATH            the site file (YAML with an otel: block)
@@ -104,6 +108,17 @@ func ParseArgs(av []string) (Args, error) {
 			}
 			a.PrologTimeout = n
 		default:
+			if !config.IsKey(k) {
+				// Neither a plugin argument nor an otel key: suggest from
+				// both, so prolog_timout points at prolog_timeout.
+				if best, ok := config.Closest(k, append(append([]string{}, ArgNames...), config.Keys()...)); ok {
+					bad(arg, "unknown argument (did you mean %q?)", best)
+				} else {
+					bad(arg, "unknown argument (plugin arguments: %s; otel keys: %s)",
+						strings.Join(ArgNames, ", "), strings.Join(config.Keys(), ", "))
+				}
+				continue
+			}
 			a.SiteItems = append(a.SiteItems, config.Item{Key: k, Value: v})
 		}
 	}

@@ -30,7 +30,10 @@ func TestParseArgs(t *testing.T) {
 		{"site=rel/x", "absolute path"},
 		{"default=maybe", "default wants on or off"},
 		{"prolog_timeout=0", "prolog_timeout wants"},
-		{"scrape_intervall=3", "scrape_intervall: unknown otel key"},
+		{"scrape_intervall=3", `"scrape_intervall=3": unknown argument`},
+		{"prolog_timout=30", `"prolog_timout=30": unknown argument (did you mean "prolog_timeout"?)`},
+		{"recorddir=/x", `(did you mean "record_dir"?)`},
+		{"zzzzzzzzzzzz=1", "unknown argument (plugin arguments: site, default, prolog_timeout"},
 		{"on_failure=explode", "otel.on_failure=explode"},
 	} {
 		_, err := ParseArgs([]string{c.arg})

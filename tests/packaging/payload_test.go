@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -104,6 +105,21 @@ func TestManPagesRender(t *testing.T) {
 		}
 		if strings.Contains(text, "–") {
 			t.Errorf("%s: an en dash where a flag's -- should be", page)
+		}
+	}
+}
+
+// Every otel key is documented in gym_otel(8) and in docs/configuration.md.
+func TestEveryKeyDocumented(t *testing.T) {
+	for _, doc := range []string{"docs/man/gym_otel.8.md", "docs/configuration.md"} {
+		data, err := os.ReadFile(filepath.Join(testenv.Root(), doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range config.Keys() {
+			if !strings.Contains(string(data), "**"+k+"**") && !strings.Contains(string(data), "`"+k+"`") {
+				t.Errorf("%s: otel key %s is not documented", doc, k)
+			}
 		}
 	}
 }

@@ -31,6 +31,7 @@ static struct {
 	int fail;
 	int final_wait;
 	int warn_user; /* this step made the job's warned marker: tell the user */
+	int norecord;  /* the job asked, but this node has no record of it */
 	uint32_t job_id;
 	uint32_t step_id;
 	char node[256];
@@ -196,12 +197,14 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	if (rc == 1) {
 		/* No collector for this job on this node. */
 		strip_foreign(sp);
-		if (spank_getenv(sp, "SLURM_SPANK_GYM_OTEL_SPEC", err, sizeof(err)) != ESPANK_ENV_NOEXIST)
+		if (spank_getenv(sp, "SLURM_SPANK_GYM_OTEL_SPEC", err, sizeof(err)) != ESPANK_ENV_NOEXIST) {
+			st.norecord = 1;
 			gos_error("job %u: the job asked for a collector but node %s has "
 				  "no record of it: the job prolog did not start one here "
 				  "(PrologFlags=Alloc missing in slurm.conf, slurmd not "
 				  "restarted after installing the plugin, or the prolog "
 				  "failed: see slurmd's log)", st.job_id, st.node);
+		}
 		return 0;
 	}
 	if (rc < 0) {
@@ -233,6 +236,18 @@ int gos_step_task_init(spank_t sp)
 {
 	uint32_t rank = 1;
 
+	if (st.norecord) {
+		/*
+		 * The job asked for a collector but this node's prolog started
+		 * none: tell the user on the first local task's stderr of each
+		 * step (the reason is in slurmd's log).
+		 */
+		if (spank_get_item(sp, S_TASK_ID, &rank) == ESPANK_SUCCESS && rank == 0)
+			dprintf(STDERR_FILENO, GOS_PREFIX "warning: the job asked for a collector "
+				"but node %s has none, this step runs without telemetry "
+				"(the cause is in slurmd's log on %s)\n", st.node, st.node);
+		return 0;
+	}
 	if (!st.have || st.ready)
 		return 0;
 	if (!st.fail) {

@@ -187,3 +187,105 @@ func TestFaultUnwritableOutputDir(t *testing.T) {
 		t.Errorf("something was created in the root-owned dir: %v", ents)
 	}
 }
+
+// waitNodes waits until sinfo shows want (e.g. "c1=idle c2=idle"); a
+// drained node fails at once, a down one is waited for.
+func (c *cluster) waitNodes(t *testing.T, want string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		st := c.nodeStates(t)
+		if st == want {
+			return
+		}
+		if strings.Contains(st, "drain") {
+			reason, _ := c.on("ctl", "sinfo", "-R")
+			t.Fatalf("a node drained: %s\n%s", st, reason)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes %s after %v, want %s", st, within, want)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// A compute node's container is killed mid-job (--no-requeue): the job
+// ends as Slurm decides (the node stops answering; SlurmdTimeout=15); the
+// surviving node's collector is drained with complete files; when the node
+// comes back (docker start: its /run, and so the job's record, survive, and
+// its pids start again from 1, so the recorded supervisor pid may now be
+// another process), nothing stale runs and the next job works.
+func TestFaultNodeKilled(t *testing.T) {
+	c := need(t)
+	c.switchVariant(t, "alloc")
+	c.waitIdle(t, 60*time.Second)
+	host, dir := c.jobDir(t, "node-killed")
+	stageConfig(t, host, dir)
+	writeFile(t, filepath.Join(host, "job.sh"), fmt.Sprintf(`#!/bin/bash
+D=%[1]s
+srun -N2 --ntasks-per-node=1 --overlap bash -c 'exec %[2]s/vllm-standin --port 8000 --model tiny-model --scrape-log %[1]s/scrapes.$SLURMD_NODENAME' &
+for i in $(seq 1 300); do [ -s $D/scrapes.c1 ] && [ -s $D/scrapes.c2 ] && break; sleep 0.1; done
+touch $D/ready
+sleep 300
+`, dir, standins), 0o755)
+	id := c.sbatch(t, c.tokenEnv(), dir, fmt.Sprintf("-N2 --no-requeue --gym-otel=config=%s/submit.yaml -o %s/slurm-%%j.out job.sh", dir, dir))
+	waitFile(t, 60*time.Second, filepath.Join(host, "ready"))
+	if out, err := run("docker", "kill", c.project+"-c2"); err != nil {
+		t.Fatalf("docker kill c2: %v %s", err, out)
+	}
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			_, _ = run("docker", "start", c.project+"-c2")
+		}
+	})
+	start := time.Now()
+	state, exit := c.waitJob(t, id, 180*time.Second)
+	t.Logf("job %s: %s %s, %v after c2 was killed; nodes %s", id, state, exit, time.Since(start).Round(time.Second), c.nodeStates(t))
+	if state == "COMPLETED" || state == "RUNNING" {
+		t.Errorf("job %s: %s after its node died", id, state)
+	}
+	// c1: drained, complete files, nothing left.
+	d := filepath.Join(host, "otel")
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		st, _ := os.ReadFile(filepath.Join(d, "state.json"))
+		if strings.Contains(string(st), `"drained"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("c1's collector not drained: %s", st)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	var all []item
+	for _, sig := range []string{"metrics", "traces", "logs"} {
+		all = append(all, readOTLP(t, filepath.Join(d, sig+".jsonl"))...)
+	}
+	if len(find(all, metricNamed("vllm_num_requests_running"))) == 0 {
+		t.Errorf("c1: no vLLM metrics in the local files")
+	}
+	for _, p := range c.userProcs("c1") {
+		t.Errorf("c1: still running: %s", p)
+	}
+
+	// c2 comes back.
+	if out, err := run("docker", "start", c.project+"-c2"); err != nil {
+		t.Fatalf("docker start c2: %v %s", err, out)
+	}
+	restarted = true
+	c.waitNodes(t, "c1=idle c2=idle", 120*time.Second)
+	c.waitNothingLeft(t, "")
+	if out, err := c.on("c2", "ls", "-la", "/run/gym-otel/c2/"+id); err == nil {
+		t.Logf("c2: the job's record is still there after its return:\n%s", out)
+	} else {
+		t.Logf("c2: the job's record was removed after its return")
+	}
+	c2log := c.slurmdLog(t, "c2")
+	if i := strings.LastIndex(c2log, "gym-otel: job "+id+": "); i >= 0 {
+		t.Logf("c2's last gym-otel line for job %s: %s", id, strings.SplitN(c2log[i:], "\n", 2)[0])
+	}
+
+	// The next job works on both nodes.
+	smokeFull(t, c)
+}

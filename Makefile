@@ -88,6 +88,7 @@ test: deps build collector standins man rpm
 	$(MAKE) vet
 	$(MAKE) unit-test
 	$(MAKE) plugin-test
+	$(MAKE) docker-test
 
 unit-test:
 	GYM_OTEL_REQUIRE_REAL=1 $(GO) test -count=1 -timeout 20m ./...

@@ -75,31 +75,39 @@ static int nested_in_flagged_job(void)
 	return getenv("GYM_OTEL_JOB") || getenv(GOS_OPTION_ENV);
 }
 
-#ifdef PROLOG_FLAG_RUN_IN_JOB
 /*
- * PrologFlags=RunInJob (Slurm 23.11+) moves the job prolog and epilog into
- * the job's extern step. Slurm 24.11 calls no SPANK job_prolog/job_epilog
- * there, so no node would start the job's collector (see the admin guide).
+ * What slurm.conf's PrologFlags make impossible, or NULL. The job prolog
+ * starts each node's collector, so it must run on every node at
+ * allocation (Alloc). Without Alloc it runs on a node only at the node's
+ * first step, with that step's environment, which does not hold the job's
+ * spec: only the batch host would get a collector, and salloc jobs none.
+ * RunInJob (Slurm 23.11+) moves the job prolog and epilog into the job's
+ * extern step, where Slurm 24.11 calls no SPANK job_prolog/job_epilog.
  * Asks slurmctld (one RPC, only for jobs that want a collector); an
  * unreachable controller is not this plugin's to report.
  */
-static int prolog_runs_in_job(void)
+static const char *prolog_flags_problem(void)
 {
 	slurm_conf_t *conf = NULL;
-	int yes;
+	const char *why = NULL;
 
 	if (slurm_load_ctl_conf((time_t)0, &conf) != SLURM_SUCCESS || !conf)
-		return 0;
-	yes = (conf->prolog_flags & PROLOG_FLAG_RUN_IN_JOB) != 0;
-	slurm_free_ctl_conf(conf);
-	return yes;
-}
-#else
-static int prolog_runs_in_job(void)
-{
-	return 0;
-}
+		return NULL;
+#ifdef PROLOG_FLAG_RUN_IN_JOB
+	if (conf->prolog_flags & PROLOG_FLAG_RUN_IN_JOB)
+		why = "PrologFlags=RunInJob is set in slurm.conf: the job prolog runs "
+		      "inside the job, where Slurm runs no SPANK job prolog, so no node "
+		      "could start the job's collector; ask the admins for "
+		      "PrologFlags=Alloc without RunInJob";
 #endif
+	if (!why && !(conf->prolog_flags & PROLOG_FLAG_ALLOC))
+		why = "PrologFlags=Alloc is not set in slurm.conf: the job prolog would "
+		      "run on a node only at its first step, without the job's settings, "
+		      "so only the batch host could start a collector (and no node of an "
+		      "salloc); ask the admins for PrologFlags=Alloc";
+	slurm_free_ctl_conf(conf);
+	return why;
+}
 
 int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok)
 {
@@ -108,7 +116,7 @@ int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok)
 	struct gos_core core;
 	char cwd[PATH_MAX];
 	char *out = NULL, *spec = NULL, *token_env = NULL;
-	const char *token;
+	const char *token, *why;
 	int rc, ret = 0;
 
 	if (!args_ok) {
@@ -129,16 +137,13 @@ int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok)
 		return -1;
 	}
 
-	if (prolog_runs_in_job()) {
+	if ((why = prolog_flags_problem())) {
 		if (explicit_flag) {
-			slurm_error(GOS_PREFIX "PrologFlags=RunInJob is set in slurm.conf: the job "
-				    "prolog runs inside the job, where Slurm runs no SPANK job "
-				    "prolog, so no node could start the job's collector; ask the "
-				    "admins for PrologFlags=Alloc without RunInJob");
+			slurm_error(GOS_PREFIX "%s", why);
 			return -1;
 		}
 		slurm_spank_log(GOS_PREFIX "warning: the job runs without a collector "
-				"(plugstack default=on): PrologFlags=RunInJob is set in slurm.conf");
+				"(plugstack default=on): %s", why);
 		return 0;
 	}
 	if (gos_core_open(a, &core))

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,6 +76,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return err
 	}
+	SweepStale(in.Args.RecordDir, node, in.JobID, log)
 	rec := &Record{Status: "failed", OnFailure: "continue", UID: in.UID}
 	fail := func(err error) error {
 		rec.Status = "failed"
@@ -233,25 +233,11 @@ var scontrolPaths = []string{"/usr/bin/scontrol", "/usr/local/bin/scontrol", "/o
 // arrayOf asks slurmctld for the job's array job and task ids ("" when the
 // job is not an array task).
 func arrayOf(jobID uint32) (arrayJob, task string, err error) {
-	bin := ""
-	for _, p := range scontrolPaths {
-		if _, err := os.Stat(p); err == nil {
-			bin = p
-			break
-		}
-	}
-	if bin == "" {
-		if bin, err = exec.LookPath("scontrol"); err != nil {
-			return "", "", err
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "-o", "show", "job", strconv.FormatUint(uint64(jobID), 10)).Output()
+	out, err := scontrolShowJob(jobID)
 	if err != nil {
-		return "", "", fmt.Errorf("scontrol show job: %w", err)
+		return "", "", err
 	}
-	return parseArray(string(out), jobID)
+	return parseArray(out, jobID)
 }
 
 // parseArray reads ArrayJobId= and ArrayTaskId= of job jobID from `scontrol

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/plugin"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -368,4 +369,35 @@ func TestTimeLimit(t *testing.T) {
 	if ents, _ := filepath.Glob(filepath.Join(recordDir, "*", id)); len(ents) > 0 {
 		t.Errorf("record dirs left: %v", ents)
 	}
+}
+
+// A record left by a job whose epilog never ran on the node (the node died
+// and came back with /run intact): the next job's prolog removes it once
+// slurmctld says that job is over, and leaves a live job's record alone.
+func TestStaleRecordSwept(t *testing.T) {
+	waitIdle(t)
+	stale := plugin.JobRecordDir(recordDir, "gn1", 999001)
+	if _, err := plugin.MakeJobRecordDir(recordDir, "gn1", 999001); err != nil {
+		t.Fatal(err)
+	}
+	// A supervisor pid that is not the recorded process (start time 1).
+	if err := plugin.WriteRecord(stale, &plugin.Record{Status: "ready", OnFailure: "continue", UID: 2001,
+		SupervisorPID: os.Getpid(), SupervisorStart: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(stale) })
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	script := writeScript(t, "sweep-"+tag+".sh", "true\n")
+	r := asUser(t, 60*time.Second, tokenEnv(), "sbatch --wait -w gn1 --gym-otel -o /dev/null "+script)
+	if r.code != 0 {
+		t.Fatalf("sbatch: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Errorf("%s: the stale record is still there", stale)
+	}
+	if !strings.Contains(slurmdLogs(t), "removed the stale record of job 999001") {
+		t.Errorf("no log line for the stale record")
+	}
+	waitNoCollector(t)
+	waitIdle(t)
 }

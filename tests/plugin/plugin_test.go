@@ -292,7 +292,7 @@ func TestNoFlagNoGo(t *testing.T) {
 		pids, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 		for _, p := range pids {
 			cl, err := os.ReadFile(p)
-			if err != nil || !strings.HasPrefix(string(cl), "slurmstepd: ["+m[1]+".") {
+			if err != nil || !strings.HasPrefix(string(cl), "slurmstepd: ["+m[1]+".") || !sameMountNS(filepath.Dir(p)) {
 				continue
 			}
 			maps, err := os.ReadFile(filepath.Join(filepath.Dir(p), "maps"))
@@ -422,4 +422,13 @@ func TestExportNoneAndScancel(t *testing.T) {
 	if ents, _ := filepath.Glob(filepath.Join(recordDir, "*", m[1])); len(ents) > 0 {
 		t.Errorf("record dirs left: %v", ents)
 	}
+}
+
+// sameMountNS reports whether the process of /proc/<pid> dir runs in this
+// process's mount namespace: a container's slurmstepd of a job with the
+// same id is another cluster's.
+func sameMountNS(dir string) bool {
+	self, err1 := os.Readlink("/proc/self/ns/mnt")
+	other, err2 := os.Readlink(filepath.Join(dir, "ns", "mnt"))
+	return err1 == nil && err2 == nil && self == other
 }

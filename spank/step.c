@@ -6,7 +6,8 @@
  *   init_post_opt (slurmstepd parent): the task env from the record
  *   task_init (forked task child): fail the tasks when the collector
  *     failed and on_failure=fail (fails the job, never drains the node)
- *   task_exit (batch step): the final-scrape wait, at most 30 s
+ *   task_exit (batch step): the final-scrape wait, at most 30 s, cut
+ *     short when the job is cancelled or times out meanwhile
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -266,6 +267,26 @@ int gos_step_task_init(spank_t sp)
 	return -1;
 }
 
+/*
+ * Whether slurmctld says the job is over or ending (scancel, a time limit
+ * during the final wait). One RPC; an unanswered one is "not ended".
+ */
+static int job_ending(uint32_t job_id)
+{
+	job_info_msg_t *msg = NULL;
+	uint32_t state;
+	int ending = 0;
+
+	if (slurm_load_job(&msg, job_id, SHOW_LOCAL) != SLURM_SUCCESS || !msg)
+		return 0;
+	if (msg->record_count > 0) {
+		state = msg->job_array[0].job_state;
+		ending = (state & JOB_COMPLETING) || (state & JOB_STATE_BASE) > JOB_SUSPENDED;
+	}
+	slurm_free_job_info_msg(msg);
+	return ending;
+}
+
 int gos_step_task_exit(spank_t sp)
 {
 	int status = 0;
@@ -278,8 +299,14 @@ int gos_step_task_exit(spank_t sp)
 		return 0; /* signalled (scancel, time limit): no wait */
 	gos_info("job %u: batch script done, waiting %d s for the collector's final scrape",
 		 st.job_id, st.final_wait);
-	for (int i = 0; i < st.final_wait * 10; i++)
+	for (int i = 1; i <= st.final_wait * 10; i++) {
 		nanosleep(&slice, NULL);
+		if (i % 10 == 0 && i < st.final_wait * 10 && job_ending(st.job_id)) {
+			gos_info("job %u: the job is ending (cancelled or out of time): "
+				 "final-scrape wait cut short after %d s", st.job_id, i / 10);
+			break;
+		}
+	}
 	return 0;
 }
 

@@ -297,6 +297,9 @@ func TestScancelDuringFinalWait(t *testing.T) {
 	waitNoCollector(t)
 	waitIdle(t)
 	t.Logf("job gone and nodes idle %v after scancel", time.Since(start))
+	if !strings.Contains(slurmdLogs(t), "job "+id+": the job is ending (cancelled or out of time): final-scrape wait cut short") {
+		t.Errorf("job %s: the final-scrape wait was not cut short by scancel", id)
+	}
 }
 
 // A job that hits its time limit: Slurm ends it (TIMEOUT), the epilog

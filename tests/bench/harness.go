@@ -98,8 +98,8 @@ func asUser(cmdline string, withToken bool, timeout time.Duration) (string, erro
 	return so.String(), nil
 }
 
-// setup installs the plugin, the CLI, the collector and the load generator
-// as an admin would, starts the OTLP backend and the bench's Slurm with the
+// setup installs the plugin, the CLI, the collector, the load generator and
+// the vLLM stand-in as an admin would, starts the OTLP backend and the bench's Slurm with the
 // plugin in plugstack.conf.d.
 func setup() error {
 	for _, d := range []string{benchBase, installDir} {
@@ -108,9 +108,9 @@ func setup() error {
 		}
 		_ = os.Chmod(d, 0o755)
 	}
-	for _, f := range []string{"build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank", "build/otelcol-gym", "build/bench/loadgen"} {
+	for _, f := range []string{"build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank", "build/otelcol-gym", "build/bench/loadgen", "build/standins/vllm-standin"} {
 		if _, err := sh("install", "-m", "0755", filepath.Join(repo, f), filepath.Join(installDir, filepath.Base(f))); err != nil {
-			return fmt.Errorf("%v (run make build collector, and build tests/bench/loadgen)", err)
+			return fmt.Errorf("%v (run make build collector standins, and build tests/bench/loadgen)", err)
 		}
 	}
 	site := fmt.Sprintf(`otel:
@@ -150,6 +150,7 @@ func setup() error {
 
 // teardown stops the backend and the bench's Slurm (jobs, daemons, munged).
 func teardown() {
+	stopNodeExporter()
 	if backendP != "" {
 		_, _ = sh(filepath.Join(repo, "tests/backend/stop.sh"), backendP)
 		backendP = ""

@@ -76,10 +76,12 @@ func main() {
 	p1Rounds, p1N, p1Sbatch := 4, 10, 4
 	p23Rounds := 5
 	loadDur, idle, loadJobs := 60*time.Second, 15*time.Second, 3
+	scrapeWin := 240 * time.Second
 	if quick {
 		p1Rounds, p1N, p1Sbatch = 2, 6, 2
 		p23Rounds = 2
 		loadDur, idle, loadJobs = 15*time.Second, 10*time.Second, 2
+		scrapeWin = 60 * time.Second
 	}
 
 	sig := make(chan os.Signal, 1)
@@ -110,7 +112,7 @@ func main() {
 	}
 	if err == nil && want("P4", "P5") {
 		var r []Row
-		if r, err = runP45(loadDur, idle, loadJobs); err == nil {
+		if r, err = runP45(loadDur, idle, scrapeWin, loadJobs); err == nil {
 			rows = append(rows, r...)
 		}
 	}

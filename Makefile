@@ -159,7 +159,7 @@ demo-cluster: deps build collector standins
 # make bench: P1-P6 of docs/performance.md on a local Slurm of its own
 # (/var/lib/gym-otel-bench, ports 17817+, its own munged), separate from the
 # plugin tests' cluster; prints one table (also build/bench/result.txt).
-# About 11 minutes; GYM_OTEL_BENCH_QUICK=1 about 6; GYM_OTEL_BENCH_ONLY=P1,P4
+# About 15 minutes; GYM_OTEL_BENCH_QUICK=1 about 7; GYM_OTEL_BENCH_ONLY=P1,P4
 # runs a part. Root. Never part of `make test`: it prints, it does not gate.
 .PHONY: bench
 bench: deps build collector standins

@@ -11,7 +11,7 @@
 //
 // Environment:
 //
-//	GYM_OTEL_BENCH_QUICK=1      fewer rounds and samples, 15 s load steps (about 6 minutes; default about 11)
+//	GYM_OTEL_BENCH_QUICK=1      fewer rounds and samples, 15 s load steps (about 7 minutes; default about 15)
 //	GYM_OTEL_BENCH_ONLY=P1,P2   only these (P1 includes P6, P2 includes P3, P4 includes P5)
 //	GYM_OTEL_BENCH_OUT=FILE     also write the table there (default build/bench/result.txt)
 package main
@@ -72,7 +72,7 @@ func main() {
 		out = filepath.Join(repo, "build/bench/result.txt")
 	}
 
-	// Rounds and samples: about 11 minutes by default, 6 in quick mode.
+	// Rounds and samples: about 15 minutes by default, 7 in quick mode.
 	p1Rounds, p1N, p1Sbatch := 4, 10, 4
 	p23Rounds := 5
 	loadDur, idle, loadJobs := 60*time.Second, 15*time.Second, 3

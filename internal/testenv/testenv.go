@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 )
 
 // Root returns the repository root (the directory holding go.mod).
@@ -69,4 +71,31 @@ func Binary(t testing.TB, name string, paths ...string) string {
 		Missing(t, name)
 	}
 	return p
+}
+
+// EnvOf parses the output of env(1) (KEY=VALUE lines) into a map.
+func EnvOf(s string) map[string]string {
+	m := map[string]string{}
+	for _, l := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// ReadTime reads an RFC 3339 timestamp with nanoseconds (as written by
+// `date -u +%Y-%m-%dT%H:%M:%S.%NZ`) from file p; a missing file or a bad
+// timestamp fails the test.
+func ReadTime(t testing.TB, p string) time.Time {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	return tm
 }

@@ -9,6 +9,7 @@ package plugin_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -265,17 +266,6 @@ func waitNoCollector(t testing.TB) {
 	}
 }
 
-// envOf parses `env` output into a map.
-func envOf(s string) map[string]string {
-	m := map[string]string{}
-	for _, l := range strings.Split(s, "\n") {
-		if k, v, ok := strings.Cut(l, "="); ok {
-			m[k] = v
-		}
-	}
-	return m
-}
-
 // withSnippet replaces the plugstack snippet for submit-side tests (sbatch,
 // salloc and srun read plugstack.conf on every run; slurmd keeps its cached
 // copy) and restores it at the end.
@@ -304,3 +294,28 @@ func slurmdLogs(t testing.TB) string {
 }
 
 func tokenEnv() []string { return []string{"OTEL_TOKEN=" + backendToken} }
+
+// jsonlLines checks that every line of metrics.jsonl, traces.jsonl and
+// logs.jsonl in dir is JSON (a missing file or a bad line fails the test)
+// and returns the number of lines of each.
+func jsonlLines(t testing.TB, dir string) map[string]int {
+	t.Helper()
+	lines := map[string]int{}
+	for _, f := range []string{"metrics.jsonl", "traces.jsonl", "logs.jsonl"} {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		for i, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+			if line == "" {
+				continue
+			}
+			lines[f]++
+			if !json.Valid([]byte(line)) {
+				t.Errorf("%s:%d: not JSON", f, i+1)
+			}
+		}
+	}
+	return lines
+}

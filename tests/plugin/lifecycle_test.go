@@ -1,7 +1,6 @@
 package plugin_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,8 +73,8 @@ exit 5
 		t.Fatal(err)
 	}
 	_ = state
-	first := readTime(t, base+".first")
-	last := readTime(t, base+".last")
+	first := testenv.ReadTime(t, base+".first")
+	last := testenv.ReadTime(t, base+".last")
 	// Ready before the first line: the prolog waited for the report.
 	log := slurmdLogs(t)
 	m := regexp.MustCompile(`\[([0-9T:.-]+)\] gym-otel: job ` + jobID + `: collector ready on gn1`).FindStringSubmatch(log)
@@ -118,19 +117,6 @@ exit 5
 	}
 	waitNoCollector(t)
 	waitIdle(t)
-}
-
-func readTime(t testing.TB, p string) time.Time {
-	t.Helper()
-	data, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tm, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tm
 }
 
 // An array job: three run ids and three dirs. The tasks run one at a time
@@ -349,23 +335,7 @@ func TestTimeLimit(t *testing.T) {
 	t.Logf("TIMEOUT %v after the limit was lowered", time.Since(start))
 	waitNoCollector(t)
 	waitIdle(t)
-	lines := map[string]int{}
-	for _, f := range []string{"metrics.jsonl", "traces.jsonl", "logs.jsonl"} {
-		data, err := os.ReadFile(filepath.Join(jobDir, "otel", f))
-		if err != nil {
-			t.Errorf("%s: %v", f, err)
-			continue
-		}
-		for i, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
-			if line == "" {
-				continue
-			}
-			lines[f]++
-			if !json.Valid([]byte(line)) {
-				t.Errorf("%s:%d: not JSON", f, i+1)
-			}
-		}
-	}
+	lines := jsonlLines(t, filepath.Join(jobDir, "otel"))
 	if lines["traces.jsonl"] == 0 {
 		t.Errorf("no spans in %s/otel/traces.jsonl: %v", jobDir, lines)
 	}

@@ -1,7 +1,6 @@
 package plugin_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // With the flag, a bad configuration makes sbatch exit non-zero before
@@ -125,7 +126,7 @@ exit 7
 		if strings.Contains(string(data), backendToken) {
 			t.Errorf("%s: the backend token is in the task env", p)
 		}
-		return envOf(string(data))
+		return testenv.EnvOf(string(data))
 	}
 	batch := read(out + ".batch.env")
 	gn1, gn2 := read(out+".step.gn1.env"), read(out+".step.gn2.env")
@@ -180,7 +181,7 @@ func TestUserValueWins(t *testing.T) {
 	}
 	for _, p := range []string{out + ".batch.env", out + ".step.env"} {
 		data, _ := os.ReadFile(p)
-		e := envOf(string(data))
+		e := testenv.EnvOf(string(data))
 		if e["OTEL_EXPORTER_OTLP_ENDPOINT"] != "http://10.9.9.9:4318" {
 			t.Errorf("%s: OTEL_EXPORTER_OTLP_ENDPOINT=%q, want the user's", p, e["OTEL_EXPORTER_OTLP_ENDPOINT"])
 		}
@@ -242,7 +243,7 @@ func TestCollectorFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := envOf(string(env)); e["OTEL_EXPORTER_OTLP_ENDPOINT"] != "" || e["GYM_OTEL_JOB"] == "" {
+	if e := testenv.EnvOf(string(env)); e["OTEL_EXPORTER_OTLP_ENDPOINT"] != "" || e["GYM_OTEL_JOB"] == "" {
 		t.Errorf("on_failure=continue: endpoint %q, GYM_OTEL_JOB %q", e["OTEL_EXPORTER_OTLP_ENDPOINT"], e["GYM_OTEL_JOB"])
 	}
 	if !strings.Contains(slurmdLogs(t), "the job runs without telemetry (on_failure=continue)") {
@@ -396,7 +397,7 @@ func TestExportNoneAndScancel(t *testing.T) {
 	}
 	for _, p := range []string{out + ".batch.env", out + ".step.env"} {
 		data, _ := os.ReadFile(p)
-		e := envOf(string(data))
+		e := testenv.EnvOf(string(data))
 		if !strings.HasPrefix(e["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://127.0.0.1:") || e["GYM_OTEL_JOB"] != m[1] {
 			t.Errorf("%s (--export=NONE): endpoint %q GYM_OTEL_JOB %q", p, e["OTEL_EXPORTER_OTLP_ENDPOINT"], e["GYM_OTEL_JOB"])
 		}
@@ -407,18 +408,7 @@ func TestExportNoneAndScancel(t *testing.T) {
 	}
 	waitNoCollector(t)
 	waitIdle(t)
-	for _, f := range []string{"metrics.jsonl", "traces.jsonl", "logs.jsonl"} {
-		data, err := os.ReadFile(filepath.Join(jobDir, "otel", f))
-		if err != nil {
-			t.Errorf("%s: %v", f, err)
-			continue
-		}
-		for i, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
-			if line != "" && !json.Valid([]byte(line)) {
-				t.Errorf("%s:%d: not JSON", f, i+1)
-			}
-		}
-	}
+	jsonlLines(t, filepath.Join(jobDir, "otel"))
 	if ents, _ := filepath.Glob(filepath.Join(recordDir, "*", m[1])); len(ents) > 0 {
 		t.Errorf("record dirs left: %v", ents)
 	}

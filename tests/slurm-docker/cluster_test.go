@@ -278,19 +278,6 @@ func logTime(log string, re string) (time.Time, bool) {
 	return tm, err == nil
 }
 
-func readTime(t testing.TB, p string) time.Time {
-	t.Helper()
-	data, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tm, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(data)))
-	if err != nil {
-		t.Fatalf("%s: %v", p, err)
-	}
-	return tm
-}
-
 func lastLine(t testing.TB, p string) string {
 	t.Helper()
 	f, err := os.Open(p)
@@ -306,16 +293,6 @@ func lastLine(t testing.TB, p string) string {
 		}
 	}
 	return last
-}
-
-func envOf(s string) map[string]string {
-	m := map[string]string{}
-	for _, l := range strings.Split(s, "\n") {
-		if k, v, ok := strings.Cut(l, "="); ok {
-			m[k] = v
-		}
-	}
-	return m
 }
 
 // switchVariant rewrites slurm.conf and restarts the daemons (variant.sh).

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // The names in every task env of a --gym-otel job.
@@ -96,8 +98,8 @@ func TestMainJob(t *testing.T) {
 	}
 
 	// One collector per node, each ready before that node's first task.
-	firstTask := map[string]time.Time{"c1": readTime(t, filepath.Join(host, "first.batch")),
-		"c2": readTime(t, filepath.Join(host, "first.vllm.c2"))}
+	firstTask := map[string]time.Time{"c1": testenv.ReadTime(t, filepath.Join(host, "first.batch")),
+		"c2": testenv.ReadTime(t, filepath.Join(host, "first.vllm.c2"))}
 	for _, n := range []string{"c1", "c2"} {
 		log := c.slurmdLog(t, n)
 		if k := strings.Count(log, "gym-otel: job "+jobID+": collector ready on "); k != 1 {
@@ -138,7 +140,7 @@ func TestMainJob(t *testing.T) {
 		if strings.Contains(string(data), c.token) {
 			t.Errorf("%s: the token's value is in the task env", file)
 		}
-		env := envOf(string(data))
+		env := testenv.EnvOf(string(data))
 		for _, k := range gymVars {
 			if env[k] == "" {
 				t.Errorf("%s: %s missing", file, k)
@@ -224,7 +226,7 @@ func TestMainJob(t *testing.T) {
 	})
 
 	// The final scrape: each vLLM stand-in was scraped after the driver exited.
-	driverExit := readTime(t, filepath.Join(host, "driver.exit"))
+	driverExit := testenv.ReadTime(t, filepath.Join(host, "driver.exit"))
 	for _, n := range []string{"c1", "c2"} {
 		last, err := time.Parse(time.RFC3339Nano, lastLine(t, filepath.Join(host, "scrapes."+n)))
 		if err != nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // The slurm.conf variants besides alloc (lib.sh gen_slurm_conf), per suite.
@@ -69,7 +71,7 @@ srun -N2 --ntasks-per-node=1 --overlap bash -c 'env > %[1]s/env.$SLURMD_NODENAME
 		if strings.Contains(string(data), c.token) {
 			t.Errorf("env.%s: the token's value is in the task env", k)
 		}
-		s.env[k] = envOf(string(data))
+		s.env[k] = testenv.EnvOf(string(data))
 	}
 	return s
 }

@@ -319,3 +319,17 @@ func jsonlLines(t testing.TB, dir string) map[string]int {
 	}
 	return lines
 }
+
+// waitFile waits, polling every 100 ms, until path exists; past within the
+// test fails.
+func waitFile(t testing.TB, within time.Duration, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear within %v", path, within)
+		}
+	}
+}

@@ -262,16 +262,7 @@ func TestScancelDuringFinalWait(t *testing.T) {
 	script := writeScript(t, "fw-"+tag+".sh", "touch "+done+"\n")
 	// scrape_interval_seconds=9: the batch step waits 10 s after the script.
 	id := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch --gym-otel=scrape_interval_seconds=9 -o /dev/null "+script))
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(done); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the script did not run")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitFile(t, 60*time.Second, done)
 	time.Sleep(time.Second)
 	if !strings.Contains(slurmdLogs(t), "job "+id+": batch script done, waiting 10 s") {
 		t.Errorf("no final-scrape wait logged for job %s", id)
@@ -305,16 +296,7 @@ func TestTimeLimit(t *testing.T) {
 	script := writeScript(t, "tl-"+tag+".sh", fmt.Sprintf("srun -N1 %s/gym-standin --rollouts 2 || exit 9\ntouch %s\nsleep 600\n", plugDir, ready))
 	id := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(),
 		fmt.Sprintf("sbatch --time=10 --gym-otel=job_dir=%s,scrape_interval_seconds=1 -o /dev/null %s", jobDir, script)))
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(ready); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the job did not start")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitFile(t, 60*time.Second, ready)
 	if out, err := run("scontrol", "update", "JobId="+id, "TimeLimit=0:01"); err != nil {
 		t.Fatalf("scontrol update: %v %s", err, out)
 	}

@@ -385,16 +385,7 @@ func TestExportNoneAndScancel(t *testing.T) {
 	if m == nil {
 		t.Fatalf("sbatch: %s %s", r.stdout, r.stderr)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(out + ".ready"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the job did not start")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitFile(t, 60*time.Second, out+".ready")
 	for _, p := range []string{out + ".batch.env", out + ".step.env"} {
 		data, _ := os.ReadFile(p)
 		e := testenv.EnvOf(string(data))

@@ -26,6 +26,18 @@ func waitFile(t *testing.T, within time.Duration, paths ...string) {
 	}
 }
 
+// vllmOnBothNodes is the start of a two-node job script: D is the job dir,
+// a vLLM stand-in runs on c1 and c2 (port 8000) until the job ends, and
+// $D/ready appears once each has been scraped.
+func vllmOnBothNodes(dir string) string {
+	return fmt.Sprintf(`#!/bin/bash
+D=%[1]s
+srun -N2 --ntasks-per-node=1 --overlap bash -c 'exec %[2]s/vllm-standin --port 8000 --model tiny-model --scrape-log %[1]s/scrapes.$SLURMD_NODENAME' &
+for i in $(seq 1 300); do [ -s $D/scrapes.c1 ] && [ -s $D/scrapes.c2 ] && break; sleep 0.1; done
+touch $D/ready
+`, dir, standins)
+}
+
 // The backend stops mid-job: the job finishes on time, the local files are
 // complete, and the refusal is reported once per node (collector.log and
 // state.json), not per batch.
@@ -34,17 +46,12 @@ func TestFaultBackendStopped(t *testing.T) {
 	c.switchVariant(t, "alloc")
 	c.waitIdle(t, 60*time.Second)
 	host, dir := c.jobDir(t, "backend-stopped")
-	writeFile(t, filepath.Join(host, "job.sh"), fmt.Sprintf(`#!/bin/bash
-D=%[1]s
-srun -N2 --ntasks-per-node=1 --overlap bash -c 'exec %[2]s/vllm-standin --port 8000 --model tiny-model --scrape-log %[1]s/scrapes.$SLURMD_NODENAME' &
-for i in $(seq 1 300); do [ -s $D/scrapes.c1 ] && [ -s $D/scrapes.c2 ] && break; sleep 0.1; done
-touch $D/ready
-for i in $(seq 1 600); do [ -e $D/go ] && break; sleep 0.1; done
-%[2]s/gym-standin --rollouts 3 --sandbox-provider docker --flush-timeout 10s || exit 92
+	writeFile(t, filepath.Join(host, "job.sh"), vllmOnBothNodes(dir)+fmt.Sprintf(`for i in $(seq 1 600); do [ -e $D/go ] && break; sleep 0.1; done
+%s/gym-standin --rollouts 3 --sandbox-provider docker --flush-timeout 10s || exit 92
 # Long enough for the collectors' exports to the stopped backend to time
 # out (export_timeout_seconds: 5) while the job runs.
 sleep 8
-`, dir, standins), 0o755)
+`, standins), 0o755)
 	stageConfig(t, host, dir)
 	id := c.sbatch(t, c.tokenEnv(), dir, fmt.Sprintf("-N2 --gym-otel=config=%s/submit.yaml -o %s/slurm-%%j.out job.sh", dir, dir))
 	waitFile(t, 60*time.Second, filepath.Join(host, "ready"))
@@ -221,13 +228,7 @@ func TestFaultNodeKilled(t *testing.T) {
 	c.waitIdle(t, 60*time.Second)
 	host, dir := c.jobDir(t, "node-killed")
 	stageConfig(t, host, dir)
-	writeFile(t, filepath.Join(host, "job.sh"), fmt.Sprintf(`#!/bin/bash
-D=%[1]s
-srun -N2 --ntasks-per-node=1 --overlap bash -c 'exec %[2]s/vllm-standin --port 8000 --model tiny-model --scrape-log %[1]s/scrapes.$SLURMD_NODENAME' &
-for i in $(seq 1 300); do [ -s $D/scrapes.c1 ] && [ -s $D/scrapes.c2 ] && break; sleep 0.1; done
-touch $D/ready
-sleep 300
-`, dir, standins), 0o755)
+	writeFile(t, filepath.Join(host, "job.sh"), vllmOnBothNodes(dir)+"sleep 300\n", 0o755)
 	id := c.sbatch(t, c.tokenEnv(), dir, fmt.Sprintf("-N2 --no-requeue --gym-otel=config=%s/submit.yaml -o %s/slurm-%%j.out job.sh", dir, dir))
 	waitFile(t, 60*time.Second, filepath.Join(host, "ready"))
 	if out, err := run("docker", "kill", c.project+"-c2"); err != nil {

@@ -1,0 +1,186 @@
+package cgroup
+
+import (
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+func TestParseMountinfo(t *testing.T) {
+	in := `31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+50 41 0:38 /docker/abc /mnt/sub rw,relatime - cgroup2 cgroup2 rw
+`
+	hs, err := parseMountinfo(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []string{}
+	for _, h := range hs {
+		got = append(got, strconv.Itoa(int(h.Version))+":"+h.Mount+":"+strings.Join(h.Controllers, ","))
+	}
+	want := "1:/sys/fs/cgroup/cpuset:cpuset 1:/sys/fs/cgroup/memory:memory 1:/sys/fs/cgroup/cpu,cpuacct:cpuacct 2:/sys/fs/cgroup/unified:"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("got  %s\nwant %s", strings.Join(got, " "), want)
+	}
+}
+
+func TestParseProcCgroup(t *testing.T) {
+	c := parseProcCgroup("9:name=systemd:/\n4:memory:/slurm/uid_1/job_2\n2:cpu,cpuacct:/a\n0::/gym_otel/n/job_2\n")
+	if c.V1["memory"] != "/slurm/uid_1/job_2" || c.V1["cpuacct"] != "/a" || c.V1["cpu"] != "/a" || c.V2 != "/gym_otel/n/job_2" {
+		t.Fatalf("%+v", c)
+	}
+	if p, ok := c.pathIn(Hierarchy{Version: V1, Controllers: []string{"cpuacct"}}); !ok || p != "/a" {
+		t.Fatalf("pathIn cpuacct: %q %v", p, ok)
+	}
+	if _, ok := parseProcCgroup("4:memory:/x\n").pathIn(Hierarchy{Version: V2}); ok {
+		t.Fatal("no v2 line must mean no v2 place")
+	}
+}
+
+func TestRelPath(t *testing.T) {
+	if p, err := RelPath("gym_otel", "gn1", 42); err != nil || p != "gym_otel/gn1/job_42" {
+		t.Fatalf("%q %v", p, err)
+	}
+	for _, bad := range []string{"", ".", "..", "a/b"} {
+		if _, err := RelPath("gym_otel", bad, 1); err == nil {
+			t.Errorf("node %q accepted", bad)
+		}
+	}
+}
+
+// realHierarchies skips unless root can make groups on this node.
+func realHierarchies(t *testing.T) []Hierarchy {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root (cgroup tests)")
+	}
+	hs, err := Discover("/proc/self/mountinfo")
+	if err != nil || len(hs) == 0 {
+		testenv.Missing(t, "a mounted cgroup hierarchy")
+	}
+	return hs
+}
+
+// startInside forks `sh -c script` from inside g, the way the prolog
+// starts the supervisor.
+func startInside(t *testing.T, g *Group, script string) *exec.Cmd {
+	t.Helper()
+	errc := make(chan error, 1)
+	var cmd *exec.Cmd
+	go func() {
+		runtime.LockOSThread()
+		restore, err := g.Join()
+		if err != nil {
+			errc <- err
+			return
+		}
+		cmd = exec.Command("sh", "-c", script)
+		err = cmd.Start()
+		if rerr := restore(); err == nil {
+			err = rerr
+		}
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+func TestGroupKillsEscapees(t *testing.T) {
+	hs := realHierarchies(t)
+	rel, _ := RelPath("gym_otel_test", "unit", uint32(os.Getpid()))
+	g, err := Create(hs, rel, Limits{MemoryBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = g.Kill(5 * time.Second); _ = g.Remove() }()
+	self, _ := ProcCgroups("self")
+	// A child that leaves a setsid daemon ignoring SIGTERM and a
+	// double-forked one, then exits.
+	cmd := startInside(t, g, `setsid sh -c 'trap "" TERM; exec sleep 300' </dev/null >/dev/null 2>&1 &
+		(sh -c 'trap "" TERM; sleep 300' </dev/null >/dev/null 2>&1 &) ; exit 0`)
+	_ = cmd.Wait()
+	after, _ := ProcCgroups("self")
+	if after.V2 != self.V2 || after.V1["memory"] != self.V1["memory"] {
+		t.Fatalf("the forking process did not return to its cgroups: %+v, was %+v", after, self)
+	}
+	var left []int
+	for i := 0; i < 100; i++ {
+		if left = g.Pids(); len(left) >= 2 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(left) < 2 {
+		t.Fatalf("expected the two escapees in the group, found %v", left)
+	}
+	for _, pid := range left {
+		if !g.Contains(pid) {
+			t.Errorf("pid %d listed but not Contains", pid)
+		}
+		_ = syscall.Kill(pid, syscall.SIGTERM) // ignored
+	}
+	if g.Contains(os.Getpid()) {
+		t.Error("the test process is in the group")
+	}
+	n, err := g.Kill(5 * time.Second)
+	if err != nil || n < 2 {
+		t.Fatalf("Kill: %d %v", n, err)
+	}
+	for _, pid := range left {
+		if syscall.Kill(pid, 0) == nil {
+			if st, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); !strings.Contains(string(st), ") Z ") {
+				t.Errorf("pid %d survived the group's kill", pid)
+			}
+		}
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range Open(hs, rel).Dirs() {
+		t.Errorf("%s left behind", d)
+	}
+}
+
+func TestGroupMemoryBound(t *testing.T) {
+	hs := realHierarchies(t)
+	rel, _ := RelPath("gym_otel_test", "unit", uint32(os.Getpid())+1)
+	g, err := Create(hs, rel, Limits{MemoryBytes: 32 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = g.Kill(5 * time.Second); _ = g.Remove() }()
+	if g.MemoryLimitFile() == "" {
+		testenv.Missing(t, "a memory controller")
+	}
+	// 128 MiB of touched memory in a 32 MiB group: the kernel kills it.
+	cmd := startInside(t, g, `x=$(head -c 134217728 /dev/zero | tr '\0' a); echo ${#x}`)
+	err = cmd.Wait()
+	u := g.Usage()
+	if err == nil {
+		t.Error("128 MiB held in a 32 MiB group: the shell was not killed")
+	}
+	if u.OOMKills < 1 {
+		t.Errorf("no OOM kill counted: %+v", u)
+	}
+	if u.MemoryLimitBytes != 32<<20 {
+		t.Errorf("limit %d, want %d", u.MemoryLimitBytes, 32<<20)
+	}
+	if u.MemoryPeakBytes > 32<<20 {
+		t.Errorf("peak %d above the bound", u.MemoryPeakBytes)
+	}
+	t.Logf("exit %v; usage %+v", err, u)
+}

@@ -34,6 +34,18 @@ func (l Layer) Keys() []string {
 	return out
 }
 
+// where is where the layer sets key ("" when it does not): "file:line" or
+// the inline source.
+func (l Layer) where(key string) string {
+	w := ""
+	for _, s := range l.settings {
+		if s.def.name == key {
+			w = s.where
+		}
+	}
+	return w
+}
+
 // Apply returns base with this layer's settings applied.
 func (l Layer) Apply(base Otel) Otel {
 	for _, s := range l.settings {
@@ -113,18 +125,10 @@ func ParseInline(source string, items []Item) (Layer, error) {
 	return l, errors.Join(errs...)
 }
 
-// LoadSiteFile reads the site file (YAML with an otel: block; other
-// top-level keys are ignored, so a NeMo Gym cluster fragment serves as one).
+// LoadSiteFile reads the site file's otel: block (see LoadSite).
 func LoadSiteFile(path string) (Layer, error) {
-	root, err := readYAML(path)
-	if err != nil {
-		return Layer{}, err
-	}
-	otel, err := topLevel(path, root, "otel")
-	if err != nil {
-		return Layer{}, err
-	}
-	return ParseOtelNode("site file "+path, otel)
+	s, err := LoadSite(path)
+	return s.Layer, err
 }
 
 // readYAML parses one YAML document; an empty file is an empty mapping.

@@ -33,6 +33,9 @@ type Resolved struct {
 	// GymConfig is the path of the Gym submit config given with config=, if any.
 	GymConfig string `json:"gym_config,omitempty"`
 
+	// notices are printed at submit (Validate's warnings): user values of
+	// keys the site pins.
+	notices []string
 	// noGymInstall: the Gym config has no driver.gym_install (checked at
 	// submit only; the config file is not read on the nodes).
 	noGymInstall bool
@@ -68,17 +71,10 @@ func Resolve(in Inputs) (*Resolved, error) {
 	}
 	spec, err := ParseSpec(in.Spec)
 	add(err)
-	o := Defaults()
-	if in.SiteFile != "" {
-		l, err := LoadSiteFile(in.SiteFile)
-		add(err)
-		o = l.Apply(o)
-	}
-	if len(in.SiteItems) > 0 {
-		l, err := ParseInline("plugstack.conf", in.SiteItems)
-		add(err)
-		o = l.Apply(o)
-	}
+	o, pinned, err := SiteOtel(in.SiteFile, in.SiteItems)
+	add(err)
+	site := o
+	var user []Layer // the layers a job's user writes, lowest first
 	r := &Resolved{Version: SpecVersion, Identity: spec.Identity}
 	if spec.ConfigPath != "" {
 		path := absUnder(in.WorkDir, spec.ConfigPath)
@@ -87,6 +83,7 @@ func Resolve(in Inputs) (*Resolved, error) {
 		add(err)
 		if g != nil {
 			o = g.Otel.Apply(o)
+			user = append(user, g.Otel)
 			r.Services = g.Services
 			if r.Identity.Cluster == "" {
 				r.Identity.Cluster = g.Cluster
@@ -103,6 +100,19 @@ func Resolve(in Inputs) (*Resolved, error) {
 	l, err := ParseInline("--gym-otel", spec.Otel)
 	add(err)
 	o = l.Apply(o)
+	user = append(user, l)
+	var changed []string
+	before := o
+	o, changed = pin(o, site, pinned)
+	for _, k := range changed {
+		where := "the job's settings"
+		for _, ul := range user {
+			if w := ul.where(k); w != "" {
+				where = w
+			}
+		}
+		r.notices = append(r.notices, fmt.Sprintf("otel.%s is pinned by the site to %s: the value %s (%s) is not used", k, fieldText(o, k), fieldText(before, k), where))
+	}
 	if spec.Off {
 		o.Enabled = false
 	}

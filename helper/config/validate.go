@@ -28,6 +28,7 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 	}
 	var errs []error
 	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	warnings = append(warnings, r.notices...)
 
 	if o.Endpoint == "" {
 		fail("otel.endpoint: not set: set the site's OTLP/HTTP ingest URL (or otel.enabled: false to opt out)")

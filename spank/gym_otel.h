@@ -62,6 +62,7 @@ struct gos_record {
 	int nunset;
 	char **unset;
 	char dir[4096]; /* the job's record dir */
+	char cgroup_memory[4096]; /* the collector cgroup's memory bound file, or "" */
 };
 /* 0: read; 1: no record; -1: a bad record (message in err). */
 int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,

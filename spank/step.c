@@ -178,6 +178,64 @@ static void warn_once(const struct gos_record *r)
 		  "(on_failure=continue): %s", st.job_id, st.node, r->reason);
 }
 
+/* Write v into the cgroup file path (root's, from root's record). */
+static int write_cgroup(const char *path, const char *v)
+{
+	int fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = write(fd, v, strlen(v));
+	close(fd);
+	return n == (ssize_t)strlen(v) ? 0 : -1;
+}
+
+/*
+ * Bound the collector's cgroup by the job's memory on this node: the
+ * prolog could only set a cap (Slurm tells a job's memory to its steps,
+ * not to the job prolog). Lowers, never raises; on cgroup v1 the
+ * memory+swap bound follows. Runs in slurmstepd as root, before any task.
+ */
+static void bound_collector_memory(spank_t sp, const struct gos_record *r)
+{
+	char cur[64] = "", v[32], sw[4200];
+	uint64_t mb = 0;
+	unsigned long long now = 0, want;
+	const char *tail = "memory.limit_in_bytes";
+	size_t pl = strlen(r->cgroup_memory), tl = strlen(tail);
+	int fd;
+
+	if (!r->cgroup_memory[0] || spank_get_item(sp, S_JOB_ALLOC_MEM, &mb) != ESPANK_SUCCESS || mb == 0)
+		return;
+	want = (unsigned long long)mb << 20;
+	fd = open(r->cgroup_memory, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, cur, sizeof(cur) - 1);
+
+		close(fd);
+		if (n > 0) {
+			cur[n] = 0;
+			now = strtoull(cur, NULL, 10); /* "max" (v2) reads as 0 */
+		}
+	}
+	if (now && now <= want)
+		return;
+	snprintf(v, sizeof(v), "%llu", want);
+	if (write_cgroup(r->cgroup_memory, v)) {
+		gos_error("job %u: bounding the collector's cgroup by the job's memory (%s to %s): %s",
+			  st.job_id, v, r->cgroup_memory, strerror(errno));
+		return;
+	}
+	if (pl > tl && !strcmp(r->cgroup_memory + pl - tl, tail)) {
+		snprintf(sw, sizeof(sw), "%.*smemory.memsw.limit_in_bytes", (int)(pl - tl), r->cgroup_memory);
+		if (access(sw, F_OK) == 0)
+			write_cgroup(sw, v);
+	}
+	gos_debug("job %u: the collector's cgroup is bounded by the job's memory, %llu MiB",
+		  st.job_id, (unsigned long long)mb);
+}
+
 int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 {
 	struct gos_record r;
@@ -224,6 +282,7 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	for (int i = 0; i < r.nunset; i++)
 		spank_unsetenv(sp, r.unset[i]);
 	if (r.ready) {
+		bound_collector_memory(sp, &r);
 		apply_env(sp, &r);
 		extend_no_proxy(sp);
 	} else if (!r.fail) {

@@ -68,6 +68,9 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	if *fromEnv {
 		var st syscall.Stat_t
 		if syscall.Fstat(lifecycle.ReportFD, &st) == nil {
+			// The report channel reaches this process only: never the
+			// collector or anything else it starts.
+			syscall.CloseOnExec(lifecycle.ReportFD)
 			opt.Report = os.NewFile(lifecycle.ReportFD, "report")
 		}
 		opt.LogToOutputDir = true

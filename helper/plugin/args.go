@@ -28,7 +28,7 @@ const (
 
 // ArgNames are the plugin's own plugstack.conf argument names (the rest are
 // otel keys).
-var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir", "core"}
+var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir", "core", "cgroup"}
 
 // Args are the plugstack.conf arguments of the plugin:
 //
@@ -39,6 +39,8 @@ var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir"
 //	cli=PATH             the gym-otel-spank CLI (default /usr/bin/gym-otel-spank)
 //	record_dir=PATH      root's record dir (default /run/gym-otel)
 //	core=PATH            the Go core (default: gym_otel_core.so beside gym_otel.so)
+//	cgroup=auto|required|off  the collector's own cgroup (default auto: one
+//	                     when the node can make it, else a warning)
 //	<otel key>=VALUE     inline site overrides, e.g. on_failure=fail
 type Args struct {
 	Site          string
@@ -47,6 +49,8 @@ type Args struct {
 	CLI           string
 	RecordDir     string
 	Core          string
+	// Cgroup is CgroupAuto, CgroupRequired or CgroupOff.
+	Cgroup string
 	// SiteItems are the inline otel keys, in the order given.
 	SiteItems []config.Item
 }
@@ -54,7 +58,7 @@ type Args struct {
 // ParseArgs parses plugstack.conf arguments. Every bad argument is reported
 // (joined), each naming the argument.
 func ParseArgs(av []string) (Args, error) {
-	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: DefaultRecordDir}
+	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: DefaultRecordDir, Cgroup: CgroupAuto}
 	var errs []error
 	bad := func(arg, format string, v ...any) {
 		errs = append(errs, fmt.Errorf("plugstack.conf argument %q: %s", arg, fmt.Sprintf(format, v...)))
@@ -99,6 +103,13 @@ func ParseArgs(av []string) (Args, error) {
 				a.DefaultOn = false
 			default:
 				bad(arg, "default wants on or off")
+			}
+		case "cgroup":
+			switch v {
+			case CgroupAuto, CgroupRequired, CgroupOff:
+				a.Cgroup = v
+			default:
+				bad(arg, "cgroup wants auto, required or off")
 			}
 		case "prolog_timeout":
 			n, err := strconv.Atoi(v)

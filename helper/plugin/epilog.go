@@ -8,52 +8,70 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 )
 
-// Epilog stops the job's supervisor on this node and removes the record dir.
-// The supervisor is signalled only when /proc still shows the pid the prolog
-// started (same uid and start time); it drains the collector on SIGTERM.
-// Past the drain bound, its whole session is SIGKILLed. The returned error
-// is for the log only: the epilog always returns 0 to Slurm.
+// Epilog stops the job's supervisor on this node, ends what is left of the
+// job's collector cgroup, and removes the record dir. The supervisor is
+// signalled only when /proc still shows the pid the prolog started (same
+// uid and start time, and inside the job's cgroup when the node has one);
+// it drains the collector on SIGTERM, within the record's drain bound.
+// Then everything still in the job's cgroup is killed (cgroup.kill, or
+// freezer and SIGKILL), whatever it did to escape its session; on a node
+// without a cgroup, the supervisor's session is SIGKILLed instead. The
+// returned error is for the log only: the epilog always returns 0 to Slurm.
 func Epilog(a Args, node string, jobID uint32, log logrus.FieldLogger) error {
 	dir := JobRecordDir(a.RecordDir, node, jobID)
+	group := openJobGroup(node, jobID)
 	if err := checkRootDir(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil
+			return endJobGroup(group, jobID, log)
 		}
-		return err
+		return errors.Join(err, endJobGroup(group, jobID, log))
 	}
 	rec, rerr := ReadRecord(dir)
 	if rerr == nil && rec.Status == "ready" && rec.SupervisorPID > 1 {
-		stopSupervisor(rec, jobID, log)
+		stopSupervisor(rec, group, jobID, log)
 	}
+	gerr := endJobGroup(group, jobID, log)
 	if err := os.RemoveAll(dir); err != nil {
-		return errors.Join(rerr, err)
+		return errors.Join(rerr, gerr, err)
 	}
 	if rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-		return fmt.Errorf("job %d: record: %w", jobID, rerr)
+		return errors.Join(fmt.Errorf("job %d: record: %w", jobID, rerr), gerr)
 	}
-	return nil
+	return gerr
 }
 
-func isOurs(rec *Record) bool {
+// isOurs reports whether rec's supervisor pid still names the process the
+// prolog started: same real uid and start time, not a zombie, and inside
+// the job's cgroup when there is one (a reused pid is in none of ours).
+func isOurs(rec *Record, g *cgroup.Group) bool {
 	ps, err := readProc(rec.SupervisorPID)
-	return err == nil && ps.State != 'Z' && ps.UID == rec.UID && ps.StartTime == rec.SupervisorStart
+	if err != nil || ps.State == 'Z' || ps.UID != rec.UID || ps.StartTime != rec.SupervisorStart {
+		return false
+	}
+	return g == nil || !g.Exists() || g.Contains(rec.SupervisorPID)
 }
 
-func stopSupervisor(rec *Record, jobID uint32, log logrus.FieldLogger) {
+func stopSupervisor(rec *Record, g *cgroup.Group, jobID uint32, log logrus.FieldLogger) {
 	pid := rec.SupervisorPID
 	bound := time.Duration(max(rec.DrainTimeout, 1)) * time.Second
 	start := time.Now()
-	if isOurs(rec) {
+	if isOurs(rec, g) {
 		_ = syscall.Kill(pid, syscall.SIGTERM)
-		for isOurs(rec) && time.Since(start) < bound {
+		for isOurs(rec, g) && time.Since(start) < bound {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	// The session the prolog created has id = the supervisor's pid; a pid
-	// is not reused while its session has members, so whatever is left
-	// with that session id and the job's uid is the supervisor's.
+	if g.Exists() {
+		log.Infof("job %d: supervisor (pid %d) stopped in %d ms", jobID, pid, time.Since(start).Milliseconds())
+		return // the group's kill ends the rest
+	}
+	// No cgroup: the session the prolog created has id = the supervisor's
+	// pid; a pid is not reused while its session has members, so whatever
+	// is left with that session id and the job's uid is the supervisor's.
 	left := sessionMembers(pid, rec.UID)
 	for _, p := range left {
 		_ = syscall.Kill(p, syscall.SIGKILL)

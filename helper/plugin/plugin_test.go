@@ -16,12 +16,12 @@ import (
 
 func TestParseArgs(t *testing.T) {
 	a, err := ParseArgs([]string{"site=/etc/slurm/gym-otel.yaml", "default=on", "prolog_timeout=30",
-		"cli=/opt/bin/gym-otel-spank", "record_dir=/run/x", "on_failure=fail", "scrape_interval_seconds=5"})
+		"cli=/opt/bin/gym-otel-spank", "record_dir=/run/x", "cgroup=required", "on_failure=fail", "scrape_interval_seconds=5"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Args{Site: "/etc/slurm/gym-otel.yaml", DefaultOn: true, PrologTimeout: 30, CLI: "/opt/bin/gym-otel-spank",
-		RecordDir: "/run/x", SiteItems: []config.Item{{Key: "on_failure", Value: "fail"}, {Key: "scrape_interval_seconds", Value: "5"}}}
+		RecordDir: "/run/x", Cgroup: CgroupRequired, SiteItems: []config.Item{{Key: "on_failure", Value: "fail"}, {Key: "scrape_interval_seconds", Value: "5"}}}
 	if !reflect.DeepEqual(a, want) {
 		t.Fatalf("got %+v\nwant %+v", a, want)
 	}
@@ -30,6 +30,7 @@ func TestParseArgs(t *testing.T) {
 		{"Site=/x", `"Site=/x": expected key=value`},
 		{"site=rel/x", "absolute path"},
 		{"default=maybe", "default wants on or off"},
+		{"cgroup=yes", "cgroup wants auto, required or off"},
 		{"prolog_timeout=0", "prolog_timeout wants"},
 		{"scrape_intervall=3", `"scrape_intervall=3": unknown argument`},
 		{"prolog_timout=30", `"prolog_timout=30": unknown argument (did you mean "prolog_timeout"?)`},

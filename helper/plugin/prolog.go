@@ -1,17 +1,14 @@
 package plugin
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -93,6 +90,15 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if spec.Otel.OnFailure == "fail" {
 		rec.OnFailure = "fail"
 	}
+	// The node's own site file decides the keys it pins: a user value, or
+	// a spec set by hand through libslurm, never chooses them here.
+	pinned, err := config.EnforcePins(spec, in.Args.Site, in.Args.SiteItems)
+	if err != nil {
+		return fail(err)
+	}
+	for _, line := range pinned {
+		log.Warnf("job %d: %s", in.JobID, line)
+	}
 	rec.Unset = unsetNames(spec.Otel.TokenEnv)
 	if _, err := spec.Validate(nil); err != nil {
 		return fail(fmt.Errorf("the job's spec does not validate on node %s: %w", node, err))
@@ -123,8 +129,13 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return fail(err)
 	}
 	timeout := time.Duration(min(spec.Otel.HealthCheckTimeoutSeconds+5, in.Args.PrologTimeout)) * time.Second
+	// The supervisor gets the spec as this node decided it (pins applied).
+	nodeSpec, err := spec.Encode()
+	if err != nil {
+		return fail(err)
+	}
 	env := []string{
-		EnvSpec + "=" + in.Spec,
+		EnvSpec + "=" + nodeSpec,
 		spec.Otel.TokenEnv + "=" + in.Token,
 		EnvFacts + "=" + string(factsJSON),
 		EnvRecord + "=" + filepath.Join(dir, RecordFile),
@@ -133,8 +144,19 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		"USER=" + u.Username,
 		"LOGNAME=" + u.Username,
 	}
-	sup, err := startSupervisor(in.Args.CLI, env, in.UID, in.GID, groups)
+	group, err := jobGroup(in.Args, node, in.JobID, spec.Otel, log)
 	if err != nil {
+		return fail(err)
+	}
+	if group != nil {
+		rec.Cgroup = group.Rel
+		rec.CgroupMemory = group.MemoryLimitFile()
+	}
+	sup, err := startSupervisor(in.Args.CLI, env, in.UID, in.GID, groups, group)
+	if err != nil {
+		if group != nil {
+			_ = group.Remove()
+		}
 		return fail(fmt.Errorf("starting %s supervise: %w", in.Args.CLI, err))
 	}
 	rep, err := sup.wait(timeout)
@@ -158,7 +180,6 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		sup.kill()
 		return fail(err)
 	}
-	sup.release()
 	log.Infof("job %d: collector ready on %s (supervisor pid %d, OTLP http 127.0.0.1:%d, output %s, %d ms)",
 		in.JobID, node, sup.pid, rep.Ports.OTLPHTTP, rep.OutputDir, rep.ReadyMillis)
 	return nil
@@ -267,73 +288,3 @@ func parseArray(out string, jobID uint32) (arrayJob, task string, err error) {
 	}
 	return arrayJob, task, nil
 }
-
-// supervisor is a started `<cli> supervise --from-env`.
-type supervisor struct {
-	cmd    *exec.Cmd
-	pid    int
-	report *os.File
-}
-
-func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32) (*supervisor, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	defer w.Close()
-	// Core dumps off: the child inherits the limit (this process is a
-	// throwaway `slurmstepd spank prolog`).
-	_ = syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{Cur: 0, Max: 0})
-	cmd := exec.Command(cli, "supervise", "--from-env")
-	cmd.Env = env
-	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{w} // fd 3 = lifecycle.ReportFD
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups},
-		Setsid:     true,
-	}
-	if err := cmd.Start(); err != nil {
-		r.Close()
-		return nil, err
-	}
-	return &supervisor{cmd: cmd, pid: cmd.Process.Pid, report: r}, nil
-}
-
-// wait reads the one-line report, bounded by timeout.
-func (s *supervisor) wait(timeout time.Duration) (lifecycle.Report, error) {
-	type result struct {
-		line []byte
-		err  error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		line, err := bufio.NewReaderSize(s.report, 64*1024).ReadBytes('\n')
-		ch <- result{line, err}
-	}()
-	select {
-	case res := <-ch:
-		s.report.Close()
-		if len(res.line) == 0 {
-			return lifecycle.Report{}, fmt.Errorf("the supervisor exited without a report")
-		}
-		return lifecycle.ReadReport(res.line)
-	case <-time.After(timeout):
-		s.report.Close()
-		return lifecycle.Report{}, fmt.Errorf("no report from the supervisor within %s (health_check_timeout_seconds + 5, capped by the plugstack's prolog_timeout)", timeout)
-	}
-}
-
-// kill ends the supervisor's whole session and reaps it.
-func (s *supervisor) kill() {
-	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
-	_ = s.cmd.Process.Kill()
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-	}
-}
-
-// release lets the supervisor outlive the prolog (it is reparented to init).
-func (s *supervisor) release() { _ = s.cmd.Process.Release() }

@@ -26,6 +26,8 @@ import (
 //	supervisor_pid=<pid>
 //	supervisor_start=<start time, clock ticks since boot>
 //	uid=<the job's uid>
+//	cgroup=<the collector's cgroup below each hierarchy, "" for none>
+//	cgroup_memory=<the file of its memory bound, which steps lower to the job's memory>
 //	env=KEY=VALUE
 //	unset=NAME
 type Record struct {
@@ -37,8 +39,14 @@ type Record struct {
 	SupervisorPID   int
 	SupervisorStart uint64
 	UID             uint32
-	Env             []KV
-	Unset           []string
+	// Cgroup is the collector's cgroup below each hierarchy's mount
+	// (<CgroupBase>/<node>/job_<id>), "" on a node without one.
+	Cgroup string
+	// CgroupMemory is the absolute path of that group's memory bound
+	// (memory.limit_in_bytes or memory.max), "" when none.
+	CgroupMemory string
+	Env          []KV
+	Unset        []string
 }
 
 // KV is one environment variable.
@@ -74,6 +82,8 @@ func (r *Record) Marshal() ([]byte, error) {
 	fmt.Fprintf(&b, "supervisor_pid=%d\n", r.SupervisorPID)
 	fmt.Fprintf(&b, "supervisor_start=%d\n", r.SupervisorStart)
 	fmt.Fprintf(&b, "uid=%d\n", r.UID)
+	fmt.Fprintf(&b, "cgroup=%s\n", oneLine(r.Cgroup))
+	fmt.Fprintf(&b, "cgroup_memory=%s\n", oneLine(r.CgroupMemory))
 	for _, kv := range r.Env {
 		if !identRE(kv.Key) || strings.ContainsAny(kv.Value, "\n\r\x00") {
 			return nil, fmt.Errorf("record: env %q: not a name or a one-line value", kv.Key)
@@ -119,6 +129,10 @@ func ParseRecord(data []byte) (*Record, error) {
 			var u uint64
 			u, err = strconv.ParseUint(v, 10, 32)
 			r.UID = uint32(u)
+		case "cgroup":
+			r.Cgroup = v
+		case "cgroup_memory":
+			r.CgroupMemory = v
 		case "env":
 			ek, ev, _ := strings.Cut(v, "=")
 			r.Env = append(r.Env, KV{ek, ev})

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 )
 
 // activeStates are the Slurm job states (scontrol's JobState=) in which a
@@ -56,6 +58,7 @@ func JobGone(out string, runErr error, jobID uint32) (gone, known bool) {
 // itself when its job is no longer running), and only when slurmctld says
 // the job is over. Called by the prolog; best effort, logged.
 func SweepStale(recordDir, node string, current uint32, log logrus.FieldLogger) {
+	defer sweepOrphanGroups(recordDir, node, current, log)
 	base := filepath.Join(recordDir, node)
 	if checkRootDir(base) != nil {
 		return
@@ -73,18 +76,56 @@ func SweepStale(recordDir, node string, current uint32, log logrus.FieldLogger) 
 		if checkRootDir(dir) != nil {
 			continue
 		}
-		if rec, err := ReadRecord(dir); err == nil && rec.SupervisorPID > 1 && isOurs(rec) {
+		group := openJobGroup(node, uint32(id))
+		if rec, err := ReadRecord(dir); err == nil && rec.SupervisorPID > 1 && isOurs(rec, group) {
 			continue
 		}
 		out, runErr := scontrolShowJob(uint32(id))
 		if gone, known := JobGone(out, runErr, uint32(id)); !gone || !known {
 			continue
 		}
+		if err := endJobGroup(group, uint32(id), log); err != nil {
+			log.Warnf("job %d: the stale cgroup of job %d: %v", current, id, err)
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			log.Warnf("job %d: removing the stale record of job %d: %v", current, id, err)
 			continue
 		}
 		log.Infof("job %d: removed the stale record of job %d (the job is over and its epilog never ran here)", current, id)
+	}
+}
+
+// sweepOrphanGroups ends the collector cgroups on this node of jobs that
+// have no record dir (and are not the current job): the record dir is made
+// before a job's group and removed after it, so such a group is left from a
+// job whose epilog did not finish.
+func sweepOrphanGroups(recordDir, node string, current uint32, log logrus.FieldLogger) {
+	hs, err := cgroup.Discover(mountinfo)
+	if err != nil {
+		return
+	}
+	seen := map[uint32]bool{}
+	for _, h := range hs {
+		ents, err := os.ReadDir(filepath.Join(h.Mount, CgroupBase, node))
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			n, ok := strings.CutPrefix(e.Name(), "job_")
+			id, err := strconv.ParseUint(n, 10, 32)
+			if !ok || err != nil || !e.IsDir() || uint32(id) == current || seen[uint32(id)] {
+				continue
+			}
+			seen[uint32(id)] = true
+			if _, err := os.Lstat(JobRecordDir(recordDir, node, uint32(id))); !errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err := endJobGroup(openJobGroup(node, uint32(id)), uint32(id), log); err != nil {
+				log.Warnf("job %d: the orphan cgroup of job %d: %v", current, id, err)
+				continue
+			}
+			log.Infof("job %d: removed the cgroup of job %d, which had no record on this node", current, id)
+		}
 	}
 }
 

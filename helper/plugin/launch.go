@@ -1,0 +1,288 @@
+package plugin
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+)
+
+// MaxReportBytes bounds what the prolog reads of the supervisor's report
+// (one JSON line; the user's program could otherwise write without end).
+const MaxReportBytes = 64 * 1024
+
+// supervisor is a started `<cli> supervise --from-env`.
+type supervisor struct {
+	cmd    *exec.Cmd
+	pid    int
+	report *os.File
+	group  *cgroup.Group // nil on a node without cgroups
+	exited chan struct{}
+}
+
+// startSupervisor starts the supervisor as the job's user (uid, gid,
+// groups), in its own session, with exactly env, fd 3 the write end of the
+// report pipe and no other descriptor of this process, and with what a
+// job's process gets rather than what slurmd has:
+//   - born inside group g (when not nil): this process joins g around the
+//     fork and leaves it right after, so no instant exists in which the
+//     supervisor, or anything it starts, is outside the group;
+//   - the node's ordinary resource limits (those of PID 1) instead of
+//     slurmd's (memlock and stack unlimited), and no core dumps;
+//   - oom_score_adj 0 (slurmd's is often -1000), set with privilege so the
+//     user cannot lower it again;
+//   - no_new_privs: no setuid or file capability can raise it again.
+//
+// Everything this process changes on itself for the fork is restored
+// before it returns (later SPANK plugins run their job prolog in the same
+// process).
+func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32, g *cgroup.Group) (*supervisor, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	cmd := exec.Command(cli, "supervise", "--from-env")
+	cmd.Env = env
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{w} // fd 3 = lifecycle.ReportFD
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups},
+		Setsid:     true,
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// no_new_privs is a thread attribute the child inherits from the
+		// thread that forks: set it on a thread of its own, which is
+		// never unlocked, so it ends with this goroutine.
+		runtime.LockOSThread()
+		errc <- forkContained(cmd, g)
+	}()
+	if err := <-errc; err != nil {
+		r.Close()
+		return nil, err
+	}
+	s := &supervisor{cmd: cmd, pid: cmd.Process.Pid, report: r, group: g, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(s.exited) }()
+	return s, nil
+}
+
+// forkContained starts cmd with this process's attributes set aside for
+// the child (see startSupervisor) and restores them.
+func forkContained(cmd *exec.Cmd, g *cgroup.Group) error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	undoFDs := closeOnExecAll()
+	defer undoFDs()
+	undoLimits, err := nodeLimits()
+	if err != nil {
+		return err
+	}
+	defer undoLimits()
+	undoOOM, err := setOOMScoreAdj("0")
+	if err != nil {
+		return err
+	}
+	defer undoOOM()
+	if g != nil {
+		leave, err := g.Join()
+		if err != nil {
+			return fmt.Errorf("joining the job's cgroup: %w", err)
+		}
+		defer func() { _ = leave() }()
+	}
+	return cmd.Start()
+}
+
+// closeOnExecAll marks every descriptor above 2 close-on-exec (slurmstepd
+// may hold some without it) and returns how to undo that.
+func closeOnExecAll() (undo func()) {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	var changed []int
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC != 0 {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags|unix.FD_CLOEXEC); err == nil {
+			changed = append(changed, fd)
+		}
+	}
+	return func() {
+		for _, fd := range changed {
+			if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+				_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags&^unix.FD_CLOEXEC)
+			}
+		}
+	}
+}
+
+// limitNames maps the rows of /proc/<pid>/limits to resources.
+var limitNames = map[string]int{
+	"Max cpu time": unix.RLIMIT_CPU, "Max file size": unix.RLIMIT_FSIZE,
+	"Max data size": unix.RLIMIT_DATA, "Max stack size": unix.RLIMIT_STACK,
+	"Max resident set": unix.RLIMIT_RSS, "Max processes": unix.RLIMIT_NPROC,
+	"Max open files": unix.RLIMIT_NOFILE, "Max locked memory": unix.RLIMIT_MEMLOCK,
+	"Max address space": unix.RLIMIT_AS, "Max file locks": unix.RLIMIT_LOCKS,
+	"Max pending signals": unix.RLIMIT_SIGPENDING, "Max msgqueue size": unix.RLIMIT_MSGQUEUE,
+	"Max nice priority": unix.RLIMIT_NICE, "Max realtime priority": unix.RLIMIT_RTPRIO,
+	"Max realtime timeout": unix.RLIMIT_RTTIME,
+}
+
+// parseLimits reads /proc/<pid>/limits text into resource -> limit.
+func parseLimits(text string) (map[int]unix.Rlimit, error) {
+	out := map[int]unix.Rlimit{}
+	num := func(s string) (uint64, error) {
+		if s == "unlimited" {
+			return unix.RLIM_INFINITY, nil
+		}
+		return strconv.ParseUint(s, 10, 64)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if len(line) < 26 {
+			continue
+		}
+		res, ok := limitNames[strings.TrimSpace(line[:26])]
+		if !ok {
+			continue
+		}
+		f := strings.Fields(line[26:])
+		if len(f) < 2 {
+			return nil, fmt.Errorf("limits: %q", line)
+		}
+		cur, err1 := num(f[0])
+		max, err2 := num(f[1])
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("limits: %q", line)
+		}
+		out[res] = unix.Rlimit{Cur: cur, Max: max}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("limits: no known row")
+	}
+	return out, nil
+}
+
+// nodeLimits sets this process's resource limits to PID 1's (the node's
+// ordinary defaults) and core dumps off, returning how to restore them.
+func nodeLimits() (undo func(), err error) {
+	data, err := readBounded("/proc/1/limits", 16*1024)
+	if err != nil {
+		return nil, fmt.Errorf("the node's resource limits: %w", err)
+	}
+	want, err := parseLimits(data)
+	if err != nil {
+		return nil, err
+	}
+	want[unix.RLIMIT_CORE] = unix.Rlimit{} // the token is in memory
+	saved := map[int]unix.Rlimit{}
+	undo = func() {
+		for res, l := range saved {
+			l := l
+			_ = unix.Setrlimit(res, &l)
+		}
+	}
+	for res, l := range want {
+		var old unix.Rlimit
+		if err := unix.Getrlimit(res, &old); err != nil {
+			continue
+		}
+		saved[res] = old
+		l := l
+		if err := unix.Setrlimit(res, &l); err != nil {
+			undo()
+			return nil, fmt.Errorf("setrlimit %d: %w", res, err)
+		}
+	}
+	return undo, nil
+}
+
+// setOOMScoreAdj sets this process's oom_score_adj and returns how to
+// restore it.
+func setOOMScoreAdj(v string) (undo func(), err error) {
+	const p = "/proc/self/oom_score_adj"
+	old, err := readBounded(p, 64)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(p, []byte(v), 0); err != nil {
+		return nil, fmt.Errorf("oom_score_adj: %w", err)
+	}
+	return func() { _ = os.WriteFile(p, []byte(strings.TrimSpace(old)), 0) }, nil
+}
+
+// readBounded reads at most max bytes of path.
+func readBounded(path string, max int64) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max))
+	return string(b), err
+}
+
+// wait reads the one-line report (at most MaxReportBytes), bounded by
+// timeout.
+func (s *supervisor) wait(timeout time.Duration) (lifecycle.Report, error) {
+	type result struct {
+		line []byte
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		line, err := bufio.NewReaderSize(io.LimitReader(s.report, MaxReportBytes+1), MaxReportBytes).ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			line, err = nil, fmt.Errorf("the supervisor's report is longer than %d bytes", MaxReportBytes)
+		}
+		ch <- result{append([]byte(nil), line...), err}
+	}()
+	select {
+	case res := <-ch:
+		s.report.Close()
+		if res.err != nil && len(res.line) == 0 {
+			if errors.Is(res.err, io.EOF) {
+				return lifecycle.Report{}, fmt.Errorf("the supervisor exited without a report")
+			}
+			return lifecycle.Report{}, res.err
+		}
+		return lifecycle.ReadReport(res.line)
+	case <-time.After(timeout):
+		s.report.Close()
+		return lifecycle.Report{}, fmt.Errorf("no report from the supervisor within %s (health_check_timeout_seconds + 5, capped by the plugstack's prolog_timeout)", timeout)
+	}
+}
+
+// kill ends the supervisor and everything it started (its cgroup, which
+// it then removes, else its session) and reaps it, within about 5 s.
+func (s *supervisor) kill() {
+	if s.group != nil {
+		_, _ = s.group.Kill(5 * time.Second)
+	}
+	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
+	_ = s.cmd.Process.Kill()
+	select {
+	case <-s.exited:
+	case <-time.After(5 * time.Second):
+	}
+	if s.group != nil {
+		_ = s.group.Remove()
+	}
+}

@@ -165,6 +165,9 @@ func (r *Resolved) Encode() (string, error) {
 // Decode parses a value made by Encode. It refuses another version and
 // unknown fields. The result is not validated: call Validate.
 func Decode(s string) (*Resolved, error) {
+	if len(s) > MaxSpecBytes {
+		return nil, fmt.Errorf("GYM_OTEL_SPEC: %d bytes, more than the %d a submit ever forwards", len(s), MaxSpecBytes)
+	}
 	b, err := base64.RawURLEncoding.DecodeString(strings.TrimSpace(s))
 	if err != nil {
 		return nil, fmt.Errorf("GYM_OTEL_SPEC: not base64url: %w", err)

@@ -58,6 +58,8 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 	case env != nil:
 		if v, ok := env(o.TokenEnv); !ok || v == "" {
 			fail("otel.token_env: the variable %s (named by otel.token_env) is not set or empty in the submitting environment: export %s=<bearer token> before submitting", o.TokenEnv, o.TokenEnv)
+		} else if err := CheckToken(o.TokenEnv, v); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if !filepath.IsAbs(o.Binary) {
@@ -90,6 +92,7 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 	if !filepath.IsAbs(r.JobDir) {
 		fail("job_dir: %q is not an absolute path", r.JobDir)
 	}
+	errs = append(errs, r.checkBounds()...)
 	return warnings, errors.Join(errs...)
 }
 

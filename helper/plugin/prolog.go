@@ -76,7 +76,9 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	SweepStale(in.Args.RecordDir, node, in.JobID, log)
 	rec := &Record{Status: "failed", OnFailure: "continue", UID: in.UID}
 	fail := func(err error) error {
-		rec.Status = "failed"
+		// A failed record carries no task env: nothing of what failed
+		// (a value the record format cannot hold) is written again.
+		rec.Status, rec.Env = "failed", nil
 		rec.Reason = err.Error()
 		if werr := WriteRecord(dir, rec); werr != nil {
 			return errors.Join(err, werr)

@@ -49,6 +49,9 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	// Before anything else: a clean signal mask for us and the collector,
 	// the job's user, no core dumps.
 	runtime.LockOSThread() // the collector's Pdeathsig follows this thread
+	if err := lifecycle.LowerToNodeLimits(); err != nil {
+		logrus.Warnf("resource limits: %v", err)
+	}
 	if err := lifecycle.ClearSignals(); err != nil {
 		logrus.Warnf("signals: %v", err)
 	}

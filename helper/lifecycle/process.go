@@ -1,7 +1,9 @@
 package lifecycle
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"runtime"
@@ -145,4 +147,89 @@ func BecomeUser(name string) error {
 	}
 	os.Setenv("USER", u.Username)
 	return nil
+}
+
+// limitNames maps the rows of /proc/<pid>/limits to resources.
+var limitNames = map[string]int{
+	"Max cpu time": unix.RLIMIT_CPU, "Max file size": unix.RLIMIT_FSIZE, "Max core file size": unix.RLIMIT_CORE,
+	"Max data size": unix.RLIMIT_DATA, "Max stack size": unix.RLIMIT_STACK,
+	"Max resident set": unix.RLIMIT_RSS, "Max processes": unix.RLIMIT_NPROC,
+	"Max open files": unix.RLIMIT_NOFILE, "Max locked memory": unix.RLIMIT_MEMLOCK,
+	"Max address space": unix.RLIMIT_AS, "Max file locks": unix.RLIMIT_LOCKS,
+	"Max pending signals": unix.RLIMIT_SIGPENDING, "Max msgqueue size": unix.RLIMIT_MSGQUEUE,
+	"Max nice priority": unix.RLIMIT_NICE, "Max realtime priority": unix.RLIMIT_RTPRIO,
+	"Max realtime timeout": unix.RLIMIT_RTTIME,
+}
+
+// ParseLimits reads the text of /proc/<pid>/limits into resource ->
+// limit ("unlimited" is RLIM_INFINITY).
+func ParseLimits(text string) (map[int]unix.Rlimit, error) {
+	out := map[int]unix.Rlimit{}
+	num := func(s string) (uint64, error) {
+		if s == "unlimited" {
+			return unix.RLIM_INFINITY, nil
+		}
+		return strconv.ParseUint(s, 10, 64)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if len(line) < 26 {
+			continue
+		}
+		res, ok := limitNames[strings.TrimSpace(line[:26])]
+		if !ok {
+			continue
+		}
+		f := strings.Fields(line[26:])
+		if len(f) < 2 {
+			return nil, fmt.Errorf("limits: %q", line)
+		}
+		cur, err1 := num(f[0])
+		max, err2 := num(f[1])
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("limits: %q", line)
+		}
+		out[res] = unix.Rlimit{Cur: cur, Max: max}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("limits: no known row")
+	}
+	return out, nil
+}
+
+// LowerToNodeLimits lowers this process's resource limits, soft and hard,
+// to the node's ordinary ones (PID 1's, from /proc/1/limits) wherever they
+// are higher: a supervisor started from the job prolog inherits slurmd's
+// (memlock and stack often unlimited), and the collector and everything it
+// starts inherit the supervisor's. Lowering needs no privilege and cannot
+// be undone by the user. Limits already below the node's stay.
+func LowerToNodeLimits() error {
+	f, err := os.Open("/proc/1/limits")
+	if err != nil {
+		return fmt.Errorf("the node's resource limits: %w", err)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, 16*1024))
+	f.Close()
+	if err != nil {
+		return err
+	}
+	node, err := ParseLimits(string(data))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for res, n := range node {
+		var cur unix.Rlimit
+		if err := unix.Getrlimit(res, &cur); err != nil {
+			continue
+		}
+		want := unix.Rlimit{Cur: min(cur.Cur, n.Cur), Max: min(cur.Max, n.Max)}
+		want.Cur = min(want.Cur, want.Max)
+		if want == cur {
+			continue
+		}
+		if err := unix.Setrlimit(res, &want); err != nil {
+			errs = append(errs, fmt.Errorf("setrlimit %d: %w", res, err))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -39,8 +39,8 @@ type supervisor struct {
 //   - born inside group g (when not nil): this process joins g around the
 //     fork and leaves it right after, so no instant exists in which the
 //     supervisor, or anything it starts, is outside the group;
-//   - the node's ordinary resource limits (those of PID 1) instead of
-//     slurmd's (memlock and stack unlimited), and no core dumps;
+//   - (the supervisor lowers its resource limits to the node's ordinary
+//     ones itself, first thing: see lifecycle.LowerToNodeLimits);
 //   - oom_score_adj 0 (slurmd's is often -1000), set with privilege so the
 //     user cannot lower it again;
 //   - no_new_privs: no setuid or file capability can raise it again.
@@ -87,11 +87,6 @@ func forkContained(cmd *exec.Cmd, g *cgroup.Group) error {
 	}
 	undoFDs := closeOnExecAll()
 	defer undoFDs()
-	undoLimits, err := nodeLimits()
-	if err != nil {
-		return err
-	}
-	defer undoLimits()
 	undoOOM, err := setOOMScoreAdj("0")
 	if err != nil {
 		return err
@@ -132,86 +127,6 @@ func closeOnExecAll() (undo func()) {
 			}
 		}
 	}
-}
-
-// limitNames maps the rows of /proc/<pid>/limits to resources.
-var limitNames = map[string]int{
-	"Max cpu time": unix.RLIMIT_CPU, "Max file size": unix.RLIMIT_FSIZE,
-	"Max data size": unix.RLIMIT_DATA, "Max stack size": unix.RLIMIT_STACK,
-	"Max resident set": unix.RLIMIT_RSS, "Max processes": unix.RLIMIT_NPROC,
-	"Max open files": unix.RLIMIT_NOFILE, "Max locked memory": unix.RLIMIT_MEMLOCK,
-	"Max address space": unix.RLIMIT_AS, "Max file locks": unix.RLIMIT_LOCKS,
-	"Max pending signals": unix.RLIMIT_SIGPENDING, "Max msgqueue size": unix.RLIMIT_MSGQUEUE,
-	"Max nice priority": unix.RLIMIT_NICE, "Max realtime priority": unix.RLIMIT_RTPRIO,
-	"Max realtime timeout": unix.RLIMIT_RTTIME,
-}
-
-// parseLimits reads /proc/<pid>/limits text into resource -> limit.
-func parseLimits(text string) (map[int]unix.Rlimit, error) {
-	out := map[int]unix.Rlimit{}
-	num := func(s string) (uint64, error) {
-		if s == "unlimited" {
-			return unix.RLIM_INFINITY, nil
-		}
-		return strconv.ParseUint(s, 10, 64)
-	}
-	for _, line := range strings.Split(text, "\n") {
-		if len(line) < 26 {
-			continue
-		}
-		res, ok := limitNames[strings.TrimSpace(line[:26])]
-		if !ok {
-			continue
-		}
-		f := strings.Fields(line[26:])
-		if len(f) < 2 {
-			return nil, fmt.Errorf("limits: %q", line)
-		}
-		cur, err1 := num(f[0])
-		max, err2 := num(f[1])
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("limits: %q", line)
-		}
-		out[res] = unix.Rlimit{Cur: cur, Max: max}
-	}
-	if len(out) == 0 {
-		return nil, errors.New("limits: no known row")
-	}
-	return out, nil
-}
-
-// nodeLimits sets this process's resource limits to PID 1's (the node's
-// ordinary defaults) and core dumps off, returning how to restore them.
-func nodeLimits() (undo func(), err error) {
-	data, err := readBounded("/proc/1/limits", 16*1024)
-	if err != nil {
-		return nil, fmt.Errorf("the node's resource limits: %w", err)
-	}
-	want, err := parseLimits(data)
-	if err != nil {
-		return nil, err
-	}
-	want[unix.RLIMIT_CORE] = unix.Rlimit{} // the token is in memory
-	saved := map[int]unix.Rlimit{}
-	undo = func() {
-		for res, l := range saved {
-			l := l
-			_ = unix.Setrlimit(res, &l)
-		}
-	}
-	for res, l := range want {
-		var old unix.Rlimit
-		if err := unix.Getrlimit(res, &old); err != nil {
-			continue
-		}
-		saved[res] = old
-		l := l
-		if err := unix.Setrlimit(res, &l); err != nil {
-			undo()
-			return nil, fmt.Errorf("setrlimit %d: %w", res, err)
-		}
-	}
-	return undo, nil
 }
 
 // setOOMScoreAdj sets this process's oom_score_adj and returns how to

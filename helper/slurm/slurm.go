@@ -1,0 +1,148 @@
+// Package slurm is what the plugin asks Slurm about a job, in one place:
+// where Slurm's commands are, a job's state and array ids, and which states
+// are final. Every query runs squeue with a format that prints only fields
+// Slurm itself sets (ids and states, never a job name, comment or path a
+// user chose), reads a bounded amount of output, and is bounded in time by
+// its context.
+package slurm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Dirs are where Slurm's commands are looked for before PATH (a job prolog
+// has no PATH; the supervisor's PATH is fixed): Debian and RPM installs,
+// /usr/local and /opt/slurm builds.
+var Dirs = []string{"/usr/bin", "/usr/local/bin", "/opt/slurm/bin"}
+
+// Bin returns the path of Slurm command name (e.g. "squeue"): the first of
+// Dirs that has it, else PATH's.
+func Bin(name string) (string, error) {
+	for _, d := range Dirs {
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s: not in %s nor on PATH", name, strings.Join(Dirs, ", "))
+	}
+	return p, nil
+}
+
+// finalStates are the job states after which a job runs nothing anymore
+// (squeue's %T, long names). A job in any other state (PENDING, RUNNING,
+// SUSPENDED, COMPLETING, CONFIGURING, REQUEUED, ...) may still own
+// processes and records on its nodes.
+var finalStates = map[string]bool{
+	"BOOT_FAIL": true, "CANCELLED": true, "COMPLETED": true, "DEADLINE": true,
+	"FAILED": true, "NODE_FAIL": true, "OUT_OF_MEMORY": true, "PREEMPTED": true,
+	"TIMEOUT": true, "REVOKED": true, "SPECIAL_EXIT": true,
+}
+
+// Final reports whether state is a final job state.
+func Final(state string) bool { return finalStates[state] }
+
+// Job is what squeue says of one job.
+type Job struct {
+	// ID is the job's own id.
+	ID uint32
+	// ArrayJobID and ArrayTaskID are the array's job id and this task's
+	// index, "" when the job is not an array task.
+	ArrayJobID, ArrayTaskID string
+	// State is the job's state, e.g. RUNNING or COMPLETED.
+	State string
+}
+
+// maxOutput bounds what is read of a command's output, bytes.
+const maxOutput = 64 * 1024
+
+// Query asks squeue for job id. known is false when slurmctld no longer
+// knows the job (it ended longer than MinJobAge ago, or never existed);
+// an error means no answer (squeue missing, the controller unreachable, the
+// context's deadline).
+func Query(ctx context.Context, id uint32) (job Job, known bool, err error) {
+	bin, err := Bin("squeue")
+	if err != nil {
+		return Job{}, false, err
+	}
+	ids := strconv.FormatUint(uint64(id), 10)
+	cmd := exec.CommandContext(ctx, bin, "-h", "--states=all", "-j", ids, "-o", "%A|%F|%K|%T")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_CONF=" + os.Getenv("SLURM_CONF"), "SLURM_TIME_FORMAT=standard"}
+	var out bytes.Buffer
+	cmd.Stdout = &limitedWriter{w: &out, n: maxOutput}
+	cmd.Stderr = &limitedWriter{w: &out, n: maxOutput}
+	runErr := cmd.Run()
+	if ctx.Err() != nil {
+		return Job{}, false, fmt.Errorf("squeue -j %s: %w", ids, ctx.Err())
+	}
+	text := out.String()
+	if strings.Contains(text, "Invalid job id") {
+		return Job{}, false, nil
+	}
+	if runErr != nil {
+		return Job{}, false, fmt.Errorf("squeue -j %s: %v: %s", ids, runErr, firstLine(text))
+	}
+	return parse(text, id)
+}
+
+// parse reads squeue's "%A|%F|%K|%T" lines for job id.
+func parse(text string, id uint32) (Job, bool, error) {
+	want := strconv.FormatUint(uint64(id), 10)
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Split(strings.TrimSpace(line), "|")
+		if len(f) != 4 || f[0] != want {
+			continue
+		}
+		j := Job{ID: id, State: f[3]}
+		if f[2] != "N/A" && f[2] != "" {
+			if _, err := strconv.ParseUint(f[2], 10, 32); err != nil {
+				return Job{}, false, fmt.Errorf("squeue: array task id %q of job %s is not one task", f[2], want)
+			}
+			j.ArrayJobID, j.ArrayTaskID = f[1], f[2]
+		}
+		if j.State == "" {
+			return Job{}, false, fmt.Errorf("squeue: no state for job %s", want)
+		}
+		return j, true, nil
+	}
+	if strings.TrimSpace(text) == "" {
+		return Job{}, false, nil
+	}
+	return Job{}, false, fmt.Errorf("squeue: no line for job %s: %s", want, firstLine(text))
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
+
+// limitedWriter keeps the first n bytes written and discards the rest.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(len(p), l.n)
+		if _, err := l.w.Write(p[:k]); err != nil {
+			return 0, err
+		}
+		l.n -= k
+	}
+	return len(p), nil
+}
+

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
 
 // Defaults of Options.
@@ -539,32 +539,19 @@ func unwrapPath(err error) error {
 	return err
 }
 
-// squeueRunning asks squeue whether the job is still pending, running,
-// suspended or completing. Unknown (squeue missing, the controller not
-// answering) is an error, which changes nothing.
+// squeueRunning asks Slurm (helper/slurm: squeue, 10 s bound) whether the
+// job may still run: known and not in a final state. No answer is an
+// error, which changes nothing.
 func squeueRunning(ctx context.Context, jobID string) (bool, error) {
-	if jobID == "" {
-		return true, errors.New("no job id")
-	}
-	path, err := exec.LookPath("squeue")
+	id, err := strconv.ParseUint(jobID, 10, 32)
 	if err != nil {
-		return true, err
+		return true, fmt.Errorf("job id %q: %w", jobID, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "-h", "-j", jobID, "-o", "%T").CombinedOutput()
-	text := strings.TrimSpace(string(out))
+	j, known, err := slurm.Query(ctx, uint32(id))
 	if err != nil {
-		if strings.Contains(text, "Invalid job id") {
-			return false, nil
-		}
-		return true, fmt.Errorf("squeue: %v: %s", err, text)
+		return true, err
 	}
-	switch text {
-	case "":
-		return false, nil
-	case "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE":
-		return false, nil
-	}
-	return true, nil
+	return known && !slurm.Final(j.State), nil
 }

@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -177,47 +176,5 @@ func TestSubmit(t *testing.T) {
 	}
 	if res, err := Submit(a, "off", dir, env(nil)); err != nil || !res.Off {
 		t.Fatalf("off: %+v %v", res, err)
-	}
-}
-
-func TestParseArray(t *testing.T) {
-	// scontrol -o show job <first id of an array> prints every task.
-	out := "JobId=206 ArrayJobId=206 ArrayTaskId=2 JobName=x\nJobId=208 ArrayJobId=206 ArrayTaskId=1\nJobId=207 ArrayJobId=206 ArrayTaskId=0\n"
-	for id, want := range map[uint32]string{206: "2", 207: "0", 208: "1"} {
-		aj, at, err := parseArray(out, id)
-		if err != nil || aj != "206" || at != want {
-			t.Fatalf("job %d: %q %q %v", id, aj, at, err)
-		}
-	}
-	if aj, at, err := parseArray("JobId=5 JobName=x", 5); err != nil || aj != "" || at != "" {
-		t.Fatalf("not an array: %q %q %v", aj, at, err)
-	}
-	if _, _, err := parseArray("JobId=5 ArrayJobId=4 ArrayTaskId=1-3", 5); err == nil {
-		t.Fatal("a task range was accepted")
-	}
-}
-
-func TestJobGone(t *testing.T) {
-	fail := errors.New("exit status 1")
-	for _, c := range []struct {
-		out         string
-		err         error
-		gone, known bool
-	}{
-		{"slurm_load_jobs error: Invalid job id specified\n", fail, true, true},
-		{"JobId=7 JobName=x UserId=u(1) JobState=RUNNING Reason=None\n", nil, false, true},
-		{"JobId=7 JobName=x JobState=COMPLETING Reason=None\n", nil, false, true},
-		{"JobId=7 JobName=x JobState=NODE_FAIL Reason=NodeDown\n", nil, true, true},
-		{"JobId=7 JobName=x JobState=COMPLETED Reason=None\n", nil, true, true},
-		{"JobId=7 JobName=x JobState=CANCELLED Reason=None\n", nil, true, true},
-		{"slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n", fail, false, false},
-		{"", nil, false, false},
-		{"JobId=5 ArrayJobId=5 JobState=COMPLETED\nJobId=7 ArrayJobId=5 JobState=RUNNING\n", nil, false, true},
-		{"JobId=70 JobState=COMPLETED\n", nil, false, false},
-	} {
-		gone, known := JobGone(c.out, c.err, 7)
-		if gone != c.gone || known != c.known {
-			t.Errorf("%q: gone %v known %v, want %v %v", c.out, gone, known, c.gone, c.known)
-		}
 	}
 }

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,7 +9,6 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -16,6 +16,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
 
 // Environment variables of the supervisor (besides otel.token_env, PATH,
@@ -68,12 +69,20 @@ func indexByte(s string, c byte) int {
 // collector) unless the record dir itself cannot be made; the returned error
 // is for the log only: the prolog always returns 0 to Slurm.
 func Prolog(in PrologInput, log logrus.FieldLogger) error {
+	// One deadline for everything below (see deadline.go).
+	slurmBounds := slurmTimeouts(in.Getenv("SLURM_CONF"))
+	ctx, cancel := context.WithTimeout(context.Background(), budget(in.Args.PrologTimeout, slurmBounds.Prolog))
+	defer cancel()
+	deadline, _ := ctx.Deadline()
 	node := NodeName(in.Getenv)
 	dir, err := MakeJobRecordDir(in.Args.RecordDir, node, in.JobID)
 	if err != nil {
 		return err
 	}
-	SweepStale(in.Args.RecordDir, node, in.JobID, log)
+	warnTimeouts(in.Args.RecordDir, node, in.Args.PrologTimeout, slurmBounds, log)
+	sweepCtx, sweepDone := context.WithDeadline(ctx, deadline.Add(-KillReserve-QueryBound))
+	SweepStale(sweepCtx, in.Args.RecordDir, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, log)
+	sweepDone()
 	rec := &Record{Status: "failed", OnFailure: "continue", UID: in.UID}
 	fail := func(err error) error {
 		// A failed record carries no task env: nothing of what failed
@@ -110,9 +119,12 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	}
 	rec.FinalWait = FinalWait(spec.Otel)
 	// The epilog's wait: the user's shutdown bound plus the span-metrics
-	// flush, but never past the site's prolog_timeout (which admins keep
-	// below PrologEpilogTimeout).
-	rec.DrainTimeout = min(spec.Otel.ShutdownTimeoutSeconds+10, in.Args.PrologTimeout)
+	// flush, within the epilog's deadline less the final cgroup kill.
+	epilogWait := budget(in.Args.PrologTimeout, slurmBounds.Epilog) - GroupKillBound - time.Second
+	rec.DrainTimeout = max(1, min(spec.Otel.ShutdownTimeoutSeconds+10, int(epilogWait/time.Second)))
+	if in.UID == 0 {
+		return fail(fmt.Errorf("jobs of root (uid 0) get no collector: it runs as the job's user, and root's would run with every privilege"))
+	}
 
 	u, err := user.LookupId(strconv.FormatUint(uint64(in.UID), 10))
 	if err != nil {
@@ -122,7 +134,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return fail(fmt.Errorf("the groups of %s: %w", u.Username, err))
 	}
-	facts, err := prologFacts(in, node, u.Username, log)
+	facts, err := prologFacts(ctx, in, node, u.Username, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -130,7 +142,10 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return fail(err)
 	}
-	timeout := time.Duration(min(spec.Otel.HealthCheckTimeoutSeconds+5, in.Args.PrologTimeout)) * time.Second
+	timeout := min(time.Duration(spec.Otel.HealthCheckTimeoutSeconds+5)*time.Second, time.Until(deadline)-KillReserve)
+	if timeout <= 0 {
+		return fail(fmt.Errorf("no time left for the collector within the prolog's deadline (plugstack prolog_timeout=%d)", in.Args.PrologTimeout))
+	}
 	// The supervisor gets the spec as this node decided it (pins applied).
 	nodeSpec, err := spec.Encode()
 	if err != nil {
@@ -146,7 +161,10 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		"USER=" + u.Username,
 		"LOGNAME=" + u.Username,
 	}
-	group, err := jobGroup(in.Args, node, in.JobID, spec.Otel, log)
+	if c := in.Getenv("SLURM_CONF"); c != "" {
+		env = append(env, "SLURM_CONF="+c) // the supervisor's liveness queries
+	}
+	group, err := jobGroup(in.Args, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, spec.Otel, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -213,7 +231,7 @@ func supplementaryGroups(u *user.User) ([]uint32, error) {
 	return out, nil
 }
 
-func prologFacts(in PrologInput, node, userName string, log logrus.FieldLogger) (jobfacts.Facts, error) {
+func prologFacts(ctx context.Context, in PrologInput, node, userName string, log logrus.FieldLogger) (jobfacts.Facts, error) {
 	f := jobfacts.Facts{
 		JobID:       strconv.FormatUint(uint64(in.JobID), 10),
 		ArrayJobID:  in.Getenv("SLURM_ARRAY_JOB_ID"),
@@ -226,10 +244,14 @@ func prologFacts(in PrologInput, node, userName string, log logrus.FieldLogger) 
 	if f.ArrayJobID == "" {
 		// With PrologFlags=Alloc, 22.05's prolog env has no SLURM_ARRAY_*
 		// (and the SPANK items are not available there): ask slurmctld.
-		if aj, at, err := arrayOf(in.JobID); err != nil {
-			log.Warnf("job %d: array ids: %v", in.JobID, err)
+		qctx, done := context.WithTimeout(ctx, QueryBound)
+		defer done()
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < KillReserve+QueryBound {
+			log.Warnf("job %d: array ids not asked for: too little time left in the prolog", in.JobID)
+		} else if j, known, err := slurm.Query(qctx, in.JobID); err != nil || !known {
+			log.Warnf("job %d: array ids: %v (known to Slurm: %v)", in.JobID, err, known)
 		} else {
-			f.ArrayJobID, f.ArrayTaskID = aj, at
+			f.ArrayJobID, f.ArrayTaskID = j.ArrayJobID, j.ArrayTaskID
 		}
 	}
 	nodelist := in.Getenv("SLURM_JOB_NODELIST")
@@ -248,45 +270,4 @@ func prologFacts(in PrologInput, node, userName string, log logrus.FieldLogger) 
 		f.NodeIndex = idx
 	}
 	return f, nil
-}
-
-// scontrolPaths are where scontrol is looked for (the prolog has no PATH).
-var scontrolPaths = []string{"/usr/bin/scontrol", "/usr/local/bin/scontrol", "/opt/slurm/bin/scontrol"}
-
-// arrayOf asks slurmctld for the job's array job and task ids ("" when the
-// job is not an array task).
-func arrayOf(jobID uint32) (arrayJob, task string, err error) {
-	out, err := scontrolShowJob(jobID)
-	if err != nil {
-		return "", "", err
-	}
-	return parseArray(out, jobID)
-}
-
-// parseArray reads ArrayJobId= and ArrayTaskId= of job jobID from `scontrol
-// -o show job` (for an array's first job id, scontrol prints one line per
-// task of the array).
-func parseArray(out string, jobID uint32) (arrayJob, task string, err error) {
-	want := "JobId=" + strconv.FormatUint(uint64(jobID), 10)
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != want {
-			continue
-		}
-		for _, kv := range f {
-			if v, ok := strings.CutPrefix(kv, "ArrayJobId="); ok {
-				arrayJob = v
-			} else if v, ok := strings.CutPrefix(kv, "ArrayTaskId="); ok {
-				task = v
-			}
-		}
-		break
-	}
-	if (arrayJob == "") != (task == "") {
-		return "", "", fmt.Errorf("scontrol show job: ArrayJobId=%q ArrayTaskId=%q", arrayJob, task)
-	}
-	if _, err := strconv.Atoi(task); task != "" && err != nil {
-		return "", "", fmt.Errorf("scontrol show job: ArrayTaskId=%q is not one task", task)
-	}
-	return arrayJob, task, nil
 }

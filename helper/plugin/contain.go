@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -12,8 +13,18 @@ import (
 )
 
 // CgroupBase is the directory, below each cgroup hierarchy's mount, that
-// holds the plugin's groups: <mount>/gym_otel/<node>/job_<id>.
+// holds the plugin's groups: <mount>/gym_otel/<cluster>/<node>/job_<id>
+// (job ids are per cluster; <cluster> is SLURM_CLUSTER_NAME).
 const CgroupBase = "gym_otel"
+
+// groupBase is CgroupBase/<cluster>, or CgroupBase without a usable
+// cluster name.
+func groupBase(cluster string) string {
+	if cluster == "" || strings.ContainsAny(cluster, "/\x00") || cluster == "." || cluster == ".." {
+		return CgroupBase
+	}
+	return CgroupBase + "/" + cluster
+}
 
 // CgroupMemoryFactor sets a job group's memory bound at the prolog:
 // CgroupMemoryFactor x otel.memory_limit_mib (the collector's own soft
@@ -34,12 +45,12 @@ var mountinfo = "/proc/self/mountinfo"
 // jobGroup creates the job's cgroup on this node (see helper/cgroup), or
 // returns nil when cgroup=off, or when the node cannot make one and
 // cgroup=auto (logged). The error names why with cgroup=required.
-func jobGroup(a Args, node string, jobID uint32, o config.Otel, log logrus.FieldLogger) (*cgroup.Group, error) {
+func jobGroup(a Args, cluster, node string, jobID uint32, o config.Otel, log logrus.FieldLogger) (*cgroup.Group, error) {
 	if a.Cgroup == CgroupOff {
 		return nil, nil
 	}
 	g, err := func() (*cgroup.Group, error) {
-		rel, err := cgroup.RelPath(CgroupBase, node, jobID)
+		rel, err := cgroup.RelPath(groupBase(cluster), node, jobID)
 		if err != nil {
 			return nil, err
 		}
@@ -61,8 +72,8 @@ func jobGroup(a Args, node string, jobID uint32, o config.Otel, log logrus.Field
 
 // openJobGroup finds the job's cgroup on this node as it exists (empty when
 // none).
-func openJobGroup(node string, jobID uint32) *cgroup.Group {
-	rel, err := cgroup.RelPath(CgroupBase, node, jobID)
+func openJobGroup(cluster, node string, jobID uint32) *cgroup.Group {
+	rel, err := cgroup.RelPath(groupBase(cluster), node, jobID)
 	if err != nil {
 		return &cgroup.Group{}
 	}

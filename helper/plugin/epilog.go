@@ -21,9 +21,9 @@ import (
 // freezer and SIGKILL), whatever it did to escape its session; on a node
 // without a cgroup, the supervisor's session is SIGKILLed instead. The
 // returned error is for the log only: the epilog always returns 0 to Slurm.
-func Epilog(a Args, node string, jobID uint32, log logrus.FieldLogger) error {
+func Epilog(a Args, cluster, node string, jobID uint32, log logrus.FieldLogger) error {
 	dir := JobRecordDir(a.RecordDir, node, jobID)
-	group := openJobGroup(node, jobID)
+	group := openJobGroup(cluster, node, jobID)
 	if err := checkRootDir(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return endJobGroup(group, jobID, log)

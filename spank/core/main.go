@@ -179,7 +179,7 @@ func gym_otel_core_prolog(args, spec, token *C.char, jobID, uid, gid C.uint) C.i
 func gym_otel_core_epilog(recordDir, node *C.char, jobID C.uint) C.int {
 	l := log()
 	a := plugin.Args{RecordDir: C.GoString(recordDir)}
-	if err := plugin.Epilog(a, C.GoString(node), uint32(jobID), l); err != nil {
+	if err := plugin.Epilog(a, os.Getenv("SLURM_CLUSTER_NAME"), C.GoString(node), uint32(jobID), l); err != nil {
 		l.Errorf("job %d: %s", uint32(jobID), err)
 		return 1
 	}

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,19 +23,60 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
-const (
-	backendToken = "tok-gym-otel-test-5c1f9e"
-	backendPort  = "14718"
-	backendHC    = "14733"
-	recordDir    = "/run/gym-otel-plugin-test"
+const backendToken = "tok-gym-otel-test-5c1f9e"
+
+// A second cluster of these tests can run beside the first on one host:
+// set GOS_PLUGIN_INSTANCE=N (1..9) to shift the backend's ports, the
+// record, plugin and backend dirs, and (through tests/slurm's variables)
+// the cluster's state dir, ports, munged and ClusterName.
+var (
+	instance    = os.Getenv("GOS_PLUGIN_INSTANCE")
+	backendPort = shifted(14718)
+	backendHC   = shifted(14733)
+	recordDir   = "/run/gym-otel-plugin-test" + instance
+	backendDir  = filepath.Join(os.TempDir(), "gym-otel-plugin-backend"+instance)
 )
+
+// clusterName is the test cluster's ClusterName (tests/slurm/up.sh).
+func clusterName() string {
+	if c := os.Getenv("GOS_SLURM_CLUSTER"); c != "" {
+		return c
+	}
+	return "gymtest"
+}
+
+// shifted is port + 100 x GOS_PLUGIN_INSTANCE.
+func shifted(port int) string {
+	n, _ := strconv.Atoi(instance)
+	return strconv.Itoa(port + 100*n)
+}
+
+func init() {
+	if instance == "" {
+		return
+	}
+	n, _ := strconv.Atoi(instance)
+	for k, v := range map[string]string{
+		"GOS_SLURM_STATE":      "/var/lib/gym-otel-test" + instance + "/slurm",
+		"GOS_SLURMCTLD_PORT":   strconv.Itoa(16817 + 100*n),
+		"GOS_SLURMD_PORT_BASE": strconv.Itoa(16820 + 100*n),
+		"GOS_MUNGE_SOCKET":     "/run/gym-otel-test" + instance + "-munge/munge.socket.2",
+		"GOS_SLURM_CLUSTER":    "gymtest" + instance,
+		"GOS_SLURM_USER":       "gymuser" + instance,
+		"GOS_SLURM_UID":        strconv.Itoa(2001 + 10*n),
+	} {
+		if os.Getenv(k) == "" {
+			os.Setenv(k, v)
+		}
+	}
+}
 
 var (
 	root      = testenv.Root()
 	slurmEnv  = map[string]string{}
 	jobsDir   string
 	stateDir  string
-	plugDir   = "/var/lib/gym-otel-test/plugin"
+	plugDir   = "/var/lib/gym-otel-test" + instance + "/plugin"
 	snippet   string
 	goodConf  string
 	setupErr  error
@@ -106,12 +148,12 @@ func setup() error {
 	}
 	goodConf = fmt.Sprintf("required %s/gym_otel.so site=%s/site.yaml cli=%s/gym-otel-spank record_dir=%s prolog_timeout=30\n",
 		plugDir, plugDir, plugDir, recordDir)
-	conf := filepath.Join(os.TempDir(), "gym-otel.conf")
-	if err := os.WriteFile(conf, []byte(goodConf), 0o644); err != nil {
+	clusterConf = filepath.Join(os.TempDir(), "gym-otel.conf")
+	if err := os.WriteFile(clusterConf, []byte(goodConf), 0o644); err != nil {
 		return err
 	}
 	// The backend: a collector with bearer auth writing jsonl files.
-	beDir := filepath.Join(os.TempDir(), "gym-otel-plugin-backend")
+	beDir := backendDir
 	_ = os.RemoveAll(beDir)
 	cmd := exec.Command(filepath.Join(root, "tests/backend/run.sh"))
 	cmd.Env = append(os.Environ(), "BACKEND_PORT="+backendPort, "BACKEND_TOKEN="+backendToken,
@@ -126,16 +168,50 @@ func setup() error {
 	// job's spec on every node (without it, a node other than the batch
 	// node runs the prolog at its first srun step, with srun's own
 	// job-control env: no spec there).
+	if err := upCluster(); err != nil {
+		return err
+	}
+	jobsDir, stateDir = slurmEnv["GOS_SLURM_JOBS"], slurmEnv["GOS_SLURM_STATE"]
+	snippet = filepath.Join(slurmEnv["GOS_SLURM_PLUGSTACK_D"], "gym-otel.conf")
+	if jobsDir == "" || stateDir == "" {
+		return fmt.Errorf("up.sh printed no GOS_SLURM_JOBS/GOS_SLURM_STATE: %s", out)
+	}
+	return nil
+}
+
+// clusterConf is the plugstack snippet the cluster was brought up with.
+var clusterConf string
+
+// upCluster brings the test cluster up (tests/slurm/up.sh: two nodes, the
+// plugin's snippet, PrologFlags from GYM_OTEL_PROLOG_FLAGS, else Alloc)
+// with extra up.sh arguments (e.g. --cgroup), restarting the daemons when
+// slurm.conf changes, and records the cluster's environment.
+func upCluster(extra ...string) error {
+	// The plugin needs PrologFlags=Alloc for the job prolog to see the
+	// job's spec on every node (without it, a node other than the batch
+	// node runs the prolog at its first srun step, with srun's own
+	// job-control env: no spec there).
 	flags := os.Getenv("GYM_OTEL_PROLOG_FLAGS")
 	if flags == "" {
 		flags = "Alloc"
 	}
-	cmd = exec.Command(filepath.Join(root, "tests/slurm/up.sh"), "--nodes", "2", "--prolog-flags", flags, "--no-plugstack", "--plugstack", conf)
+	for i, a := range extra {
+		if a == "--prolog-flags" && i+1 < len(extra) {
+			flags = extra[i+1]
+			extra = append(extra[:i:i], extra[i+2:]...)
+			break
+		}
+	}
+	if clusterConf == "" {
+		clusterConf = filepath.Join(os.TempDir(), "gym-otel.conf")
+	}
+	args := append([]string{"--nodes", "2", "--prolog-flags", flags, "--no-plugstack", "--plugstack", clusterConf}, extra...)
+	cmd := exec.Command(filepath.Join(root, "tests/slurm/up.sh"), args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	out, err = cmd.Output()
+	out, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("tests/slurm/up.sh: %v\n%s", err, stderr.String())
+		return fmt.Errorf("tests/slurm/up.sh %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if kv, ok := strings.CutPrefix(line, "export "); ok {
@@ -144,11 +220,6 @@ func setup() error {
 			slurmEnv[k] = v
 			os.Setenv(k, v)
 		}
-	}
-	jobsDir, stateDir = slurmEnv["GOS_SLURM_JOBS"], slurmEnv["GOS_SLURM_STATE"]
-	snippet = filepath.Join(slurmEnv["GOS_SLURM_PLUGSTACK_D"], "gym-otel.conf")
-	if jobsDir == "" || stateDir == "" {
-		return fmt.Errorf("up.sh printed no GOS_SLURM_JOBS/GOS_SLURM_STATE: %s", out)
 	}
 	return nil
 }

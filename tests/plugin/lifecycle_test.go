@@ -111,7 +111,7 @@ exit 5
 	if !strings.Contains(string(traces), "gym.rollout") {
 		t.Errorf("no gym.rollout span in traces.jsonl")
 	}
-	be, _ := os.ReadFile(filepath.Join(os.TempDir(), "gym-otel-plugin-backend", "metrics.jsonl"))
+	be, _ := os.ReadFile(filepath.Join(backendDir, "metrics.jsonl"))
 	if !strings.Contains(string(be), `"`+jobID+`"`) && !strings.Contains(string(be), "vllm_") {
 		t.Errorf("the backend received nothing of job %s", jobID)
 	}

@@ -6,15 +6,19 @@
  *   init_post_opt (slurmstepd parent): the task env from the record
  *   task_init (forked task child): fail the tasks when the collector
  *     failed and on_failure=fail (fails the job, never drains the node)
- *   task_exit (batch step): the final-scrape wait, at most 30 s, cut
- *     short when the job is cancelled or times out meanwhile
+ *   task_exit (batch step): the final-scrape wait, at most 30 s of wall
+ *     clock whatever slurmctld does, cut short when the job is cancelled
+ *     or times out meanwhile
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -236,6 +240,38 @@ static void bound_collector_memory(spank_t sp, const struct gos_record *r)
 		  st.job_id, (unsigned long long)mb);
 }
 
+/*
+ * This node's name as root's records know it: the one <record_dir>/<node>
+ * that holds a record dir of this job. Not read from the job's environment
+ * (SLURMD_NODENAME and SLURM_STEP_NODELIST are the user's, inherited by a
+ * job submitted from inside another). Returns 0, or -1 when none or
+ * several nodes have one (several slurmd on one host): then the caller
+ * falls back to the environment.
+ */
+static int record_node(const char *record_dir, uint32_t job_id, char *buf, size_t len)
+{
+	DIR *d = opendir(record_dir);
+	struct dirent *e;
+	struct stat sb;
+	char path[4200];
+	int found = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) && found < 2) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s/%u", record_dir, e->d_name, job_id);
+		if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && strlen(e->d_name) < len) {
+			if (!found)
+				snprintf(buf, len, "%s", e->d_name);
+			found++;
+		}
+	}
+	closedir(d);
+	return found == 1 ? 0 : -1;
+}
+
 int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 {
 	struct gos_record r;
@@ -248,7 +284,8 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 		return 0;
 	if (st.step_id == SLURM_EXTERN_CONT)
 		return 0;
-	if (gos_node_name(sp, st.node, sizeof(st.node))) {
+	if (record_node(a->record_dir, st.job_id, st.node, sizeof(st.node)) &&
+	    gos_node_name(sp, st.node, sizeof(st.node))) {
 		gos_debug("job %u: no SLURMD_NODENAME in the step", st.job_id);
 		return 0;
 	}
@@ -346,10 +383,58 @@ static int job_ending(uint32_t job_id)
 	return ending;
 }
 
+/* Monotonic milliseconds. */
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * The final-scrape wait, bounded in wall-clock time whatever slurmctld
+ * does: once a second a forked child asks whether the job is ending
+ * (job_ending), and the wait never blocks on it. A child that has not
+ * answered by the wait's end (a controller failing over, MessageTimeout
+ * retries) is killed and reaped; no second one is started meanwhile. A
+ * step callback blocked past a scancel would arm Slurm's unkillable-step
+ * timeout, which drains the node: this callback returns at its deadline.
+ */
+static void final_wait(uint32_t job_id, int seconds)
+{
+	long long start = now_ms(), end = start + (long long)seconds * 1000, next = start + 1000;
+	struct timespec slice = { 0, 100 * 1000 * 1000 };
+	pid_t child = -1;
+	int status;
+
+	while (now_ms() < end) {
+		nanosleep(&slice, NULL);
+		if (child > 0 && waitpid(child, &status, WNOHANG) == child) {
+			child = -1;
+			if (WIFEXITED(status) && WEXITSTATUS(status) == 1) {
+				gos_info("job %u: the job is ending (cancelled or out of time): "
+					 "final-scrape wait cut short after %lld ms", job_id, now_ms() - start);
+				return;
+			}
+		}
+		if (child < 0 && now_ms() >= next && now_ms() < end - 500) {
+			next = now_ms() + 1000;
+			child = fork();
+			if (child == 0)
+				_exit(job_ending(job_id) ? 1 : 0);
+		}
+	}
+	if (child > 0) {
+		kill(child, SIGKILL);
+		waitpid(child, &status, 0);
+		gos_debug("job %u: slurmctld did not answer within the final wait", job_id);
+	}
+}
+
 int gos_step_task_exit(spank_t sp)
 {
 	int status = 0;
-	struct timespec slice = { 0, 100 * 1000 * 1000 };
 
 	if (!st.have || !st.ready || st.step_id != SLURM_BATCH_SCRIPT || st.final_wait <= 0)
 		return 0;
@@ -358,14 +443,7 @@ int gos_step_task_exit(spank_t sp)
 		return 0; /* signalled (scancel, time limit): no wait */
 	gos_info("job %u: batch script done, waiting %d s for the collector's final scrape",
 		 st.job_id, st.final_wait);
-	for (int i = 1; i <= st.final_wait * 10; i++) {
-		nanosleep(&slice, NULL);
-		if (i % 10 == 0 && i < st.final_wait * 10 && job_ending(st.job_id)) {
-			gos_info("job %u: the job is ending (cancelled or out of time): "
-				 "final-scrape wait cut short after %d s", st.job_id, i / 10);
-			break;
-		}
-	}
+	final_wait(st.job_id, st.final_wait);
 	return 0;
 }
 

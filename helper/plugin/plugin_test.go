@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
@@ -176,5 +177,16 @@ func TestSubmit(t *testing.T) {
 	}
 	if res, err := Submit(a, "off", dir, env(nil)); err != nil || !res.Off {
 		t.Fatalf("off: %+v %v", res, err)
+	}
+}
+
+func TestUserText(t *testing.T) {
+	if got := UserText("a\nb\x1b[31mred\r\x00 \xff end", 100); got != "a b [31mred ? end" {
+		t.Fatalf("%q", got)
+	}
+	long := strings.Repeat("é", 1000) // 2000 bytes
+	got := UserText(long, 100)
+	if len(got) > 100 || !strings.HasSuffix(got, "bytes cut)") || !utf8.ValidString(got) {
+		t.Fatalf("%d %q", len(got), got)
 	}
 }

@@ -86,9 +86,12 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	rec := &Record{Status: "failed", OnFailure: "continue", UID: in.UID}
 	fail := func(err error) error {
 		// A failed record carries no task env: nothing of what failed
-		// (a value the record format cannot hold) is written again.
+		// (a value the record format cannot hold) is written again. The
+		// reason may quote the user's collector log: one short line of
+		// printable text, in the record and in slurmd's log.
 		rec.Status, rec.Env = "failed", nil
-		rec.Reason = err.Error()
+		rec.Reason = UserText(err.Error(), MaxReasonBytes)
+		err = errors.New(rec.Reason)
 		if werr := WriteRecord(dir, rec); werr != nil {
 			return errors.Join(err, werr)
 		}

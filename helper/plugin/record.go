@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Record is root's record of one job on one node: written by the prolog
@@ -58,6 +60,32 @@ const RecordFile = "record"
 // MaxFinalWait bounds the batch step's final-scrape wait (seconds), below
 // Slurm's default UnkillableStepTimeout of 60 s.
 const MaxFinalWait = 30
+
+// MaxReasonBytes bounds a failure reason in root's record and log lines.
+const MaxReasonBytes = 1000
+
+// UserText makes text that may come from the user (a collector's log, a
+// report) safe for root's record and Slurm's logs: every control character
+// (newlines, escapes) becomes a space, invalid UTF-8 is replaced, and the
+// result is cut to at most max bytes, saying how much was cut.
+func UserText(s string, max int) string {
+	s = strings.ToValidUTF8(s, "?")
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= max {
+		return s
+	}
+	cut := max - 24
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s ... (%d bytes cut)", s[:cut], len(s)-cut)
+}
 
 // oneLine flattens s into one line (records and logs are line formats).
 func oneLine(s string) string {
@@ -193,27 +221,23 @@ func checkRootDir(dir string) error {
 	return nil
 }
 
-// MakeJobRecordDir creates <recordDir> and <recordDir>/<node> (0755) and the
-// job's dir (0711), all root's, refusing symlinks and foreign owners. The
-// job's dir can be searched but not listed by others, so the supervisor (the
-// job's user) can stat the record (0600) to notice the job's end, but not
-// read it.
+// MakeJobRecordDir creates <recordDir>, <recordDir>/<node> and the job's
+// dir, all root's and 0711, refusing symlinks and foreign owners. They can
+// be searched but not listed by others: the supervisor (the job's user) can
+// stat its record (0600) to notice the job's end, but neither read it nor
+// list which jobs a node runs.
 func MakeJobRecordDir(recordDir, node string, jobID uint32) (string, error) {
 	if node == "" || strings.ContainsAny(node, "/\x00") || node == "." || node == ".." {
 		return "", fmt.Errorf("node name %q is not usable as a directory name", node)
 	}
-	if err := ensureRootDir(recordDir, 0o755); err != nil {
-		return "", fmt.Errorf("record dir: %w", err)
-	}
-	if err := ensureRootDir(filepath.Join(recordDir, node), 0o755); err != nil {
-		return "", fmt.Errorf("record dir: %w", err)
-	}
 	dir := JobRecordDir(recordDir, node, jobID)
-	if err := ensureRootDir(dir, 0o711); err != nil {
-		return "", fmt.Errorf("record dir: %w", err)
-	}
-	if err := os.Chmod(dir, 0o711); err != nil {
-		return "", err
+	for _, d := range []string{recordDir, filepath.Join(recordDir, node), dir} {
+		if err := ensureRootDir(d, 0o711); err != nil {
+			return "", fmt.Errorf("record dir: %w", err)
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return "", err
+		}
 	}
 	return dir, nil
 }

@@ -59,7 +59,8 @@ func stopSupervisor(rec *Record, g *cgroup.Group, jobID uint32, log logrus.Field
 	pid := rec.SupervisorPID
 	bound := time.Duration(max(rec.DrainTimeout, 1)) * time.Second
 	start := time.Now()
-	if isOurs(rec, g) {
+	ours := isOurs(rec, g)
+	if ours {
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 		for isOurs(rec, g) && time.Since(start) < bound {
 			time.Sleep(20 * time.Millisecond)
@@ -69,9 +70,17 @@ func stopSupervisor(rec *Record, g *cgroup.Group, jobID uint32, log logrus.Field
 		log.Infof("job %d: supervisor (pid %d) stopped in %d ms", jobID, pid, time.Since(start).Milliseconds())
 		return // the group's kill ends the rest
 	}
+	if !ours {
+		// Gone before the epilog (or its pid reused): its session id may
+		// name another session by now. Without a cgroup, nothing proves
+		// which processes were the collector's.
+		log.Warnf("job %d: supervisor (pid %d) was gone before the epilog and the node has no cgroup for the collector: processes it left outside its session cannot be found", jobID, pid)
+		return
+	}
 	// No cgroup: the session the prolog created has id = the supervisor's
-	// pid; a pid is not reused while its session has members, so whatever
-	// is left with that session id and the job's uid is the supervisor's.
+	// pid, and it was ours when the epilog began: a session id is not
+	// reused while the session has members, so whatever is left with that
+	// session id and the job's uid is the supervisor's.
 	left := sessionMembers(pid, rec.UID)
 	for _, p := range left {
 		_ = syscall.Kill(p, syscall.SIGKILL)

@@ -268,7 +268,20 @@ func (s *supervisor) launch(ctx context.Context) error {
 	s.coll = c
 	err = waitHealthy(ctx, c, s.ports.Health, s.opt.HealthPoll)
 	if err == nil {
-		return nil
+		// Healthy by whom? Fail closed unless every port is the collector's.
+		ports := []int{s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health}
+		if s.ports.Telemetry != 0 {
+			ports = append(ports, s.ports.Telemetry)
+		}
+		if err = verifyListeners(c.pid, ports); err == nil {
+			return nil
+		}
+		c.stop(2 * time.Second)
+		var fl errForeignListener
+		if errors.As(err, &fl) {
+			return fmt.Errorf("%w: %v", errBindRace, err)
+		}
+		return err
 	}
 	c.stop(2 * time.Second)
 	tail := tailFile(s.logPath, 8)

@@ -97,6 +97,11 @@ func (k *keyDef) checkString(s string) (value, error) {
 		if m&0o700 != 0o700 {
 			return value{}, fmt.Errorf("mode %q must give the owner rwx (0700)", s)
 		}
+		if m&0o022 != 0 {
+			// Another user who can write the output dir can plant links
+			// the collector's files would follow.
+			return value{}, fmt.Errorf("mode %q lets group or others write the output dir (traces and logs hold prompts, and a planted link would be followed): use 0700, 0750 or 0755", s)
+		}
 		return value{s: fmt.Sprintf("%04o", m)}, nil
 	}
 	if strings.ContainsRune(s, 0) {

@@ -65,7 +65,7 @@ func commandFor(o config.Otel, configPath, outputDir string) ([]string, error) {
 // ClearSignals), and exactly env as its environment. SIGTERM reaches it if
 // the supervisor dies (Pdeathsig; the supervisor's main thread is locked).
 func start(ls launchSpec) (*collector, error) {
-	logf, err := os.OpenFile(ls.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(ls.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("collector log %s: %w", ls.log, err)
 	}

@@ -153,20 +153,22 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	if err := os.MkdirAll(s.out, os.FileMode(mode)); err != nil {
 		return fmt.Errorf("output dir %s (from job_dir %s): %w", s.out, s.opt.Spec.JobDir, unwrapPath(err))
 	}
+	if err := ownDir(s.out); err != nil {
+		return fmt.Errorf("output dir %s: %w", s.out, err)
+	}
 	if err := os.Chmod(s.out, os.FileMode(mode)); err != nil {
 		return fmt.Errorf("output dir %s: %w", s.out, unwrapPath(err))
 	}
 	if s.opt.LogToOutputDir {
-		if f, err := os.OpenFile(filepath.Join(s.out, "supervisor.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
+		if f, err := os.OpenFile(filepath.Join(s.out, "supervisor.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600); err == nil {
 			s.log.SetOutput(io.MultiWriter(s.log.Out, f))
 		}
 	}
-	probe := filepath.Join(s.out, ".gym-otel-write-test")
-	if f, err := os.OpenFile(probe, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err != nil {
+	if f, err := os.CreateTemp(s.out, ".gym-otel-write-test.*"); err != nil {
 		return fmt.Errorf("output dir %s is not writable by %s: %w", s.out, s.opt.Facts.User, unwrapPath(err))
 	} else {
 		f.Close()
-		os.Remove(probe)
+		os.Remove(f.Name())
 	}
 	s.writeState(StatusStarting, "")
 	if s.o.Container == "" {
@@ -528,7 +530,7 @@ func (s *supervisor) writeState(status, errText string) {
 }
 
 func appendLog(path, line string) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return
 	}
@@ -536,12 +538,46 @@ func appendLog(path, line string) {
 	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), line)
 }
 
+// writeFileAtomic writes path through a temporary file of a random name in
+// the same dir (never a fixed name another user could have planted as a
+// link) and renames it into place.
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, mode)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+// ownDir checks that dir is a directory of this process's user and not a
+// symbolic link: the output dir sits in the job's dir, which others may be
+// able to write.
+func ownDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return unwrapPath(err)
+	}
+	if fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
+		return errors.New("not a directory (a symbolic link?): refusing to write the job's telemetry through it")
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != uint32(os.Getuid()) {
+		return fmt.Errorf("owned by uid %d, not by the job's user (uid %d)", st.Uid, os.Getuid())
+	}
+	return nil
 }
 
 func unwrapPath(err error) error {

@@ -126,6 +126,14 @@ func gym_otel_core_submit(args, spec, cwd *C.char, out **C.char) C.int {
 		setOut(out, b.String())
 		return 1
 	}
+	if os.Getuid() == 0 {
+		// The collector runs as the job's user: root's would run with
+		// every privilege, so root's jobs get none (the prolog refuses
+		// them too).
+		line("error", "--gym-otel: jobs of root (uid 0) get no collector: submit as the user whose job it is")
+		setOut(out, b.String())
+		return 1
+	}
 	res, err := plugin.Submit(a, C.GoString(spec), C.GoString(cwd), os.LookupEnv)
 	for _, w := range res.Warnings {
 		line("warning", w)

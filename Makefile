@@ -32,9 +32,14 @@ SLURM_PLUGIN_DIR ?= $(shell \
 SLURM_INCLUDE ?= /usr/include
 
 CFLAGS   ?= -O2 -g
-PLUGIN_CFLAGS = $(CFLAGS) -std=gnu11 -Wall -Wextra -Werror -fPIC \
+# Both shared objects run inside Slurm's root processes: hardened as
+# distributions build daemons (stack protector, fortified libc calls, full
+# RELRO with immediate binding, no executable stack).
+HARDEN_CFLAGS = -fstack-protector-strong -D_FORTIFY_SOURCE=2
+HARDEN_LDFLAGS = -Wl,-z,relro,-z,now -Wl,-z,noexecstack
+PLUGIN_CFLAGS = $(CFLAGS) $(HARDEN_CFLAGS) -std=gnu11 -Wall -Wextra -Werror -fPIC \
 	-I$(SLURM_INCLUDE) -Iinclude
-PLUGIN_LDFLAGS = -shared -Wl,--version-script=spank/gym_otel.map -ldl
+PLUGIN_LDFLAGS = -shared -Wl,--version-script=spank/gym_otel.map $(HARDEN_LDFLAGS) -ldl
 
 PLUGIN_SRCS = spank/gym_otel.c spank/args.c spank/core.c spank/submit.c \
 	spank/prolog.c spank/step.c spank/record.c
@@ -46,7 +51,7 @@ all: build
 
 build: $(BUILD)/gym_otel.so $(BUILD)/gym_otel_core.so $(BUILD)/gym-otel-spank
 
-$(BUILD)/gym_otel.so: $(PLUGIN_SRCS) $(PLUGIN_HDRS) spank/gym_otel.map
+$(BUILD)/gym_otel.so: $(PLUGIN_SRCS) $(PLUGIN_HDRS) spank/gym_otel.map Makefile
 	@mkdir -p $(BUILD)
 	$(CC) $(PLUGIN_CFLAGS) -o $@ $(PLUGIN_SRCS) $(PLUGIN_LDFLAGS)
 
@@ -54,7 +59,8 @@ $(BUILD)/gym_otel.so: $(PLUGIN_SRCS) $(PLUGIN_HDRS) spank/gym_otel.map
 # unmap a Go runtime.
 $(BUILD)/gym_otel_core.so: FORCE
 	@mkdir -p $(BUILD)
-	CGO_ENABLED=1 CGO_LDFLAGS="-Wl,-z,nodelete" $(GO) build -buildmode=c-shared \
+	CGO_ENABLED=1 CGO_CFLAGS="-O2 -g $(HARDEN_CFLAGS)" \
+		CGO_LDFLAGS="-Wl,-z,nodelete $(HARDEN_LDFLAGS)" $(GO) build -buildmode=c-shared \
 		-o $@ ./spank/core
 	@rm -f $(BUILD)/gym_otel_core.h
 

@@ -428,8 +428,11 @@ static void final_wait(uint32_t job_id, int seconds)
 	if (child > 0) {
 		kill(child, SIGKILL);
 		waitpid(child, &status, 0);
-		gos_debug("job %u: slurmctld did not answer within the final wait", job_id);
+		gos_info("job %u: final-scrape wait done after %lld ms (slurmctld did not answer the last query)",
+			 job_id, now_ms() - start);
+		return;
 	}
+	gos_info("job %u: final-scrape wait done after %lld ms", job_id, now_ms() - start);
 }
 
 int gos_step_task_exit(spank_t sp)

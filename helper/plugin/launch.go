@@ -181,7 +181,7 @@ func (s *supervisor) wait(timeout time.Duration) (lifecycle.Report, error) {
 		return lifecycle.ReadReport(res.line)
 	case <-time.After(timeout):
 		s.report.Close()
-		return lifecycle.Report{}, fmt.Errorf("no report from the supervisor within %s (health_check_timeout_seconds + 5, capped by the plugstack's prolog_timeout)", timeout)
+		return lifecycle.Report{}, fmt.Errorf("no report from the supervisor within %s (health_check_timeout_seconds + 5, within the prolog's deadline: plugstack prolog_timeout, below Slurm's PrologEpilogTimeout)", timeout.Round(100*time.Millisecond))
 	}
 }
 

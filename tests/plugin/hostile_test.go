@@ -289,10 +289,7 @@ func TestPinnedBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forge := filepath.Join(d, "forge")
-	if out, err := run("gcc", "-O2", "-Wall", "-o", forge, filepath.Join(root, "tests/plugin/testdata/forge.c"), "-lslurm"); err != nil {
-		t.Fatalf("building the libslurm forger: %v\n%s", err, out)
-	}
+	forge := buildForge(t, d)
 	r = asUser(t, 30*time.Second, nil, fmt.Sprintf("%s %s %s %s/forged.out gn1", forge, enc, d, d))
 	if r.code != 0 {
 		t.Fatalf("forge: exit %d: %s %s", r.code, r.stdout, r.stderr)

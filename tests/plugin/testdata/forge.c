@@ -4,6 +4,9 @@
  * a hostile user can do to hand the job prolog a GYM_OTEL_SPEC of their own.
  *
  *   forge SPEC WORKDIR OUTPUT NODE   prints "Submitted batch job N"
+ *
+ * SPEC may be @FILE: the value is FILE's content (too long for a command
+ * line).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,18 +22,34 @@ int main(int argc, char **argv)
 {
 	job_desc_msg_t d;
 	submit_response_msg_t *resp = NULL;
-	char *senv[2];
-	size_t n = strlen("GYM_OTEL_SPEC=") + (argc > 1 ? strlen(argv[1]) : 0) + 1;
-	char *spec = malloc(n);
+	char *senv[2], *value = argc > 1 ? argv[1] : "", *spec;
+	static char buf[1 << 20];
+	size_t n;
 	uint32_t envc = 0;
 
-	if (argc != 5 || !spec) {
-		fprintf(stderr, "usage: forge SPEC WORKDIR OUTPUT NODE\n");
+	if (argc != 5) {
+		fprintf(stderr, "usage: forge SPEC|@FILE WORKDIR OUTPUT NODE\n");
 		return 2;
 	}
+	if (value[0] == '@') {
+		FILE *f = fopen(value + 1, "r");
+		size_t got = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+
+		if (!f) {
+			perror(value + 1);
+			return 2;
+		}
+		fclose(f);
+		buf[got] = 0;
+		value = buf;
+	}
+	n = strlen("GYM_OTEL_SPEC=") + strlen(value) + 1;
+	spec = malloc(n);
+	if (!spec)
+		return 2;
 	slurm_init(NULL);
 	slurm_init_job_desc_msg(&d);
-	snprintf(spec, n, "GYM_OTEL_SPEC=%s", argv[1]);
+	snprintf(spec, n, "GYM_OTEL_SPEC=%s", value);
 	senv[0] = spec;
 	senv[1] = "GYM_OTEL_TOKEN=x";
 	d.spank_job_env = senv;

@@ -1,0 +1,274 @@
+package plugin_test
+
+// Hostile input, on real Slurm: values and tokens too large for Slurm's
+// exec of the job prolog, control characters, a job of root, a collector
+// that never becomes healthy and floods its log under a short
+// PrologEpilogTimeout, a job named to move a parser, and a controller that
+// stops answering during the final-scrape wait. Each must leave every node
+// idle (never drained), hang no job, and tell the user what went wrong.
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// TestSubmitBoundsHostileValues: sbatch refuses, naming the key and the
+// limit, and submits nothing.
+func TestSubmitBoundsHostileValues(t *testing.T) {
+	waitIdle(t)
+	d := markerDir(t, "bounds")
+	script := writeScript(t, filepath.Base(d)+".sh", "echo ran\n")
+	bigName := d + "/big.yaml"
+	if err := os.WriteFile(bigName, []byte("driver:\n  gym_install: /opt/gym\notel:\n  service_name: "+strings.Repeat("s", 140*1024)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := run("squeue", "-h", "-o", "%i")
+	for _, c := range []struct {
+		name, spec string
+		env        []string
+		want       []string
+	}{
+		{"140 kB service_name", "config=" + bigName, tokenEnv(), []string{"otel.service_name", "143360 bytes, more than the 1024 allowed"}},
+		{"20 kB token", "", []string{"OTEL_TOKEN=" + strings.Repeat("k", 20000)}, []string{"otel.token_env: the token in OTEL_TOKEN is 20000 bytes, more than the 16384 allowed"}},
+		{"newline in run_id", "run_id=r1$'\\n'status=ready", tokenEnv(), []string{"run_id", `control character '\n'`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			flag := "--gym-otel"
+			if c.spec != "" {
+				flag += "=" + c.spec
+			}
+			r := asUser(t, 30*time.Second, c.env, fmt.Sprintf("sbatch %s -o %s.out %s", flag, d, script))
+			if r.code == 0 {
+				t.Fatalf("submitted: %s", r.stdout)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+				}
+			}
+			if strings.Contains(r.stderr, "kkkkkkkkkk") {
+				t.Error("the error quotes the token")
+			}
+		})
+	}
+	// Root's own jobs get no collector.
+	cmd := exec.Command("sbatch", "--gym-otel", "-o", d+"/root.out", script)
+	cmd.Env = append(os.Environ(), tokenEnv()...)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "jobs of root (uid 0) get no collector") {
+		t.Errorf("a job of root was accepted: %v %s", err, out)
+	}
+	if after, _ := run("squeue", "-h", "-o", "%i"); after != before {
+		t.Errorf("something was queued: %q", after)
+	}
+	waitIdle(t)
+}
+
+// TestNeverHealthyUnderShortPrologTimeout: with PrologEpilogTimeout=20 and
+// the plugstack's prolog_timeout=30 (too long: the plugin warns and keeps
+// 5 s below Slurm's), a collector that never becomes healthy and floods its
+// log with escape sequences, and tries to flood the report descriptor, costs
+// the job at most the capped wait: the node stays idle, the job runs with a
+// one-line, bounded reason.
+func TestNeverHealthyUnderShortPrologTimeout(t *testing.T) {
+	if err := upCluster("--extra-conf", "PrologEpilogTimeout=20"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := upCluster(); err != nil {
+			t.Error(err)
+		}
+	})
+	waitIdle(t)
+	d := markerDir(t, "stall")
+	bin := filepath.Join(d, "stalling-collector")
+	body := fmt.Sprintf(`#!/bin/sh
+case "$1" in --version) exec %s --version ;; esac
+head -c 104857600 /dev/zero >&3 2>/dev/null
+for i in $(seq 1 2000); do printf '\033[31mERROR\033[0m %%0500d\r\n' $i; done
+printf 'x%%.0s' $(seq 1 200000)
+exec sleep 1000
+`, testenv.Collector(t))
+	if err := os.WriteFile(bin, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := writeScript(t, filepath.Base(d)+".sh", "echo ran\n")
+	start := time.Now()
+	r := asUser(t, 90*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait --gym-otel=binary=%s,health_check_timeout_seconds=300,job_dir=%s/run -o %s.out %s", bin, d, d, script))
+	took := time.Since(start)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	out, _ := os.ReadFile(d + ".out")
+	if !strings.Contains(string(out), "ran") || !strings.Contains(string(out), "no collector on gn1") {
+		t.Errorf("the job did not run with a warning: %s", out)
+	}
+	_ = took
+	waitNoCollector(t)
+	waitIdle(t)
+	log := slurmdLogs(t)
+	jid := jobIDOf(t, r)
+	pm := regexp.MustCompile(`\[([0-9T:.-]+)\] (?:debug:  |error: )?gym-otel: job ` + jid + `: (prolog: the job carries a spec|no report from the supervisor.*)`).FindAllStringSubmatch(log, -1)
+	if len(pm) < 2 {
+		t.Fatalf("no prolog start and failure lines for job %s: %v", jid, pm)
+	}
+	p0, _ := time.ParseInLocation("2006-01-02T15:04:05.000", pm[0][1], time.Local)
+	p1, _ := time.ParseInLocation("2006-01-02T15:04:05.000", pm[1][1], time.Local)
+	t.Logf("the prolog gave up on a never-healthy collector after %s: %s", p1.Sub(p0), pm[1][2])
+	if p1.Sub(p0) > 15*time.Second {
+		t.Errorf("the prolog waited %s: not within PrologEpilogTimeout=20 less 5 s", p1.Sub(p0))
+	}
+	if !strings.Contains(log, "plugstack prolog_timeout=30 is not below Slurm's prolog/epilog timeout (20s) less 5s: the plugin uses 15s") {
+		t.Error("no warning about prolog_timeout against PrologEpilogTimeout in slurmd's log")
+	}
+	m := regexp.MustCompile(`gym-otel: job ` + jid + `: (.*)`).FindAllStringSubmatch(log, -1)
+	if len(m) == 0 {
+		t.Fatal("no log line for the job")
+	}
+	for _, l := range m {
+		if strings.ContainsAny(l[1], "\x1b\r") || len(l[1]) > 1200 {
+			t.Errorf("a log line of root's carries the user's text unbounded or with control characters (%d bytes): %q", len(l[1]), l[1][:min(len(l[1]), 200)])
+		}
+	}
+}
+
+// TestJobNameCannotMoveTheParser: a job whose name looks like scontrol's
+// fields is not taken for an array task: its job_dir's %A and %a expand to
+// its own job id and 0.
+func TestJobNameCannotMoveTheParser(t *testing.T) {
+	waitIdle(t)
+	d := markerDir(t, "name")
+	script := writeScript(t, filepath.Base(d)+".sh", "echo ran\n")
+	r := asUser(t, 90*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -J 'x ArrayJobId=9 ArrayTaskId=9 JobState=COMPLETED' --gym-otel=job_dir=%s/run-%%A-%%a -o %s.out %s", d, d, script))
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	id := jobIDOf(t, r)
+	jsonlLines(t, filepath.Join(d, "run-"+id+"-0", "otel"))
+	if _, err := os.Stat(filepath.Join(d, "run-9-9")); err == nil {
+		t.Error("the job's name was read as its array ids")
+	}
+	// Root's record dirs, made or fixed by this job's prolog, cannot be
+	// listed by the user.
+	if r := asUser(t, 10*time.Second, nil, "ls "+recordDir+"/gn1 "+recordDir); r.code == 0 {
+		t.Errorf("the user can list root's record dirs: %s", r.stdout)
+	}
+	waitIdle(t)
+}
+
+// TestFinalWaitBoundedWhileControllerHangs: slurmctld stops answering
+// (SIGSTOP) while the batch step waits for the final scrape; the wait still
+// ends on time, and the job completes once the controller is back.
+func TestFinalWaitBoundedWhileControllerHangs(t *testing.T) {
+	waitIdle(t)
+	d := markerDir(t, "hang")
+	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf("touch %s/last\n", d))
+	r := asUser(t, 20*time.Second, tokenEnv(), fmt.Sprintf("sbatch --parsable --gym-otel=scrape_interval_seconds=10,job_dir=%s/run -o %s.out %s", d, d, script))
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	waitFile(t, 60*time.Second, d+"/last")
+	pidText, err := os.ReadFile(filepath.Join(stateDir, "run", "slurmctld.slurm.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctld, _ := strconv.Atoi(strings.TrimSpace(string(pidText)))
+	if err := syscall.Kill(ctld, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = syscall.Kill(ctld, syscall.SIGCONT)
+		}
+	}()
+	re := regexp.MustCompile(`\[([0-9T:.-]+)\] \[` + id + `\.batch\] gym-otel: job ` + id + `: (batch script done|final-scrape wait done after \d+ ms.*|the job is ending.*)`)
+	var lines [][]string
+	for deadline := time.Now().Add(25 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if lines = re.FindAllStringSubmatch(slurmdLogs(t), -1); len(lines) >= 2 {
+			break
+		}
+	}
+	_ = syscall.Kill(ctld, syscall.SIGCONT)
+	stopped = false
+	if len(lines) < 2 {
+		t.Fatalf("the final wait did not end while slurmctld was stopped: %v", lines)
+	}
+	t0, _ := time.ParseInLocation("2006-01-02T15:04:05.000", lines[0][1], time.Local)
+	t1, _ := time.ParseInLocation("2006-01-02T15:04:05.000", lines[1][1], time.Local)
+	t.Logf("final wait of 11 s ended after %s with slurmctld stopped (%s)", t1.Sub(t0), lines[1][2])
+	if t1.Sub(t0) > 12*time.Second {
+		t.Errorf("the final wait took %s, more than its 11 s", t1.Sub(t0))
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		out, _ := run("scontrol", "-o", "show", "job", id)
+		if strings.Contains(out, "JobState=COMPLETED") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not complete after slurmctld came back: %s", out)
+		}
+	}
+	waitNoCollector(t)
+	waitIdle(t)
+}
+
+// buildForge compiles the libslurm forger (testdata/forge.c) into dir.
+func buildForge(t *testing.T, dir string) string {
+	t.Helper()
+	forge := filepath.Join(dir, "forge")
+	if out, err := run("gcc", "-O2", "-Wall", "-o", forge, filepath.Join(root, "tests/plugin/testdata/forge.c"), "-lslurm"); err != nil {
+		t.Fatalf("building the libslurm forger: %v\n%s", err, out)
+	}
+	return forge
+}
+
+// TestJobSubmitFilterCapsForgedSpankEnv: the job_submit.lua the admin
+// guide ships refuses, at the controller, a job-control variable set by
+// hand through libslurm that is too large for the job prolog's exec (which
+// would drain the node), and lets an ordinary one through.
+func TestJobSubmitFilterCapsForgedSpankEnv(t *testing.T) {
+	lua := filepath.Join(stateDir, "job_submit.lua")
+	if out, err := run("install", "-m", "0644", filepath.Join(root, "packaging/job_submit/gym-otel-cap.lua"), lua); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	if err := upCluster("--extra-conf", "JobSubmitPlugins=lua"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := upCluster(); err != nil {
+			t.Error(err)
+		}
+		_ = os.Remove(lua)
+	})
+	waitIdle(t)
+	d := markerDir(t, "filter")
+	forge := buildForge(t, d)
+	if err := os.WriteFile(d+"/big.spec", []byte(strings.Repeat("A", 140*1024)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := asUser(t, 30*time.Second, nil, fmt.Sprintf("%s @%s/big.spec %s %s/big.out gn1", forge, d, d, d))
+	if r.code == 0 {
+		t.Fatalf("a 140 KiB job-control variable was accepted: %s", r.stdout)
+	}
+	if !strings.Contains(r.stdout+r.stderr, "job-control variable GYM_OTEL_SPEC is 143374 bytes, more than the 65536 allowed") {
+		t.Errorf("no clear refusal: %s %s", r.stdout, r.stderr)
+	}
+	r = asUser(t, 30*time.Second, nil, fmt.Sprintf("%s not-a-spec %s %s/small.out gn1", forge, d, d))
+	if r.code != 0 {
+		t.Fatalf("an ordinary job-control variable was refused: %s %s", r.stdout, r.stderr)
+	}
+	waitFile(t, 60*time.Second, d+"/small.out")
+	waitIdle(t)
+}

@@ -12,7 +12,8 @@
  *   step    (remote: slurmstepd; pure C, never Go)
  *           init_post_opt: task env from root's record;
  *           task_init: fail the tasks when the collector failed and
- *           on_failure=fail; task_exit: final-scrape wait        step.c
+ *           on_failure=fail; task_post_fork: the collector's CPU set
+ *           follows the job's; task_exit: final-scrape wait      step.c
  *   epilog  (job_script: `slurmstepd spank epilog`, root)
  *           job_epilog: stop the supervisor, remove the record   prolog.c
  *
@@ -111,6 +112,15 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	if (spank_context() != S_CTX_REMOTE)
 		return 0;
 	return gos_step_task_init(sp);
+}
+
+int slurm_spank_task_post_fork(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (spank_context() == S_CTX_REMOTE)
+		gos_step_task_post_fork(sp);
+	return 0; /* a failing task_post_fork would drain the node */
 }
 
 int slurm_spank_task_exit(spank_t sp, int ac, char **av)

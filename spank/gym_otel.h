@@ -63,6 +63,7 @@ struct gos_record {
 	char **unset;
 	char dir[4096]; /* the job's record dir */
 	char cgroup_memory[4096]; /* the collector cgroup's memory bound file, or "" */
+	char cgroup_cpuset[4096]; /* the collector cgroup's cpuset.cpus, or "" */
 };
 /* 0: read; 1: no record; -1: a bad record (message in err). */
 int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
@@ -77,6 +78,7 @@ int gos_node_name(spank_t sp, char *buf, size_t len);
 int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok);
 int gos_step_init_post_opt(spank_t sp, struct gos_args *a);
 int gos_step_task_init(spank_t sp);
+int gos_step_task_post_fork(spank_t sp);
 int gos_step_task_exit(spank_t sp);
 void gos_step_exit(void);
 int gos_job_prolog(spank_t sp, int ac, char **av);

@@ -213,6 +213,9 @@ int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 			/* Root's own path (under /sys/fs/cgroup), from root's record. */
 			if (p[14] == '/' && !strstr(p + 14, "/../"))
 				snprintf(r->cgroup_memory, sizeof(r->cgroup_memory), "%s", p + 14);
+		} else if (!strncmp(p, "cgroup_cpuset=", 14)) {
+			if (p[14] == '/' && !strstr(p + 14, "/../"))
+				snprintf(r->cgroup_cpuset, sizeof(r->cgroup_cpuset), "%s", p + 14);
 		} else if (!strncmp(p, "env=", 4)) {
 			if (strchr(p + 4, '=') && push(&r->env, &r->nenv, p + 4))
 				rc = -1;

@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,8 @@ static struct {
 	uint32_t step_id;
 	char node[256];
 	char reason[1024];
+	char cpuset[4096]; /* the collector cgroup's cpuset.cpus, from the record */
+	int cpuset_done;
 } st;
 
 /* FNV-1a, 32 bits: how GYM_OTEL_OWNED remembers a value the plugin set. */
@@ -282,8 +285,20 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	if (spank_get_item(sp, S_JOB_ID, &st.job_id) != ESPANK_SUCCESS ||
 	    spank_get_item(sp, S_JOB_STEPID, &st.step_id) != ESPANK_SUCCESS)
 		return 0;
-	if (st.step_id == SLURM_EXTERN_CONT)
+	if (st.step_id == SLURM_EXTERN_CONT) {
+		/* Only the CPU set: the extern step's are the job's on the node. */
+		if (!record_node(a->record_dir, st.job_id, st.node, sizeof(st.node)) ||
+		    !gos_node_name(sp, st.node, sizeof(st.node))) {
+			struct gos_record r;
+
+			if (gos_record_read(a->record_dir, st.node, st.job_id, &r, err, sizeof(err)) == 0) {
+				if (r.ready)
+					snprintf(st.cpuset, sizeof(st.cpuset), "%s", r.cgroup_cpuset);
+				gos_record_free(&r);
+			}
+		}
 		return 0;
+	}
 	if (record_node(a->record_dir, st.job_id, st.node, sizeof(st.node)) &&
 	    gos_node_name(sp, st.node, sizeof(st.node))) {
 		gos_debug("job %u: no SLURMD_NODENAME in the step", st.job_id);
@@ -319,6 +334,7 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	for (int i = 0; i < r.nunset; i++)
 		spank_unsetenv(sp, r.unset[i]);
 	if (r.ready) {
+		snprintf(st.cpuset, sizeof(st.cpuset), "%s", r.cgroup_cpuset);
 		bound_collector_memory(sp, &r);
 		apply_env(sp, &r);
 		extend_no_proxy(sp);
@@ -326,6 +342,100 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 		warn_once(&r);
 	}
 	gos_record_free(&r);
+	return 0;
+}
+
+/* Parse a cpulist ("0-3,8,10-11") into set; 0, or -1. */
+static int parse_cpulist(const char *s, cpu_set_t *set)
+{
+	CPU_ZERO(set);
+	while (*s && *s != '\n') {
+		char *end;
+		unsigned long lo = strtoul(s, &end, 10), hi;
+
+		if (end == s)
+			return -1;
+		hi = lo;
+		if (*end == '-') {
+			s = end + 1;
+			hi = strtoul(s, &end, 10);
+			if (end == s || hi < lo)
+				return -1;
+		}
+		for (unsigned long c = lo; c <= hi && c < CPU_SETSIZE; c++)
+			CPU_SET(c, set);
+		s = *end == ',' ? end + 1 : end;
+	}
+	return 0;
+}
+
+/* Format set as a cpulist into buf. */
+static void format_cpulist(const cpu_set_t *set, char *buf, size_t len)
+{
+	size_t used = 0;
+
+	buf[0] = 0;
+	for (int c = 0; c < CPU_SETSIZE; c++) {
+		int e = c;
+
+		if (!CPU_ISSET(c, set))
+			continue;
+		while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, set))
+			e++;
+		used += snprintf(buf + used, len > used ? len - used : 0, "%s%d", used ? "," : "", c);
+		if (e > c)
+			used += snprintf(buf + used, len > used ? len - used : 0, "-%d", e);
+		c = e;
+	}
+}
+
+/*
+ * The collector's CPU set follows the job's on this node: after the first
+ * task of each step is forked, slurmstepd sits in the step's cgroup with
+ * the step's CPUs (task/cgroup, ConstrainCores); the collector's cgroup
+ * gets those CPUs, widened by every later step's (the union of the job's
+ * steps, never beyond the job's CPUs). The extern step's CPUs, with
+ * PrologFlags=Contain, are all of the job's. Where Slurm binds nothing the
+ * affinity is every CPU and nothing changes. Plain C, as root; never fails.
+ */
+int gos_step_task_post_fork(spank_t sp)
+{
+	cpu_set_t mine, cur, all;
+	char buf[4096], out[4096];
+	int fd, n;
+
+	(void)sp;
+	if (st.cpuset_done || !st.cpuset[0])
+		return 0;
+	st.cpuset_done = 1;
+	if (sched_getaffinity(0, sizeof(mine), &mine))
+		return 0;
+	CPU_ZERO(&all);
+	for (long c = 0, on = sysconf(_SC_NPROCESSORS_CONF); c < on && c < CPU_SETSIZE; c++)
+		CPU_SET(c, &all);
+	CPU_AND(&mine, &mine, &all);
+	if (CPU_EQUAL(&mine, &all) || CPU_COUNT(&mine) == 0)
+		return 0; /* not bound by Slurm */
+	fd = open(st.cpuset, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	if (parse_cpulist(buf, &cur))
+		return 0;
+	CPU_AND(&cur, &cur, &all);
+	if (!CPU_EQUAL(&cur, &all))
+		CPU_OR(&mine, &mine, &cur); /* an earlier step narrowed it: widen */
+	if (CPU_EQUAL(&mine, &cur))
+		return 0;
+	format_cpulist(&mine, out, sizeof(out));
+	if (write_cgroup(st.cpuset, out))
+		gos_error("job %u: the collector's CPU set (%s to %s): %s", st.job_id, out, st.cpuset, strerror(errno));
+	else
+		gos_debug("job %u: the collector's CPUs are now %s", st.job_id, out);
 	return 0;
 }
 

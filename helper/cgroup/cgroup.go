@@ -239,7 +239,7 @@ func makeDir(h Hierarchy, path string) error {
 	return nil
 }
 
-// enableControllers enables memory, pids and cpu for dir's children where
+// enableControllers enables memory, pids, cpu and cpuset for dir's children where
 // dir offers them (v2). Best effort: a controller the kernel or a parent
 // does not offer is skipped.
 func enableControllers(dir string) {
@@ -248,7 +248,7 @@ func enableControllers(dir string) {
 		return
 	}
 	on, _ := readSmall(filepath.Join(dir, "cgroup.subtree_control"))
-	for _, c := range []string{"memory", "pids", "cpu"} {
+	for _, c := range []string{"memory", "pids", "cpu", "cpuset"} {
 		if slices.Contains(strings.Fields(have), c) && !slices.Contains(strings.Fields(on), c) {
 			_ = write(filepath.Join(dir, "cgroup.subtree_control"), "+"+c)
 		}
@@ -333,6 +333,18 @@ func (g *Group) MemoryLimitFile() string {
 		}
 		if d.h.Version == V2 && exists(filepath.Join(d.path, "memory.max")) {
 			return filepath.Join(d.path, "memory.max")
+		}
+	}
+	return ""
+}
+
+// CpusetFile is the file of the group's CPU set (cpuset.cpus, v1 or v2),
+// "" when no hierarchy bounds CPUs. Steps narrow it to the CPUs of the
+// job's steps on the node (spank/step.c).
+func (g *Group) CpusetFile() string {
+	for _, d := range g.dirs {
+		if (d.h.Version == V1 && d.has("cpuset")) || (d.h.Version == V2 && exists(filepath.Join(d.path, "cpuset.cpus"))) {
+			return filepath.Join(d.path, "cpuset.cpus")
 		}
 	}
 	return ""
@@ -531,11 +543,18 @@ type Usage struct {
 	CPUSeconds float64
 	// OOMKills counts processes the kernel killed at the memory bound.
 	OOMKills int64
+	// CPUs is the group's CPU set as a cpulist ("0-3"), "" when none.
+	CPUs string
 }
 
 // Usage reads the group's counters.
 func (g *Group) Usage() Usage {
 	var u Usage
+	if f := g.CpusetFile(); f != "" {
+		if c, err := readSmall(f); err == nil {
+			u.CPUs = strings.TrimSpace(c)
+		}
+	}
 	for _, d := range g.dirs {
 		switch d.h.Version {
 		case V1:

@@ -75,7 +75,7 @@ func realHierarchies(t *testing.T) []Hierarchy {
 
 // startInside forks `sh -c script` from inside g, the way the prolog
 // starts the supervisor.
-func startInside(t *testing.T, g *Group, script string) *exec.Cmd {
+func startInside(t testing.TB, g *Group, script string) *exec.Cmd {
 	t.Helper()
 	errc := make(chan error, 1)
 	var cmd *exec.Cmd
@@ -183,4 +183,39 @@ func TestGroupMemoryBound(t *testing.T) {
 		t.Errorf("peak %d above the bound", u.MemoryPeakBytes)
 	}
 	t.Logf("exit %v; usage %+v", err, u)
+}
+
+// BenchmarkStart compares what the prolog pays to start the supervisor in
+// the job's own cgroup (create the group on every hierarchy, join it
+// around the fork, and, at the epilog, kill and remove it) with a plain
+// start, in one run: b.N starts of `sh -c "exit 0"` each.
+func BenchmarkStart(b *testing.B) {
+	hs, err := Discover("/proc/self/mountinfo")
+	if err != nil || len(hs) == 0 || os.Geteuid() != 0 {
+		b.Skip("needs root and a cgroup hierarchy")
+	}
+	b.Run("plain", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if err := exec.Command("sh", "-c", "exit 0").Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("in-job-cgroup", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			rel, _ := RelPath("gym_otel_bench", "unit", uint32(i))
+			g, err := Create(hs, rel, Limits{MemoryBytes: 1 << 30})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cmd := startInside(b, g, "exit 0")
+			_ = cmd.Wait()
+			if _, err := g.Kill(time.Second); err != nil {
+				b.Fatal(err)
+			}
+			if err := g.Remove(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -92,7 +92,7 @@ func endJobGroup(g *cgroup.Group, jobID uint32, log logrus.FieldLogger) error {
 	if n > 0 {
 		log.Warnf("job %d: killed %d processes left in the collector's cgroup %s after the drain", jobID, n, g.Rel)
 	}
-	log.Infof("job %d: collector cgroup %s: peak memory %.1f MiB (bound %.0f MiB), CPU %.2f s, %d OOM kills",
-		jobID, g.Rel, float64(u.MemoryPeakBytes)/(1<<20), float64(u.MemoryLimitBytes)/(1<<20), u.CPUSeconds, u.OOMKills)
+	log.Infof("job %d: collector cgroup %s: peak memory %.1f MiB (bound %.0f MiB), CPU %.2f s, %d OOM kills, CPUs %s",
+		jobID, g.Rel, float64(u.MemoryPeakBytes)/(1<<20), float64(u.MemoryLimitBytes)/(1<<20), u.CPUSeconds, u.OOMKills, u.CPUs)
 	return errors.Join(kerr, g.Remove())
 }

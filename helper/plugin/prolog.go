@@ -174,6 +174,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if group != nil {
 		rec.Cgroup = group.Rel
 		rec.CgroupMemory = group.MemoryLimitFile()
+		rec.CgroupCpuset = group.CpusetFile()
 	}
 	sup, err := startSupervisor(in.Args.CLI, env, in.UID, in.GID, groups, group)
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 //	uid=<the job's uid>
 //	cgroup=<the collector's cgroup below each hierarchy, "" for none>
 //	cgroup_memory=<the file of its memory bound, which steps lower to the job's memory>
+//	cgroup_cpuset=<the file of its CPU set, which steps narrow to their CPUs>
 //	env=KEY=VALUE
 //	unset=NAME
 type Record struct {
@@ -47,6 +48,9 @@ type Record struct {
 	// CgroupMemory is the absolute path of that group's memory bound
 	// (memory.limit_in_bytes or memory.max), "" when none.
 	CgroupMemory string
+	// CgroupCpuset is the absolute path of that group's cpuset.cpus, ""
+	// when none.
+	CgroupCpuset string
 	Env          []KV
 	Unset        []string
 }
@@ -112,6 +116,7 @@ func (r *Record) Marshal() ([]byte, error) {
 	fmt.Fprintf(&b, "uid=%d\n", r.UID)
 	fmt.Fprintf(&b, "cgroup=%s\n", oneLine(r.Cgroup))
 	fmt.Fprintf(&b, "cgroup_memory=%s\n", oneLine(r.CgroupMemory))
+	fmt.Fprintf(&b, "cgroup_cpuset=%s\n", oneLine(r.CgroupCpuset))
 	for _, kv := range r.Env {
 		if !identRE(kv.Key) || strings.ContainsAny(kv.Value, "\n\r\x00") {
 			return nil, fmt.Errorf("record: env %q: not a name or a one-line value", kv.Key)
@@ -161,6 +166,8 @@ func ParseRecord(data []byte) (*Record, error) {
 			r.Cgroup = v
 		case "cgroup_memory":
 			r.CgroupMemory = v
+		case "cgroup_cpuset":
+			r.CgroupCpuset = v
 		case "env":
 			ek, ev, _ := strings.Cut(v, "=")
 			r.Env = append(r.Env, KV{ek, ev})

@@ -118,7 +118,7 @@ exec sleep 1000
 	waitIdle(t)
 	log := slurmdLogs(t)
 	jid := jobIDOf(t, r)
-	pm := regexp.MustCompile(`\[([0-9T:.-]+)\] (?:debug:  |error: )?gym-otel: job ` + jid + `: (prolog: the job carries a spec|no report from the supervisor.*)`).FindAllStringSubmatch(log, -1)
+	pm := regexp.MustCompile(`\[([0-9T:.-]+)\] (?:debug:  |error: )?gym-otel: job `+jid+`: (prolog: the job carries a spec|no report from the supervisor.*)`).FindAllStringSubmatch(log, -1)
 	if len(pm) < 2 {
 		t.Fatalf("no prolog start and failure lines for job %s: %v", jid, pm)
 	}
@@ -131,7 +131,7 @@ exec sleep 1000
 	if !strings.Contains(log, "plugstack prolog_timeout=30 is not below Slurm's prolog/epilog timeout (20s) less 5s: the plugin uses 15s") {
 		t.Error("no warning about prolog_timeout against PrologEpilogTimeout in slurmd's log")
 	}
-	m := regexp.MustCompile(`gym-otel: job ` + jid + `: (.*)`).FindAllStringSubmatch(log, -1)
+	m := regexp.MustCompile(`gym-otel: job `+jid+`: (.*)`).FindAllStringSubmatch(log, -1)
 	if len(m) == 0 {
 		t.Fatal("no log line for the job")
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -138,7 +139,8 @@ func TestHostileCollector(t *testing.T) {
 func hostileJob(t *testing.T, boundMiB int64) {
 	d := markerDir(t, "hostile")
 	bin := hostileBinary(t, d, 1200<<20, 3)
-	script := writeScript(t, filepath.Base(d)+".sh", "srun -N2 true\nsleep 8\necho done\n")
+	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf(
+		"srun -N2 sh -c 'grep Cpus_allowed_list /proc/self/status > %s/cpus.$SLURMD_NODENAME'\nsleep 8\necho done\n", d))
 	r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -N2 --mem=300M --gym-otel=binary=%s,memory_limit_mib=160,job_dir=%s/run -o %s.out %s",
 		bin, d, d, script))
 	if r.code != 0 {
@@ -219,9 +221,17 @@ func hostileJob(t *testing.T, boundMiB int64) {
 	}
 	waitIdle(t)
 	log := slurmdLogs(t)
+	// The CPUs the job's steps ran on, per node (all of them where Slurm
+	// binds nothing).
+	stepCPUs := map[string]string{}
+	allCPUs := fmt.Sprintf("0-%d", runtime.NumCPU()-1)
+	for _, node := range []string{"gn1", "gn2"} {
+		b, _ := os.ReadFile(filepath.Join(d, "cpus."+node))
+		stepCPUs[node] = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(b)), "Cpus_allowed_list:"))
+	}
 	for _, node := range []string{"gn1", "gn2"} {
 		re := regexp.MustCompile(`job ` + jobID + `: collector cgroup gym_otel/` + clusterName() + `/` + node + `/job_` + jobID +
-			`: peak memory ([0-9.]+) MiB \(bound ([0-9]+) MiB\), CPU ([0-9.]+) s, (\d+) OOM kills`)
+			`: peak memory ([0-9.]+) MiB \(bound ([0-9]+) MiB\), CPU ([0-9.]+) s, (\d+) OOM kills, CPUs (\S*)`)
 		m := re.FindStringSubmatch(log)
 		if m == nil {
 			t.Errorf("%s: no cgroup cost line for job %s in slurmd's log", node, jobID)
@@ -229,7 +239,10 @@ func hostileJob(t *testing.T, boundMiB int64) {
 		}
 		peak, _ := strconv.ParseFloat(m[1], 64)
 		bound, _ := strconv.ParseInt(m[2], 10, 64)
-		t.Logf("%s: collector cgroup peak %.1f MiB, bound %d MiB, CPU %s s, OOM kills %s", node, peak, bound, m[3], m[4])
+		t.Logf("%s: collector cgroup peak %.1f MiB, bound %d MiB, CPU %s s, OOM kills %s, CPUs %s (the job's steps: %s)", node, peak, bound, m[3], m[4], m[5], stepCPUs[node])
+		if want := stepCPUs[node]; want != "" && want != allCPUs && m[5] != want {
+			t.Errorf("%s: the collector's CPUs are %s, not the job's %s", node, m[5], want)
+		}
 		if bound != boundMiB {
 			t.Errorf("%s: the collector's cgroup bound is %d MiB, want %d MiB", node, bound, boundMiB)
 		}

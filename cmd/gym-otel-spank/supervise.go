@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,6 +28,9 @@ const (
 	// checked (a Go duration such as "200ms"; default
 	// lifecycle.DefaultRecordPoll). A test hook for the liveness check.
 	envRecordPoll = "GYM_OTEL_RECORD_POLL"
+	// envFirstPorts optionally sets lifecycle.Options.FirstPorts
+	// ("grpc,http,health,telemetry"). A test hook for a port squatter.
+	envFirstPorts = "GYM_OTEL_FIRST_PORTS"
 )
 
 func init() {
@@ -110,6 +115,15 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s: %q is not a positive duration", envRecordPoll, v)
 		}
 		opt.RecordPoll = d
+	}
+	if v := os.Getenv(envFirstPorts); v != "" {
+		for _, f := range strings.Split(v, ",") {
+			p, err := strconv.Atoi(f)
+			if err != nil || p < 1 || p > 65535 {
+				return fmt.Errorf("%s: %q is not a list of ports", envFirstPorts, v)
+			}
+			opt.FirstPorts = append(opt.FirstPorts, p)
+		}
 	}
 	return lifecycle.Run(context.Background(), opt)
 }

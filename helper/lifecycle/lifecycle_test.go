@@ -864,3 +864,34 @@ func TestLivenessRecordRemoved(t *testing.T) {
 		t.Errorf("state.json status %q, want drained", st.Status)
 	}
 }
+
+// TestPortSquatterOfAnotherUser: another user (Debian's node_exporter run
+// as nobody, which answers 200 on / like a health check) holds the port
+// the supervisor first chose for the collector's health check. The
+// supervisor never reports ready on it: it proves the listeners are not
+// the collector's (or sees the collector fail to bind) and chooses new
+// ports, on which the real collector is ready.
+func TestPortSquatterOfAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root (to run the squatter as another user)")
+	}
+	ne := testenv.Binary(t, "prometheus-node-exporter", "/usr/bin/prometheus-node-exporter")
+	squat := freePort(t)
+	p := startProc(t, "squatter", nil, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", ne,
+		"--web.listen-address=127.0.0.1:"+strconv.Itoa(squat), "--collector.disable-defaults")
+	_ = p
+	waitFor(t, 10*time.Second, "the squatter", func() bool { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/", squat)) })
+	first := fmt.Sprintf("%d,%d,%d,%d", freePort(t), freePort(t), squat, freePort(t))
+	s := startSup(t, job{JobID: "8181", Env: []string{"GYM_OTEL_FIRST_PORTS=" + first}}).mustReady(t)
+	if s.report.Ports.Health == squat {
+		t.Fatalf("ready on the squatted health port %d", squat)
+	}
+	out := s.out2()
+	if !strings.Contains(out, "is held by a process that is not this job's collector") && !strings.Contains(out, "address already in use") {
+		t.Errorf("the supervisor did not say why it chose new ports:\n%s", out)
+	}
+	if !httpOK(s.healthURL()) {
+		t.Error("the collector on the new ports is not healthy")
+	}
+	t.Logf("first choice %s; ready on %+v", first, s.report.Ports)
+}

@@ -65,6 +65,11 @@ type Options struct {
 	MaxRestarts                       int
 	// Signals delivers the drain request (nil: SIGTERM and SIGINT).
 	Signals <-chan os.Signal
+	// FirstPorts, when it holds 4 ports, is the first choice of ports
+	// (OTLP gRPC, OTLP HTTP, health, telemetry) instead of free ones: a
+	// test hook to put a port another user holds in the way. Later choices
+	// are free ports as always.
+	FirstPorts []int
 	// LogToOutputDir also appends the supervisor's log lines to
 	// <output dir>/supervisor.log once the dir exists (the plugin's prolog
 	// gives the supervisor no stderr).
@@ -209,6 +214,9 @@ func (s *supervisor) choosePorts() error {
 	if err != nil {
 		return err
 	}
+	if len(s.opt.FirstPorts) == 4 && s.ports == (render.Ports{}) {
+		p = s.opt.FirstPorts // a test's first choice (Options.FirstPorts)
+	}
 	s.ports = render.Ports{OTLPGRPC: p[0], OTLPHTTP: p[1], Health: p[2], Telemetry: p[3]}
 	return nil
 }
@@ -278,12 +286,11 @@ func (s *supervisor) launch(ctx context.Context) error {
 		if err = verifyListeners(c.pid, ports); err == nil {
 			return nil
 		}
+		// A listener of another user, or a port the collector does not
+		// hold although something answered its health check: someone
+		// else was faster. Choose new ports.
 		c.stop(2 * time.Second)
-		var fl errForeignListener
-		if errors.As(err, &fl) {
-			return fmt.Errorf("%w: %v", errBindRace, err)
-		}
-		return err
+		return fmt.Errorf("%w: %v", errBindRace, err)
 	}
 	c.stop(2 * time.Second)
 	tail := tailFile(s.logPath, 8)

@@ -254,21 +254,31 @@ func tailFile(path string, n int) string {
 // ProcStartTime returns field 22 (starttime, clock ticks since boot) of
 // /proc/<pid>/stat: with the pid, it names one process for its lifetime.
 func ProcStartTime(pid int) (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := procStatFields(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) may hold spaces and parens: split after
-	// the last ')'.
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// procStatFields returns the fields of /proc/<pid>/stat from field 3
+// (state) on: f[0] is field 3, f[2] the process group (5), f[19] the
+// start time (22). The command name (field 2) may hold spaces and
+// parentheses, so the split is after the last ')'.
+func procStatFields(pid int) ([]string, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
 	i := bytes.LastIndexByte(data, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+		return nil, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
 	}
 	f := strings.Fields(string(data[i+1:]))
 	if len(f) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+		return nil, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
 	}
-	return strconv.ParseUint(f[19], 10, 64)
+	return f, nil
 }
 
 var versionRE = regexp.MustCompile(`version v?(\d+)\.(\d+)\.(\d+)`)

@@ -84,25 +84,13 @@ func groupSockets(pgid int) map[uint64]bool {
 
 // procPgid is field 5 of /proc/<pid>/stat.
 func procPgid(pid int) (int, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	f, err := procStatFields(pid)
 	if err != nil {
 		return 0, err
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("stat: format")
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 3 {
-		return 0, fmt.Errorf("stat: format")
 	}
 	return strconv.Atoi(f[2])
 }
 
-// tcpListeners reads the sockets in LISTEN state that take connections to
-// 127.0.0.1 (bound to it, to 0.0.0.0, to :: or to ::ffff:127.0.0.1) from
-// path (/proc/net/tcp or tcp6), by local port.
 // socket is one listening socket: its inode and owner.
 type socket struct {
 	inode uint64

@@ -105,7 +105,16 @@ start_daemon() {
 	mkdir -p "$RUN"
 	# No job control in scripts: the background child is not a process group
 	# leader, so setsid execs in place and $! is the daemon's pid.
-	(cd / && exec env -i PATH="$DAEMON_PATH" SLURM_CONF="$CONF" setsid "$@") </dev/null >"$out" 2>&1 &
+	# Nothing but stdio is inherited, as from a service manager: a daemon
+	# must not keep a descriptor of the caller's (a lock, a pipe) open.
+	(
+		cd /
+		for fd in /proc/self/fd/*; do
+			fd=${fd##*/}
+			[ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
+		done
+		exec env -i PATH="$DAEMON_PATH" SLURM_CONF="$CONF" setsid "$@"
+	) </dev/null >"$out" 2>&1 &
 	echo $! >"$RUN/$name.pid"
 	disown 2>/dev/null || true
 }

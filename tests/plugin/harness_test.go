@@ -10,6 +10,7 @@ package plugin_test
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -33,9 +34,17 @@ var (
 	instance    = os.Getenv("GOS_PLUGIN_INSTANCE")
 	backendPort = shifted(14718)
 	backendHC   = shifted(14733)
+	vllmPort    = shifted(18123) // the e2e job's vLLM stand-in
 	recordDir   = "/run/gym-otel-plugin-test" + instance
 	backendDir  = filepath.Join(os.TempDir(), "gym-otel-plugin-backend"+instance)
 )
+
+// runsAll reports whether the whole package runs (no -test.run filter): a
+// filtered run may have run no job whose files a scan could read.
+func runsAll() bool {
+	f := flag.Lookup("test.run")
+	return f == nil || f.Value.String() == ""
+}
 
 // clusterName is the test cluster's ClusterName (tests/slurm/up.sh).
 func clusterName() string {
@@ -97,6 +106,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "tests/plugin: setup: %v\n", err)
 	} else {
 		code = m.Run()
+		// After every job of every test: the token is nowhere it must not be.
+		if err := tokenNowhere(); err != nil && code == 0 && runsAll() {
+			fmt.Fprintf(os.Stderr, "tests/plugin: %v\n", err)
+			code = 1
+		} else if err == nil {
+			fmt.Println("tests/plugin: the backend token is in no Slurm log, job file or record")
+		} else {
+			fmt.Printf("tests/plugin: token scan not judged (a filtered or failing run): %v\n", err)
+		}
 	}
 	teardown()
 	os.Exit(code)

@@ -48,19 +48,19 @@ job:
 services:
   policy:
     type: vllm
-    port: 18123
+    port: `+vllmPort+`
     served_model_name: tiny-model
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	script := writeScript(t, "e2e-"+tag+".sh", fmt.Sprintf(`
 date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > %[1]s.first
-%[2]s/vllm-standin --port 18123 --model tiny-model --scrape-log %[1]s.scrapes &
+%[2]s/vllm-standin --port %[3]s --model tiny-model --scrape-log %[1]s.scrapes &
 sleep 2.5
 %[2]s/gym-standin --rollouts 3 || exit 9
 date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > %[1]s.last
 exit 5
-`, base, plugDir))
+`, base, plugDir, vllmPort))
 	r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait --gym-otel=config=%s,benchmark=bench1 -o %s.out %s", gymCfg, base, script))
 	if r.code != 5 {
 		out, _ := os.ReadFile(base + ".out")
@@ -111,9 +111,18 @@ exit 5
 	if !strings.Contains(string(traces), "gym.rollout") {
 		t.Errorf("no gym.rollout span in traces.jsonl")
 	}
+	// The backend has this job's vLLM metrics: a batch line naming both
+	// (the backend's file holds every job of the suite).
 	be, _ := os.ReadFile(filepath.Join(backendDir, "metrics.jsonl"))
-	if !strings.Contains(string(be), `"`+jobID+`"`) && !strings.Contains(string(be), "vllm_") {
-		t.Errorf("the backend received nothing of job %s", jobID)
+	found := false
+	for _, line := range strings.Split(string(be), "\n") {
+		if strings.Contains(line, `"`+jobID+`"`) && strings.Contains(line, "vllm_num_requests_running") {
+			found = true
+			break
+		}
+	}
+	if !found {
+		t.Errorf("the backend received no vLLM metric of job %s", jobID)
 	}
 	waitNoCollector(t)
 	waitIdle(t)

@@ -326,50 +326,6 @@ func TestNoFlagNoGo(t *testing.T) {
 
 // Prints (does not gate) the time of `srun true` with the plugin installed
 // and the flag unused against no plugin at all.
-func TestBenchSrunTrue(t *testing.T) {
-	if testing.Short() {
-		t.Skip("benchmark")
-	}
-	waitIdle(t)
-	const n = 15
-	measure := func() time.Duration {
-		r := asUser(t, 120*time.Second, nil, fmt.Sprintf(
-			`for i in $(seq %d); do s=$(date +%%s%%N); srun true || exit 1; e=$(date +%%s%%N); echo $((e-s)); done`, n))
-		if r.code != 0 {
-			t.Fatalf("srun true: %d %s", r.code, r.stderr)
-		}
-		var ds []time.Duration
-		for _, f := range strings.Fields(r.stdout) {
-			ns, err := strconv.ParseInt(f, 10, 64)
-			if err != nil {
-				t.Fatalf("timing %q", f)
-			}
-			ds = append(ds, time.Duration(ns))
-		}
-		if len(ds) != n {
-			t.Fatalf("timings: %v", ds)
-		}
-		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-		t.Logf("runs: %v", ds)
-		return ds[n/2]
-	}
-	with := measure()
-	if err := os.Remove(snippet); err != nil {
-		t.Fatal(err)
-	}
-	restart := func() {
-		if out, err := run(filepath.Join(root, "tests/slurm/restart-slurmd.sh")); err != nil {
-			t.Fatalf("restart-slurmd: %v %s", err, out)
-		}
-	}
-	restart()
-	without := measure()
-	if err := os.WriteFile(snippet, []byte(goodConf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	restart()
-	t.Logf("srun true, median of %d: plugin installed, flag unused %v; no plugin %v", n, with, without)
-}
 
 // --export=NONE: the env still reaches the batch step and its sruns; then a
 // scancel mid-job: collector drained, its jsonl lines whole, node idle.

@@ -21,9 +21,9 @@ import (
 
 // Environment of `supervise --from-env`, set by the plugin's prolog.
 const (
-	envSpec   = "GYM_OTEL_SPEC"   // the resolved spec, as config.Resolved.Encode
-	envFacts  = "GYM_OTEL_FACTS"  // jobfacts.Facts as JSON
-	envRecord = "GYM_OTEL_RECORD" // root's record of the job on this node
+	envSpec   = lifecycle.EnvSpec
+	envFacts  = lifecycle.EnvFacts
+	envRecord = lifecycle.EnvRecord
 	// envRecordPoll optionally overrides how often the record's presence is
 	// checked (a Go duration such as "200ms"; default
 	// lifecycle.DefaultRecordPoll). A test hook for the liveness check.

@@ -54,6 +54,15 @@ type Report struct {
 // its Report (the write end of a pipe, given as the first extra file).
 const ReportFD = 3
 
+// The environment of `gym-otel-spank supervise --from-env`, which the
+// plugin's prolog sets (besides otel.token_env, SLURM_CONF, PATH, HOME, USER
+// and LOGNAME): the supervisor's launch contract, one source for both sides.
+const (
+	EnvSpec   = "GYM_OTEL_SPEC"   // the encoded resolved spec (config.Resolved.Encode)
+	EnvFacts  = "GYM_OTEL_FACTS"  // JSON of jobfacts.Facts
+	EnvRecord = "GYM_OTEL_RECORD" // root's record of the job on this node; gone = the job ended
+)
+
 // WriteReport writes r as one JSON line.
 func WriteReport(w io.Writer, r Report) error {
 	b, err := json.Marshal(r)

@@ -19,14 +19,6 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
 
-// Environment variables of the supervisor (besides otel.token_env, PATH,
-// HOME, USER and LOGNAME), set by the prolog.
-const (
-	EnvSpec   = "GYM_OTEL_SPEC"   // the encoded resolved spec
-	EnvFacts  = "GYM_OTEL_FACTS"  // JSON of jobfacts.Facts
-	EnvRecord = "GYM_OTEL_RECORD" // root's record file; gone = the job ended
-)
-
 // SupervisorPath is the PATH the supervisor gets.
 const SupervisorPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -155,10 +147,10 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return fail(err)
 	}
 	env := []string{
-		EnvSpec + "=" + nodeSpec,
+		lifecycle.EnvSpec + "=" + nodeSpec,
 		spec.Otel.TokenEnv + "=" + in.Token,
-		EnvFacts + "=" + string(factsJSON),
-		EnvRecord + "=" + filepath.Join(dir, RecordFile),
+		lifecycle.EnvFacts + "=" + string(factsJSON),
+		lifecycle.EnvRecord + "=" + filepath.Join(dir, RecordFile),
 		"PATH=" + SupervisorPath,
 		"HOME=" + u.HomeDir,
 		"USER=" + u.Username,

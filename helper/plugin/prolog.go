@@ -25,6 +25,10 @@ const SupervisorPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:
 // PrologInput is what the C front hands the prolog.
 type PrologInput struct {
 	Args Args
+	// ArgsErr is ParseArgs's error for the plugstack arguments (Args then
+	// holds what parsed): the prolog records the failure and starts
+	// nothing.
+	ArgsErr error
 	// Spec and Token are SPANK_GYM_OTEL_SPEC and SPANK_GYM_OTEL_TOKEN.
 	Spec, Token string
 	JobID       uint32
@@ -95,6 +99,9 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	}
 	if spec.Otel.OnFailure == "fail" {
 		rec.OnFailure = "fail"
+	}
+	if in.ArgsErr != nil {
+		return fail(fmt.Errorf("the collector is off for this job: %w", in.ArgsErr))
 	}
 	// The node's own site file decides the keys it pins: a user value, or
 	// a spec set by hand through libslurm, never chooses them here.

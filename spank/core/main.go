@@ -158,15 +158,13 @@ func gym_otel_core_submit(args, spec, cwd *C.char, out **C.char) C.int {
 //export gym_otel_core_prolog
 func gym_otel_core_prolog(args, spec, token *C.char, jobID, uid, gid C.uint) C.int {
 	l := log()
-	a, err := plugin.ParseArgs(goArgs(args))
-	if err != nil {
-		for _, line := range strings.Split(err.Error(), "\n") {
-			l.Errorf("%s (the collector is off for job %d)", line, uint32(jobID))
-		}
-		return 1
-	}
-	err = plugin.Prolog(plugin.PrologInput{
-		Args:   a,
+	// A bad argument still reaches Prolog, which records the failure, so
+	// the job's steps follow on_failure (C accepted the arguments it
+	// knows; an otel key's value is Go's to check).
+	a, argsErr := plugin.ParseArgs(goArgs(args))
+	err := plugin.Prolog(plugin.PrologInput{
+		Args:    a,
+		ArgsErr: argsErr,
 		Spec:   C.GoString(spec),
 		Token:  C.GoString(token),
 		JobID:  uint32(jobID),

@@ -272,3 +272,45 @@ func TestJobSubmitFilterCapsForgedSpankEnv(t *testing.T) {
 	waitFile(t, 60*time.Second, d+"/small.out")
 	waitIdle(t)
 }
+
+// TestNodePlugstackArgumentProblem: by the time the job's prolog runs, the
+// node's plugstack has an otel key whose value the Go core refuses (the
+// submit host's was good: the job was submitted before the change and
+// starts later). The prolog starts no collector and still writes its failed
+// record, so an on_failure=fail job fails with the reason rather than
+// running without telemetry unannounced.
+func TestNodePlugstackArgumentProblem(t *testing.T) {
+	waitIdle(t)
+	d := markerDir(t, "badarg")
+	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf("touch %s/ran\n", d))
+	r := asUser(t, 30*time.Second, tokenEnv(), fmt.Sprintf("sbatch --parsable --begin=now+5 --gym-otel=on_failure=fail,job_dir=%s/run -o %s.out %s", d, d, script))
+	if r.code != 0 {
+		t.Fatalf("sbatch: %d %s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	withSnippet(t, strings.TrimSpace(goodConf)+" scrape_interval_seconds=0\n")
+	var state string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		out, _ := run("scontrol", "-o", "show", "job", id)
+		if m := regexp.MustCompile(`JobState=(\S+)`).FindStringSubmatch(out); m != nil {
+			state = m[1]
+		}
+		if state == "COMPLETED" || state == "FAILED" || state == "CANCELLED" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s did not end: %s", id, state)
+		}
+	}
+	out, _ := os.ReadFile(d + ".out")
+	if state != "FAILED" {
+		t.Errorf("job state %s: the job ran although the node's prolog could not start a collector:\n%s", state, out)
+	}
+	if _, err := os.Stat(d + "/ran"); err == nil {
+		t.Error("on_failure=fail: the script ran")
+	}
+	if !strings.Contains(string(out), "scrape_interval_seconds") {
+		t.Errorf("the job's output does not name the bad argument:\n%s", out)
+	}
+	waitIdle(t)
+}

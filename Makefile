@@ -78,13 +78,13 @@ install: build
 		'# gym-otel-spank: a per-job OpenTelemetry Collector (sbatch/srun/salloc --gym-otel).' \
 		'# Arguments: site=FILE default=off|on prolog_timeout=SECONDS (keep below PrologEpilogTimeout)' \
 		'#            cli=PATH record_dir=PATH core=PATH and inline otel keys (on_failure=fail, ...).' \
-		'# slurmd caches this file for the job prolog/epilog: restart slurmd after a change.' \
+		'# slurmd decides at start whether to run SPANK job prologs: restart it after adding the plugin.' \
 		'# Needs PrologFlags=Alloc in slurm.conf (the job prolog must see the job on every node).' \
 		'required $(SLURM_PLUGIN_DIR)/gym_otel.so site=$(SYSCONFDIR)/slurm/gym-otel.yaml cli=$(BINDIR)/gym-otel-spank' \
 		> $(DESTDIR)$(SYSCONFDIR)/slurm/plugstack.conf.d/gym-otel.conf
 	@echo "installed. Make sure plugstack.conf includes $(SYSCONFDIR)/slurm/plugstack.conf.d/*.conf,"
 	@echo "set PrologFlags=Alloc (or Alloc,Contain) in slurm.conf, and restart slurmd on every node"
-	@echo "(it caches plugstack.conf for the job prolog/epilog)."
+	@echo "(it decides at start whether any plugin has a job prolog/epilog)."
 
 # The whole module with real parts required; tests/plugin (real Slurm, root)
 # skips itself there and runs in plugin-test.

@@ -165,12 +165,12 @@ func gym_otel_core_prolog(args, spec, token *C.char, jobID, uid, gid C.uint) C.i
 	err := plugin.Prolog(plugin.PrologInput{
 		Args:    a,
 		ArgsErr: argsErr,
-		Spec:   C.GoString(spec),
-		Token:  C.GoString(token),
-		JobID:  uint32(jobID),
-		UID:    uint32(uid),
-		GID:    uint32(gid),
-		Getenv: os.Getenv,
+		Spec:    C.GoString(spec),
+		Token:   C.GoString(token),
+		JobID:   uint32(jobID),
+		UID:     uint32(uid),
+		GID:     uint32(gid),
+		Getenv:  os.Getenv,
 	}, l)
 	if err != nil {
 		l.Errorf("job %d: %s", uint32(jobID), err)

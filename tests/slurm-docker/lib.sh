@@ -8,7 +8,8 @@ suite=${1:-${GOS_SUITE:-bookworm}}
 case "$suite" in
 bookworm) net=${GOS_NET:-10.231.22} ;;
 trixie) net=${GOS_NET:-10.231.24} ;;
-*) echo "suite must be bookworm or trixie, not $suite" >&2; exit 2 ;;
+sid) net=${GOS_NET:-10.231.26} ;;
+*) echo "suite must be bookworm, trixie or sid, not $suite" >&2; exit 2 ;;
 esac
 project=gymotel-$suite
 work=${GYM_OTEL_DOCKER_WORK:-/var/tmp/gym-otel-docker}/$suite

@@ -45,6 +45,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
+# A requeued job may run again cred_expire + 1 s after its requeue (120 s by
+# default): 30 s keeps TestRequeue short, and is still longer than any prolog here.
+AuthInfo=cred_expire=30
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
 SlurmctldPidFile=/run/slurmctld.pid

@@ -13,7 +13,8 @@ import (
 
 // TestRequeue: `scontrol requeue` of a running two-node job. Slurm keeps
 // the job id and runs the job again (restart count 1, and on 25.11+ a new
-// SLUID); both runs write the same job dir. Every resource of both runs
+// SLUID) once it is eligible (cred_expire + 1 s after the requeue, 31 s
+// here); both runs write the same job dir. Every resource of both runs
 // carries slurm_job_id, slurm_job_restart_count (0, then 1) and, where Slurm
 // has one, slurm_job_sluid (one per run); the second run appends to the
 // first run's jsonl files and keeps its state.json and collector.yaml as
@@ -24,13 +25,15 @@ func TestRequeue(t *testing.T) {
 	c.switchVariant(t, "alloc")
 	c.waitIdle(t, 60*time.Second)
 	host, dir := c.jobDir(t, "requeue")
-	// The first run waits to be requeued; the second ends by itself after
-	// a few scrapes of each node.
+	// Each run waits until both nodes' collectors have written some of its
+	// data; the first then waits to be requeued, the second ends by itself.
 	writeFile(t, filepath.Join(host, "job.sh"), fmt.Sprintf(`#!/bin/bash
 D=%[1]s
 n=${SLURM_RESTART_COUNT:-0}
 %[2]s/gym-standin --rollouts 1 --sandbox-provider docker || exit 92
-sleep 6
+for f in $D/otel/metrics.jsonl $D/otel/nodes/c2/metrics.jsonl; do
+	for i in $(seq 1 200); do grep -qs '"slurm_job_restart_count","value":{"intValue":"'$n'"}' $f && break; sleep 0.2; done
+done
 if [ "$n" = 0 ]; then touch $D/run0-done; sleep 600; exit 93; fi
 touch $D/run$n-done
 `, dir, standins), 0o755)
@@ -40,24 +43,7 @@ touch $D/run$n-done
 	if out, err := c.on("ctl", "scontrol", "requeue", id); err != nil {
 		t.Fatalf("scontrol requeue %s: %v %s", id, err, out)
 	}
-	// A requeued job is eligible again only after cred_expire (120 s by
-	// default): let it start now, as an admin would.
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		out, _ := c.on("ctl", "scontrol", "-o", "show", "job", id)
-		if strings.Contains(out, "JobState=PENDING") && strings.Contains(out, "Restarts=1") {
-			if o, err := c.on("ctl", "scontrol", "update", "jobid="+id, "StartTime=now"); err != nil {
-				t.Logf("scontrol update StartTime=now: %v %s", err, o)
-			}
-		}
-		if _, err := os.Stat(filepath.Join(host, "run1-done")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: no second run within 90 s of the requeue: %s", id, out)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	waitFile(t, 120*time.Second, filepath.Join(host, "run1-done"))
 	if st, ex := c.waitJob(t, id, 90*time.Second); st != "COMPLETED" || ex != "0:0" {
 		out, _ := os.ReadFile(filepath.Join(host, "slurm-"+id+".out"))
 		t.Fatalf("job %s: %s %s after the requeue, want COMPLETED 0:0; output:\n%s", id, st, ex, out)

@@ -11,7 +11,7 @@
 #   make man          build/man/gym_otel.8, build/man/gym-otel-spank.1
 #   make rpm          build/rpm/*.rpm (a payload check here: see packaging/rpm)
 #   make plugin-test  the plugin's tests on a real local Slurm (tests/plugin; root)
-#   make docker-test  the multi-node tests on Slurm 22.05 and 24.11 in containers
+#   make docker-test  the multi-node tests on Slurm 22.05, 24.11 and 26.05 in containers
 #   make demo-cluster the main job on a two-node Slurm in containers
 
 GO       ?= go
@@ -43,7 +43,7 @@ PLUGIN_LDFLAGS = -shared -Wl,--version-script=spank/gym_otel.map $(HARDEN_LDFLAG
 
 PLUGIN_SRCS = spank/gym_otel.c spank/args.c spank/core.c spank/submit.c \
 	spank/prolog.c spank/step.c spank/record.c
-PLUGIN_HDRS = spank/gym_otel.h include/gym_otel_core.h
+PLUGIN_HDRS = spank/gym_otel.h spank/compat.h include/gym_otel_core.h
 
 .PHONY: all build install test unit-test plugin-test vet clean FORCE deps collector standins man rpm demo
 
@@ -149,14 +149,15 @@ FORCE:
 
 # ------------------------------------------------- multi-node docker cluster
 # tests/slurm-docker: ctl + c1 + c2 + an OTLP backend in containers built
-# from debootstrap (no registry), Slurm 22.05 (bookworm) and 24.11 (trixie);
+# from debootstrap (no registry), Slurm 22.05 (bookworm), 24.11 (trixie) and
+# 26.05 (sid);
 # the plugin built against each image's spank.h and installed with make
 # install. Root, docker and docker-compose. Cold: ~1 min per image build.
 #   make docker-test    per suite: up, the main job + variants + faults, down
 #   make demo-cluster   the main job on the bookworm cluster, where it went, down
 .PHONY: docker-test demo-cluster
 docker-test: deps build collector standins
-	bash tests/slurm-docker/test.sh bookworm trixie
+	bash tests/slurm-docker/test.sh bookworm trixie sid
 
 demo-cluster: deps build collector standins
 	bash tests/slurm-docker/demo.sh bookworm

@@ -26,13 +26,17 @@
 #include <slurm/slurm_version.h>
 #include <slurm/spank.h>
 
+#include "compat.h"
 #include "gym_otel.h"
 
 SPANK_PLUGIN(gym_otel, 1);
 
-#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(25, 5, 0)
-/* 25.05+: a failing remote init fails the job, not the node. */
-const int slurm_spank_init_failure_mode = ESPANK_JOB_FAILURE;
+#if GOS_SLURM_AT_LEAST(25, 5)
+/*
+ * 25.05+: a failing remote init fails the job, not the node. spank.h
+ * declares it `extern int` (not const): Slurm reads it through dlsym.
+ */
+int slurm_spank_init_failure_mode = ESPANK_JOB_FAILURE;
 #endif
 
 struct gos_option gos_opt;

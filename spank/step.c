@@ -26,6 +26,7 @@
 
 #include <slurm/slurm.h>
 
+#include "compat.h"
 #include "gym_otel.h"
 
 #define OWNED_ENV "GYM_OTEL_OWNED"
@@ -483,7 +484,7 @@ static int job_ending(uint32_t job_id)
 	uint32_t state;
 	int ending = 0;
 
-	if (slurm_load_job(&msg, job_id, SHOW_LOCAL) != SLURM_SUCCESS || !msg)
+	if (gos_load_job(&msg, job_id, SHOW_LOCAL) != SLURM_SUCCESS || !msg)
 		return 0;
 	if (msg->record_count > 0) {
 		state = msg->job_array[0].job_state;

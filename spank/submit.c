@@ -19,6 +19,7 @@
 
 #include <slurm/slurm.h>
 
+#include "compat.h"
 #include "gym_otel.h"
 
 /* The env var with which sbatch hands --gym-otel to the steps of the job. */
@@ -105,7 +106,7 @@ static const char *prolog_flags_problem(void)
 		      "run on a node only at its first step, without the job's settings, "
 		      "so only the batch host could start a collector (and no node of an "
 		      "salloc); ask the admins for PrologFlags=Alloc";
-	slurm_free_ctl_conf(conf);
+	gos_free_conf(conf);
 	return why;
 }
 

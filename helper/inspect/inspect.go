@@ -29,12 +29,14 @@ type Summary struct {
 	// Metrics are the metric names seen, sorted.
 	Metrics []string
 	// Identity holds the resource attributes user, run_id, slurm_job_id,
-	// benchmark, cluster, model, service.name and host.name seen (each value
-	// set joined).
+	// slurm_job_restart_count, slurm_job_sluid, benchmark, cluster, model,
+	// service.name and host.name seen (each value set joined; an Int value
+	// ends in " (int)"). Several values of slurm_job_restart_count or
+	// slurm_job_id mean several runs wrote the files.
 	Identity map[string][]string
 }
 
-var identityKeys = []string{"service.name", "user", "run_id", "slurm_job_id", "benchmark", "cluster", "model", "host.name"}
+var identityKeys = []string{"service.name", "user", "run_id", "slurm_job_id", "slurm_job_restart_count", "slurm_job_sluid", "benchmark", "cluster", "model", "host.name"}
 
 // Dir reads metrics.jsonl, traces.jsonl and logs.jsonl of dir. A missing
 // file counts as empty; no file at all is an error.

@@ -15,10 +15,19 @@ import (
 // Facts are the job's facts on one node. In the plugin they come from the
 // prolog's SPANK items and environment (S_JOB_ID, S_JOB_UID,
 // SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID, SLURMD_NODENAME,
-// SLURM_JOB_NODELIST, SLURM_CLUSTER_NAME, SLURM_JOB_GPUS).
+// SLURM_JOB_NODELIST, SLURM_CLUSTER_NAME, SLURM_JOB_GPUS,
+// SLURM_JOB_RESTART_COUNT, SLURM_JOB_SLUID).
 type Facts struct {
-	// JobID is the Slurm job id.
+	// JobID is the Slurm job id. A requeued or preempted job keeps it.
 	JobID string `json:"job_id"`
+	// RestartCount is how often Slurm restarted the job before this run
+	// (SLURM_JOB_RESTART_COUNT: "0" for the first run, "1" after one
+	// requeue); "" when Slurm did not say.
+	RestartCount string `json:"restart_count,omitempty"`
+	// SLUID is the Slurm-wide unique id of this run of the job
+	// (SLURM_JOB_SLUID, Slurm 25.11 and later: a new one for every run);
+	// "" on older releases.
+	SLUID string `json:"sluid,omitempty"`
 	// ArrayJobID and ArrayTaskID are set for array jobs ("" otherwise).
 	ArrayJobID  string `json:"array_job_id,omitempty"`
 	ArrayTaskID string `json:"array_task_id,omitempty"`
@@ -97,15 +106,17 @@ func RenderJob(spec *config.Resolved, f Facts) render.Job {
 		cluster = f.Cluster
 	}
 	return render.Job{
-		User:      f.User,
-		JobID:     f.JobID,
-		RunID:     RunID(spec, f),
-		Benchmark: spec.Identity.Benchmark,
-		Model:     spec.Identity.Model,
-		Cluster:   cluster,
-		Node:      f.Node,
-		NodeIndex: f.NodeIndex,
-		GPUs:      f.GPUs,
+		User:         f.User,
+		JobID:        f.JobID,
+		RestartCount: f.RestartCount,
+		SLUID:        f.SLUID,
+		RunID:        RunID(spec, f),
+		Benchmark:    spec.Identity.Benchmark,
+		Model:        spec.Identity.Model,
+		Cluster:      cluster,
+		Node:         f.Node,
+		NodeIndex:    f.NodeIndex,
+		GPUs:         f.GPUs,
 	}
 }
 

@@ -100,4 +100,11 @@ type State struct {
 	Restarts       int          `json:"restarts"`
 	ExportProblems string       `json:"export_problems,omitempty"`
 	UpdatedAt      string       `json:"updated_at"`
+	// JobID, RestartCount and SLUID name the run of the job this state is
+	// of (jobfacts.Facts; Restarts above counts collector restarts within
+	// the run). A later run writing the same output dir first renames this
+	// run's state.json and collector.yaml (keepPreviousRun).
+	JobID        string `json:"job_id,omitempty"`
+	RestartCount string `json:"restart_count,omitempty"`
+	SLUID        string `json:"sluid,omitempty"`
 }

@@ -175,6 +175,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		f.Close()
 		os.Remove(f.Name())
 	}
+	keepPreviousRun(s.out, s.opt.Facts, s.logPath, s.log)
 	s.writeState(StatusStarting, "")
 	if s.o.Container == "" {
 		if err := checkVersion(ctx, s.o.Binary, []string{"PATH=/usr/bin:/bin"}); err != nil {
@@ -526,6 +527,7 @@ func (s *supervisor) writeState(status, errText string) {
 	st := State{
 		Status: status, Error: errText, Ports: s.ports, SupervisorPID: os.Getpid(),
 		Restarts: s.restarts, ExportProblems: s.problems, UpdatedAt: time.Now().UTC().Format(time.RFC3339Nano),
+		JobID: s.opt.Facts.JobID, RestartCount: s.opt.Facts.RestartCount, SLUID: s.opt.Facts.SLUID,
 	}
 	if s.coll != nil && s.coll.running() {
 		st.CollectorPID = s.coll.pid

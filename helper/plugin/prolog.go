@@ -243,6 +243,9 @@ func prologFacts(ctx context.Context, in PrologInput, node, userName string, log
 		Node:        node,
 		Cluster:     in.Getenv("SLURM_CLUSTER_NAME"),
 		GPUs:        jobfacts.ParseGPUs(in.Getenv("SLURM_JOB_GPUS")),
+		// Which run of the job this is (slurmd's prolog environment).
+		RestartCount: in.Getenv("SLURM_JOB_RESTART_COUNT"),
+		SLUID:        in.Getenv("SLURM_JOB_SLUID"),
 	}
 	if f.ArrayJobID == "" {
 		// With PrologFlags=Alloc, 22.05's prolog env has no SLURM_ARRAY_*

@@ -64,8 +64,16 @@ type Ports struct {
 type Job struct {
 	// User is the job's user name (from the job's uid).
 	User string
-	// JobID is the Slurm job id (SLURM_JOB_ID), stamped as a string.
+	// JobID is the Slurm job id (SLURM_JOB_ID), stamped as a string
+	// (slurm_job_id). A requeued or preempted job keeps its job id.
 	JobID string
+	// RestartCount is Slurm's restart count of the job
+	// (SLURM_JOB_RESTART_COUNT, decimal: 0 for the first run), stamped as
+	// an Int (slurm_job_restart_count); "" or a non-number is not stamped.
+	RestartCount string
+	// SLUID is the Slurm-wide unique id of this run (SLURM_JOB_SLUID,
+	// Slurm 25.11+), stamped as a string (slurm_job_sluid) when set.
+	SLUID string
 	// RunID is the run identity: the Gym run id, else the job id.
 	RunID string
 	// Benchmark, Model and Cluster come from the spec's identity; Cluster
@@ -345,7 +353,9 @@ func dcgmFilter(gpus []string) string {
 
 // identityStatements are the OTTL resource statements that stamp the run
 // identity. String literals keep slurm_job_id a string (the resource
-// processor would type a numeric value as Int).
+// processor would type a numeric value as Int); slurm_job_restart_count
+// is an Int literal. What tells two runs of one job id apart:
+// slurm_job_restart_count everywhere, slurm_job_sluid on Slurm 25.11+.
 func identityStatements(in Input) []string {
 	j := in.Job
 	st := []string{
@@ -356,6 +366,7 @@ func identityStatements(in Input) []string {
 		{"user", j.User},
 		{"run_id", j.RunID},
 		{"slurm_job_id", j.JobID},
+		{"slurm_job_sluid", j.SLUID},
 		{"benchmark", j.Benchmark},
 		{"cluster", j.Cluster},
 		{"model", j.Model},
@@ -363,6 +374,11 @@ func identityStatements(in Input) []string {
 	} {
 		if a.val != "" {
 			st = append(st, fmt.Sprintf(`set(attributes[%q], %s)`, a.key, ottlString(a.val)))
+		}
+		if a.key == "slurm_job_id" {
+			if n, err := strconv.ParseUint(j.RestartCount, 10, 16); err == nil {
+				st = append(st, fmt.Sprintf(`set(attributes["slurm_job_restart_count"], %d)`, n))
+			}
 		}
 	}
 	return st

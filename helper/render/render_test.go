@@ -19,17 +19,20 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // variant is one row of the golden matrix.
 type variant struct {
 	name string
-	spec string // SPEC items over testdata/site.yaml
+	spec string            // SPEC items over testdata/site.yaml
+	job  func(*render.Job) // changes to the first run's job facts, or nil
 }
 
 var variants = []variant{
-	{"no-model-service", ""},
-	{"two-services", "config=testdata/gym-two-services.yaml,benchmark=gsm8k"},
-	{"node-ports-null", "gpu_metrics_port=null,node_metrics_port=null"},
-	{"logs-off", "gym_logs=false,gym_telemetry=false"},
-	{"endpoint-path-prefix", "endpoint=https://otlp.example.com/api/otlp/v1/traces"},
-	{"token-resource-attribute", "token_resource_attribute=true"},
-	{"hostile-text", `benchmark=a$b"c:d {x},model=m${env:HOME}\\n,component=c$`},
+	{"no-model-service", "", nil},
+	{"two-services", "config=testdata/gym-two-services.yaml,benchmark=gsm8k", nil},
+	{"node-ports-null", "gpu_metrics_port=null,node_metrics_port=null", nil},
+	{"logs-off", "gym_logs=false,gym_telemetry=false", nil},
+	{"endpoint-path-prefix", "endpoint=https://otlp.example.com/api/otlp/v1/traces", nil},
+	{"token-resource-attribute", "token_resource_attribute=true", nil},
+	{"hostile-text", `benchmark=a$b"c:d {x},model=m${env:HOME}\\n,component=c$`, nil},
+	// The third run of job 1234 on Slurm 25.11+ (two requeues, a SLUID).
+	{"requeued-sluid", "", func(j *render.Job) { j.RestartCount, j.SLUID = "2", "sEKNKTV3WPV500" }},
 }
 
 func renderVariant(t *testing.T, v variant, gpus []string) []byte {
@@ -42,10 +45,14 @@ func renderVariant(t *testing.T, v variant, gpus []string) []byte {
 	if _, err := r.Validate(nil); err != nil {
 		t.Fatal(err)
 	}
+	job := render.Job{User: "alice", JobID: "1234", RestartCount: "0", RunID: "1234", Benchmark: r.Identity.Benchmark,
+		Model: r.Identity.Model, Cluster: "eos", Node: "gn1", NodeIndex: 0, GPUs: gpus}
+	if v.job != nil {
+		v.job(&job)
+	}
 	y, err := render.Render(render.Input{
-		Spec: r,
-		Job: render.Job{User: "alice", JobID: "1234", RunID: "1234", Benchmark: r.Identity.Benchmark,
-			Model: r.Identity.Model, Cluster: "eos", Node: "gn1", NodeIndex: 0, GPUs: gpus},
+		Spec:      r,
+		Job:       job,
 		Ports:     render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004},
 		OutputDir: "/home/alice/runs/gym-otel-1234/otel",
 	})
@@ -106,9 +113,53 @@ func TestRenderShape(t *testing.T) {
 	if strings.Contains(noScrape, "scrape_configs") || strings.Contains(noScrape, "- prometheus") {
 		t.Error("a Prometheus receiver with nothing to scrape")
 	}
+	for _, want := range []string{`set(attributes["slurm_job_restart_count"], 0)`} {
+		if !strings.Contains(y, want) {
+			t.Errorf("rendered config lacks %q", want)
+		}
+	}
+	if strings.Contains(y, "slurm_job_sluid") {
+		t.Error("a slurm_job_sluid without a SLUID")
+	}
 	logsOff := string(renderVariant(t, variants[3], nil))
 	if strings.Contains(logsOff, "logs.jsonl") || strings.Contains(logsOff, "file/logs") {
 		t.Error("logs pipeline with gym_logs off")
+	}
+}
+
+// TestRunIdentity: two runs of one job id differ in their resource
+// statements; an unknown or malformed restart count is not stamped.
+func TestRunIdentity(t *testing.T) {
+	r, err := config.Resolve(config.Inputs{SiteFile: "testdata/site.yaml", WorkDir: "/w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := render.Input{Spec: r, Ports: render.Ports{OTLPGRPC: 1, OTLPHTTP: 2, Health: 3, Telemetry: 4}, OutputDir: "/w/otel"}
+	for _, c := range []struct {
+		restarts, sluid string
+		want, not       []string
+	}{
+		{"0", "", []string{`set(attributes["slurm_job_restart_count"], 0)`}, []string{"slurm_job_sluid"}},
+		{"1", "sAAAAAAAAAAA01", []string{`set(attributes["slurm_job_restart_count"], 1)`, `set(attributes["slurm_job_sluid"], "sAAAAAAAAAAA01")`}, nil},
+		{"", "", nil, []string{"slurm_job_restart_count", "slurm_job_sluid"}},
+		{"1; drop", "", nil, []string{"slurm_job_restart_count"}},
+		{"-1", "", nil, []string{"slurm_job_restart_count"}},
+	} {
+		in.Job = render.Job{JobID: "77", RestartCount: c.restarts, SLUID: c.sluid, RunID: "r"}
+		y, err := render.Render(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(string(y), w) {
+				t.Errorf("restart count %q, SLUID %q: lacks %s", c.restarts, c.sluid, w)
+			}
+		}
+		for _, n := range c.not {
+			if strings.Contains(string(y), n) {
+				t.Errorf("restart count %q, SLUID %q: holds %s", c.restarts, c.sluid, n)
+			}
+		}
 	}
 }
 

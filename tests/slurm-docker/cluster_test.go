@@ -1,6 +1,6 @@
 // Package slurmdocker runs gym-otel-spank on a real multi-node Slurm in
 // containers (tests/slurm-docker: ctl, c1, c2 and an OTLP backend; Slurm
-// 22.05 on Debian bookworm, 24.11 on Debian trixie), with jobs submitted as
+// 22.05 on Debian bookworm, 24.11 on trixie, 26.05 on sid), with jobs submitted as
 // the unprivileged gymuser from the controller.
 //
 // The cluster is brought up first (up.sh SUITE alloc); the suite reads the

@@ -4,7 +4,7 @@
 # stand-in on each node and runs a Gym stand-in driver, print where its
 # telemetry went with a summary per node and at the backend, tear it down.
 #
-#   make demo-cluster          (or: tests/slurm-docker/demo.sh [bookworm|trixie])
+#   make demo-cluster          (or: tests/slurm-docker/demo.sh [bookworm|trixie|sid])
 #
 # GYM_OTEL_KEEP=1 leaves the cluster up (tests/slurm-docker/down.sh to stop).
 set -euo pipefail

@@ -5,7 +5,7 @@
 # removes those too.
 set -uo pipefail
 suites=${1:-all}
-[ "$suites" = all ] && suites="bookworm trixie"
+[ "$suites" = all ] && suites="bookworm trixie sid"
 for s in $suites; do
 	(
 		. "$(dirname "$0")/lib.sh" "$s"

@@ -5,6 +5,7 @@
 #
 #   tests/slurm-docker/image.sh bookworm     # Slurm 22.05
 #   tests/slurm-docker/image.sh trixie       # Slurm 24.11
+#   tests/slurm-docker/image.sh sid          # Slurm 26.05 (Debian unstable; forky has the same)
 #
 # Prints the image name (gym-otel-slurm:<suite>-<recipe hash>) on stdout.
 # The tag carries a hash of the recipe (suite, package list, chroot steps,
@@ -13,7 +14,7 @@
 # filesystem lives in $GYM_OTEL_DOCKER_CACHE (default /var/cache/gym-otel-docker)
 # only while building.
 set -euo pipefail
-suite=${1:?usage: image.sh bookworm|trixie}
+suite=${1:?usage: image.sh bookworm|trixie|sid}
 here=$(cd "$(dirname "$0")" && pwd)
 
 mirror=${GYM_OTEL_DEBIAN_MIRROR:-}

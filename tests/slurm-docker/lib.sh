@@ -8,7 +8,8 @@ suite=${1:-${GOS_SUITE:-bookworm}}
 case "$suite" in
 bookworm) net=${GOS_NET:-10.231.22} ;;
 trixie) net=${GOS_NET:-10.231.24} ;;
-*) echo "suite must be bookworm or trixie, not $suite" >&2; exit 2 ;;
+sid) net=${GOS_NET:-10.231.26} ;;
+*) echo "suite must be bookworm, trixie or sid, not $suite" >&2; exit 2 ;;
 esac
 project=gymotel-$suite
 work=${GYM_OTEL_DOCKER_WORK:-/var/tmp/gym-otel-docker}/$suite
@@ -44,6 +45,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
+# A requeued job may run again cred_expire + 1 s after its requeue (120 s by
+# default): 30 s keeps TestRequeue short, and is still longer than any prolog here.
+AuthInfo=cred_expire=30
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
 SlurmctldPidFile=/run/slurmctld.pid

@@ -167,7 +167,7 @@ func TestMainJob(t *testing.T) {
 
 	// The files of each node: complete, identity on every resource, vLLM
 	// renamed with its types, node_exporter told apart by host.name.
-	ident := map[string]string{"user": jobUser, "run_id": runID, "slurm_job_id": jobID, "benchmark": "gsm8k",
+	ident := map[string]string{"user": jobUser, "run_id": runID, "slurm_job_id": jobID, "slurm_job_restart_count": "0", "benchmark": "gsm8k",
 		"cluster": "dockerlab", "model": "tiny-model", "service.name": "gym-docker-test"}
 	files := map[string][]item{}
 	for n, d := range otelDir {

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Run the docker-cluster suite on each Debian suite given (default: both):
+# Run the docker-cluster suite on each Debian suite given (default: all three):
 # bring the cluster up (up.sh SUITE alloc), run the Go tests of this
 # directory against it (the main job, then the other slurm.conf variants,
 # then the faults), tear it down. Prints the time of each part.
 #
-#   tests/slurm-docker/test.sh [bookworm] [trixie]
+#   tests/slurm-docker/test.sh [bookworm] [trixie] [sid]
 #
 # GYM_OTEL_DOCKER_RUN='-run TestMainJob' narrows the tests; GYM_OTEL_KEEP=1
 # leaves the last cluster up for a look (tear down with down.sh).
@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 export PATH=/usr/local/go/bin:$PATH
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(bookworm trixie)
+[ ${#suites[@]} -gt 0 ] || suites=(bookworm trixie sid)
 
 current=
 cleanup() { [ -n "$current" ] && [ "${GYM_OTEL_KEEP:-0}" != 1 ] && "$here/down.sh" "$current"; return 0; }

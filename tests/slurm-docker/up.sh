@@ -2,7 +2,7 @@
 # Bring the test cluster up for one Debian suite (default bookworm), with one
 # slurm.conf variant (default alloc: PrologFlags=Alloc).
 #
-#   tests/slurm-docker/up.sh [bookworm|trixie] [none|alloc|contain|contain_spank|runinjob]
+#   tests/slurm-docker/up.sh [bookworm|trixie|sid] [none|alloc|contain|contain_spank|runinjob]
 #
 # Builds/reuses the image (image.sh), builds the plugin against the image's
 # own spank.h and installs it with `make install DESTDIR=<stage>` (plus the
@@ -63,7 +63,8 @@ cp "$here/node.sh" "$here/backend.yaml" "$work/cluster/"
 head -c 1024 /dev/urandom >"$work/cluster/munge.key"
 chmod 0644 "$work/cluster/munge.key" # copied to 0400 munge:munge inside
 write_conf "$variant"
-if [ "$suite" = trixie ]; then
+if [ "$suite" != bookworm ]; then
+	# 24.11+: slurmd refuses to start without a cgroup filesystem otherwise.
 	echo 'CgroupPlugin=disabled' >"$work/cluster/cgroup.conf"
 else
 	echo '# 22.05: proctrack/linuxproc + task/none read no cgroup settings' >"$work/cluster/cgroup.conf"

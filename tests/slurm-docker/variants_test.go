@@ -16,6 +16,7 @@ import (
 var variants = map[string][]string{
 	"bookworm": {"none", "contain"},
 	"trixie":   {"contain", "contain_spank", "runinjob"},
+	"sid":      {"contain", "contain_spank", "runinjob"},
 }
 
 // A short smoke job on every other variant of the suite's Slurm; the
@@ -153,7 +154,7 @@ func smokeRefused(t *testing.T, c *cluster, name, want string) {
 	c.waitIdle(t, 30*time.Second)
 }
 
-// smokeRunInJob: Slurm 24.11 runs no SPANK job prolog under RunInJob, so
+// smokeRunInJob: Slurm 24.11+ runs no SPANK job prolog under RunInJob, so
 // --gym-otel is refused at submit with the reason; jobs without the flag
 // run as before.
 func smokeRunInJob(t *testing.T, c *cluster) {

@@ -192,7 +192,7 @@ func TestResolveLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back.noGymInstall = r.noGymInstall
+	back.noGymInstall, back.notes = r.noGymInstall, r.notes
 	if !reflect.DeepEqual(back, r) {
 		t.Errorf("decode(encode) differs:\n%+v\n%+v", back, r)
 	}
@@ -324,7 +324,7 @@ func TestHTTPWarns(t *testing.T) {
 }
 
 func TestDecodeRefuses(t *testing.T) {
-	for _, s := range []string{"!!!", "e30", "eyJ2IjoyfQ", "eyJ2IjoxLCJ4IjoxfQ"} { // junk, {}, {"v":2}, {"v":1,"x":1}
+	for _, s := range []string{"!!!", "e30", "eyJ2IjozfQ", "eyJ2IjoyLCJ4IjoxfQ"} { // junk, {}, {"v":3}, {"v":2,"x":1}
 		if _, err := Decode(s); err == nil {
 			t.Errorf("%q decoded", s)
 		}

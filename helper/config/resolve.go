@@ -33,6 +33,11 @@ type Resolved struct {
 	Services []Service `json:"services,omitempty"`
 	// GymConfig is the path of the Gym submit config given with config=, if any.
 	GymConfig string `json:"gym_config,omitempty"`
+	// ChainedFrom is the Slurm job id of the running --gym-otel job that
+	// submitted this one with a nested sbatch (a link of a chain, such as
+	// Gym's auto-resume), "" otherwise. A link keeps its files apart: see
+	// jobfacts.OutputDir.
+	ChainedFrom string `json:"chained_from,omitempty"`
 
 	// noGymInstall: the Gym config has no driver.gym_install (checked at
 	// submit only; the config file is not read on the nodes).

@@ -369,7 +369,9 @@ func parseServices(path string, n *yaml.Node, pools []nodePool) ([]Service, map[
 			continue
 		}
 		s := &gymService{name: name, key: "services." + name, port: 8000}
-		if err := readService(path, body, s, nil); err != nil {
+		if err := readService(path, body, s, nil); err != nil && (s.typ == typeVLLM || s.typ == typeVLLMPD) {
+			// Only what is scraped must be well formed; a ray or unknown
+			// service's keys are Gym's business.
 			errs = append(errs, err)
 			continue
 		}

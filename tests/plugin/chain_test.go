@@ -48,16 +48,19 @@ job:
 #SBATCH -o %[3]s.link-%%j.out
 echo "$SLURM_JOB_ID" >> %[3]s.chain
 env | grep -E '^(OTEL_|NEMO_GYM_OTEL_|GYM_OTEL_)' | sort > %[3]s.env.$SLURM_JOB_ID
-# The previous link's stand-in may still hold the port while it ends.
-(for i in $(seq 1 50); do %[4]s/vllm-standin --port 18124 --model chain-model && break; sleep 0.2; done) &
 if [ -z "${1:-}" ]; then
     # Gym's auto-resume prologue, as its Slurm executor renders it.
     next=$(sbatch --dependency=afternotok:$SLURM_JOB_ID --kill-on-invalid-dep=yes %[5]s $SLURM_JOB_ID 2>&1) \
         && echo "$next" > %[3]s.next || echo "$next" > %[3]s.next-failed
-    sleep 3
-    exit 3
 fi
-sleep 3
+%[4]s/vllm-standin --port 18124 --model chain-model &
+sp=$!
+# Long enough for the collector's first scrapes (its Prometheus receiver
+# applies targets a few seconds after start).
+sleep 8
+# Free the port before this link ends: the next link's service takes it.
+kill $sp; wait $sp
+[ -z "${1:-}" ] && exit 3
 exit 0
 `, cfg, tag, base, plugDir, script)
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
@@ -68,7 +71,7 @@ exit 0
 		t.Fatalf("sbatch: exit %d: %s", r.code, r.stderr)
 	}
 	first := jobIDOf(t, r)
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(120 * time.Second)
 	for {
 		q, _ := run("squeue", "-h", "-o", "%i")
 		chain, _ := os.ReadFile(base + ".chain")
@@ -79,7 +82,7 @@ exit 0
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the chain did not finish in 90 s: queue %q, links %q", q, chain)
+			t.Fatalf("the chain did not finish in 120 s: queue %q, links %q", q, chain)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}

@@ -45,6 +45,7 @@ static struct {
 	char reason[1024];
 	char cpuset[4096]; /* the collector cgroup's cpuset.cpus, from the record */
 	int cpuset_done;
+	char kept[512]; /* telemetry variables set before the plugin, kept */
 } st;
 
 /* FNV-1a, 32 bits: how GYM_OTEL_OWNED remembers a value the plugin set. */
@@ -96,7 +97,10 @@ static void apply_env(spank_t sp, const struct gos_record *r)
 		*eq = 0;
 		rc = spank_getenv(sp, kv, cur, sizeof(cur));
 		if (rc == ESPANK_SUCCESS && !owned_by_us(owned, kv, fnv1a(cur))) {
+			size_t kl = strlen(st.kept);
+
 			gos_debug("job %u: %s is set by the user: kept", st.job_id, kv);
+			snprintf(st.kept + kl, sizeof(st.kept) - kl, "%s%s", kl ? ", " : "", kv);
 		} else if (rc == ESPANK_SUCCESS || rc == ESPANK_ENV_NOEXIST) {
 			if (spank_setenv(sp, kv, val, 1) == ESPANK_SUCCESS) {
 				int w = snprintf(newowned + used, sizeof(newowned) - used,
@@ -339,6 +343,9 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 		bound_collector_memory(sp, &r);
 		apply_env(sp, &r);
 		extend_no_proxy(sp);
+		if (st.kept[0])
+			gos_info("job %u step %u: %s already set, kept over the collector's values",
+				 st.job_id, st.step_id, st.kept);
 	} else if (!r.fail) {
 		warn_once(&r);
 	}
@@ -454,6 +461,20 @@ int gos_step_task_init(spank_t sp)
 			dprintf(STDERR_FILENO, GOS_PREFIX "warning: the job asked for a collector "
 				"but node %s has none, this step runs without telemetry "
 				"(the cause is in slurmd's log on %s)\n", st.node, st.node);
+		return 0;
+	}
+	if (st.have && st.ready && st.kept[0]) {
+		/*
+		 * The step carries its own OTel settings beside the collector's,
+		 * as the driver's srun line of a Gym that still renders its own
+		 * collector step does: say so once per step, on task 0's stderr.
+		 */
+		if (spank_get_item(sp, S_TASK_GLOBAL_ID, &rank) == ESPANK_SUCCESS && rank == 0)
+			dprintf(STDERR_FILENO, GOS_PREFIX "warning: job %u: %s already set for this "
+				"step, kept, so they win over this job's collector (a Gym that "
+				"still renders its own collector step sets them on the driver's "
+				"srun line: drop them when the script carries --gym-otel)\n",
+				st.job_id, st.kept);
 		return 0;
 	}
 	if (!st.have || st.ready)

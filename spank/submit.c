@@ -7,6 +7,12 @@
  * settings; on success exactly two job-control variables are forwarded
  * (GYM_OTEL_SPEC, GYM_OTEL_TOKEN) and the token variable is removed from
  * the client's environment so it does not also travel in the job's env.
+ *
+ * An sbatch from inside a running --gym-otel job (Gym's auto-resume
+ * submits the next link of its chain so) inherits the option through the
+ * job's SLURM_SPANK_* env but not the token, which the steps removed: the
+ * core then takes the token from that job's collector on this node and
+ * hands it back as its "token" line, forwarded like any other.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -116,7 +122,7 @@ int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok)
 	const char *val = gos_opt.value ? gos_opt.value : "";
 	struct gos_core core;
 	char cwd[PATH_MAX];
-	char *out = NULL, *spec = NULL, *token_env = NULL;
+	char *out = NULL, *spec = NULL, *token_env = NULL, *chain_token = NULL;
 	const char *token, *why;
 	int rc, ret = 0;
 
@@ -170,7 +176,8 @@ int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok)
 		goto done;
 	spec = get_line(out, "spec");
 	token_env = get_line(out, "token_env");
-	token = token_env ? getenv(token_env) : NULL;
+	chain_token = get_line(out, "token");
+	token = chain_token ? chain_token : token_env ? getenv(token_env) : NULL;
 	if (!spec || !token || !*token) {
 		slurm_error(GOS_PREFIX "internal error: no spec or token from the core");
 		ret = explicit_flag ? -1 : 0;
@@ -187,8 +194,14 @@ int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok)
 	if (!strcmp(program_invocation_short_name, "salloc"))
 		setenv("GYM_OTEL_JOB", "salloc", 1);
 done:
-	if (out)
+	if (out) {
+		explicit_bzero(out, strlen(out));
 		core.free(out);
+	}
+	if (chain_token) {
+		explicit_bzero(chain_token, strlen(chain_token));
+		free(chain_token);
+	}
 	free(spec);
 	free(token_env);
 	return ret;

@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	commands["inspect"] = command{"summarise the jsonl files of a job's otel/ dir and of every node under it", runInspect}
+	commands["inspect"] = command{"summarise the jsonl files of a job's otel/ dir, of every node and of every later link of its chain under it", runInspect}
 }
 
 func runInspect(args []string, stdout, stderr io.Writer) error {
@@ -29,9 +29,13 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	if st, err := os.Stat(filepath.Join(dir, "otel")); err == nil && st.IsDir() {
 		dir = filepath.Join(dir, "otel")
 	}
-	dirs := []string{dir}
-	nodes, _ := filepath.Glob(filepath.Join(dir, "nodes", "*"))
-	dirs = append(dirs, nodes...)
+	// The job's own dirs, then each later link of a chain (links/<job id>)
+	// with its nodes.
+	var dirs []string
+	for _, d := range append([]string{dir}, globDirs(filepath.Join(dir, "links", "*"))...) {
+		dirs = append(dirs, d)
+		dirs = append(dirs, globDirs(filepath.Join(d, "nodes", "*"))...)
+	}
 	for _, d := range dirs {
 		s, err := inspect.Dir(d)
 		if err != nil {
@@ -40,4 +44,16 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 		s.Write(stdout)
 	}
 	return nil
+}
+
+// globDirs returns the directories matching pattern, sorted.
+func globDirs(pattern string) []string {
+	m, _ := filepath.Glob(pattern)
+	var out []string
+	for _, p := range m {
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -192,7 +192,7 @@ func TestResolveLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back.noGymInstall = r.noGymInstall
+	back.noGymInstall, back.notes = r.noGymInstall, r.notes
 	if !reflect.DeepEqual(back, r) {
 		t.Errorf("decode(encode) differs:\n%+v\n%+v", back, r)
 	}
@@ -269,7 +269,7 @@ func TestServicesSamePort(t *testing.T) {
 		}
 		return p
 	}
-	clash := write("driver: {gym_install: /g}\nservices:\n  a: {type: vllm}\n  b: {type: vllm, nodes: [n1]}\n")
+	clash := write("driver: {gym_install: /g}\nservices:\n  a: {type: vllm}\n  b: {type: vllm}\n")
 	r, err := Resolve(Inputs{SiteFile: "testdata/site.yaml", Spec: "config=" + clash, WorkDir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +278,7 @@ func TestServicesSamePort(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "services.a.port and services.b.port: both 8000") {
 		t.Fatalf("same port, overlapping nodes: %v", err)
 	}
-	bad := write("services:\n  a: {type: vllm, port: \"8000\"}\n  b: {port: 70000}\ncompute: {x: 1, y: 2}\n")
+	bad := write("services:\n  a: {type: vllm, port: \"8000\"}\n  b: {type: vllm_pd, port: 70000}\ncompute: {x: 1, y: 2}\n")
 	_, err = Resolve(Inputs{Spec: "config=" + bad, WorkDir: dir})
 	for _, w := range []string{"services.a.port", "services.b.port", "70000", "compute: expected exactly one cluster, got x, y"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
@@ -324,9 +324,29 @@ func TestHTTPWarns(t *testing.T) {
 }
 
 func TestDecodeRefuses(t *testing.T) {
-	for _, s := range []string{"!!!", "e30", "eyJ2IjoyfQ", "eyJ2IjoxLCJ4IjoxfQ"} { // junk, {}, {"v":2}, {"v":1,"x":1}
+	for _, s := range []string{"!!!", "e30", "eyJ2IjozfQ", "eyJ2IjoyLCJ4IjoxfQ"} { // junk, {}, {"v":3}, {"v":2,"x":1}
 		if _, err := Decode(s); err == nil {
 			t.Errorf("%q decoded", s)
 		}
+	}
+}
+
+// What the plugin does not scrape is not its to check: a ray service's or
+// an unknown type's odd values are Gym's business.
+func TestGymServicesNotScrapedNotChecked(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(p, []byte("services:\n  r: {type: ray, port: \"6379\"}\n  x: {port: [1], type: future}\n  p: {type: vllm, port: 8001}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := LoadGymConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Services) != 1 || g.Services[0].Name != "p" || g.Services[0].Port != 8001 {
+		t.Errorf("services %+v", g.Services)
+	}
+	if len(g.Notes) != 1 || !strings.Contains(g.Notes[0], `services.x: type "future" is not one this plugin knows`) {
+		t.Errorf("notes %q", g.Notes)
 	}
 }

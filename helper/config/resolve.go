@@ -12,7 +12,7 @@ import (
 // SpecVersion is the version of the resolved spec's JSON. A node refuses a
 // spec of another version (the plugin on the submit host and on the node
 // must be of one release).
-const SpecVersion = 1
+const SpecVersion = 2
 
 // Resolved is a job's resolved spec: everything a node needs to run the
 // job's collector, decided at submit. It travels to the job's nodes as the
@@ -28,10 +28,16 @@ type Resolved struct {
 	Identity Identity `json:"identity"`
 	// JobDir is the job directory: absolute, may hold %j, %A and %a.
 	JobDir string `json:"job_dir"`
-	// Services are the model services to scrape.
+	// Services are the scrape endpoints of the Gym config's model
+	// services, each with the nodes where it serves /metrics.
 	Services []Service `json:"services,omitempty"`
 	// GymConfig is the path of the Gym submit config given with config=, if any.
 	GymConfig string `json:"gym_config,omitempty"`
+	// ChainedFrom is the Slurm job id of the running --gym-otel job that
+	// submitted this one with a nested sbatch (a link of a chain, such as
+	// Gym's auto-resume), "" otherwise. A link keeps its files apart: see
+	// jobfacts.OutputDir.
+	ChainedFrom string `json:"chained_from,omitempty"`
 
 	// notices are printed at submit (Validate's warnings): user values of
 	// keys the site pins.
@@ -39,6 +45,9 @@ type Resolved struct {
 	// noGymInstall: the Gym config has no driver.gym_install (checked at
 	// submit only; the config file is not read on the nodes).
 	noGymInstall bool
+	// notes are the Gym config's one-line notes (keys ignored, services
+	// not scraped); Validate returns them first among its warnings.
+	notes []string
 }
 
 // Inputs are the sources a job's settings are resolved from. Layers, lowest
@@ -89,8 +98,12 @@ func Resolve(in Inputs) (*Resolved, error) {
 				r.Identity.Cluster = g.Cluster
 			}
 			if r.Identity.Model == "" {
+				r.Identity.Model = g.PolicyModel
+			}
+			if r.Identity.Model == "" {
 				r.Identity.Model = soleModel(g.Services)
 			}
+			r.notes = g.Notes
 			if spec.JobDir == "" && g.OutputPath != "" {
 				r.JobDir = absUnder(in.WorkDir, g.OutputPath)
 			}

@@ -28,6 +28,7 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 	}
 	var errs []error
 	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	warnings = append(warnings, r.notes...)
 	warnings = append(warnings, r.notices...)
 
 	if o.Endpoint == "" {
@@ -76,8 +77,8 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 	}
 	for i, a := range r.Services {
 		for _, b := range r.Services[i+1:] {
-			if a.Port == b.Port && nodesOverlap(a.Nodes, b.Nodes) {
-				fail("services.%s.port and services.%s.port: both %d on the same node: run them on different nodes (services.<name>.nodes) or give one another port", a.Name, b.Name, a.Port)
+			if n, ok := sharedNode(a.Nodes, b.Nodes); a.Port == b.Port && ok {
+				fail("%s and %s: both %d on %s: give one of them another port, or pin them to different node pools (services.<name>.node_pool)", a.portKey(), b.portKey(), a.Port, n)
 			}
 		}
 		for _, p := range []struct {
@@ -85,7 +86,7 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 			port int
 		}{{"gpu_metrics_port", o.GPUMetricsPort}, {"node_metrics_port", o.NodeMetricsPort}} {
 			if p.port != 0 && p.port == a.Port {
-				fail("services.%s.port: %d is also otel.%s", a.Name, a.Port, p.key)
+				fail("%s: %d is also otel.%s: give the service another port, or set otel.%s to the exporter's real port", a.portKey(), a.Port, p.key, p.key)
 			}
 		}
 	}
@@ -96,18 +97,25 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 	return warnings, errors.Join(errs...)
 }
 
-func nodesOverlap(a, b []string) bool {
-	if len(a) == 0 || len(b) == 0 {
-		return true
+// sharedNode reports whether two endpoints' node sets (empty: every node)
+// share a node, and names it for messages.
+func sharedNode(a, b []int) (string, bool) {
+	switch {
+	case len(a) == 0 && len(b) == 0:
+		return "every node", true
+	case len(a) == 0:
+		return fmt.Sprintf("node %d of the job", b[0]), true
+	case len(b) == 0:
+		return fmt.Sprintf("node %d of the job", a[0]), true
 	}
 	for _, x := range a {
 		for _, y := range b {
 			if x == y {
-				return true
+				return fmt.Sprintf("node %d of the job", x), true
 			}
 		}
 	}
-	return false
+	return "", false
 }
 
 // NormalizeEndpoint checks an OTLP/HTTP base URL and returns it without

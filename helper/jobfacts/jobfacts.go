@@ -81,9 +81,16 @@ func ExpandJobDir(pattern string, f Facts) string {
 }
 
 // OutputDir is where this node's collector writes: <job dir>/otel on the
-// job's first node, <job dir>/otel/nodes/<node> on every other node.
+// job's first node, <job dir>/otel/nodes/<node> on every other node. A
+// link of a chain (spec.ChainedFrom set: submitted from inside another
+// --gym-otel job, as Gym's auto-resume does, sharing its job dir) writes
+// under <job dir>/otel/links/<job id> instead, so that every link keeps
+// its own files.
 func OutputDir(spec *config.Resolved, f Facts) string {
 	dir := filepath.Join(ExpandJobDir(spec.JobDir, f), "otel")
+	if spec.ChainedFrom != "" {
+		dir = filepath.Join(dir, "links", filepath.Base(f.JobID))
+	}
 	if f.NodeIndex != 0 {
 		dir = filepath.Join(dir, "nodes", filepath.Base(f.Node))
 	}

@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"fmt"
+
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 )
 
@@ -14,6 +16,11 @@ type SubmitResult struct {
 	// TokenEnv names the submitting shell's variable holding the token
 	// (forwarded as GYM_OTEL_TOKEN, then unset in the client).
 	TokenEnv string
+	// Token is the token of the parent job's collector for a nested
+	// submit whose environment has none ("" otherwise: the token is the
+	// TokenEnv variable's value). The caller sets it as TokenEnv in the
+	// client's environment, where the C front forwards and unsets it.
+	Token string
 	// Warnings are printed; the job is still submitted.
 	Warnings []string
 }
@@ -22,6 +29,13 @@ type SubmitResult struct {
 // (sbatch, salloc, srun outside a job) as the user: spec is the value of
 // --gym-otel ("" for a bare flag), cwd the working directory and env the
 // submitting environment. Errors name the key to fix, one per line.
+//
+// A submit nested in a running --gym-otel job (an sbatch from its batch
+// script, as Gym's auto-resume chain does; see parentJob) is the next link
+// of a chain: it shares the job dir and run_id, writes its files apart
+// (config.Resolved.ChainedFrom), and, when its environment holds no token
+// (the job's steps removed it), takes the token from the running job's
+// collector on this node (parentToken).
 func Submit(a Args, spec, cwd string, env config.LookupEnv) (SubmitResult, error) {
 	var res SubmitResult
 	r, err := config.Resolve(config.Inputs{SiteFile: a.Site, SiteItems: a.SiteItems, Spec: spec, WorkDir: cwd})
@@ -31,6 +45,23 @@ func Submit(a Args, spec, cwd string, env config.LookupEnv) (SubmitResult, error
 	if !r.Otel.Enabled {
 		res.Off = true
 		return res, nil
+	}
+	if parent := parentJob(env); parent != "" {
+		r.ChainedFrom = parent
+		if v, ok := env(r.Otel.TokenEnv); !ok || v == "" {
+			tok, terr := parentToken(r, parent, env)
+			if terr != nil {
+				return res, fmt.Errorf("otel.token_env: %s is not set in this nested submit, and the token of the running job could not be taken over: %v: export %s=<bearer token> before this sbatch", r.Otel.TokenEnv, terr, r.Otel.TokenEnv)
+			}
+			res.Token = tok
+			inner := env
+			env = func(k string) (string, bool) {
+				if k == r.Otel.TokenEnv {
+					return tok, true
+				}
+				return inner(k)
+			}
+		}
 	}
 	warnings, err := r.Validate(env)
 	res.Warnings = warnings

@@ -324,7 +324,7 @@ func scrapeJobs(in Input) []omap {
 		})
 	}
 	for _, s := range in.Spec.Services {
-		if s.RunsOn(in.Job.Node, in.Job.NodeIndex) {
+		if s.RunsOn(in.Job.NodeIndex) {
 			add(o.Component+"/"+s.Name, s.Port)
 		}
 	}

@@ -148,6 +148,9 @@ func gym_otel_core_submit(args, spec, cwd *C.char, out **C.char) C.int {
 	} else {
 		line("spec", res.Spec)
 		line("token_env", res.TokenEnv)
+		if res.Token != "" && !strings.ContainsAny(res.Token, "\n") {
+			line("token", res.Token)
+		}
 	}
 	setOut(out, b.String())
 	return 0

@@ -1,0 +1,112 @@
+package plugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+)
+
+// EnvInJob is the variable the steps of a --gym-otel job set in its tasks
+// (spank/step.c): the job id. A submit that sees it, with SLURM_JOB_ID the
+// same, is a nested sbatch from inside that job.
+const EnvInJob = "GYM_OTEL_JOB"
+
+// parentJob returns the id of the running --gym-otel job this submit runs
+// in ("" when it is not nested in one): GYM_OTEL_JOB and SLURM_JOB_ID agree
+// and are a job id.
+func parentJob(env config.LookupEnv) string {
+	in, _ := env(EnvInJob)
+	id, _ := env("SLURM_JOB_ID")
+	if in == "" || in != id {
+		return ""
+	}
+	if _, err := strconv.ParseUint(id, 10, 32); err != nil {
+		return ""
+	}
+	return id
+}
+
+// parentToken finds the backend token of the running job parent for a
+// nested submit, whose own environment no longer holds it (the job's
+// steps remove it from every task). It reads the token from the
+// environment of that job's collector on this node: the process named by
+// state.json in the job's output dir, checked to be this user's and to run
+// that dir's collector.yaml. spec is the nested job's resolved spec (the
+// same config and job dir as the parent's); tokenEnv names the variable.
+// Errors say why no token was found.
+func parentToken(spec *config.Resolved, parent string, env config.LookupEnv) (string, error) {
+	f := jobfacts.Facts{JobID: parent}
+	f.ArrayJobID, _ = env("SLURM_ARRAY_JOB_ID")
+	f.ArrayTaskID, _ = env("SLURM_ARRAY_TASK_ID")
+	node, _ := env("SLURMD_NODENAME")
+	var dirs []string
+	for _, chained := range []string{"", parent} {
+		s := *spec
+		s.ChainedFrom = chained
+		dirs = append(dirs, jobfacts.OutputDir(&s, f))
+		if node != "" {
+			g := f
+			g.Node, g.NodeIndex = node, 1
+			dirs = append(dirs, jobfacts.OutputDir(&s, g))
+		}
+	}
+	var why []string
+	for _, dir := range dirs {
+		tok, err := collectorToken(dir, spec.Otel.TokenEnv)
+		if err == nil {
+			return tok, nil
+		}
+		if !os.IsNotExist(err) {
+			why = append(why, err.Error())
+		}
+	}
+	if len(why) == 0 {
+		return "", fmt.Errorf("job %s has no collector state on this node (looked in %s)", parent, strings.Join(dirs, ", "))
+	}
+	return "", fmt.Errorf("job %s: %s", parent, strings.Join(why, "; "))
+}
+
+// collectorToken reads the value of tokenEnv from the environment of the
+// collector that state.json in dir names.
+func collectorToken(dir, tokenEnv string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return "", err
+	}
+	var st struct {
+		Status       string `json:"status"`
+		CollectorPID int    `json:"collector_pid"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil || st.CollectorPID <= 0 {
+		return "", fmt.Errorf("%s/state.json names no collector (status %q)", dir, st.Status)
+	}
+	proc := filepath.Join("/proc", strconv.Itoa(st.CollectorPID))
+	var fi syscall.Stat_t
+	if err := syscall.Stat(proc, &fi); err != nil || int(fi.Uid) != os.Getuid() {
+		return "", fmt.Errorf("its collector (pid %d) is not running as this user here", st.CollectorPID)
+	}
+	cmdline, err := os.ReadFile(filepath.Join(proc, "cmdline"))
+	if err != nil || !bytes.Contains(cmdline, []byte(filepath.Join(dir, "collector.yaml"))) {
+		return "", fmt.Errorf("pid %d is not the collector of %s", st.CollectorPID, dir)
+	}
+	environ, err := os.ReadFile(filepath.Join(proc, "environ"))
+	if err != nil {
+		return "", fmt.Errorf("the environment of its collector (pid %d): %v", st.CollectorPID, err)
+	}
+	for _, kv := range bytes.Split(environ, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte(tokenEnv+"=")); ok && len(v) > 0 {
+			// The supervisor doubles every $ for the collector's ${env:}
+			// expansion (lifecycle's collectorEnv).
+			return strings.ReplaceAll(string(v), "$$", "$"), nil
+		}
+	}
+	return "", fmt.Errorf("its collector (pid %d) holds no %s", st.CollectorPID, tokenEnv)
+}

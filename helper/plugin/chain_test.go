@@ -1,0 +1,103 @@
+package plugin
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+)
+
+func lookup(m map[string]string) config.LookupEnv {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestParentJob(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"GYM_OTEL_JOB": "12", "SLURM_JOB_ID": "12"}, "12"},
+		{map[string]string{"GYM_OTEL_JOB": "12", "SLURM_JOB_ID": "13"}, ""}, // another job's marker
+		{map[string]string{"SLURM_JOB_ID": "12"}, ""},                       // a job without the collector
+		{map[string]string{"GYM_OTEL_JOB": "salloc", "SLURM_JOB_ID": "salloc"}, ""},
+	} {
+		if got := parentJob(lookup(c.env)); got != c.want {
+			t.Errorf("%v: %q, want %q", c.env, got, c.want)
+		}
+	}
+}
+
+// A real process stands in for the running job's collector: its command
+// line names the output dir's collector.yaml and its environment holds the
+// token as the supervisor passes it ($ doubled).
+func TestParentTokenFromCollector(t *testing.T) {
+	jobDir := t.TempDir()
+	out := filepath.Join(jobDir, "otel")
+	if err := os.MkdirAll(out, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	start := func(cfg string) *exec.Cmd {
+		cmd := exec.Command("/bin/sh", "-c", "sleep 30", "--config", cfg)
+		cmd.Env = []string{"OTEL_TOKEN=tok$$en", "PATH=/usr/bin:/bin"}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	state := func(pid int) {
+		if err := os.WriteFile(filepath.Join(out, "state.json"), []byte(fmt.Sprintf(`{"status":"ready","collector_pid":%d}`, pid)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := &config.Resolved{JobDir: jobDir, Otel: config.Otel{TokenEnv: "OTEL_TOKEN"}}
+	env := lookup(map[string]string{"GYM_OTEL_JOB": "41", "SLURM_JOB_ID": "41"})
+
+	state(start(filepath.Join(out, "collector.yaml")).Process.Pid)
+	tok, err := parentToken(spec, "41", env)
+	if err != nil || tok != "tok$en" {
+		t.Fatalf("token %q, %v; want tok$en", tok, err)
+	}
+	// A pid that is not this dir's collector is refused.
+	state(start("/elsewhere/collector.yaml").Process.Pid)
+	if _, err := parentToken(spec, "41", env); err == nil || !strings.Contains(err.Error(), "is not the collector of") {
+		t.Errorf("a foreign process accepted: %v", err)
+	}
+	// No state: a clear reason.
+	os.Remove(filepath.Join(out, "state.json"))
+	if _, err := parentToken(spec, "41", env); err == nil || !strings.Contains(err.Error(), "no collector state on this node") {
+		t.Errorf("no state: %v", err)
+	}
+}
+
+// Submit nested in a running job without the token takes it from that
+// job's collector and marks the spec as a link of the chain.
+func TestSubmitNestedTakesParentToken(t *testing.T) {
+	jobDir := t.TempDir()
+	out := filepath.Join(jobDir, "otel")
+	_ = os.MkdirAll(out, 0o700)
+	cmd := exec.Command("/bin/sh", "-c", "sleep 30", "--config", filepath.Join(out, "collector.yaml"))
+	cmd.Env = []string{"OTEL_TOKEN=parent-token"}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	_ = os.WriteFile(filepath.Join(out, "state.json"), []byte(fmt.Sprintf(`{"collector_pid":%d}`, cmd.Process.Pid)), 0o600)
+	a := Args{SiteItems: []config.Item{{Key: "endpoint", Value: "https://otlp.example.com"}, {Key: "service_name", Value: "s"}}}
+	res, err := Submit(a, "job_dir="+jobDir, "/", lookup(map[string]string{"GYM_OTEL_JOB": "41", "SLURM_JOB_ID": "41"}))
+	if err != nil || res.Token != "parent-token" {
+		t.Fatalf("nested submit: token %q, %v", res.Token, err)
+	}
+	r, err := config.Decode(res.Spec)
+	if err != nil || r.ChainedFrom != "41" {
+		t.Fatalf("spec: %+v %v", r, err)
+	}
+	// Outside a job the token must come from the environment.
+	if _, err := Submit(a, "job_dir="+jobDir, "/", lookup(nil)); err == nil || !strings.Contains(err.Error(), "otel.token_env") {
+		t.Errorf("a submit without a token accepted: %v", err)
+	}
+}

@@ -1,0 +1,195 @@
+package render_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+)
+
+// corpusCase is what Gym's Slurm executor serves for one config of
+// testdata/gym-corpus: per node of the job (index = node), the model
+// scrape jobs as "<job_name> <target>", sorted.
+type corpusCase struct {
+	file  string
+	nodes [][]string
+	off   bool     // otel.enabled: false
+	notes []string // substrings, one note each, in order
+}
+
+var corpus = []corpusCase{
+	{file: "single-node.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}}},
+	{file: "two-services.yaml", nodes: [][]string{{"gym-vllm/judge localhost:8001", "gym-vllm/policy localhost:8000"}}},
+	// The head serves the API; the headless worker serves no HTTP.
+	{file: "multi-node-dp.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil}},
+	{file: "ray-across-nodes.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil}},
+	// The ray service (port 6379 by default, Ray's GCS) is not scraped.
+	{file: "ray-service.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil}},
+	// The router pd (node 0) serves the OpenAI API only; each tier serves
+	// /metrics on its pool's first node.
+	{file: "vllm-pd.yaml", nodes: [][]string{nil, {"gym-vllm/pd-prefill localhost:8001"}, nil, {"gym-vllm/pd-decode localhost:8002"}}},
+	{file: "vllm-pd-server-per-node.yaml", nodes: [][]string{
+		{"gym-vllm/pd-prefill localhost:9001"}, {"gym-vllm/pd-prefill localhost:9001"},
+		{"gym-vllm/pd-decode localhost:9200"}, {"gym-vllm/pd-decode localhost:9200"}}},
+	{file: "two-pools.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil, {"gym-vllm/judge localhost:8000"}}},
+	{file: "ray-serve.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil}},
+	{file: "several-benchmarks.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}}},
+	{file: "otel-disabled.yaml", off: true},
+	{file: "tolerated.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}}, notes: []string{
+		"otel.on_failure is not a key of Gym's otel: block (gym eval submit refuses it), so it is ignored here: set it in the site file or as the --gym-otel item on_failure=<value>",
+		"otel.exemplars: not a key this plugin reads, ignored",
+		`services.reranker: type "sglang" is not one this plugin knows (vllm, vllm_pd, ray), so it is not scraped`,
+	}},
+}
+
+// TestGymCorpus validates every Gym submit config of the corpus and checks
+// the model scrape jobs rendered on each node of the job against where
+// Gym's executor serves /metrics.
+func TestGymCorpus(t *testing.T) {
+	dir := filepath.Join(testdata(t), "gym-corpus")
+	seen := map[string]bool{}
+	for _, c := range corpus {
+		seen[c.file] = true
+		t.Run(strings.TrimSuffix(c.file, ".yaml"), func(t *testing.T) {
+			r, err := config.Resolve(config.Inputs{SiteFile: "testdata/site.yaml",
+				Spec: "config=" + filepath.Join(dir, c.file) + ",run_id=r1,benchmark=b", WorkDir: "/home/alice"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			warns, err := r.Validate(nil)
+			if err != nil {
+				t.Fatalf("does not validate: %v", err)
+			}
+			if c.off {
+				if r.Otel.Enabled || len(warns) != 0 {
+					t.Errorf("enabled %v, warnings %v", r.Otel.Enabled, warns)
+				}
+				return
+			}
+			if len(warns) != len(c.notes) {
+				t.Errorf("warnings %q, want %d", warns, len(c.notes))
+			}
+			for i, w := range warns {
+				if i < len(c.notes) && !strings.Contains(w, c.notes[i]) {
+					t.Errorf("warning %q lacks %q", w, c.notes[i])
+				}
+			}
+			for node, want := range c.nodes {
+				got := modelScrapes(t, r, node)
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("node %d: scrape jobs %q, want %q", node, got, want)
+				}
+			}
+			// Past the last node Gym places something on, nothing is scraped.
+			if got := modelScrapes(t, r, len(c.nodes)); got != nil && len(c.nodes) > 1 {
+				t.Errorf("node %d (beyond the pools): %q", len(c.nodes), got)
+			}
+		})
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	for _, f := range files {
+		if !seen[filepath.Base(f)] {
+			t.Errorf("%s has no case in the corpus table", filepath.Base(f))
+		}
+	}
+}
+
+// modelScrapes renders the collector configuration of node index node and
+// returns its scrape jobs other than dcgm and node.
+func modelScrapes(t *testing.T, r *config.Resolved, node int) []string {
+	t.Helper()
+	y, err := render.Render(render.Input{Spec: r,
+		Job:       render.Job{User: "alice", JobID: "7", RunID: "r1", Node: fmt.Sprintf("gn%d", node+1), NodeIndex: node},
+		Ports:     render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004},
+		OutputDir: "/home/alice/otel"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Receivers struct {
+			Prometheus struct {
+				Config struct {
+					ScrapeConfigs []struct {
+						JobName       string `yaml:"job_name"`
+						StaticConfigs []struct {
+							Targets []string `yaml:"targets"`
+						} `yaml:"static_configs"`
+					} `yaml:"scrape_configs"`
+				} `yaml:"config"`
+			} `yaml:"prometheus"`
+		} `yaml:"receivers"`
+	}
+	if err := yaml.Unmarshal(y, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range doc.Receivers.Prometheus.Config.ScrapeConfigs {
+		if s.JobName == "dcgm" || s.JobName == "node" {
+			continue
+		}
+		for _, sc := range s.StaticConfigs {
+			for _, tg := range sc.Targets {
+				out = append(out, s.JobName+" "+tg)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestGymCorpusClash: only two endpoints on one port on one node are an
+// error, and the message names keys a Gym config can carry.
+func TestGymCorpusClash(t *testing.T) {
+	dir := t.TempDir()
+	cases := map[string]string{
+		"one node": `services:
+  policy: {type: vllm, container: c, model: m}
+  judge: {type: vllm, container: c, model: j}
+compute: {eos: {type: slurm, account: a, node_pools: {gpu: {partition: p, nodes: 1}}}}
+driver: {gym_install: {ref: x}, benchmarks: {b: {}}}
+job: {output_path: /o}
+`,
+		"pd tier on the policy's node": `services:
+  policy: {type: vllm, container: c, model: m, port: 8001, node_pool: a}
+  pd: {type: vllm_pd, container: c, model: m, prefill: {node_pool: a}, decode: {node_pool: b}}
+compute: {eos: {type: slurm, account: a, node_pools: {a: {partition: p}, b: {partition: p}}}}
+driver: {gym_install: {ref: x}, benchmarks: {b: {}}}
+job: {output_path: /o}
+`,
+	}
+	want := map[string]string{
+		"one node":                     "services.judge.port and services.policy.port: both 8000 on node 0 of the job",
+		"pd tier on the policy's node": "services.pd.prefill.port and services.policy.port: both 8001 on node 0 of the job",
+	}
+	for name, body := range cases {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
+		writeFile(t, p, body)
+		r, err := config.Resolve(config.Inputs{SiteFile: "testdata/site.yaml", Spec: "config=" + p, WorkDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.Validate(nil)
+		if err == nil || !strings.Contains(err.Error(), want[name]) {
+			t.Errorf("%s: %v, want %q", name, err, want[name])
+			continue
+		}
+		if !strings.Contains(err.Error(), "services.<name>.node_pool") || strings.Contains(err.Error(), ".nodes") {
+			t.Errorf("%s: the message must suggest only Gym's keys: %v", name, err)
+		}
+	}
+}
+
+func writeFile(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,188 @@
+package slurmdocker
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// gymDPConfig is a resolved Gym submit config of multi-node data parallel:
+// one vllm service with two instances over a pool of two nodes. Gym runs
+// one vllm serve per node; the first serves the API and /metrics, the
+// other runs --headless with no HTTP at all.
+const gymDPConfig = `services:
+  policy:
+    type: vllm
+    container: vllm.sqsh
+    model: tiny-model
+    served_model_name: tiny-model
+    number_of_instances: 2
+compute:
+  dockerlab:
+    type: slurm
+    account: lab
+    node_pools:
+      gpu: {partition: debug, nodes: 2}
+driver:
+  gym_install: {ref: v0}
+  policy_model: policy
+  benchmarks:
+    gsm8k: {}
+job:
+  output_path: %s
+`
+
+// gymDPScript starts the service as Gym's executor does (one step over
+// both nodes; node 0 of the step serves, the others are headless), waits
+// for the head's first scrape, lets a few scrape intervals pass on both
+// nodes and exits 0.
+func gymDPScript(dir string) string {
+	return fmt.Sprintf(`#!/bin/bash
+D=%[1]s
+srun -N2 --ntasks-per-node=1 --overlap bash -c '
+  if [ "$SLURM_NODEID" = "0" ]; then
+    exec %[2]s/vllm-standin --port 8000 --model tiny-model --scrape-log %[1]s/scrapes.$SLURMD_NODENAME
+  else
+    # vllm serve --headless: data-parallel ranks, no API server, no HTTP.
+    echo headless > %[1]s/headless.$SLURMD_NODENAME
+    exec sleep 300
+  fi' &
+for i in $(seq 1 300); do [ -s $D/scrapes.c1 ] && break; sleep 0.1; done
+sleep 6
+exit 0
+`, dir, standins)
+}
+
+// upPoint is one data point of the Prometheus receiver's up metric: the
+// scrape job (service.name.override after the identity transform), the
+// node and the value.
+type upPoint struct {
+	job, node string
+	value     float64
+}
+
+// readUp reads every up data point of a metrics.jsonl.
+func readUp(t *testing.T, path string) []upPoint {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []upPoint
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		var l struct {
+			ResourceMetrics []struct {
+				Resource     otlpResource `json:"resource"`
+				ScopeMetrics []struct {
+					Metrics []struct {
+						Name  string `json:"name"`
+						Gauge *struct {
+							DataPoints []struct {
+								AsDouble *float64 `json:"asDouble"`
+								AsInt    *string  `json:"asInt"`
+							} `json:"dataPoints"`
+						} `json:"gauge"`
+					} `json:"metrics"`
+				} `json:"scopeMetrics"`
+			} `json:"resourceMetrics"`
+		}
+		if json.Unmarshal(sc.Bytes(), &l) != nil {
+			continue
+		}
+		for _, rm := range l.ResourceMetrics {
+			res := attrs(rm.Resource.Attributes)
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					if m.Name != "up" || m.Gauge == nil {
+						continue
+					}
+					for _, p := range m.Gauge.DataPoints {
+						v := -1.0
+						switch {
+						case p.AsDouble != nil:
+							v = *p.AsDouble
+						case p.AsInt != nil:
+							fmt.Sscan(*p.AsInt, &v)
+						}
+						out = append(out, upPoint{res["service.name.override"], res["host.name"], v})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Gym's multi-node data-parallel deployment on two nodes: the head node's
+// collector scrapes the vLLM API server and its files hold its metrics; the
+// headless worker serves no HTTP, its collector has no scrape job for it,
+// and no up=0 series (a failed scrape) appears there.
+func TestGymDataParallelJob(t *testing.T) {
+	c := need(t)
+	c.switchVariant(t, "alloc")
+	c.waitIdle(t, 60*time.Second)
+	host, dir := c.jobDir(t, "gymdp")
+	writeFile(t, filepath.Join(host, "submit.yaml"), fmt.Sprintf(gymDPConfig, dir), 0o644)
+	writeFile(t, filepath.Join(host, "job.sh"), gymDPScript(dir), 0o755)
+	jobID := c.sbatch(t, c.tokenEnv(), dir, fmt.Sprintf(
+		"-N2 --gym-otel=config=%s/submit.yaml,run_id=dp-%s,benchmark=gsm8k -o %s/slurm-%%j.out job.sh", dir, filepath.Base(dir), dir))
+	state, exit := c.waitJob(t, jobID, 180*time.Second)
+	out, _ := os.ReadFile(filepath.Join(host, "slurm-"+jobID+".out"))
+	if state != "COMPLETED" || exit != "0:0" {
+		t.Fatalf("job %s: %s %s; output:\n%s", jobID, state, exit, out)
+	}
+	if _, err := os.Stat(filepath.Join(host, "headless.c2")); err != nil {
+		t.Fatalf("the headless worker did not run on c2: %v", err)
+	}
+	head := filepath.Join(host, "otel")
+	worker := filepath.Join(host, "otel", "nodes", "c2")
+	for d, want := range map[string]bool{head: true, worker: false} {
+		y, err := os.ReadFile(filepath.Join(d, "collector.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(y), "job_name: gym-vllm/policy"); got != want {
+			t.Errorf("%s/collector.yaml: a scrape job for gym-vllm/policy: %v, want %v", d, got, want)
+		}
+	}
+	var vllm []string
+	for _, it := range readOTLP(t, filepath.Join(head, "metrics.jsonl")) {
+		if it.signal == "metric" && strings.HasPrefix(it.name, "vllm_") && it.res["host.name"] == "c1" {
+			vllm = append(vllm, it.name)
+		}
+	}
+	if len(vllm) == 0 {
+		t.Errorf("no vLLM metrics of the head node c1 in %s/metrics.jsonl", head)
+	}
+	for _, it := range readOTLP(t, filepath.Join(worker, "metrics.jsonl")) {
+		if strings.HasPrefix(it.name, "vllm_") {
+			t.Errorf("a vLLM metric in the worker's files: %s %v", it.name, it.res)
+			break
+		}
+	}
+	headUp, workerUp := readUp(t, filepath.Join(head, "metrics.jsonl")), readUp(t, filepath.Join(worker, "metrics.jsonl"))
+	seen := map[string]bool{}
+	for _, p := range append(headUp, workerUp...) {
+		seen[p.node+" "+p.job] = true
+		if p.value != 1 {
+			t.Errorf("up=%v for %s on %s: a failed scrape", p.value, p.job, p.node)
+		}
+	}
+	// The worker's collector did scrape (node_exporter), so an up=0 for a
+	// headless vLLM would have been recorded.
+	for _, want := range []string{"c1 gym-vllm/policy", "c1 node", "c2 node"} {
+		if !seen[want] {
+			t.Errorf("no up series for %s; seen %v", want, seen)
+		}
+	}
+	t.Logf("job %s: %d vLLM metric series on c1; up series %v", jobID, len(vllm), seen)
+	c.waitNothingLeft(t, jobID)
+}

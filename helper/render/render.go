@@ -296,24 +296,25 @@ func pipeline(recv, procs, exps []string) omap {
 
 func loop(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
-// scrapeJobs returns the Prometheus scrape jobs of this node: the model
-// services that run here, then dcgm and node.
-func scrapeJobs(in Input) []omap {
+// Target is one Prometheus scrape target of a node's collector.
+type Target struct {
+	// Job is the scrape job's name, which the collector's resources carry
+	// as service.name.override: <component>/<service>, "dcgm" or "node".
+	Job string
+	// Instance is the instance label, <node>:<port> (service.instance.id).
+	Instance string
+	// Port is the target's TCP port on the node's loopback.
+	Port int
+}
+
+// Targets returns the scrape targets of in's node, in the order of the
+// rendered scrape jobs: the model services that run on this node, then
+// dcgm and node when their ports are set.
+func Targets(in Input) []Target {
 	o := in.Spec.Otel
-	var jobs []omap
+	var ts []Target
 	add := func(name string, port int) {
-		interval := o.ScrapeIntervalSeconds
-		timeout := min(interval, 10)
-		jobs = append(jobs, omap{
-			{"job_name", esc(name)},
-			{"scrape_interval", fmt.Sprintf("%ds", interval)},
-			{"scrape_timeout", fmt.Sprintf("%ds", timeout)},
-			{"metrics_path", "/metrics"},
-			{"static_configs", []omap{{
-				{"targets", []string{"localhost:" + strconv.Itoa(port)}},
-				{"labels", omap{{"instance", esc(in.Job.Node + ":" + strconv.Itoa(port))}}},
-			}}},
-		})
+		ts = append(ts, Target{Job: name, Instance: in.Job.Node + ":" + strconv.Itoa(port), Port: port})
 	}
 	for _, s := range in.Spec.Services {
 		if s.RunsOn(in.Job.Node, in.Job.NodeIndex) {
@@ -325,6 +326,27 @@ func scrapeJobs(in Input) []omap {
 	}
 	if o.NodeMetricsPort != 0 {
 		add("node", o.NodeMetricsPort)
+	}
+	return ts
+}
+
+// scrapeJobs returns the Prometheus scrape jobs of this node (Targets),
+// one target each.
+func scrapeJobs(in Input) []omap {
+	interval := in.Spec.Otel.ScrapeIntervalSeconds
+	timeout := min(interval, 10)
+	var jobs []omap
+	for _, t := range Targets(in) {
+		jobs = append(jobs, omap{
+			{"job_name", esc(t.Job)},
+			{"scrape_interval", fmt.Sprintf("%ds", interval)},
+			{"scrape_timeout", fmt.Sprintf("%ds", timeout)},
+			{"metrics_path", "/metrics"},
+			{"static_configs", []omap{{
+				{"targets", []string{"localhost:" + strconv.Itoa(t.Port)}},
+				{"labels", omap{{"instance", esc(t.Instance)}}},
+			}}},
+		})
 	}
 	return jobs
 }

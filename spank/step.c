@@ -7,7 +7,8 @@
  *   task_init (forked task child): fail the tasks when the collector
  *     failed and on_failure=fail (fails the job, never drains the node)
  *   task_exit (batch step): the final-scrape wait, at most 30 s, cut
- *     short when the job is cancelled or times out meanwhile
+ *     short when the job is cancelled or times out meanwhile, and in a
+ *     one-node job once every target has a sample (hold.c)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -37,6 +38,7 @@ static struct {
 	uint32_t step_id;
 	char node[256];
 	char reason[1024];
+	char dir[4096]; /* the job's record dir (the sampled hint, hold.c) */
 } st;
 
 /* FNV-1a, 32 bits: how GYM_OTEL_OWNED remembers a value the plugin set. */
@@ -275,6 +277,7 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	st.fail = r.fail;
 	st.final_wait = r.final_wait;
 	snprintf(st.reason, sizeof(st.reason), "%s", r.reason);
+	snprintf(st.dir, sizeof(st.dir), "%s", r.dir);
 
 	/* The nesting marker: an srun in this job does not submit again. */
 	snprintf(jobbuf, sizeof(jobbuf), "%u", st.job_id);
@@ -346,9 +349,27 @@ static int job_ending(uint32_t job_id)
 	return ending;
 }
 
+/*
+ * Whether the job has one node (SLURM_JOB_NUM_NODES of the batch env, set
+ * by Slurm) and the job's uid: only then can the hold end early (hold.c).
+ */
+static int one_node(spank_t sp, uid_t *uid)
+{
+	char buf[32];
+
+	if (spank_get_item(sp, S_JOB_UID, uid) != ESPANK_SUCCESS)
+		return 0;
+	if (spank_getenv(sp, "SLURM_JOB_NUM_NODES", buf, sizeof(buf)) != ESPANK_SUCCESS &&
+	    spank_getenv(sp, "SLURM_NNODES", buf, sizeof(buf)) != ESPANK_SUCCESS)
+		return 0;
+	return !strcmp(buf, "1");
+}
+
 int gos_step_task_exit(spank_t sp)
 {
-	int status = 0;
+	int status = 0, one;
+	uid_t uid = 0;
+	long long since;
 	struct timespec slice = { 0, 100 * 1000 * 1000 };
 
 	if (!st.have || !st.ready || st.step_id != SLURM_BATCH_SCRIPT || st.final_wait <= 0)
@@ -356,10 +377,18 @@ int gos_step_task_exit(spank_t sp)
 	if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS ||
 	    !WIFEXITED(status))
 		return 0; /* signalled (scancel, time limit): no wait */
-	gos_info("job %u: batch script done, waiting %d s for the collector's final scrape",
-		 st.job_id, st.final_wait);
+	one = one_node(sp, &uid);
+	since = gos_now_ms();
+	gos_info("job %u: batch script done, waiting %d s for the collector's final scrape%s",
+		 st.job_id, st.final_wait, one ? " (less once every target has a sample)" : "");
 	for (int i = 1; i <= st.final_wait * 10; i++) {
 		nanosleep(&slice, NULL);
+		if (one && gos_hold_sampled(st.dir, uid, since)) {
+			gos_info("job %u: every target on %s has a sample after the script's "
+				 "last line: final-scrape wait ended after %lld ms",
+				 st.job_id, st.node, gos_now_ms() - since);
+			break;
+		}
 		if (i % 10 == 0 && i < st.final_wait * 10 && job_ending(st.job_id)) {
 			gos_info("job %u: the job is ending (cancelled or out of time): "
 				 "final-scrape wait cut short after %d s", st.job_id, i / 10);

@@ -146,6 +146,9 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		"USER=" + u.Username,
 		"LOGNAME=" + u.Username,
 	}
+	if err := MakeSampledHint(dir, in.UID, in.GID); err != nil {
+		log.Warnf("job %d: the sampled hint (the batch step waits its full bound): %v", in.JobID, err)
+	}
 	group, err := jobGroup(in.Args, node, in.JobID, spec.Otel, log)
 	if err != nil {
 		return fail(err)

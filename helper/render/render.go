@@ -6,7 +6,9 @@
 //   - receivers: OTLP gRPC and HTTP on 127.0.0.1 at per-job ports, requiring a
 //     per-job bearer token (bearertokenauth/receivers); a Prometheus receiver
 //     with one scrape job per model service on this node
-//     (<component>/<service>), plus "dcgm" and "node" when their ports are set.
+//     (<component>/<service>), plus "dcgm" and "node" when their ports are set,
+//     whose targets are scraped every interval from the collector's start
+//     (discovery_reload_on_startup).
 //   - processors: memory_limiter first; filter/dcgm keeps only the job's GPUs
 //     when Slurm named them; transform/names renames "<prefix>:<name>" metrics
 //     to "<prefix>_<name>" after parsing, so types survive; transform/identity
@@ -109,7 +111,14 @@ func Render(in Input) ([]byte, error) {
 	}
 	scrapes := scrapeJobs(in)
 	if len(scrapes) > 0 {
-		receivers = append(receivers, kv{"prometheus", omap{{"config", omap{{"scrape_configs", scrapes}}}}})
+		// discovery_reload_on_startup: the scrape pools start with the
+		// receiver, not after the scrape manager's first 5 s reload tick,
+		// so each target's first scrape comes within one interval of the
+		// collector's start (at its hash offset) and every interval after.
+		receivers = append(receivers, kv{"prometheus", omap{
+			{"discovery_reload_on_startup", true},
+			{"config", omap{{"scrape_configs", scrapes}}},
+		}})
 	}
 
 	processors := omap{

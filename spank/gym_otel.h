@@ -77,7 +77,8 @@ int gos_node_name(spank_t sp, char *buf, size_t len);
 /* hold.c: the batch step's hold after the script's last line. */
 long long gos_now_ms(void);
 /* 1 when the sampled hint in the record dir says every scrape target of the
- * node has a sample stamped at or after since_ms (unix ms), else 0. */
+ * node has a sample stamped at or after since_ms (unix ms), 2 when it says
+ * the node has no scrape target, else 0. */
 int gos_hold_sampled(const char *dir, uid_t uid, long long since_ms);
 
 /* Per-context entry points. */

@@ -88,6 +88,6 @@ int gos_hold_sampled(const char *dir, uid_t uid, long long since_ms)
 	targets = field(buf, "targets");
 	at = field(buf, "sampled_ms");
 	if (targets == 0)
-		return 1; /* no scrape target on the node: nothing to wait for */
+		return 2; /* no scrape target on the node: nothing to wait for */
 	return targets > 0 && at >= since_ms;
 }

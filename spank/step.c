@@ -367,7 +367,7 @@ static int one_node(spank_t sp, uid_t *uid)
 
 int gos_step_task_exit(spank_t sp)
 {
-	int status = 0, one;
+	int status = 0, one, sampled;
 	uid_t uid = 0;
 	long long since;
 	struct timespec slice = { 0, 100 * 1000 * 1000 };
@@ -383,10 +383,11 @@ int gos_step_task_exit(spank_t sp)
 		 st.job_id, st.final_wait, one ? " (less once every target has a sample)" : "");
 	for (int i = 1; i <= st.final_wait * 10; i++) {
 		nanosleep(&slice, NULL);
-		if (one && gos_hold_sampled(st.dir, uid, since)) {
-			gos_info("job %u: every target on %s has a sample after the script's "
-				 "last line: final-scrape wait ended after %lld ms",
-				 st.job_id, st.node, gos_now_ms() - since);
+		if (one && (sampled = gos_hold_sampled(st.dir, uid, since))) {
+			gos_info("job %u: %s %s%s: final-scrape wait ended after %lld ms", st.job_id,
+				 sampled == 2 ? "no scrape target on" : "every target on", st.node,
+				 sampled == 2 ? "" : " has a sample after the script's last line",
+				 gos_now_ms() - since);
 			break;
 		}
 		if (i % 10 == 0 && i < st.final_wait * 10 && job_ending(st.job_id)) {

@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
 		{"sampled after the end", "targets=2\nsampled_ms=2000\n", uid, "1999", "1"},
 		{"sampled at the end", "targets=2\nsampled_ms=2000\n", uid, "2000", "1"},
 		{"sampled before the end", "targets=2\nsampled_ms=2000\n", uid, "2001", "0"},
-		{"no targets", "targets=0\nsampled_ms=0\n", uid, "5000", "1"},
+		{"no targets", "targets=0\nsampled_ms=0\n", uid, "5000", "2"},
 		{"not yet", "targets=1\nsampled_ms=0\n", uid, "5000", "0"},
 		{"empty (the prolog's)", "", uid, "5000", "0"},
 		{"a torn write", "targets=1\nsampled_ms=99", uid, "5", "0"},

@@ -167,3 +167,26 @@ services:
 		})
 	}
 }
+
+// A one-node job with nothing to scrape (the test site sets no dcgm or
+// node_exporter port, the job no model service) has no final sample to
+// wait for: the batch step's hold ends at its first look at the hint.
+func TestNoTargetNoHold(t *testing.T) {
+	waitIdle(t)
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	script := writeScript(t, "nohold-"+tag+".sh", "true\n")
+	r := asUser(t, 60*time.Second, tokenEnv(), "sbatch -N1 --wait --gym-otel=scrape_interval_seconds=15 -o /dev/null "+script)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	id := jobIDOf(t, r)
+	m := regexp.MustCompile(`job ` + id + `: no scrape target on gn1: final-scrape wait ended after (\d+) ms`).FindStringSubmatch(slurmdLogs(t))
+	if m == nil {
+		t.Fatalf("job %s: no early end of the hold logged", id)
+	}
+	if ms, _ := strconv.Atoi(m[1]); ms > 1000 {
+		t.Errorf("job %s: the hold of a job with no target lasted %d ms", id, ms)
+	}
+	waitNoCollector(t)
+	waitIdle(t)
+}

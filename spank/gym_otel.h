@@ -5,6 +5,7 @@
 #define GYM_OTEL_INTERNAL_H
 
 #include <stdint.h>
+#include <sys/types.h>
 #include <slurm/spank.h>
 
 #define GOS_PREFIX "gym-otel: "
@@ -73,6 +74,13 @@ void gos_record_free(struct gos_record *r);
 int gos_hostlist_nth(const char *list, unsigned n, char *buf, size_t len);
 /* The node's name in a step, prolog or epilog. */
 int gos_node_name(spank_t sp, char *buf, size_t len);
+
+/* hold.c: the batch step's hold after the script's last line. */
+long long gos_now_ms(void);
+/* 1 when the sampled hint in the record dir says every scrape target of the
+ * node has a sample stamped at or after since_ms (unix ms), 2 when it says
+ * the node has no scrape target, else 0. */
+int gos_hold_sampled(const char *dir, uid_t uid, long long since_ms);
 
 /* Per-context entry points. */
 int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok);

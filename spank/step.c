@@ -8,7 +8,8 @@
  *     failed and on_failure=fail (fails the job, never drains the node)
  *   task_exit (batch step): the final-scrape wait, at most 30 s of wall
  *     clock whatever slurmctld does, cut short when the job is cancelled
- *     or times out meanwhile
+ *     or times out meanwhile, and in a one-node job once every target has
+ *     a sample (hold.c)
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -46,6 +47,7 @@ static struct {
 	char cpuset[4096]; /* the collector cgroup's cpuset.cpus, from the record */
 	int cpuset_done;
 	char kept[512]; /* telemetry variables set before the plugin, kept */
+	char dir[4096]; /* the job's record dir (the sampled hint, hold.c) */
 } st;
 
 /* FNV-1a, 32 bits: how GYM_OTEL_OWNED remembers a value the plugin set. */
@@ -332,6 +334,7 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	st.fail = r.fail;
 	st.final_wait = r.final_wait;
 	snprintf(st.reason, sizeof(st.reason), "%s", r.reason);
+	snprintf(st.dir, sizeof(st.dir), "%s", r.dir);
 
 	/* The nesting marker: an srun in this job does not submit again. */
 	snprintf(jobbuf, sizeof(jobbuf), "%u", st.job_id);
@@ -525,6 +528,22 @@ static long long now_ms(void)
 }
 
 /*
+ * Whether the job has one node (SLURM_JOB_NUM_NODES of the batch env, set
+ * by Slurm) and the job's uid: only then can the hold end early (hold.c).
+ */
+static int one_node(spank_t sp, uid_t *uid)
+{
+	char buf[32];
+
+	if (spank_get_item(sp, S_JOB_UID, uid) != ESPANK_SUCCESS)
+		return 0;
+	if (spank_getenv(sp, "SLURM_JOB_NUM_NODES", buf, sizeof(buf)) != ESPANK_SUCCESS &&
+	    spank_getenv(sp, "SLURM_NNODES", buf, sizeof(buf)) != ESPANK_SUCCESS)
+		return 0;
+	return !strcmp(buf, "1");
+}
+
+/*
  * The final-scrape wait, bounded in wall-clock time whatever slurmctld
  * does: once a second a forked child asks whether the job is ending
  * (job_ending), and the wait never blocks on it. A child that has not
@@ -532,22 +551,35 @@ static long long now_ms(void)
  * retries) is killed and reaped; no second one is started meanwhile. A
  * step callback blocked past a scancel would arm Slurm's unkillable-step
  * timeout, which drains the node: this callback returns at its deadline.
+ * In a one-node job (one), the wait also ends once the node's collector
+ * says every target has a sample after the script's end (hold.c).
  */
-static void final_wait(uint32_t job_id, int seconds)
+static void final_wait(uint32_t job_id, int seconds, int one, uid_t uid)
 {
 	long long start = now_ms(), end = start + (long long)seconds * 1000, next = start + 1000;
+	long long since = gos_now_ms(); /* wall clock, as the hint is stamped */
 	struct timespec slice = { 0, 100 * 1000 * 1000 };
+	const char *why = NULL;
 	pid_t child = -1;
-	int status;
+	int status, sampled;
 
-	while (now_ms() < end) {
+	while (!why && now_ms() < end) {
 		nanosleep(&slice, NULL);
+		if (one && (sampled = gos_hold_sampled(st.dir, uid, since))) {
+			gos_info("job %u: %s %s%s: final-scrape wait ended after %lld ms", job_id,
+				 sampled == 2 ? "no scrape target on" : "every target on", st.node,
+				 sampled == 2 ? "" : " has a sample after the script's last line",
+				 now_ms() - start);
+			why = "sampled";
+			break;
+		}
 		if (child > 0 && waitpid(child, &status, WNOHANG) == child) {
 			child = -1;
 			if (WIFEXITED(status) && WEXITSTATUS(status) == 1) {
 				gos_info("job %u: the job is ending (cancelled or out of time): "
 					 "final-scrape wait cut short after %lld ms", job_id, now_ms() - start);
-				return;
+				why = "ending";
+				break;
 			}
 		}
 		if (child < 0 && now_ms() >= next && now_ms() < end - 500) {
@@ -560,25 +592,29 @@ static void final_wait(uint32_t job_id, int seconds)
 	if (child > 0) {
 		kill(child, SIGKILL);
 		waitpid(child, &status, 0);
-		gos_info("job %u: final-scrape wait done after %lld ms (slurmctld did not answer the last query)",
-			 job_id, now_ms() - start);
+		if (!why)
+			gos_info("job %u: final-scrape wait done after %lld ms (slurmctld did not answer the last query)",
+				 job_id, now_ms() - start);
 		return;
 	}
-	gos_info("job %u: final-scrape wait done after %lld ms", job_id, now_ms() - start);
+	if (!why)
+		gos_info("job %u: final-scrape wait done after %lld ms", job_id, now_ms() - start);
 }
 
 int gos_step_task_exit(spank_t sp)
 {
-	int status = 0;
+	int status = 0, one;
+	uid_t uid = 0;
 
 	if (!st.have || !st.ready || st.step_id != SLURM_BATCH_SCRIPT || st.final_wait <= 0)
 		return 0;
 	if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS ||
 	    !WIFEXITED(status))
 		return 0; /* signalled (scancel, time limit): no wait */
-	gos_info("job %u: batch script done, waiting %d s for the collector's final scrape",
-		 st.job_id, st.final_wait);
-	final_wait(st.job_id, st.final_wait);
+	one = one_node(sp, &uid);
+	gos_info("job %u: batch script done, waiting %d s for the collector's final scrape%s",
+		 st.job_id, st.final_wait, one ? " (less once every target has a sample)" : "");
+	final_wait(st.job_id, st.final_wait, one, uid);
 	return 0;
 }
 

@@ -15,7 +15,8 @@ func init() {
 }
 
 func runInspect(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("inspect", "DIR   (a job dir, or its otel/ dir)", stderr)
+	fs := newFlags("inspect", "[--require-targets] DIR   (a job dir, or its otel/ dir)", stderr)
+	require := fs.Bool("require-targets", false, "exit non-zero, naming the target, when a scrape target in a collector.yaml has no answered scrape in its metrics.jsonl")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -36,12 +37,27 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 		dirs = append(dirs, d)
 		dirs = append(dirs, globDirs(filepath.Join(d, "nodes", "*"))...)
 	}
+	var missing []error
 	for _, d := range dirs {
 		s, err := inspect.Dir(d)
 		if err != nil {
 			return err
 		}
 		s.Write(stdout)
+		ts, err := inspect.Targets(d)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // no collector.yaml: a backend's files
+		}
+		if err != nil {
+			return err
+		}
+		inspect.WriteTargets(stdout, ts)
+		if err := inspect.Unanswered(d, ts); err != nil {
+			missing = append(missing, err)
+		}
+	}
+	if *require {
+		return errors.Join(missing...)
 	}
 	return nil
 }

@@ -68,6 +68,7 @@ func (n *jnum) UnmarshalJSON(b []byte) error {
 
 type numberDP struct {
 	Attributes attrs    `json:"attributes"`
+	Time       jnum     `json:"timeUnixNano"`
 	AsInt      *jnum    `json:"asInt"`
 	AsDouble   *float64 `json:"asDouble"`
 }

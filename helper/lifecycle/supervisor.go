@@ -345,6 +345,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 		SupervisorPID: os.Getpid(), CollectorPID: s.coll.pid, CollectorStart: s.coll.start,
 		OutputDir: s.out, ReadyMillis: ready.Milliseconds(),
 	})
+	defer s.followSampled(ctx)()
 	selfTick := time.NewTicker(time.Second)
 	defer selfTick.Stop()
 	recordTick := time.NewTicker(s.opt.RecordPoll)

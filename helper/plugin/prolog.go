@@ -166,6 +166,9 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if c := in.Getenv("SLURM_CONF"); c != "" {
 		env = append(env, "SLURM_CONF="+c) // the supervisor's liveness queries
 	}
+	if err := MakeSampledHint(dir, in.UID, in.GID); err != nil {
+		log.Warnf("job %d: the sampled hint (the batch step waits its full bound): %v", in.JobID, err)
+	}
 	group, err := jobGroup(in.Args, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, spec.Otel, log)
 	if err != nil {
 		return fail(err)

@@ -6,7 +6,9 @@
 //   - receivers: OTLP gRPC and HTTP on 127.0.0.1 at per-job ports, requiring a
 //     per-job bearer token (bearertokenauth/receivers); a Prometheus receiver
 //     with one scrape job per model service on this node
-//     (<component>/<service>), plus "dcgm" and "node" when their ports are set.
+//     (<component>/<service>), plus "dcgm" and "node" when their ports are set,
+//     whose targets are scraped every interval from the collector's start
+//     (discovery_reload_on_startup).
 //   - processors: memory_limiter first; filter/dcgm keeps only the job's GPUs
 //     when Slurm named them; transform/names renames "<prefix>:<name>" metrics
 //     to "<prefix>_<name>" after parsing, so types survive; transform/identity
@@ -117,7 +119,14 @@ func Render(in Input) ([]byte, error) {
 	}
 	scrapes := scrapeJobs(in)
 	if len(scrapes) > 0 {
-		receivers = append(receivers, kv{"prometheus", omap{{"config", omap{{"scrape_configs", scrapes}}}}})
+		// discovery_reload_on_startup: the scrape pools start with the
+		// receiver, not after the scrape manager's first 5 s reload tick,
+		// so each target's first scrape comes within one interval of the
+		// collector's start (at its hash offset) and every interval after.
+		receivers = append(receivers, kv{"prometheus", omap{
+			{"discovery_reload_on_startup", true},
+			{"config", omap{{"scrape_configs", scrapes}}},
+		}})
 	}
 
 	processors := omap{
@@ -304,24 +313,25 @@ func pipeline(recv, procs, exps []string) omap {
 
 func loop(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
-// scrapeJobs returns the Prometheus scrape jobs of this node: the model
-// services that run here, then dcgm and node.
-func scrapeJobs(in Input) []omap {
+// Target is one Prometheus scrape target of a node's collector.
+type Target struct {
+	// Job is the scrape job's name, which the collector's resources carry
+	// as service.name.override: <component>/<service>, "dcgm" or "node".
+	Job string
+	// Instance is the instance label, <node>:<port> (service.instance.id).
+	Instance string
+	// Port is the target's TCP port on the node's loopback.
+	Port int
+}
+
+// Targets returns the scrape targets of in's node, in the order of the
+// rendered scrape jobs: the model services that run on this node, then
+// dcgm and node when their ports are set.
+func Targets(in Input) []Target {
 	o := in.Spec.Otel
-	var jobs []omap
+	var ts []Target
 	add := func(name string, port int) {
-		interval := o.ScrapeIntervalSeconds
-		timeout := min(interval, 10)
-		jobs = append(jobs, omap{
-			{"job_name", esc(name)},
-			{"scrape_interval", fmt.Sprintf("%ds", interval)},
-			{"scrape_timeout", fmt.Sprintf("%ds", timeout)},
-			{"metrics_path", "/metrics"},
-			{"static_configs", []omap{{
-				{"targets", []string{"localhost:" + strconv.Itoa(port)}},
-				{"labels", omap{{"instance", esc(in.Job.Node + ":" + strconv.Itoa(port))}}},
-			}}},
-		})
+		ts = append(ts, Target{Job: name, Instance: in.Job.Node + ":" + strconv.Itoa(port), Port: port})
 	}
 	for _, s := range in.Spec.Services {
 		if s.RunsOn(in.Job.NodeIndex) {
@@ -333,6 +343,27 @@ func scrapeJobs(in Input) []omap {
 	}
 	if o.NodeMetricsPort != 0 {
 		add("node", o.NodeMetricsPort)
+	}
+	return ts
+}
+
+// scrapeJobs returns the Prometheus scrape jobs of this node (Targets),
+// one target each.
+func scrapeJobs(in Input) []omap {
+	interval := in.Spec.Otel.ScrapeIntervalSeconds
+	timeout := min(interval, 10)
+	var jobs []omap
+	for _, t := range Targets(in) {
+		jobs = append(jobs, omap{
+			{"job_name", esc(t.Job)},
+			{"scrape_interval", fmt.Sprintf("%ds", interval)},
+			{"scrape_timeout", fmt.Sprintf("%ds", timeout)},
+			{"metrics_path", "/metrics"},
+			{"static_configs", []omap{{
+				{"targets", []string{"localhost:" + strconv.Itoa(t.Port)}},
+				{"labels", omap{{"instance", esc(t.Instance)}}},
+			}}},
+		})
 	}
 	return jobs
 }

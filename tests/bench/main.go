@@ -74,12 +74,12 @@ func main() {
 
 	// Rounds and samples: about 15 minutes by default, 7 in quick mode.
 	p1Rounds, p1N, p1Sbatch := 4, 10, 4
-	p23Rounds := 5
+	p23Rounds, p3Rounds := 5, 3
 	loadDur, idle, loadJobs := 60*time.Second, 15*time.Second, 3
 	scrapeWin := 240 * time.Second
 	if quick {
 		p1Rounds, p1N, p1Sbatch = 2, 6, 2
-		p23Rounds = 2
+		p23Rounds, p3Rounds = 2, 1
 		loadDur, idle, loadJobs = 15*time.Second, 10*time.Second, 2
 		scrapeWin = 60 * time.Second
 	}
@@ -108,6 +108,11 @@ func main() {
 		var r []Row
 		if r, err = runP23(p23Rounds); err == nil {
 			rows = append(rows, r...)
+		}
+		if err == nil {
+			if r, err = runP3At15(p3Rounds); err == nil {
+				rows = append(rows, r...)
+			}
 		}
 	}
 	if err == nil && want("P4", "P5") {

@@ -14,7 +14,9 @@
 #      config in a job dir and submits a script that starts a vLLM stand-in
 #      and runs a Gym stand-in driver, with the token only in the
 #      submitting shell's environment,
-#   4. prints the job's end, the files per node and what the backend got,
+#   4. prints the job's end, the files per node with every scrape target's
+#      samples, and what the backend got; fails, naming the target, when a
+#      configured target has no sample in the files,
 #   5. stops the backend, node_exporter and Slurm again.
 set -euo pipefail
 
@@ -122,7 +124,10 @@ cat "$jobdir/slurm-$jobid.out" 2>/dev/null || true
 
 say "where the telemetry went"
 echo "job dir:     $jobdir/otel/  (collector.yaml, collector.log, state.json, {metrics,traces,logs}.jsonl)"
-"$prefix/bin/gym-otel-spank" inspect "$jobdir"
+# --require-targets: a configured scrape target with no answered scrape in
+# its node's files is named, and fails the demo below.
+targets_ok=1
+"$prefix/bin/gym-otel-spank" inspect --require-targets "$jobdir" || targets_ok=0
 # The backend writes as it receives; its files are complete once it stops.
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 "$repo/tests/backend/stop.sh" "${pids[0]}" >/dev/null 2>&1 || sleep 1
@@ -135,3 +140,7 @@ if grep -rqF "$token" "$jobdir" 2>/dev/null; then
 fi
 echo
 echo "the token is nowhere in $jobdir"
+if [ "$targets_ok" != 1 ]; then
+	echo "ERROR: a configured scrape target has no sample in the job's files (named above)" >&2
+	exit 1
+fi

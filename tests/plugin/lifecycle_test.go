@@ -269,8 +269,10 @@ func TestScancelDuringFinalWait(t *testing.T) {
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	done := filepath.Join(jobsDir, "fw-"+tag+".done")
 	script := writeScript(t, "fw-"+tag+".sh", "touch "+done+"\n")
-	// scrape_interval_seconds=9: the batch step waits 10 s after the script.
-	id := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch --gym-otel=scrape_interval_seconds=9 -o /dev/null "+script))
+	// scrape_interval_seconds=9: the batch step waits 10 s after the
+	// script; on two nodes it holds the whole wait (a one-node job with no
+	// scrape target would hold none).
+	id := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch -N2 --gym-otel=scrape_interval_seconds=9 -o /dev/null "+script))
 	waitFile(t, 60*time.Second, done)
 	time.Sleep(time.Second)
 	if !strings.Contains(slurmdLogs(t), "job "+id+": batch script done, waiting 10 s") {

@@ -5,7 +5,9 @@
 // exposition is the classic Prometheus text format (text/plain; version=0.0.4)
 // written by the real client library (github.com/prometheus/client_golang).
 // Every scrape advances the counters and adds one latency observation, and
-// appends its RFC3339Nano UTC time to --scrape-log.
+// appends its RFC3339Nano UTC time to --scrape-log; with --count-on request
+// only POST /v1/completions does (one request each), so the counters stop
+// changing when the job's driver stops sending.
 package main
 
 import (
@@ -15,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 
 	"github.com/gym-otel-spank/gym-otel-spank/tests/standins/internal/promserve"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +28,11 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1", "address to bind")
 	model := flag.String("model", "standin-model", "model_name label value")
 	scrapeLog := flag.String("scrape-log", "", "append the RFC3339Nano UTC time of each /metrics scrape to this file")
+	countOn := flag.String("count-on", "scrape", "what advances the counters: scrape (each /metrics scrape) or request (each POST /v1/completions)")
 	flag.Parse()
+	if *countOn != "scrape" && *countOn != "request" {
+		log.Fatalf("--count-on: %q is neither scrape nor request", *countOn)
+	}
 	log.SetPrefix("vllm-standin: ")
 	log.SetFlags(0)
 
@@ -62,19 +69,43 @@ func main() {
 	generation.With(labels).Add(0)
 
 	latencies := []float64{0.42, 0.75, 1.2, 0.31, 2.2, 0.9, 4.0, 1.7}
-	var scrapes int
+	var (
+		mu    sync.Mutex
+		steps int
+	)
+	// step advances the counters by one scrape or request (the n-th adds
+	// 100+7n prompt and 50+3n generation tokens) and returns n and the
+	// counters' totals.
+	step := func() (n, promptTotal, genTotal int) {
+		mu.Lock()
+		defer mu.Unlock()
+		steps++
+		running.With(labels).Set(float64(steps%4 + 1))
+		waiting.With(labels).Set(float64(steps % 3))
+		prompt.With(labels).Add(float64(100 + 7*steps))
+		generation.With(labels).Add(float64(50 + 3*steps))
+		e2e.With(labels).Observe(latencies[steps%len(latencies)])
+		return steps, 100*steps + 7*steps*(steps+1)/2, 50*steps + 3*steps*(steps+1)/2
+	}
 	before := func() {
-		// Called with the promserve lock held: one scrape at a time.
-		scrapes++
-		running.With(labels).Set(float64(scrapes%4 + 1))
-		waiting.With(labels).Set(float64(scrapes % 3))
-		prompt.With(labels).Add(float64(100 + 7*scrapes))
-		generation.With(labels).Add(float64(50 + 3*scrapes))
-		e2e.With(labels).Observe(latencies[scrapes%len(latencies)])
+		if *countOn == "scrape" {
+			step()
+		}
 	}
 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promserve.Handler(reg, *scrapeLog, before))
+	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || *countOn != "request" {
+			http.Error(w, "POST, with --count-on request", http.StatusMethodNotAllowed)
+			return
+		}
+		n, p, g := step()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"object":"text_completion","model":%q,"choices":[{"index":0,"text":"ok","finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":%d,"completion_tokens":%d},"vllm_prompt_tokens_total":%d,"vllm_generation_tokens_total":%d}`+"\n",
+			*model, 100+7*n, 50+3*n, p, g)
+	})
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

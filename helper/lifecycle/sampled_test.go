@@ -1,0 +1,140 @@
+package lifecycle_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+)
+
+// TestSampledHint: with the real collector, a vLLM stand-in and
+// node_exporter scraped every second, the supervisor keeps the sampled
+// hint beside the record: two targets, and a time that advances with the
+// scrapes and is never later than the newest up point of either target in
+// metrics.jsonl. Also reports the supervisor's CPU time with and without
+// the hint to follow.
+func TestSampledHint(t *testing.T) {
+	t.Parallel()
+	vllm := startVLLM(t)
+	node := startNodeExporter(t)
+	dir := sharedDir(t)
+	rec := filepath.Join(dir, "record")
+	hint := filepath.Join(dir, lifecycle.SampledFile)
+	for _, p := range []string{rec, hint} {
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startSup(t, job{JobID: "8181", VLLMPort: vllm, NodePort: node, Record: rec}).mustReady(t)
+	read := func() (targets int, at time.Time) {
+		data, _ := os.ReadFile(hint)
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "targets="); ok {
+				targets, _ = strconv.Atoi(v)
+			}
+			if v, ok := strings.CutPrefix(line, "sampled_ms="); ok {
+				if ms, _ := strconv.ParseInt(v, 10, 64); ms > 0 {
+					at = time.UnixMilli(ms)
+				}
+			}
+		}
+		return targets, at
+	}
+	var first time.Time
+	waitFor(t, 10*time.Second, "a sampled time in the hint", func() bool {
+		n, at := read()
+		first = at
+		return n == 2 && !at.IsZero()
+	})
+	mark := time.Now()
+	waitFor(t, 10*time.Second, "a sampled time after "+mark.Format(time.RFC3339Nano), func() bool {
+		_, at := read()
+		return !at.Before(mark)
+	})
+	n, at := read()
+	if n != 2 || !at.After(first) {
+		t.Errorf("hint: %d targets, time %v after %v", n, at, first)
+	}
+	if at.After(time.Now()) {
+		t.Errorf("the hint's time %v is in the future", at)
+	}
+	// The hint is never ahead of the files: every target's newest up
+	// point is at or after it.
+	var last map[string]time.Time
+	waitFor(t, 10*time.Second, "metrics.jsonl parsed with both targets", func() bool {
+		last = lastUp(t, s.out)
+		return len(last) == 2
+	})
+	for name, l := range last {
+		// (the test's parser keeps nanoseconds as a float64: 1 µs slack)
+		if l.Add(time.Microsecond).Before(at) {
+			t.Errorf("%s: newest up point %v is before the hint's %v", name, l, at)
+		}
+	}
+	time.Sleep(5 * time.Second)
+	ran := time.Since(s.started)
+	if _, err := s.drain(t, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	withHint := s.cpu(t)
+	// The same run without a hint file (no follower), for the cost.
+	os.Remove(hint)
+	b := startSup(t, job{JobID: "8182", VLLMPort: vllm, NodePort: node, Record: rec}).mustReady(t)
+	time.Sleep(time.Until(b.started.Add(ran)))
+	if _, err := b.drain(t, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("supervisor CPU over %v, two targets at 1 s: %v following the hint, %v without", ran.Round(time.Second), withHint, b.cpu(t))
+}
+
+// lastUp returns, per scrape job, the time of its newest up point in
+// dir/metrics.jsonl, read up to its last complete line (the file exporter
+// flushes its buffer on its interval, not at line ends).
+func lastUp(t testing.TB, dir string) map[string]time.Time {
+	data, _ := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+	i := bytes.LastIndexByte(data, '\n')
+	if i < 0 {
+		return nil
+	}
+	tmp := filepath.Join(t.TempDir(), "metrics.jsonl")
+	if err := os.WriteFile(tmp, data[:i+1], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := parseJSONL(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]time.Time{}
+	for _, m := range d.named("up") {
+		name, _ := m.resource.str("service.name.override")
+		if m.Gauge == nil {
+			continue
+		}
+		for _, dp := range m.Gauge.DataPoints {
+			if at := time.Unix(0, int64(dp.Time)); at.After(out[name]) {
+				out[name] = at
+			}
+		}
+	}
+	return out
+}
+
+// cpu is the exited supervisor's user+system CPU time.
+func (s *sup) cpu(t testing.TB) time.Duration {
+	t.Helper()
+	ps := s.cmd.ProcessState
+	if ps == nil {
+		t.Fatal("the supervisor has not exited")
+	}
+	r, ok := ps.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return 0
+	}
+	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
+}

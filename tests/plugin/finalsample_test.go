@@ -1,0 +1,192 @@
+package plugin_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// sumPoints reads the points of Sum metric name in path or fails the test.
+func sumPoints(t testing.TB, path, name string) []testenv.Point {
+	t.Helper()
+	ps, err := testenv.SumPoints(path, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+// shortJobScript runs a vLLM stand-in on every node of the job (port base +
+// node index) whose counters change only with requests, and a driver on
+// every node that sends requests for 2 s, then writes the stand-in's final
+// prompt-token counter to D.final.<node> and its exit time to D.exit.<node>.
+// D.last is the script's last line.
+func shortJobScript(base string, nodes, port int) string {
+	return fmt.Sprintf(`
+D=%[1]s
+now() { date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ; }
+srun -N%[3]d --ntasks-per-node=1 --overlap bash -c 'exec %[2]s/vllm-standin --port $((%[4]d + SLURM_NODEID)) --model tiny-model --count-on request' &
+srun -N%[3]d --ntasks-per-node=1 --overlap bash -c '
+  port=$((%[4]d + SLURM_NODEID))
+  for i in $(seq 1 100); do curl -sf http://127.0.0.1:$port/health >/dev/null && break; sleep 0.1; done
+  end=$(( $(date +%%s%%N) + 2000000000 ))
+  while [ $(date +%%s%%N) -lt $end ]; do curl -sf -XPOST http://127.0.0.1:$port/v1/completions >/dev/null || exit 3; sleep 0.05; done
+  curl -sf http://127.0.0.1:$port/metrics | awk "/^vllm:prompt_tokens_total/ {print \$2}" > %[1]s.final.$SLURMD_NODENAME
+  date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > %[1]s.exit.$SLURMD_NODENAME
+' || exit 9
+now > $D.last
+`, base, plugDir, nodes, port)
+}
+
+// The short job of issue 13, at the default scrape interval of 15 s: a
+// driver of 2 s on each node, a vLLM stand-in on each node whose counters
+// change until the driver exits. Every node's final counter value arrives
+// in its files and at the backend, in a sample taken after the driver's
+// exit; the two-node job holds the full interval plus 1 s after the
+// script's last line, the one-node job ends its hold once its collector
+// has the sample (never later than the full hold).
+func TestShortJobFinalSample(t *testing.T) {
+	vllm := testenv.Standin(t, "vllm-standin")
+	if out, err := run("install", "-m", "0755", vllm, filepath.Join(plugDir, "vllm-standin")); err != nil {
+		t.Fatalf("install %s: %v %s", vllm, err, out)
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes int
+		port  int
+	}{{"two-nodes", 2, 18141}, {"one-node", 1, 18151}} {
+		t.Run(tc.name, func(t *testing.T) {
+			waitIdle(t)
+			tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+			base := filepath.Join(jobsDir, "short-"+tag)
+			cfg := fmt.Sprintf(`compute:
+  gymtest: {}
+driver:
+  gym_install: /opt/gym
+job:
+  output_path: %s.run
+otel:
+  scrape_interval_seconds: 15
+services:
+  policy:
+    type: vllm
+    port: %d
+    served_model_name: tiny-model
+    nodes: [0]
+`, base, tc.port)
+			if tc.nodes == 2 {
+				cfg += fmt.Sprintf("  judge:\n    type: vllm\n    port: %d\n    served_model_name: tiny-model\n    nodes: [1]\n", tc.port+1)
+			}
+			if err := os.WriteFile(base+".gym.yaml", []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			script := writeScript(t, "short-"+tag+".sh", shortJobScript(base, tc.nodes, tc.port))
+			r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch -N%d --wait --gym-otel=config=%s.gym.yaml -o %s.out %s", tc.nodes, base, base, script))
+			ended := time.Now()
+			if r.code != 0 {
+				out, _ := os.ReadFile(base + ".out")
+				t.Fatalf("exit %d; stderr %s\n%s", r.code, r.stderr, out)
+			}
+			jobID := jobIDOf(t, r)
+			last := testenv.ReadTime(t, base+".last")
+			hold := ended.Sub(last)
+			logs := slurmdLogs(t)
+			early := regexp.MustCompile(`job ` + jobID + `: every target on gn1 has a sample after the script's last line: final-scrape wait ended after (\d+) ms`).FindStringSubmatch(logs)
+			if !strings.Contains(logs, "job "+jobID+": batch script done, waiting 16 s") {
+				t.Errorf("no final-scrape wait of 16 s logged for job %s", jobID)
+			}
+			switch {
+			case tc.nodes > 1 && early != nil:
+				t.Errorf("a %d-node job ended its hold early (%s ms): other nodes' collectors cannot say they have the sample", tc.nodes, early[1])
+			case early != nil:
+				t.Logf("one node: the batch step's hold ended after %s ms", early[1])
+			default:
+				t.Logf("%d nodes: the batch step held the full 16 s", tc.nodes)
+			}
+			// The job's end as P3 of make bench counts it: the last
+			// "sent epilog complete msg" of the job's nodes.
+			what := "sbatch --wait's return"
+			for _, m := range regexp.MustCompile(`\[([0-9T:.-]+)\] .*JobId=`+jobID+`: sent epilog complete msg`).FindAllStringSubmatch(logs, -1) {
+				if at, err := time.ParseInLocation("2006-01-02T15:04:05.000", m[1], time.Local); err == nil {
+					if what != "the epilogs' end" || at.Sub(last) > hold {
+						hold, what = at.Sub(last), "the epilogs' end"
+					}
+				}
+			}
+			t.Logf("%d nodes, interval 15 s: script's last line to %s %v", tc.nodes, what, hold.Round(10*time.Millisecond))
+			if hold > 16*time.Second+5*time.Second {
+				t.Errorf("the job ended %v after the script's last line: more than one interval plus 1 s (and the epilog)", hold)
+			}
+			backend := filepath.Join(os.TempDir(), "gym-otel-plugin-backend", "metrics.jsonl")
+			for i := 0; i < tc.nodes; i++ {
+				node := fmt.Sprintf("gn%d", i+1)
+				final, err := os.ReadFile(base + ".final." + node)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := strconv.ParseFloat(strings.TrimSpace(string(final)), 64)
+				if err != nil || want <= 0 {
+					t.Fatalf("%s: final counter %q", node, final)
+				}
+				exit := testenv.ReadTime(t, base+".exit."+node)
+				dir := filepath.Join(base+".run", "otel")
+				if i > 0 {
+					dir = filepath.Join(dir, "nodes", node)
+				}
+				got, ok := testenv.Latest(sumPoints(t, filepath.Join(dir, "metrics.jsonl"), "vllm_prompt_tokens_total"), node, jobID)
+				switch {
+				case !ok:
+					t.Errorf("%s: no vllm_prompt_tokens_total in %s", node, dir)
+				case got.Value != want:
+					t.Errorf("%s: the files' last vllm_prompt_tokens_total is %v at %v, the stand-in's final value %v (driver exit %v)", node, got.Value, got.At, want, exit)
+				case !got.At.After(exit):
+					t.Errorf("%s: the last sample (%v) is not after the driver's exit (%v)", node, got.At, exit)
+				default:
+					t.Logf("%s: final counter %v sampled %v after the driver's exit", node, want, got.At.Sub(exit).Round(time.Millisecond))
+				}
+				var be testenv.Point
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+					be, ok = testenv.Latest(sumPoints(t, backend, "vllm_prompt_tokens_total"), node, jobID)
+					if ok && be.Value == want || time.Now().After(deadline) {
+						break
+					}
+				}
+				if !ok || be.Value != want {
+					t.Errorf("%s: the backend's last vllm_prompt_tokens_total of job %s is %v (found %v), want %v", node, jobID, be.Value, ok, want)
+				}
+			}
+			waitNoCollector(t)
+			waitIdle(t)
+		})
+	}
+}
+
+// A one-node job with nothing to scrape (the test site sets no dcgm or
+// node_exporter port, the job no model service) has no final sample to
+// wait for: the batch step's hold ends at its first look at the hint.
+func TestNoTargetNoHold(t *testing.T) {
+	waitIdle(t)
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	script := writeScript(t, "nohold-"+tag+".sh", "true\n")
+	r := asUser(t, 60*time.Second, tokenEnv(), "sbatch -N1 --wait --gym-otel=scrape_interval_seconds=15 -o /dev/null "+script)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	id := jobIDOf(t, r)
+	m := regexp.MustCompile(`job ` + id + `: no scrape target on gn1: final-scrape wait ended after (\d+) ms`).FindStringSubmatch(slurmdLogs(t))
+	if m == nil {
+		t.Fatalf("job %s: no early end of the hold logged", id)
+	}
+	if ms, _ := strconv.Atoi(m[1]); ms > 1000 {
+		t.Errorf("job %s: the hold of a job with no target lasted %d ms", id, ms)
+	}
+	waitNoCollector(t)
+	waitIdle(t)
+}

@@ -1,0 +1,154 @@
+package slurmdocker
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// The short job of issue 13 on two nodes, then on one, at the default
+// scrape interval of 15 s: a vLLM stand-in on each node whose counters change only with
+// requests, and a driver of 2 s on each node sending them. Every node's
+// final counter value arrives in its files and at the backend, in a sample
+// taken after that node's driver exited; every target (vLLM and
+// node_exporter) has a sample after the script's last line; the two-node
+// job holds the full interval plus 1 s, the one-node job at most that, and
+// the job's end is within it plus the epilog.
+func TestShortJobFinalSample(t *testing.T) {
+	c := need(t)
+	c.switchVariant(t, "alloc")
+	for _, nodes := range []int{2, 1} {
+		t.Run(fmt.Sprintf("%d-nodes", nodes), func(t *testing.T) { c.shortJob(t, nodes) })
+	}
+}
+
+func (c *cluster) shortJob(t *testing.T, nodes int) {
+	c.waitIdle(t, 60*time.Second)
+	host, dir := c.jobDir(t, "short")
+	writeFile(t, filepath.Join(host, "submit.yaml"), fmt.Sprintf(`compute:
+  dockerlab: {}
+driver:
+  gym_install: /opt/gym
+job:
+  output_path: %s
+services:
+  policy:
+    type: vllm
+    port: 8000
+    served_model_name: tiny-model
+otel:
+  scrape_interval_seconds: 15
+`, dir), 0o644)
+	writeFile(t, filepath.Join(host, "job.sh"), fmt.Sprintf(`#!/bin/bash
+D=%[1]s
+srun -N%[3]d --ntasks-per-node=1 --overlap bash -c 'exec %[2]s/vllm-standin --port 8000 --model tiny-model --count-on request' &
+srun -N%[3]d --ntasks-per-node=1 --overlap bash -c '
+  for i in $(seq 1 100); do curl -sf http://127.0.0.1:8000/health >/dev/null && break; sleep 0.1; done
+  end=$(( $(date +%%s%%N) + 2000000000 ))
+  while [ $(date +%%s%%N) -lt $end ]; do curl -sf -XPOST http://127.0.0.1:8000/v1/completions >/dev/null || exit 3; sleep 0.05; done
+  curl -sf http://127.0.0.1:8000/metrics | awk "/^vllm:prompt_tokens_total/ {print \$2}" > %[1]s/final.$SLURMD_NODENAME
+  date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > %[1]s/exit.$SLURMD_NODENAME
+' || exit 9
+date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > $D/last
+`, dir, standins, nodes), 0o755)
+	jobID := c.sbatch(t, c.tokenEnv(), dir, fmt.Sprintf("-N%d --gym-otel=config=%s/submit.yaml -o %s/slurm-%%j.out job.sh", nodes, dir, dir))
+	state, exit := c.waitJob(t, jobID, 120*time.Second)
+	out, _ := os.ReadFile(filepath.Join(host, "slurm-"+jobID+".out"))
+	if state != "COMPLETED" || exit != "0:0" {
+		t.Fatalf("job %s: %s ExitCode=%s; output:\n%s", jobID, state, exit, out)
+	}
+	last := testenv.ReadTime(t, filepath.Join(host, "last"))
+
+	// The hold: the full 16 s on the batch node of a two-node job; a
+	// one-node job's may end once its collector has the sample. The job's
+	// end (the last epilog) is within it plus the epilog.
+	names := []string{"c1", "c2"}[:nodes]
+	c1 := c.slurmdLog(t, "c1")
+	if !strings.Contains(c1, "gym-otel: job "+jobID+": batch script done, waiting 16 s") {
+		t.Errorf("c1: no final-scrape wait of 16 s logged for job %s", jobID)
+	}
+	early := regexp.MustCompile(`gym-otel: job ` + jobID + `: every target on c1 has a sample after the script's last line: final-scrape wait ended after (\d+) ms`).FindStringSubmatch(c1)
+	switch {
+	case nodes > 1 && early != nil:
+		t.Errorf("c1: the two-node job %s ended its hold early (%s ms)", jobID, early[1])
+	case early != nil:
+		t.Logf("one node: the hold ended after %s ms", early[1])
+	default:
+		t.Logf("%d nodes: the batch step held the full 16 s", nodes)
+	}
+	var end time.Time
+	for _, n := range names {
+		if at, ok := logTime(c.slurmdLog(t, n), `.*JobId=`+jobID+`: sent epilog complete msg`); ok && at.After(end) {
+			end = at
+		}
+	}
+	if end.IsZero() {
+		t.Errorf("no epilog complete line for job %s", jobID)
+	} else {
+		t.Logf("%d nodes, interval 15 s: the script's last line to the job's end (last epilog) %v", nodes, end.Sub(last).Round(10*time.Millisecond))
+		if end.Sub(last) > 21*time.Second {
+			t.Errorf("the job ended %v after the script's last line: more than one interval plus 1 s and the epilog", end.Sub(last))
+		}
+	}
+
+	backend := filepath.Join(c.work, "backend", "metrics.jsonl")
+	for _, n := range names {
+		final, err := os.ReadFile(filepath.Join(host, "final."+n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := strconv.ParseFloat(strings.TrimSpace(string(final)), 64)
+		if err != nil || want <= 0 {
+			t.Fatalf("%s: final counter %q", n, final)
+		}
+		exited := testenv.ReadTime(t, filepath.Join(host, "exit."+n))
+		d := filepath.Join(host, "otel")
+		if n != "c1" {
+			d = filepath.Join(d, "nodes", n)
+		}
+		ps, err := testenv.SumPoints(filepath.Join(d, "metrics.jsonl"), "vllm_prompt_tokens_total")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := testenv.Latest(ps, n, jobID)
+		switch {
+		case !ok:
+			t.Errorf("%s: no vllm_prompt_tokens_total in %s", n, d)
+		case got.Value != want:
+			t.Errorf("%s: the files' last vllm_prompt_tokens_total is %v at %v, the stand-in's final value %v (driver exit %v)", n, got.Value, got.At, want, exited)
+		case !got.At.After(exited):
+			t.Errorf("%s: the last sample (%v) is not after the driver's exit (%v)", n, got.At, exited)
+		default:
+			t.Logf("%s: final counter %v sampled %v after the driver's exit", n, want, got.At.Sub(exited).Round(time.Millisecond))
+		}
+		// Every target of the node (vLLM, node_exporter) answered a
+		// scrape after the script's last line.
+		nodeLast, err := testenv.SumPoints(filepath.Join(d, "metrics.jsonl"), "node_cpu_seconds_total")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := testenv.Latest(nodeLast, n, jobID); !ok || !p.At.After(last) {
+			t.Errorf("%s: node_exporter's last sample %v (found %v) is not after the script's last line %v", n, p.At, ok, last)
+		}
+		var be testenv.Point
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+			ps, _ := testenv.SumPoints(backend, "vllm_prompt_tokens_total")
+			be, ok = testenv.Latest(ps, n, jobID)
+			if ok && be.Value == want || time.Now().After(deadline) {
+				break
+			}
+		}
+		if !ok || be.Value != want {
+			t.Errorf("%s: the backend's last vllm_prompt_tokens_total of job %s is %v (found %v), want %v", n, jobID, be.Value, ok, want)
+		}
+	}
+	c.waitNothingLeft(t, jobID)
+	c.waitIdle(t, 60*time.Second)
+}

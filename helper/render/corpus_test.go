@@ -3,6 +3,7 @@ package render_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // corpusCase is what Gym's Slurm executor serves for one config of
@@ -88,6 +90,10 @@ func TestGymCorpus(t *testing.T) {
 					t.Errorf("node %d: scrape jobs %q, want %q", node, got, want)
 				}
 			}
+			// The real collector accepts what is rendered for every node.
+			for node := range c.nodes {
+				validateWithCollector(t, r, node)
+			}
 			// Past the last node Gym places something on, nothing is scraped.
 			if got := modelScrapes(t, r, len(c.nodes)); got != nil && len(c.nodes) > 1 {
 				t.Errorf("node %d (beyond the pools): %q", len(c.nodes), got)
@@ -102,9 +108,8 @@ func TestGymCorpus(t *testing.T) {
 	}
 }
 
-// modelScrapes renders the collector configuration of node index node and
-// returns its scrape jobs other than dcgm and node.
-func modelScrapes(t *testing.T, r *config.Resolved, node int) []string {
+// renderNode renders the collector configuration of node index node.
+func renderNode(t *testing.T, r *config.Resolved, node int) []byte {
 	t.Helper()
 	y, err := render.Render(render.Input{Spec: r,
 		Job:       render.Job{User: "alice", JobID: "7", RunID: "r1", Node: fmt.Sprintf("gn%d", node+1), NodeIndex: node},
@@ -113,6 +118,28 @@ func modelScrapes(t *testing.T, r *config.Resolved, node int) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return y
+}
+
+// validateWithCollector runs the real collector's validate command on the
+// configuration of node index node.
+func validateWithCollector(t *testing.T, r *config.Resolved, node int) {
+	t.Helper()
+	bin := testenv.Collector(t)
+	path := filepath.Join(t.TempDir(), "collector.yaml")
+	writeFile(t, path, string(renderNode(t, r, node)))
+	cmd := exec.Command(bin, "validate", "--config", path)
+	cmd.Env = append(os.Environ(), "OTEL_TOKEN=t", render.ReceiverTokenEnv+"=r")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("node %d: %s validate: %v\n%s", node, bin, err, out)
+	}
+}
+
+// modelScrapes renders the collector configuration of node index node and
+// returns its scrape jobs other than dcgm and node.
+func modelScrapes(t *testing.T, r *config.Resolved, node int) []string {
+	t.Helper()
+	y := renderNode(t, r, node)
 	var doc struct {
 		Receivers struct {
 			Prometheus struct {

@@ -166,7 +166,7 @@ func setup() error {
 	}
 	goodConf = fmt.Sprintf("required %s/gym_otel.so site=%s/site.yaml cli=%s/gym-otel-spank record_dir=%s prolog_timeout=30\n",
 		plugDir, plugDir, plugDir, recordDir)
-	clusterConf = filepath.Join(os.TempDir(), "gym-otel.conf")
+	clusterConf = filepath.Join(os.TempDir(), "gym-otel"+instance+".conf")
 	if err := os.WriteFile(clusterConf, []byte(goodConf), 0o644); err != nil {
 		return err
 	}
@@ -221,7 +221,7 @@ func upCluster(extra ...string) error {
 		}
 	}
 	if clusterConf == "" {
-		clusterConf = filepath.Join(os.TempDir(), "gym-otel.conf")
+		clusterConf = filepath.Join(os.TempDir(), "gym-otel"+instance+".conf")
 	}
 	args := append([]string{"--nodes", "2", "--prolog-flags", flags, "--no-plugstack", "--plugstack", clusterConf}, extra...)
 	cmd := exec.Command(filepath.Join(root, "tests/slurm/up.sh"), args...)

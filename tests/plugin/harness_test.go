@@ -190,7 +190,7 @@ func setup() error {
 		return err
 	}
 	jobsDir, stateDir = slurmEnv["GOS_SLURM_JOBS"], slurmEnv["GOS_SLURM_STATE"]
-	snippet = filepath.Join(slurmEnv["GOS_SLURM_PLUGSTACK_D"], "gym-otel.conf")
+	snippet = filepath.Join(slurmEnv["GOS_SLURM_PLUGSTACK_D"], filepath.Base(clusterConf)) // up.sh installs it under its own name
 	if jobsDir == "" || stateDir == "" {
 		return fmt.Errorf("up.sh printed no GOS_SLURM_JOBS/GOS_SLURM_STATE: %s", out)
 	}

@@ -173,7 +173,9 @@ func TestFinalWaitBoundedWhileControllerHangs(t *testing.T) {
 	waitIdle(t)
 	d := markerDir(t, "hang")
 	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf("touch %s/last\n", d))
-	r := asUser(t, 20*time.Second, tokenEnv(), fmt.Sprintf("sbatch --parsable --gym-otel=scrape_interval_seconds=10,job_dir=%s/run -o %s.out %s", d, d, script))
+	// Two nodes: a one-node job's wait may end early once its collector
+	// has its samples (hold.c); a two-node job's holds the whole bound.
+	r := asUser(t, 20*time.Second, tokenEnv(), fmt.Sprintf("sbatch --parsable -N2 --gym-otel=scrape_interval_seconds=10,job_dir=%s/run -o %s.out %s", d, d, script))
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}

@@ -26,6 +26,12 @@ config=${BACKEND_CONFIG:-$here/backend.yaml}
 wait_s=${BACKEND_WAIT_SECONDS:-20}
 
 mkdir -p "$BACKEND_DIR"
+# Something already answering on the health port (a backend a killed test
+# left behind) would pass the check below for a collector that cannot bind.
+if curl -fsS -o /dev/null "http://127.0.0.1:$BACKEND_HEALTH_PORT/" 2>/dev/null; then
+    echo "backend: 127.0.0.1:$BACKEND_HEALTH_PORT already answers: another backend is running" >&2
+    exit 1
+fi
 "$otelcol" --config "$config" >"$BACKEND_DIR/backend.log" 2>&1 </dev/null &
 pid=$!
 

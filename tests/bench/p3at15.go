@@ -38,13 +38,20 @@ func runP3At15(rounds int) ([]Row, error) {
 		return nil, err
 	}
 	cfg := filepath.Join(jobsDir, "p3at15.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`driver:
+	// One Gym node pool per node: the policy on the job's first node, the
+	// judge on its second.
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`compute:
+  bench:
+    node_pools:
+      a: {nodes: 1}
+      b: {nodes: 1}
+driver:
   gym_install: /opt/gym
 otel:
   scrape_interval_seconds: %d
 services:
-  policy: {type: vllm, port: 17851, served_model_name: bench-model, nodes: [0]}
-  judge: {type: vllm, port: 17852, served_model_name: bench-model, nodes: [1]}
+  policy: {type: vllm, port: 17851, served_model_name: bench-model, node_pool: a}
+  judge: {type: vllm, port: 17852, served_model_name: bench-model, node_pool: b}
 `, p3Interval)), 0o644); err != nil {
 		return nil, err
 	}

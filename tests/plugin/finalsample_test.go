@@ -66,9 +66,16 @@ func TestShortJobFinalSample(t *testing.T) {
 			waitIdle(t)
 			tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 			base := filepath.Join(jobsDir, "short-"+tag)
+			// One Gym node pool per node: the policy on the job's first
+			// node, the judge on its second (Gym places services by pool).
+			pools := "      a: {nodes: 1}\n"
+			if tc.nodes == 2 {
+				pools += "      b: {nodes: 1}\n"
+			}
 			cfg := fmt.Sprintf(`compute:
-  gymtest: {}
-driver:
+  gymtest:
+    node_pools:
+`+pools+`driver:
   gym_install: /opt/gym
 job:
   output_path: %s.run
@@ -79,10 +86,10 @@ services:
     type: vllm
     port: %d
     served_model_name: tiny-model
-    nodes: [0]
+    node_pool: a
 `, base, tc.port)
 			if tc.nodes == 2 {
-				cfg += fmt.Sprintf("  judge:\n    type: vllm\n    port: %d\n    served_model_name: tiny-model\n    nodes: [1]\n", tc.port+1)
+				cfg += fmt.Sprintf("  judge:\n    type: vllm\n    port: %d\n    served_model_name: tiny-model\n    node_pool: b\n", tc.port+1)
 			}
 			if err := os.WriteFile(base+".gym.yaml", []byte(cfg), 0o644); err != nil {
 				t.Fatal(err)
@@ -124,7 +131,7 @@ services:
 			if hold > 16*time.Second+5*time.Second {
 				t.Errorf("the job ended %v after the script's last line: more than one interval plus 1 s (and the epilog)", hold)
 			}
-			backend := filepath.Join(os.TempDir(), "gym-otel-plugin-backend", "metrics.jsonl")
+			backend := filepath.Join(backendDir, "metrics.jsonl")
 			for i := 0; i < tc.nodes; i++ {
 				node := fmt.Sprintf("gn%d", i+1)
 				final, err := os.ReadFile(base + ".final." + node)

@@ -85,7 +85,7 @@ date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > $D/last
 	}
 	var end time.Time
 	for _, n := range names {
-		if at, ok := logTime(c.slurmdLog(t, n), `.*JobId=`+jobID+`: sent epilog complete msg`); ok && at.After(end) {
+		if at, ok := logTime(c.slurmdLog(t, n), `.*JobId=`+jobID+`(?: SLUID=\S+)?: sent epilog complete msg`); ok && at.After(end) {
 			end = at
 		}
 	}

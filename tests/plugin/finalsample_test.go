@@ -145,7 +145,7 @@ services:
 				case !ok:
 					t.Errorf("%s: no vllm_prompt_tokens_total in %s", node, dir)
 				case got.Value != want:
-					t.Errorf("%s: the files' last vllm_prompt_tokens_total is %v at %v, the stand-in's final value %v (driver exit %v)", node, got.Value, got.At, want, exit)
+					t.Errorf("%s: the files' last vllm_prompt_tokens_total is %v (flags %d) at %v, the stand-in's final value %v (driver exit %v)", node, got.Value, got.Flags, got.At, want, exit)
 				case !got.At.After(exit):
 					t.Errorf("%s: the last sample (%v) is not after the driver's exit (%v)", node, got.At, exit)
 				default:

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -66,24 +67,14 @@ func TestShortJobFinalSample(t *testing.T) {
 			waitIdle(t)
 			tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 			base := filepath.Join(jobsDir, "short-"+tag)
-			cfg := fmt.Sprintf(`compute:
-  gymtest: {}
-driver:
-  gym_install: /opt/gym
-job:
-  output_path: %s.run
-otel:
-  scrape_interval_seconds: 15
-services:
-  policy:
-    type: vllm
-    port: %d
-    served_model_name: tiny-model
-    nodes: [0]
-`, base, tc.port)
-			if tc.nodes == 2 {
-				cfg += fmt.Sprintf("  judge:\n    type: vllm\n    port: %d\n    served_model_name: tiny-model\n    nodes: [1]\n", tc.port+1)
+			// One node pool per node, one vLLM service per pool: node i
+			// serves port+i (the nodes share this host's loopback).
+			pools, services := "", ""
+			for i := 0; i < tc.nodes; i++ {
+				pools += fmt.Sprintf("      n%d: {nodes: 1}\n", i)
+				services += fmt.Sprintf("  svc%d:\n    type: vllm\n    port: %d\n    served_model_name: tiny-model\n    node_pool: n%d\n", i, tc.port+i, i)
 			}
+			cfg := fmt.Sprintf("compute:\n  gymtest:\n    node_pools:\n%sdriver:\n  gym_install: /opt/gym\njob:\n  output_path: %s.run\notel:\n  scrape_interval_seconds: 15\nservices:\n%s", pools, base, services)
 			if err := os.WriteFile(base+".gym.yaml", []byte(cfg), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -139,6 +130,10 @@ services:
 				dir := filepath.Join(base+".run", "otel")
 				if i > 0 {
 					dir = filepath.Join(dir, "nodes", node)
+				}
+				// The node scrapes its own stand-in only.
+				if ts, err := inspect.Targets(dir); err != nil || len(ts) != 1 || ts[0].Instance != fmt.Sprintf("%s:%d", node, tc.port+i) {
+					t.Fatalf("%s: scrape targets %+v (%v), want only %s:%d", node, ts, err, node, tc.port+i)
 				}
 				got, ok := testenv.Latest(sumPoints(t, filepath.Join(dir, "metrics.jsonl"), "vllm_prompt_tokens_total"), node, jobID)
 				switch {

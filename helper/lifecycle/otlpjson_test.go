@@ -69,6 +69,7 @@ func (n *jnum) UnmarshalJSON(b []byte) error {
 type numberDP struct {
 	Attributes attrs    `json:"attributes"`
 	Time       jnum     `json:"timeUnixNano"`
+	Flags      int      `json:"flags"`
 	AsInt      *jnum    `json:"asInt"`
 	AsDouble   *float64 `json:"asDouble"`
 }
@@ -85,6 +86,7 @@ func (d numberDP) value() float64 {
 
 type histDP struct {
 	Attributes     attrs     `json:"attributes"`
+	Flags          int       `json:"flags"`
 	Count          jnum      `json:"count"`
 	BucketCounts   []jnum    `json:"bucketCounts"`
 	ExplicitBounds []float64 `json:"explicitBounds"`

@@ -2,6 +2,7 @@ package lifecycle_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // TestSampledHint: with the real collector, a vLLM stand-in and
@@ -137,4 +139,75 @@ func (s *sup) cpu(t testing.TB) time.Duration {
 		return 0
 	}
 	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
+}
+
+// TestFailedScrapeNoStaleMarker: a target killed before the drain (the
+// job's services die before the epilog) leaves failed scrapes, whose
+// staleness markers (points without a value) the collector drops: each
+// vLLM series' last point in metrics.jsonl is its last value, and up's
+// last point is 0.
+func TestFailedScrapeNoStaleMarker(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	vllm := startProc(t, "vllm-standin", nil, testenv.Standin(t, "vllm-standin"), "--port", strconv.Itoa(port), "--model", "standin-model")
+	waitFor(t, 10*time.Second, "vllm-standin", func() bool { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/health", port)) })
+	s := startSup(t, job{JobID: "8282", VLLMPort: port}).mustReady(t)
+	waitFor(t, 15*time.Second, "two scrapes of the stand-in", func() bool {
+		m := lastUp(t, s.out)
+		return !m["gym-vllm/policy"].IsZero() && len(counterValues(t, s.out, "vllm_prompt_tokens_total")) >= 2
+	})
+	vllm.kill()
+	time.Sleep(3 * time.Second) // interval 1 s: failed scrapes
+	if _, err := s.drain(t, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	d := mustParse(t, s.out, "metrics")
+	var ups []numberDP
+	for _, m := range d.named("up") {
+		if m.Gauge != nil {
+			ups = append(ups, m.Gauge.DataPoints...)
+		}
+	}
+	if len(ups) == 0 || ups[len(ups)-1].value() != 0 {
+		t.Fatalf("no failed scrape recorded (up points %v): the test did not kill the target in time", ups)
+	}
+	for _, name := range []string{"vllm_prompt_tokens_total", "vllm_num_requests_running"} {
+		for _, m := range d.named(name) {
+			var dps []numberDP
+			if m.Sum != nil {
+				dps = m.Sum.DataPoints
+			} else if m.Gauge != nil {
+				dps = m.Gauge.DataPoints
+			}
+			for _, dp := range dps {
+				if dp.Flags != 0 || (dp.AsDouble == nil && dp.AsInt == nil) {
+					t.Errorf("%s: a point without a value (flags %d) reached metrics.jsonl", name, dp.Flags)
+				}
+			}
+		}
+	}
+	for _, m := range d.named("vllm_e2e_request_latency_seconds") {
+		if m.Histogram == nil {
+			continue
+		}
+		for _, dp := range m.Histogram.DataPoints {
+			if dp.Flags != 0 {
+				t.Errorf("vllm_e2e_request_latency_seconds: a point without a value (flags %d) reached metrics.jsonl", dp.Flags)
+			}
+		}
+	}
+}
+
+// counterValues lists the values of Sum metric name in dir/metrics.jsonl,
+// read up to its last complete line.
+func counterValues(t testing.TB, dir, name string) []float64 {
+	ps, err := testenv.SumPoints(filepath.Join(dir, "metrics.jsonl"), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v []float64
+	for _, p := range ps {
+		v = append(v, p.Value)
+	}
+	return v
 }

@@ -9,7 +9,8 @@
 //     (<component>/<service>), plus "dcgm" and "node" when their ports are set,
 //     whose targets are scraped every interval from the collector's start
 //     (discovery_reload_on_startup).
-//   - processors: memory_limiter first; filter/dcgm keeps only the job's GPUs
+//   - processors: memory_limiter first; filter/stale drops the staleness
+//     markers of failed scrapes (points without a value); filter/dcgm keeps only the job's GPUs
 //     when Slurm named them; transform/names renames "<prefix>:<name>" metrics
 //     to "<prefix>_<name>" after parsing, so types survive; transform/identity
 //     stamps the identity on every resource; batch last.
@@ -137,6 +138,19 @@ func Render(in Input) ([]byte, error) {
 		}},
 	}
 	metricsProcs := []string{"memory_limiter"}
+	if len(scrapes) > 0 {
+		// A scrape that fails (a service killed at the job's end, before
+		// the epilog's drain) makes the Prometheus receiver emit a
+		// staleness marker for every series of the target: a point with
+		// no value (flag no-recorded-value), which would be the series'
+		// last point. Drop them: a series' last point is its last value;
+		// up=0 still says the target stopped answering.
+		processors = append(processors, kv{"filter/stale", omap{
+			{"error_mode", "ignore"},
+			{"metrics", omap{{"datapoint", []string{"flags == 1"}}}},
+		}})
+		metricsProcs = append(metricsProcs, "filter/stale")
+	}
 	if in.Job.GPUs != nil && o.GPUMetricsPort != 0 {
 		processors = append(processors, kv{"filter/dcgm", omap{
 			{"error_mode", "ignore"},

@@ -16,8 +16,11 @@ type Point struct {
 	Host, Job string
 	// At is the point's timestamp (timeUnixNano).
 	At time.Time
-	// Value is asDouble or asInt.
+	// Value is asDouble or asInt (0 when the point has neither).
 	Value float64
+	// Flags are the point's flags (1: no recorded value, a staleness
+	// marker of a failed scrape).
+	Flags int
 }
 
 // SumPoints returns the points of the Sum metric called name in path, in
@@ -53,6 +56,7 @@ func SumPoints(path, name string) ([]Point, error) {
 						Sum  *struct {
 							DataPoints []struct {
 								Time     string   `json:"timeUnixNano"`
+								Flags    int      `json:"flags"`
 								AsDouble *float64 `json:"asDouble"`
 								AsInt    *string  `json:"asInt"`
 							} `json:"dataPoints"`
@@ -81,7 +85,7 @@ func SumPoints(path, name string) ([]Point, error) {
 					}
 					for _, dp := range m.Sum.DataPoints {
 						ns, _ := strconv.ParseInt(dp.Time, 10, 64)
-						p.At = time.Unix(0, ns)
+						p.At, p.Flags, p.Value = time.Unix(0, ns), dp.Flags, 0
 						switch {
 						case dp.AsDouble != nil:
 							p.Value = *dp.AsDouble

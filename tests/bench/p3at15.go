@@ -37,23 +37,20 @@ func runP3At15(rounds int) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := filepath.Join(jobsDir, "p3at15.yaml")
-	// One Gym node pool per node: the policy on the job's first node, the
-	// judge on its second.
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`compute:
-  bench:
-    node_pools:
-      a: {nodes: 1}
-      b: {nodes: 1}
-driver:
-  gym_install: /opt/gym
-otel:
-  scrape_interval_seconds: %d
-services:
-  policy: {type: vllm, port: 17851, served_model_name: bench-model, node_pool: a}
-  judge: {type: vllm, port: 17852, served_model_name: bench-model, node_pool: b}
-`, p3Interval)), 0o644); err != nil {
-		return nil, err
+	// One node pool per node, one vLLM service per pool (port 17851 + the
+	// node's index: the bench's nodes share this host's loopback).
+	cfgs := map[int]string{}
+	for _, n := range []int{1, 2} {
+		pools, services := "", ""
+		for i := 0; i < n; i++ {
+			pools += fmt.Sprintf("      n%d: {nodes: 1}\n", i)
+			services += fmt.Sprintf("  svc%d: {type: vllm, port: %d, served_model_name: bench-model, node_pool: n%d}\n", i, 17851+i, i)
+		}
+		cfgs[n] = filepath.Join(jobsDir, fmt.Sprintf("p3at15-%d.yaml", n))
+		body := fmt.Sprintf("compute:\n  bench:\n    node_pools:\n%sdriver:\n  gym_install: /opt/gym\notel:\n  scrape_interval_seconds: %d\nservices:\n%s", pools, p3Interval, services)
+		if err := os.WriteFile(cfgs[n], []byte(body), 0o644); err != nil {
+			return nil, err
+		}
 	}
 	type job struct {
 		nodes   int
@@ -66,7 +63,7 @@ services:
 				return nil, err
 			}
 			dir := filepath.Join(jobsDir, fmt.Sprintf("p3at15-%d-%d-%d", r, n, time.Now().UnixNano()%1e6))
-			id, _, err := sbatch(fmt.Sprintf("-N%d -o /dev/null --gym-otel=config=%s,job_dir=%s %s", n, cfg, dir, script), true)
+			id, _, err := sbatch(fmt.Sprintf("-N%d -o /dev/null --gym-otel=config=%s,job_dir=%s %s", n, cfgs[n], dir, script), true)
 			if err != nil {
 				return nil, err
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -66,31 +67,14 @@ func TestShortJobFinalSample(t *testing.T) {
 			waitIdle(t)
 			tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 			base := filepath.Join(jobsDir, "short-"+tag)
-			// One Gym node pool per node: the policy on the job's first
-			// node, the judge on its second (Gym places services by pool).
-			pools := "      a: {nodes: 1}\n"
-			if tc.nodes == 2 {
-				pools += "      b: {nodes: 1}\n"
+			// One node pool per node, one vLLM service per pool: node i
+			// serves port+i (the nodes share this host's loopback).
+			pools, services := "", ""
+			for i := 0; i < tc.nodes; i++ {
+				pools += fmt.Sprintf("      n%d: {nodes: 1}\n", i)
+				services += fmt.Sprintf("  svc%d:\n    type: vllm\n    port: %d\n    served_model_name: tiny-model\n    node_pool: n%d\n", i, tc.port+i, i)
 			}
-			cfg := fmt.Sprintf(`compute:
-  gymtest:
-    node_pools:
-`+pools+`driver:
-  gym_install: /opt/gym
-job:
-  output_path: %s.run
-otel:
-  scrape_interval_seconds: 15
-services:
-  policy:
-    type: vllm
-    port: %d
-    served_model_name: tiny-model
-    node_pool: a
-`, base, tc.port)
-			if tc.nodes == 2 {
-				cfg += fmt.Sprintf("  judge:\n    type: vllm\n    port: %d\n    served_model_name: tiny-model\n    node_pool: b\n", tc.port+1)
-			}
+			cfg := fmt.Sprintf("compute:\n  gymtest:\n    node_pools:\n%sdriver:\n  gym_install: /opt/gym\njob:\n  output_path: %s.run\notel:\n  scrape_interval_seconds: 15\nservices:\n%s", pools, base, services)
 			if err := os.WriteFile(base+".gym.yaml", []byte(cfg), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -147,12 +131,16 @@ services:
 				if i > 0 {
 					dir = filepath.Join(dir, "nodes", node)
 				}
+				// The node scrapes its own stand-in only.
+				if ts, err := inspect.Targets(dir); err != nil || len(ts) != 1 || ts[0].Instance != fmt.Sprintf("%s:%d", node, tc.port+i) {
+					t.Fatalf("%s: scrape targets %+v (%v), want only %s:%d", node, ts, err, node, tc.port+i)
+				}
 				got, ok := testenv.Latest(sumPoints(t, filepath.Join(dir, "metrics.jsonl"), "vllm_prompt_tokens_total"), node, jobID)
 				switch {
 				case !ok:
 					t.Errorf("%s: no vllm_prompt_tokens_total in %s", node, dir)
 				case got.Value != want:
-					t.Errorf("%s: the files' last vllm_prompt_tokens_total is %v at %v, the stand-in's final value %v (driver exit %v)", node, got.Value, got.At, want, exit)
+					t.Errorf("%s: the files' last vllm_prompt_tokens_total is %v (flags %d) at %v, the stand-in's final value %v (driver exit %v)", node, got.Value, got.Flags, got.At, want, exit)
 				case !got.At.After(exit):
 					t.Errorf("%s: the last sample (%v) is not after the driver's exit (%v)", node, got.At, exit)
 				default:

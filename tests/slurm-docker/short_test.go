@@ -122,7 +122,7 @@ date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > $D/last
 		case !ok:
 			t.Errorf("%s: no vllm_prompt_tokens_total in %s", n, d)
 		case got.Value != want:
-			t.Errorf("%s: the files' last vllm_prompt_tokens_total is %v at %v, the stand-in's final value %v (driver exit %v)", n, got.Value, got.At, want, exited)
+			t.Errorf("%s: the files' last vllm_prompt_tokens_total is %v (flags %d) at %v, the stand-in's final value %v (driver exit %v)", n, got.Value, got.Flags, got.At, want, exited)
 		case !got.At.After(exited):
 			t.Errorf("%s: the last sample (%v) is not after the driver's exit (%v)", n, got.At, exited)
 		default:

@@ -1,0 +1,119 @@
+package plugin
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// TestRecordReadByC is the record's one test vector for both languages:
+// a record written by WriteRecord (Go, the prolog) is read by
+// spank/record.c (C, every step) compiled with a small driver, and each
+// field the steps use must come out as Go wrote it. A final wait above the
+// cap comes out as MaxFinalWait, so the C bound and the Go constant cannot
+// drift apart.
+func TestRecordReadByC(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root (the steps trust only a root-owned record)")
+		return
+	}
+	cc, err := exec.LookPath("gcc")
+	if err != nil {
+		testenv.Missing(t, "gcc")
+		return
+	}
+	if _, err := os.Stat("/usr/include/slurm/spank.h"); err != nil {
+		testenv.Missing(t, "slurm/spank.h (libslurm-dev)")
+		return
+	}
+	dir := t.TempDir()
+	main := filepath.Join(dir, "main.c")
+	// record.c's node-name helper calls SPANK; the driver only reads.
+	if err := os.WriteFile(main, []byte(`#include <stdio.h>
+#include <stdlib.h>
+#include "gym_otel.h"
+spank_context_t spank_context(void) { return S_CTX_ERROR; }
+spank_err_t spank_get_item(spank_t sp, spank_item_t item, ...) { (void)sp; (void)item; return ESPANK_ERROR; }
+spank_err_t spank_getenv(spank_t sp, const char *var, char *buf, int len) { (void)sp; (void)var; (void)buf; (void)len; return ESPANK_ERROR; }
+int main(int argc, char **argv) {
+	struct gos_record r;
+	char err[512];
+	(void)argc;
+	if (gos_record_read(argv[1], argv[2], (uint32_t)atoi(argv[3]), &r, err, sizeof(err))) {
+		printf("error=%s\n", err);
+		return 1;
+	}
+	printf("ready=%d\nfail=%d\nreason=%s\nfinal_wait=%d\n", r.ready, r.fail, r.reason, r.final_wait);
+	printf("cgroup_memory=%s\ncgroup_cpuset=%s\n", r.cgroup_memory, r.cgroup_cpuset);
+	for (int i = 0; i < r.nenv; i++)
+		printf("env=%s\n", r.env[i]);
+	for (int i = 0; i < r.nunset; i++)
+		printf("unset=%s\n", r.unset[i]);
+	gos_record_free(&r);
+	return 0;
+}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "record")
+	root := testenv.Root()
+	if out, err := exec.Command(cc, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I"+filepath.Join(root, "spank"),
+		"-I"+filepath.Join(root, "include"), "-o", bin, filepath.Join(root, "spank", "record.c"), main).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	records := filepath.Join(dir, "records")
+	rec := &Record{
+		Status: "ready", OnFailure: "fail", Reason: "a reason = with, odd characters",
+		DrainTimeout: 20, SupervisorPID: 4242, SupervisorStart: 987654321, UID: 2001,
+		Cgroup:       "gym_otel/c/n1/job_7",
+		CgroupMemory: "/sys/fs/cgroup/memory/gym_otel/c/n1/job_7/memory.limit_in_bytes",
+		CgroupCpuset: "/sys/fs/cgroup/cpuset/gym_otel/c/n1/job_7/cpuset.cpus",
+		Env:          []KV{{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer gos_x=y"}},
+		Unset:        []string{"OTEL_TOKEN", "SLURM_SPANK_GYM_OTEL_TOKEN"},
+	}
+	for _, c := range []struct{ finalWait, want int }{{16, 16}, {0, 0}, {MaxFinalWait + 15, MaxFinalWait}} {
+		rec.FinalWait = c.finalWait
+		jobDir, err := MakeJobRecordDir(records, "n1", 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteRecord(jobDir, rec); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(bin, records, "n1", "7").CombinedOutput()
+		if err != nil {
+			t.Fatalf("the C reader: %v\n%s", err, out)
+		}
+		want := fmt.Sprintf("ready=1\nfail=1\nreason=%s\nfinal_wait=%d\ncgroup_memory=%s\ncgroup_cpuset=%s\n",
+			rec.Reason, c.want, rec.CgroupMemory, rec.CgroupCpuset)
+		for _, kv := range rec.Env {
+			want += "env=" + kv.Key + "=" + kv.Value + "\n"
+		}
+		for _, n := range rec.Unset {
+			want += "unset=" + n + "\n"
+		}
+		if string(out) != want {
+			t.Errorf("final_wait %d: C read\n%s\nGo wrote\n%s", c.finalWait, out, want)
+		}
+		back, err := ReadRecord(jobDir)
+		if err != nil || back.FinalWait != c.finalWait || back.CgroupCpuset != rec.CgroupCpuset || len(back.Env) != 2 {
+			t.Errorf("Go read back %+v %v", back, err)
+		}
+	}
+	// A record that is not root-only is read by neither side.
+	jobDir := JobRecordDir(records, "n1", 7)
+	if err := os.Chmod(filepath.Join(jobDir, RecordFile), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, records, "n1", "7").CombinedOutput(); err == nil || !strings.Contains(string(out), "not a root-only regular file") {
+		t.Errorf("C read a world-writable record: %s", out)
+	}
+	if _, err := ReadRecord(jobDir); err == nil {
+		t.Error("Go read a world-writable record")
+	}
+}

@@ -56,13 +56,13 @@ $(BUILD)/gym_otel.so: $(PLUGIN_SRCS) $(PLUGIN_HDRS) spank/gym_otel.map Makefile
 	$(CC) $(PLUGIN_CFLAGS) -o $@ $(PLUGIN_SRCS) $(PLUGIN_LDFLAGS)
 
 # Go decides what to rebuild (FORCE); -z nodelete: Slurm's dlclose must not
-# unmap a Go runtime.
+# unmap a Go runtime. cgo's header of the exports (build/gym_otel_core.h) is
+# kept: tests/packaging compares it with include/gym_otel_core.h.
 $(BUILD)/gym_otel_core.so: FORCE
 	@mkdir -p $(BUILD)
 	CGO_ENABLED=1 CGO_CFLAGS="-O2 -g $(HARDEN_CFLAGS)" \
 		CGO_LDFLAGS="-Wl,-z,nodelete $(HARDEN_LDFLAGS)" $(GO) build -buildmode=c-shared \
 		-o $@ ./spank/core
-	@rm -f $(BUILD)/gym_otel_core.h
 
 $(BUILD)/gym-otel-spank: FORCE
 	@mkdir -p $(BUILD)

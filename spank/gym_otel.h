@@ -41,14 +41,17 @@ struct gos_option {
 };
 extern struct gos_option gos_opt;
 
-/* core.c: the Go core, loaded on demand. */
+/* core.c: the Go core, loaded on demand. Its functions' types come from
+ * its one C header (include/gym_otel_core.h), which tests/packaging
+ * compares with the header cgo generates from the core's exports. */
+#include "gym_otel_core.h"
+
 struct gos_core {
 	void *handle;
-	int (*submit)(const char *args, const char *spec, const char *cwd, char **out);
-	int (*prolog)(const char *args, const char *spec, const char *token,
-		      unsigned int job_id, unsigned int uid, unsigned int gid);
-	int (*epilog)(const char *record_dir, const char *node, unsigned int job_id);
-	void (*free)(char *p);
+	__typeof__(gym_otel_core_submit) *submit;
+	__typeof__(gym_otel_core_prolog) *prolog;
+	__typeof__(gym_otel_core_epilog) *epilog;
+	__typeof__(gym_otel_core_free) *free;
 };
 int gos_core_open(const struct gos_args *a, struct gos_core *c);
 

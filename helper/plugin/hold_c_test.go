@@ -7,26 +7,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // TestHoldSampledC runs spank/hold.c (the batch step's reader of the
 // sampled hint) compiled with a small driver: what ends the hold and what
 // does not, including hostile content the job's user could write.
 func TestHoldSampledC(t *testing.T) {
-	cc, err := exec.LookPath("gcc")
-	if err != nil {
-		testenv.Missing(t, "gcc")
-		return
-	}
-	if _, err := os.Stat("/usr/include/slurm/spank.h"); err != nil {
-		testenv.Missing(t, "slurm/spank.h (libslurm-dev)")
-		return
-	}
 	dir := t.TempDir()
-	main := filepath.Join(dir, "main.c")
-	os.WriteFile(main, []byte(`#include <stdio.h>
+	bin := buildCDriver(t, dir, "hold", "hold.c", `#include <stdio.h>
 #include <stdlib.h>
 #include <sys/types.h>
 int gos_hold_sampled(const char *dir, uid_t uid, long long since_ms);
@@ -35,13 +23,7 @@ int main(int argc, char **argv) {
 	printf("%d\n", gos_hold_sampled(argv[1], (uid_t)atoi(argv[2]), atoll(argv[3])));
 	return 0;
 }
-`), 0o600)
-	bin := filepath.Join(dir, "hold")
-	src := filepath.Join(testenv.Root(), "spank", "hold.c")
-	if out, err := exec.Command(cc, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I"+filepath.Join(testenv.Root(), "spank"),
-		"-I"+filepath.Join(testenv.Root(), "include"), "-o", bin, src, main).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+`)
 	uid := strconv.Itoa(os.Getuid())
 	hint := filepath.Join(dir, "sampled")
 	for _, c := range []struct {

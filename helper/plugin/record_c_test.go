@@ -22,19 +22,9 @@ func TestRecordReadByC(t *testing.T) {
 		testenv.Missing(t, "root (the steps trust only a root-owned record)")
 		return
 	}
-	cc, err := exec.LookPath("gcc")
-	if err != nil {
-		testenv.Missing(t, "gcc")
-		return
-	}
-	if _, err := os.Stat("/usr/include/slurm/spank.h"); err != nil {
-		testenv.Missing(t, "slurm/spank.h (libslurm-dev)")
-		return
-	}
 	dir := t.TempDir()
-	main := filepath.Join(dir, "main.c")
 	// record.c's node-name helper calls SPANK; the driver only reads.
-	if err := os.WriteFile(main, []byte(`#include <stdio.h>
+	bin := buildCDriver(t, dir, "record", "record.c", `#include <stdio.h>
 #include <stdlib.h>
 #include "gym_otel.h"
 spank_context_t spank_context(void) { return S_CTX_ERROR; }
@@ -57,15 +47,7 @@ int main(int argc, char **argv) {
 	gos_record_free(&r);
 	return 0;
 }
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "record")
-	root := testenv.Root()
-	if out, err := exec.Command(cc, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I"+filepath.Join(root, "spank"),
-		"-I"+filepath.Join(root, "include"), "-o", bin, filepath.Join(root, "spank", "record.c"), main).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+`)
 	records := filepath.Join(dir, "records")
 	rec := &Record{
 		Status: "ready", OnFailure: "fail", Reason: "a reason = with, odd characters",

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -407,6 +408,29 @@ func jsonlLines(t testing.TB, dir string) map[string]int {
 		}
 	}
 	return lines
+}
+
+// waitJobState polls `scontrol show job` every 500 ms until job id is in
+// one of states and returns that state; past within the test fails, naming
+// the last state seen.
+func waitJobState(t testing.TB, id string, within time.Duration, states ...string) string {
+	t.Helper()
+	re := regexp.MustCompile(`JobState=(\S+)`)
+	state := ""
+	for deadline := time.Now().Add(within); ; time.Sleep(500 * time.Millisecond) {
+		out, _ := run("scontrol", "-o", "show", "job", id)
+		if m := re.FindStringSubmatch(out); m != nil {
+			state = m[1]
+		}
+		for _, s := range states {
+			if state == s {
+				return state
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: state %q after %s, want one of %v", id, state, within, states)
+		}
+	}
 }
 
 // waitFile waits, polling every 100 ms, until path exists; past within the

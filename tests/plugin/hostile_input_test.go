@@ -213,15 +213,7 @@ func TestFinalWaitBoundedWhileControllerHangs(t *testing.T) {
 	if t1.Sub(t0) > 12*time.Second {
 		t.Errorf("the final wait took %s, more than its 11 s", t1.Sub(t0))
 	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		out, _ := run("scontrol", "-o", "show", "job", id)
-		if strings.Contains(out, "JobState=COMPLETED") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the job did not complete after slurmctld came back: %s", out)
-		}
-	}
+	waitJobState(t, id, 60*time.Second, "COMPLETED") // once slurmctld is back
 	waitNoCollector(t)
 	waitIdle(t)
 }
@@ -291,19 +283,7 @@ func TestNodePlugstackArgumentProblem(t *testing.T) {
 	}
 	id := strings.TrimSpace(r.stdout)
 	withSnippet(t, strings.TrimSpace(goodConf)+" scrape_interval_seconds=0\n")
-	var state string
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		out, _ := run("scontrol", "-o", "show", "job", id)
-		if m := regexp.MustCompile(`JobState=(\S+)`).FindStringSubmatch(out); m != nil {
-			state = m[1]
-		}
-		if state == "COMPLETED" || state == "FAILED" || state == "CANCELLED" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s did not end: %s", id, state)
-		}
-	}
+	state := waitJobState(t, id, 60*time.Second, "COMPLETED", "FAILED", "CANCELLED")
 	out, _ := os.ReadFile(d + ".out")
 	if state != "FAILED" {
 		t.Errorf("job state %s: the job ran although the node's prolog could not start a collector:\n%s", state, out)

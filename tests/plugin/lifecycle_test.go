@@ -312,19 +312,7 @@ func TestTimeLimit(t *testing.T) {
 		t.Fatalf("scontrol update: %v %s", err, out)
 	}
 	start := time.Now()
-	state := ""
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		out, _ := run("scontrol", "-o", "show", "job", id)
-		if m := regexp.MustCompile(`JobState=(\S+)`).FindStringSubmatch(out); m != nil {
-			state = m[1]
-		}
-		if state == "TIMEOUT" {
-			break
-		}
-	}
-	if state != "TIMEOUT" {
-		t.Fatalf("job %s: state %q, want TIMEOUT", id, state)
-	}
+	waitJobState(t, id, 90*time.Second, "TIMEOUT")
 	t.Logf("TIMEOUT %v after the limit was lowered", time.Since(start))
 	waitNoCollector(t)
 	waitIdle(t)

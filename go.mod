@@ -8,3 +8,5 @@ require (
 	golang.org/x/sys v0.13.0
 	gopkg.in/yaml.v3 v3.0.1
 )
+
+require github.com/goccy/go-json v0.10.5 // indirect

@@ -162,10 +162,18 @@ func (r *Report) WriteText(w io.Writer) error {
 	e := r.Errors
 	t.section("errors")
 	t.line("  %d error spans, %d error log records; log records by severity: %s", e.Spans, e.Logs, countsInt(e.LogsBySeverity))
-	for _, x := range e.SpanExamples {
-		t.line("    span %-24s %-12s trace %s %s", cut(x.Name, 24), cut(x.Node, 12), x.TraceID, cut(x.Message, 20))
+	for i, x := range e.SpanExamples {
+		if i == 5 {
+			t.line("    ... (--json lists %d)", len(e.SpanExamples))
+			break
+		}
+		t.line("    span %s on %s, trace %s: %s", x.Name, x.Node, x.TraceID, x.Message)
 	}
-	for _, x := range e.LogExamples {
+	for i, x := range e.LogExamples {
+		if i == 5 {
+			t.line("    ... (--json lists %d)", len(e.LogExamples))
+			break
+		}
 		tr := ""
 		if x.TraceID != "" {
 			tr = " trace " + x.TraceID

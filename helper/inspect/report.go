@@ -198,8 +198,8 @@ type ModelServer struct {
 	// counters' increase between their first and last point over that time.
 	PromptTokensPerSecond     Value `json:"prompt_tokens_per_second"`
 	GenerationTokensPerSecond Value `json:"generation_tokens_per_second"`
-	// CounterResets counts the resets seen in the token counters (a
-	// restarted server).
+	// CounterResets is the most resets seen in one of the token counters
+	// (each a restarted server).
 	CounterResets int `json:"counter_resets"`
 	// E2ELatency and TTFT are in seconds, from vLLM's histograms.
 	E2ELatency       Quantiles        `json:"e2e_latency_seconds"`
@@ -595,11 +595,11 @@ func (a *aggregator) modelServers() []ModelServer {
 	var allE2E, allTTFT [][]Bucket
 	var allE2ECount, allE2ESum, allTTFTCount, allTTFTSum float64
 	total := ModelServer{Node: "(all)", Producer: "", Model: ""}
-	sums := map[string]float64{}
-	rates := map[string]float64{}
+	nan := Value(math.NaN())
+	sums := map[string]Value{"req": nan, "prompt": nan, "gen": nan}
+	rates := map[string]Value{"prompt": nan, "gen": nan}
 	for _, k := range keys {
 		m := ModelServer{Node: k.node, Producer: k.producer, Model: k.model}
-		nan := Value(math.NaN())
 		m.Requests, m.PromptTokens, m.GenerationTokens = nan, nan, nan
 		m.PromptTokensPerSecond, m.GenerationTokensPerSecond = nan, nan
 		m.RunningMean, m.RunningMax, m.WaitingMean, m.WaitingMax, m.KVCacheMean, m.KVCacheMax = nan, nan, nan, nan, nan, nan
@@ -610,11 +610,11 @@ func (a *aggregator) modelServers() []ModelServer {
 			case mPromptTokens:
 				m.PromptTokens = addV(m.PromptTokens, s.c.total())
 				m.PromptTokensPerSecond = addV(m.PromptTokensPerSecond, s.c.rate())
-				m.CounterResets += s.c.resets
+				m.CounterResets = max(m.CounterResets, s.c.resets)
 			case mGenTokens:
 				m.GenerationTokens = addV(m.GenerationTokens, s.c.total())
 				m.GenerationTokensPerSecond = addV(m.GenerationTokensPerSecond, s.c.rate())
-				m.CounterResets += s.c.resets
+				m.CounterResets = max(m.CounterResets, s.c.resets)
 				m.GenerationPerSec = append(m.GenerationPerSec, points(s.c.rates())...)
 			case mRequestSuccess:
 				m.Requests = addV(m.Requests, s.c.total())
@@ -653,24 +653,19 @@ func (a *aggregator) modelServers() []ModelServer {
 			}
 		}
 		for name, v := range map[string]Value{"req": m.Requests, "prompt": m.PromptTokens, "gen": m.GenerationTokens} {
-			if v.Known() {
-				sums[name] += float64(v)
-			}
+			sums[name] = addV(sums[name], float64(v))
 		}
 		for name, v := range map[string]Value{"prompt": m.PromptTokensPerSecond, "gen": m.GenerationTokensPerSecond} {
-			if v.Known() {
-				rates[name] += float64(v)
-			}
+			rates[name] = addV(rates[name], float64(v))
 		}
-		total.CounterResets += m.CounterResets
+		total.CounterResets = max(total.CounterResets, m.CounterResets)
 		out = append(out, m)
 	}
 	if len(out) < 1 {
 		return []ModelServer{}
 	}
-	nan := Value(math.NaN())
-	total.Requests, total.PromptTokens, total.GenerationTokens = Value(sums["req"]), Value(sums["prompt"]), Value(sums["gen"])
-	total.PromptTokensPerSecond, total.GenerationTokensPerSecond = Value(rates["prompt"]), Value(rates["gen"])
+	total.Requests, total.PromptTokens, total.GenerationTokens = sums["req"], sums["prompt"], sums["gen"]
+	total.PromptTokensPerSecond, total.GenerationTokensPerSecond = rates["prompt"], rates["gen"]
 	total.RunningMean, total.RunningMax, total.WaitingMean, total.WaitingMax, total.KVCacheMean, total.KVCacheMax = nan, nan, nan, nan, nan, nan
 	total.E2ELatency, total.TTFT = unknownQ(), unknownQ()
 	if len(allE2E) > 0 {

@@ -192,7 +192,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		if n := d.BadLines["metrics"] + d.BadLines["traces"] + d.BadLines["logs"]; n > 0 {
 			bad = fmt.Sprintf(", %d did not parse", n)
 		}
-		t.line("  %-14s metrics.jsonl %d lines, traces.jsonl %d, logs.jsonl %d%s; %d points, %d spans, %d logs",
+		t.line("  %-14s lines: metrics %d, traces %d, logs %d%s; %d points, %d spans, %d logs",
 			cut(name, 14), d.Lines["metrics"], d.Lines["traces"], d.Lines["logs"], bad, d.Points, d.Spans, d.Logs)
 		for sig, msg := range d.FirstBad {
 			t.line("    %s.jsonl first bad %s", sig, msg)

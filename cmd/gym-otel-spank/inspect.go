@@ -3,11 +3,13 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 )
 
 func init() {
@@ -36,6 +38,23 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	for _, d := range append([]string{dir}, globDirs(filepath.Join(dir, "links", "*"))...) {
 		dirs = append(dirs, d)
 		dirs = append(dirs, globDirs(filepath.Join(d, "nodes", "*"))...)
+	}
+	// First what each node's collector says it received, wrote and sent
+	// (receipt.json, written at the drain): losses show in these lines.
+	for _, d := range dirs {
+		r, err := receipt.Read(d)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			if _, serr := os.Stat(filepath.Join(d, "collector.yaml")); serr == nil {
+				fmt.Fprintf(stdout, "no receipt in %s: the collector has not drained yet, or its supervisor was killed before the drain\n", d)
+			}
+		case err != nil:
+			fmt.Fprintf(stdout, "receipt: %v\n", err)
+		default:
+			for _, l := range r.Summary() {
+				fmt.Fprintln(stdout, l)
+			}
+		}
 	}
 	var missing []error
 	for _, d := range dirs {

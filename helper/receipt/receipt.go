@@ -50,10 +50,13 @@ var Signals = []string{"traces", "metrics", "logs"}
 // run (a restarted collector starts its counters at zero).
 type Counts struct {
 	// Received is otelcol_receiver_accepted_* summed over the receivers
-	// (OTLP, Prometheus scrapes): items that entered a pipeline.
+	// (OTLP, Prometheus scrapes): items that entered a pipeline. The
+	// span_metrics connector's points are not received by a receiver, so
+	// for metrics Written can exceed Received.
 	Received int64 `json:"received"`
-	// Refused is otelcol_receiver_refused_* summed over the receivers:
-	// items a receiver turned away (e.g. the memory limiter refused them).
+	// Refused is otelcol_receiver_refused_* plus otelcol_receiver_failed_*
+	// summed over the receivers: items a receiver turned away (e.g. the
+	// memory limiter refused them) or failed to process.
 	Refused int64 `json:"refused"`
 	// Written is otelcol_exporter_sent_* of the file exporter
 	// (file/<signal>): items written to <signal>.jsonl. Filters between
@@ -95,7 +98,8 @@ type Receipt struct {
 	// the restarts within the run).
 	Collectors int `json:"collectors"`
 	// Unknown says, one sentence each, what is not known and why (empty
-	// when Basis is BasisFinal).
+	// when Basis is BasisFinal, but for items the two exporters of a
+	// signal did not both account for).
 	Unknown []string `json:"unknown,omitempty"`
 	// Signals holds the counts by signal ("traces", "metrics", "logs").
 	// A signal without a pipeline (logs turned off) is absent.

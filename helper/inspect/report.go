@@ -27,7 +27,7 @@ func (v Value) MarshalJSON() ([]byte, error) {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return []byte("null"), nil
 	}
-	return []byte(strconv.FormatFloat(f, 'g', 10, 64)), nil
+	return []byte(strconv.FormatFloat(f, 'g', -1, 64)), nil
 }
 
 // UnmarshalJSON reads null as NaN.

@@ -18,17 +18,26 @@ var ChartJSPaths = []string{
 	"/usr/share/javascript/chart.js/Chart.min.js",
 }
 
+// ChartJSEnv names the environment variable a site can set to the Chart.js
+// file when it is not where Debian puts it.
+const ChartJSEnv = "GYM_OTEL_CHARTJS"
+
 // LoadChartJS reads Chart.js (its UMD build) from path, or when path is
-// empty from the first of ChartJSPaths that exists. The error names the
-// paths tried and the package and flag that fix it.
+// empty from $GYM_OTEL_CHARTJS, else from the first of ChartJSPaths that
+// exists. The error names the paths tried and the package, variable and
+// flag that fix it.
 func LoadChartJS(path string) ([]byte, error) {
+	what := "--chartjs "
+	if path == "" && os.Getenv(ChartJSEnv) != "" {
+		path, what = os.Getenv(ChartJSEnv), ChartJSEnv+"="
+	}
 	if path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("--chartjs %s: %w", path, err)
+			return nil, fmt.Errorf("%s%s: %w", what, path, err)
 		}
 		if !strings.Contains(string(b[:min(len(b), 4096)]), "Chart.js") {
-			return nil, fmt.Errorf("--chartjs %s: not Chart.js (no \"Chart.js\" banner in its first 4 KiB)", path)
+			return nil, fmt.Errorf("%s%s: not Chart.js (no \"Chart.js\" banner in its first 4 KiB)", what, path)
 		}
 		return b, nil
 	}
@@ -39,8 +48,8 @@ func LoadChartJS(path string) ([]byte, error) {
 			return nil, fmt.Errorf("chart.js: %w", err)
 		}
 	}
-	return nil, fmt.Errorf("--html needs Chart.js and found none at %s: install the package libjs-chart.js (Debian) or give --chartjs FILE (Chart.js 3 or 4, its UMD build chart.min.js or chart.umd.min.js)",
-		strings.Join(ChartJSPaths, ", "))
+	return nil, fmt.Errorf("--html needs Chart.js and found none at %s: install the package libjs-chart.js (Debian), or give --chartjs FILE or set %s=FILE (Chart.js 3 or 4, its UMD build chart.min.js or chart.umd.min.js)",
+		strings.Join(ChartJSPaths, ", "), ChartJSEnv)
 }
 
 // WriteHTML writes the report as one self-contained HTML page: the

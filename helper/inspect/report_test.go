@@ -180,7 +180,7 @@ func TestBuild(t *testing.T) {
 			t.Errorf("line %d has %d columns: %q", i+1, n, l)
 		}
 	}
-	for _, want := range []string{"gn2 gym-vllm/policy model m", "1 counter resets", "idle the whole run: gn1/1", "rollout 1 failed", "1 did not parse"} {
+	for _, want := range []string{"gn2 gym-vllm/policy model m", "counters reset 1 time(s)", "idle the whole run: gn1/1", "rollout 1 failed", "1 did not parse"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, b.String())
 		}

@@ -47,7 +47,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		prods = append(prods, fmt.Sprintf("%s (%d)", p, n))
 	}
 	sort.Strings(prods)
-	t.line("  %-24s %s", "producers (items)", strings.Join(prods, ", "))
+	t.wrap(fmt.Sprintf("  %-24s ", "producers (items)"), strings.Join(prods, ", "))
 
 	g := r.Gym
 	if g.RolloutSpans.Count > 0 || g.RolloutHistogram.Count > 0 || len(g.Verify) > 0 || len(g.VerifySpans) > 0 {
@@ -284,7 +284,7 @@ func resets(n int) string {
 	if n == 0 {
 		return ""
 	}
-	return fmt.Sprintf(", %d counter resets", n)
+	return fmt.Sprintf(", counters reset %d time(s)", n)
 }
 
 func counts(m map[string]float64) string {

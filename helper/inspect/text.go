@@ -27,7 +27,8 @@ func (r *Report) WriteText(w io.Writer) error {
 			continue
 		}
 		for _, l := range nr.Summary {
-			t.line("  %s", l)
+			lead := l[:len(l)-len(strings.TrimLeft(l, " "))]
+			t.wrap("  "+lead, strings.TrimSpace(l))
 		}
 	}
 

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -330,4 +331,110 @@ func procMemTotal(t *testing.T) float64 {
 	}
 	t.Fatal("no MemTotal in /proc/meminfo")
 	return 0
+}
+
+// A collector killed mid-job and restarted by its supervisor: the report
+// counts the vLLM stand-in's requests exactly once (the server kept
+// running, so its counters did not reset: the new collector's first points
+// continue the series), and says the collector restarted. 10 requests
+// before the kill, 5 after: 15 requests, prompt tokens sum(100+7n,
+// n=1..15) = 2340, generation tokens sum(50+3n) = 1110.
+func TestInspectCollectorRestart(t *testing.T) {
+	waitIdle(t)
+	p := testenv.Standin(t, "vllm-standin")
+	if out, err := run("install", "-m", "0755", p, filepath.Join(plugDir, "vllm-standin")); err != nil {
+		t.Fatalf("install %s: %v %s", p, err, out)
+	}
+	port := shifted(18167)
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	base := filepath.Join(jobsDir, "restart-"+tag)
+	cfg := fmt.Sprintf("compute:\n  gymtest: {}\ndriver:\n  gym_install: /opt/gym\njob:\n  output_path: %s.run\n"+
+		"services:\n  policy:\n    type: vllm\n    port: %s\n    served_model_name: tiny-model\n", base, port)
+	if err := os.WriteFile(base+".gym.yaml", []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := writeScript(t, "restart-"+tag+".sh", fmt.Sprintf(`
+%[2]s/vllm-standin --port %[3]s --model tiny-model --count-on request &
+v=$!
+for i in $(seq 1 100); do curl -sf http://127.0.0.1:%[3]s/health >/dev/null && break; sleep 0.1; done
+for i in $(seq 1 10); do curl -sf -XPOST http://127.0.0.1:%[3]s/v1/completions >/dev/null || exit 3; done
+sleep 2.5
+touch %[1]s.kill
+for i in $(seq 1 200); do [ -e %[1]s.restarted ] && break; sleep 0.1; done
+[ -e %[1]s.restarted ] || exit 5
+sleep 2.5
+for i in $(seq 1 5); do curl -sf -XPOST http://127.0.0.1:%[3]s/v1/completions >/dev/null || exit 3; done
+sleep 2.5
+kill $v
+wait
+`, base, plugDir, port))
+	done := make(chan result, 1)
+	go func() {
+		done <- asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch -N1 --wait --gym-otel=config=%s.gym.yaml -o %s.out %s", base, base, script))
+	}()
+	// Kill the job's collector (the pid in its state.json, checked to be
+	// the collector) once the script says so; wait for the supervisor to
+	// record the restart.
+	state := filepath.Join(base+".run", "otel", "state.json")
+	waitFile(t, 60*time.Second, base+".kill")
+	var st struct {
+		CollectorPID int `json:"collector_pid"`
+		Restarts     int `json:"restarts"`
+	}
+	b, err := os.ReadFile(state)
+	if err != nil || json.Unmarshal(b, &st) != nil || st.CollectorPID == 0 {
+		t.Fatalf("state.json %s: %v %s", state, err, b)
+	}
+	if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", st.CollectorPID)); !strings.Contains(exe, "otelcol") {
+		t.Fatalf("pid %d of state.json is %q, not the collector", st.CollectorPID, exe)
+	}
+	if err := syscall.Kill(st.CollectorPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := st.CollectorPID
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		b, _ = os.ReadFile(state)
+		if json.Unmarshal(b, &st) == nil && st.Restarts >= 1 && st.CollectorPID != killed && st.CollectorPID != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no restart recorded in state.json: %s", b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	os.WriteFile(base+".restarted", nil, 0o644)
+	r := <-done
+	if r.code != 0 {
+		out, _ := os.ReadFile(base + ".out")
+		t.Fatalf("exit %d; stderr %s\n%s", r.code, r.stderr, out)
+	}
+	waitNoCollector(t)
+
+	cli := filepath.Join(root, "build", "gym-otel-spank")
+	out, err := exec.Command(cli, "inspect", "--json", base+".run").Output()
+	if err != nil {
+		t.Fatalf("inspect --json: %v", err)
+	}
+	var rep inspect.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatal(err)
+	}
+	text, _ := exec.Command(cli, "inspect", base+".run").CombinedOutput()
+	t.Logf("inspect:\n%s", text)
+	if len(rep.ModelServers) != 1 {
+		t.Fatalf("model servers %+v", rep.ModelServers)
+	}
+	m := rep.ModelServers[0]
+	if m.Requests != 15 || m.PromptTokens != 2340 || m.GenerationTokens != 1110 || m.CounterResets != 0 || m.E2ELatency.Count != 15 {
+		t.Errorf("after a collector restart: requests %v prompt %v generation %v resets %d e2e n %v, want 15 2340 1110 0 15",
+			m.Requests, m.PromptTokens, m.GenerationTokens, m.CounterResets, m.E2ELatency.Count)
+	}
+	if d := rep.Health.Dirs[0]; d.State == nil || d.State.Restarts != 1 {
+		t.Errorf("health: %+v", d.State)
+	}
+	if !strings.Contains(string(text), "1 restarts") {
+		t.Errorf("the text does not say the collector restarted")
+	}
+	waitIdle(t)
 }

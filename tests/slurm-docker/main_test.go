@@ -241,6 +241,9 @@ func TestMainJob(t *testing.T) {
 	c.waitNothingLeft(t, jobID)
 	c.waitIdle(t, 30*time.Second)
 
+	// inspect reports both nodes' figures, and its HTML report draws them.
+	checkInspect(t, host, jobID)
+
 	// The backend received all of it (it accepts only the token); its files
 	// are written as it receives, so poll briefly.
 	c.checkBackendAuth(t)

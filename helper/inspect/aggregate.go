@@ -108,6 +108,7 @@ type dirStat struct {
 	points, spans, logs int
 	firstBad            map[string]string
 	firstMs, lastMs     int64
+	up                  map[[2]string]*[2]int // (job, instance) -> scrapes, answered
 }
 
 // aggregator holds the bounded state of a report while the files stream.
@@ -327,6 +328,20 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 				continue
 			}
 			a.seen(p.Time.ms())
+			if name == mUp {
+				// The Prometheus receiver's scrape result: counted per
+				// node dir and target for the health section.
+				k := [2]string{producer, instance}
+				c := a.cur.up[k]
+				if c == nil {
+					c = &[2]int{}
+					a.cur.up[k] = c
+				}
+				c[0]++
+				if v == 1 {
+					c[1]++
+				}
+			}
 			s := a.get(name, node, producer, instance, p.Attributes)
 			if s == nil {
 				continue

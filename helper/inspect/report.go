@@ -390,7 +390,7 @@ func Build(dir string) (*Report, error) {
 	srcs := Sources(dir)
 	a := newAggregator()
 	for _, src := range srcs {
-		d := &dirStat{src: src, lines: map[string]int{}, bad: map[string]int{}, firstBad: map[string]string{}}
+		d := &dirStat{src: src, lines: map[string]int{}, bad: map[string]int{}, firstBad: map[string]string{}, up: map[[2]string]*[2]int{}}
 		a.dirs = append(a.dirs, d)
 		a.cur = d
 		found := 0
@@ -903,16 +903,21 @@ func (r *Report) health(a *aggregator) error {
 		for _, n := range d.bad {
 			r.Health.BadLines += n
 		}
-		ts, err := Targets(d.src.Dir)
+		// The targets of collector.yaml, their scrapes counted from the
+		// up points read (no second pass over metrics.jsonl).
+		ts, _, err := configTargets(d.src.Dir)
 		switch {
 		case errors.Is(err, os.ErrNotExist): // no collector.yaml: a backend's files
 		case err != nil:
 			return err
 		}
 		for _, t := range ts {
-			th := TargetHealth{Dir: d.src.Dir, Job: t.Job, Instance: t.Instance, Scrapes: t.Scrapes, Answered: t.Answered}
+			th := TargetHealth{Dir: d.src.Dir, Job: t.Job, Instance: t.Instance}
+			if c := d.up[[2]string{t.Job, t.Instance}]; c != nil {
+				th.Scrapes, th.Answered = c[0], c[1]
+			}
 			dh.Targets = append(dh.Targets, th)
-			if t.Answered < t.Scrapes || t.Scrapes == 0 {
+			if th.Answered < th.Scrapes || th.Scrapes == 0 {
 				r.Health.FailedTargets = append(r.Health.FailedTargets, th)
 			}
 		}

@@ -96,7 +96,14 @@ func writeJob(t *testing.T) string {
 		`{"timeUnixNano":"%d","severityNumber":9,"severityText":"INFO","body":{"stringValue":"ok"}},`+
 		`{"timeUnixNano":"%d","severityNumber":17,"severityText":"ERROR","body":{"stringValue":"rollout 1 failed"},"traceId":"t2","spanId":"00000000000000aa"}]}]}]}`+"\n",
 		res("gn1", "nemo-gym/agent", ""), ns(1), ns(2))
+	// The first node's collector.yaml: helper/render's golden, whose
+	// targets are gym-vllm/policy (gn1:8000), node (gn1:9100), dcgm (gn1:9400).
+	cfg, err := os.ReadFile("../render/testdata/two-services.golden.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for path, data := range map[string]string{
+		filepath.Join(first, "collector.yaml"): string(cfg),
 		filepath.Join(first, "metrics.jsonl"):  m1.String(),
 		filepath.Join(first, "traces.jsonl"):   traces,
 		filepath.Join(first, "logs.jsonl"):     logs,
@@ -168,6 +175,16 @@ func TestBuild(t *testing.T) {
 	}
 	if r.Health.BadLines != 1 || r.Health.Dirs[1].BadLines["metrics"] != 1 || r.Health.Dirs[1].NodeName != "gn2" {
 		t.Errorf("health %+v", r.Health)
+	}
+	// Targets: the vLLM target answered its 3 scrapes; node and dcgm have
+	// no up point at all.
+	ts := r.Health.Dirs[0].Targets
+	if len(ts) != 3 || ts[0].Job != "gym-vllm/policy" || ts[0].Scrapes != 3 || ts[0].Answered != 3 || len(r.Health.FailedTargets) != 2 {
+		t.Errorf("targets %+v failed %+v", ts, r.Health.FailedTargets)
+	}
+	// A collector dir without receipt.json: said in the first lines.
+	if len(r.Receipts) != 1 || r.Receipts[0].Missing == "" || len(r.Trouble) != 1 || !strings.Contains(r.Trouble[0], "no receipt.json in 1 of 1 node dirs") {
+		t.Errorf("receipts %+v trouble %v", r.Receipts, r.Trouble)
 	}
 
 	// The terminal report fits 100 columns and names the figures.

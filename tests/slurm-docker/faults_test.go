@@ -97,6 +97,7 @@ sleep 8
 			t.Errorf("%s: collector.log has %d gym-otel: reports, want 1", n, k)
 		}
 	}
+	checkInspectBackendDown(t, host)
 }
 
 // startBackend starts the backend container again and waits for its health.

@@ -136,3 +136,33 @@ func checkInspect(t *testing.T, host, jobID string) {
 	testenv.CheckPage(t, html, filepath.Join(art, "report.png"), "chart-throughput", "chart-queue", "chart-kvcache",
 		"chart-rollouts", "chart-e2e-0", "chart-e2e-1", "chart-ttft-0", "chart-ttft-1")
 }
+
+// checkInspectBackendDown: for a job whose backend was down, inspect says
+// so in its first lines, for each node (before any section), and still
+// reports the run from the files.
+func checkInspectBackendDown(t *testing.T, host string) {
+	t.Helper()
+	cli := filepath.Join(testenv.Root(), "build", "gym-otel-spank")
+	text, err := exec.Command(cli, "inspect", host).CombinedOutput()
+	if err != nil {
+		t.Fatalf("inspect: %v %s", err, text)
+	}
+	t.Logf("inspect:\n%s", text)
+	first, _, _ := strings.Cut(string(text), "\n== job")
+	for _, n := range []string{"c1", "c2"} {
+		if !strings.Contains(first, "! "+n+": LOST: the backend did not get") {
+			t.Errorf("inspect's first lines do not say the backend lost data of %s:\n%s", n, first)
+		}
+	}
+	out, err := exec.Command(cli, "inspect", "--json", host).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r inspect.Report
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Trouble) < 2 || r.Gym.RolloutSpans.Count != 3 || len(r.ModelServers) != 3 {
+		t.Errorf("inspect --json: trouble %v, rollouts %v, %d model servers", r.Trouble, r.Gym.RolloutSpans.Count, len(r.ModelServers))
+	}
+}

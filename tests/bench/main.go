@@ -146,8 +146,12 @@ func main() {
 
 	var b strings.Builder
 	host, _ := os.Hostname()
+	slurmV := "no Slurm (P7 only)"
+	if slurm {
+		slurmV = slurmVersion()
+	}
 	fmt.Fprintf(&b, "gym-otel-spank bench, %s, %s, %d CPUs, %s; %v; load average before %s, after %s\n",
-		time.Now().Format("2006-01-02 15:04"), host, runtime.NumCPU(), slurmVersion(),
+		time.Now().Format("2006-01-02 15:04"), host, runtime.NumCPU(), slurmV,
 		time.Since(t0).Round(time.Second), strings.Join(strings.Fields(string(load1))[:3], " "),
 		strings.Join(strings.Fields(string(load2))[:3], " "))
 	if quick {

@@ -181,14 +181,15 @@ func (a *aggregator) resourceInfo(r resource, items int) (node, producer, instan
 			instance = v
 		}
 		for _, k := range identityKeys {
-			if at.Key == k && !contains(a.identity[k], v) && len(a.identity[k]) < maxIdentityValue {
-				if at.Value.IntValue != nil {
-					v += " (int)"
-					if contains(a.identity[k], v) {
-						break
-					}
-				}
-				a.identity[k] = append(a.identity[k], v)
+			if at.Key != k {
+				continue
+			}
+			shown := v
+			if at.Value.IntValue != nil {
+				shown += " (int)"
+			}
+			if !contains(a.identity[k], shown) && len(a.identity[k]) < maxIdentityValue {
+				a.identity[k] = append(a.identity[k], shown)
 			}
 		}
 	}

@@ -248,3 +248,23 @@ func TestHTMLInChromium(t *testing.T) {
 	f.Close()
 	testenv.CheckPage(t, page, filepath.Join(out, "report.png"), "chart-queue", "chart-kvcache", "chart-gpu", "chart-e2e-0", "chart-e2e-1")
 }
+
+// TestSources: a job's node dirs, then each later link of its chain with
+// its nodes; a job dir is taken as its otel/ dir.
+func TestSources(t *testing.T) {
+	job := t.TempDir()
+	for _, d := range []string{"otel/nodes/gn2", "otel/nodes/gn3", "otel/links/102/nodes/gn2", "otel/links/101"} {
+		if err := os.MkdirAll(filepath.Join(job, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, s := range Sources(job) {
+		rel, _ := filepath.Rel(job, s.Dir)
+		got = append(got, rel+"|"+s.Node+"|"+s.Link)
+	}
+	want := "otel||,otel/nodes/gn2|gn2|,otel/nodes/gn3|gn3|,otel/links/101||101,otel/links/102||102,otel/links/102/nodes/gn2|gn2|102"
+	if strings.Join(got, ",") != want {
+		t.Errorf("sources %v, want %s", got, want)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -18,8 +19,9 @@ import (
 
 // Page is what a real headless Chromium saw of a page.
 type Page struct {
-	// Console holds console messages of type error and assert, and
-	// uncaught exceptions.
+	// Console holds console messages of type error and assert, uncaught
+	// exceptions, and the browser's log entries of level warning or error
+	// (Content-Security-Policy violations, failed loads).
 	Console []string
 	// Requests are the URLs of every network request other than the page
 	// itself and data: URLs.
@@ -81,6 +83,10 @@ func OpenPage(t testing.TB, path, screenshot string) Page {
 			}
 		case *runtime.EventExceptionThrown:
 			page.Console = append(page.Console, "exception: "+e.ExceptionDetails.Text+" "+exceptionText(e.ExceptionDetails))
+		case *cdplog.EventEntryAdded: // CSP violations, failed loads, interventions
+			if e.Entry.Level == cdplog.LevelError || e.Entry.Level == cdplog.LevelWarning {
+				page.Console = append(page.Console, fmt.Sprintf("log %s %s: %s %s", e.Entry.Level, e.Entry.Source, e.Entry.Text, e.Entry.URL))
+			}
 		case *network.EventRequestWillBeSent:
 			if u := e.Request.URL; u != url && !strings.HasPrefix(u, "data:") {
 				page.Requests = append(page.Requests, u)
@@ -93,6 +99,7 @@ func OpenPage(t testing.TB, path, screenshot string) Page {
 	err := chromedp.Run(ctx,
 		network.Enable(),
 		runtime.Enable(),
+		cdplog.Enable(),
 		chromedp.Navigate(url),
 		chromedp.WaitReady("body"),
 		chromedp.Sleep(500*time.Millisecond),

@@ -937,6 +937,8 @@ func (r *Report) health(a *aggregator) error {
 func (r *Report) receipts(srcs []Source) {
 	r.Receipts, r.Trouble = []NodeReceipt{}, []string{}
 	missing := 0
+	var lost, other []string
+	replay := ""
 	for _, s := range srcs {
 		if _, err := os.Stat(filepath.Join(s.Dir, "collector.yaml")); err != nil {
 			continue // not a collector's dir
@@ -950,22 +952,35 @@ func (r *Report) receipts(srcs []Source) {
 			nr.Receipt, nr.Summary = rc, rc.Summary()
 			if rc.Trouble() || !rc.Complete() {
 				for _, l := range nr.Summary {
-					if t := strings.TrimSpace(l); strings.HasPrefix(t, "LOST:") || strings.HasPrefix(t, "UNKNOWN:") || strings.Contains(l, "INCOMPLETE") || strings.Contains(l, "NO FIGURES") {
-						r.Trouble = append(r.Trouble, fmt.Sprintf("%s: %s", rc.Node, t))
+					t := strings.TrimSpace(l)
+					switch {
+					case strings.HasPrefix(t, "LOST:"):
+						lost = append(lost, fmt.Sprintf("%s: %s", rc.Node, t))
+					case strings.HasPrefix(t, "UNKNOWN:") || strings.Contains(l, "INCOMPLETE") || strings.Contains(l, "NO FIGURES"):
+						other = append(other, fmt.Sprintf("%s: %s", rc.Node, t))
+					case strings.Contains(t, "replay"):
+						replay = t
 					}
 				}
 			}
 		}
 		r.Receipts = append(r.Receipts, nr)
 	}
-	if missing > 0 {
-		r.Trouble = append(r.Trouble, fmt.Sprintf("no receipt.json in %d of %d node dirs: what reached the backend is unknown there "+
-			"(the receipt is written at the collector's drain; a job still running, or a collector killed before its drain, has none)", missing, len(r.Receipts)))
+	// What the backend lost first, then what to do about it, then what is
+	// not known.
+	r.Trouble = append(r.Trouble, lost...)
+	if len(lost) > 0 && replay != "" {
+		r.Trouble = append(r.Trouble, replay)
 	}
+	r.Trouble = append(r.Trouble, other...)
 	for _, d := range r.Health.Dirs {
 		if d.State != nil && d.State.ExportProblems != "" {
 			r.Trouble = append(r.Trouble, fmt.Sprintf("%s: the collector reported export problems: %s", nodeOr(d), d.State.ExportProblems))
 		}
+	}
+	if missing > 0 {
+		r.Trouble = append(r.Trouble, fmt.Sprintf("no receipt.json in %d of %d node dirs: what reached the backend is unknown there "+
+			"(the receipt is written at the collector's drain; a job still running, or a collector killed before its drain, has none)", missing, len(r.Receipts)))
 	}
 }
 

@@ -517,10 +517,13 @@ func (s *supervisor) drain() error {
 	}
 	s.pollSelf()
 	start := time.Now()
+	wasRunning := s.coll.running()
 	clean := s.coll.stop(time.Duration(s.o.ShutdownTimeoutSeconds) * time.Second)
 	s.log.Infof("collector stopped in %d ms (clean: %v)", time.Since(start).Milliseconds(), clean)
 	final := s.final.since(start)
 	switch {
+	case !wasRunning:
+		s.endRun(nil, fmt.Sprintf("collector run %d had exited (%v) before the drain", s.runs+1, s.coll.waitErr))
 	case !clean:
 		s.endRun(nil, fmt.Sprintf("collector run %d did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.runs+1, s.o.ShutdownTimeoutSeconds))
 	case final == nil:
@@ -541,6 +544,9 @@ func (s *supervisor) drain() error {
 	if !clean {
 		s.cutPartialLines()
 		err := fmt.Errorf("the collector did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.o.ShutdownTimeoutSeconds)
+		if !wasRunning {
+			err = fmt.Errorf("the collector had exited (%v) before the drain", s.coll.waitErr)
+		}
 		s.writeState(StatusDrained, err.Error())
 		return err
 	}

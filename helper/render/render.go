@@ -73,6 +73,9 @@ type Ports struct {
 // wanted.
 const FinalFlushIntervalMillis = 86400000
 
+// FinalExportTimeoutMillis bounds that reader's export, in ms.
+const FinalExportTimeoutMillis = 2000
+
 // Job holds the facts of the job on this node. Empty strings are omitted from
 // the telemetry.
 type Job struct {
@@ -257,12 +260,16 @@ func Render(in Input) ([]byte, error) {
 		if in.Ports.Final != 0 {
 			// The meter provider shuts down after the pipelines and
 			// extensions, and a periodic reader exports once more then.
+			// Bounded (FinalExportTimeoutMillis): a sink that cannot be
+			// reached must not hold the collector's shutdown.
 			readers = append(readers, omap{{"periodic", omap{
 				{"interval", FinalFlushIntervalMillis},
+				{"timeout", FinalExportTimeoutMillis},
 				{"exporter", omap{{"otlp", omap{
 					{"protocol", "http/protobuf"},
 					{"endpoint", fmt.Sprintf("http://127.0.0.1:%d/v1/metrics", in.Ports.Final)},
 					{"compression", "none"},
+					{"timeout", FinalExportTimeoutMillis},
 					{"headers", []omap{{{"name", "Authorization"}, {"value", "Bearer ${env:" + ReceiverTokenEnv + "}"}}}},
 				}}}},
 			}}})

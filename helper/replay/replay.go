@@ -227,7 +227,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		case <-ctx.Done():
 			res.Took = time.Since(start)
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return res, fmt.Errorf("--timeout: not everything was read and sent within %v; last lines of the collector's log:\n%s", opt.Timeout, tail(logPath, 5))
+				return res, fmt.Errorf("--timeout: not everything was read and sent within %v; last lines of the collector's log:\n%s", opt.Timeout, tail(logPath, 3))
 			}
 			return res, fmt.Errorf("interrupted: %w", ctx.Err())
 		case <-c.exited:
@@ -446,11 +446,17 @@ func (p *proc) kill() {
 	<-p.exited
 }
 
+// tail returns the last n lines of path, each cut to 400 bytes.
 func tail(path string, n int) string {
 	data, _ := os.ReadFile(path)
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
+	}
+	for i, l := range lines {
+		if len(l) > 400 {
+			lines[i] = l[:400] + "..."
+		}
 	}
 	return strings.Join(lines, "\n")
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // Defaults of Options.
@@ -80,6 +81,7 @@ type Options struct {
 type supervisor struct {
 	opt        Options
 	o          config.Otel
+	pol        timing.Policy
 	log        *logrus.Logger
 	out        string
 	logPath    string
@@ -100,7 +102,7 @@ type supervisor struct {
 // It returns nil after a clean drain; an error when the collector could not
 // be made ready (after reporting failed) or did not shut down cleanly.
 func Run(ctx context.Context, opt Options) error {
-	s := &supervisor{opt: opt, o: opt.Spec.Otel, log: opt.Log, started: time.Now()}
+	s := &supervisor{opt: opt, o: opt.Spec.Otel, pol: timing.For(opt.Spec.Otel, timing.Bounds{}), log: opt.Log, started: time.Now()}
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}
@@ -145,7 +147,7 @@ func (s *supervisor) defaults() {
 // startUp makes the output dir, checks the binary, chooses ports and starts
 // the collector until it is healthy, within health_check_timeout_seconds.
 func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(s.o.HealthCheckTimeoutSeconds)*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, s.pol.HealthWait)
 	defer cancel()
 	go func() {
 		select {
@@ -416,7 +418,7 @@ func (s *supervisor) restart(ctx context.Context) error {
 		return err
 	}
 	s.coll = c
-	hctx, cancel := context.WithTimeout(ctx, time.Duration(s.o.HealthCheckTimeoutSeconds)*time.Second)
+	hctx, cancel := context.WithTimeout(ctx, s.pol.HealthWait)
 	defer cancel()
 	if err := waitHealthy(hctx, c, s.ports.Health, s.opt.HealthPoll); err != nil {
 		if errors.Is(err, errExited) {
@@ -481,18 +483,17 @@ func completeLength(path string) (size, keep int64, err error) {
 func (s *supervisor) drain() error {
 	s.writeState(StatusDraining, "")
 	s.pollSelf()
-	flush, _ := time.ParseDuration(render.SpanMetricsFlushInterval)
 	if !s.spansAt.IsZero() {
 		// A new series is flushed as 0 first and with its count one
 		// interval later: wait two intervals after the last spans.
-		if wait := time.Until(s.spansAt.Add(2*flush + time.Second)); wait > 0 {
+		if wait := time.Until(s.spansAt.Add(s.pol.SpanMetricsSettle)); wait > 0 {
 			s.log.Infof("waiting %v for the span metrics of the last spans", wait.Round(time.Millisecond))
 			time.Sleep(wait)
 		}
 	}
 	s.pollSelf()
 	start := time.Now()
-	clean := s.coll.stop(time.Duration(s.o.ShutdownTimeoutSeconds) * time.Second)
+	clean := s.coll.stop(s.pol.CollectorStop)
 	s.log.Infof("collector stopped in %d ms (clean: %v)", time.Since(start).Milliseconds(), clean)
 	if p := s.problems; p != "" {
 		appendLog(s.logPath, "gym-otel: "+p)

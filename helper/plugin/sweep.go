@@ -13,6 +13,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // SweepStale removes the records of other jobs on this node whose job is
@@ -49,7 +50,7 @@ func SweepStale(ctx context.Context, recordDir, cluster, node string, current ui
 			log.Warnf("job %d: stale records not all checked: the prolog's deadline is near", current)
 			return
 		}
-		qctx, done := context.WithTimeout(ctx, QueryBound)
+		qctx, done := context.WithTimeout(ctx, timing.QueryBound)
 		j, known, err := slurm.Query(qctx, uint32(id))
 		done()
 		if err != nil || (known && !slurm.Final(j.State)) {

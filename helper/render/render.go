@@ -31,6 +31,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // MinCollectorVersion is the oldest collector release the rendered
@@ -42,12 +43,6 @@ const MinCollectorVersion = "0.161.0"
 // ReceiverTokenEnv is the collector environment variable holding the per-job
 // receiver token; the configuration references it, never holds it.
 const ReceiverTokenEnv = "GYM_OTEL_RECEIVER_TOKEN"
-
-// SpanMetricsFlushInterval is the span_metrics connector's flush interval.
-// The connector emits a new cumulative series as 0 at its first flush and
-// the count at the next, so the drain waits two intervals after the last
-// span (see the lifecycle package).
-const SpanMetricsFlushInterval = "2s"
 
 // Ports are the loopback TCP ports of one collector.
 type Ports struct {
@@ -185,7 +180,7 @@ func Render(in Input) ([]byte, error) {
 
 	connectors := omap{{"span_metrics", omap{
 		{"namespace", "traces.span.metrics"},
-		{"metrics_flush_interval", SpanMetricsFlushInterval},
+		{"metrics_flush_interval", timing.SpanMetricsFlush.String()},
 		{"dimensions", []omap{{{"name", "service.name.override"}}, {{"name", "nemo.gym.sandbox.provider"}}}},
 		{"exclude_dimensions", []string{"collector.instance.id"}},
 		{"histogram", omap{{"unit", "ms"}}},

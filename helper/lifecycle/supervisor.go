@@ -41,8 +41,8 @@ const (
 
 // Options configure one supervisor run.
 type Options struct {
-	// Spec is the job's validated resolved spec.
-	Spec *config.Resolved
+	// Resolved is the job's validated resolved settings.
+	Resolved *config.Resolved
 	// Facts are the job's facts on this node.
 	Facts jobfacts.Facts
 	// Token is the backend bearer token (the value of otel.token_env); it
@@ -102,7 +102,7 @@ type supervisor struct {
 // It returns nil after a clean drain; an error when the collector could not
 // be made ready (after reporting failed) or did not shut down cleanly.
 func Run(ctx context.Context, opt Options) error {
-	s := &supervisor{opt: opt, o: opt.Spec.Otel, pol: timing.For(opt.Spec.Otel, timing.Bounds{}), log: opt.Log, started: time.Now()}
+	s := &supervisor{opt: opt, o: opt.Resolved.Otel, pol: timing.For(opt.Resolved.Otel, timing.Bounds{}), log: opt.Log, started: time.Now()}
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}
@@ -139,7 +139,7 @@ func (s *supervisor) defaults() {
 	}
 	s.out = s.opt.OutputDir
 	if s.out == "" {
-		s.out = jobfacts.OutputDir(s.opt.Spec, s.opt.Facts)
+		s.out = jobfacts.OutputDir(s.opt.Resolved, s.opt.Facts)
 	}
 	s.logPath = filepath.Join(s.out, "collector.log")
 }
@@ -158,7 +158,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	}()
 	mode, _ := strconv.ParseUint(s.o.OutputDirMode, 8, 32)
 	if err := os.MkdirAll(s.out, os.FileMode(mode)); err != nil {
-		return fmt.Errorf("output dir %s (from job_dir %s): %w", s.out, s.opt.Spec.JobDir, unwrapPath(err))
+		return fmt.Errorf("output dir %s (from job_dir %s): %w", s.out, s.opt.Resolved.JobDir, unwrapPath(err))
 	}
 	if err := ownDir(s.out); err != nil {
 		return fmt.Errorf("output dir %s: %w", s.out, err)
@@ -228,8 +228,8 @@ func (s *supervisor) configPath() string { return filepath.Join(s.out, "collecto
 
 func (s *supervisor) writeConfig() error {
 	y, err := render.Render(render.Input{
-		Spec:      s.opt.Spec,
-		Job:       jobfacts.RenderJob(s.opt.Spec, s.opt.Facts),
+		Resolved:  s.opt.Resolved,
+		Job:       jobfacts.RenderJob(s.opt.Resolved, s.opt.Facts),
 		Ports:     s.ports,
 		OutputDir: s.out,
 	})

@@ -33,10 +33,11 @@ type PrologInput struct {
 	// holds what parsed): the prolog records the failure and starts
 	// nothing.
 	ArgsErr error
-	// Spec and Token are SPANK_GYM_OTEL_SPEC and SPANK_GYM_OTEL_TOKEN.
-	Spec, Token string
-	JobID       uint32
-	UID, GID    uint32
+	// Encoded and Token are SPANK_GYM_OTEL_SPEC (the resolved settings,
+	// encoded) and SPANK_GYM_OTEL_TOKEN.
+	Encoded, Token string
+	JobID          uint32
+	UID, GID       uint32
 	// Getenv reads the prolog's environment (SLURMD_NODENAME,
 	// SLURM_JOB_NODELIST, SLURM_ARRAY_*, SLURM_CLUSTER_NAME, SLURM_JOB_GPUS).
 	Getenv func(string) string
@@ -98,7 +99,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		}
 		return err
 	}
-	spec, err := config.Decode(in.Spec)
+	spec, err := config.Decode(in.Encoded)
 	if err != nil {
 		return fail(err)
 	}

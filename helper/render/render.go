@@ -88,8 +88,8 @@ type Job struct {
 
 // Input is everything Render needs.
 type Input struct {
-	// Spec is the job's validated resolved spec.
-	Spec *config.Resolved
+	// Resolved is the job's validated resolved settings.
+	Resolved *config.Resolved
 	// Job is the job on this node.
 	Job Job
 	// Ports are the chosen loopback ports.
@@ -104,7 +104,7 @@ func Render(in Input) ([]byte, error) {
 	if err := check(in); err != nil {
 		return nil, err
 	}
-	o := in.Spec.Otel
+	o := in.Resolved.Otel
 	out := func(name string) string { return esc(filepath.Join(in.OutputDir, name)) }
 
 	receivers := omap{
@@ -272,7 +272,7 @@ func Render(in Input) ([]byte, error) {
 
 func check(in Input) error {
 	var errs []error
-	if in.Spec == nil {
+	if in.Resolved == nil {
 		return errors.New("render: no spec")
 	}
 	for name, p := range map[string]int{"otlp_grpc": in.Ports.OTLPGRPC, "otlp_http": in.Ports.OTLPHTTP, "health": in.Ports.Health} {
@@ -290,7 +290,7 @@ func header(in Input) string {
 	return fmt.Sprintf("# Collector configuration rendered by gym-otel-spank for job %s on %s.\n"+
 		"# Needs OpenTelemetry Collector %s or newer with the components of otelcol-gym.\n"+
 		"# Secrets are references: ${env:%s} (backend token), ${env:%s} (receiver token).\n",
-		oneLine(in.Job.JobID), oneLine(in.Job.Node), MinCollectorVersion, in.Spec.Otel.TokenEnv, ReceiverTokenEnv)
+		oneLine(in.Job.JobID), oneLine(in.Job.Node), MinCollectorVersion, in.Resolved.Otel.TokenEnv, ReceiverTokenEnv)
 }
 
 func oneLine(s string) string {
@@ -337,12 +337,12 @@ type Target struct {
 // rendered scrape jobs: the model services that run on this node, then
 // dcgm and node when their ports are set.
 func Targets(in Input) []Target {
-	o := in.Spec.Otel
+	o := in.Resolved.Otel
 	var ts []Target
 	add := func(name string, port int) {
 		ts = append(ts, Target{Job: name, Instance: in.Job.Node + ":" + strconv.Itoa(port), Port: port})
 	}
-	for _, s := range in.Spec.Services {
+	for _, s := range in.Resolved.Services {
 		if s.RunsOn(in.Job.NodeIndex) {
 			add(o.Component+"/"+s.Name, s.Port)
 		}
@@ -359,7 +359,7 @@ func Targets(in Input) []Target {
 // scrapeJobs returns the Prometheus scrape jobs of this node (Targets),
 // one target each.
 func scrapeJobs(in Input) []omap {
-	interval := in.Spec.Otel.ScrapeIntervalSeconds
+	interval := in.Resolved.Otel.ScrapeIntervalSeconds
 	timeout := min(interval, 10)
 	var jobs []omap
 	for _, t := range Targets(in) {
@@ -400,7 +400,7 @@ func identityStatements(in Input) []string {
 	j := in.Job
 	st := []string{
 		`set(attributes["service.name.override"], attributes["service.name"]) where attributes["service.name.override"] == nil and attributes["service.name"] != nil`,
-		fmt.Sprintf(`set(attributes["service.name"], %s)`, ottlString(in.Spec.Otel.ServiceName)),
+		fmt.Sprintf(`set(attributes["service.name"], %s)`, ottlString(in.Resolved.Otel.ServiceName)),
 	}
 	for _, a := range []struct{ key, val string }{
 		{"user", j.User},

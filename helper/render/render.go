@@ -104,16 +104,42 @@ func Render(in Input) ([]byte, error) {
 	if err := check(in); err != nil {
 		return nil, err
 	}
-	o := in.Resolved.Otel
-	out := func(name string) string { return esc(filepath.Join(in.OutputDir, name)) }
+	scrapes := scrapeJobs(in)
+	procs, metricsProcs := processors(in, len(scrapes) > 0)
+	doc := omap{
+		{"receivers", receivers(in, scrapes)},
+		{"processors", procs},
+		{"connectors", connectors()},
+		{"exporters", exporters(in)},
+		{"extensions", extensions(in)},
+		{"service", omap{
+			{"extensions", []string{"health_check", "bearertokenauth/receivers"}},
+			{"telemetry", telemetry(in)},
+			{"pipelines", pipelines(in.Resolved.Otel, len(scrapes) > 0, metricsProcs)},
+		}},
+	}
+	var buf bytes.Buffer
+	buf.WriteString(header(in))
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
 
+// receivers: OTLP (gRPC and HTTP, each behind the per-job token) and, when
+// the job has scrape jobs, the Prometheus receiver.
+func receivers(in Input, scrapes []omap) omap {
 	receivers := omap{
 		{"otlp", omap{{"protocols", omap{
 			{"grpc", omap{{"endpoint", loop(in.Ports.OTLPGRPC)}, {"auth", omap{{"authenticator", "bearertokenauth/receivers"}}}}},
 			{"http", omap{{"endpoint", loop(in.Ports.OTLPHTTP)}, {"auth", omap{{"authenticator", "bearertokenauth/receivers"}}}}},
 		}}}},
 	}
-	scrapes := scrapeJobs(in)
 	if len(scrapes) > 0 {
 		// discovery_reload_on_startup: the scrape pools start with the
 		// receiver, not after the scrape manager's first 5 s reload tick,
@@ -124,7 +150,14 @@ func Render(in Input) ([]byte, error) {
 			{"config", omap{{"scrape_configs", scrapes}}},
 		}})
 	}
+	return receivers
+}
 
+// processors returns the processors and the metrics pipeline's processor
+// list (the traces and logs pipelines use memory_limiter and
+// transform/identity only).
+func processors(in Input, scraping bool) (omap, []string) {
+	o := in.Resolved.Otel
 	processors := omap{
 		{"memory_limiter", omap{
 			{"check_interval", "1s"},
@@ -133,7 +166,7 @@ func Render(in Input) ([]byte, error) {
 		}},
 	}
 	metricsProcs := []string{"memory_limiter"}
-	if len(scrapes) > 0 {
+	if scraping {
 		// A scrape that fails (a service killed at the job's end, before
 		// the epilog's drain) makes the Prometheus receiver emit a
 		// staleness marker for every series of the target: a point with
@@ -177,15 +210,25 @@ func Render(in Input) ([]byte, error) {
 	}
 	processors = append(processors, kv{"batch", omap{{"timeout", "1s"}}})
 	metricsProcs = append(metricsProcs, "transform/names", "transform/identity")
+	return processors, metricsProcs
+}
 
-	connectors := omap{{"span_metrics", omap{
+// connectors: span_metrics, from the traces pipeline into the metrics one.
+func connectors() omap {
+	return omap{{"span_metrics", omap{
 		{"namespace", "traces.span.metrics"},
 		{"metrics_flush_interval", timing.SpanMetricsFlush.String()},
 		{"dimensions", []omap{{{"name", "service.name.override"}}, {{"name", "nemo.gym.sandbox.provider"}}}},
 		{"exclude_dimensions", []string{"collector.instance.id"}},
 		{"histogram", omap{{"unit", "ms"}}},
 	}}}
+}
 
+// exporters: a file exporter per signal (<output dir>/<signal>.jsonl) and
+// the site's OTLP/HTTP backend.
+func exporters(in Input) omap {
+	o := in.Resolved.Otel
+	out := func(name string) string { return esc(filepath.Join(in.OutputDir, name)) }
 	exporters := omap{}
 	for _, sig := range signals(o) {
 		exporters = append(exporters, kv{"file/" + sig, omap{
@@ -206,12 +249,21 @@ func Render(in Input) ([]byte, error) {
 		}},
 		{"sending_queue", omap{{"enabled", true}, {"queue_size", 256}}},
 	}})
+	return exporters
+}
 
-	extensions := omap{
+// extensions: the health check and the receivers' token authenticator.
+func extensions(in Input) omap {
+	return omap{
 		{"health_check", omap{{"endpoint", loop(in.Ports.Health)}}},
 		{"bearertokenauth/receivers", omap{{"token", "${env:" + ReceiverTokenEnv + "}"}}},
 	}
+}
 
+// pipelines: traces, metrics and (with gym_logs) logs, each to its file
+// and the backend; with token_resource_attribute the backend gets its own
+// pipeline per signal, which adds the token as a resource attribute.
+func pipelines(o config.Otel, scraping bool, metricsProcs []string) omap {
 	pipelines := omap{}
 	addPipeline := func(sig string, recv, procs, exps []string) {
 		local := append(append([]string{}, exps...), "file/"+sig)
@@ -224,14 +276,19 @@ func Render(in Input) ([]byte, error) {
 	}
 	addPipeline("traces", []string{"otlp"}, []string{"memory_limiter", "transform/identity"}, []string{"span_metrics"})
 	metricsRecv := []string{"otlp", "span_metrics"}
-	if len(scrapes) > 0 {
+	if scraping {
 		metricsRecv = []string{"otlp", "prometheus", "span_metrics"}
 	}
 	addPipeline("metrics", metricsRecv, metricsProcs, nil)
 	if o.GymLogs {
 		addPipeline("logs", []string{"otlp"}, []string{"memory_limiter", "transform/identity"}, nil)
 	}
+	return pipelines
+}
 
+// telemetry: the collector's own logs, and its own metrics on the
+// telemetry port (Prometheus, 127.0.0.1) when one was chosen.
+func telemetry(in Input) omap {
 	telemetry := omap{{"logs", omap{{"level", "info"}}}}
 	if in.Ports.Telemetry != 0 {
 		telemetry = append(telemetry, kv{"metrics", omap{
@@ -244,30 +301,7 @@ func Render(in Input) ([]byte, error) {
 	} else {
 		telemetry = append(telemetry, kv{"metrics", omap{{"level", "none"}}})
 	}
-
-	doc := omap{
-		{"receivers", receivers},
-		{"processors", processors},
-		{"connectors", connectors},
-		{"exporters", exporters},
-		{"extensions", extensions},
-		{"service", omap{
-			{"extensions", []string{"health_check", "bearertokenauth/receivers"}},
-			{"telemetry", telemetry},
-			{"pipelines", pipelines},
-		}},
-	}
-	var buf bytes.Buffer
-	buf.WriteString(header(in))
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(doc); err != nil {
-		return nil, err
-	}
-	if err := enc.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return telemetry
 }
 
 func check(in Input) error {

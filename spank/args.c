@@ -31,38 +31,33 @@ static int valid_key(const char *k, size_t n)
  */
 void gos_clean_path(char *p)
 {
-	char *out = p, *in = p;
+	/* p[0] is '/'. r reads, w writes; w never passes r. */
+	size_t len = strlen(p), r = 1, w = 1;
 
-	/* p[0] is '/'. */
-	*out++ = *in++;
-	while (*in) {
-		char *end;
+	while (r < len) {
 		size_t n;
 
-		while (*in == '/')
-			in++;
-		if (!*in)
-			break;
-		end = strchr(in, '/');
-		n = end ? (size_t)(end - in) : strlen(in);
-		if (n == 1 && in[0] == '.') {
-			/* skip */
-		} else if (n == 2 && in[0] == '.' && in[1] == '.') {
-			if (out > p + 1) {
-				out--; /* the '/' after the last element */
-				while (out > p + 1 && out[-1] != '/')
-					out--;
-			}
-		} else {
-			memmove(out, in, n);
-			out += n;
-			*out++ = '/';
+		if (p[r] == '/') {
+			r++;
+			continue;
 		}
-		in += n;
+		n = strcspn(p + r, "/");
+		if (n == 1 && p[r] == '.') {
+			/* skip */
+		} else if (n == 2 && p[r] == '.' && p[r + 1] == '.') {
+			while (w > 1 && p[w - 1] != '/')
+				w--;
+			if (w > 1)
+				w--;
+		} else {
+			if (w > 1)
+				p[w++] = '/';
+			memmove(p + w, p + r, n);
+			w += n;
+		}
+		r += n;
 	}
-	if (out > p + 1)
-		out--; /* the trailing '/' */
-	*out = '\0';
+	p[w] = '\0';
 }
 
 static int set_path(struct gos_args *a, char **dst, const char *arg, const char *k, const char *v)

@@ -18,6 +18,7 @@ int main(int argc, char **argv) {
 	struct gos_args a = {0};
 	if (gos_args_parse(&a, argc - 1, argv + 1)) {
 		printf("error=%s\n", a.err);
+		gos_args_free(&a);
 		return 0;
 	}
 	printf("default=%d record_dir=%s core=%s\n", a.default_on, a.record_dir, a.core ? a.core : "");

@@ -172,3 +172,20 @@ func TestRunNeedsToken(t *testing.T) {
 		t.Errorf("err %v, want one naming OTHER", err)
 	}
 }
+
+// A collector still running is warned about before anything is sent.
+func TestRunWarnsOfARunningCollector(t *testing.T) {
+	job := t.TempDir()
+	write(t, filepath.Join(job, "otel", "collector.yaml"), jobConfig)
+	write(t, filepath.Join(job, "otel", "state.json"), `{"status":"ready"}`)
+	write(t, filepath.Join(job, "otel", "traces.jsonl"), traceLine+"\n")
+	var out strings.Builder
+	_, err := Run(t.Context(), Options{Dir: job, Out: &out, Binary: "/nonexistent/otelcol",
+		LookupEnv: func(string) (string, bool) { return "tok", true }})
+	if !strings.Contains(out.String(), "is ready (state.json)") {
+		t.Errorf("no warning: %q", out.String())
+	}
+	if err == nil || !strings.Contains(err.Error(), "--binary") {
+		t.Errorf("a missing collector: %v", err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 )
 
 // Environment of `supervise --from-env`, set by the plugin's prolog.
@@ -54,22 +55,22 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	// Before anything else: a clean signal mask for us and the collector,
 	// the job's user, no core dumps.
 	runtime.LockOSThread() // the collector's Pdeathsig follows this thread
-	if err := lifecycle.LowerToNodeLimits(); err != nil {
+	if err := proc.LowerToNodeLimits(); err != nil {
 		logrus.Warnf("resource limits: %v", err)
 	}
-	if err := lifecycle.ClearSignals(); err != nil {
+	if err := proc.ClearSignals(); err != nil {
 		logrus.Warnf("signals: %v", err)
 	}
 	if *userName != "" {
-		if err := lifecycle.BecomeUser(*userName); err != nil {
+		if err := proc.BecomeUser(*userName); err != nil {
 			return err
 		}
 	}
 	syscall.Umask(0o077) // traces and logs hold prompts
-	if err := lifecycle.BecomeSubreaper(); err != nil {
+	if err := proc.BecomeSubreaper(); err != nil {
 		logrus.Warnf("subreaper: %v", err)
 	}
-	if err := lifecycle.NoCoreDumps(); err != nil {
+	if err := proc.NoCoreDumps(); err != nil {
 		logrus.Warnf("core dumps: %v", err)
 	}
 	opt := lifecycle.Options{}
@@ -96,7 +97,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 		if *jobID == "" {
 			return usageError{"--job-id is required (or --from-env)"}
 		}
-		opt.Spec, opt.RecordPath, opt.OutputDir = spec, *record, *output
+		opt.Resolved, opt.RecordPath, opt.OutputDir = spec, *record, *output
 		opt.Facts = jobfacts.Facts{JobID: *jobID, Node: *node, NodeIndex: *nodeIndex, Cluster: os.Getenv("SLURM_CLUSTER_NAME")}
 		if opt.Facts.Node == "" {
 			opt.Facts.Node, _ = os.Hostname()
@@ -140,7 +141,7 @@ func optionsFromEnv(opt *lifecycle.Options) error {
 	if err := json.Unmarshal([]byte(os.Getenv(envFacts)), &opt.Facts); err != nil {
 		return fmt.Errorf("%s: %w", envFacts, err)
 	}
-	opt.Spec, opt.RecordPath = spec, os.Getenv(envRecord)
+	opt.Resolved, opt.RecordPath = spec, os.Getenv(envRecord)
 	return takeToken(opt)
 }
 
@@ -149,15 +150,15 @@ func optionsFromEnv(opt *lifecycle.Options) error {
 // kernel's copy in /proc/<pid>/environ stays, readable by the job's user
 // only, as the collector's is.
 func takeToken(opt *lifecycle.Options) error {
-	if !opt.Spec.Otel.Enabled {
+	if !opt.Resolved.Otel.Enabled {
 		return fmt.Errorf("otel.enabled is false for this job: nothing to supervise")
 	}
 	if opt.Token == "" {
-		opt.Token = os.Getenv(opt.Spec.Otel.TokenEnv)
+		opt.Token = os.Getenv(opt.Resolved.Otel.TokenEnv)
 	}
 	if opt.Token == "" {
-		return fmt.Errorf("otel.token_env: %s is empty in the supervisor's environment", opt.Spec.Otel.TokenEnv)
+		return fmt.Errorf("otel.token_env: %s is empty in the supervisor's environment", opt.Resolved.Otel.TokenEnv)
 	}
-	os.Unsetenv(opt.Spec.Otel.TokenEnv)
+	os.Unsetenv(opt.Resolved.Otel.TokenEnv)
 	return nil
 }

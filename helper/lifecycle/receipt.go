@@ -26,11 +26,13 @@ func (s *supervisor) endRun(final selfMetrics, why string) {
 		s.lastRead = nil
 		return
 	}
+	// A killed file exporter also loses what it had counted as written but
+	// not yet flushed (flush_interval): its count can exceed the file's.
 	if s.lastRead == nil {
 		s.unknown = append(s.unknown, why+": none of its figures were read")
 	} else {
 		s.figures = s.figures.add(s.lastRead)
-		s.unknown = append(s.unknown, fmt.Sprintf("%s: what it did after its last read at %s is not counted",
+		s.unknown = append(s.unknown, fmt.Sprintf("%s: what it did after its last read at %s is not counted, and its last second of writes, counted as written, may be missing from the files",
 			why, s.lastReadAt.UTC().Format(time.RFC3339)))
 	}
 	s.lastRead = nil

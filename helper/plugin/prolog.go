@@ -16,7 +16,11 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/taskenv"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // SupervisorPath is the PATH the supervisor gets.
@@ -29,10 +33,11 @@ type PrologInput struct {
 	// holds what parsed): the prolog records the failure and starts
 	// nothing.
 	ArgsErr error
-	// Spec and Token are SPANK_GYM_OTEL_SPEC and SPANK_GYM_OTEL_TOKEN.
-	Spec, Token string
-	JobID       uint32
-	UID, GID    uint32
+	// Encoded and Token are SPANK_GYM_OTEL_SPEC (the resolved settings,
+	// encoded) and SPANK_GYM_OTEL_TOKEN.
+	Encoded, Token string
+	JobID          uint32
+	UID, GID       uint32
 	// Getenv reads the prolog's environment (SLURMD_NODENAME,
 	// SLURM_JOB_NODELIST, SLURM_ARRAY_*, SLURM_CLUSTER_NAME, SLURM_JOB_GPUS).
 	Getenv func(string) string
@@ -66,34 +71,35 @@ func indexByte(s string, c byte) int {
 // is for the log only: the prolog always returns 0 to Slurm.
 func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	// One deadline for everything below (see deadline.go).
-	slurmBounds := slurmTimeouts(in.Getenv("SLURM_CONF"))
-	ctx, cancel := context.WithTimeout(context.Background(), budget(in.Args.PrologTimeout, slurmBounds.Prolog))
+	slurmBounds := slurm.ReadTimeouts(in.Getenv("SLURM_CONF"))
+	bounds := timing.Bounds{PrologTimeout: time.Duration(in.Args.PrologTimeout) * time.Second, SlurmProlog: slurmBounds.Prolog, SlurmEpilog: slurmBounds.Epilog}
+	ctx, cancel := context.WithTimeout(context.Background(), timing.Deadline(bounds.PrologTimeout, bounds.SlurmProlog))
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	node := NodeName(in.Getenv)
-	dir, err := MakeJobRecordDir(in.Args.RecordDir, node, in.JobID)
+	dir, err := record.MakeJobDir(in.Args.RecordDir, node, in.JobID)
 	if err != nil {
 		return err
 	}
 	warnTimeouts(in.Args.RecordDir, node, in.Args.PrologTimeout, slurmBounds, log)
-	sweepCtx, sweepDone := context.WithDeadline(ctx, deadline.Add(-KillReserve-QueryBound))
+	sweepCtx, sweepDone := context.WithDeadline(ctx, deadline.Add(-timing.KillReserve-timing.QueryBound))
 	SweepStale(sweepCtx, in.Args.RecordDir, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, log)
 	sweepDone()
-	rec := &Record{Status: "failed", OnFailure: "continue", UID: in.UID}
+	rec := &record.Record{Status: "failed", OnFailure: "continue", UID: in.UID}
 	fail := func(err error) error {
 		// A failed record carries no task env: nothing of what failed
 		// (a value the record format cannot hold) is written again. The
 		// reason may quote the user's collector log: one short line of
 		// printable text, in the record and in slurmd's log.
 		rec.Status, rec.Env = "failed", nil
-		rec.Reason = UserText(err.Error(), MaxReasonBytes)
+		rec.Reason = record.UserText(err.Error(), record.MaxReasonBytes)
 		err = errors.New(rec.Reason)
-		if werr := WriteRecord(dir, rec); werr != nil {
+		if werr := record.Write(dir, rec); werr != nil {
 			return errors.Join(err, werr)
 		}
 		return err
 	}
-	spec, err := config.Decode(in.Spec)
+	spec, err := config.Decode(in.Encoded)
 	if err != nil {
 		return fail(err)
 	}
@@ -119,11 +125,9 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if in.Token == "" {
 		return fail(fmt.Errorf("the job carries no token (GYM_OTEL_TOKEN): was %s set in the submitting shell?", spec.Otel.TokenEnv))
 	}
-	rec.FinalWait = FinalWait(spec.Otel)
-	// The epilog's wait: the user's shutdown bound plus the span-metrics
-	// flush, within the epilog's deadline less the final cgroup kill.
-	epilogWait := budget(in.Args.PrologTimeout, slurmBounds.Epilog) - GroupKillBound - time.Second
-	rec.DrainTimeout = max(1, min(spec.Otel.ShutdownTimeoutSeconds+10, int(epilogWait/time.Second)))
+	pol := timing.For(spec.Otel, bounds)
+	rec.FinalWait = timing.Seconds(pol.FinalWait)
+	rec.DrainTimeout = timing.Seconds(pol.DrainWait)
 	if in.UID == 0 {
 		return fail(fmt.Errorf("jobs of root (uid 0) get no collector: it runs as the job's user, and root's would run with every privilege"))
 	}
@@ -132,7 +136,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return fail(fmt.Errorf("the job's user (uid %d): %w", in.UID, err))
 	}
-	groups, err := supplementaryGroups(u)
+	groups, err := proc.SupplementaryGroups(u)
 	if err != nil {
 		return fail(fmt.Errorf("the groups of %s: %w", u.Username, err))
 	}
@@ -144,7 +148,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return fail(err)
 	}
-	timeout := min(time.Duration(spec.Otel.HealthCheckTimeoutSeconds+5)*time.Second, time.Until(deadline)-KillReserve)
+	timeout := min(pol.ReportWait, time.Until(deadline)-timing.KillReserve)
 	if timeout <= 0 {
 		return fail(fmt.Errorf("no time left for the collector within the prolog's deadline (plugstack prolog_timeout=%d)", in.Args.PrologTimeout))
 	}
@@ -157,7 +161,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		lifecycle.EnvSpec + "=" + nodeSpec,
 		spec.Otel.TokenEnv + "=" + in.Token,
 		lifecycle.EnvFacts + "=" + string(factsJSON),
-		lifecycle.EnvRecord + "=" + filepath.Join(dir, RecordFile),
+		lifecycle.EnvRecord + "=" + filepath.Join(dir, record.File),
 		"PATH=" + SupervisorPath,
 		"HOME=" + u.HomeDir,
 		"USER=" + u.Username,
@@ -193,7 +197,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		sup.kill()
 		return fail(err)
 	}
-	ps, err := readProc(sup.pid)
+	ps, err := proc.ReadStat(sup.pid)
 	if err != nil {
 		sup.kill()
 		return fail(fmt.Errorf("the supervisor (pid %d) is gone after its report: %w", sup.pid, err))
@@ -201,8 +205,8 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	rec.Status = "ready"
 	rec.SupervisorPID = sup.pid
 	rec.SupervisorStart = ps.StartTime
-	rec.Env = TaskEnv(spec, facts, rep)
-	if err := WriteRecord(dir, rec); err != nil {
+	rec.Env = taskenv.TaskEnv(spec, facts, rep)
+	if err := record.Write(dir, rec); err != nil {
 		sup.kill()
 		return fail(err)
 	}
@@ -215,26 +219,10 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 // token variable and Slurm's copies of the forwarded token.
 func unsetNames(tokenEnv string) []string {
 	out := []string{}
-	if identRE(tokenEnv) {
+	if record.EnvName(tokenEnv) {
 		out = append(out, tokenEnv)
 	}
-	return append(out, TokenCopies...)
-}
-
-func supplementaryGroups(u *user.User) ([]uint32, error) {
-	ids, err := u.GroupIds()
-	if err != nil {
-		return nil, err
-	}
-	var out []uint32
-	for _, s := range ids {
-		g, err := strconv.ParseUint(s, 10, 32)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, uint32(g))
-	}
-	return out, nil
+	return append(out, taskenv.TokenCopies...)
 }
 
 func prologFacts(ctx context.Context, in PrologInput, node, userName string, log logrus.FieldLogger) (jobfacts.Facts, error) {
@@ -253,9 +241,9 @@ func prologFacts(ctx context.Context, in PrologInput, node, userName string, log
 	if f.ArrayJobID == "" {
 		// With PrologFlags=Alloc, 22.05's prolog env has no SLURM_ARRAY_*
 		// (and the SPANK items are not available there): ask slurmctld.
-		qctx, done := context.WithTimeout(ctx, QueryBound)
+		qctx, done := context.WithTimeout(ctx, timing.QueryBound)
 		defer done()
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < KillReserve+QueryBound {
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < timing.KillReserve+timing.QueryBound {
 			log.Warnf("job %d: array ids not asked for: too little time left in the prolog", in.JobID)
 		} else if j, known, err := slurm.Query(qctx, in.JobID); err != nil || !known {
 			log.Warnf("job %d: array ids: %v (known to Slurm: %v)", in.JobID, err, known)
@@ -268,7 +256,7 @@ func prologFacts(ctx context.Context, in PrologInput, node, userName string, log
 		nodelist = in.Getenv("SLURM_NODELIST")
 	}
 	if nodelist != "" {
-		idx, err := NodeIndex(nodelist, node)
+		idx, err := slurm.NodeIndex(nodelist, node)
 		if err != nil {
 			return f, err
 		}

@@ -11,7 +11,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // SweepStale removes the records of other jobs on this node whose job is
@@ -24,7 +26,7 @@ import (
 func SweepStale(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
 	defer sweepOrphanGroups(recordDir, cluster, node, current, log)
 	base := filepath.Join(recordDir, node)
-	if checkRootDir(base) != nil {
+	if record.CheckRootDir(base) != nil {
 		return
 	}
 	ents, err := os.ReadDir(base)
@@ -37,18 +39,18 @@ func SweepStale(ctx context.Context, recordDir, cluster, node string, current ui
 			continue
 		}
 		dir := filepath.Join(base, e.Name())
-		if checkRootDir(dir) != nil {
+		if record.CheckRootDir(dir) != nil {
 			continue
 		}
 		group := openJobGroup(cluster, node, uint32(id))
-		if rec, err := ReadRecord(dir); err == nil && rec.SupervisorPID > 1 && isOurs(rec, group) {
+		if rec, err := record.Read(dir); err == nil && rec.SupervisorPID > 1 && isOurs(rec, group) {
 			continue
 		}
 		if ctx.Err() != nil {
 			log.Warnf("job %d: stale records not all checked: the prolog's deadline is near", current)
 			return
 		}
-		qctx, done := context.WithTimeout(ctx, QueryBound)
+		qctx, done := context.WithTimeout(ctx, timing.QueryBound)
 		j, known, err := slurm.Query(qctx, uint32(id))
 		done()
 		if err != nil || (known && !slurm.Final(j.State)) {
@@ -87,7 +89,7 @@ func sweepOrphanGroups(recordDir, cluster, node string, current uint32, log logr
 				continue
 			}
 			seen[uint32(id)] = true
-			if _, err := os.Lstat(JobRecordDir(recordDir, node, uint32(id))); !errors.Is(err, os.ErrNotExist) {
+			if _, err := os.Lstat(record.JobDir(recordDir, node, uint32(id))); !errors.Is(err, os.ErrNotExist) {
 				continue
 			}
 			if err := endJobGroup(openJobGroup(cluster, node, uint32(id)), uint32(id), log); err != nil {

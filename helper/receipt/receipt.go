@@ -35,7 +35,9 @@ const (
 	BasisFinal = "final"
 	// BasisLastRead: at least one collector process ended (killed, or
 	// crashed and restarted) before a final read; its figures are those of
-	// the last read before its end, so every figure is a lower bound.
+	// the last read before its end, so every figure is a lower bound of
+	// what the collectors counted. (A killed file exporter loses what it
+	// had counted but not yet flushed: its file can hold less.)
 	BasisLastRead = "last_read"
 	// BasisNone: the collector's own telemetry was never read (turned off,
 	// or the collector never answered): every figure is unknown (0).

@@ -11,6 +11,7 @@ package replay
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -171,6 +172,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	// The exporter references the job's variable: the collector gets the
 	// token under that name.
 	tokenEnv = be.TokenEnv
+	for _, d := range dirs {
+		if st := collectorStatus(d); st != "" && st != "drained" && st != "failed" {
+			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (state.json): what it writes from now on is sent too, and its files may end in a half line\n", d, st)
+		}
+	}
 	files, err := Scan(dirs)
 	if err != nil {
 		return nil, err
@@ -227,7 +233,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		case <-ctx.Done():
 			res.Took = time.Since(start)
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return res, fmt.Errorf("--timeout: not everything was read and sent within %v; last lines of the collector's log:\n%s", opt.Timeout, tail(logPath, 5))
+				return res, fmt.Errorf("--timeout: not everything was read and sent within %v; last lines of the collector's log:\n%s", opt.Timeout, tail(logPath, 3))
 			}
 			return res, fmt.Errorf("interrupted: %w", ctx.Err())
 		case <-c.exited:
@@ -446,11 +452,32 @@ func (p *proc) kill() {
 	<-p.exited
 }
 
+// collectorStatus is the status in dir/state.json ("" when there is none).
+func collectorStatus(dir string) string {
+	data, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return ""
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(data, &st) != nil {
+		return ""
+	}
+	return st.Status
+}
+
+// tail returns the last n lines of path, each cut to 400 bytes.
 func tail(path string, n int) string {
 	data, _ := os.ReadFile(path)
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
+	}
+	for i, l := range lines {
+		if len(l) > 400 {
+			lines[i] = l[:400] + "..."
+		}
 	}
 	return strings.Join(lines, "\n")
 }

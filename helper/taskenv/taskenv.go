@@ -1,0 +1,53 @@
+package taskenv
+
+import (
+	"net/url"
+	"strconv"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
+)
+
+// TaskEnv is the env every task of the job on this node gets when the
+// node's collector is ready: Gym's switches and the OTLP exporter settings
+// pointing at this node's collector on 127.0.0.1, with the per-job receiver
+// token as the exporter's Authorization header.
+func TaskEnv(spec *config.Resolved, f jobfacts.Facts, rep lifecycle.Report) []record.KV {
+	b01 := func(b bool) string {
+		if b {
+			return "1"
+		}
+		return "0"
+	}
+	env := []record.KV{
+		// gym_telemetry: false keeps the collector for engine and node
+		// metrics only: Gym's own instrumentation stays off.
+		{Key: "NEMO_GYM_OTEL_ENABLED", Value: b01(spec.Otel.GymTelemetry)},
+		{Key: "NEMO_GYM_OTEL_RUN_ID", Value: jobfacts.RunID(spec, f)},
+		{Key: "NEMO_GYM_OTEL_SPAN_GROUPS", Value: spec.Otel.GymSpanGroups},
+		{Key: "NEMO_GYM_OTEL_LOGS_ENABLED", Value: b01(spec.Otel.GymLogs)},
+		{Key: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://127.0.0.1:" + strconv.Itoa(rep.Ports.OTLPHTTP)},
+		{Key: "OTEL_EXPORTER_OTLP_PROTOCOL", Value: "http/protobuf"},
+		// The OTEL_EXPORTER_OTLP_HEADERS value is a W3C baggage-style list:
+		// the space of "Bearer <token>" is percent-encoded.
+		{Key: "OTEL_EXPORTER_OTLP_HEADERS", Value: "Authorization=" + url.PathEscape("Bearer "+rep.ReceiverToken)},
+	}
+	if spec.Otel.GymTelemetry {
+		env = append(env,
+			record.KV{Key: "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", Value: "http://127.0.0.1:" + strconv.Itoa(rep.Ports.OTLPGRPC)},
+			record.KV{Key: "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", Value: "grpc"},
+		)
+	}
+	return env
+}
+
+// TokenCopies are the names under which Slurm may hand the forwarded token
+// to a step's tasks; the steps remove each of them (and otel.token_env).
+var TokenCopies = []string{JobControlToken, "SPANK_" + JobControlToken, "SLURM_SPANK_" + JobControlToken}
+
+// JobControlToken is the job-control variable the submit side (C,
+// spank_job_control_setenv) hands the token to the prolog in; the prolog
+// sees it with Slurm's SPANK_ prefix.
+const JobControlToken = "GYM_OTEL_TOKEN"

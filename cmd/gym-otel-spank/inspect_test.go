@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -55,5 +56,31 @@ func TestInspectCLI(t *testing.T) {
 		if !strings.Contains(string(b), "Chart.js v") || strings.Contains(string(b), "src=\"http") {
 			t.Errorf("--html page does not inline Chart.js or loads from the network")
 		}
+	}
+}
+
+// TestInspectRequireTargets: --require-targets exits 1 naming each target
+// of collector.yaml without an answered scrape, and 0 when all answered.
+func TestInspectRequireTargets(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := os.ReadFile("../../helper/render/testdata/two-services.golden.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "collector.yaml", string(cfg))
+	up := func(job, instance string, v int) string {
+		return `{"resourceMetrics":[{"resource":{"attributes":[{"key":"service.instance.id","value":{"stringValue":"` + instance +
+			`"}},{"key":"service.name.override","value":{"stringValue":"` + job + `"}},{"key":"host.name","value":{"stringValue":"gn1"}}]},` +
+			`"scopeMetrics":[{"metrics":[{"name":"up","gauge":{"dataPoints":[{"timeUnixNano":"1000000000","asDouble":` + strconv.Itoa(v) + `}]}}]}]}]}` + "\n"
+	}
+	writeFile(t, dir, "metrics.jsonl", up("gym-vllm/policy", "gn1:8000", 1)+up("node", "gn1:9100", 1)+up("dcgm", "gn1:9400", 0))
+	code, out, errOut := runCLI(t, "inspect", "--require-targets", dir)
+	if code != 1 || !strings.Contains(errOut, "scrape target dcgm (gn1:9400) has no sample") || strings.Contains(errOut, "policy") ||
+		!strings.Contains(out, "target dcgm (gn1:9400): 1 scrapes, 0 answered  FAILED 1") {
+		t.Errorf("one target unanswered: %d\n%s\n%s", code, out, errOut)
+	}
+	writeFile(t, dir, "metrics.jsonl", up("gym-vllm/policy", "gn1:8000", 1)+up("node", "gn1:9100", 1)+up("dcgm", "gn1:9400", 1))
+	if code, _, errOut = runCLI(t, "inspect", "--require-targets", dir); code != 0 {
+		t.Errorf("all answered: %d %s", code, errOut)
 	}
 }

@@ -134,7 +134,7 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 12px; }
       options: Object.assign({
         animation: false, responsive: true, maintainAspectRatio: false, parsing: time ? false : undefined,
         plugins: { title: { display: true, text: title } },
-        scales: time ? { x: { type: 'linear', ticks: { callback: hms } }, y: { beginAtZero: true } } : { y: { beginAtZero: true } }
+        scales: time ? { x: { type: 'linear', ticks: { callback: hms, maxTicksLimit: 8 } }, y: { beginAtZero: true } } : { y: { beginAtZero: true } }
       }, opts && opts.options)
     });
     drawn++;

@@ -71,7 +71,7 @@ sleep 8
 		t.Fatalf("job %s: %s %s, want COMPLETED 0:0", id, state, exit)
 	}
 	// The script's own work is seconds; the drain is bounded by the
-	// export and shutdown timeouts of the site file (5 s each).
+	// export and shutdown timeouts of the site file (5 s and 10 s).
 	if took > 60*time.Second {
 		t.Errorf("the job took %v after the backend stopped", took)
 	}

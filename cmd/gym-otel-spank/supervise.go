@@ -17,6 +17,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 )
 
 // Environment of `supervise --from-env`, set by the plugin's prolog.
@@ -54,22 +55,22 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	// Before anything else: a clean signal mask for us and the collector,
 	// the job's user, no core dumps.
 	runtime.LockOSThread() // the collector's Pdeathsig follows this thread
-	if err := lifecycle.LowerToNodeLimits(); err != nil {
+	if err := proc.LowerToNodeLimits(); err != nil {
 		logrus.Warnf("resource limits: %v", err)
 	}
-	if err := lifecycle.ClearSignals(); err != nil {
+	if err := proc.ClearSignals(); err != nil {
 		logrus.Warnf("signals: %v", err)
 	}
 	if *userName != "" {
-		if err := lifecycle.BecomeUser(*userName); err != nil {
+		if err := proc.BecomeUser(*userName); err != nil {
 			return err
 		}
 	}
 	syscall.Umask(0o077) // traces and logs hold prompts
-	if err := lifecycle.BecomeSubreaper(); err != nil {
+	if err := proc.BecomeSubreaper(); err != nil {
 		logrus.Warnf("subreaper: %v", err)
 	}
-	if err := lifecycle.NoCoreDumps(); err != nil {
+	if err := proc.NoCoreDumps(); err != nil {
 		logrus.Warnf("core dumps: %v", err)
 	}
 	opt := lifecycle.Options{}

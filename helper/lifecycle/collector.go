@@ -17,9 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
@@ -92,7 +91,7 @@ func start(ls launchSpec) (*collector, error) {
 		return nil, err
 	}
 	c := &collector{cmd: cmd, pid: cmd.Process.Pid, exited: make(chan struct{})}
-	c.start, _ = ProcStartTime(c.pid)
+	c.start, _ = proc.StartTime(c.pid)
 	go func() {
 		c.waitErr = cmd.Wait()
 		close(c.exited)
@@ -178,13 +177,6 @@ func terminatedBy(err error, sig syscall.Signal) bool {
 	return (ws.Signaled() && ws.Signal() == sig) || (ws.Exited() && ws.ExitStatus() == 128+int(sig))
 }
 
-// BecomeSubreaper makes this process the reaper of its orphaned
-// descendants (PR_SET_CHILD_SUBREAPER), so a collector that outlives its
-// container runtime process is still seen and reaped by the supervisor.
-func BecomeSubreaper() error {
-	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-}
-
 // waitHealthy polls the health endpoint every poll until it answers 200,
 // the collector exits, or ctx ends.
 func waitHealthy(ctx context.Context, c *collector, port int, poll time.Duration) error {
@@ -249,36 +241,6 @@ func tailFile(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// ProcStartTime returns field 22 (starttime, clock ticks since boot) of
-// /proc/<pid>/stat: with the pid, it names one process for its lifetime.
-func ProcStartTime(pid int) (uint64, error) {
-	f, err := procStatFields(pid)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
-// procStatFields returns the fields of /proc/<pid>/stat from field 3
-// (state) on: f[0] is field 3, f[2] the process group (5), f[19] the
-// start time (22). The command name (field 2) may hold spaces and
-// parentheses, so the split is after the last ')'.
-func procStatFields(pid int) ([]string, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return nil, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 20 {
-		return nil, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	return f, nil
 }
 
 var versionRE = regexp.MustCompile(`version v?(\d+)\.(\d+)\.(\d+)`)

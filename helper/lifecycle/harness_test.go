@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	hproc "github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -576,7 +577,7 @@ func (s *sup) runGym(t testing.TB, server string, rollouts int, provider string)
 // procAlive reports whether pid is alive and still the process that started
 // at start ticks (0: any).
 func procAlive(pid int, start uint64) bool {
-	st, err := lifecycle.ProcStartTime(pid)
+	st, err := hproc.StartTime(pid)
 	if err != nil {
 		return false
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 )
 
 // errForeignListener: a port the supervisor chose is listened on by a
@@ -63,7 +65,7 @@ func groupSockets(pgid int) map[uint64]bool {
 		if err != nil {
 			continue
 		}
-		if g, err := procPgid(pid); err != nil || g != pgid {
+		if st, err := proc.ReadStat(pid); err != nil || st.Pgid != pgid {
 			continue
 		}
 		fds, _ := os.ReadDir(filepath.Join("/proc", e.Name(), "fd"))
@@ -80,15 +82,6 @@ func groupSockets(pgid int) map[uint64]bool {
 		}
 	}
 	return out
-}
-
-// procPgid is field 5 of /proc/<pid>/stat.
-func procPgid(pid int) (int, error) {
-	f, err := procStatFields(pid)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(f[2])
 }
 
 // socket is one listening socket: its inode and owner.

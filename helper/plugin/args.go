@@ -6,7 +6,7 @@
 // the steps read, and stops the supervisor from the epilog.
 //
 // Nothing here runs in a slurmstepd step process: the steps are pure C and
-// only read the record (see Record).
+// only read the record (see record.Record).
 package plugin
 
 import (

@@ -10,6 +10,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 )
 
 // Epilog stops the job's supervisor on this node, ends what is left of the
@@ -22,15 +24,15 @@ import (
 // without a cgroup, the supervisor's session is SIGKILLed instead. The
 // returned error is for the log only: the epilog always returns 0 to Slurm.
 func Epilog(a Args, cluster, node string, jobID uint32, log logrus.FieldLogger) error {
-	dir := JobRecordDir(a.RecordDir, node, jobID)
+	dir := record.JobDir(a.RecordDir, node, jobID)
 	group := openJobGroup(cluster, node, jobID)
-	if err := checkRootDir(dir); err != nil {
+	if err := record.CheckRootDir(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return endJobGroup(group, jobID, log)
 		}
 		return errors.Join(err, endJobGroup(group, jobID, log))
 	}
-	rec, rerr := ReadRecord(dir)
+	rec, rerr := record.Read(dir)
 	if rerr == nil && rec.Status == "ready" && rec.SupervisorPID > 1 {
 		stopSupervisor(rec, group, jobID, log)
 	}
@@ -47,15 +49,18 @@ func Epilog(a Args, cluster, node string, jobID uint32, log logrus.FieldLogger) 
 // isOurs reports whether rec's supervisor pid still names the process the
 // prolog started: same real uid and start time, not a zombie, and inside
 // the job's cgroup when there is one (a reused pid is in none of ours).
-func isOurs(rec *Record, g *cgroup.Group) bool {
-	ps, err := readProc(rec.SupervisorPID)
-	if err != nil || ps.State == 'Z' || ps.UID != rec.UID || ps.StartTime != rec.SupervisorStart {
+func isOurs(rec *record.Record, g *cgroup.Group) bool {
+	ps, err := proc.ReadStat(rec.SupervisorPID)
+	if err != nil || ps.State == 'Z' || ps.StartTime != rec.SupervisorStart {
+		return false
+	}
+	if uid, err := proc.RealUID(rec.SupervisorPID); err != nil || uid != rec.UID {
 		return false
 	}
 	return g == nil || !g.Exists() || g.Contains(rec.SupervisorPID)
 }
 
-func stopSupervisor(rec *Record, g *cgroup.Group, jobID uint32, log logrus.FieldLogger) {
+func stopSupervisor(rec *record.Record, g *cgroup.Group, jobID uint32, log logrus.FieldLogger) {
 	pid := rec.SupervisorPID
 	bound := time.Duration(max(rec.DrainTimeout, 1)) * time.Second
 	start := time.Now()
@@ -81,7 +86,7 @@ func stopSupervisor(rec *Record, g *cgroup.Group, jobID uint32, log logrus.Field
 	// pid, and it was ours when the epilog began: a session id is not
 	// reused while the session has members, so whatever is left with that
 	// session id and the job's uid is the supervisor's.
-	left := sessionMembers(pid, rec.UID)
+	left := proc.SessionMembers(pid, rec.UID)
 	for _, p := range left {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // TestHoldSampledC runs spank/hold.c (the batch step's reader of the
@@ -14,7 +16,7 @@ import (
 // does not, including hostile content the job's user could write.
 func TestHoldSampledC(t *testing.T) {
 	dir := t.TempDir()
-	bin := buildCDriver(t, dir, "hold", "hold.c", `#include <stdio.h>
+	bin := testenv.BuildCDriver(t, dir, "hold", "hold.c", `#include <stdio.h>
 #include <stdlib.h>
 #include <sys/types.h>
 int gos_hold_sampled(const char *dir, uid_t uid, long long since_ms);

@@ -40,7 +40,7 @@ type supervisor struct {
 //     fork and leaves it right after, so no instant exists in which the
 //     supervisor, or anything it starts, is outside the group;
 //   - (the supervisor lowers its resource limits to the node's ordinary
-//     ones itself, first thing: see lifecycle.LowerToNodeLimits);
+//     ones itself, first thing: see proc.LowerToNodeLimits);
 //   - oom_score_adj 0 (slurmd's is often -1000), set with privilege so the
 //     user cannot lower it again;
 //   - no_new_privs: no setuid or file capability can raise it again.

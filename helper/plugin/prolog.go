@@ -16,7 +16,10 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/taskenv"
 )
 
 // SupervisorPath is the PATH the supervisor gets.
@@ -71,7 +74,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	node := NodeName(in.Getenv)
-	dir, err := MakeJobRecordDir(in.Args.RecordDir, node, in.JobID)
+	dir, err := record.MakeJobDir(in.Args.RecordDir, node, in.JobID)
 	if err != nil {
 		return err
 	}
@@ -79,16 +82,16 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	sweepCtx, sweepDone := context.WithDeadline(ctx, deadline.Add(-KillReserve-QueryBound))
 	SweepStale(sweepCtx, in.Args.RecordDir, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, log)
 	sweepDone()
-	rec := &Record{Status: "failed", OnFailure: "continue", UID: in.UID}
+	rec := &record.Record{Status: "failed", OnFailure: "continue", UID: in.UID}
 	fail := func(err error) error {
 		// A failed record carries no task env: nothing of what failed
 		// (a value the record format cannot hold) is written again. The
 		// reason may quote the user's collector log: one short line of
 		// printable text, in the record and in slurmd's log.
 		rec.Status, rec.Env = "failed", nil
-		rec.Reason = UserText(err.Error(), MaxReasonBytes)
+		rec.Reason = record.UserText(err.Error(), record.MaxReasonBytes)
 		err = errors.New(rec.Reason)
-		if werr := WriteRecord(dir, rec); werr != nil {
+		if werr := record.Write(dir, rec); werr != nil {
 			return errors.Join(err, werr)
 		}
 		return err
@@ -119,7 +122,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if in.Token == "" {
 		return fail(fmt.Errorf("the job carries no token (GYM_OTEL_TOKEN): was %s set in the submitting shell?", spec.Otel.TokenEnv))
 	}
-	rec.FinalWait = FinalWait(spec.Otel)
+	rec.FinalWait = taskenv.FinalWait(spec.Otel)
 	// The epilog's wait: the user's shutdown bound plus the span-metrics
 	// flush, within the epilog's deadline less the final cgroup kill.
 	epilogWait := budget(in.Args.PrologTimeout, slurmBounds.Epilog) - GroupKillBound - time.Second
@@ -132,7 +135,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return fail(fmt.Errorf("the job's user (uid %d): %w", in.UID, err))
 	}
-	groups, err := supplementaryGroups(u)
+	groups, err := proc.SupplementaryGroups(u)
 	if err != nil {
 		return fail(fmt.Errorf("the groups of %s: %w", u.Username, err))
 	}
@@ -157,7 +160,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		lifecycle.EnvSpec + "=" + nodeSpec,
 		spec.Otel.TokenEnv + "=" + in.Token,
 		lifecycle.EnvFacts + "=" + string(factsJSON),
-		lifecycle.EnvRecord + "=" + filepath.Join(dir, RecordFile),
+		lifecycle.EnvRecord + "=" + filepath.Join(dir, record.File),
 		"PATH=" + SupervisorPath,
 		"HOME=" + u.HomeDir,
 		"USER=" + u.Username,
@@ -193,7 +196,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		sup.kill()
 		return fail(err)
 	}
-	ps, err := readProc(sup.pid)
+	ps, err := proc.ReadStat(sup.pid)
 	if err != nil {
 		sup.kill()
 		return fail(fmt.Errorf("the supervisor (pid %d) is gone after its report: %w", sup.pid, err))
@@ -201,8 +204,8 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	rec.Status = "ready"
 	rec.SupervisorPID = sup.pid
 	rec.SupervisorStart = ps.StartTime
-	rec.Env = TaskEnv(spec, facts, rep)
-	if err := WriteRecord(dir, rec); err != nil {
+	rec.Env = taskenv.TaskEnv(spec, facts, rep)
+	if err := record.Write(dir, rec); err != nil {
 		sup.kill()
 		return fail(err)
 	}
@@ -215,26 +218,10 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 // token variable and Slurm's copies of the forwarded token.
 func unsetNames(tokenEnv string) []string {
 	out := []string{}
-	if identRE(tokenEnv) {
+	if record.EnvName(tokenEnv) {
 		out = append(out, tokenEnv)
 	}
-	return append(out, TokenCopies...)
-}
-
-func supplementaryGroups(u *user.User) ([]uint32, error) {
-	ids, err := u.GroupIds()
-	if err != nil {
-		return nil, err
-	}
-	var out []uint32
-	for _, s := range ids {
-		g, err := strconv.ParseUint(s, 10, 32)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, uint32(g))
-	}
-	return out, nil
+	return append(out, taskenv.TokenCopies...)
 }
 
 func prologFacts(ctx context.Context, in PrologInput, node, userName string, log logrus.FieldLogger) (jobfacts.Facts, error) {
@@ -268,7 +255,7 @@ func prologFacts(ctx context.Context, in PrologInput, node, userName string, log
 		nodelist = in.Getenv("SLURM_NODELIST")
 	}
 	if nodelist != "" {
-		idx, err := NodeIndex(nodelist, node)
+		idx, err := slurm.NodeIndex(nodelist, node)
 		if err != nil {
 			return f, err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
 
@@ -24,7 +25,7 @@ import (
 func SweepStale(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
 	defer sweepOrphanGroups(recordDir, cluster, node, current, log)
 	base := filepath.Join(recordDir, node)
-	if checkRootDir(base) != nil {
+	if record.CheckRootDir(base) != nil {
 		return
 	}
 	ents, err := os.ReadDir(base)
@@ -37,11 +38,11 @@ func SweepStale(ctx context.Context, recordDir, cluster, node string, current ui
 			continue
 		}
 		dir := filepath.Join(base, e.Name())
-		if checkRootDir(dir) != nil {
+		if record.CheckRootDir(dir) != nil {
 			continue
 		}
 		group := openJobGroup(cluster, node, uint32(id))
-		if rec, err := ReadRecord(dir); err == nil && rec.SupervisorPID > 1 && isOurs(rec, group) {
+		if rec, err := record.Read(dir); err == nil && rec.SupervisorPID > 1 && isOurs(rec, group) {
 			continue
 		}
 		if ctx.Err() != nil {
@@ -87,7 +88,7 @@ func sweepOrphanGroups(recordDir, cluster, node string, current uint32, log logr
 				continue
 			}
 			seen[uint32(id)] = true
-			if _, err := os.Lstat(JobRecordDir(recordDir, node, uint32(id))); !errors.Is(err, os.ErrNotExist) {
+			if _, err := os.Lstat(record.JobDir(recordDir, node, uint32(id))); !errors.Is(err, os.ErrNotExist) {
 				continue
 			}
 			if err := endJobGroup(openJobGroup(cluster, node, uint32(id)), uint32(id), log); err != nil {

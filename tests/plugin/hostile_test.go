@@ -23,7 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -149,7 +149,7 @@ func hostileJob(t *testing.T, boundMiB int64) {
 	}
 	jobID := jobIDOf(t, r)
 	pid1, _ := os.ReadFile("/proc/1/limits")
-	nodeLimits, err := lifecycle.ParseLimits(string(pid1))
+	nodeLimits, err := proc.ParseLimits(string(pid1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func hostileJob(t *testing.T, boundMiB int64) {
 			t.Errorf("%s: oom_score_adj %q, want 0", node, oom)
 		}
 		lim, _ := os.ReadFile(n + ".limits")
-		got, err := lifecycle.ParseLimits(string(lim))
+		got, err := proc.ParseLimits(string(lim))
 		if err != nil {
 			t.Fatalf("%s: %v", node, err)
 		}

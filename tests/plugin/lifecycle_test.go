@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gym-otel-spank/gym-otel-spank/helper/plugin"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -330,12 +330,12 @@ func TestTimeLimit(t *testing.T) {
 // slurmctld says that job is over, and leaves a live job's record alone.
 func TestStaleRecordSwept(t *testing.T) {
 	waitIdle(t)
-	stale := plugin.JobRecordDir(recordDir, "gn1", 999001)
-	if _, err := plugin.MakeJobRecordDir(recordDir, "gn1", 999001); err != nil {
+	stale := record.JobDir(recordDir, "gn1", 999001)
+	if _, err := record.MakeJobDir(recordDir, "gn1", 999001); err != nil {
 		t.Fatal(err)
 	}
 	// A supervisor pid that is not the recorded process (start time 1).
-	if err := plugin.WriteRecord(stale, &plugin.Record{Status: "ready", OnFailure: "continue", UID: 2001,
+	if err := record.Write(stale, &record.Record{Status: "ready", OnFailure: "continue", UID: 2001,
 		SupervisorPID: os.Getpid(), SupervisorStart: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,32 +1,30 @@
-package plugin
+package testenv
 
 import (
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
-
-	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
-// buildCDriver compiles the C front's file spank/<source> with a test
+// BuildCDriver compiles the C front's file spank/<source> with a test
 // driver (driver, C source text) into dir/<name>, with the plugin's own
 // warnings (-Werror) and include paths, and returns the binary. It skips
 // (or fails, with real parts required) without gcc or Slurm's spank.h.
-func buildCDriver(t *testing.T, dir, name, source, driver string) string {
+func BuildCDriver(t *testing.T, dir, name, source, driver string) string {
 	t.Helper()
 	cc, err := exec.LookPath("gcc")
 	if err != nil {
-		testenv.Missing(t, "gcc")
+		Missing(t, "gcc")
 	}
 	if _, err := os.Stat("/usr/include/slurm/spank.h"); err != nil {
-		testenv.Missing(t, "slurm/spank.h (libslurm-dev)")
+		Missing(t, "slurm/spank.h (libslurm-dev)")
 	}
 	main := filepath.Join(dir, name+"-main.c")
 	if err := os.WriteFile(main, []byte(driver), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	root := testenv.Root()
+	root := Root()
 	bin := filepath.Join(dir, name)
 	if out, err := exec.Command(cc, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I"+filepath.Join(root, "spank"),
 		"-I"+filepath.Join(root, "include"), "-o", bin, filepath.Join(root, "spank", source), main).CombinedOutput(); err != nil {

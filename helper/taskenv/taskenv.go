@@ -1,4 +1,4 @@
-package plugin
+package taskenv
 
 import (
 	"net/url"
@@ -7,36 +7,37 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 )
 
 // TaskEnv is the env every task of the job on this node gets when the
 // node's collector is ready: Gym's switches and the OTLP exporter settings
 // pointing at this node's collector on 127.0.0.1, with the per-job receiver
 // token as the exporter's Authorization header.
-func TaskEnv(spec *config.Resolved, f jobfacts.Facts, rep lifecycle.Report) []KV {
+func TaskEnv(spec *config.Resolved, f jobfacts.Facts, rep lifecycle.Report) []record.KV {
 	b01 := func(b bool) string {
 		if b {
 			return "1"
 		}
 		return "0"
 	}
-	env := []KV{
+	env := []record.KV{
 		// gym_telemetry: false keeps the collector for engine and node
 		// metrics only: Gym's own instrumentation stays off.
-		{"NEMO_GYM_OTEL_ENABLED", b01(spec.Otel.GymTelemetry)},
-		{"NEMO_GYM_OTEL_RUN_ID", jobfacts.RunID(spec, f)},
-		{"NEMO_GYM_OTEL_SPAN_GROUPS", spec.Otel.GymSpanGroups},
-		{"NEMO_GYM_OTEL_LOGS_ENABLED", b01(spec.Otel.GymLogs)},
-		{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:" + strconv.Itoa(rep.Ports.OTLPHTTP)},
-		{"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"},
+		{Key: "NEMO_GYM_OTEL_ENABLED", Value: b01(spec.Otel.GymTelemetry)},
+		{Key: "NEMO_GYM_OTEL_RUN_ID", Value: jobfacts.RunID(spec, f)},
+		{Key: "NEMO_GYM_OTEL_SPAN_GROUPS", Value: spec.Otel.GymSpanGroups},
+		{Key: "NEMO_GYM_OTEL_LOGS_ENABLED", Value: b01(spec.Otel.GymLogs)},
+		{Key: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://127.0.0.1:" + strconv.Itoa(rep.Ports.OTLPHTTP)},
+		{Key: "OTEL_EXPORTER_OTLP_PROTOCOL", Value: "http/protobuf"},
 		// The OTEL_EXPORTER_OTLP_HEADERS value is a W3C baggage-style list:
 		// the space of "Bearer <token>" is percent-encoded.
-		{"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=" + url.PathEscape("Bearer "+rep.ReceiverToken)},
+		{Key: "OTEL_EXPORTER_OTLP_HEADERS", Value: "Authorization=" + url.PathEscape("Bearer "+rep.ReceiverToken)},
 	}
 	if spec.Otel.GymTelemetry {
 		env = append(env,
-			KV{"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://127.0.0.1:" + strconv.Itoa(rep.Ports.OTLPGRPC)},
-			KV{"OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "grpc"},
+			record.KV{Key: "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", Value: "http://127.0.0.1:" + strconv.Itoa(rep.Ports.OTLPGRPC)},
+			record.KV{Key: "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", Value: "grpc"},
 		)
 	}
 	return env
@@ -47,7 +48,7 @@ func TaskEnv(spec *config.Resolved, f jobfacts.Facts, rep lifecycle.Report) []KV
 var TokenCopies = []string{"GYM_OTEL_TOKEN", "SPANK_GYM_OTEL_TOKEN", "SLURM_SPANK_GYM_OTEL_TOKEN"}
 
 // FinalWait is the batch step's final-scrape wait: one scrape interval and
-// a second, at most MaxFinalWait seconds.
+// a second, at most record.MaxFinalWait seconds.
 func FinalWait(o config.Otel) int {
-	return min(o.ScrapeIntervalSeconds+1, MaxFinalWait)
+	return min(o.ScrapeIntervalSeconds+1, record.MaxFinalWait)
 }

@@ -1,4 +1,4 @@
-package plugin
+package record
 
 import (
 	"bufio"
@@ -58,8 +58,8 @@ type Record struct {
 // KV is one environment variable.
 type KV struct{ Key, Value string }
 
-// RecordFile is the record's file name inside the job's record dir.
-const RecordFile = "record"
+// File is the record's file name inside the job's record dir.
+const File = "record"
 
 // MaxFinalWait bounds the batch step's final-scrape wait (seconds), below
 // Slurm's default UnkillableStepTimeout of 60 s.
@@ -118,13 +118,13 @@ func (r *Record) Marshal() ([]byte, error) {
 	fmt.Fprintf(&b, "cgroup_memory=%s\n", oneLine(r.CgroupMemory))
 	fmt.Fprintf(&b, "cgroup_cpuset=%s\n", oneLine(r.CgroupCpuset))
 	for _, kv := range r.Env {
-		if !identRE(kv.Key) || strings.ContainsAny(kv.Value, "\n\r\x00") {
+		if !EnvName(kv.Key) || strings.ContainsAny(kv.Value, "\n\r\x00") {
 			return nil, fmt.Errorf("record: env %q: not a name or a one-line value", kv.Key)
 		}
 		fmt.Fprintf(&b, "env=%s=%s\n", kv.Key, kv.Value)
 	}
 	for _, n := range r.Unset {
-		if !identRE(n) {
+		if !EnvName(n) {
 			return nil, fmt.Errorf("record: unset %q: not a variable name", n)
 		}
 		fmt.Fprintf(&b, "unset=%s\n", n)
@@ -132,8 +132,8 @@ func (r *Record) Marshal() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// ParseRecord parses a record's text.
-func ParseRecord(data []byte) (*Record, error) {
+// Parse parses a record's text.
+func Parse(data []byte) (*Record, error) {
 	r := &Record{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
@@ -184,7 +184,8 @@ func ParseRecord(data []byte) (*Record, error) {
 	return r, sc.Err()
 }
 
-func identRE(s string) bool {
+// EnvName reports whether s is a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*).
+func EnvName(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -196,8 +197,8 @@ func identRE(s string) bool {
 	return true
 }
 
-// JobRecordDir is <recordDir>/<node>/<jobID>.
-func JobRecordDir(recordDir, node string, jobID uint32) string {
+// JobDir is <recordDir>/<node>/<jobID>.
+func JobDir(recordDir, node string, jobID uint32) string {
 	return filepath.Join(recordDir, node, strconv.FormatUint(uint64(jobID), 10))
 }
 
@@ -207,10 +208,12 @@ func ensureRootDir(dir string, mode os.FileMode) error {
 	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	return checkRootDir(dir)
+	return CheckRootDir(dir)
 }
 
-func checkRootDir(dir string) error {
+// CheckRootDir returns an error unless dir is a real directory (not a
+// symlink) owned by root and not writable by group or others.
+func CheckRootDir(dir string) error {
 	fi, err := os.Lstat(dir)
 	if err != nil {
 		return err
@@ -228,16 +231,16 @@ func checkRootDir(dir string) error {
 	return nil
 }
 
-// MakeJobRecordDir creates <recordDir>, <recordDir>/<node> and the job's
+// MakeJobDir creates <recordDir>, <recordDir>/<node> and the job's
 // dir, all root's and 0711, refusing symlinks and foreign owners. They can
 // be searched but not listed by others: the supervisor (the job's user) can
 // stat its record (0600) to notice the job's end, but neither read it nor
 // list which jobs a node runs.
-func MakeJobRecordDir(recordDir, node string, jobID uint32) (string, error) {
+func MakeJobDir(recordDir, node string, jobID uint32) (string, error) {
 	if node == "" || strings.ContainsAny(node, "/\x00") || node == "." || node == ".." {
 		return "", fmt.Errorf("node name %q is not usable as a directory name", node)
 	}
-	dir := JobRecordDir(recordDir, node, jobID)
+	dir := JobDir(recordDir, node, jobID)
 	for _, d := range []string{recordDir, filepath.Join(recordDir, node), dir} {
 		if err := ensureRootDir(d, 0o711); err != nil {
 			return "", fmt.Errorf("record dir: %w", err)
@@ -249,9 +252,9 @@ func MakeJobRecordDir(recordDir, node string, jobID uint32) (string, error) {
 	return dir, nil
 }
 
-// WriteRecord writes r into dir atomically (a temporary file, fsync,
+// Write writes r into dir atomically (a temporary file, fsync,
 // rename), mode 0600.
-func WriteRecord(dir string, r *Record) error {
+func Write(dir string, r *Record) error {
 	data, err := r.Marshal()
 	if err != nil {
 		return err
@@ -277,16 +280,16 @@ func WriteRecord(dir string, r *Record) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, RecordFile))
+	return os.Rename(tmp, filepath.Join(dir, File))
 }
 
-// ReadRecord reads dir's record, checking it is root's and not writable by
+// Read reads dir's record, checking it is root's and not writable by
 // group or others.
-func ReadRecord(dir string) (*Record, error) {
-	if err := checkRootDir(dir); err != nil {
+func Read(dir string) (*Record, error) {
+	if err := CheckRootDir(dir); err != nil {
 		return nil, err
 	}
-	p := filepath.Join(dir, RecordFile)
+	p := filepath.Join(dir, File)
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
@@ -305,5 +308,5 @@ func ReadRecord(dir string) (*Record, error) {
 	if _, err := buf.ReadFrom(f); err != nil {
 		return nil, err
 	}
-	return ParseRecord(buf.Bytes())
+	return Parse(buf.Bytes())
 }

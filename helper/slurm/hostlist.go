@@ -1,4 +1,4 @@
-package plugin
+package slurm
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package lifecycle
+package proc
 
 import (
 	"errors"
@@ -120,15 +120,13 @@ func BecomeUser(name string) error {
 	if os.Getuid() == uid && os.Geteuid() == uid {
 		return nil
 	}
-	gids, err := u.GroupIds()
+	gids, err := SupplementaryGroups(u)
 	if err != nil {
-		return fmt.Errorf("groups of %s: %w", name, err)
+		return err
 	}
 	groups := make([]int, 0, len(gids))
 	for _, g := range gids {
-		if n, err := strconv.Atoi(g); err == nil {
-			groups = append(groups, n)
-		}
+		groups = append(groups, int(g))
 	}
 	if err := syscall.Setgroups(groups); err != nil {
 		return fmt.Errorf("setgroups: %w", err)

@@ -1,4 +1,4 @@
-package plugin
+package record
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 )
 
 // TestRecordReadByC is the record's one test vector for both languages:
-// a record written by WriteRecord (Go, the prolog) is read by
+// a record written by Write (Go, the prolog) is read by
 // spank/record.c (C, every step) compiled with a small driver, and each
 // field the steps use must come out as Go wrote it. A final wait above the
 // cap comes out as MaxFinalWait, so the C bound and the Go constant cannot
@@ -24,7 +24,7 @@ func TestRecordReadByC(t *testing.T) {
 	}
 	dir := t.TempDir()
 	// record.c's node-name helper calls SPANK; the driver only reads.
-	bin := buildCDriver(t, dir, "record", "record.c", `#include <stdio.h>
+	bin := testenv.BuildCDriver(t, dir, "record", "record.c", `#include <stdio.h>
 #include <stdlib.h>
 #include "gym_otel.h"
 spank_context_t spank_context(void) { return S_CTX_ERROR; }
@@ -60,11 +60,11 @@ int main(int argc, char **argv) {
 	}
 	for _, c := range []struct{ finalWait, want int }{{16, 16}, {0, 0}, {MaxFinalWait + 15, MaxFinalWait}} {
 		rec.FinalWait = c.finalWait
-		jobDir, err := MakeJobRecordDir(records, "n1", 7)
+		jobDir, err := MakeJobDir(records, "n1", 7)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteRecord(jobDir, rec); err != nil {
+		if err := Write(jobDir, rec); err != nil {
 			t.Fatal(err)
 		}
 		out, err := exec.Command(bin, records, "n1", "7").CombinedOutput()
@@ -82,20 +82,20 @@ int main(int argc, char **argv) {
 		if string(out) != want {
 			t.Errorf("final_wait %d: C read\n%s\nGo wrote\n%s", c.finalWait, out, want)
 		}
-		back, err := ReadRecord(jobDir)
+		back, err := Read(jobDir)
 		if err != nil || back.FinalWait != c.finalWait || back.CgroupCpuset != rec.CgroupCpuset || len(back.Env) != 2 {
 			t.Errorf("Go read back %+v %v", back, err)
 		}
 	}
 	// A record that is not root-only is read by neither side.
-	jobDir := JobRecordDir(records, "n1", 7)
-	if err := os.Chmod(filepath.Join(jobDir, RecordFile), 0o666); err != nil {
+	jobDir := JobDir(records, "n1", 7)
+	if err := os.Chmod(filepath.Join(jobDir, File), 0o666); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(bin, records, "n1", "7").CombinedOutput(); err == nil || !strings.Contains(string(out), "not a root-only regular file") {
 		t.Errorf("C read a world-writable record: %s", out)
 	}
-	if _, err := ReadRecord(jobDir); err == nil {
+	if _, err := Read(jobDir); err == nil {
 		t.Error("Go read a world-writable record")
 	}
 }

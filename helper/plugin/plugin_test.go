@@ -66,3 +66,23 @@ func TestSubmit(t *testing.T) {
 		t.Fatalf("off: %+v %v", res, err)
 	}
 }
+
+// The prolog asks slurmctld for array ids only when a name needs them.
+func TestUsesArrayIDs(t *testing.T) {
+	for _, c := range []struct {
+		dir, run string
+		want     bool
+	}{
+		{"/j/gym-otel-%j", "", false},
+		{"/j/%A_%a", "", true},
+		{"/j/x", "r%a", true},
+		{"/j/100%%A", "r%%a", false},
+		{"/j/%", "%", false},
+	} {
+		spec := &config.Resolved{JobDir: c.dir}
+		spec.Identity.RunID = c.run
+		if got := usesArrayIDs(spec); got != c.want {
+			t.Errorf("job_dir %q run_id %q: %v, want %v", c.dir, c.run, got, c.want)
+		}
+	}
+}

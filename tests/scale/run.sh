@@ -45,15 +45,17 @@ BACKEND_HEALTH=$((BACKEND_PORT + 1))
 TOKEN=scale-token-3e9a71
 INSTALL=$BASE/install
 RECORDS=/run/gym-otel-scale
-OUT=$REPO/build/bench-scale/$NODES
+OUT=${GOS_SCALE_OUT:-$REPO/build/bench-scale/$NODES}
 COL=${GYM_OTEL_COLLECTOR:-$REPO/build/otelcol-gym}
+# The plugin and CLI to install (default: this tree's build/).
+PLUGIN_BUILD=${GOS_SCALE_BUILD:-$REPO/build}
 export SLURM_CONF=$GOS_SLURM_STATE/slurm.conf
 
 log() { printf '%s [scale] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "must run as root"
 for f in gym_otel.so gym_otel_core.so gym-otel-spank; do
-	[ -f "$REPO/build/$f" ] || die "build/$f missing: make build"
+	[ -f "$PLUGIN_BUILD/$f" ] || die "$PLUGIN_BUILD/$f missing: make build"
 done
 case " $MODES " in *" on "*) [ -x "$COL" ] || die "$COL missing: make collector" ;; esac
 T0=$(date +%s)
@@ -70,7 +72,7 @@ trap cleanup EXIT
 # ------------------------------------------------ install as an admin would
 mkdir -p "$INSTALL"
 for f in gym_otel.so gym_otel_core.so gym-otel-spank; do
-	install -m 0755 "$REPO/build/$f" "$INSTALL/$f"
+	install -m 0755 "$PLUGIN_BUILD/$f" "$INSTALL/$f"
 done
 cat >"$INSTALL/site.yaml" <<EOF
 otel:

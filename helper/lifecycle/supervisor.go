@@ -74,11 +74,6 @@ type Options struct {
 	// JobEnd is the job's end time as of its start (the prolog's
 	// SLURM_JOB_END_TIME, Slurm 23.02 and later); zero when unknown.
 	JobEnd time.Time
-	// NewSlurmd, after Slurm said the job still runs while SlurmdAlive
-	// could not vouch, finds the node's slurmd that now runs (TheSlurmd):
-	// a non-nil result replaces SlurmdAlive, so a slurmd restart costs one
-	// question per node. nil: not looked for.
-	NewSlurmd func() func() bool
 	// Report receives the one Report line (nil: none).
 	Report io.Writer
 	// Log receives the supervisor's own log lines (nil: logrus standard).
@@ -409,12 +404,6 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			running, err := s.opt.JobRunning(ctx, s.opt.Facts.JobID)
 			nextAsk = time.Now().Add(askEvery - s.opt.SlurmPoll/2)
 			askEvery = min(2*askEvery, MaxSlurmPoll)
-			if err == nil && running && s.opt.NewSlurmd != nil {
-				if f := s.opt.NewSlurmd(); f != nil && f() {
-					s.log.Infof("job %s still runs: the epilog of the node's new slurmd ends the collector", s.opt.Facts.JobID)
-					s.opt.SlurmdAlive, askEvery, nextAsk = f, s.opt.SlurmPoll, time.Time{}
-				}
-			}
 			if err == nil && !running {
 				s.log.Infof("Slurm no longer runs job %s; draining", s.opt.Facts.JobID)
 				return s.drain()

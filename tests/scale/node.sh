@@ -87,6 +87,37 @@ JOBOUT=$BASE/job
 mkdir -p "$JOBOUT"
 chown "$USER_NAME:" "$JOBOUT"
 
+# be_count: "requests bytes" the backend received so far (one jsonl line
+# per request; metrics and traces files).
+be_count() { cat "$BASE/backend/metrics.jsonl" "$BASE/backend/traces.jsonl" "$BASE/backend/logs.jsonl" 2>/dev/null | wc -lc | awk '{print $1, $2}'; }
+# be_points: data points and spans in the backend's files so far.
+be_points() {
+	python3 - "$BASE/backend" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+pts = spans = 0
+for name in ("metrics.jsonl", "traces.jsonl"):
+    p = os.path.join(d, name)
+    if not os.path.exists(p):
+        continue
+    for line in open(p):
+        try:
+            o = json.loads(line)
+        except ValueError:
+            continue
+        for rm in o.get("resourceMetrics", []):
+            for sm in rm.get("scopeMetrics", []):
+                for m in sm.get("metrics", []):
+                    for k in ("gauge", "sum", "histogram", "summary", "exponentialHistogram"):
+                        if k in m:
+                            pts += len(m[k].get("dataPoints", []))
+        for rs in o.get("resourceSpans", []):
+            for ss in rs.get("scopeSpans", []):
+                spans += len(ss.get("spans", []))
+print(pts, spans)
+PY
+}
+
 # ticks PID: utime+stime of PID (clock ticks).
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # mem PID: "VmRSS_KiB Pss_KiB".
@@ -128,12 +159,19 @@ HTTP=$(jq -r .ports.otlp_http "$BASE/report.json")
 RTOK=$(jq -r .receiver_token "$BASE/report.json")
 log "collector pid $CPID, OTLP HTTP $HTTP; warming up 20 s"
 sleep 20
+read -r BE_R0 BE_B0 <<<"$(be_count)"
+read -r BE_P0 _ <<<"$(be_points)"
 IDLE_CPU=$(cpu_over "$CPID" "$IDLE")
+read -r BE_R1 BE_B1 <<<"$(be_count)"
+read -r BE_P1 _ <<<"$(be_points)"
 SUP_IDLE=$(awk -v d="$(ticks "$SUP_PID")" -v hz="$HZ" -v s="$((IDLE + 20))" 'BEGIN {printf "%.2f", 100 * d / hz / s}')
 read -r IDLE_RSS IDLE_PSS <<<"$(mem "$CPID")"
 log "idle: $IDLE_CPU % of a core"
 read -r LOAD_CPU LOAD_RATE LOAD_OK LOAD_FAIL <<<"$(load_cpu "$CPID" "$HTTP" "$RTOK" "$LOAD" sup-load)"
 read -r LOAD_RSS LOAD_PSS <<<"$(cat "$BASE/sup-load.mem")"
+sleep 3
+read -r BE_R2 BE_B2 <<<"$(be_count)"
+read -r _ BE_S2 <<<"$(be_points)"
 log "load: $LOAD_CPU % of a core at $LOAD_RATE spans/s"
 cp "$JOBOUT/collector.yaml" "$BASE/rendered.yaml"
 kill -TERM "$SUP_PID"
@@ -150,6 +188,8 @@ TRACES_LINES=$(wc -l <"$JOBOUT/traces.jsonl" 2>/dev/null || echo 0)
 	echo "| supervisor CPU over its life until the load (% of one core) | $SUP_IDLE |"
 	echo "| collector CPU at $RATE spans/s, $((LOAD - 4)) s window (% of one core) | $LOAD_CPU (loadgen achieved $LOAD_RATE/s, ok $LOAD_OK, refused $LOAD_FAIL) |"
 	echo "| the same per 10,000 spans/s, idle subtracted | $(awk -v l="$LOAD_CPU" -v i="$IDLE_CPU" -v r="$LOAD_RATE" 'BEGIN {if (r+0 > 0) printf "%.2f", (l - i) * 10000 / r; else print "?"}') |"
+	echo "| to the backend, idle: requests/min, KiB/min (OTLP-JSON as the backend wrote it), data points/min | $(awk -v r=$((BE_R1 - BE_R0)) -v b=$((BE_B1 - BE_B0)) -v p=$((BE_P1 - BE_P0)) -v s="$IDLE" 'BEGIN {printf "%.1f, %.0f, %.0f", r*60/s, b/1024*60/s, p*60/s}') |"
+	echo "| to the backend during the load step ($LOAD s): requests, spans per request | $((BE_R2 - BE_R1)), $(awk -v r=$((BE_R2 - BE_R1)) -v s="$BE_S2" 'BEGIN {if (r>0) printf "%.0f", s/r; else print "?"}') (all requests, spans over all of them) |"
 	echo "| collector memory idle: VmRSS / PSS (MiB) | $((IDLE_RSS / 1024)) / $((IDLE_PSS / 1024)) |"
 	echo "| collector memory under load: VmRSS / PSS (MiB) | $((LOAD_RSS / 1024)) / $((LOAD_PSS / 1024)) |"
 	echo
@@ -189,7 +229,7 @@ EOF
 {
 	echo "## what dominates: the rendered configuration with one part out, run directly (no supervisor polling its metrics)"
 	echo
-	echo "| configuration | CPU idle, 120 s (% of a core) | CPU at $RATE spans/s, 26 s (% of a core) | achieved spans/s |"
+	echo "| configuration | CPU idle, 60 s (% of a core) | CPU at $RATE spans/s, 26 s (% of a core) | achieved spans/s |"
 	echo "|---|---|---|---|"
 } | tee -a "$OUT/result.txt"
 for v in as-rendered no-scrape no-spanmetrics no-files no-backend no-transform; do
@@ -206,7 +246,7 @@ for v in as-rendered no-scrape no-spanmetrics no-files no-backend no-transform; 
 	vhttp=$((HTTP + 1000))
 	for ((i = 0; i < 100; i++)); do (exec 3<>"/dev/tcp/127.0.0.1/$vhttp") 2>/dev/null && break; sleep 0.1; done
 	sleep 10
-	vidle=$(cpu_over "$vp" 120)
+	vidle=$(cpu_over "$vp" 60)
 	read -r vload vrate _ _ <<<"$(load_cpu "$vp" "$vhttp" "$vtok" 30 "var-$v-load")"
 	kill -TERM "$vp"
 	wait "$vp" 2>/dev/null || true

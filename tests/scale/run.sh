@@ -119,14 +119,17 @@ cat >"$JOB_DIR/job.sh" <<'EOF'
 # $1: marker dir. The first step: one task per node, each saying when it
 # started and whether its node's collector listens on the task's endpoint.
 d=$1
-srun --ntasks-per-node=1 bash -c '
+probe='
 	ep=${OTEL_EXPORTER_OTLP_ENDPOINT:-}
 	st=noenv
 	if [ -n "$ep" ]; then
 		hp=${ep#http://}; hp=${hp%%/*}
 		if (exec 3<>"/dev/tcp/${hp%:*}/${hp##*:}") 2>/dev/null; then st=listening; else st=closed; fi
 	fi
-	echo "$SLURMD_NODENAME $(date +%s%3N) $st"' >"$d/tasks.txt"
+	echo "$SLURMD_NODENAME $(date +%s%3N) $st"'
+# The batch script is the first task on the batch node.
+bash -c "$probe" >"$d/batch.txt"
+srun --ntasks-per-node=1 bash -c "$probe" >"$d/tasks.txt"
 # Each phase ends when the runner has read sdiag (bounded: 60 s).
 ack() { for ((i = 0; i < 600; i++)); do [ -e "$d/$1" ] && return; sleep 0.1; done; }
 touch "$d/steady.start"
@@ -292,7 +295,9 @@ for m in $MODES; do run_mode "$m"; done
 		echo "| prolog start to first task launch | $m | $(awk '$2>0 && $3>0 {print $3-$2}' "$OUT/nodes-$m.txt" | dist) |"
 		if [ "$m" = on ]; then
 			echo "| collector ready (supervisor start to health, its report) | $m | $(awk '$5>=0 {print $5}' "$OUT/nodes-$m.txt" | dist) |"
-			echo "| collector ready before first task launch (margin) | $m | $(awk '$4>0 && $3>0 {print $3-$4}' "$OUT/nodes-$m.txt" | dist) |"
+			# each node's first task: the batch script on the batch node, the first step's task elsewhere
+			cat "$JOB_DIR/$m/batch.txt" "$JOB_DIR/$m/tasks.txt" | sort -k1,1 -k2,2n | awk '!seen[$1]++ {print $1, $2}' >"$OUT/first-$m.txt"
+			echo "| collector ready to the node's first task start (margin) | $m | $(awk 'NR==FNR {r[$1]=$4; next} r[$1]>0 {print $2-r[$1]}' "$OUT/nodes-$m.txt" "$OUT/first-$m.txt" | dist) |"
 			echo "| epilog: supervisor stopped in | $m | $(awk '$6>=0 {print $6}' "$OUT/nodes-$m.txt" | dist) |"
 		fi
 		echo "| epilog start to end | $m | $(awk '$7>0 && $8>0 {print $8-$7}' "$OUT/nodes-$m.txt" | dist) |"
@@ -304,10 +309,11 @@ for m in $MODES; do run_mode "$m"; done
 		fw=$(grep -h "job $id: .*final-scrape wait" "$GOS_SLURM_STATE"/slurmd-gn*.log | sed -n 's/.* after \([0-9]*\) ms.*/\1/p' | head -1)
 		echo "end hold (the batch step's final-scrape wait, --gym-otel job): ${fw:-?} ms"
 		echo
-		before=$(awk '$4>0 && $3>0 && $4<=$3' "$OUT/nodes-on.txt" | wc -l)
+		before=$(awk 'NR==FNR {r[$1]=$4; next} r[$1]>0 && r[$1]<=$2' "$OUT/nodes-on.txt" "$OUT/first-on.txt" | wc -l)
 		listening=$(awk '$3=="listening"' "$JOB_DIR/on/tasks.txt" | wc -l)
-		echo "collector ready (log) before the node's first task launch: $before of $NODES nodes"
-		echo "first task found its node's collector listening on its endpoint: $listening of $NODES nodes $(awk '$3!="listening" {printf "%s:%s ", $1, $3}' "$JOB_DIR/on/tasks.txt")"
+		echo "collector ready (slurmd log) before the node's first task started (its own clock): $before of $NODES nodes"
+		echo "the batch script found the batch node's collector listening: $(awk '{print $1 ": " $3}' "$JOB_DIR/on/batch.txt")"
+		echo "the first step's task found its node's collector listening on its endpoint: $listening of $NODES nodes $(awk '$3!="listening" {printf "%s:%s ", $1, $3}' "$JOB_DIR/on/tasks.txt")"
 		echo
 		awk '{s+=$2; r+=$3; n++} END {printf "collectors: %d, PSS total %.0f MiB (%.1f MiB each), RSS total %.0f MiB (%.1f MiB each)\n", n, s/1024, (n?s/n/1024:0), r/1024, (n?r/n/1024:0)}' "$OUT/mem-on.txt"
 		awk '{s+=$2; r+=$3; n++} END {printf "supervisors: %d, PSS total %.0f MiB (%.1f MiB each)\n", n, s/1024, (n?s/n/1024:0)}' "$OUT/mem-on-sup.txt"

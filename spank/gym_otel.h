@@ -14,18 +14,14 @@
 #define gos_info(fmt, ...) slurm_info(GOS_PREFIX fmt, ##__VA_ARGS__)
 #define gos_debug(fmt, ...) slurm_debug(GOS_PREFIX fmt, ##__VA_ARGS__)
 
-/* Plugstack defaults (keep in step with helper/plugin/args.go). */
-#define GOS_DEFAULT_CLI "/usr/bin/gym-otel-spank"
-#define GOS_DEFAULT_RECORD_DIR "/run/gym-otel"
-#define GOS_DEFAULT_PROLOG_TIMEOUT 60
+/* The constants C shares with the Go side, generated from it. */
+#include "gym_otel_contract.h"
+
 #define GOS_CORE_NAME "gym_otel_core.so"
 
 /* args.c: plugstack.conf arguments. */
 struct gos_args {
-	char *site;
 	int default_on;
-	int prolog_timeout;
-	char *cli;
 	char *record_dir;
 	char *core;
 	char *joined; /* every argument, joined by '\n', for the Go core */
@@ -33,6 +29,7 @@ struct gos_args {
 };
 int gos_args_parse(struct gos_args *a, int ac, char **av);
 void gos_args_free(struct gos_args *a);
+void gos_clean_path(char *p);
 
 /* gym_otel.c: the option. */
 struct gos_option {
@@ -60,7 +57,7 @@ struct gos_record {
 	int ready;      /* status=ready */
 	int fail;       /* on_failure=fail */
 	char reason[1024];
-	int final_wait; /* seconds, 0..30 */
+	int final_wait; /* seconds, 0..GOS_MAX_FINAL_WAIT */
 	int nenv;
 	char **env;     /* "KEY=VALUE" */
 	int nunset;

@@ -71,7 +71,7 @@ int gos_hold_sampled(const char *dir, uid_t uid, long long since_ms)
 	ssize_t n;
 	int fd;
 
-	if (snprintf(path, sizeof(path), "%s/sampled", dir) >= (int)sizeof(path))
+	if (snprintf(path, sizeof(path), "%s/" GOS_SAMPLED_FILE, dir) >= (int)sizeof(path))
 		return 0;
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0)

@@ -44,7 +44,7 @@ int gos_job_prolog(spank_t sp, int ac, char **av)
 	gid_t gid;
 	sigset_t old;
 
-	spec = job_control("SPANK_GYM_OTEL_SPEC");
+	spec = job_control("SPANK_" GOS_JOB_CONTROL_SPEC);
 	if (!spec)
 		return 0; /* not a gym-otel job: Go is never loaded */
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS ||
@@ -57,7 +57,7 @@ int gos_job_prolog(spank_t sp, int ac, char **av)
 		gos_error("%s (the collector is off for job %u)", a.err, job_id);
 		goto out;
 	}
-	token = job_control("SPANK_GYM_OTEL_TOKEN");
+	token = job_control("SPANK_" GOS_JOB_CONTROL_TOKEN);
 	gos_debug("job %u: prolog: the job carries a spec", job_id);
 	unblock_all(&old);
 	if (gos_core_open(&a, &core) == 0)

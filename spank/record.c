@@ -1,6 +1,6 @@
 /*
  * record.c: reading root's record (written by the prolog through the Go
- * core; format in helper/plugin/record.go) in a step, in pure C.
+ * core; format in helper/record/record.go) in a step, in pure C.
  *
  * The record is trusted only when its directory and file are root's and
  * writable by no one else, and the file is read without following links.
@@ -170,7 +170,7 @@ int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 		snprintf(err, errlen, "%s: not a root-only directory: ignored", r->dir);
 		return -1;
 	}
-	snprintf(path, sizeof(path), "%s/record", r->dir);
+	snprintf(path, sizeof(path), "%s/" GOS_RECORD_FILE, r->dir);
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		if (errno == ENOENT)
@@ -207,8 +207,8 @@ int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 			r->final_wait = atoi(p + 11);
 			if (r->final_wait < 0)
 				r->final_wait = 0;
-			if (r->final_wait > 30)
-				r->final_wait = 30;
+			if (r->final_wait > GOS_MAX_FINAL_WAIT)
+				r->final_wait = GOS_MAX_FINAL_WAIT;
 		} else if (!strncmp(p, "cgroup_memory=", 14)) {
 			/* Root's own path (under /sys/fs/cgroup), from root's record. */
 			if (p[14] == '/' && !strstr(p + 14, "/../"))

@@ -338,7 +338,7 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 
 	/* The nesting marker: an srun in this job does not submit again. */
 	snprintf(jobbuf, sizeof(jobbuf), "%u", st.job_id);
-	spank_setenv(sp, "GYM_OTEL_JOB", jobbuf, 1);
+	spank_setenv(sp, GOS_ENV_IN_JOB, jobbuf, 1);
 	for (int i = 0; i < r.nunset; i++)
 		spank_unsetenv(sp, r.unset[i]);
 	if (r.ready) {

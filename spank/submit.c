@@ -79,7 +79,7 @@ static int nested_in_flagged_job(void)
 	/* GYM_OTEL_JOB: set by the steps of a job that has the collector
 	 * (step.c) and by salloc's client after its submit; the option env:
 	 * how sbatch hands the option to the steps. */
-	return getenv("GYM_OTEL_JOB") || getenv(GOS_OPTION_ENV);
+	return getenv(GOS_ENV_IN_JOB) || getenv(GOS_OPTION_ENV);
 }
 
 /*
@@ -183,8 +183,8 @@ int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok)
 		ret = explicit_flag ? -1 : 0;
 		goto done;
 	}
-	if (spank_job_control_setenv(sp, "GYM_OTEL_SPEC", spec, 1) != ESPANK_SUCCESS ||
-	    spank_job_control_setenv(sp, "GYM_OTEL_TOKEN", token, 1) != ESPANK_SUCCESS) {
+	if (spank_job_control_setenv(sp, GOS_JOB_CONTROL_SPEC, spec, 1) != ESPANK_SUCCESS ||
+	    spank_job_control_setenv(sp, GOS_JOB_CONTROL_TOKEN, token, 1) != ESPANK_SUCCESS) {
 		slurm_error(GOS_PREFIX "spank_job_control_setenv failed");
 		ret = explicit_flag ? -1 : 0;
 		goto done;
@@ -192,7 +192,7 @@ int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok)
 	/* The token travels once, as the job-control variable. */
 	unsetenv(token_env);
 	if (!strcmp(program_invocation_short_name, "salloc"))
-		setenv("GYM_OTEL_JOB", "salloc", 1);
+		setenv(GOS_ENV_IN_JOB, "salloc", 1);
 done:
 	if (out) {
 		explicit_bzero(out, strlen(out));

@@ -129,7 +129,7 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 	if out == "" {
 		out = jobfacts.OutputDir(r, f)
 	}
-	y, err := render.Render(render.Input{Spec: r, Job: jobfacts.RenderJob(r, f), Ports: p, OutputDir: out})
+	y, err := render.Render(render.Input{Resolved: r, Job: jobfacts.RenderJob(r, f), Ports: p, OutputDir: out})
 	if err != nil {
 		return err
 	}

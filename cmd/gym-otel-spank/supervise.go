@@ -97,7 +97,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 		if *jobID == "" {
 			return usageError{"--job-id is required (or --from-env)"}
 		}
-		opt.Spec, opt.RecordPath, opt.OutputDir = spec, *record, *output
+		opt.Resolved, opt.RecordPath, opt.OutputDir = spec, *record, *output
 		opt.Facts = jobfacts.Facts{JobID: *jobID, Node: *node, NodeIndex: *nodeIndex, Cluster: os.Getenv("SLURM_CLUSTER_NAME")}
 		if opt.Facts.Node == "" {
 			opt.Facts.Node, _ = os.Hostname()
@@ -141,7 +141,7 @@ func optionsFromEnv(opt *lifecycle.Options) error {
 	if err := json.Unmarshal([]byte(os.Getenv(envFacts)), &opt.Facts); err != nil {
 		return fmt.Errorf("%s: %w", envFacts, err)
 	}
-	opt.Spec, opt.RecordPath = spec, os.Getenv(envRecord)
+	opt.Resolved, opt.RecordPath = spec, os.Getenv(envRecord)
 	opt.SlurmdAlive = lifecycle.SlurmdAliveFunc(os.Getenv(lifecycle.EnvSlurmd))
 	opt.JobEnd = lifecycle.ParseJobEnd(os.Getenv(lifecycle.EnvJobEnd))
 	return takeToken(opt)
@@ -152,15 +152,15 @@ func optionsFromEnv(opt *lifecycle.Options) error {
 // kernel's copy in /proc/<pid>/environ stays, readable by the job's user
 // only, as the collector's is.
 func takeToken(opt *lifecycle.Options) error {
-	if !opt.Spec.Otel.Enabled {
+	if !opt.Resolved.Otel.Enabled {
 		return fmt.Errorf("otel.enabled is false for this job: nothing to supervise")
 	}
 	if opt.Token == "" {
-		opt.Token = os.Getenv(opt.Spec.Otel.TokenEnv)
+		opt.Token = os.Getenv(opt.Resolved.Otel.TokenEnv)
 	}
 	if opt.Token == "" {
-		return fmt.Errorf("otel.token_env: %s is empty in the supervisor's environment", opt.Spec.Otel.TokenEnv)
+		return fmt.Errorf("otel.token_env: %s is empty in the supervisor's environment", opt.Resolved.Otel.TokenEnv)
 	}
-	os.Unsetenv(opt.Spec.Otel.TokenEnv)
+	os.Unsetenv(opt.Resolved.Otel.TokenEnv)
 	return nil
 }

@@ -68,8 +68,6 @@ func (s Service) portKey() string {
 // Other keys are ignored, whatever Gym adds. The file must already be
 // resolved: OmegaConf interpolations (${...}) mean nothing to YAML.
 type GymConfig struct {
-	// Path is the file read.
-	Path string
 	// Otel is the layer from its otel: block: Gym's own keys only (see
 	// GymOtelKeys); other keys there are ignored with a note.
 	Otel Layer
@@ -117,7 +115,7 @@ func LoadGymConfig(path string) (*GymConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &GymConfig{Path: path}
+	g := &GymConfig{}
 	var errs []error
 	add := func(err error) {
 		if err != nil {

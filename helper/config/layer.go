@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -22,16 +21,6 @@ type setting struct {
 	def   *keyDef
 	v     value
 	where string // "file:line" or the inline item
-}
-
-// Keys returns the otel keys this layer sets, sorted.
-func (l Layer) Keys() []string {
-	out := make([]string, 0, len(l.settings))
-	for _, s := range l.settings {
-		out = append(out, s.def.name)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // where is where the layer sets key ("" when it does not): "file:line" or

@@ -233,7 +233,7 @@ func (s *supervisor) followSampled(ctx context.Context) (stop func()) {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	targets := render.Targets(render.Input{Spec: s.opt.Spec, Job: jobfacts.RenderJob(s.opt.Spec, s.opt.Facts)})
+	targets := render.Targets(render.Input{Resolved: s.opt.Resolved, Job: jobfacts.RenderJob(s.opt.Resolved, s.opt.Facts)})
 	go followSamples(ctx, s.opt.RecordPath, filepath.Join(s.out, "metrics.jsonl"), targets, DefaultSampledPoll)
 	return cancel
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // Defaults of Options.
@@ -48,8 +49,8 @@ const (
 
 // Options configure one supervisor run.
 type Options struct {
-	// Spec is the job's validated resolved spec.
-	Spec *config.Resolved
+	// Resolved is the job's validated resolved settings.
+	Resolved *config.Resolved
 	// Facts are the job's facts on this node.
 	Facts jobfacts.Facts
 	// Token is the backend bearer token (the value of otel.token_env); it
@@ -99,6 +100,7 @@ type Options struct {
 type supervisor struct {
 	opt        Options
 	o          config.Otel
+	pol        timing.Policy
 	log        *logrus.Logger
 	out        string
 	logPath    string
@@ -119,7 +121,7 @@ type supervisor struct {
 // It returns nil after a clean drain; an error when the collector could not
 // be made ready (after reporting failed) or did not shut down cleanly.
 func Run(ctx context.Context, opt Options) error {
-	s := &supervisor{opt: opt, o: opt.Spec.Otel, log: opt.Log, started: time.Now()}
+	s := &supervisor{opt: opt, o: opt.Resolved.Otel, pol: timing.For(opt.Resolved.Otel, timing.Bounds{}), log: opt.Log, started: time.Now()}
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}
@@ -156,7 +158,7 @@ func (s *supervisor) defaults() {
 	}
 	s.out = s.opt.OutputDir
 	if s.out == "" {
-		s.out = jobfacts.OutputDir(s.opt.Spec, s.opt.Facts)
+		s.out = jobfacts.OutputDir(s.opt.Resolved, s.opt.Facts)
 	}
 	s.logPath = filepath.Join(s.out, "collector.log")
 }
@@ -164,7 +166,7 @@ func (s *supervisor) defaults() {
 // startUp makes the output dir, checks the binary, chooses ports and starts
 // the collector until it is healthy, within health_check_timeout_seconds.
 func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(s.o.HealthCheckTimeoutSeconds)*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, s.pol.HealthWait)
 	defer cancel()
 	go func() {
 		select {
@@ -175,7 +177,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	}()
 	mode, _ := strconv.ParseUint(s.o.OutputDirMode, 8, 32)
 	if err := os.MkdirAll(s.out, os.FileMode(mode)); err != nil {
-		return fmt.Errorf("output dir %s (from job_dir %s): %w", s.out, s.opt.Spec.JobDir, unwrapPath(err))
+		return fmt.Errorf("output dir %s (from job_dir %s): %w", s.out, s.opt.Resolved.JobDir, unwrapPath(err))
 	}
 	if err := ownDir(s.out); err != nil {
 		return fmt.Errorf("output dir %s: %w", s.out, err)
@@ -245,8 +247,8 @@ func (s *supervisor) configPath() string { return filepath.Join(s.out, "collecto
 
 func (s *supervisor) writeConfig() error {
 	y, err := render.Render(render.Input{
-		Spec:      s.opt.Spec,
-		Job:       jobfacts.RenderJob(s.opt.Spec, s.opt.Facts),
+		Resolved:  s.opt.Resolved,
+		Job:       jobfacts.RenderJob(s.opt.Resolved, s.opt.Facts),
 		Ports:     s.ports,
 		OutputDir: s.out,
 	})
@@ -454,7 +456,7 @@ func (s *supervisor) restart(ctx context.Context) error {
 		return err
 	}
 	s.coll = c
-	hctx, cancel := context.WithTimeout(ctx, time.Duration(s.o.HealthCheckTimeoutSeconds)*time.Second)
+	hctx, cancel := context.WithTimeout(ctx, s.pol.HealthWait)
 	defer cancel()
 	if err := waitHealthy(hctx, c, s.ports.Health, s.opt.HealthPoll); err != nil {
 		if errors.Is(err, errExited) {
@@ -519,18 +521,17 @@ func completeLength(path string) (size, keep int64, err error) {
 func (s *supervisor) drain() error {
 	s.writeState(StatusDraining, "")
 	s.pollSelf()
-	flush, _ := time.ParseDuration(render.SpanMetricsFlushInterval)
 	if !s.spansAt.IsZero() {
 		// A new series is flushed as 0 first and with its count one
 		// interval later: wait two intervals after the last spans.
-		if wait := time.Until(s.spansAt.Add(2*flush + time.Second)); wait > 0 {
+		if wait := time.Until(s.spansAt.Add(s.pol.SpanMetricsSettle)); wait > 0 {
 			s.log.Infof("waiting %v for the span metrics of the last spans", wait.Round(time.Millisecond))
 			time.Sleep(wait)
 		}
 	}
 	s.pollSelf()
 	start := time.Now()
-	clean := s.coll.stop(time.Duration(s.o.ShutdownTimeoutSeconds) * time.Second)
+	clean := s.coll.stop(s.pol.CollectorStop)
 	s.log.Infof("collector stopped in %d ms (clean: %v)", time.Since(start).Milliseconds(), clean)
 	if p := s.problems; p != "" {
 		appendLog(s.logPath, "gym-otel: "+p)

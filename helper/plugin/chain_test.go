@@ -92,7 +92,7 @@ func TestSubmitNestedTakesParentToken(t *testing.T) {
 	if err != nil || res.Token != "parent-token" {
 		t.Fatalf("nested submit: token %q, %v", res.Token, err)
 	}
-	r, err := config.Decode(res.Spec)
+	r, err := config.Decode(res.Encoded)
 	if err != nil || r.ChainedFrom != "41" {
 		t.Fatalf("spec: %+v %v", r, err)
 	}

@@ -52,10 +52,10 @@ func TestSubmit(t *testing.T) {
 	}
 	a := Args{Site: site}
 	res, err := Submit(a, "", dir, env(map[string]string{"OTEL_TOKEN": "t"}))
-	if err != nil || res.Spec == "" || res.TokenEnv != "OTEL_TOKEN" {
+	if err != nil || res.Encoded == "" || res.TokenEnv != "OTEL_TOKEN" {
 		t.Fatalf("%+v %v", res, err)
 	}
-	r, err := config.Decode(res.Spec)
+	r, err := config.Decode(res.Encoded)
 	if err != nil || r.JobDir != filepath.Join(dir, config.DefaultJobDirName) {
 		t.Fatalf("decoded %+v %v", r, err)
 	}

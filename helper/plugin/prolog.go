@@ -20,6 +20,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/taskenv"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // SupervisorPath is the PATH the supervisor gets.
@@ -32,10 +33,11 @@ type PrologInput struct {
 	// holds what parsed): the prolog records the failure and starts
 	// nothing.
 	ArgsErr error
-	// Spec and Token are SPANK_GYM_OTEL_SPEC and SPANK_GYM_OTEL_TOKEN.
-	Spec, Token string
-	JobID       uint32
-	UID, GID    uint32
+	// Encoded and Token are SPANK_GYM_OTEL_SPEC (the resolved settings,
+	// encoded) and SPANK_GYM_OTEL_TOKEN.
+	Encoded, Token string
+	JobID          uint32
+	UID, GID       uint32
 	// Getenv reads the prolog's environment (SLURMD_NODENAME,
 	// SLURM_JOB_NODELIST, SLURM_ARRAY_*, SLURM_CLUSTER_NAME, SLURM_JOB_GPUS).
 	Getenv func(string) string
@@ -69,8 +71,9 @@ func indexByte(s string, c byte) int {
 // is for the log only: the prolog always returns 0 to Slurm.
 func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	// One deadline for everything below (see deadline.go).
-	slurmBounds := slurmTimeouts(in.Getenv("SLURM_CONF"))
-	ctx, cancel := context.WithTimeout(context.Background(), budget(in.Args.PrologTimeout, slurmBounds.Prolog))
+	slurmBounds := slurm.ReadTimeouts(in.Getenv("SLURM_CONF"))
+	bounds := timing.Bounds{PrologTimeout: time.Duration(in.Args.PrologTimeout) * time.Second, SlurmProlog: slurmBounds.Prolog, SlurmEpilog: slurmBounds.Epilog}
+	ctx, cancel := context.WithTimeout(context.Background(), timing.Deadline(bounds.PrologTimeout, bounds.SlurmProlog))
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	node := NodeName(in.Getenv)
@@ -79,7 +82,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return err
 	}
 	warnTimeouts(in.Args.RecordDir, node, in.Args.PrologTimeout, slurmBounds, log)
-	sweepCtx, sweepDone := context.WithDeadline(ctx, deadline.Add(-KillReserve-QueryBound))
+	sweepCtx, sweepDone := context.WithDeadline(ctx, deadline.Add(-timing.KillReserve-timing.QueryBound))
 	SweepStale(sweepCtx, in.Args.RecordDir, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, log)
 	sweepDone()
 	rec := &record.Record{Status: "failed", OnFailure: "continue", UID: in.UID}
@@ -96,7 +99,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		}
 		return err
 	}
-	spec, err := config.Decode(in.Spec)
+	spec, err := config.Decode(in.Encoded)
 	if err != nil {
 		return fail(err)
 	}
@@ -122,11 +125,9 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if in.Token == "" {
 		return fail(fmt.Errorf("the job carries no token (GYM_OTEL_TOKEN): was %s set in the submitting shell?", spec.Otel.TokenEnv))
 	}
-	rec.FinalWait = taskenv.FinalWait(spec.Otel)
-	// The epilog's wait: the user's shutdown bound plus the span-metrics
-	// flush, within the epilog's deadline less the final cgroup kill.
-	epilogWait := budget(in.Args.PrologTimeout, slurmBounds.Epilog) - GroupKillBound - time.Second
-	rec.DrainTimeout = max(1, min(spec.Otel.ShutdownTimeoutSeconds+10, int(epilogWait/time.Second)))
+	pol := timing.For(spec.Otel, bounds)
+	rec.FinalWait = timing.Seconds(pol.FinalWait)
+	rec.DrainTimeout = timing.Seconds(pol.DrainWait)
 	if in.UID == 0 {
 		return fail(fmt.Errorf("jobs of root (uid 0) get no collector: it runs as the job's user, and root's would run with every privilege"))
 	}
@@ -147,7 +148,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return fail(err)
 	}
-	timeout := min(time.Duration(spec.Otel.HealthCheckTimeoutSeconds+5)*time.Second, time.Until(deadline)-KillReserve)
+	timeout := min(pol.ReportWait, time.Until(deadline)-timing.KillReserve)
 	if timeout <= 0 {
 		return fail(fmt.Errorf("no time left for the collector within the prolog's deadline (plugstack prolog_timeout=%d)", in.Args.PrologTimeout))
 	}
@@ -274,9 +275,9 @@ func prologFacts(ctx context.Context, in PrologInput, spec *config.Resolved, nod
 		// prep/script's _build_env) and the SPANK items are not available
 		// there: ask slurmctld, once per node, bounded, and only when a
 		// name needs the ids (job_dir or run_id with %A or %a).
-		qctx, done := context.WithTimeout(ctx, QueryBound)
+		qctx, done := context.WithTimeout(ctx, timing.QueryBound)
 		defer done()
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < KillReserve+QueryBound {
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < timing.KillReserve+timing.QueryBound {
 			log.Warnf("job %d: array ids not asked for: too little time left in the prolog", in.JobID)
 		} else if j, known, err := slurm.Query(qctx, in.JobID); err != nil || !known {
 			log.Warnf("job %d: array ids: %v (known to Slurm: %v)", in.JobID, err, known)

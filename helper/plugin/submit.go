@@ -6,13 +6,19 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 )
 
+// JobControlSpec is the job-control variable the submit side (C,
+// spank_job_control_setenv) hands the encoded spec to the prolog in; the
+// prolog sees it with Slurm's SPANK_ prefix.
+const JobControlSpec = "GYM_OTEL_SPEC"
+
 // SubmitResult is what the submit context forwards.
 type SubmitResult struct {
 	// Off is true when the job opted out (--gym-otel=off, enabled=false):
 	// nothing is forwarded.
 	Off bool
-	// Spec is the encoded resolved spec (the job-control variable GYM_OTEL_SPEC).
-	Spec string
+	// Encoded is the resolved settings, encoded (config.Resolved.Encode),
+	// as the job-control variable GYM_OTEL_SPEC carries them.
+	Encoded string
 	// TokenEnv names the submitting shell's variable holding the token
 	// (forwarded as GYM_OTEL_TOKEN, then unset in the client).
 	TokenEnv string
@@ -72,7 +78,7 @@ func Submit(a Args, spec, cwd string, env config.LookupEnv) (SubmitResult, error
 	if err != nil {
 		return res, err
 	}
-	res.Spec = enc
+	res.Encoded = enc
 	res.TokenEnv = r.Otel.TokenEnv
 	return res, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // MaxSweepQueries bounds the questions to slurmctld of one prolog's sweep:
@@ -65,7 +66,7 @@ func SweepStale(ctx context.Context, recordDir, cluster, node string, current ui
 				continue
 			}
 			queries++
-			qctx, done := context.WithTimeout(ctx, QueryBound)
+			qctx, done := context.WithTimeout(ctx, timing.QueryBound)
 			j, known, err := slurm.Query(qctx, uint32(id))
 			done()
 			if err != nil || (known && !slurm.Final(j.State)) {

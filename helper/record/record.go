@@ -61,10 +61,6 @@ type KV struct{ Key, Value string }
 // File is the record's file name inside the job's record dir.
 const File = "record"
 
-// MaxFinalWait bounds the batch step's final-scrape wait (seconds), below
-// Slurm's default UnkillableStepTimeout of 60 s.
-const MaxFinalWait = 30
-
 // MaxReasonBytes bounds a failure reason in root's record and log lines.
 const MaxReasonBytes = 1000
 

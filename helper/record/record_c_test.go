@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -15,7 +16,7 @@ import (
 // a record written by Write (Go, the prolog) is read by
 // spank/record.c (C, every step) compiled with a small driver, and each
 // field the steps use must come out as Go wrote it. A final wait above the
-// cap comes out as MaxFinalWait, so the C bound and the Go constant cannot
+// cap comes out as timing.MaxFinalWait, so the C bound and the Go constant cannot
 // drift apart.
 func TestRecordReadByC(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -58,7 +59,8 @@ int main(int argc, char **argv) {
 		Env:          []KV{{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer gos_x=y"}},
 		Unset:        []string{"OTEL_TOKEN", "SLURM_SPANK_GYM_OTEL_TOKEN"},
 	}
-	for _, c := range []struct{ finalWait, want int }{{16, 16}, {0, 0}, {MaxFinalWait + 15, MaxFinalWait}} {
+	maxFW := timing.Seconds(timing.MaxFinalWait)
+	for _, c := range []struct{ finalWait, want int }{{16, 16}, {0, 0}, {maxFW + 15, maxFW}} {
 		rec.FinalWait = c.finalWait
 		jobDir, err := MakeJobDir(records, "n1", 7)
 		if err != nil {

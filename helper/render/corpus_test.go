@@ -111,7 +111,7 @@ func TestGymCorpus(t *testing.T) {
 // renderNode renders the collector configuration of node index node.
 func renderNode(t *testing.T, r *config.Resolved, node int) []byte {
 	t.Helper()
-	y, err := render.Render(render.Input{Spec: r,
+	y, err := render.Render(render.Input{Resolved: r,
 		Job:       render.Job{User: "alice", JobID: "7", RunID: "r1", Node: fmt.Sprintf("gn%d", node+1), NodeIndex: node},
 		Ports:     render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004},
 		OutputDir: "/home/alice/otel"})

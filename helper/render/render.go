@@ -31,6 +31,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // MinCollectorVersion is the oldest collector release the rendered
@@ -42,12 +43,6 @@ const MinCollectorVersion = "0.161.0"
 // ReceiverTokenEnv is the collector environment variable holding the per-job
 // receiver token; the configuration references it, never holds it.
 const ReceiverTokenEnv = "GYM_OTEL_RECEIVER_TOKEN"
-
-// SpanMetricsFlushInterval is the span_metrics connector's flush interval.
-// The connector emits a new cumulative series as 0 at its first flush and
-// the count at the next, so the drain waits two intervals after the last
-// span (see the lifecycle package).
-const SpanMetricsFlushInterval = "2s"
 
 // Ports are the loopback TCP ports of one collector.
 type Ports struct {
@@ -93,8 +88,8 @@ type Job struct {
 
 // Input is everything Render needs.
 type Input struct {
-	// Spec is the job's validated resolved spec.
-	Spec *config.Resolved
+	// Resolved is the job's validated resolved settings.
+	Resolved *config.Resolved
 	// Job is the job on this node.
 	Job Job
 	// Ports are the chosen loopback ports.
@@ -109,16 +104,42 @@ func Render(in Input) ([]byte, error) {
 	if err := check(in); err != nil {
 		return nil, err
 	}
-	o := in.Spec.Otel
-	out := func(name string) string { return esc(filepath.Join(in.OutputDir, name)) }
+	scrapes := scrapeJobs(in)
+	procs, metricsProcs := processors(in, len(scrapes) > 0)
+	doc := omap{
+		{"receivers", receivers(in, scrapes)},
+		{"processors", procs},
+		{"connectors", connectors()},
+		{"exporters", exporters(in)},
+		{"extensions", extensions(in)},
+		{"service", omap{
+			{"extensions", []string{"health_check", "bearertokenauth/receivers"}},
+			{"telemetry", telemetry(in)},
+			{"pipelines", pipelines(in.Resolved.Otel, len(scrapes) > 0, metricsProcs)},
+		}},
+	}
+	var buf bytes.Buffer
+	buf.WriteString(header(in))
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
 
+// receivers: OTLP (gRPC and HTTP, each behind the per-job token) and, when
+// the job has scrape jobs, the Prometheus receiver.
+func receivers(in Input, scrapes []omap) omap {
 	receivers := omap{
 		{"otlp", omap{{"protocols", omap{
 			{"grpc", omap{{"endpoint", loop(in.Ports.OTLPGRPC)}, {"auth", omap{{"authenticator", "bearertokenauth/receivers"}}}}},
 			{"http", omap{{"endpoint", loop(in.Ports.OTLPHTTP)}, {"auth", omap{{"authenticator", "bearertokenauth/receivers"}}}}},
 		}}}},
 	}
-	scrapes := scrapeJobs(in)
 	if len(scrapes) > 0 {
 		// discovery_reload_on_startup: the scrape pools start with the
 		// receiver, not after the scrape manager's first 5 s reload tick,
@@ -129,7 +150,14 @@ func Render(in Input) ([]byte, error) {
 			{"config", omap{{"scrape_configs", scrapes}}},
 		}})
 	}
+	return receivers
+}
 
+// processors returns the processors and the metrics pipeline's processor
+// list (the traces and logs pipelines use memory_limiter and
+// transform/identity only).
+func processors(in Input, scraping bool) (omap, []string) {
+	o := in.Resolved.Otel
 	processors := omap{
 		{"memory_limiter", omap{
 			{"check_interval", "1s"},
@@ -138,7 +166,7 @@ func Render(in Input) ([]byte, error) {
 		}},
 	}
 	metricsProcs := []string{"memory_limiter"}
-	if len(scrapes) > 0 {
+	if scraping {
 		// A scrape that fails (a service killed at the job's end, before
 		// the epilog's drain) makes the Prometheus receiver emit a
 		// staleness marker for every series of the target: a point with
@@ -182,15 +210,25 @@ func Render(in Input) ([]byte, error) {
 	}
 	processors = append(processors, kv{"batch", omap{{"timeout", "1s"}}})
 	metricsProcs = append(metricsProcs, "transform/names", "transform/identity")
+	return processors, metricsProcs
+}
 
-	connectors := omap{{"span_metrics", omap{
+// connectors: span_metrics, from the traces pipeline into the metrics one.
+func connectors() omap {
+	return omap{{"span_metrics", omap{
 		{"namespace", "traces.span.metrics"},
-		{"metrics_flush_interval", SpanMetricsFlushInterval},
+		{"metrics_flush_interval", timing.SpanMetricsFlush.String()},
 		{"dimensions", []omap{{{"name", "service.name.override"}}, {{"name", "nemo.gym.sandbox.provider"}}}},
 		{"exclude_dimensions", []string{"collector.instance.id"}},
 		{"histogram", omap{{"unit", "ms"}}},
 	}}}
+}
 
+// exporters: a file exporter per signal (<output dir>/<signal>.jsonl) and
+// the site's OTLP/HTTP backend.
+func exporters(in Input) omap {
+	o := in.Resolved.Otel
+	out := func(name string) string { return esc(filepath.Join(in.OutputDir, name)) }
 	exporters := omap{}
 	for _, sig := range signals(o) {
 		exporters = append(exporters, kv{"file/" + sig, omap{
@@ -211,12 +249,21 @@ func Render(in Input) ([]byte, error) {
 		}},
 		{"sending_queue", omap{{"enabled", true}, {"queue_size", 256}}},
 	}})
+	return exporters
+}
 
-	extensions := omap{
+// extensions: the health check and the receivers' token authenticator.
+func extensions(in Input) omap {
+	return omap{
 		{"health_check", omap{{"endpoint", loop(in.Ports.Health)}}},
 		{"bearertokenauth/receivers", omap{{"token", "${env:" + ReceiverTokenEnv + "}"}}},
 	}
+}
 
+// pipelines: traces, metrics and (with gym_logs) logs, each to its file
+// and the backend; with token_resource_attribute the backend gets its own
+// pipeline per signal, which adds the token as a resource attribute.
+func pipelines(o config.Otel, scraping bool, metricsProcs []string) omap {
 	pipelines := omap{}
 	addPipeline := func(sig string, recv, procs, exps []string) {
 		local := append(append([]string{}, exps...), "file/"+sig)
@@ -229,14 +276,19 @@ func Render(in Input) ([]byte, error) {
 	}
 	addPipeline("traces", []string{"otlp"}, []string{"memory_limiter", "transform/identity"}, []string{"span_metrics"})
 	metricsRecv := []string{"otlp", "span_metrics"}
-	if len(scrapes) > 0 {
+	if scraping {
 		metricsRecv = []string{"otlp", "prometheus", "span_metrics"}
 	}
 	addPipeline("metrics", metricsRecv, metricsProcs, nil)
 	if o.GymLogs {
 		addPipeline("logs", []string{"otlp"}, []string{"memory_limiter", "transform/identity"}, nil)
 	}
+	return pipelines
+}
 
+// telemetry: the collector's own logs, and its own metrics on the
+// telemetry port (Prometheus, 127.0.0.1) when one was chosen.
+func telemetry(in Input) omap {
 	telemetry := omap{{"logs", omap{{"level", "info"}}}}
 	if in.Ports.Telemetry != 0 {
 		telemetry = append(telemetry, kv{"metrics", omap{
@@ -249,35 +301,12 @@ func Render(in Input) ([]byte, error) {
 	} else {
 		telemetry = append(telemetry, kv{"metrics", omap{{"level", "none"}}})
 	}
-
-	doc := omap{
-		{"receivers", receivers},
-		{"processors", processors},
-		{"connectors", connectors},
-		{"exporters", exporters},
-		{"extensions", extensions},
-		{"service", omap{
-			{"extensions", []string{"health_check", "bearertokenauth/receivers"}},
-			{"telemetry", telemetry},
-			{"pipelines", pipelines},
-		}},
-	}
-	var buf bytes.Buffer
-	buf.WriteString(header(in))
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(doc); err != nil {
-		return nil, err
-	}
-	if err := enc.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return telemetry
 }
 
 func check(in Input) error {
 	var errs []error
-	if in.Spec == nil {
+	if in.Resolved == nil {
 		return errors.New("render: no spec")
 	}
 	for name, p := range map[string]int{"otlp_grpc": in.Ports.OTLPGRPC, "otlp_http": in.Ports.OTLPHTTP, "health": in.Ports.Health} {
@@ -295,7 +324,7 @@ func header(in Input) string {
 	return fmt.Sprintf("# Collector configuration rendered by gym-otel-spank for job %s on %s.\n"+
 		"# Needs OpenTelemetry Collector %s or newer with the components of otelcol-gym.\n"+
 		"# Secrets are references: ${env:%s} (backend token), ${env:%s} (receiver token).\n",
-		oneLine(in.Job.JobID), oneLine(in.Job.Node), MinCollectorVersion, in.Spec.Otel.TokenEnv, ReceiverTokenEnv)
+		oneLine(in.Job.JobID), oneLine(in.Job.Node), MinCollectorVersion, in.Resolved.Otel.TokenEnv, ReceiverTokenEnv)
 }
 
 func oneLine(s string) string {
@@ -342,12 +371,12 @@ type Target struct {
 // rendered scrape jobs: the model services that run on this node, then
 // dcgm and node when their ports are set.
 func Targets(in Input) []Target {
-	o := in.Spec.Otel
+	o := in.Resolved.Otel
 	var ts []Target
 	add := func(name string, port int) {
 		ts = append(ts, Target{Job: name, Instance: in.Job.Node + ":" + strconv.Itoa(port), Port: port})
 	}
-	for _, s := range in.Spec.Services {
+	for _, s := range in.Resolved.Services {
 		if s.RunsOn(in.Job.NodeIndex) {
 			add(o.Component+"/"+s.Name, s.Port)
 		}
@@ -364,7 +393,7 @@ func Targets(in Input) []Target {
 // scrapeJobs returns the Prometheus scrape jobs of this node (Targets),
 // one target each.
 func scrapeJobs(in Input) []omap {
-	interval := in.Spec.Otel.ScrapeIntervalSeconds
+	interval := in.Resolved.Otel.ScrapeIntervalSeconds
 	timeout := min(interval, 10)
 	var jobs []omap
 	for _, t := range Targets(in) {
@@ -405,7 +434,7 @@ func identityStatements(in Input) []string {
 	j := in.Job
 	st := []string{
 		`set(attributes["service.name.override"], attributes["service.name"]) where attributes["service.name.override"] == nil and attributes["service.name"] != nil`,
-		fmt.Sprintf(`set(attributes["service.name"], %s)`, ottlString(in.Spec.Otel.ServiceName)),
+		fmt.Sprintf(`set(attributes["service.name"], %s)`, ottlString(in.Resolved.Otel.ServiceName)),
 	}
 	for _, a := range []struct{ key, val string }{
 		{"user", j.User},

@@ -51,7 +51,7 @@ func renderVariant(t *testing.T, v variant, gpus []string) []byte {
 		v.job(&job)
 	}
 	y, err := render.Render(render.Input{
-		Spec:      r,
+		Resolved:  r,
 		Job:       job,
 		Ports:     render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004},
 		OutputDir: "/home/alice/runs/gym-otel-1234/otel",
@@ -134,7 +134,7 @@ func TestRunIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := render.Input{Spec: r, Ports: render.Ports{OTLPGRPC: 1, OTLPHTTP: 2, Health: 3, Telemetry: 4}, OutputDir: "/w/otel"}
+	in := render.Input{Resolved: r, Ports: render.Ports{OTLPGRPC: 1, OTLPHTTP: 2, Health: 3, Telemetry: 4}, OutputDir: "/w/otel"}
 	for _, c := range []struct {
 		restarts, sluid string
 		want, not       []string
@@ -165,7 +165,7 @@ func TestRunIdentity(t *testing.T) {
 
 func TestRenderRejects(t *testing.T) {
 	r, _ := config.Resolve(config.Inputs{SiteFile: "testdata/site.yaml", WorkDir: "/w"})
-	if _, err := render.Render(render.Input{Spec: r, OutputDir: "rel"}); err == nil {
+	if _, err := render.Render(render.Input{Resolved: r, OutputDir: "rel"}); err == nil {
 		t.Error("zero ports and a relative dir accepted")
 	}
 }

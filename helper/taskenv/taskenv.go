@@ -45,10 +45,9 @@ func TaskEnv(spec *config.Resolved, f jobfacts.Facts, rep lifecycle.Report) []re
 
 // TokenCopies are the names under which Slurm may hand the forwarded token
 // to a step's tasks; the steps remove each of them (and otel.token_env).
-var TokenCopies = []string{"GYM_OTEL_TOKEN", "SPANK_GYM_OTEL_TOKEN", "SLURM_SPANK_GYM_OTEL_TOKEN"}
+var TokenCopies = []string{JobControlToken, "SPANK_" + JobControlToken, "SLURM_SPANK_" + JobControlToken}
 
-// FinalWait is the batch step's final-scrape wait: one scrape interval and
-// a second, at most record.MaxFinalWait seconds.
-func FinalWait(o config.Otel) int {
-	return min(o.ScrapeIntervalSeconds+1, record.MaxFinalWait)
-}
+// JobControlToken is the job-control variable the submit side (C,
+// spank_job_control_setenv) hands the token to the prolog in; the prolog
+// sees it with Slurm's SPANK_ prefix.
+const JobControlToken = "GYM_OTEL_TOKEN"

@@ -9,7 +9,9 @@ import (
 
 // BuildCDriver compiles the C front's file spank/<source> with a test
 // driver (driver, C source text) into dir/<name>, with the plugin's own
-// warnings (-Werror) and include paths, and returns the binary. It skips
+// warnings (-Werror) and include paths, under AddressSanitizer and
+// UBSan (a read past a buffer, a leak or undefined behaviour makes the
+// driver exit non-zero with a report), and returns the binary. It skips
 // (or fails, with real parts required) without gcc or Slurm's spank.h.
 func BuildCDriver(t *testing.T, dir, name, source, driver string) string {
 	t.Helper()
@@ -26,7 +28,8 @@ func BuildCDriver(t *testing.T, dir, name, source, driver string) string {
 	}
 	root := Root()
 	bin := filepath.Join(dir, name)
-	if out, err := exec.Command(cc, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I"+filepath.Join(root, "spank"),
+	if out, err := exec.Command(cc, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g",
+		"-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-I"+filepath.Join(root, "spank"),
 		"-I"+filepath.Join(root, "include"), "-o", bin, filepath.Join(root, "spank", source), main).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}

@@ -146,7 +146,7 @@ func gym_otel_core_submit(args, spec, cwd *C.char, out **C.char) C.int {
 	if res.Off {
 		line("off", "1")
 	} else {
-		line("spec", res.Spec)
+		line("spec", res.Encoded)
 		line("token_env", res.TokenEnv)
 		if res.Token != "" && !strings.ContainsAny(res.Token, "\n") {
 			line("token", res.Token)
@@ -168,7 +168,7 @@ func gym_otel_core_prolog(args, spec, token *C.char, jobID, uid, gid C.uint) C.i
 	err := plugin.Prolog(plugin.PrologInput{
 		Args:    a,
 		ArgsErr: argsErr,
-		Spec:    C.GoString(spec),
+		Encoded: C.GoString(spec),
 		Token:   C.GoString(token),
 		JobID:   uint32(jobID),
 		UID:     uint32(uid),

@@ -1,0 +1,82 @@
+package jobfacts
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+)
+
+func TestExpandJobDir(t *testing.T) {
+	plain := Facts{JobID: "42"}
+	array := Facts{JobID: "45", ArrayJobID: "40", ArrayTaskID: "5"}
+	for _, c := range []struct {
+		pattern string
+		f       Facts
+		want    string
+	}{
+		{"/runs/%j", plain, "/runs/42"},
+		{"/runs/%A_%a", plain, "/runs/42_0"},
+		{"/runs/%A_%a", array, "/runs/40_5"},
+		{"/runs/%j-%%j-%x-%", array, "/runs/45-%j-%x-%"},
+		{"", plain, ""},
+	} {
+		if got := ExpandJobDir(c.pattern, c.f); got != c.want {
+			t.Errorf("%q: %q, want %q", c.pattern, got, c.want)
+		}
+	}
+}
+
+func TestOutputDir(t *testing.T) {
+	spec := &config.Resolved{JobDir: "/runs/%j"}
+	first := Facts{JobID: "7", Node: "gn1", NodeIndex: 0}
+	other := Facts{JobID: "7", Node: "gn2", NodeIndex: 1}
+	if got := OutputDir(spec, first); got != "/runs/7/otel" {
+		t.Errorf("first node: %s", got)
+	}
+	if got := OutputDir(spec, other); got != "/runs/7/otel/nodes/gn2" {
+		t.Errorf("other node: %s", got)
+	}
+	// A link of a chain shares the first link's job dir and writes under links/<its id>.
+	link := &config.Resolved{JobDir: "/runs/r1", ChainedFrom: "6"}
+	if got := OutputDir(link, other); got != "/runs/r1/otel/links/7/nodes/gn2" {
+		t.Errorf("link: %s", got)
+	}
+	// A node or job id with a slash cannot leave the job dir.
+	if got := OutputDir(spec, Facts{JobID: "7", Node: "x/../../etc", NodeIndex: 2}); got != "/runs/7/otel/nodes/etc" {
+		t.Errorf("node with slashes: %s", got)
+	}
+}
+
+func TestRunIDAndRenderJob(t *testing.T) {
+	spec := &config.Resolved{}
+	f := Facts{JobID: "9", User: "u", Node: "gn1", Cluster: "c1", GPUs: []string{"0"}}
+	if RunID(spec, f) != "9" {
+		t.Errorf("no run_id: %s", RunID(spec, f))
+	}
+	spec.Identity.RunID = "eval-%j"
+	spec.Identity.Benchmark = "gsm8k"
+	j := RenderJob(spec, f)
+	if j.RunID != "eval-9" || j.Cluster != "c1" || j.Benchmark != "gsm8k" || j.User != "u" || !reflect.DeepEqual(j.GPUs, []string{"0"}) {
+		t.Errorf("%+v", j)
+	}
+	spec.Identity.Cluster = "site-name"
+	if RenderJob(spec, f).Cluster != "site-name" {
+		t.Error("identity.cluster does not win over SLURM_CLUSTER_NAME")
+	}
+}
+
+func TestParseGPUs(t *testing.T) {
+	for in, want := range map[string][]string{
+		"":         nil,
+		" ":        nil,
+		"0,1,3":    {"0", "1", "3"},
+		"0, 2 ,":   {"0", "2"},
+		"0,gpu1,2": {"0", "2"},
+		"(null)":   nil,
+	} {
+		if got := ParseGPUs(in); !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: %v, want %v", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,120 @@
+// Package timing is the plugin's one timing policy: every bound a job's
+// telemetry lifecycle keeps on a node (the batch step's final-scrape wait,
+// the collector's health wait, the prolog's wait for the supervisor's
+// report, the span-metrics flush, the collector's stop, the epilog's wait
+// for the drain, the prolog and epilog deadlines), computed once from the
+// otel: block and the node's bounds, and carried to every consumer. The C
+// front reads the constants it needs from include/gym_otel_contract.h,
+// generated from this package (see MaxFinalWait).
+package timing
+
+import (
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+)
+
+const (
+	// MaxFinalWait bounds the batch step's final-scrape wait, below Slurm's
+	// default UnkillableStepTimeout of 60 s. Whole seconds; the steps (C)
+	// clamp the record's final_wait to it.
+	MaxFinalWait = 30 * time.Second
+	// SpanMetricsFlush is the span_metrics connector's flush interval
+	// (metrics_flush_interval in the rendered configuration).
+	SpanMetricsFlush = 2 * time.Second
+	// ReportSlack is the time the prolog allows the supervisor beyond the
+	// collector's health wait, for its own start (ports, the collector's
+	// configuration, its version check).
+	ReportSlack = 5 * time.Second
+	// SupervisorSlack is the time the epilog allows the supervisor beyond
+	// the span-metrics settle and the collector's stop, for its reads of
+	// the collector's own telemetry and its state file.
+	SupervisorSlack = 5 * time.Second
+	// SlurmMargin is kept free below Slurm's PrologTimeout/EpilogTimeout
+	// (or PrologEpilogTimeout) for slurmd's own work around the script.
+	SlurmMargin = 5 * time.Second
+	// KillReserve is kept free at the end of the prolog to kill a failed
+	// start (the supervisor's cgroup, bounded by GroupKillBound) and write
+	// the record.
+	KillReserve = 6 * time.Second
+	// GroupKillBound bounds the kill of what is left in the job's cgroup.
+	GroupKillBound = 5 * time.Second
+	// QueryBound bounds one Slurm query from the prolog.
+	QueryBound = 5 * time.Second
+)
+
+// Bounds are what a node's prolog knows beyond the otel: block: the
+// plugstack's prolog_timeout and Slurm's own timeouts for the job prolog
+// and epilog (0: none known).
+type Bounds struct {
+	PrologTimeout time.Duration
+	SlurmProlog   time.Duration
+	SlurmEpilog   time.Duration
+}
+
+// Policy is every bound of one job's telemetry on one node. Durations;
+// the record carries FinalWait and EpilogDrainWait in whole seconds.
+type Policy struct {
+	// FinalWait is the batch step's final-scrape wait in task_exit: one
+	// scrape interval and a second, at most MaxFinalWait.
+	FinalWait time.Duration
+	// HealthWait is how long the supervisor waits for the collector to be
+	// healthy (otel.health_check_timeout_seconds).
+	HealthWait time.Duration
+	// ReportWait is how long the prolog waits for the supervisor's report:
+	// HealthWait plus ReportSlack (and never past PrologDeadline less
+	// KillReserve, which the prolog applies as it goes).
+	ReportWait time.Duration
+	// SpanMetricsFlush is the span_metrics connector's flush interval.
+	SpanMetricsFlush time.Duration
+	// SpanMetricsSettle is how long after the last spans the drain waits
+	// before stopping the collector: a new series is flushed as 0 first and
+	// with its count one interval later, so two intervals and a second.
+	SpanMetricsSettle time.Duration
+	// CollectorStop bounds the collector's clean shutdown
+	// (otel.shutdown_timeout_seconds); past it the collector is killed.
+	CollectorStop time.Duration
+	// DrainWait is how long the epilog waits for the supervisor after its
+	// SIGTERM: CollectorStop + SpanMetricsSettle + SupervisorSlack, and
+	// never more than EpilogDeadline less GroupKillBound and a second.
+	DrainWait time.Duration
+	// PrologDeadline and EpilogDeadline are the total time the job prolog
+	// and epilog may take on this node: prolog_timeout, and never more than
+	// Slurm's timeout less SlurmMargin; 0 when no Bounds were given.
+	PrologDeadline, EpilogDeadline time.Duration
+}
+
+// For computes the policy for the otel: block o on a node with bounds b
+// (the zero Bounds where the node's are not known, as in the supervisor:
+// the deadlines are then 0 and DrainWait is not clamped).
+func For(o config.Otel, b Bounds) Policy {
+	p := Policy{
+		FinalWait:         min(time.Duration(o.ScrapeIntervalSeconds+1)*time.Second, MaxFinalWait),
+		HealthWait:        time.Duration(o.HealthCheckTimeoutSeconds) * time.Second,
+		SpanMetricsFlush:  SpanMetricsFlush,
+		SpanMetricsSettle: 2*SpanMetricsFlush + time.Second,
+		CollectorStop:     time.Duration(o.ShutdownTimeoutSeconds) * time.Second,
+	}
+	p.ReportWait = p.HealthWait + ReportSlack
+	p.DrainWait = p.CollectorStop + p.SpanMetricsSettle + SupervisorSlack
+	if b.PrologTimeout > 0 {
+		p.PrologDeadline = Deadline(b.PrologTimeout, b.SlurmProlog)
+		p.EpilogDeadline = Deadline(b.PrologTimeout, b.SlurmEpilog)
+		p.DrainWait = max(time.Second, min(p.DrainWait, p.EpilogDeadline-GroupKillBound-time.Second))
+	}
+	return p
+}
+
+// Deadline is the plugin's deadline for a script Slurm bounds by
+// slurmBound (0: none): prolog_timeout, never more than slurmBound less
+// SlurmMargin, and at least a second.
+func Deadline(prologTimeout, slurmBound time.Duration) time.Duration {
+	d := prologTimeout
+	if slurmBound > 0 {
+		d = min(d, slurmBound-SlurmMargin)
+	}
+	return max(d, time.Second)
+}
+
+// Seconds is d in whole seconds, rounded down (the record's unit).
+func Seconds(d time.Duration) int { return int(d / time.Second) }

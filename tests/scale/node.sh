@@ -144,7 +144,7 @@ load_cpu() {
 	mem "$pid" >"$BASE/$tag.mem"
 	wait "$lg" || true
 	awk -v d=$((b - a)) -v hz="$HZ" -v ns=$((t1 - t0)) 'BEGIN {printf "%.2f ", 100 * d / hz / (ns / 1e9)}'
-	jq -r '[.achieved_rate, .ok_spans, .failed_spans] | map(tostring) | join(" ")' "$BASE/$tag.json" 2>/dev/null | head -1 || echo "? ? ?"
+	jq -r '.[0] | [.achieved_rate, .ok_spans, .failed_spans] | map(tostring) | join(" ")' "$BASE/$tag.json" 2>/dev/null | head -1 || echo "? ? ?"
 }
 
 # ------------------------------------------------ the supervised collector
@@ -220,6 +220,11 @@ elif name == 'no-files':
         text = drop_line(text, '- ' + s)
 elif name == 'no-backend':
     text = drop_line(text, '- otlp_http/backend')
+elif name == 'gzip-level-1':
+    if 'compression_params' not in text:
+        text = text.replace('  otlp_http/backend:\n', '  otlp_http/backend:\n    compression_params:\n      level: 1\n', 1)
+elif name == 'gzip-default-level':
+    text = re.sub(r'    compression_params:\n      level: \d+\n', '', text)
 elif name == 'no-transform':
     for s in ('transform/names', 'transform/identity', 'filter/stale'):
         text = drop_line(text, '- ' + s)
@@ -232,7 +237,7 @@ EOF
 	echo "| configuration | CPU idle, 60 s (% of a core) | CPU at $RATE spans/s, 26 s (% of a core) | achieved spans/s |"
 	echo "|---|---|---|---|"
 } | tee -a "$OUT/result.txt"
-for v in as-rendered no-scrape no-spanmetrics no-files no-backend no-transform; do
+for v in ${GOS_SCALE_VARIANTS:-as-rendered no-scrape no-spanmetrics no-files no-backend no-transform gzip-level-1 gzip-default-level}; do
 	mkdir -p "$BASE/var-$v"
 	chown "$USER_NAME:" "$BASE/var-$v"
 	variant_conf "$v" "$BASE/var-$v.yaml"

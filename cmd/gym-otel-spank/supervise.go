@@ -144,6 +144,7 @@ func optionsFromEnv(opt *lifecycle.Options) error {
 	opt.Resolved, opt.RecordPath = spec, os.Getenv(envRecord)
 	opt.SlurmdAlive = lifecycle.SlurmdAliveFunc(os.Getenv(lifecycle.EnvSlurmd))
 	opt.JobEnd = lifecycle.ParseJobEnd(os.Getenv(lifecycle.EnvJobEnd))
+	opt.NewSlurmd = lifecycle.TheSlurmd
 	return takeToken(opt)
 }
 

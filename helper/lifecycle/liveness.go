@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -70,4 +71,36 @@ func ParseJobEnd(v string) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(n, 0)
+}
+
+// TheSlurmd returns Options.SlurmdAlive for this node's slurmd after the
+// one that ran the prolog is gone (a slurmd restart): the only process named
+// slurmd whose parent is not one (slurmd's own short-lived forks are
+// skipped). nil when there is none or more than one (several slurmd on one
+// host, as in a simulated cluster): then nothing local can vouch.
+func TheSlurmd() func() bool {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	isSlurmd := func(pid int) bool {
+		c, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
+		return err == nil && strings.TrimSpace(string(c)) == "slurmd"
+	}
+	found := ""
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !isSlurmd(pid) {
+			continue
+		}
+		st, err := proc.ReadStat(pid)
+		if err != nil || isSlurmd(st.PPID) {
+			continue
+		}
+		if found != "" {
+			return nil
+		}
+		found = fmt.Sprintf("%d %d", pid, st.StartTime)
+	}
+	return SlurmdAliveFunc(found)
 }

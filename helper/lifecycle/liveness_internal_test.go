@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -83,4 +84,59 @@ func TestEndWillCome(t *testing.T) {
 			t.Errorf("alive=%v end=%v: %v, want %v", c.alive != nil, c.end, got, c.want)
 		}
 	}
+}
+
+// startFake starts a copy of sleep named slurmd (its comm is "slurmd").
+func startFake(t *testing.T) *exec.Cmd {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "slurmd")
+	data, err := os.ReadFile("/bin/sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+// Two processes named slurmd: nothing local can say which is this node's.
+// One: it is adopted, and reads as gone once it exits.
+func TestTheSlurmd(t *testing.T) {
+	a := startFake(t)
+	b := startFake(t)
+	if TheSlurmd() != nil {
+		t.Error("one of two slurmd was adopted")
+	}
+	_ = b.Process.Kill()
+	_ = b.Wait()
+	if others := countSlurmd(t) - 1; others > 0 {
+		t.Skipf("%d other slurmd run on this host: the one-slurmd case cannot be checked here", others)
+	}
+	f := TheSlurmd()
+	if f == nil || !f() {
+		t.Fatal("the only slurmd was not adopted")
+	}
+	_ = a.Process.Kill()
+	_ = a.Wait()
+	if f() {
+		t.Error("an exited slurmd reads as alive")
+	}
+}
+
+func countSlurmd(t *testing.T) int {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		if c, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm")); err == nil && string(c) == "slurmd\n" {
+			n++
+		}
+	}
+	return n
 }

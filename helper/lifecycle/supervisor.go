@@ -75,6 +75,14 @@ type Options struct {
 	// JobEnd is the job's end time as of its start (the prolog's
 	// SLURM_JOB_END_TIME, Slurm 23.02 and later); zero when unknown.
 	JobEnd time.Time
+	// NewSlurmd finds the node's slurmd after the one that ran the prolog
+	// is gone (TheSlurmd): when Slurm then says the job still runs and
+	// JobEnd is known, a non-nil result replaces SlurmdAlive, so a slurmd
+	// restart or a `scontrol reconfigure` (which starts a new slurmd on
+	// 23.11 and later) costs one question per node; JobEnd + JobEndGrace
+	// still bounds the wait for an epilog that never comes (a slurmd
+	// started without the plugin). nil: never adopted.
+	NewSlurmd func() func() bool
 	// Report receives the one Report line (nil: none).
 	Report io.Writer
 	// Log receives the supervisor's own log lines (nil: logrus standard).
@@ -406,6 +414,12 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			running, err := s.opt.JobRunning(ctx, s.opt.Facts.JobID)
 			nextAsk = time.Now().Add(askEvery - s.opt.SlurmPoll/2)
 			askEvery = min(2*askEvery, MaxSlurmPoll)
+			if err == nil && running && s.opt.NewSlurmd != nil && !s.opt.JobEnd.IsZero() {
+				if f := s.opt.NewSlurmd(); f != nil && f() {
+					s.log.Infof("job %s still runs: the epilog of the node's new slurmd ends the collector (Slurm is asked again after the job's end time)", s.opt.Facts.JobID)
+					s.opt.SlurmdAlive, askEvery, nextAsk = f, s.opt.SlurmPoll, time.Time{}
+				}
+			}
 			if err == nil && !running {
 				s.log.Infof("Slurm no longer runs job %s; draining", s.opt.Facts.JobID)
 				return s.drain()

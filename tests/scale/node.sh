@@ -225,6 +225,10 @@ elif name == 'gzip-level-1':
         text = text.replace('  otlp_http/backend:\n', '  otlp_http/backend:\n    compression_params:\n      level: 1\n', 1)
 elif name == 'gzip-default-level':
     text = re.sub(r'    compression_params:\n      level: \d+\n', '', text)
+elif name == 'scrape-proto':
+    text = text.replace('          metrics_path: /metrics\n', '          metrics_path: /metrics\n          scrape_protocols: [PrometheusProto, OpenMetricsText1.0.0, PrometheusText0.0.4]\n')
+elif name == 'gogc-200':
+    pass  # the environment differs, not the configuration
 elif name == 'no-transform':
     for s in ('transform/names', 'transform/identity', 'filter/stale'):
         text = drop_line(text, '- ' + s)
@@ -244,7 +248,7 @@ for v in ${GOS_SCALE_VARIANTS:-as-rendered no-scrape no-spanmetrics no-files no-
 	chmod 0644 "$BASE/var-$v.yaml"
 	vtok=vtok-$v
 	setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups env -i PATH=/usr/bin:/bin \
-		OTEL_TOKEN=$TOKEN GYM_OTEL_RECEIVER_TOKEN=$vtok GOMEMLIMIT=409MiB \
+		OTEL_TOKEN=$TOKEN GYM_OTEL_RECEIVER_TOKEN=$vtok GOMEMLIMIT=409MiB GOGC=$([ "$v" = gogc-200 ] && echo 200 || echo 100) \
 		"$COL" --config "$BASE/var-$v.yaml" >"$BASE/var-$v.log" 2>&1 &
 	vp=$!
 	PIDS+=($vp)

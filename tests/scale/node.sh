@@ -12,6 +12,11 @@
 #
 #   tests/scale/node.sh [--idle SECONDS] [--load SECONDS] [--rate SPANS_PER_S] [--variants 0|1]
 #
+# GOS_SCALE_VARIANTS picks the variants (default: as-rendered no-scrape
+# no-spanmetrics no-files no-backend no-transform gzip-default-level; also
+# gzip-level-1, scrape-proto, gogc-200); GOS_SCALE_NODE_PORT_BASE (19850)
+# moves its ports (backend, backend health, node_exporter, dcgm stand-in).
+#
 # Root. Tables on stdout (also build/bench-scale/node/result.txt).
 set -euo pipefail
 
@@ -241,7 +246,7 @@ EOF
 	echo "| configuration | CPU idle, 60 s (% of a core) | CPU at $RATE spans/s, 26 s (% of a core) | achieved spans/s |"
 	echo "|---|---|---|---|"
 } | tee -a "$OUT/result.txt"
-for v in ${GOS_SCALE_VARIANTS:-as-rendered no-scrape no-spanmetrics no-files no-backend no-transform gzip-level-1 gzip-default-level}; do
+for v in ${GOS_SCALE_VARIANTS:-as-rendered no-scrape no-spanmetrics no-files no-backend no-transform gzip-default-level}; do
 	mkdir -p "$BASE/var-$v"
 	chown "$USER_NAME:" "$BASE/var-$v"
 	variant_conf "$v" "$BASE/var-$v.yaml"

@@ -414,7 +414,8 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			running, err := s.opt.JobRunning(ctx, s.opt.Facts.JobID)
 			nextAsk = time.Now().Add(askEvery - s.opt.SlurmPoll/2)
 			askEvery = min(2*askEvery, MaxSlurmPoll)
-			if err == nil && running && s.opt.NewSlurmd != nil && !s.opt.JobEnd.IsZero() {
+			gone := s.opt.SlurmdAlive == nil || !s.opt.SlurmdAlive()
+			if err == nil && running && gone && s.opt.NewSlurmd != nil && !s.opt.JobEnd.IsZero() {
 				if f := s.opt.NewSlurmd(); f != nil && f() {
 					s.log.Infof("job %s still runs: the epilog of the node's new slurmd ends the collector (Slurm is asked again after the job's end time)", s.opt.Facts.JobID)
 					s.opt.SlurmdAlive, askEvery, nextAsk = f, s.opt.SlurmPoll, time.Time{}

@@ -3,8 +3,21 @@ module github.com/gym-otel-spank/gym-otel-spank
 go 1.26
 
 require (
+	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327
+	github.com/chromedp/chromedp v0.14.2
 	github.com/ebitengine/purego v0.11.3
+	github.com/goccy/go-json v0.10.5
 	github.com/sirupsen/logrus v1.10.2
-	golang.org/x/sys v0.13.0
+	go.opentelemetry.io/proto/otlp v1.11.0
+	golang.org/x/sys v0.47.0
+	google.golang.org/protobuf v1.36.12
 	gopkg.in/yaml.v3 v3.0.1
+)
+
+require (
+	github.com/chromedp/sysutil v1.1.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	github.com/gobwas/httphead v0.1.0 // indirect
+	github.com/gobwas/pool v0.2.1 // indirect
+	github.com/gobwas/ws v1.4.0 // indirect
 )

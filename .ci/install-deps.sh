@@ -17,6 +17,9 @@ PKGS=(
 	# containers / root filesystems for the multi-host tests; the docker
 	# cluster (tests/slurm-docker) also needs a running docker daemon
 	bubblewrap debootstrap docker-compose
+	# inspect --html: Chart.js inlined into the page; a real headless
+	# browser opens it in the tests
+	libjs-chart.js chromium
 	# test tooling
 	curl ca-certificates procps jq psmisc iproute2 util-linux passwd
 	coreutils findutils sed grep diffutils

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,12 +13,15 @@ import (
 )
 
 func init() {
-	commands["inspect"] = command{"summarise the jsonl files of a job's otel/ dir, of every node and of every later link of its chain under it", runInspect}
+	commands["inspect"] = command{"report how a job ran from its jsonl files (every node, every later link of its chain): text, --json or --html", runInspect}
 }
 
 func runInspect(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("inspect", "[--require-targets] DIR   (a job dir, or its otel/ dir)", stderr)
+	fs := newFlags("inspect", "[--json] [--html FILE [--chartjs FILE]] [--require-targets] DIR   (a job dir, or its otel/ dir)", stderr)
 	require := fs.Bool("require-targets", false, "exit non-zero, naming the target, when a scrape target in a collector.yaml has no answered scrape in its metrics.jsonl")
+	asJSON := fs.Bool("json", false, "print the report as JSON (schema: docs/inspect.md) instead of text")
+	htmlOut := fs.String("html", "", "also write the report as one self-contained HTML `FILE` with charts (Chart.js inlined)")
+	chartJS := fs.String("chartjs", "", "the Chart.js `FILE` (UMD build) to inline into --html (default: Debian's libjs-chart.js under /usr/share/javascript/chart.js)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -26,50 +31,77 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 1 {
 		return usageError{"give one directory"}
 	}
+	if *chartJS != "" && *htmlOut == "" {
+		return usageError{"--chartjs " + *chartJS + ": only with --html FILE"}
+	}
 	dir := fs.Arg(0)
-	if st, err := os.Stat(filepath.Join(dir, "otel")); err == nil && st.IsDir() {
-		dir = filepath.Join(dir, "otel")
+	if st, err := os.Stat(dir); err != nil {
+		return err
+	} else if !st.IsDir() {
+		return fmt.Errorf("%s: not a directory", dir)
 	}
-	// The job's own dirs, then each later link of a chain (links/<job id>)
-	// with its nodes.
-	var dirs []string
-	for _, d := range append([]string{dir}, globDirs(filepath.Join(dir, "links", "*"))...) {
-		dirs = append(dirs, d)
-		dirs = append(dirs, globDirs(filepath.Join(d, "nodes", "*"))...)
-	}
-	var missing []error
-	for _, d := range dirs {
-		s, err := inspect.Dir(d)
-		if err != nil {
+	// Chart.js first: a missing library fails before the files are read.
+	var js []byte
+	if *htmlOut != "" {
+		var err error
+		if js, err = inspect.LoadChartJS(*chartJS); err != nil {
 			return err
 		}
-		s.Write(stdout)
-		ts, err := inspect.Targets(d)
-		if errors.Is(err, os.ErrNotExist) {
-			continue // no collector.yaml: a backend's files
-		}
-		if err != nil {
+	}
+	r, err := inspect.Build(dir)
+	if err != nil {
+		return err
+	}
+	if *htmlOut != "" {
+		if err := writeHTML(*htmlOut, r, js); err != nil {
 			return err
 		}
-		inspect.WriteTargets(stdout, ts)
-		if err := inspect.Unanswered(d, ts); err != nil {
-			missing = append(missing, err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			return err
 		}
+	} else if err := r.WriteText(stdout); err != nil {
+		return err
 	}
 	if *require {
+		var missing []error
+		for _, d := range r.Health.Dirs {
+			ts := make([]inspect.Target, len(d.Targets))
+			for i, t := range d.Targets {
+				ts[i] = inspect.Target{Job: t.Job, Instance: t.Instance, Scrapes: t.Scrapes, Answered: t.Answered}
+			}
+			if err := inspect.Unanswered(d.Dir, ts); err != nil {
+				missing = append(missing, err)
+			}
+		}
 		return errors.Join(missing...)
 	}
 	return nil
 }
 
-// globDirs returns the directories matching pattern, sorted.
-func globDirs(pattern string) []string {
-	m, _ := filepath.Glob(pattern)
-	var out []string
-	for _, p := range m {
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			out = append(out, p)
-		}
+// writeHTML writes the page to a temporary file beside path and renames it
+// into place, so a reader never sees half a page.
+func writeHTML(path string, r *inspect.Report, js []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".inspect-*.html")
+	if err != nil {
+		return fmt.Errorf("--html %s: %w", path, err)
 	}
-	return out
+	err = r.WriteHTML(tmp, js)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("--html %s: %w", path, err)
+	}
+	return nil
 }

@@ -37,9 +37,27 @@ type Target struct {
 // collector.yaml is an error; a collector.yaml without a Prometheus
 // receiver has no targets.
 func Targets(dir string) ([]Target, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "collector.yaml"))
+	ts, index, err := configTargets(dir)
 	if err != nil {
 		return nil, err
+	}
+	f, err := os.Open(filepath.Join(dir, "metrics.jsonl"))
+	if errors.Is(err, os.ErrNotExist) {
+		return ts, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ts, countUp(f, ts, index)
+}
+
+// configTargets returns the scrape targets of dir/collector.yaml, in its
+// order, and their index by (job, instance).
+func configTargets(dir string) ([]Target, map[[2]string]int, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "collector.yaml"))
+	if err != nil {
+		return nil, nil, err
 	}
 	var cfg struct {
 		Receivers map[string]struct {
@@ -54,7 +72,7 @@ func Targets(dir string) ([]Target, error) {
 		} `yaml:"receivers"`
 	}
 	if err := yaml.Unmarshal(data, &cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "collector.yaml"), err)
+		return nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, "collector.yaml"), err)
 	}
 	unesc := func(s string) string { return strings.ReplaceAll(s, "$$", "$") }
 	var names []string
@@ -75,15 +93,7 @@ func Targets(dir string) ([]Target, error) {
 			}
 		}
 	}
-	f, err := os.Open(filepath.Join(dir, "metrics.jsonl"))
-	if errors.Is(err, os.ErrNotExist) {
-		return ts, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return ts, countUp(f, ts, index)
+	return ts, index, nil
 }
 
 func countUp(r io.Reader, ts []Target, index map[[2]string]int) error {

@@ -250,12 +250,18 @@ type backend struct {
 // ${...} expansion on the backend's side.
 func startBackend(t testing.TB, token string) *backend {
 	t.Helper()
+	return startBackendOn(t, token, freePort(t))
+}
+
+// startBackendOn is startBackend on a given OTLP/HTTP port.
+func startBackendOn(t testing.TB, token string, port int) *backend {
+	t.Helper()
 	dir := sharedDir(t) // not t.TempDir: a subtest's name may hold "$"
 	tokFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port, health := freePort(t), freePort(t)
+	health := freePort(t)
 	cfg := fmt.Sprintf(`extensions:
   bearertokenauth:
     filename: %q

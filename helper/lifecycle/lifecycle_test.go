@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -343,6 +344,31 @@ func TestFullJob(t *testing.T) {
 	if len(bm.named("vllm_e2e_request_latency_seconds")) == 0 || len(bm.named("traces.span.metrics.calls")) == 0 {
 		t.Error("backend: vLLM or span metrics missing")
 	}
+
+	// The receipt: final figures, everything written was sent, and the
+	// counts are those of the files and of the backend's files.
+	rc, err := receipt.Read(s.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("receipt:\n%s", strings.Join(rc.Summary(), "\n"))
+	logFinalGain(t, s.out2())
+	if !rc.Complete() || rc.Collectors != 1 || len(rc.Unknown) != 0 || rc.Trouble() || rc.JobID != j.JobID || rc.Node != j.Node {
+		t.Errorf("receipt %+v: want final figures of one collector run without trouble", rc)
+	}
+	files := map[string][2]int{"traces": {len(tr.spans), len(bt.spans)}, "metrics": {m.points(), bm.points()}, "logs": {len(lg.logs), len(bl.logs)}}
+	for sig, n := range files {
+		c := rc.Signals[sig]
+		if c.Written != int64(n[0]) || c.Sent != c.Written || c.Sent != int64(n[1]) || c.Lost() != 0 {
+			t.Errorf("receipt %s %+v: want written = %d (the file's items) = sent = %d (the backend's items)", sig, c, n[0], n[1])
+		}
+		if sig != "metrics" && c.Received != c.Written {
+			t.Errorf("receipt %s: received %d, written %d; nothing filters %s", sig, c.Received, c.Written, sig)
+		}
+	}
+	if sum := strings.Join(rc.Summary(), "\n"); !strings.Contains(sum, "final figures") || strings.Contains(sum, "LOST") {
+		t.Errorf("receipt summary:\n%s", sum)
+	}
 }
 
 // TestTokensArriveIntact sends to backends whose token looks like YAML or
@@ -504,6 +530,28 @@ func TestBackendFailures(t *testing.T) {
 				t.Error("collector.log has no gym-otel: line about the refusal")
 			}
 			tr, lg, m := mustParse(t, s.out, "traces"), mustParse(t, s.out, "logs"), mustParse(t, s.out, "metrics")
+			// The receipt: final figures; nothing reached the backend and
+			// every item the files hold is counted as failed.
+			rc, err := receipt.Read(s.out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum := strings.Join(rc.Summary(), "\n")
+			t.Logf("receipt:\n%s", sum)
+			logFinalGain(t, s.out2())
+			if !rc.Complete() || !rc.Trouble() {
+				t.Errorf("receipt: complete %v, trouble %v; want final figures with trouble", rc.Complete(), rc.Trouble())
+			}
+			files := map[string]int{"traces": len(tr.spans), "metrics": m.points(), "logs": len(lg.logs)}
+			for sig, n := range files {
+				c := rc.Signals[sig]
+				if c.Written != int64(n) || c.Sent != 0 || c.Lost() != c.Written {
+					t.Errorf("receipt %s %+v: want written = %d (the file's items) = failed, sent 0", sig, c, n)
+				}
+			}
+			if !strings.Contains(sum, "LOST: the backend did not get") || !strings.Contains(sum, "replay") {
+				t.Errorf("the receipt's summary does not say the backend lost data:\n%s", sum)
+			}
 			for _, name := range []string{"gym.rollout", "gym.verify", "sandbox.exec"} {
 				if n := tr.spanCount(name); n != 3 {
 					t.Errorf("traces.jsonl: %d %s spans, want 3", n, name)
@@ -837,6 +885,73 @@ func TestCrashRestart(t *testing.T) {
 		t.Errorf("the restarted collector %d is still running", st.CollectorPID)
 	}
 	assertAllParse(t, s.out)
+
+	// The receipt: the killed run's figures are lower bounds, said so.
+	rc, err := receipt.Read(s.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := strings.Join(rc.Summary(), "\n")
+	t.Logf("receipt:\n%s", sum)
+	if rc.Complete() || rc.Basis != receipt.BasisLastRead || rc.Collectors != 2 || len(rc.Unknown) != 1 {
+		t.Fatalf("receipt %+v: want lower bounds of 2 collector runs and one unknown", rc)
+	}
+	if u := rc.Unknown[0]; !strings.Contains(u, "collector run 1 exited unexpectedly (signal: killed)") || !strings.Contains(u, "is not counted") {
+		t.Errorf("unknown: %q", u)
+	}
+	// The killed run's file exporter counted what it had buffered but not
+	// flushed, so the file may hold less than counted; the unknown says so.
+	points := mustParse(t, s.out, "metrics").points()
+	if c := rc.Signals["metrics"]; c.Written == 0 || points == 0 || !strings.Contains(rc.Unknown[0], "may be missing from the files") {
+		t.Errorf("receipt metrics written %d, the file's points %d, unknown %q", c.Written, points, rc.Unknown[0])
+	}
+	for _, want := range []string{"INCOMPLETE, figures are lower bounds", "written >=", "UNKNOWN: collector run 1 exited unexpectedly"} {
+		if !strings.Contains(sum, want) {
+			t.Errorf("the receipt's summary lacks %q:\n%s", want, sum)
+		}
+	}
+}
+
+// TestKilledBeforeDrain: the collector is killed and the drain comes at
+// once: the receipt says the figures are lower bounds and which run lacks
+// what, whichever comes first, the restart or the drain.
+func TestKilledBeforeDrain(t *testing.T) {
+	t.Parallel()
+	s := startSup(t, job{JobID: "6007", VLLMPort: startVLLM(t)}).mustReady(t)
+	waitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds")
+	time.Sleep(1500 * time.Millisecond) // a periodic read of the counters
+	if err := syscall.Kill(s.report.CollectorPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	s.drain(t, 30*time.Second) // an error (the collector was gone) or not: the receipt counts
+	rc, err := receipt.Read(s.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := strings.Join(rc.Summary(), "\n")
+	t.Logf("receipt:\n%s", sum)
+	if rc.Complete() || rc.Basis != receipt.BasisLastRead || len(rc.Unknown) == 0 {
+		t.Fatalf("receipt %+v: want lower bounds and an unknown", rc)
+	}
+	if u := rc.Unknown[0]; !strings.Contains(u, "collector run 1 ") || !strings.Contains(u, "killed") || !strings.Contains(u, "is not counted") {
+		t.Errorf("unknown[0] %q: want run 1, killed, what is not counted", u)
+	}
+	if c := rc.Signals["metrics"]; c.Received == 0 {
+		t.Errorf("receipt metrics %+v: the last read's figures are missing", c)
+	}
+	if !strings.Contains(sum, "INCOMPLETE") || !strings.Contains(sum, "UNKNOWN: collector run 1") {
+		t.Errorf("summary:\n%s", sum)
+	}
+}
+
+// logFinalGain logs the supervisor's measurement of how far the final
+// figures are beyond its last periodic read.
+func logFinalGain(t *testing.T, out string) {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "final figures beyond the last periodic read") {
+			t.Log(l)
+		}
+	}
 }
 
 // TestLivenessRecordRemoved: when the record disappears the supervisor

@@ -303,3 +303,27 @@ func keys(m map[string]bool) []string {
 	}
 	return out
 }
+
+// points counts the data points of every metric (gauge, sum, histogram,
+// summary): what the collector counts as metric points.
+func (d signalData) points() int {
+	n := 0
+	for _, m := range d.metrics {
+		switch {
+		case m.Gauge != nil:
+			n += len(m.Gauge.DataPoints)
+		case m.Sum != nil:
+			n += len(m.Sum.DataPoints)
+		case m.Histogram != nil:
+			n += len(m.Histogram.DataPoints)
+		case m.Summary != nil:
+			var s struct {
+				DataPoints []json.RawMessage `json:"dataPoints"`
+			}
+			if json.Unmarshal(m.Summary, &s) == nil {
+				n += len(s.DataPoints)
+			}
+		}
+	}
+	return n
+}

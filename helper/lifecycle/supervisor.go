@@ -122,6 +122,14 @@ type supervisor struct {
 	started    time.Time
 	reported   bool
 	launchArgs launchSpec
+
+	// The receipt's figures (see receipt.go).
+	final      *finalSink  // receives the collector's export at shutdown
+	lastRead   selfMetrics // the running collector's last read counters
+	lastReadAt time.Time
+	figures    selfMetrics // the ended collector runs' counters, summed
+	runs       int         // collector runs ended (counted in figures)
+	unknown    []string    // what the figures lack, one sentence each
 }
 
 // Run starts the job's collector, reports, supervises it until a drain
@@ -141,6 +149,11 @@ func Run(ctx context.Context, opt Options) error {
 		defer signal.Stop(c)
 		sigs = c
 	}
+	defer func() {
+		if s.final != nil {
+			s.final.close()
+		}
+	}()
 	if err := s.startUp(ctx, sigs); err != nil {
 		s.fail(err)
 		return err
@@ -212,10 +225,14 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		}
 	}
 	tok := make([]byte, 24)
-	if _, err := rand.Read(tok); err != nil {
+	var err error
+	if _, err = rand.Read(tok); err != nil {
 		return err
 	}
 	s.rtoken = "gos_" + hex.EncodeToString(tok)
+	if s.final, err = newFinalSink(s.rtoken); err != nil {
+		return fmt.Errorf("a loopback port for the collector's final figures: %w", err)
+	}
 	var last error
 	for attempt := 0; attempt < bindRetries; attempt++ {
 		if err := s.choosePorts(); err != nil {
@@ -248,6 +265,9 @@ func (s *supervisor) choosePorts() error {
 		p = s.opt.FirstPorts // a test's first choice (Options.FirstPorts)
 	}
 	s.ports = render.Ports{OTLPGRPC: p[0], OTLPHTTP: p[1], Health: p[2], Telemetry: p[3]}
+	if s.final != nil {
+		s.ports.Final = s.final.port()
+	}
 	return nil
 }
 
@@ -395,6 +415,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 		case <-s.coll.exited:
 			if err := s.restart(ctx); err != nil {
 				s.writeState(StatusFailed, err.Error())
+				s.writeReceipt()
 				return err
 			}
 		case <-selfTick.C:
@@ -446,10 +467,11 @@ func (s *supervisor) pollSelf() {
 	if err != nil {
 		return
 	}
-	if m.acceptedSpans != s.lastSpans {
-		s.lastSpans, s.spansAt = m.acceptedSpans, time.Now()
+	s.lastRead, s.lastReadAt = m, time.Now()
+	if n := m.acceptedSpans(); n != s.lastSpans {
+		s.lastSpans, s.spansAt = n, time.Now()
 	}
-	if p := m.problems(); p != "" && p != s.problems {
+	if p := s.figures.add(m).problems(s.signals()); p != "" && p != s.problems {
 		s.problems = p
 		s.writeState(StatusReady, "")
 	}
@@ -460,9 +482,12 @@ func (s *supervisor) pollSelf() {
 func (s *supervisor) restart(ctx context.Context) error {
 	tail := tailFile(s.logPath, 5)
 	if s.restarts >= s.opt.MaxRestarts {
+		s.endRun(nil, fmt.Sprintf("collector run %d exited unexpectedly (%v)", s.runs+1, s.coll.waitErr))
 		return fmt.Errorf("the collector died %d times; giving up. Last lines of %s:\n%s", s.restarts+1, s.logPath, tail)
 	}
+	s.endRun(nil, fmt.Sprintf("collector run %d exited unexpectedly (%v)", s.runs+1, s.coll.waitErr))
 	s.restarts++
+	s.lastSpans = 0 // the new collector counts from zero
 	s.log.Warnf("the collector exited unexpectedly (%v); restart %d of %d on the same ports", s.coll.waitErr, s.restarts, s.opt.MaxRestarts)
 	appendLog(s.logPath, fmt.Sprintf("gym-otel: the collector exited unexpectedly (%v); restart %d of %d", s.coll.waitErr, s.restarts, s.opt.MaxRestarts))
 	s.cutPartialLines()
@@ -546,8 +571,23 @@ func (s *supervisor) drain() error {
 	}
 	s.pollSelf()
 	start := time.Now()
+	wasRunning := s.coll.running()
 	clean := s.coll.stop(s.pol.CollectorStop)
 	s.log.Infof("collector stopped in %d ms (clean: %v)", time.Since(start).Milliseconds(), clean)
+	final := s.final.since(start)
+	switch {
+	case !wasRunning:
+		s.endRun(nil, fmt.Sprintf("collector run %d had exited (%v) before the drain", s.runs+1, s.coll.waitErr))
+	case !clean:
+		s.endRun(nil, fmt.Sprintf("collector run %d did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.runs+1, s.o.ShutdownTimeoutSeconds))
+	case final == nil:
+		s.endRun(nil, fmt.Sprintf("collector run %d sent no final figures at its shutdown (see collector.log)", s.runs+1))
+	default:
+		s.logFinalGain(final)
+		s.endRun(final, "")
+	}
+	s.problems = s.figures.problems(s.signals())
+	s.writeReceipt()
 	if p := s.problems; p != "" {
 		appendLog(s.logPath, "gym-otel: "+p)
 		s.log.Warn(p)
@@ -558,6 +598,9 @@ func (s *supervisor) drain() error {
 	if !clean {
 		s.cutPartialLines()
 		err := fmt.Errorf("the collector did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.o.ShutdownTimeoutSeconds)
+		if !wasRunning {
+			err = fmt.Errorf("the collector had exited (%v) before the drain", s.coll.waitErr)
+		}
 		s.writeState(StatusDrained, err.Error())
 		return err
 	}

@@ -8,39 +8,53 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 )
 
-// selfMetrics are the collector's own counters the supervisor reads from
-// its telemetry endpoint (Prometheus text on 127.0.0.1:<telemetry>/metrics).
-type selfMetrics struct {
-	// acceptedSpans sums otelcol_receiver_accepted_spans over receivers.
-	acceptedSpans float64
-	// backendFailed sums otelcol_exporter_send_failed_* and
-	// otelcol_exporter_enqueue_failed_* of exporter otlp_http/backend, by signal.
-	backendFailed map[string]float64
-	// backendSent sums otelcol_exporter_sent_* of otlp_http/backend, by signal.
-	backendSent map[string]float64
+// selfMetrics are the collector's own counters, read from its Prometheus
+// telemetry endpoint (127.0.0.1:<telemetry>/metrics, while it runs) or from
+// its final OTLP export at shutdown (finalSink). Keys are counterKey:
+// the metric name without "otelcol_" and "_total", "|", and the receiver or
+// exporter the sample is of, e.g. "exporter_sent_spans|otlp_http/backend".
+type selfMetrics map[string]float64
+
+// counterKey is the key of selfMetrics.
+func counterKey(name, component string) string {
+	name = strings.TrimSuffix(strings.TrimPrefix(name, "otelcol_"), "_total")
+	return name + "|" + component
 }
 
-const backendExporter = `exporter="otlp_http/backend"`
+// counted reports whether name is one of the collector's item counters the
+// receipt is made of.
+func counted(name string) bool {
+	name = strings.TrimPrefix(name, "otelcol_")
+	return strings.HasPrefix(name, "receiver_accepted_") || strings.HasPrefix(name, "receiver_refused_") ||
+		strings.HasPrefix(name, "receiver_failed_") || strings.HasPrefix(name, "exporter_sent_") ||
+		strings.HasPrefix(name, "exporter_send_failed_") || strings.HasPrefix(name, "exporter_enqueue_failed_")
+}
+
+// backendExporter is the rendered configuration's exporter to the site.
+const backendExporter = "otlp_http/backend"
 
 // readSelfMetrics scrapes the collector's own telemetry.
 func readSelfMetrics(port int) (selfMetrics, error) {
-	m := selfMetrics{backendFailed: map[string]float64{}, backendSent: map[string]float64{}}
 	client := &http.Client{Timeout: 2 * time.Second}
 	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
 	if err != nil {
-		return m, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return m, fmt.Errorf("telemetry: HTTP %d", resp.StatusCode)
+		return nil, fmt.Errorf("telemetry: HTTP %d", resp.StatusCode)
 	}
 	return parseSelfMetrics(resp.Body)
 }
 
+// parseSelfMetrics reads the Prometheus text format: the item counters by
+// receiver or exporter label.
 func parseSelfMetrics(r io.Reader) (selfMetrics, error) {
-	m := selfMetrics{backendFailed: map[string]float64{}, backendSent: map[string]float64{}}
+	m := selfMetrics{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
@@ -49,38 +63,78 @@ func parseSelfMetrics(r io.Reader) (selfMetrics, error) {
 			continue
 		}
 		name, labels, val, ok := splitSample(line)
-		if !ok {
+		if !ok || !counted(name) {
 			continue
 		}
-		switch {
-		case strings.HasPrefix(name, "otelcol_receiver_accepted_spans"):
-			m.acceptedSpans += val
-		case strings.Contains(labels, backendExporter):
-			for _, p := range []string{"otelcol_exporter_send_failed_", "otelcol_exporter_enqueue_failed_"} {
-				if strings.HasPrefix(name, p) {
-					m.backendFailed[signalOf(strings.TrimPrefix(name, p))] += val
-				}
-			}
-			if strings.HasPrefix(name, "otelcol_exporter_sent_") {
-				m.backendSent[signalOf(strings.TrimPrefix(name, "otelcol_exporter_sent_"))] += val
-			}
+		comp := labelValue(labels, "receiver")
+		if strings.HasPrefix(name, "otelcol_exporter_") {
+			comp = labelValue(labels, "exporter")
 		}
+		m[counterKey(name, comp)] += val
 	}
 	return m, sc.Err()
 }
 
-// signalOf maps "spans_total" / "metric_points_total" / "log_records_total"
-// to traces, metrics, logs.
-func signalOf(suffix string) string {
-	switch {
-	case strings.HasPrefix(suffix, "spans"):
-		return "traces"
-	case strings.HasPrefix(suffix, "metric_points"):
-		return "metrics"
-	case strings.HasPrefix(suffix, "log_records"):
-		return "logs"
+// labelValue returns the value of label key in `a="x",b="y"` ("" if absent).
+func labelValue(labels, key string) string {
+	i := strings.Index(","+labels, ","+key+`="`)
+	if i < 0 {
+		return ""
 	}
-	return suffix
+	rest := labels[i+len(key)+2:]
+	if j := strings.IndexByte(rest, '"'); j >= 0 {
+		return rest[:j]
+	}
+	return ""
+}
+
+// itemsOf names a signal's items in the collector's metric names.
+var itemsOf = map[string]string{"traces": "spans", "metrics": "metric_points", "logs": "log_records"}
+
+// sum adds the counter of every component whose key starts with prefix.
+func (m selfMetrics) sum(prefix string) float64 {
+	var s float64
+	for k, v := range m {
+		if strings.HasPrefix(k, prefix+"|") {
+			s += v
+		}
+	}
+	return s
+}
+
+func (m selfMetrics) of(name, component string) float64 { return m[name+"|"+component] }
+
+// acceptedSpans sums otelcol_receiver_accepted_spans over the receivers.
+func (m selfMetrics) acceptedSpans() float64 { return m.sum("receiver_accepted_spans") }
+
+// counts turns the counters into the receipt's figures of one signal:
+// received and refused over all receivers, written by file/<signal>, sent
+// by otlp_http/backend.
+func (m selfMetrics) counts(sig string) receipt.Counts {
+	it := itemsOf[sig]
+	file := "file/" + sig
+	n := func(f float64) int64 { return int64(f) }
+	return receipt.Counts{
+		Received:      n(m.sum("receiver_accepted_" + it)),
+		Refused:       n(m.sum("receiver_refused_"+it) + m.sum("receiver_failed_"+it)),
+		Written:       n(m.of("exporter_sent_"+it, file)),
+		WriteFailed:   n(m.of("exporter_send_failed_"+it, file) + m.of("exporter_enqueue_failed_"+it, file)),
+		Sent:          n(m.of("exporter_sent_"+it, backendExporter)),
+		SendFailed:    n(m.of("exporter_send_failed_"+it, backendExporter)),
+		EnqueueFailed: n(m.of("exporter_enqueue_failed_"+it, backendExporter)),
+	}
+}
+
+// add returns m + o (counters of two collector processes of one run).
+func (m selfMetrics) add(o selfMetrics) selfMetrics {
+	r := selfMetrics{}
+	for k, v := range m {
+		r[k] += v
+	}
+	for k, v := range o {
+		r[k] += v
+	}
+	return r
 }
 
 // splitSample splits `name{labels} value [timestamp]`.
@@ -110,12 +164,14 @@ func splitSample(line string) (name, labels string, val float64, ok bool) {
 	return name, labels, v, true
 }
 
-// problems describes backend refusals in one line ("" when none).
-func (m selfMetrics) problems() string {
+// problems describes what the backend did not get in one line ("" when
+// nothing was lost).
+func (m selfMetrics) problems(signals []string) string {
 	var parts []string
-	for _, sig := range []string{"traces", "metrics", "logs"} {
-		if n := m.backendFailed[sig]; n > 0 {
-			parts = append(parts, fmt.Sprintf("%s: %.0f failed", sig, n))
+	for _, sig := range signals {
+		c := m.counts(sig)
+		if n := c.Lost(); n > 0 {
+			parts = append(parts, fmt.Sprintf("%s: %d failed", sig, n))
 		}
 	}
 	if len(parts) == 0 {

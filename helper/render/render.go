@@ -55,7 +55,21 @@ type Ports struct {
 	// Telemetry is the port of the collector's own metrics (Prometheus
 	// text at /metrics); 0 turns them off.
 	Telemetry int `json:"telemetry"`
+	// Final is the supervisor's own loopback port that receives the
+	// collector's own metrics once more when the collector shuts down
+	// (OTLP/HTTP protobuf at /v1/metrics, bearer ${env:<ReceiverTokenEnv>}):
+	// the final figures of the receipt, flushed after every pipeline has
+	// shut down. 0 (or Telemetry 0) renders no such reader.
+	Final int `json:"final,omitempty"`
 }
+
+// FinalFlushIntervalMillis is the interval of the collector's periodic
+// reader towards Ports.Final, in ms (24 h): only its flush at shutdown is
+// wanted.
+const FinalFlushIntervalMillis = 86400000
+
+// FinalExportTimeoutMillis bounds that reader's export, in ms.
+const FinalExportTimeoutMillis = 2000
 
 // Job holds the facts of the job on this node. Empty strings are omitted from
 // the telemetry.
@@ -296,12 +310,30 @@ func pipelines(o config.Otel, scraping bool, metricsProcs []string) omap {
 func telemetry(in Input) omap {
 	telemetry := omap{{"logs", omap{{"level", "info"}}}}
 	if in.Ports.Telemetry != 0 {
+		readers := []omap{{{"pull", omap{{"exporter", omap{{"prometheus", omap{
+			{"host", "127.0.0.1"},
+			{"port", in.Ports.Telemetry},
+		}}}}}}}}
+		if in.Ports.Final != 0 {
+			// The meter provider shuts down after the pipelines and
+			// extensions, and a periodic reader exports once more then.
+			// Bounded (FinalExportTimeoutMillis): a sink that cannot be
+			// reached must not hold the collector's shutdown.
+			readers = append(readers, omap{{"periodic", omap{
+				{"interval", FinalFlushIntervalMillis},
+				{"timeout", FinalExportTimeoutMillis},
+				{"exporter", omap{{"otlp", omap{
+					{"protocol", "http/protobuf"},
+					{"endpoint", fmt.Sprintf("http://127.0.0.1:%d/v1/metrics", in.Ports.Final)},
+					{"compression", "none"},
+					{"timeout", FinalExportTimeoutMillis},
+					{"headers", []omap{{{"name", "Authorization"}, {"value", "Bearer ${env:" + ReceiverTokenEnv + "}"}}}},
+				}}}},
+			}}})
+		}
 		telemetry = append(telemetry, kv{"metrics", omap{
 			{"level", "normal"},
-			{"readers", []omap{{{"pull", omap{{"exporter", omap{{"prometheus", omap{
-				{"host", "127.0.0.1"},
-				{"port", in.Ports.Telemetry},
-			}}}}}}}}},
+			{"readers", readers},
 		}})
 	} else {
 		telemetry = append(telemetry, kv{"metrics", omap{{"level", "none"}}})

@@ -53,7 +53,7 @@ func renderVariant(t *testing.T, v variant, gpus []string) []byte {
 	y, err := render.Render(render.Input{
 		Resolved:  r,
 		Job:       job,
-		Ports:     render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004},
+		Ports:     render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004, Final: 41005},
 		OutputDir: "/home/alice/runs/gym-otel-1234/otel",
 	})
 	if err != nil {

@@ -1,5 +1,5 @@
 // Command bench measures what gym-otel-spank costs, against its anchors
-// (P1-P6 of docs/performance.md), on a local Slurm of its own, and prints
+// (P1-P7 of docs/performance.md), on a local Slurm of its own, and prints
 // one table: id, what, figure, spread, target, met. It asserts nothing and
 // is never part of `make test`; run it with `make bench` (root; it installs
 // and starts what it needs, and stops it again).
@@ -12,7 +12,8 @@
 // Environment:
 //
 //	GYM_OTEL_BENCH_QUICK=1      fewer rounds and samples, 15 s load steps (about 7 minutes; default about 15)
-//	GYM_OTEL_BENCH_ONLY=P1,P2   only these (P1 includes P6, P2 includes P3, P4 includes P5)
+//	GYM_OTEL_BENCH_ONLY=P1,P2   only these (P1 includes P6, P2 includes P3, P4 includes P5; P7, inspect
+//	                            of 1 GB of jsonl, runs without Slurm when alone)
 //	GYM_OTEL_BENCH_OUT=FILE     also write the table there (default build/bench/result.txt)
 package main
 
@@ -97,7 +98,12 @@ func main() {
 	load1, _ := os.ReadFile("/proc/loadavg")
 	logf("bench: setting up (quick=%v)", quick)
 	var rows []Row
-	err := setup()
+	// P7 needs no Slurm: alone, it runs without one.
+	slurm := want("P1", "P2", "P3", "P4", "P5", "P6")
+	var err error
+	if slurm {
+		err = setup()
+	}
 	if err == nil && want("P1", "P6") {
 		var r []Row
 		if r, err = runP1(p1Rounds, p1N, p1Sbatch); err == nil {
@@ -121,19 +127,31 @@ func main() {
 			rows = append(rows, r...)
 		}
 	}
+	if err == nil && want("P7") {
+		var r []Row
+		if r, err = runP7(); err == nil {
+			rows = append(rows, r...)
+		}
+	}
 	load2, _ := os.ReadFile("/proc/loadavg")
-	teardown()
+	if slurm {
+		teardown()
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	order := map[string]int{"P1": 1, "P2": 2, "P3": 3, "P4": 4, "P5": 5, "P6": 6}
+	order := map[string]int{"P1": 1, "P2": 2, "P3": 3, "P4": 4, "P5": 5, "P6": 6, "P7": 7}
 	sortRows(rows, order)
 
 	var b strings.Builder
 	host, _ := os.Hostname()
+	slurmV := "no Slurm (P7 only)"
+	if slurm {
+		slurmV = slurmVersion()
+	}
 	fmt.Fprintf(&b, "gym-otel-spank bench, %s, %s, %d CPUs, %s; %v; load average before %s, after %s\n",
-		time.Now().Format("2006-01-02 15:04"), host, runtime.NumCPU(), slurmVersion(),
+		time.Now().Format("2006-01-02 15:04"), host, runtime.NumCPU(), slurmV,
 		time.Since(t0).Round(time.Second), strings.Join(strings.Fields(string(load1))[:3], " "),
 		strings.Join(strings.Fields(string(load2))[:3], " "))
 	if quick {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 )
 
 // waitFile waits (bounded) until every path exists.
@@ -96,7 +98,90 @@ sleep 8
 		if k := strings.Count(string(lg), " gym-otel: the backend"); k != 1 {
 			t.Errorf("%s: collector.log has %d gym-otel: reports, want 1", n, k)
 		}
+		// The receipt: final figures, what the backend missed, and every
+		// item the file holds either sent or counted as failed.
+		rc, err := receipt.Read(d)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		t.Logf("%s:\n%s", n, strings.Join(rc.Summary(), "\n"))
+		have := countOf(all)
+		lost := int64(0)
+		for _, sig := range []string{"traces", "metrics", "logs"} {
+			c := rc.Signals[sig]
+			lost += c.Lost()
+			if c.Written != have[sig] || c.Sent+c.Lost() != c.Written {
+				t.Errorf("%s: receipt %s %+v: want written = %d (the file's items) = sent + failed", n, sig, c, have[sig])
+			}
+		}
+		if !rc.Complete() || lost == 0 || !strings.Contains(strings.Join(rc.Summary(), "\n"), "LOST: the backend did not get") {
+			t.Errorf("%s: the receipt does not say what the backend missed: %+v", n, rc)
+		}
 	}
+	checkInspectBackendDown(t, host)
+
+	// The backend is back: replay, as the job's user with the token in
+	// OTEL_TOKEN as at submit, sends both nodes' files; the backend then
+	// holds every span, metric point and log record of the files once more.
+	c.startBackend(t)
+	files := map[string]int64{}
+	for _, d := range []string{filepath.Join(host, "otel"), filepath.Join(host, "otel", "nodes", "c2")} {
+		var all []item
+		for _, sig := range []string{"metrics", "traces", "logs"} {
+			all = append(all, readOTLP(t, filepath.Join(d, sig+".jsonl"))...)
+		}
+		for k, v := range countOf(all) {
+			files[k] += v
+		}
+	}
+	before := c.backendCount(t, id)
+	r := c.asUser(t, 180*time.Second, c.tokenEnv(), dir, "gym-otel-spank replay "+dir)
+	t.Logf("replay: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	if r.code != 0 || !strings.Contains(r.stdout, "replay complete") {
+		t.Fatalf("replay: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	var got map[string]int64
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		after := c.backendCount(t, id)
+		got = map[string]int64{}
+		for k := range files {
+			got[k] = after[k] - before[k]
+		}
+		if fmt.Sprint(got) == fmt.Sprint(files) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(files) {
+		t.Errorf("the replay added %v to the backend for job %s; the files hold %v", got, id, files)
+	}
+}
+
+// countOf counts items by signal: spans, metric data points, log records.
+func countOf(all []item) map[string]int64 {
+	n := map[string]int64{"traces": 0, "metrics": 0, "logs": 0}
+	for _, it := range all {
+		switch it.signal {
+		case "span":
+			n["traces"]++
+		case "log":
+			n["logs"]++
+		case "metric":
+			n["metrics"] += int64(len(it.attrs))
+		}
+	}
+	return n
+}
+
+// backendCount counts the backend's items of job id by signal.
+func (c *cluster) backendCount(t *testing.T, id string) map[string]int64 {
+	var all []item
+	for _, sig := range []string{"metrics", "traces", "logs"} {
+		all = append(all, readOTLPLenient(t, filepath.Join(c.work, "backend", sig+".jsonl"))...)
+	}
+	return countOf(find(all, func(it item) bool { return it.res["slurm_job_id"] == id }))
 }
 
 // startBackend starts the backend container again and waits for its health.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -213,6 +214,36 @@ func TestMainJob(t *testing.T) {
 		t.Errorf("c1: no gym.rollout.duration_ms")
 	}
 
+	// Each node's receipt: final figures, nothing lost, and per signal
+	// written = sent = the items in that node's files.
+	for n, d := range otelDir {
+		rc, err := receipt.Read(d)
+		if err != nil {
+			t.Errorf("%s: %v", n, err)
+			continue
+		}
+		t.Logf("%s:\n%s", n, strings.Join(rc.Summary(), "\n"))
+		count := map[string]int64{}
+		for _, it := range files[n] {
+			switch it.signal {
+			case "span":
+				count["traces"]++
+			case "log":
+				count["logs"]++
+			case "metric":
+				count["metrics"] += int64(len(it.attrs))
+			}
+		}
+		if !rc.Complete() || rc.Trouble() || rc.JobID != jobID || rc.Node != n || rc.Collectors != 1 {
+			t.Errorf("%s: receipt %+v: want final figures of job %s on %s without trouble", n, rc, jobID, n)
+		}
+		for _, sig := range []string{"traces", "metrics", "logs"} {
+			if c := rc.Signals[sig]; c.Written != count[sig] || c.Sent != c.Written || c.Lost() != 0 {
+				t.Errorf("%s: receipt %s %+v: want written = sent = %d (the file's items)", n, sig, c, count[sig])
+			}
+		}
+	}
+
 	// Every file the job wrote is the job user's.
 	_ = filepath.Walk(host, func(p string, fi os.FileInfo, err error) error {
 		if err != nil {
@@ -240,6 +271,9 @@ func TestMainJob(t *testing.T) {
 	// Nothing left on any node; both idle.
 	c.waitNothingLeft(t, jobID)
 	c.waitIdle(t, 30*time.Second)
+
+	// inspect reports both nodes' figures, and its HTML report draws them.
+	checkInspect(t, host, jobID)
 
 	// The backend received all of it (it accepts only the token); its files
 	// are written as it receives, so poll briefly.

@@ -25,6 +25,8 @@ func main() {
 	modelName := flag.String("model-name", "NVIDIA H100 80GB HBM3", "modelName label value")
 	hostname := flag.String("hostname", "", "Hostname label value (default: os.Hostname)")
 	scrapeLog := flag.String("scrape-log", "", "append the RFC3339Nano UTC time of each /metrics scrape to this file")
+	idleList := flag.String("idle-gpus", "", "comma-separated GPU indices that sit idle: utilisation 0 %, 0 MiB used, 61.5 W")
+	constant := flag.Bool("constant", false, "every scrape serves the values of the first one (the figures do not depend on how often it was scraped)")
 	flag.Parse()
 	log.SetPrefix("dcgm-standin: ")
 	log.SetFlags(0)
@@ -33,17 +35,10 @@ func main() {
 	if host == "" {
 		host, _ = os.Hostname()
 	}
-	var idx []int
-	for _, s := range strings.Split(*gpus, ",") {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			log.Fatalf("--gpus: bad GPU index %q", s)
-		}
-		idx = append(idx, n)
+	idx := indices("--gpus", *gpus)
+	idle := map[int]bool{}
+	for _, g := range indices("--idle-gpus", *idleList) {
+		idle[g] = true
 	}
 
 	names := []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
@@ -65,9 +60,17 @@ func main() {
 	}
 	var scrapes int
 	before := func() {
-		scrapes++
+		if scrapes == 0 || !*constant {
+			scrapes++
+		}
 		for _, g := range idx {
 			l := labelsOf(g)
+			if idle[g] {
+				util.With(l).Set(0)
+				fb.With(l).Set(0)
+				power.With(l).Set(61.5)
+				continue
+			}
 			util.With(l).Set(float64((scrapes*13 + g*29) % 101))
 			fb.With(l).Set(float64(20000 + (scrapes*97+g*331)%50000))
 			power.With(l).Set(120.5 + float64((scrapes*7+g*11)%500))
@@ -80,4 +83,21 @@ func main() {
 	if err := promserve.Serve(addr, mux); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// indices parses a comma-separated list of GPU indices.
+func indices(flagName, list string) []int {
+	var idx []int
+	for _, s := range strings.Split(list, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			log.Fatalf("%s: bad GPU index %q", flagName, s)
+		}
+		idx = append(idx, n)
+	}
+	return idx
 }

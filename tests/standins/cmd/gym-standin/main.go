@@ -38,6 +38,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploggrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
@@ -67,6 +68,7 @@ func run() int {
 	printEnv := flag.Bool("print-env", false, "print the OTEL_* / NEMO_GYM_* environment seen (header values redacted to a sha256 prefix), then continue")
 	sleepAfter := flag.Duration("sleep-after", 0, "after sending and flushing, stay alive this long before shutting down")
 	flushTimeout := flag.Duration("flush-timeout", 10*time.Second, "bound on the final ForceFlush+Shutdown of all providers")
+	errorEvery := flag.Int("error-every", 0, "every N-th rollout (N, 2N, ...) fails: its gym.rollout span gets status Error and, with logs on, an ERROR log record; 0: none")
 	flag.Parse()
 
 	out := func(format string, a ...any) { fmt.Printf("gym-standin: "+format+"\n", a...) }
@@ -222,6 +224,21 @@ func run() int {
 			)
 			logger.Emit(rctx, rec) // rctx carries the rollout span: the record gets its trace and span ids
 			logs++
+		}
+		if *errorEvery > 0 && (i+1)%*errorEvery == 0 {
+			root.SetStatus(codes.Error, fmt.Sprintf("rollout %d failed", i))
+			if logger != nil {
+				var rec otellog.Record
+				now := time.Now()
+				rec.SetTimestamp(now)
+				rec.SetObservedTimestamp(now)
+				rec.SetSeverity(otellog.SeverityError)
+				rec.SetSeverityText("ERROR")
+				rec.SetBody(attribute.StringValue(fmt.Sprintf("rollout %d failed", i)))
+				rec.AddAttributes(attribute.String("nemo.gym.run_id", runID), attribute.Int("nemo.gym.rollout.index", i))
+				logger.Emit(rctx, rec)
+				logs++
+			}
 		}
 		root.End()
 		durHist.Record(ctx, float64(time.Since(start).Microseconds())/1000.0, metric.WithAttributes(serverAttr))

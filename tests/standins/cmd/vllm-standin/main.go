@@ -60,15 +60,32 @@ func main() {
 		Help:    "Histogram of e2e request latency in seconds.",
 		Buckets: []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0},
 	}, []string{"engine", "model_name"})
-	reg.MustRegister(running, waiting, prompt, generation, e2e)
+	// vLLM's time-to-first-token buckets (vllm/v1/metrics/loggers.py).
+	ttft := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "vllm:time_to_first_token_seconds",
+		Help:    "Histogram of time to first token in seconds.",
+		Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0},
+	}, []string{"engine", "model_name"})
+	kvCache := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vllm:kv_cache_usage_perc",
+		Help: "KV-cache usage. 1 means 100 percent usage.",
+	}, []string{"engine", "model_name"})
+	success := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "vllm:request_success_total",
+		Help: "Count of successfully processed requests.",
+	}, []string{"engine", "model_name", "finished_reason"})
+	reg.MustRegister(running, waiting, prompt, generation, e2e, ttft, kvCache, success)
 
 	// Series exist from the first scrape on.
 	running.With(labels).Set(0)
 	waiting.With(labels).Set(0)
 	prompt.With(labels).Add(0)
 	generation.With(labels).Add(0)
+	kvCache.With(labels).Set(0)
+	success.With(prometheus.Labels{"engine": "0", "model_name": *model, "finished_reason": "stop"}).Add(0)
 
 	latencies := []float64{0.42, 0.75, 1.2, 0.31, 2.2, 0.9, 4.0, 1.7}
+	ttfts := []float64{0.03, 0.07, 0.15, 0.3, 0.045, 0.09, 0.6, 0.12}
 	var (
 		mu    sync.Mutex
 		steps int
@@ -85,6 +102,9 @@ func main() {
 		prompt.With(labels).Add(float64(100 + 7*steps))
 		generation.With(labels).Add(float64(50 + 3*steps))
 		e2e.With(labels).Observe(latencies[steps%len(latencies)])
+		ttft.With(labels).Observe(ttfts[steps%len(ttfts)])
+		kvCache.With(labels).Set(float64(steps%5) / 10)
+		success.With(prometheus.Labels{"engine": "0", "model_name": *model, "finished_reason": "stop"}).Inc()
 		return steps, 100*steps + 7*steps*(steps+1)/2, 50*steps + 3*steps*(steps+1)/2
 	}
 	before := func() {

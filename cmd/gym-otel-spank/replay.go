@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/replay"
+)
+
+func init() {
+	commands["replay"] = command{"send a job's jsonl files (every node, every later link) to the backend again, with the token from the environment", runReplay}
+}
+
+func runReplay(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("replay", "[--endpoint URL] [--token-env NAME] [--binary PATH] [--timeout D] DIR   (a job dir, or its otel/ dir)", stderr)
+	endpoint := fs.String("endpoint", "", "send to this OTLP/HTTP `URL` instead of the job's backend (otel.endpoint at submit)")
+	tokenEnv := fs.String("token-env", "", "the environment variable `NAME` holding the bearer token (default: the job's otel.token_env, as at submit)")
+	binary := fs.String("binary", "", "the collector `PATH` (default "+replay.DefaultBinary+", else otelcol-gym beside this program or on PATH)")
+	timeout := fs.Duration("timeout", replay.DefaultTimeout, "give up after this `duration` (the collector is stopped)")
+	every := fs.Duration("progress", replay.DefaultProgress, "print progress every `duration`")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() != 1 {
+		return usageError{"give one directory"}
+	}
+	if *timeout <= 0 {
+		return usageError{fmt.Sprintf("--timeout %v: must be positive", *timeout)}
+	}
+	if *every <= 0 {
+		return usageError{fmt.Sprintf("--progress %v: must be positive", *every)}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	res, err := replay.Run(ctx, replay.Options{
+		Dir: fs.Arg(0), Endpoint: *endpoint, TokenEnv: *tokenEnv, Binary: collectorBinary(*binary),
+		Timeout: *timeout, Progress: *every, Out: stdout,
+	})
+	if res != nil {
+		for _, l := range res.Summary() {
+			fmt.Fprintln(stdout, l)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if !res.OK() {
+		return errFailed
+	}
+	return nil
+}
+
+// collectorBinary is the collector replay runs: flag, else the default
+// install path, else otelcol-gym beside this executable, else on PATH.
+func collectorBinary(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if _, err := os.Stat(replay.DefaultBinary); err == nil {
+		return replay.DefaultBinary
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "otelcol-gym")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return "otelcol-gym"
+}

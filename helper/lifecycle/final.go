@@ -1,0 +1,143 @@
+package lifecycle
+
+import (
+	"compress/gzip"
+	"crypto/subtle"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// finalSink is the supervisor's loopback OTLP/HTTP endpoint for the
+// collector's own metrics (render.Ports.Final). The collector's service
+// shuts its pipelines down (receivers stop, processors and exporters flush,
+// the backend exporter's queue drains), then its extensions, and only then
+// its meter provider (collector v0.161.0, service.Shutdown); a periodic
+// reader exports once more when it is shut down. That export, received
+// after the drain's SIGTERM, holds the final counters. The Prometheus
+// endpoint cannot give them: it closes in the same step.
+type finalSink struct {
+	token string // the per-job receiver token the collector sends as bearer
+	ln    net.Listener
+	srv   *http.Server
+
+	mu   sync.Mutex
+	last selfMetrics
+	at   time.Time
+}
+
+// maxFinalBody bounds one export's body (a collector's own metrics are a
+// few KiB).
+const maxFinalBody = 4 << 20
+
+// newFinalSink listens on a free 127.0.0.1 port and serves until close.
+func newFinalSink(token string) (*finalSink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	f := &finalSink{token: token, ln: ln}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/metrics", f.handle)
+	f.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go f.srv.Serve(ln)
+	return f, nil
+}
+
+func (f *finalSink) port() int { return f.ln.Addr().(*net.TCPAddr).Port }
+
+func (f *finalSink) close() { f.srv.Close() }
+
+func (f *finalSink) handle(w http.ResponseWriter, r *http.Request) {
+	want := "Bearer " + f.token
+	if r.Method != http.MethodPost || subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte(want)) != 1 {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	var body io.Reader = http.MaxBytesReader(w, r.Body, maxFinalBody)
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		gz, err := gzip.NewReader(body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		defer gz.Close()
+		body = io.LimitReader(gz, maxFinalBody)
+	}
+	b, err := io.ReadAll(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	m, err := parseOTLPSelfMetrics(b)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.last, f.at = m, time.Now()
+	f.mu.Unlock()
+	// An empty ExportMetricsServiceResponse.
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	w.WriteHeader(http.StatusOK)
+}
+
+// since returns the last export received after t (nil if none).
+func (f *finalSink) since(t time.Time) selfMetrics {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.last == nil || f.at.Before(t) {
+		return nil
+	}
+	return f.last
+}
+
+// parseOTLPSelfMetrics reads an ExportMetricsServiceRequest (wire-identical
+// to MetricsData): the item counters (monotonic sums) by their receiver or
+// exporter attribute.
+func parseOTLPSelfMetrics(b []byte) (selfMetrics, error) {
+	var md metricsv1.MetricsData
+	if err := proto.Unmarshal(b, &md); err != nil {
+		return nil, err
+	}
+	m := selfMetrics{}
+	seen := false
+	for _, rm := range md.GetResourceMetrics() {
+		for _, sm := range rm.GetScopeMetrics() {
+			for _, met := range sm.GetMetrics() {
+				seen = true
+				if !counted(met.GetName()) || met.GetSum() == nil {
+					continue
+				}
+				key := "receiver"
+				if strings.HasPrefix(met.GetName(), "otelcol_exporter_") {
+					key = "exporter"
+				}
+				for _, dp := range met.GetSum().GetDataPoints() {
+					comp := ""
+					for _, a := range dp.GetAttributes() {
+						if a.GetKey() == key {
+							comp = a.GetValue().GetStringValue()
+						}
+					}
+					v := dp.GetAsDouble()
+					if _, ok := dp.GetValue().(*metricsv1.NumberDataPoint_AsInt); ok {
+						v = float64(dp.GetAsInt())
+					}
+					m[counterKey(met.GetName(), comp)] += v
+				}
+			}
+		}
+	}
+	if !seen {
+		return nil, errors.New("an export without metrics")
+	}
+	return m, nil
+}

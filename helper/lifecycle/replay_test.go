@@ -1,0 +1,203 @@
+package lifecycle_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// runReplay runs `gym-otel-spank replay` with env (and PATH) and returns
+// its output and exit code.
+func runReplay(t *testing.T, env []string, args ...string) (string, int) {
+	t.Helper()
+	argv := append([]string{"replay", "--binary", testenv.Collector(t), "--progress", "1s", "--timeout", "90s"}, args...)
+	cmd := exec.Command(cli(t), argv...)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=/root"}, env...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+// TestReplayAfterOutage: a job runs while its backend is down. Its receipt
+// says the backend got nothing and what the files hold; then the backend
+// comes up on the job's endpoint and `replay` (the token from OTEL_TOKEN, as
+// at submit) sends every node dir's files: the backend ends up with every
+// span, metric point and log record of the files. A second backend
+// (--endpoint) gets them too; a wrong token exits non-zero.
+func TestReplayAfterOutage(t *testing.T) {
+	t.Parallel()
+	token := "rp$${env:HOME}-" + randHex(8)
+	port := freePort(t)
+	j := job{JobID: "5150", Node: "gn1", Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), Token: token,
+		VLLMPort: startVLLM(t), NodePort: startNodeExporter(t)}
+	s := startSup(t, j).mustReady(t)
+	waitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds", "node_load1")
+	s.runGym(t, "agent", 4, "local")
+	time.Sleep(time.Second)
+	if _, err := s.drain(t, 60*time.Second); err != nil {
+		t.Fatalf("drain: %v\n%s", err, s.out2())
+	}
+	// A second node's dir (a copy of this one's files), as a two-node job
+	// leaves it: replay sends every node dir.
+	second := filepath.Join(s.out, "nodes", "gn2")
+	if err := os.MkdirAll(second, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, sig := range []string{"traces", "metrics", "logs"} {
+		data, err := os.ReadFile(filepath.Join(s.out, sig+".jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(second, sig+".jsonl"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr, m, lg := mustParse(t, s.out, "traces"), mustParse(t, s.out, "metrics"), mustParse(t, s.out, "logs")
+	want := map[string]int{"traces": 2 * len(tr.spans), "metrics": 2 * m.points(), "logs": 2 * len(lg.logs)}
+	if len(tr.spans) < 12 || m.points() == 0 || len(lg.logs) != 4 {
+		t.Fatalf("the job's files: %d spans, %d points, %d log records", len(tr.spans), m.points(), len(lg.logs))
+	}
+
+	// The receipt says the backend got nothing; inspect's first lines say so.
+	rc, err := receipt.Read(s.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sig, n := range want {
+		if c := rc.Signals[sig]; c.Sent != 0 || c.Lost() != int64(n/2) || c.Written != int64(n/2) {
+			t.Errorf("receipt %s %+v: want written = failed = %d, sent 0", sig, c, n/2)
+		}
+	}
+	var insp bytes.Buffer
+	cmd := exec.Command(cli(t), "inspect", s.out)
+	cmd.Stdout, cmd.Stderr = &insp, &insp
+	_ = cmd.Run()
+	if first := firstLines(insp.String(), 12); !strings.Contains(first, "LOST: the backend did not get") {
+		t.Errorf("inspect's first lines do not say the backend lost data:\n%s", first)
+	}
+
+	// The backend comes up where the job sent; replay fills it.
+	be := startBackendOn(t, token, port)
+	out, code := runReplay(t, []string{"OTEL_TOKEN=" + token}, s.out)
+	t.Logf("replay:\n%s", out)
+	if code != 0 || !strings.Contains(out, "replay complete") {
+		t.Fatalf("replay exit %d:\n%s", code, out)
+	}
+	be.stop(t)
+	checkBackendHas(t, be.dir, want, 2*tr.spanCount("gym.rollout"))
+
+	// A second backend, named on the command line, with the token under
+	// another variable.
+	be2tok := "second-" + randHex(6)
+	be2 := startBackend(t, be2tok)
+	out, code = runReplay(t, []string{"OTHER_TOKEN=" + be2tok}, "--endpoint", be2.url, "--token-env", "OTHER_TOKEN", s.out)
+	if code != 0 {
+		t.Fatalf("replay to a second backend: exit %d:\n%s", code, out)
+	}
+	be2.stop(t)
+	checkBackendHas(t, be2.dir, want, 2*tr.spanCount("gym.rollout"))
+
+	// A wrong token: the backend refuses, replay says so and exits 1.
+	be3 := startBackend(t, "right-"+randHex(6))
+	out, code = runReplay(t, []string{"OTEL_TOKEN=wrong"}, "--endpoint", be3.url, s.out)
+	if code != 1 || !strings.Contains(out, "LOSSES") {
+		t.Errorf("replay with a wrong token: exit %d, want 1 and LOSSES:\n%s", code, out)
+	}
+	// No token: a clear error naming the variable.
+	out, code = runReplay(t, nil, s.out)
+	if code != 1 || !strings.Contains(out, "OTEL_TOKEN is not set") {
+		t.Errorf("replay without a token: exit %d:\n%s", code, out)
+	}
+	assertNoLeak(t, token, s.out, map[string]string{"replay's output": out})
+}
+
+// checkBackendHas checks a backend's files hold exactly n items per signal.
+func checkBackendHas(t *testing.T, dir string, n map[string]int, rollouts int) {
+	t.Helper()
+	bt, bm, bl := mustParse(t, dir, "traces"), mustParse(t, dir, "metrics"), mustParse(t, dir, "logs")
+	got := map[string]int{"traces": len(bt.spans), "metrics": bm.points(), "logs": len(bl.logs)}
+	for sig, w := range n {
+		if got[sig] != w {
+			t.Errorf("backend %s: %d items, want %d (every item of the files)", sig, got[sig], w)
+		}
+	}
+	if r := bt.spanCount("gym.rollout"); r != rollouts {
+		t.Errorf("backend: %d gym.rollout spans, want %d", r, rollouts)
+	}
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestReplayInterrupted: Ctrl-C while replay waits on a backend that hangs:
+// replay exits non-zero and its collector is gone.
+func TestReplayInterrupted(t *testing.T) {
+	t.Parallel()
+	s := startSup(t, job{JobID: "5151", VLLMPort: startVLLM(t)}).mustReady(t)
+	s.runGym(t, "agent", 2, "local")
+	if _, err := s.drain(t, 60*time.Second); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	hang := startBlackhole(t, "hang")
+	cmd := exec.Command(cli(t), "replay", "--binary", testenv.Collector(t), "--progress", "500ms", "--endpoint", hang, s.out)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "OTEL_TOKEN=x"}
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait(); pw.Close() }()
+	sc := bufio.NewScanner(pr)
+	collector := 0
+	var out strings.Builder
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if i := strings.Index(sc.Text(), "(collector pid "); i >= 0 {
+			collector, _ = strconv.Atoi(strings.TrimSuffix(sc.Text()[i+len("(collector pid "):], ")"))
+		}
+		if strings.HasPrefix(sc.Text(), "replay: traces") { // a progress line: it is waiting
+			break
+		}
+	}
+	if collector == 0 || !procAlive(collector, 0) {
+		t.Fatalf("no running collector named in replay's output:\n%s", out.String())
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	go io.Copy(&out, pr)
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("replay exited 0 after an interrupt")
+		}
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("replay did not exit within 15 s of SIGINT")
+	}
+	if procAlive(collector, 0) {
+		syscall.Kill(collector, syscall.SIGKILL)
+		t.Errorf("replay's collector %d outlived it", collector)
+	}
+}

@@ -1,0 +1,289 @@
+// Package receipt is otel/receipt.json: what one node's collector received,
+// refused, wrote to the job's jsonl files and sent to (or failed to send to)
+// the site's backend, per signal, from the collector's own telemetry. The
+// supervisor writes it at the drain, after the collector has exited (the
+// job's output is closed by then, so it goes beside the files);
+// `gym-otel-spank inspect` shows it first.
+//
+// A receipt never presents a guess as a count: Basis says whether the
+// figures are the collector's final counters (BasisFinal) or only what was
+// read before the collector ended without a final read (BasisLastRead:
+// lower bounds), and Unknown says what is not known and why.
+package receipt
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// FileName is the receipt's name in a node's output dir.
+const FileName = "receipt.json"
+
+// Version is the receipt format written by Write; Read refuses others.
+const Version = 1
+
+// Basis values: where a receipt's figures come from.
+const (
+	// BasisFinal: every collector process of the run was read after its
+	// pipelines had shut down (everything flushed): the figures are exact.
+	BasisFinal = "final"
+	// BasisLastRead: at least one collector process ended (killed, or
+	// crashed and restarted) before a final read; its figures are those of
+	// the last read before its end, so every figure is a lower bound of
+	// what the collectors counted. (A killed file exporter loses what it
+	// had counted but not yet flushed: its file can hold less.)
+	BasisLastRead = "last_read"
+	// BasisNone: the collector's own telemetry was never read (turned off,
+	// or the collector never answered): every figure is unknown (0).
+	BasisNone = "none"
+)
+
+// Signals are the keys of Receipt.Signals, in report order.
+var Signals = []string{"traces", "metrics", "logs"}
+
+// Counts are one signal's items (spans, metric data points or log records)
+// through one node's collector, summed over the collector processes of the
+// run (a restarted collector starts its counters at zero).
+type Counts struct {
+	// Received is otelcol_receiver_accepted_* summed over the receivers
+	// (OTLP, Prometheus scrapes): items that entered a pipeline. The
+	// span_metrics connector's points are not received by a receiver, so
+	// for metrics Written can exceed Received.
+	Received int64 `json:"received"`
+	// Refused is otelcol_receiver_refused_* plus otelcol_receiver_failed_*
+	// summed over the receivers: items a receiver turned away (e.g. the
+	// memory limiter refused them) or failed to process.
+	Refused int64 `json:"refused"`
+	// Written is otelcol_exporter_sent_* of the file exporter
+	// (file/<signal>): items written to <signal>.jsonl. Filters between
+	// receiver and exporter (staleness markers, other jobs' GPUs) make it
+	// smaller than Received by design.
+	Written int64 `json:"written"`
+	// WriteFailed is otelcol_exporter_send_failed_* plus
+	// otelcol_exporter_enqueue_failed_* of the file exporter.
+	WriteFailed int64 `json:"write_failed"`
+	// Sent is otelcol_exporter_sent_* of otlp_http/backend: items the
+	// backend accepted.
+	Sent int64 `json:"sent"`
+	// SendFailed is otelcol_exporter_send_failed_* of otlp_http/backend:
+	// items the backend refused or that were lost after the retries.
+	SendFailed int64 `json:"send_failed"`
+	// EnqueueFailed is otelcol_exporter_enqueue_failed_* of
+	// otlp_http/backend: items dropped because its sending queue was full.
+	EnqueueFailed int64 `json:"enqueue_failed"`
+}
+
+// Lost is the items the backend did not get although the collector tried:
+// SendFailed + EnqueueFailed.
+func (c Counts) Lost() int64 { return c.SendFailed + c.EnqueueFailed }
+
+// Receipt is one node's otel/receipt.json.
+type Receipt struct {
+	// Version is the format version (Version).
+	Version int `json:"version"`
+	// JobID is the Slurm job id; Node the node's short name.
+	JobID string `json:"job_id"`
+	Node  string `json:"node"`
+	// RestartCount is Slurm's restart count of the run ("" unknown).
+	RestartCount string `json:"restart_count,omitempty"`
+	// WrittenAt is when the receipt was written (UTC).
+	WrittenAt time.Time `json:"written_at"`
+	// Basis is BasisFinal, BasisLastRead or BasisNone.
+	Basis string `json:"basis"`
+	// Collectors is how many collector processes the figures cover (1 +
+	// the restarts within the run).
+	Collectors int `json:"collectors"`
+	// Unknown says, one sentence each, what is not known and why (empty
+	// when Basis is BasisFinal, but for items the two exporters of a
+	// signal did not both account for).
+	Unknown []string `json:"unknown,omitempty"`
+	// Signals holds the counts by signal ("traces", "metrics", "logs").
+	// A signal without a pipeline (logs turned off) is absent.
+	Signals map[string]Counts `json:"signals"`
+}
+
+// Complete reports whether the figures are exact (BasisFinal).
+func (r *Receipt) Complete() bool { return r.Basis == BasisFinal }
+
+// Trouble reports whether anything was lost or refused on the way: items
+// the backend did not get (send or enqueue failures), items a receiver
+// refused, or items that could not be written to the files.
+func (r *Receipt) Trouble() bool {
+	for _, c := range r.Signals {
+		if c.Lost() > 0 || c.Refused > 0 || c.WriteFailed > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate checks the fields Read relies on.
+func (r *Receipt) Validate() error {
+	if r.Version != Version {
+		return fmt.Errorf("version %d, this gym-otel-spank reads version %d", r.Version, Version)
+	}
+	switch r.Basis {
+	case BasisFinal, BasisLastRead, BasisNone:
+	default:
+		return fmt.Errorf("basis %q is not %s, %s or %s", r.Basis, BasisFinal, BasisLastRead, BasisNone)
+	}
+	if r.Basis != BasisFinal && len(r.Unknown) == 0 {
+		return fmt.Errorf("basis %q without a word on what is unknown", r.Basis)
+	}
+	for sig, c := range r.Signals {
+		if !isSignal(sig) {
+			return fmt.Errorf("signals: %q is not traces, metrics or logs", sig)
+		}
+		if c.Received < 0 || c.Refused < 0 || c.Written < 0 || c.WriteFailed < 0 || c.Sent < 0 || c.SendFailed < 0 || c.EnqueueFailed < 0 {
+			return fmt.Errorf("signals.%s: a negative count", sig)
+		}
+	}
+	return nil
+}
+
+func isSignal(s string) bool {
+	for _, x := range Signals {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Write writes r as dir/receipt.json (mode 0644, owned by the calling
+// process's user) through a temporary file of a random name in dir, renamed
+// into place: a reader sees the old receipt or the new one, never half. It
+// sets Version and, when zero, WrittenAt. Errors: an invalid receipt, or
+// the file system's.
+func (r *Receipt) Write(dir string) error {
+	r.Version = Version
+	if r.WrittenAt.IsZero() {
+		r.WrittenAt = time.Now().UTC()
+	}
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("receipt: %w", err)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+FileName+".*")
+	if err != nil {
+		return fmt.Errorf("receipt: %w", err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, FileName))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("receipt: %w", err)
+	}
+	return nil
+}
+
+// Read reads dir/receipt.json. Errors name the file: a missing receipt
+// (errors.Is(err, fs.ErrNotExist): the collector has not drained yet, or the
+// supervisor was killed before it could write one), a file that is not
+// JSON, or a receipt that does not validate.
+func Read(dir string) (*Receipt, error) {
+	path := filepath.Join(dir, FileName)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: no receipt (it is written when the collector drains; a supervisor killed before its drain writes none): %w", path, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := &Receipt{}
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, fmt.Errorf("%s: not a receipt: %w", path, err)
+	}
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, nil
+}
+
+// itemWord names a signal's items.
+var itemWord = map[string]string{"traces": "spans", "metrics": "metric points", "logs": "log records"}
+
+// Summary is the receipt in a few lines for the first lines of inspect: a
+// headline, a line per signal, and a plain line for each loss (backend
+// refused or lost data, receivers refused, files not written) and for what
+// is unknown. Figures that are lower bounds say "at least".
+func (r *Receipt) Summary() []string {
+	head := fmt.Sprintf("receipt of job %s on %s", r.JobID, r.Node)
+	if r.Collectors > 1 {
+		head += fmt.Sprintf(" (%d collector runs)", r.Collectors)
+	}
+	switch r.Basis {
+	case BasisFinal:
+		head += ": final figures"
+	case BasisLastRead:
+		head += ": INCOMPLETE, figures are lower bounds"
+	case BasisNone:
+		head += ": NO FIGURES"
+	}
+	lines := []string{head}
+	atLeast := ""
+	if r.Basis == BasisLastRead {
+		atLeast = ">="
+	}
+	var trouble []string
+	for _, sig := range Signals {
+		c, ok := r.Signals[sig]
+		if !ok || r.Basis == BasisNone {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("  %-7s received %s%d, written %s%d, sent to the backend %s%d, failed %s%d",
+			sig, atLeast, c.Received, atLeast, c.Written, atLeast, c.Sent, atLeast, c.Lost()))
+		w := itemWord[sig]
+		if c.Lost() > 0 {
+			t := fmt.Sprintf("the backend did not get %s%d of %s%d %s", atLeast, c.Lost(), atLeast, c.Sent+c.Lost(), w)
+			var why []string
+			if c.SendFailed > 0 {
+				why = append(why, fmt.Sprintf("%d refused or failed to send", c.SendFailed))
+			}
+			if c.EnqueueFailed > 0 {
+				why = append(why, fmt.Sprintf("%d dropped, sending queue full", c.EnqueueFailed))
+			}
+			trouble = append(trouble, t+" ("+strings.Join(why, ", ")+")")
+		}
+		if c.Refused > 0 {
+			trouble = append(trouble, fmt.Sprintf("the collector's receivers refused %s%d %s (not in the files either)", atLeast, c.Refused, w))
+		}
+		if c.WriteFailed > 0 {
+			trouble = append(trouble, fmt.Sprintf("%s%d %s could not be written to %s.jsonl", atLeast, c.WriteFailed, w, sig))
+		}
+	}
+	for _, t := range trouble {
+		lines = append(lines, "  LOST: "+t)
+	}
+	if len(trouble) > 0 {
+		lost := false
+		for _, c := range r.Signals {
+			lost = lost || c.Lost() > 0
+		}
+		if lost {
+			lines = append(lines, "  the files hold what the backend missed: `gym-otel-spank replay DIR` sends them again")
+		}
+	}
+	for _, u := range r.Unknown {
+		lines = append(lines, "  UNKNOWN: "+u)
+	}
+	return lines
+}

@@ -1,0 +1,92 @@
+package receipt
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWriteRead(t *testing.T) {
+	dir := t.TempDir()
+	r := &Receipt{JobID: "12", Node: "gn1", Basis: BasisFinal, Collectors: 1, Signals: map[string]Counts{
+		"traces":  {Received: 10, Written: 10, Sent: 10},
+		"metrics": {Received: 500, Written: 480, Sent: 480},
+	}}
+	if err := r.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v, want 0644", fi.Mode().Perm())
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("dir holds %d entries, want the receipt only", len(ents))
+	}
+	got, err := Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version != Version || got.JobID != "12" || got.Signals["metrics"].Written != 480 || !got.Complete() || got.Trouble() {
+		t.Errorf("read back %+v", got)
+	}
+	if time.Since(got.WrittenAt) > time.Minute {
+		t.Errorf("written_at %v", got.WrittenAt)
+	}
+	s := strings.Join(got.Summary(), "\n")
+	if !strings.Contains(s, "final figures") || strings.Contains(s, "LOST") || strings.Contains(s, "logs") {
+		t.Errorf("summary:\n%s", s)
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Read(dir); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), FileName) {
+		t.Errorf("missing: %v", err)
+	}
+	for body, want := range map[string]string{
+		"{":                                 "not a receipt",
+		`{"version":7,"basis":"final"}`:     "version 7",
+		`{"version":1,"basis":"guess"}`:     `basis "guess"`,
+		`{"version":1,"basis":"last_read"}`: "unknown",
+		`{"version":1,"basis":"final","signals":{"spans":{}}}`:         `"spans"`,
+		`{"version":1,"basis":"final","signals":{"logs":{"sent":-1}}}`: "negative",
+	} {
+		os.WriteFile(filepath.Join(dir, FileName), []byte(body), 0o644)
+		if _, err := Read(dir); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), FileName) {
+			t.Errorf("%s: %v, want %q", body, err, want)
+		}
+	}
+	if err := (&Receipt{Basis: BasisNone}).Write(dir); err == nil {
+		t.Error("a receipt without figures and without a word why was written")
+	}
+}
+
+func TestSummarySaysLossesPlainly(t *testing.T) {
+	r := &Receipt{JobID: "7", Node: "gn2", Basis: BasisLastRead, Collectors: 2,
+		Unknown: []string{"the collector was killed before its drain"},
+		Signals: map[string]Counts{
+			"traces":  {Received: 100, Written: 100, Sent: 60, SendFailed: 30, EnqueueFailed: 10},
+			"metrics": {Received: 5, Refused: 3, Written: 5, WriteFailed: 1, Sent: 5},
+		}}
+	if !r.Trouble() || r.Complete() {
+		t.Fatal("trouble not seen")
+	}
+	s := strings.Join(r.Summary(), "\n")
+	for _, want := range []string{
+		"INCOMPLETE", "2 collector runs",
+		"the backend did not get >=40 of >=100 spans (30 refused or failed to send, 10 dropped, sending queue full)",
+		"receivers refused >=3 metric points", ">=1 metric points could not be written to metrics.jsonl",
+		"replay", "UNKNOWN: the collector was killed before its drain",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("summary lacks %q:\n%s", want, s)
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package replay
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// Signals are the jsonl files of a node dir, by signal.
+var Signals = []string{"traces", "metrics", "logs"}
+
+// File is one jsonl file to send and what it holds.
+type File struct {
+	// Path is the file's absolute path; Signal "traces", "metrics" or "logs".
+	Path, Signal string
+	// Lines counts its lines; BadLines those that are not one OTLP-JSON
+	// object (the file receiver skips them too: they cannot be replayed).
+	Lines, BadLines int
+	// Items counts what the file receiver counts as received per line:
+	// spans, metrics (not points: the receiver counts metrics), log records.
+	Items int64
+	// Exported counts what an exporter counts: spans, metric data points,
+	// log records.
+	Exported int64
+	// MaxLine is the longest line in bytes.
+	MaxLine int
+}
+
+// Dirs returns the node dirs of a job: dir's otel/ (or dir itself when it
+// is one), each later link of its chain (links/<job id>), and each node dir
+// (nodes/<node>) of those, in that order. Errors: dir does not exist.
+func Dirs(dir string) ([]string, error) {
+	if st, err := os.Stat(filepath.Join(dir, "otel")); err == nil && st.IsDir() {
+		dir = filepath.Join(dir, "otel")
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return nil, err
+	}
+	var dirs []string
+	for _, d := range append([]string{dir}, globDirs(filepath.Join(dir, "links", "*"))...) {
+		dirs = append(dirs, d)
+		dirs = append(dirs, globDirs(filepath.Join(d, "nodes", "*"))...)
+	}
+	return dirs, nil
+}
+
+func globDirs(pattern string) []string {
+	m, _ := filepath.Glob(pattern)
+	sort.Strings(m)
+	var out []string
+	for _, p := range m {
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Scan counts the items of every non-empty jsonl file of dirs.
+func Scan(dirs []string) ([]File, error) {
+	var files []File
+	for _, d := range dirs {
+		for _, sig := range Signals {
+			p, err := filepath.Abs(filepath.Join(d, sig+".jsonl"))
+			if err != nil {
+				return nil, err
+			}
+			f, err := countFile(p, sig)
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			if f.Lines > 0 {
+				files = append(files, f)
+			}
+		}
+	}
+	return files, nil
+}
+
+// otlpLine holds what is counted of one OTLP-JSON line.
+type otlpLine struct {
+	ResourceSpans []struct {
+		ScopeSpans []struct {
+			Spans []json.RawMessage `json:"spans"`
+		} `json:"scopeSpans"`
+	} `json:"resourceSpans"`
+	ResourceMetrics []struct {
+		ScopeMetrics []struct {
+			Metrics []struct {
+				Gauge, Sum, Histogram, ExponentialHistogram, Summary *struct {
+					DataPoints []json.RawMessage `json:"dataPoints"`
+				}
+			} `json:"metrics"`
+		} `json:"scopeMetrics"`
+	} `json:"resourceMetrics"`
+	ResourceLogs []struct {
+		ScopeLogs []struct {
+			LogRecords []json.RawMessage `json:"logRecords"`
+		} `json:"scopeLogs"`
+	} `json:"resourceLogs"`
+}
+
+func countFile(path, sig string) (File, error) {
+	f := File{Path: path, Signal: sig}
+	fh, err := os.Open(path)
+	if err != nil {
+		return f, err
+	}
+	defer fh.Close()
+	r := bufio.NewReaderSize(fh, 1<<20)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 {
+			f.count(bytes.TrimRight(line, "\n"))
+		}
+		if err == io.EOF {
+			return f, nil
+		}
+		if err != nil {
+			return f, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+}
+
+func (f *File) count(line []byte) {
+	f.Lines++
+	f.MaxLine = max(f.MaxLine, len(line))
+	var l otlpLine
+	if json.Unmarshal(line, &l) != nil {
+		f.BadLines++
+		return
+	}
+	switch f.Signal {
+	case "traces":
+		for _, rs := range l.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				f.Items += int64(len(ss.Spans))
+			}
+		}
+		f.Exported = f.Items
+	case "metrics":
+		for _, rm := range l.ResourceMetrics {
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					f.Items++
+					for _, d := range []*struct {
+						DataPoints []json.RawMessage `json:"dataPoints"`
+					}{m.Gauge, m.Sum, m.Histogram, m.ExponentialHistogram, m.Summary} {
+						if d != nil {
+							f.Exported += int64(len(d.DataPoints))
+						}
+					}
+				}
+			}
+		}
+	case "logs":
+		for _, rl := range l.ResourceLogs {
+			for _, sl := range rl.ScopeLogs {
+				f.Items += int64(len(sl.LogRecords))
+			}
+		}
+		f.Exported = f.Items
+	}
+}

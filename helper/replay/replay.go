@@ -1,0 +1,483 @@
+// Package replay sends a job's jsonl files (every node dir, every later link
+// of its chain) to the site's OTLP/HTTP backend again, or to another one,
+// with the collector's own components: one otlp_json_file receiver per file
+// and the job's otlp_http/backend exporter with its bearer token from the
+// environment, as at submit. The file receiver never finishes by itself;
+// Run decides from the collector's own counters that everything was read
+// (accepted + refused = the items of each file) and sent (sent + failed =
+// the items, the sending queue empty), then stops the collector.
+package replay
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+)
+
+// Defaults of Options.
+const (
+	// DefaultTimeout bounds a whole replay.
+	DefaultTimeout = 10 * time.Minute
+	// DefaultProgress is the interval of the progress lines.
+	DefaultProgress = 5 * time.Second
+	// DefaultBinary is the collector (otel.binary's default).
+	DefaultBinary = "/usr/bin/otelcol-gym"
+	poll          = 250 * time.Millisecond
+)
+
+// Options configure one replay.
+type Options struct {
+	// Dir is a job dir or its otel/ dir.
+	Dir string
+	// Endpoint replaces the job's backend endpoint ("" keeps it).
+	Endpoint string
+	// TokenEnv names the variable holding the bearer token; "" takes the
+	// one the job's collector.yaml references (otel.token_env at submit).
+	TokenEnv string
+	// LookupEnv reads the token variable (nil: os.LookupEnv).
+	LookupEnv func(string) (string, bool)
+	// Binary is the collector to run ("" : DefaultBinary).
+	Binary string
+	// Timeout bounds the whole replay (0: DefaultTimeout); Progress is the
+	// interval of progress lines (0: DefaultProgress).
+	Timeout, Progress time.Duration
+	// Out receives the progress lines (nil: none).
+	Out io.Writer
+}
+
+// Totals are one signal's figures of a replay.
+type Totals struct {
+	// Files counts the signal's files; Lines and BadLines their lines and
+	// the lines that are not OTLP-JSON (not replayed).
+	Files, Lines, BadLines int
+	// Items are the files' items as the file receiver counts them (spans,
+	// metrics, log records); Exported as an exporter counts them (spans,
+	// metric data points, log records).
+	Items, Exported int64
+	// Accepted and Refused are the file receivers' counters (same unit
+	// as Items).
+	Accepted, Refused int64
+	// Sent, SendFailed and EnqueueFailed are the backend exporter's
+	// counters (same unit as Exported).
+	Sent, SendFailed, EnqueueFailed int64
+}
+
+// Result is what a replay did.
+type Result struct {
+	// Endpoint is where the data went; TokenEnv the token's variable.
+	Endpoint, TokenEnv string
+	// Signals holds the totals by signal (only signals with files).
+	Signals map[string]*Totals
+	// Done reports whether every item was read and sent or failed.
+	Done bool
+	// Took is the replay's duration.
+	Took time.Duration
+}
+
+// OK reports whether everything was read and the backend accepted all of it.
+func (r *Result) OK() bool {
+	if !r.Done {
+		return false
+	}
+	for _, t := range r.Signals {
+		if t.BadLines > 0 || t.Refused > 0 || t.SendFailed > 0 || t.EnqueueFailed > 0 || t.Sent != t.Exported {
+			return false
+		}
+	}
+	return true
+}
+
+// Summary is one line per signal and a verdict.
+func (r *Result) Summary() []string {
+	var lines []string
+	units := map[string][2]string{"traces": {"spans", "spans"}, "metrics": {"metrics", "points"}, "logs": {"log records", "log records"}}
+	for _, sig := range Signals {
+		t, ok := r.Signals[sig]
+		if !ok {
+			continue
+		}
+		u := units[sig]
+		l := fmt.Sprintf("%-7s %d file(s): %d/%d %s read (%d refused), %d/%d %s accepted by the backend, %d failed",
+			sig, t.Files, t.Accepted, t.Items, u[0], t.Refused, t.Sent, t.Exported, u[1], t.SendFailed+t.EnqueueFailed)
+		if t.BadLines > 0 {
+			l += fmt.Sprintf("; %d line(s) not OTLP-JSON, not sent", t.BadLines)
+		}
+		lines = append(lines, l)
+	}
+	switch {
+	case r.OK():
+		lines = append(lines, fmt.Sprintf("replay complete: the backend %s accepted everything in %v", r.Endpoint, r.Took.Round(time.Millisecond)))
+	case !r.Done:
+		lines = append(lines, fmt.Sprintf("replay INCOMPLETE after %v: not everything was read and sent (see the figures above)", r.Took.Round(time.Millisecond)))
+	default:
+		lines = append(lines, fmt.Sprintf("replay done with LOSSES: the backend %s refused or lost data (see the figures above)", r.Endpoint))
+	}
+	return lines
+}
+
+// Run replays opt.Dir. It returns the result and an error when the replay
+// could not start (no files, no token, no collector), was interrupted (ctx),
+// or timed out; the collector is stopped on every path. A result whose OK
+// is false without an error means the backend refused or lost data.
+func Run(ctx context.Context, opt Options) (*Result, error) {
+	start := time.Now()
+	if opt.LookupEnv == nil {
+		opt.LookupEnv = os.LookupEnv
+	}
+	if opt.Binary == "" {
+		opt.Binary = DefaultBinary
+	}
+	if opt.Timeout == 0 {
+		opt.Timeout = DefaultTimeout
+	}
+	if opt.Progress == 0 {
+		opt.Progress = DefaultProgress
+	}
+	if opt.Out == nil {
+		opt.Out = io.Discard
+	}
+	dirs, err := Dirs(opt.Dir)
+	if err != nil {
+		return nil, err
+	}
+	be, err := ReadBackend(filepath.Join(dirs[0], "collector.yaml"))
+	if err != nil {
+		return nil, fmt.Errorf("the job's backend settings: %w", err)
+	}
+	tokenEnv := be.TokenEnv
+	if opt.TokenEnv != "" {
+		tokenEnv = opt.TokenEnv
+	}
+	token, ok := opt.LookupEnv(tokenEnv)
+	if !ok || token == "" {
+		return nil, fmt.Errorf("--token-env: the variable %s is not set or empty: export %s=<bearer token> as at submit", tokenEnv, tokenEnv)
+	}
+	if err := config.CheckToken(tokenEnv, token); err != nil {
+		return nil, err
+	}
+	// The exporter references the job's variable: the collector gets the
+	// token under that name.
+	tokenEnv = be.TokenEnv
+	for _, d := range dirs {
+		if st := collectorStatus(d); st != "" && st != "drained" && st != "failed" {
+			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (state.json): what it writes from now on is sent too, and its files may end in a half line\n", d, st)
+		}
+	}
+	files, err := Scan(dirs)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Endpoint: opt.Endpoint, TokenEnv: tokenEnv, Signals: map[string]*Totals{}}
+	if res.Endpoint == "" {
+		res.Endpoint, _ = be.Exporter["endpoint"].(string)
+	}
+	for _, f := range files {
+		t := res.Signals[f.Signal]
+		if t == nil {
+			t = &Totals{}
+			res.Signals[f.Signal] = t
+		}
+		t.Files++
+		t.Lines += f.Lines
+		t.BadLines += f.BadLines
+		t.Items += f.Items
+		t.Exported += f.Exported
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := Config(files, be, opt.Endpoint, port)
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "gym-otel-replay.")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	cfgPath, logPath := filepath.Join(tmp, "collector.yaml"), filepath.Join(tmp, "collector.log")
+	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
+		return nil, err
+	}
+	c, err := startCollector(opt.Binary, cfgPath, logPath, collectorEnv(tokenEnv, token))
+	if err != nil {
+		return nil, err
+	}
+	defer c.kill()
+	fmt.Fprintf(opt.Out, "replay: %d file(s) from %d dir(s) to %s (collector pid %d)\n", len(files), len(dirs), res.Endpoint, c.cmd.Process.Pid)
+
+	ctx, cancel := context.WithTimeout(ctx, opt.Timeout)
+	defer cancel()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	lastProgress := time.Now()
+	stable := 0
+	var prev string
+	for {
+		select {
+		case <-ctx.Done():
+			res.Took = time.Since(start)
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return res, fmt.Errorf("--timeout: not everything was read and sent within %v; last lines of the collector's log:\n%s", opt.Timeout, tail(logPath, 3))
+			}
+			return res, fmt.Errorf("interrupted: %w", ctx.Err())
+		case <-c.exited:
+			res.Took = time.Since(start)
+			return res, fmt.Errorf("the collector %s exited (%v); last lines of its log:\n%s", opt.Binary, c.err, tail(logPath, 8))
+		case <-tick.C:
+		}
+		m, err := scrape(port)
+		if err != nil {
+			continue // not up yet
+		}
+		queue := m.update(res, files)
+		done := true
+		for i, f := range files {
+			id := fmt.Sprintf("%s/%d", fileReceiver, i)
+			if m.get("receiver_accepted", f.Signal, id)+m.get("receiver_refused", f.Signal, id)+m.get("receiver_failed", f.Signal, id) < f.Items {
+				done = false
+			}
+		}
+		for _, t := range res.Signals {
+			if t.Sent+t.SendFailed+t.EnqueueFailed < t.Exported && t.Refused == 0 {
+				done = false
+			}
+		}
+		// With refusals the exporters' total is not known in advance: wait
+		// until the figures stop moving.
+		state := fmt.Sprint(queue, summaryKey(res))
+		if state == prev {
+			stable++
+		} else {
+			stable = 0
+		}
+		prev = state
+		if done && queue == 0 && stable >= 2 {
+			res.Done = true
+			res.Took = time.Since(start)
+			c.stop(5 * time.Second)
+			return res, nil
+		}
+		if time.Since(lastProgress) >= opt.Progress {
+			lastProgress = time.Now()
+			fmt.Fprintf(opt.Out, "replay: %s, queue %d\n", progress(res), queue)
+		}
+	}
+}
+
+func summaryKey(r *Result) string {
+	var b strings.Builder
+	for _, sig := range Signals {
+		if t, ok := r.Signals[sig]; ok {
+			fmt.Fprintf(&b, "%d/%d/%d/%d/%d/%d;", t.Accepted, t.Refused, t.Sent, t.SendFailed, t.EnqueueFailed, t.Items)
+		}
+	}
+	return b.String()
+}
+
+func progress(r *Result) string {
+	var parts []string
+	for _, sig := range Signals {
+		if t, ok := r.Signals[sig]; ok {
+			parts = append(parts, fmt.Sprintf("%s %d/%d read, %d/%d sent, %d failed", sig, t.Accepted+t.Refused, t.Items, t.Sent, t.Exported, t.SendFailed+t.EnqueueFailed))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// collectorEnv is the replay collector's whole environment. The token is
+// referenced inside "Bearer ${env:X}", where the collector expands the
+// substituted value once more: every "$" is doubled (as the supervisor does).
+func collectorEnv(tokenEnv, token string) []string {
+	env := []string{tokenEnv + "=" + strings.ReplaceAll(token, "$", "$$"), "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	if h := os.Getenv("HOME"); h != "" {
+		env = append(env, "HOME="+h)
+	}
+	return env
+}
+
+// counters are the replay collector's own counters: "<name>|<signal unit>|<component>".
+type counters map[string]float64
+
+var units = map[string]string{"traces": "spans", "metrics": "metric_points", "logs": "log_records"}
+
+func (m counters) get(name, sig, comp string) int64 {
+	return int64(m[name+"_"+units[sig]+"|"+comp])
+}
+
+// update fills the totals from the counters and returns the backend
+// exporter's queue size.
+func (m counters) update(r *Result, files []File) (queue int64) {
+	for sig, t := range r.Signals {
+		t.Accepted, t.Refused = 0, 0
+		for i, f := range files {
+			if f.Signal != sig {
+				continue
+			}
+			id := fmt.Sprintf("%s/%d", fileReceiver, i)
+			t.Accepted += m.get("receiver_accepted", sig, id)
+			t.Refused += m.get("receiver_refused", sig, id) + m.get("receiver_failed", sig, id)
+		}
+		t.Sent = m.get("exporter_sent", sig, backendExporter)
+		t.SendFailed = m.get("exporter_send_failed", sig, backendExporter)
+		t.EnqueueFailed = m.get("exporter_enqueue_failed", sig, backendExporter)
+	}
+	return int64(m["exporter_queue_size|"+backendExporter])
+}
+
+// scrape reads the collector's Prometheus text: otelcol_* samples by their
+// receiver or exporter label.
+func scrape(port int) (counters, error) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	m := counters{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "otelcol_") {
+			continue
+		}
+		i, j := strings.IndexByte(line, '{'), strings.LastIndexByte(line, '}')
+		if i < 0 || j < i {
+			continue
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(line[:i], "otelcol_"), "_total")
+		labels := line[i+1 : j]
+		f := strings.Fields(line[j+1:])
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		comp := label(labels, "receiver")
+		if strings.HasPrefix(name, "exporter_") {
+			comp = label(labels, "exporter")
+		}
+		m[name+"|"+comp] += v
+	}
+	return m, sc.Err()
+}
+
+func label(labels, key string) string {
+	i := strings.Index(","+labels, ","+key+`="`)
+	if i < 0 {
+		return ""
+	}
+	rest := labels[i+len(key)+2:]
+	if j := strings.IndexByte(rest, '"'); j >= 0 {
+		return rest[:j]
+	}
+	return ""
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// proc is the running replay collector.
+type proc struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error
+}
+
+// startCollector starts the collector in its own process group, its output
+// appended to logPath, killed (SIGKILL) if this process dies first.
+func startCollector(binary, cfgPath, logPath string, env []string) (*proc, error) {
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(binary, "--config", cfgPath)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("--binary: starting the collector %s: %w", binary, err)
+	}
+	p := &proc{cmd: cmd, exited: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.exited) }()
+	return p, nil
+}
+
+// stop sends SIGTERM to the group and waits up to bound, then kills.
+func (p *proc) stop(bound time.Duration) {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(bound):
+		p.kill()
+	}
+}
+
+// kill SIGKILLs the group and waits for the exit (idempotent).
+func (p *proc) kill() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.exited
+}
+
+// collectorStatus is the status in dir/state.json ("" when there is none).
+func collectorStatus(dir string) string {
+	data, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return ""
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(data, &st) != nil {
+		return ""
+	}
+	return st.Status
+}
+
+// tail returns the last n lines of path, each cut to 400 bytes.
+func tail(path string, n int) string {
+	data, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	for i, l := range lines {
+		if len(l) > 400 {
+			lines[i] = l[:400] + "..."
+		}
+	}
+	return strings.Join(lines, "\n")
+}

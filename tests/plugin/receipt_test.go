@@ -1,0 +1,241 @@
+package plugin_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// items counts the spans, metric data points and log records of OTLP-JSON
+// lines; with job set, only of resources whose slurm_job_id is job.
+type items struct{ spans, points, logs int }
+
+func countItems(t *testing.T, path, job string) items {
+	t.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return items{}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	type kv struct {
+		Key   string `json:"key"`
+		Value struct {
+			S string `json:"stringValue"`
+		} `json:"value"`
+	}
+	type res struct {
+		Attributes []kv `json:"attributes"`
+	}
+	type dps struct {
+		DataPoints []json.RawMessage `json:"dataPoints"`
+	}
+	var line struct {
+		ResourceSpans []struct {
+			Resource   res `json:"resource"`
+			ScopeSpans []struct {
+				Spans []json.RawMessage `json:"spans"`
+			} `json:"scopeSpans"`
+		} `json:"resourceSpans"`
+		ResourceMetrics []struct {
+			Resource     res `json:"resource"`
+			ScopeMetrics []struct {
+				Metrics []struct {
+					Gauge, Sum, Histogram, ExponentialHistogram, Summary *dps
+				} `json:"metrics"`
+			} `json:"scopeMetrics"`
+		} `json:"resourceMetrics"`
+		ResourceLogs []struct {
+			Resource  res `json:"resource"`
+			ScopeLogs []struct {
+				LogRecords []json.RawMessage `json:"logRecords"`
+			} `json:"scopeLogs"`
+		} `json:"resourceLogs"`
+	}
+	ours := func(r res) bool {
+		if job == "" {
+			return true
+		}
+		for _, a := range r.Attributes {
+			if a.Key == "slurm_job_id" {
+				return a.Value.S == job
+			}
+		}
+		return false
+	}
+	var n items
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		line.ResourceSpans, line.ResourceMetrics, line.ResourceLogs = nil, nil, nil
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, rs := range line.ResourceSpans {
+			if ours(rs.Resource) {
+				for _, ss := range rs.ScopeSpans {
+					n.spans += len(ss.Spans)
+				}
+			}
+		}
+		for _, rm := range line.ResourceMetrics {
+			if ours(rm.Resource) {
+				for _, sm := range rm.ScopeMetrics {
+					for _, m := range sm.Metrics {
+						for _, d := range []*dps{m.Gauge, m.Sum, m.Histogram, m.ExponentialHistogram, m.Summary} {
+							if d != nil {
+								n.points += len(d.DataPoints)
+							}
+						}
+					}
+				}
+			}
+		}
+		for _, rl := range line.ResourceLogs {
+			if ours(rl.Resource) {
+				for _, sl := range rl.ScopeLogs {
+					n.logs += len(sl.LogRecords)
+				}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func dirItems(t *testing.T, dir, job string) items {
+	return items{
+		spans:  countItems(t, filepath.Join(dir, "traces.jsonl"), job).spans,
+		points: countItems(t, filepath.Join(dir, "metrics.jsonl"), job).points,
+		logs:   countItems(t, filepath.Join(dir, "logs.jsonl"), job).logs,
+	}
+}
+
+// receiptJob runs a one-node sbatch job that sends 3 rollouts of Gym
+// telemetry, with extra SPEC items, and returns its job id and otel dir.
+func receiptJob(t *testing.T, name, spec string) (string, string) {
+	t.Helper()
+	gym := testenv.Standin(t, "gym-standin")
+	if out, err := run("install", "-m", "0755", gym, filepath.Join(plugDir, "gym-standin")); err != nil {
+		t.Fatalf("install: %v %s", err, out)
+	}
+	tag := name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	jobDir := filepath.Join(jobsDir, "otel-"+tag)
+	script := writeScript(t, tag+".sh", fmt.Sprintf("%s/gym-standin --rollouts 3 || exit 9\n", plugDir))
+	r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait --gym-otel=job_dir=%s%s -o %s.out %s", jobDir, spec, filepath.Join(jobsDir, tag), script))
+	if r.code != 0 {
+		out, _ := os.ReadFile(filepath.Join(jobsDir, tag+".out"))
+		t.Fatalf("sbatch: exit %d %s\n%s", r.code, r.stderr, out)
+	}
+	id := jobIDOf(t, r)
+	waitNoCollector(t)
+	return id, filepath.Join(jobDir, "otel")
+}
+
+// waitBackend waits until the suite's backend holds want items of job.
+func waitBackend(t *testing.T, job string, want items) items {
+	t.Helper()
+	var got items
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if got = dirItems(t, backendDir, job); got == want {
+			return got
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return got
+}
+
+// TestReceiptNormalJob: a job whose backend is up. Its receipt has final
+// figures, and per signal written = sent = the file's items = the items of
+// this job the backend holds.
+func TestReceiptNormalJob(t *testing.T) {
+	waitIdle(t)
+	id, otel := receiptJob(t, "rcpt", "")
+	rc, err := receipt.Read(otel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("receipt:\n%s", strings.Join(rc.Summary(), "\n"))
+	if fi, err := os.Stat(filepath.Join(otel, receipt.FileName)); err != nil {
+		t.Error(err)
+	} else if fi.Mode().Perm() != 0o644 {
+		t.Errorf("receipt.json mode %v, want 0644", fi.Mode().Perm())
+	}
+	if !rc.Complete() || rc.Trouble() || rc.JobID != id || rc.Collectors != 1 {
+		t.Errorf("receipt %+v: want final figures of job %s without trouble", rc, id)
+	}
+	files := dirItems(t, otel, "")
+	be := waitBackend(t, id, files)
+	for sig, n := range map[string][2]int{"traces": {files.spans, be.spans}, "metrics": {files.points, be.points}, "logs": {files.logs, be.logs}} {
+		c := rc.Signals[sig]
+		if c.Written != int64(n[0]) || c.Sent != c.Written || c.Sent != int64(n[1]) || c.Lost() != 0 {
+			t.Errorf("receipt %s %+v: want written = sent = %d (the file) = %d (the backend, this job)", sig, c, n[0], n[1])
+		}
+	}
+	if files.spans == 0 || files.logs == 0 || files.points == 0 {
+		t.Errorf("the job's files hold %+v; want every signal", files)
+	}
+	waitIdle(t)
+}
+
+// TestReceiptBackendDownThenReplay: a job whose backend is down (its
+// endpoint a port nothing listens on). Its receipt says the backend got
+// none of it, and inspect's first lines say so. Then the job's user runs
+// `gym-otel-spank replay --endpoint` to the suite's backend, with the token
+// in OTEL_TOKEN as at submit: the backend then holds, for this job, every
+// span, metric point and log record of the files.
+func TestReceiptBackendDownThenReplay(t *testing.T) {
+	waitIdle(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	id, otel := receiptJob(t, "down", fmt.Sprintf(",endpoint=http://127.0.0.1:%d", dead))
+	rc, err := receipt.Read(otel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := dirItems(t, otel, "")
+	for sig, n := range map[string]int{"traces": files.spans, "metrics": files.points, "logs": files.logs} {
+		c := rc.Signals[sig]
+		if c.Written != int64(n) || c.Sent != 0 || c.Lost() != c.Written {
+			t.Errorf("receipt %s %+v: want written = failed = %d (the file), sent 0", sig, c, n)
+		}
+	}
+	r := asUser(t, 30*time.Second, nil, fmt.Sprintf("%s/gym-otel-spank inspect %s", plugDir, otel))
+	first := strings.Join(strings.SplitN(r.stdout, "\n", 10), "\n")
+	if !strings.Contains(first, "LOST: the backend did not get") || !strings.Contains(first, "replay") {
+		t.Errorf("inspect's first lines do not say the backend lost data:\n%s", first)
+	}
+	if got := dirItems(t, backendDir, id); got != (items{}) {
+		t.Fatalf("the backend already holds %+v of job %s", got, id)
+	}
+
+	r = asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("%s/gym-otel-spank replay --binary %s --endpoint http://127.0.0.1:%s %s",
+		plugDir, testenv.Collector(t), backendPort, filepath.Dir(otel)))
+	t.Logf("replay (as %s): exit %d\n%s%s", slurmEnv["GOS_SLURM_USER"], r.code, r.stdout, r.stderr)
+	if r.code != 0 || !strings.Contains(r.stdout, "replay complete") {
+		t.Fatalf("replay: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if got := waitBackend(t, id, files); got != files {
+		t.Errorf("the backend holds %+v of job %s after the replay; the files hold %+v", got, id, files)
+	}
+	waitIdle(t)
+}

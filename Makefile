@@ -13,6 +13,7 @@
 #   make plugin-test  the plugin's tests on a real local Slurm (tests/plugin; root)
 #   make docker-test  the multi-node tests on Slurm 22.05, 24.11 and 26.05 in containers
 #   make demo-cluster the main job on a two-node Slurm in containers
+#   make bench-scale  the plugin at scale: a simulated cluster of 32 slurmd, one collector's CPU (about 25 min)
 
 GO       ?= go
 CC       ?= gcc
@@ -173,3 +174,20 @@ bench: deps build collector standins
 	@mkdir -p $(BUILD)/bench
 	$(GO) build -o $(BUILD)/bench/ ./tests/bench ./tests/bench/loadgen
 	$(BUILD)/bench/bench
+
+# make bench-scale: the plugin at scale (tests/scale, docs/performance.md):
+# a simulated cluster of GOS_SCALE_NODES (default 32) slurmd on this host,
+# one job over all of them without and with --gym-otel (slurmctld RPCs by
+# type from sdiag, prolog and end times across nodes, readiness before the
+# first task, the collectors' PSS), then one collector's CPU and memory idle
+# with the default scrape targets and at 10,000 spans/s, and what dominates.
+# About 25 minutes (4 for the cluster, 21 for the node); root; prints tables
+# (also build/bench-scale/). Never part of `make test`.
+GOS_SCALE_NODES ?= 32
+.PHONY: bench-scale
+bench-scale: deps build collector standins
+	@mkdir -p $(BUILD)/bench
+	$(GO) build -o $(BUILD)/bench/ ./tests/bench/loadgen
+	@start=$$(date +%s); \
+	bash tests/scale/run.sh --nodes $(GOS_SCALE_NODES) && bash tests/scale/node.sh; rc=$$?; \
+	echo "make bench-scale took $$(( $$(date +%s) - start )) s"; exit $$rc

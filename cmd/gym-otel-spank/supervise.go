@@ -142,6 +142,9 @@ func optionsFromEnv(opt *lifecycle.Options) error {
 		return fmt.Errorf("%s: %w", envFacts, err)
 	}
 	opt.Resolved, opt.RecordPath = spec, os.Getenv(envRecord)
+	opt.SlurmdAlive = lifecycle.SlurmdAliveFunc(os.Getenv(lifecycle.EnvSlurmd))
+	opt.JobEnd = lifecycle.ParseJobEnd(os.Getenv(lifecycle.EnvJobEnd))
+	opt.NewSlurmd = lifecycle.TheSlurmd
 	return takeToken(opt)
 }
 

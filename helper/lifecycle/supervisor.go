@@ -31,8 +31,16 @@ const (
 	DefaultHealthPoll = 25 * time.Millisecond
 	// DefaultRecordPoll is how often the root record's presence is checked.
 	DefaultRecordPoll = 5 * time.Second
-	// DefaultSlurmPoll is how often Slurm is asked whether the job still runs.
+	// DefaultSlurmPoll is how often the supervisor checks, on the node,
+	// whether its job's end will reach it (Options.SlurmdAlive), and the
+	// first interval of the questions to Slurm when it cannot tell.
 	DefaultSlurmPoll = 30 * time.Second
+	// MaxSlurmPoll bounds the interval between two questions to Slurm
+	// (each one doubles it, from SlurmPoll).
+	MaxSlurmPoll = 10 * time.Minute
+	// JobEndGrace is how long past the job's end time (Options.JobEnd) the
+	// node still waits for the epilog before asking Slurm.
+	JobEndGrace = 2 * time.Minute
 	// DefaultMaxRestarts bounds the restarts of a collector that died mid-job.
 	DefaultMaxRestarts = 3
 	// bindRetries bounds the new port choices after a lost bind race.
@@ -55,7 +63,26 @@ type Options struct {
 	RecordPath string
 	// JobRunning asks Slurm whether the job still runs; nil uses squeue
 	// when it is on PATH. An error means "unknown" and changes nothing.
+	// It is called only when SlurmdAlive cannot vouch for the job's end
+	// (nil, false, or past JobEnd + JobEndGrace), first after SlurmPoll,
+	// then at intervals doubling up to MaxSlurmPoll.
 	JobRunning func(ctx context.Context, jobID string) (bool, error)
+	// SlurmdAlive reports whether the slurmd that ran the job's prolog on
+	// this node still runs (the same pid and start time): that slurmd runs
+	// the epilog, which ends the supervisor, so nothing needs to be asked.
+	// nil: unknown (Slurm is asked).
+	SlurmdAlive func() bool
+	// JobEnd is the job's end time as of its start (the prolog's
+	// SLURM_JOB_END_TIME, Slurm 23.02 and later); zero when unknown.
+	JobEnd time.Time
+	// NewSlurmd finds the node's slurmd after the one that ran the prolog
+	// is gone (TheSlurmd): when Slurm then says the job still runs and
+	// JobEnd is known, a non-nil result replaces SlurmdAlive, so a slurmd
+	// restart or a `scontrol reconfigure` (which starts a new slurmd on
+	// 23.11 and later) costs one question per node; JobEnd + JobEndGrace
+	// still bounds the wait for an epilog that never comes (a slurmd
+	// started without the plugin). nil: never adopted.
+	NewSlurmd func() func() bool
 	// Report receives the one Report line (nil: none).
 	Report io.Writer
 	// Log receives the supervisor's own log lines (nil: logrus standard).
@@ -367,6 +394,9 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 		SupervisorPID: os.Getpid(), CollectorPID: s.coll.pid, CollectorStart: s.coll.start,
 		OutputDir: s.out, ReadyMillis: ready.Milliseconds(),
 	})
+	if s.opt.SlurmdAlive != nil {
+		s.log.Infof("job %s: the epilog of this node's slurmd ends the collector; Slurm is asked only once that slurmd is gone or the job is past its end time", s.opt.Facts.JobID)
+	}
 	defer s.followSampled(ctx)()
 	selfTick := time.NewTicker(time.Second)
 	defer selfTick.Stop()
@@ -374,6 +404,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	defer recordTick.Stop()
 	slurmTick := time.NewTicker(s.opt.SlurmPoll)
 	defer slurmTick.Stop()
+	askEvery, nextAsk := s.opt.SlurmPoll, time.Time{}
 	for {
 		select {
 		case sig := <-sigs:
@@ -398,13 +429,35 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 				return s.drain()
 			}
 		case <-slurmTick.C:
+			if s.endWillCome() || time.Now().Before(nextAsk) {
+				continue
+			}
 			running, err := s.opt.JobRunning(ctx, s.opt.Facts.JobID)
+			nextAsk = time.Now().Add(askEvery - s.opt.SlurmPoll/2)
+			askEvery = min(2*askEvery, MaxSlurmPoll)
+			gone := s.opt.SlurmdAlive == nil || !s.opt.SlurmdAlive()
+			if err == nil && running && gone && s.opt.NewSlurmd != nil && !s.opt.JobEnd.IsZero() {
+				if f := s.opt.NewSlurmd(); f != nil && f() {
+					s.log.Infof("job %s still runs: the epilog of the node's new slurmd ends the collector (Slurm is asked again after the job's end time)", s.opt.Facts.JobID)
+					s.opt.SlurmdAlive, askEvery, nextAsk = f, s.opt.SlurmPoll, time.Time{}
+				}
+			}
 			if err == nil && !running {
 				s.log.Infof("Slurm no longer runs job %s; draining", s.opt.Facts.JobID)
 				return s.drain()
 			}
 		}
 	}
+}
+
+// endWillCome reports whether the node itself will end this supervisor:
+// the slurmd that ran the prolog still runs (it runs the epilog) and the
+// job's end time, when known, is not long past. Then Slurm is not asked.
+func (s *supervisor) endWillCome() bool {
+	if s.opt.SlurmdAlive == nil || !s.opt.SlurmdAlive() {
+		return false
+	}
+	return s.opt.JobEnd.IsZero() || time.Now().Before(s.opt.JobEnd.Add(JobEndGrace))
 }
 
 // pollSelf reads the collector's counters: when spans last arrived (the

@@ -6,8 +6,10 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -64,5 +66,55 @@ func TestSubmit(t *testing.T) {
 	}
 	if res, err := Submit(a, "off", dir, env(nil)); err != nil || !res.Off {
 		t.Fatalf("off: %+v %v", res, err)
+	}
+}
+
+// The prolog asks slurmctld for array ids only when a name needs them.
+func TestUsesArrayIDs(t *testing.T) {
+	for _, c := range []struct {
+		dir, run string
+		want     bool
+	}{
+		{"/j/gym-otel-%j", "", false},
+		{"/j/%A_%a", "", true},
+		{"/j/x", "r%a", true},
+		{"/j/100%%A", "r%%a", false},
+		{"/j/%", "%", false},
+	} {
+		spec := &config.Resolved{JobDir: c.dir}
+		spec.Identity.RunID = c.run
+		if got := usesArrayIDs(spec); got != c.want {
+			t.Errorf("job_dir %q run_id %q: %v, want %v", c.dir, c.run, got, c.want)
+		}
+	}
+}
+
+// A record last written before the node's boot is over without asking
+// Slurm; one written since is not, and neither is a dir without a record.
+func TestBeforeBoot(t *testing.T) {
+	boot := bootTime()
+	if boot.IsZero() {
+		t.Fatal("no btime in /proc/stat")
+	}
+	dir := t.TempDir()
+	if beforeBoot(dir, boot) {
+		t.Error("a dir without a record counts as before the boot")
+	}
+	f := filepath.Join(dir, record.File)
+	if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if beforeBoot(dir, boot) {
+		t.Error("a record written now counts as before the boot")
+	}
+	old := boot.Add(-time.Hour)
+	if err := os.Chtimes(f, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if !beforeBoot(dir, boot) {
+		t.Error("a record from an hour before the boot does not count as before it")
+	}
+	if beforeBoot(dir, time.Time{}) {
+		t.Error("an unknown boot time makes records stale")
 	}
 }

@@ -140,7 +140,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return fail(fmt.Errorf("the groups of %s: %w", u.Username, err))
 	}
-	facts, err := prologFacts(ctx, in, node, u.Username, log)
+	facts, err := prologFacts(ctx, in, spec, node, u.Username, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -169,6 +169,18 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	}
 	if c := in.Getenv("SLURM_CONF"); c != "" {
 		env = append(env, "SLURM_CONF="+c) // the supervisor's liveness queries
+	}
+	// What the node knows of the job's end: the slurmd that runs this
+	// prolog (its parent on 22.05 to 26.05: prep/script forks slurmd and
+	// execs slurmstepd) runs the epilog too; the supervisor asks Slurm only
+	// once that slurmd is gone or the job's end time is long past.
+	if a, err := lifecycle.SlurmdAnchor(os.Getppid()); err == nil {
+		env = append(env, lifecycle.EnvSlurmd+"="+a)
+	} else {
+		log.Warnf("job %d: the prolog's parent: %v (the supervisor asks Slurm whether the job runs)", in.JobID, err)
+	}
+	if end := lifecycle.ParseJobEnd(in.Getenv("SLURM_JOB_END_TIME")); !end.IsZero() {
+		env = append(env, lifecycle.EnvJobEnd+"="+strconv.FormatInt(end.Unix(), 10))
 	}
 	if err := MakeSampledHint(dir, in.UID, in.GID); err != nil {
 		log.Warnf("job %d: the sampled hint (the batch step waits its full bound): %v", in.JobID, err)
@@ -225,7 +237,27 @@ func unsetNames(tokenEnv string) []string {
 	return append(out, taskenv.TokenCopies...)
 }
 
-func prologFacts(ctx context.Context, in PrologInput, node, userName string, log logrus.FieldLogger) (jobfacts.Facts, error) {
+// usesArrayIDs reports whether the job's names depend on its array ids:
+// job_dir or run_id holds %A or %a. Nothing else the collector or the task
+// env carries does.
+func usesArrayIDs(spec *config.Resolved) bool {
+	has := func(pattern string) bool {
+		for i := 0; i+1 < len(pattern); i++ {
+			if pattern[i] != '%' {
+				continue
+			}
+			switch pattern[i+1] {
+			case 'A', 'a':
+				return true
+			}
+			i++ // %% and the other escapes
+		}
+		return false
+	}
+	return has(spec.JobDir) || has(spec.Identity.RunID)
+}
+
+func prologFacts(ctx context.Context, in PrologInput, spec *config.Resolved, node, userName string, log logrus.FieldLogger) (jobfacts.Facts, error) {
 	f := jobfacts.Facts{
 		JobID:       strconv.FormatUint(uint64(in.JobID), 10),
 		ArrayJobID:  in.Getenv("SLURM_ARRAY_JOB_ID"),
@@ -238,9 +270,11 @@ func prologFacts(ctx context.Context, in PrologInput, node, userName string, log
 		RestartCount: in.Getenv("SLURM_JOB_RESTART_COUNT"),
 		SLUID:        in.Getenv("SLURM_JOB_SLUID"),
 	}
-	if f.ArrayJobID == "" {
-		// With PrologFlags=Alloc, 22.05's prolog env has no SLURM_ARRAY_*
-		// (and the SPANK items are not available there): ask slurmctld.
+	if f.ArrayJobID == "" && usesArrayIDs(spec) {
+		// No release's prolog env has SLURM_ARRAY_* (22.05 to 26.05:
+		// prep/script's _build_env) and the SPANK items are not available
+		// there: ask slurmctld, once per node, bounded, and only when a
+		// name needs the ids (job_dir or run_id with %A or %a).
 		qctx, done := context.WithTimeout(ctx, timing.QueryBound)
 		defer done()
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < timing.KillReserve+timing.QueryBound {

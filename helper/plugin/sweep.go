@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -16,13 +17,20 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
+// MaxSweepQueries bounds the questions to slurmctld of one prolog's sweep:
+// stale records beyond it are left for the next job's prolog on the node.
+const MaxSweepQueries = 2
+
 // SweepStale removes the records of other jobs on this node whose job is
 // over but whose epilog never ran: a node that died mid-job and came back
 // with /run intact (Slurm 24.11 runs no epilog for such a job there). Only
 // records whose supervisor is gone are considered (a live supervisor ends
-// itself when its job is no longer running), and only when slurmctld says
-// the job is over (squeue: no longer known, or in a final state). Called by
-// the prolog; best effort, logged, and done when ctx is.
+// itself when its job is no longer running). A record written before the
+// node's last boot is over without asking (a reboot ended every process of
+// that job here); any other one only when slurmctld says the job is over
+// (squeue: no longer known, or in a final state), at most MaxSweepQueries
+// questions per call. Called by the prolog; best effort, logged, and done
+// when ctx is.
 func SweepStale(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
 	defer sweepOrphanGroups(recordDir, cluster, node, current, log)
 	base := filepath.Join(recordDir, node)
@@ -33,6 +41,8 @@ func SweepStale(ctx context.Context, recordDir, cluster, node string, current ui
 	if err != nil {
 		return
 	}
+	boot := bootTime()
+	queries := 0
 	for _, e := range ents {
 		id, err := strconv.ParseUint(e.Name(), 10, 32)
 		if err != nil || uint32(id) == current || !e.IsDir() {
@@ -50,11 +60,18 @@ func SweepStale(ctx context.Context, recordDir, cluster, node string, current ui
 			log.Warnf("job %d: stale records not all checked: the prolog's deadline is near", current)
 			return
 		}
-		qctx, done := context.WithTimeout(ctx, timing.QueryBound)
-		j, known, err := slurm.Query(qctx, uint32(id))
-		done()
-		if err != nil || (known && !slurm.Final(j.State)) {
-			continue // no answer, or the job may still run: keep its record
+		if !beforeBoot(dir, boot) {
+			if queries >= MaxSweepQueries {
+				log.Infof("job %d: the stale record of job %d is left for a later prolog (%d questions to slurmctld per prolog)", current, id, MaxSweepQueries)
+				continue
+			}
+			queries++
+			qctx, done := context.WithTimeout(ctx, timing.QueryBound)
+			j, known, err := slurm.Query(qctx, uint32(id))
+			done()
+			if err != nil || (known && !slurm.Final(j.State)) {
+				continue // no answer, or the job may still run: keep its record
+			}
 		}
 		if err := endJobGroup(group, uint32(id), log); err != nil {
 			log.Warnf("job %d: the stale cgroup of job %d: %v", current, id, err)
@@ -99,4 +116,30 @@ func sweepOrphanGroups(recordDir, cluster, node string, current uint32, log logr
 			log.Infof("job %d: removed the cgroup of job %d, which had no record on this node", current, id)
 		}
 	}
+}
+
+// bootTime is when this node booted (/proc/stat's btime); zero when unknown.
+func bootTime() time.Time {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n > 0 {
+				return time.Unix(n, 0)
+			}
+		}
+	}
+	return time.Time{}
+}
+
+// beforeBoot reports whether the record in dir was last written before
+// boot (the record file's mtime; a minute's margin for clock steps at boot).
+func beforeBoot(dir string, boot time.Time) bool {
+	if boot.IsZero() {
+		return false
+	}
+	fi, err := os.Stat(filepath.Join(dir, record.File))
+	return err == nil && fi.ModTime().Before(boot.Add(-time.Minute))
 }

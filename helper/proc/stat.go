@@ -17,6 +17,8 @@ import (
 type Stat struct {
 	// State is field 3: R, S, D, Z, T, ...
 	State byte
+	// PPID is field 4, the parent's pid.
+	PPID int
 	// Pgid is field 5, the process group.
 	Pgid int
 	// Session is field 6, the session id.
@@ -45,6 +47,9 @@ func ReadStat(pid int) (Stat, error) {
 		return st, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
 	}
 	st.State = f[0][0]
+	if st.PPID, err = strconv.Atoi(f[1]); err != nil {
+		return st, fmt.Errorf("/proc/%d/stat: parent %q", pid, f[1])
+	}
 	if st.Pgid, err = strconv.Atoi(f[2]); err != nil {
 		return st, fmt.Errorf("/proc/%d/stat: process group %q", pid, f[2])
 	}

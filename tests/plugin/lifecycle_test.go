@@ -355,3 +355,48 @@ func TestStaleRecordSwept(t *testing.T) {
 	waitNoCollector(t)
 	waitIdle(t)
 }
+
+// Three stale records of jobs slurmctld does not know: one prolog asks
+// about two of them (plugin.MaxSweepQueries) and removes those, leaves the
+// third for a later prolog and says so; the next job's prolog removes it.
+func TestStaleRecordSweepBounded(t *testing.T) {
+	waitIdle(t)
+	var stale []string
+	for _, id := range []uint32{999101, 999102, 999103} {
+		dir := record.JobDir(recordDir, "gn1", id)
+		if _, err := record.MakeJobDir(recordDir, "gn1", id); err != nil {
+			t.Fatal(err)
+		}
+		if err := record.Write(dir, &record.Record{Status: "ready", OnFailure: "continue", UID: 2001,
+			SupervisorPID: os.Getpid(), SupervisorStart: 1}); err != nil {
+			t.Fatal(err)
+		}
+		stale = append(stale, dir)
+		t.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	left := func() int {
+		n := 0
+		for _, d := range stale {
+			if _, err := os.Stat(d); err == nil {
+				n++
+			}
+		}
+		return n
+	}
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	script := writeScript(t, "sweepb-"+tag+".sh", "true\n")
+	for i, want := range []int{1, 0} {
+		r := asUser(t, 60*time.Second, tokenEnv(), "sbatch --wait -w gn1 --gym-otel -o /dev/null "+script)
+		if r.code != 0 {
+			t.Fatalf("sbatch: %d %s %s", r.code, r.stdout, r.stderr)
+		}
+		if got := left(); got != want {
+			t.Errorf("after job %d: %d stale records left, want %d", i+1, got, want)
+		}
+		waitIdle(t)
+	}
+	if !strings.Contains(slurmdLogs(t), "is left for a later prolog (2 questions to slurmctld per prolog)") {
+		t.Errorf("no log line for the record left for a later prolog")
+	}
+	waitNoCollector(t)
+}

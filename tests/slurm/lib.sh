@@ -139,11 +139,12 @@ export_slurm_env() {
 # script; a node only counts as ready once its new slurmd registered.
 FRESH_NODES=""
 FRESH_SINCE=0
+NODE_STARTS=""
 slurmd_fresh() {
 	local n=$1 t
 	case " $FRESH_NODES " in *" $n "*) ;; *) return 0 ;; esac
 	grep -q 'slurmd started on' "$RUN/slurmd-$n.out" 2>/dev/null || return 1
-	t=$(SLURM_CONF="$CONF" scontrol show node "$n" 2>/dev/null | sed -n 's/.*SlurmdStartTime=\([^ ]*\).*/\1/p')
+	t=$(printf '%s\n' "$NODE_STARTS" | awk -v n="$n" '$1==n {print $2; exit}')
 	[ -n "$t" ] || return 1
 	t=$(date -d "$t" +%s 2>/dev/null) || return 1
 	[ "$t" -ge "$FRESH_SINCE" ]
@@ -159,6 +160,12 @@ nodes_not_ready() {
 		return 0
 	}
 	local n st bad=""
+	# One RPC for every node's SlurmdStartTime (slurmd_fresh reads it).
+	NODE_STARTS=""
+	if [ -n "$FRESH_NODES" ]; then
+		NODE_STARTS=$(SLURM_CONF="$CONF" timeout 10 scontrol -o show node 2>/dev/null |
+			sed -n 's/^NodeName=\([^ ]*\) .*SlurmdStartTime=\([^ ]*\).*/\1 \2/p') || true
+	fi
 	for n in $want; do
 		st=$(printf '%s\n' "$have" | awk -v n="$n" '$1==n {print $2; exit}')
 		case "$st" in

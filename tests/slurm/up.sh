@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
 	esac
 done
 case "$NODES" in '' | *[!0-9]*) die "--nodes wants a number" ;; esac
-{ [ "$NODES" -ge 1 ] && [ "$NODES" -le 16 ]; } || die "--nodes must be 1..16"
+{ [ "$NODES" -ge 1 ] && [ "$NODES" -le 1024 ]; } || die "--nodes must be 1..1024"
 need_root
 T0=$(date +%s%N)
 

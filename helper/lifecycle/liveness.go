@@ -1,0 +1,106 @@
+package lifecycle
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+)
+
+// The liveness part of the supervisor's launch contract (besides EnvSpec,
+// EnvFacts and EnvRecord): what the node knows of the job's end, so that the
+// supervisor asks Slurm nothing while it can rely on the epilog.
+const (
+	// EnvSlurmd is "<pid> <start>": the slurmd that ran the job's prolog
+	// on this node (the prolog process's parent) and its start time in
+	// clock ticks since boot (/proc/<pid>/stat field 22). Unset when the
+	// prolog's parent is not a slurmd.
+	EnvSlurmd = "GYM_OTEL_SLURMD"
+	// EnvJobEnd is the job's end time as of its start, Unix seconds (the
+	// prolog's SLURM_JOB_END_TIME); unset when Slurm does not say.
+	EnvJobEnd = "GYM_OTEL_JOB_END"
+)
+
+// SlurmdAnchor returns EnvSlurmd's value for the slurmd with this pid, or
+// an error when pid is not a running slurmd (its /proc/<pid>/comm is read).
+func SlurmdAnchor(pid int) (string, error) {
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return "", err
+	}
+	if c := strings.TrimSpace(string(comm)); c != "slurmd" {
+		return "", fmt.Errorf("process %d is %q, not slurmd", pid, c)
+	}
+	start, err := proc.StartTime(pid)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d %d", pid, start), nil
+}
+
+// SlurmdAliveFunc parses EnvSlurmd's value into Options.SlurmdAlive: true
+// while that pid runs with that start time (a pid reused by another process
+// after a slurmd restart has another start time). A /proc the supervisor
+// cannot read (hidepid) reads as gone, which only means Slurm is asked.
+// nil when v is empty or malformed.
+func SlurmdAliveFunc(v string) func() bool {
+	f := strings.Fields(v)
+	if len(f) != 2 {
+		return nil
+	}
+	pid, err1 := strconv.Atoi(f[0])
+	start, err2 := strconv.ParseUint(f[1], 10, 64)
+	if err1 != nil || err2 != nil || pid <= 1 {
+		return nil
+	}
+	return func() bool {
+		st, err := proc.StartTime(pid)
+		return err == nil && st == start
+	}
+}
+
+// ParseJobEnd parses EnvJobEnd's (or SLURM_JOB_END_TIME's) value, Unix
+// seconds; zero when empty, malformed or 0 (no time limit).
+func ParseJobEnd(v string) time.Time {
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(n, 0)
+}
+
+// TheSlurmd returns Options.SlurmdAlive for this node's slurmd after the
+// one that ran the prolog is gone (a slurmd restart): the only process named
+// slurmd whose parent is not one (slurmd's own short-lived forks are
+// skipped). nil when there is none or more than one (several slurmd on one
+// host, as in a simulated cluster): then nothing local can vouch.
+func TheSlurmd() func() bool {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	isSlurmd := func(pid int) bool {
+		c, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
+		return err == nil && strings.TrimSpace(string(c)) == "slurmd"
+	}
+	found := ""
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !isSlurmd(pid) {
+			continue
+		}
+		st, err := proc.ReadStat(pid)
+		if err != nil || isSlurmd(st.PPID) {
+			continue
+		}
+		if found != "" {
+			return nil
+		}
+		found = fmt.Sprintf("%d %d", pid, st.StartTime)
+	}
+	return SlurmdAliveFunc(found)
+}

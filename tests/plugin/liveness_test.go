@@ -1,0 +1,84 @@
+package plugin_test
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
+)
+
+// The slurmd of a job's second node is killed while the job runs there
+// (no step on that node, so a restarted slurmd would find nothing of it),
+// and the job is cancelled meanwhile: no epilog can run on that node, yet
+// its collector does not outlive the job. While that slurmd ran, its
+// supervisor asked Slurm nothing; once it is gone, the supervisor asks and
+// drains when Slurm shows the job over. Then slurmd comes back and the
+// cluster is idle.
+func TestSlurmdGoneSupervisorAsks(t *testing.T) {
+	waitIdle(t)
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	script := writeScript(t, "sdgone-"+tag+".sh", "srun -N2 true\nsleep 300\n")
+	id := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch -N2 --gym-otel -o /dev/null "+script))
+	jid, _ := strconv.ParseUint(id, 10, 32)
+	t.Cleanup(func() {
+		run("scancel", id)
+		if err := upCluster(); err != nil {
+			t.Errorf("bringing slurmd back: %v", err)
+		}
+		waitIdle(t)
+	})
+	var rec *record.Record
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r, err := record.Read(record.JobDir(recordDir, "gn2", uint32(jid)))
+		if err == nil && r.Status == "ready" && r.SupervisorPID > 1 {
+			rec = r
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: no ready record on gn2 after 60 s (%v)", id, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	supLog := filepath.Join(jobsDir, "gym-otel-"+id, "otel", "nodes", "gn2", "supervisor.log")
+	if data, _ := os.ReadFile(supLog); !strings.Contains(string(data), "the epilog of this node's slurmd ends the collector") {
+		t.Fatalf("%s: the supervisor did not take the prolog's slurmd as its liveness:\n%s", supLog, data)
+	}
+	pidFile := filepath.Join(stateDir, "run", "slurmd-gn2.pid")
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slurmd, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(slurmd, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing slurmd gn2 (pid %d): %v", slurmd, err)
+	}
+	killed := time.Now()
+	if out, err := run("scancel", id); err != nil {
+		t.Fatalf("scancel: %v %s", err, out)
+	}
+	// The supervisor notices within one 30 s check, then asks until Slurm
+	// shows the job over (gn2 is declared down after SlurmdTimeout=30 s).
+	for syscall.Kill(rec.SupervisorPID, 0) == nil {
+		if st, err := os.ReadFile("/proc/" + strconv.Itoa(rec.SupervisorPID) + "/stat"); err == nil && strings.Contains(string(st), ") Z ") {
+			break
+		}
+		if time.Since(killed) > 180*time.Second {
+			t.Fatalf("job %s: gn2's supervisor (pid %d) still runs 180 s after its slurmd was killed and the job cancelled", id, rec.SupervisorPID)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("gn2's supervisor drained %v after its slurmd was killed", time.Since(killed).Round(time.Second))
+	logData, _ := os.ReadFile(supLog)
+	if !strings.Contains(string(logData), "Slurm no longer runs job "+id) {
+		t.Errorf("%s: no drain because Slurm no longer runs the job:\n%s", supLog, logData)
+	}
+}

@@ -787,16 +787,21 @@ func (a *aggregator) hosts(nodes []string) []Host {
 	for _, s := range a.order {
 		switch s.key.metric {
 		case mCPUSeconds:
-			if s.c == nil || s.c.n < 2 {
+			if s.c == nil {
 				continue
 			}
+			// A CPU counts from its first sample; its busy share needs
+			// two (a short job may have one scrape).
 			x := get(s.key.node)
+			x.cpus[s.labels["cpu"]] = true
+			if s.c.n < 2 {
+				continue
+			}
 			inc := s.c.total() - s.c.firstAdj
 			x.all += inc
 			if s.labels["mode"] != "idle" {
 				x.busy += inc
 			}
-			x.cpus[s.labels["cpu"]] = true
 		case mMemTotal:
 			get(s.key.node).h.MemoryTotal = Value(s.g.max)
 		case mMemAvailable:

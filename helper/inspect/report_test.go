@@ -268,3 +268,32 @@ func TestSources(t *testing.T) {
 		t.Errorf("sources %v, want %s", got, want)
 	}
 }
+
+// A short job whose node_exporter was scraped once: its CPUs are counted,
+// their busy share is unknown (it needs two samples).
+func TestHostOneScrape(t *testing.T) {
+	job := t.TempDir()
+	dir := filepath.Join(job, "otel")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var pts []string
+	for cpu := 0; cpu < 4; cpu++ {
+		for _, mode := range []string{"idle", "user"} {
+			pts = append(pts, fmt.Sprintf(`{"attributes":[{"key":"cpu","value":{"stringValue":"%d"}},{"key":"mode","value":{"stringValue":"%s"}}],"timeUnixNano":"%d","asDouble":%d}`, cpu, mode, ns(0), 100+cpu))
+		}
+	}
+	line := fmt.Sprintf(`{"resourceMetrics":[{"resource":%s,"scopeMetrics":[{"metrics":[`+
+		`{"name":"node_cpu_seconds_total","sum":{"dataPoints":[%s],"aggregationTemporality":2,"isMonotonic":true}}]}]}]}`+"\n",
+		res("gn1", "node", "gn1:9100"), strings.Join(pts, ","))
+	if err := os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Build(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Hosts) != 1 || r.Hosts[0].CPUs != 4 || r.Hosts[0].CPUBusy.Known() {
+		t.Fatalf("hosts %+v", r.Hosts)
+	}
+}

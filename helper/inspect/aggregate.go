@@ -108,7 +108,7 @@ type dirStat struct {
 	points, spans, logs int
 	firstBad            map[string]string
 	firstMs, lastMs     int64
-	up                  map[[2]string]*[2]int // (job, instance) -> scrapes, answered
+	up                  map[[2]string]*scrapeLog // (job, instance) -> its scrapes
 }
 
 // aggregator holds the bounded state of a report while the files stream.
@@ -335,13 +335,10 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 				k := [2]string{producer, instance}
 				c := a.cur.up[k]
 				if c == nil {
-					c = &[2]int{}
+					c = &scrapeLog{}
 					a.cur.up[k] = c
 				}
-				c[0]++
-				if v == 1 {
-					c[1]++
-				}
+				c.add(p.Time.ms(), v == 1)
 			}
 			s := a.get(name, node, producer, instance, p.Attributes)
 			if s == nil {

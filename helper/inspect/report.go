@@ -374,6 +374,16 @@ type TargetHealth struct {
 	Instance string `json:"instance"`
 	Scrapes  int    `json:"scrapes"`
 	Answered int    `json:"answered"`
+	// WarmingUp and Ended count the failed scrapes before the target's
+	// first answer and after its last (see Target): not trouble.
+	WarmingUp int `json:"warming_up"`
+	Ended     int `json:"ended"`
+}
+
+// Failed is the number of troubled scrapes: failed between the first and
+// the last answer, or all of them when the target never answered.
+func (t TargetHealth) Failed() int {
+	return Target{Scrapes: t.Scrapes, Answered: t.Answered, WarmingUp: t.WarmingUp, Ended: t.Ended}.Failed()
 }
 
 func unixMs(ms int64) time.Time {
@@ -390,7 +400,7 @@ func Build(dir string) (*Report, error) {
 	srcs := Sources(dir)
 	a := newAggregator()
 	for _, src := range srcs {
-		d := &dirStat{src: src, lines: map[string]int{}, bad: map[string]int{}, firstBad: map[string]string{}, up: map[[2]string]*[2]int{}}
+		d := &dirStat{src: src, lines: map[string]int{}, bad: map[string]int{}, firstBad: map[string]string{}, up: map[[2]string]*scrapeLog{}}
 		a.dirs = append(a.dirs, d)
 		a.cur = d
 		found := 0
@@ -919,10 +929,10 @@ func (r *Report) health(a *aggregator) error {
 		for _, t := range ts {
 			th := TargetHealth{Dir: d.src.Dir, Job: t.Job, Instance: t.Instance}
 			if c := d.up[[2]string{t.Job, t.Instance}]; c != nil {
-				th.Scrapes, th.Answered = c[0], c[1]
+				th.Scrapes, th.Answered, th.WarmingUp, th.Ended = c.counts()
 			}
 			dh.Targets = append(dh.Targets, th)
-			if th.Answered < th.Scrapes || th.Scrapes == 0 {
+			if th.Failed() > 0 || th.Scrapes == 0 {
 				r.Health.FailedTargets = append(r.Health.FailedTargets, th)
 			}
 		}

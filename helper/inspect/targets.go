@@ -27,9 +27,66 @@ type Target struct {
 	Instance string
 	// Scrapes counts its up points; Answered those equal to 1.
 	Scrapes, Answered int
+	// WarmingUp counts the failed scrapes before the target's first
+	// answer (a service still loading its model), Ended those after its
+	// last answer (the service stopped before the collector): neither is
+	// trouble. The failed scrapes between the first and last answer are
+	// Scrapes - Answered - WarmingUp - Ended (see ScrapeCounts.Failed).
+	WarmingUp, Ended int
 	// First and Last are the timestamps of its first and last up point
 	// (zero when none).
 	First, Last time.Time
+}
+
+// Failed classifies one target's scrapes by when they failed: see
+// Target. It returns the trouble: scrapes that failed between the first and
+// the last answer, or every scrape of a target that never answered.
+func (t Target) Failed() int {
+	if t.Answered == 0 {
+		return t.Scrapes
+	}
+	return t.Scrapes - t.Answered - t.WarmingUp - t.Ended
+}
+
+// scrapeLog collects one target's up points in any order: the times of
+// its first and last answer and of every failed scrape, in Unix ms.
+type scrapeLog struct {
+	scrapes, answered int
+	firstOK, lastOK   int64
+	failed            []int64
+}
+
+// add records one up point at ms (Unix milliseconds); ok when it was 1.
+func (l *scrapeLog) add(ms int64, ok bool) {
+	l.scrapes++
+	if !ok {
+		l.failed = append(l.failed, ms)
+		return
+	}
+	if l.answered == 0 || ms < l.firstOK {
+		l.firstOK = ms
+	}
+	if l.answered == 0 || ms > l.lastOK {
+		l.lastOK = ms
+	}
+	l.answered++
+}
+
+// counts returns scrapes, answered, warming up (failed before the first
+// answer) and ended (failed after the last answer). A target that never
+// answered has neither: all its scrapes failed.
+func (l *scrapeLog) counts() (scrapes, answered, warmingUp, ended int) {
+	if l.answered > 0 {
+		for _, ms := range l.failed {
+			switch {
+			case ms < l.firstOK:
+				warmingUp++
+			case ms > l.lastOK:
+				ended++
+			}
+		}
+	}
+	return l.scrapes, l.answered, warmingUp, ended
 }
 
 // Targets returns the scrape targets configured in dir/collector.yaml, in
@@ -49,7 +106,14 @@ func Targets(dir string) ([]Target, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return ts, countUp(f, ts, index)
+	logs := make([]scrapeLog, len(ts))
+	if err := countUp(f, ts, index, logs); err != nil {
+		return nil, err
+	}
+	for i := range ts {
+		ts[i].Scrapes, ts[i].Answered, ts[i].WarmingUp, ts[i].Ended = logs[i].counts()
+	}
+	return ts, nil
 }
 
 // configTargets returns the scrape targets of dir/collector.yaml, in its
@@ -96,7 +160,9 @@ func configTargets(dir string) ([]Target, map[[2]string]int, error) {
 	return ts, index, nil
 }
 
-func countUp(r io.Reader, ts []Target, index map[[2]string]int) error {
+// countUp reads the up points of r into logs (index-aligned with ts) and
+// sets each target's First and Last.
+func countUp(r io.Reader, ts []Target, index map[[2]string]int, logs []scrapeLog) error {
 	var l struct {
 		ResourceMetrics []struct {
 			Resource     resource `json:"resource"`
@@ -147,11 +213,9 @@ func countUp(r io.Reader, ts []Target, index map[[2]string]int) error {
 					}
 					for _, dp := range m.Gauge.DataPoints {
 						t := &ts[i]
-						t.Scrapes++
-						if dp.AsDouble != nil && *dp.AsDouble == 1 {
-							t.Answered++
-						}
-						if ns, err := strconv.ParseInt(dp.Time, 10, 64); err == nil {
+						ns, err := strconv.ParseInt(dp.Time, 10, 64)
+						logs[i].add(ns/1e6, dp.AsDouble != nil && *dp.AsDouble == 1)
+						if err == nil {
 							at := time.Unix(0, ns)
 							if t.First.IsZero() || at.Before(t.First) {
 								t.First = at
@@ -171,12 +235,35 @@ func countUp(r io.Reader, ts []Target, index map[[2]string]int) error {
 // WriteTargets prints one line per target for a person.
 func WriteTargets(w io.Writer, ts []Target) {
 	for _, t := range ts {
-		fmt.Fprintf(w, "  target:     %s (%s): %d scrapes, %d answered", t.Job, t.Instance, t.Scrapes, t.Answered)
+		fmt.Fprintf(w, "  target:     %s (%s): %s", t.Job, t.Instance, ScrapeSummary(t.Scrapes, t.Answered, t.WarmingUp, t.Ended))
 		if !t.Last.IsZero() {
 			fmt.Fprintf(w, ", first %s, last %s", t.First.UTC().Format("15:04:05.000"), t.Last.UTC().Format("15:04:05.000"))
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// ScrapeSummary says a target's scrapes in words: "12 scrapes, 10
+// answered", then "(2 before its first answer: warming up)" and "(1 after
+// its last: it had ended)" where there are such, then "FAILED n" for the
+// failed scrapes between the first and last answer (or every scrape of a
+// target that never answered).
+func ScrapeSummary(scrapes, answered, warmingUp, ended int) string {
+	s := fmt.Sprintf("%d scrapes, %d answered", scrapes, answered)
+	if warmingUp > 0 {
+		s += fmt.Sprintf(" (%d before its first answer: warming up)", warmingUp)
+	}
+	if ended > 0 {
+		s += fmt.Sprintf(" (%d after its last: it had ended)", ended)
+	}
+	failed := scrapes - answered - warmingUp - ended
+	if answered == 0 {
+		failed = scrapes
+	}
+	if failed > 0 || scrapes == 0 {
+		s += fmt.Sprintf("  FAILED %d", failed)
+	}
+	return s
 }
 
 // Unanswered returns an error naming every target of dir with no answered

@@ -57,3 +57,79 @@ func TestTargets(t *testing.T) {
 		t.Errorf("no collector.yaml: %v", err)
 	}
 }
+
+// TestTargetsWarmingUpAndEnded: failed scrapes before a target's first
+// answer (a model still loading) and after its last (the service ended
+// before the collector) are not trouble; one between two answers is, and
+// so is every scrape of a target that never answered. The points come out
+// of order, as several batches of one file can.
+func TestTargetsWarmingUpAndEnded(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := os.ReadFile("../render/testdata/two-services.golden.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "collector.yaml"), cfg, 0o600)
+	var lines string
+	for _, p := range []struct {
+		job, inst string
+		s         int64
+		v         float64
+	}{
+		{"gym-vllm/policy", "gn1:8000", 3, 1},
+		{"gym-vllm/policy", "gn1:8000", 1, 0}, // warming up
+		{"gym-vllm/policy", "gn1:8000", 2, 0}, // warming up
+		{"gym-vllm/policy", "gn1:8000", 4, 1},
+		{"gym-vllm/policy", "gn1:8000", 5, 0}, // ended
+		{"node", "gn1:9100", 1, 1},
+		{"node", "gn1:9100", 2, 0}, // a failure mid-run
+		{"node", "gn1:9100", 3, 1},
+		{"dcgm", "gn1:9400", 1, 0}, // never answered
+		{"dcgm", "gn1:9400", 2, 0},
+	} {
+		lines += upLine(p.job, p.inst, p.s*1e9, p.v)
+	}
+	os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(lines), 0o600)
+	ts, err := Targets(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Target{}
+	for _, x := range ts {
+		got[x.Job] = x
+	}
+	for job, want := range map[string][5]int{
+		// scrapes, answered, warming up, ended, failed
+		"gym-vllm/policy": {5, 2, 2, 1, 0},
+		"node":            {3, 2, 0, 0, 1},
+		"dcgm":            {2, 0, 0, 0, 2},
+	} {
+		x := got[job]
+		if g := [5]int{x.Scrapes, x.Answered, x.WarmingUp, x.Ended, x.Failed()}; g != want {
+			t.Errorf("%s: scrapes, answered, warming up, ended, failed = %v, want %v", job, g, want)
+		}
+	}
+	var b strings.Builder
+	WriteTargets(&b, ts)
+	for _, want := range []string{
+		"gym-vllm/policy (gn1:8000): 5 scrapes, 2 answered (2 before its first answer: warming up) (1 after its last: it had ended), first",
+		"node (gn1:9100): 3 scrapes, 2 answered  FAILED 1, first",
+		"dcgm (gn1:9400): 2 scrapes, 0 answered  FAILED 2, first",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("WriteTargets: no %q in\n%s", want, b.String())
+		}
+	}
+	// The report counts them the same way: only node and dcgm are failed.
+	r, err := Build(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed []string
+	for _, ft := range r.Health.FailedTargets {
+		failed = append(failed, ft.Job)
+	}
+	if strings.Join(failed, ",") != "node,dcgm" && strings.Join(failed, ",") != "dcgm,node" {
+		t.Errorf("failed targets %v, want node and dcgm", failed)
+	}
+}

@@ -206,11 +206,7 @@ func (r *Report) WriteText(w io.Writer) error {
 			t.line("%s", st)
 		}
 		for _, x := range d.Targets {
-			mark := ""
-			if x.Answered < x.Scrapes || x.Scrapes == 0 {
-				mark = fmt.Sprintf("  FAILED %d", x.Scrapes-x.Answered)
-			}
-			t.line("    target %s (%s): %d scrapes, %d answered%s", x.Job, x.Instance, x.Scrapes, x.Answered, mark)
+			t.line("    target %s (%s): %s", x.Job, x.Instance, ScrapeSummary(x.Scrapes, x.Answered, x.WarmingUp, x.Ended))
 		}
 	}
 	if hl.DroppedSeries > 0 || hl.SkippedPoints > 0 {

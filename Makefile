@@ -91,11 +91,17 @@ install: build
 # skips itself there and runs in plugin-test.
 # The README's test command: on a fresh machine it installs the Debian
 # packages, builds every part, and runs every test on real parts.
+# Every suite runs whatever an earlier one did; the failed ones are named at
+# the end, and then make fails.
 test: deps build collector standins man rpm
-	$(MAKE) vet
-	$(MAKE) unit-test
-	$(MAKE) plugin-test
-	$(MAKE) docker-test
+	@failed=; \
+	for t in vet unit-test plugin-test docker-test; do \
+		start=$$(date +%s); \
+		if $(MAKE) $$t; then r=passed; else r=FAILED; failed="$$failed $$t"; fi; \
+		echo "make test: $$t $$r in $$(( $$(date +%s) - start )) s" >&2; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed" >&2; exit 1; fi; \
+	echo "make test: every suite passed" >&2
 
 unit-test:
 	GYM_OTEL_REQUIRE_REAL=1 $(GO) test -count=1 -timeout 20m ./...

@@ -31,12 +31,16 @@ import (
 // was started with into dir/<node>.*, leaves a setsid daemon and a
 // double-forked process that both ignore SIGTERM, starts a memory hog after
 // hogDelay (0: none) holding hogBytes, and then runs the real collector.
+// The hog is tail(1) reading hogBytes of NULs from a pipe: with no newline
+// it keeps every byte, so it reaches any bound within a second, and it
+// exits by itself once it holds them all. Its exit status goes to
+// dir/<node>.hogexit: 0 when it held hogBytes, 137 when it was killed.
 func hostileBinary(t *testing.T, dir string, hogBytes int64, hogDelay int) string {
 	t.Helper()
 	col := testenv.Collector(t)
 	hog := ""
 	if hogBytes > 0 {
-		hog = fmt.Sprintf(`(sleep %d; x=$(head -c %d /dev/zero | tr '\0' a); echo "${#x}" > "$d/$n.hog") </dev/null >/dev/null 2>&1 &`, hogDelay, hogBytes)
+		hog = fmt.Sprintf(`(sleep %d; head -c %d /dev/zero | tail >/dev/null; echo $? > "$d/$n.hogexit.tmp"; mv "$d/$n.hogexit.tmp" "$d/$n.hogexit") </dev/null >/dev/null 2>&1 &`, hogDelay, hogBytes)
 	}
 	p := filepath.Join(dir, "hostile-collector")
 	body := fmt.Sprintf(`#!/bin/sh
@@ -139,9 +143,12 @@ func TestHostileCollector(t *testing.T) {
 func hostileJob(t *testing.T, boundMiB int64) {
 	d := markerDir(t, "hostile")
 	bin := hostileBinary(t, d, 1200<<20, 3)
+	// The script ends once both nodes' hogs have ended (killed or not),
+	// whatever the machine's load; 3 minutes is a bound, not a length.
 	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf(
-		"srun -N2 sh -c 'grep Cpus_allowed_list /proc/self/status > %s/cpus.$SLURMD_NODENAME'\nsleep 8\necho done\n", d))
-	r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -N2 --mem=300M --gym-otel=binary=%s,memory_limit_mib=160,job_dir=%s/run -o %s.out %s",
+		"srun -N2 sh -c 'grep Cpus_allowed_list /proc/self/status > %[1]s/cpus.$SLURMD_NODENAME'\n"+
+			"for i in $(seq 1800); do [ -s %[1]s/otel.hogexit ] && [ -s %[1]s/gn2.hogexit ] && break; sleep 0.1; done\necho done\n", d))
+	r := asUser(t, 300*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -N2 --mem=300M --gym-otel=binary=%s,memory_limit_mib=160,job_dir=%s/run -o %s.out %s",
 		bin, d, d, script))
 	if r.code != 0 {
 		out, _ := os.ReadFile(d + ".out")
@@ -209,8 +216,13 @@ func hostileJob(t *testing.T, boundMiB int64) {
 				t.Errorf("%s: the collector is not in %s:/%s:\n%s", node, ctrl, want, cg)
 			}
 		}
-		if b, err := os.ReadFile(n + ".hog"); err == nil {
-			t.Errorf("%s: a process holding 1200 MiB survived in the collector's cgroup (held %s bytes)", node, strings.TrimSpace(string(b)))
+		switch b, err := os.ReadFile(n + ".hogexit"); {
+		case err != nil:
+			t.Errorf("%s: the memory hog never ended: %v", node, err)
+		case strings.TrimSpace(string(b)) == "0":
+			t.Errorf("%s: a process held 1200 MiB in the collector's cgroup: no bound", node)
+		case strings.TrimSpace(string(b)) != "137":
+			t.Errorf("%s: the memory hog exited %s, want 137 (SIGKILL by the OOM killer)", node, strings.TrimSpace(string(b)))
 		}
 	}
 	// Nothing of the user's survives the job, on either node.

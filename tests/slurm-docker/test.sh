@@ -24,7 +24,13 @@ summary=()
 for s in "${suites[@]}"; do
 	current=$s
 	t0=$(date +%s)
-	"$here/up.sh" "$s" alloc >/dev/null
+	if ! "$here/up.sh" "$s" alloc >/dev/null; then
+		rc=1
+		summary+=("slurm-docker[$s]: FAILED to come up after $(($(date +%s) - t0))s")
+		"$here/down.sh" "$s" || true
+		current=
+		continue
+	fi
 	t1=$(date +%s)
 	# shellcheck disable=SC2086
 	if ! (cd "$repo" && GYM_OTEL_DOCKER_TESTS=1 GYM_OTEL_REQUIRE_REAL=1 GOS_SUITE=$s \

@@ -118,11 +118,10 @@ func TestGroupKillsEscapees(t *testing.T) {
 		t.Fatalf("the forking process did not return to its cgroups: %+v, was %+v", after, self)
 	}
 	var left []int
-	for i := 0; i < 100; i++ {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if left = g.Pids(); len(left) >= 2 {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	if len(left) < 2 {
 		t.Fatalf("expected the two escapees in the group, found %v", left)

@@ -56,15 +56,14 @@ func TestVerifyListeners(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	for i := 0; ; i++ {
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		if c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(squat)); err == nil {
 			c.Close()
 			break
 		}
-		if i > 100 {
-			t.Fatal("the squatter did not listen")
+		if time.Now().After(deadline) {
+			t.Fatal("the squatter did not listen within a minute")
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	err = verifyListeners(syscall.Getpgrp(), []int{ours, squat})
 	var fl errForeignListener

@@ -99,6 +99,16 @@ func TestSampledHint(t *testing.T) {
 // dir/metrics.jsonl, read up to its last complete line (the file exporter
 // flushes its buffer on its interval, not at line ends).
 func lastUp(t testing.TB, dir string) map[string]time.Time {
+	out := map[string]time.Time{}
+	for name, dp := range newestUp(t, dir) {
+		out[name] = time.Unix(0, int64(dp.Time))
+	}
+	return out
+}
+
+// newestUp returns, per scrape job, its newest up point in
+// dir/metrics.jsonl, read up to its last complete line.
+func newestUp(t testing.TB, dir string) map[string]numberDP {
 	data, _ := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
 	i := bytes.LastIndexByte(data, '\n')
 	if i < 0 {
@@ -112,15 +122,15 @@ func lastUp(t testing.TB, dir string) map[string]time.Time {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]time.Time{}
+	out := map[string]numberDP{}
 	for _, m := range d.named("up") {
 		name, _ := m.resource.str("service.name.override")
 		if m.Gauge == nil {
 			continue
 		}
 		for _, dp := range m.Gauge.DataPoints {
-			if at := time.Unix(0, int64(dp.Time)); at.After(out[name]) {
-				out[name] = at
+			if old, ok := out[name]; !ok || dp.Time > old.Time {
+				out[name] = dp
 			}
 		}
 	}
@@ -157,7 +167,11 @@ func TestFailedScrapeNoStaleMarker(t *testing.T) {
 		return !m["gym-vllm/policy"].IsZero() && len(counterValues(t, s.out, "vllm_prompt_tokens_total")) >= 2
 	})
 	vllm.kill()
-	time.Sleep(3 * time.Second) // interval 1 s: failed scrapes
+	// Failed scrapes: the target's newest up point in the files is 0.
+	waitFor(t, 15*time.Second, "a failed scrape of the killed stand-in in metrics.jsonl", func() bool {
+		dp, ok := newestUp(t, s.out)["gym-vllm/policy"]
+		return ok && dp.value() == 0
+	})
 	if _, err := s.drain(t, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}

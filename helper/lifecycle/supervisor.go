@@ -467,6 +467,11 @@ func (s *supervisor) pollSelf() {
 	if err != nil {
 		return
 	}
+	if c := m.counts("metrics"); c.Received > 0 && (s.lastRead == nil || s.lastRead.counts("metrics").Received == 0) {
+		// Once per collector run: from here on a receipt made from the
+		// last read (the run killed) has figures.
+		s.log.Infof("collector run %d: counters read, %d metric points received so far", s.runs+1, c.Received)
+	}
 	s.lastRead, s.lastReadAt = m, time.Now()
 	if n := m.acceptedSpans(); n != s.lastSpans {
 		s.lastSpans, s.spansAt = n, time.Now()

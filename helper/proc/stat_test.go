@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,7 +45,7 @@ func TestReadStatHostileName(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	time.Sleep(50 * time.Millisecond)
+	// Start returns once the child has called setsid and exec'd.
 	st, err := ReadStat(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,9 @@ PKGS=(
 	# test tooling
 	curl ca-certificates procps jq psmisc iproute2 util-linux passwd
 	coreutils findutils sed grep diffutils
+	# man -l renders the built man pages; python3 sets a signal mask
+	# before it execs the supervisor (a lifecycle test)
+	man-db python3
 )
 
 missing() {

@@ -53,11 +53,11 @@ if [ -z "${1:-}" ]; then
     next=$(sbatch --dependency=afternotok:$SLURM_JOB_ID --kill-on-invalid-dep=yes %[5]s $SLURM_JOB_ID 2>&1) \
         && echo "$next" > %[3]s.next || echo "$next" > %[3]s.next-failed
 fi
-%[4]s/vllm-standin --port 18124 --model chain-model &
+%[4]s/vllm-standin --port 18124 --model chain-model --scrape-log %[3]s.scrapes.$SLURM_JOB_ID &
 sp=$!
-# Long enough for the collector's first scrapes (its Prometheus receiver
-# applies targets a few seconds after start).
-sleep 8
+# Until this link's collector has scraped the server (its first scrape
+# comes within an interval of its start, later on a loaded machine).
+for i in $(seq 1 1800); do [ -s %[3]s.scrapes.$SLURM_JOB_ID ] && break; sleep 0.1; done
 # Free the port before this link ends: the next link's service takes it.
 kill $sp; wait $sp
 [ -z "${1:-}" ] && exit 3
@@ -71,7 +71,7 @@ exit 0
 		t.Fatalf("sbatch: exit %d: %s", r.code, r.stderr)
 	}
 	first := jobIDOf(t, r)
-	deadline := time.Now().Add(120 * time.Second)
+	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		q, _ := run("squeue", "-h", "-o", "%i")
 		chain, _ := os.ReadFile(base + ".chain")
@@ -82,7 +82,7 @@ exit 0
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the chain did not finish in 120 s: queue %q, links %q", q, chain)
+			t.Fatalf("the chain did not finish in 5 minutes: queue %q, links %q", q, chain)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}

@@ -100,7 +100,7 @@ func waitGone(t *testing.T, within time.Duration, what string, pids []int) {
 func readPid(t *testing.T, path string) int {
 	t.Helper()
 	waitFile(t, 20*time.Second, path)
-	for i := 0; i < 50; i++ {
+	for i := 0; i < 500; i++ {
 		b, _ := os.ReadFile(path)
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
 			return pid
@@ -226,7 +226,7 @@ func hostileJob(t *testing.T, boundMiB int64) {
 		}
 	}
 	// Nothing of the user's survives the job, on either node.
-	waitGone(t, 20*time.Second, "the setsid and double-forked children", pids)
+	waitGone(t, patience, "the setsid and double-forked children", pids)
 	waitNoCollector(t)
 	if left := userProcs("sleep 1000"); len(left) > 0 {
 		t.Errorf("left behind: %v", left)

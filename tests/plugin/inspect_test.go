@@ -26,9 +26,16 @@ import (
 // 8 more. A dcgm stand-in with constant values and an idle GPU 3, and
 // Debian's node_exporter, both on the first node's loopback, which the
 // nodes share here, so both nodes' collectors scrape them. A Gym stand-in
-// runs 8 rollouts of 300 ms, rollouts 3 and 7 fail (verify result fail,
+// runs 8 rollouts of 1010 ms, rollouts 3 and 7 fail (verify result fail,
 // span status Error, an ERROR log record). The collectors scrape every
 // second (the test site).
+//
+// Each phase waits for what it needs, not for a time: after the requests
+// of a server, two scrapes of it (its scrape log; the second began after
+// the requests); after a server's kill, a failed scrape of it in the
+// node's files (the test reads them and lets the script go on); the
+// rollouts' durations sit well inside their buckets (1010 ms of sleeps
+// each: above 1000, and 390 ms of slack below 1400).
 //
 // Expected, per node (the stand-ins' README says what the n-th request
 // does): requests 16+8 = 24; prompt tokens sum(100+7n, n=1..16) +
@@ -42,8 +49,10 @@ import (
 // 3 (<=0.04) 6 (0.06) 9 (0.08) 12 (0.1) 18 (0.25) 21 (0.5) 24 (0.75), so
 // p50 = 0.08+0.02*(3/3) = 0.1, p90 = 0.5+0.25*(0.6/3) = 0.55, p99 =
 // 0.5+0.25*(2.76/3) = 0.73. The Gym SDK's histogram (default bounds
-// ... 250 500 ...) holds 8 rollouts in (250, 500]: p50 = 250+250*(4/8) =
-// 375, p90 = 475, p99 = 497.5; verify 6 pass, 2 fail.
+// ... 1000 2500 ...) holds 8 rollouts in (1000, 2500]: p50 =
+// 1000+1500*(4/8) = 1750, p90 = 2350, p99 = 2485; the span_metrics
+// connector's (default bounds ... 1000 1400 ...) in (1000, 1400]: p50 =
+// 1200, p99 = 1396; verify 6 pass, 2 fail.
 func TestInspectReport(t *testing.T) {
 	waitIdle(t)
 	for _, name := range []string{"vllm-standin", "dcgm-standin", "gym-standin"} {
@@ -86,30 +95,44 @@ services:
 	}
 	script := writeScript(t, "inspect-"+tag+".sh", fmt.Sprintf(`
 P=%[2]s
-%[2]s/dcgm-standin --port %[4]s --gpus 0,1,2,3 --idle-gpus 3 --constant &
+lines() { cat "$1" 2>/dev/null | wc -l; }
+%[2]s/dcgm-standin --port %[4]s --gpus 0,1,2,3 --idle-gpus 3 --constant --scrape-log %[1]s.dcgm-scrapes &
 dcgm=$!
 %[5]s --web.listen-address=127.0.0.1:%[6]s --collector.disable-defaults --collector.cpu --collector.meminfo --collector.loadavg &
 nodex=$!
 srun -N2 --ntasks-per-node=1 --overlap bash -c '
   port=$((%[3]d + SLURM_NODEID))
-  health() { for i in $(seq 1 100); do curl -sf http://127.0.0.1:$port/health >/dev/null && return; sleep 0.1; done; exit 4; }
+  log=%[1]s.scrapes.$SLURMD_NODENAME
+  health() { for i in $(seq 1 1200); do curl -sf http://127.0.0.1:$port/health >/dev/null && return; sleep 0.1; done; exit 4; }
   req() { for i in $(seq 1 $1); do curl -sf -XPOST http://127.0.0.1:$port/v1/completions >/dev/null || exit 3; done; }
-  %[2]s/vllm-standin --port $port --model tiny-model --count-on request & pid=$!
-  health; req 16; sleep 2.5
-  kill $pid; wait $pid; sleep 2.5
-  %[2]s/vllm-standin --port $port --model tiny-model --count-on request & pid=$!
-  health; sleep 2.5; req 8; sleep 2.5
+  scraped() { n=$(cat $log 2>/dev/null | wc -l); for i in $(seq 1 1200); do [ $(cat $log 2>/dev/null | wc -l) -ge $((n + 2)) ] && return; sleep 0.1; done; exit 5; }
+  %[2]s/vllm-standin --port $port --model tiny-model --count-on request --scrape-log $log & pid=$!
+  health; req 16; scraped
+  kill $pid; wait $pid
+  touch %[1]s.down.$SLURMD_NODENAME
+  for i in $(seq 1 1200); do [ -e %[1]s.downseen.$SLURMD_NODENAME ] && break; sleep 0.1; done
+  [ -e %[1]s.downseen.$SLURMD_NODENAME ] || exit 6
+  %[2]s/vllm-standin --port $port --model tiny-model --count-on request --scrape-log $log & pid=$!
+  health; scraped; req 8; scraped
   curl -sf http://127.0.0.1:$port/metrics > %[1]s.final.$SLURMD_NODENAME
   kill $pid; wait $pid
 ' &
 steps=$!
-%[2]s/gym-standin --rollouts 8 --rollout-duration 300ms --error-every 4 || exit 9
+%[2]s/gym-standin --rollouts 8 --rollout-duration 1010ms --error-every 4 || exit 9
 wait $steps || exit 8
-sleep 3
+# A few more scrapes of dcgm and node_exporter by the two collectors.
+n=$(lines %[1]s.dcgm-scrapes)
+for i in $(seq 1 1200); do [ $(lines %[1]s.dcgm-scrapes) -ge $((n + 4)) ] && break; sleep 0.1; done
 kill $dcgm $nodex
 wait
 `, base, plugDir, vllmBase, dcgmPort, nodeExporter, nodePort))
-	r := asUser(t, 180*time.Second, tokenEnv(), fmt.Sprintf("sbatch -N2 --wait --gym-otel=config=%s.gym.yaml -o %s.out %s", base, base, script))
+	done := make(chan result, 1)
+	go func() {
+		done <- asUser(t, 5*time.Minute, tokenEnv(), fmt.Sprintf("sbatch -N2 --wait --gym-otel=config=%s.gym.yaml -o %s.out %s", base, base, script))
+	}()
+	// Once a node's script has killed its server, wait for a failed
+	// scrape of it in that node's files, then let the script go on.
+	r := letDownSeen(t, done, base, vllmBase)
 	if r.code != 0 {
 		out, _ := os.ReadFile(base + ".out")
 		t.Fatalf("exit %d; stderr %s\n%s", r.code, r.stderr, out)
@@ -227,20 +250,24 @@ wait
 
 	// Gym.
 	g := rep.Gym
-	if g.RolloutSpans.Count != 8 || !(g.RolloutSpans.P50 >= 300 && g.RolloutSpans.P50 < 400) || !(g.RolloutSpans.Max < 500) {
+	if g.RolloutSpans.Count != 8 || !(g.RolloutSpans.P50 >= 1000 && g.RolloutSpans.P50 < 1400) || !(g.RolloutSpans.Max < 1400) {
 		t.Errorf("rollout spans %+v", g.RolloutSpans)
 	}
-	if h := g.RolloutHistogram; h.Count != 8 || !near(h.P50, 375) || !near(h.P90, 475) || !near(h.P99, 497.5) || !(h.Max >= 300 && h.Max < 500) {
-		t.Errorf("rollout histogram %+v, want n 8 p50 375 p90 475 p99 497.5", h)
+	if h := g.RolloutHistogram; h.Count != 8 || !near(h.P50, 1750) || !near(h.P90, 2350) || !near(h.P99, 2485) || !(h.Max >= 1000 && h.Max < 1400) {
+		t.Errorf("rollout histogram %+v, want n 8 p50 1750 p90 2350 p99 2485", h)
 	}
 	if g.Verify["pass"] != 6 || g.Verify["fail"] != 2 || g.VerifySpans["pass"] != 6 || g.VerifySpans["fail"] != 2 || !near(g.VerifySuccess, 0.75) {
 		t.Errorf("verify %v spans %v success %v", g.Verify, g.VerifySpans, g.VerifySuccess)
 	}
-	if v := g.VerifyLatency; v.Count != 8 || !(v.P50 >= 100 && v.P50 < 200) {
+	// A verify span is one of a rollout's three sleeps of 336.7 ms.
+	if v := g.VerifyLatency; v.Count != 8 || !(v.P50 >= 336 && v.P50 < 1010) {
 		t.Errorf("verify latency %+v", v)
 	}
-	if !(g.RolloutsPerMinute > 60 && g.RolloutsPerMinute < 200) || len(g.RolloutRate["gn1"]) == 0 {
-		t.Errorf("rollouts per minute %v (8 rollouts of about 300 ms), rate %v", g.RolloutsPerMinute, g.RolloutRate)
+	// 8 rollouts one after the other, 1010 ms of sleeps each: at most 60
+	// a minute; all within the job (sbatch --wait's time): at least 8 in
+	// that time.
+	if most, least := 60.0, 8/r.took.Minutes(); !(float64(g.RolloutsPerMinute) <= most && float64(g.RolloutsPerMinute) >= least) || len(g.RolloutRate["gn1"]) == 0 {
+		t.Errorf("rollouts per minute %v, want between %.2f and %.2f (8 rollouts of 1010 ms in a job of %v), rate %v", g.RolloutsPerMinute, least, most, r.took, g.RolloutRate)
 	}
 
 	// Errors: rollouts 3 and 7, as spans and as log records with the
@@ -271,8 +298,8 @@ wait
 	for _, m := range rep.Spans.SpanMetrics {
 		if m.Name == "gym.rollout" {
 			found = true
-			if m.Calls != 8 || m.Duration.Count != 8 || !near(m.Duration.P50, 300) || !near(m.Duration.P99, 398) {
-				t.Errorf("span metrics of gym.rollout: %+v, want 8 calls, p50 300, p99 398", m)
+			if m.Calls != 8 || m.Duration.Count != 8 || !near(m.Duration.P50, 1200) || !near(m.Duration.P99, 1396) {
+				t.Errorf("span metrics of gym.rollout: %+v, want 8 calls, p50 1200, p99 1396", m)
 			}
 		}
 	}
@@ -317,6 +344,41 @@ wait
 	waitIdle(t)
 }
 
+// letDownSeen waits for the job of TestInspectReport (its sbatch --wait's
+// result on done): whenever the script on a node says its vLLM server is
+// down (base.down.<node>), it waits for a failed scrape of that server
+// after its answers in the node's files and then lets the script go on
+// (base.downseen.<node>). It returns the sbatch's result.
+func letDownSeen(t *testing.T, done <-chan result, base string, vllmBase int) result {
+	t.Helper()
+	dirs := []string{filepath.Join(base+".run", "otel"), filepath.Join(base+".run", "otel", "nodes", "gn2")}
+	for {
+		select {
+		case r := <-done:
+			return r
+		case <-time.After(200 * time.Millisecond):
+		}
+		for i, dir := range dirs {
+			node := fmt.Sprintf("gn%d", i+1)
+			if _, err := os.Stat(base + ".down." + node); err != nil {
+				continue
+			}
+			if _, err := os.Stat(base + ".downseen." + node); err == nil {
+				continue
+			}
+			ts, err := inspect.Targets(dir) // an error: a line being written
+			for _, x := range ts {
+				if err == nil && x.Job == fmt.Sprintf("gym-vllm/svc%d", i) && x.Answered > 0 && x.Ended > 0 {
+					t.Logf("%s: %s", node, inspect.ScrapeSummary(x.Scrapes, x.Answered, x.WarmingUp, x.Ended))
+					if err := os.WriteFile(base+".downseen."+node, nil, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+}
+
 // procMemTotal is this host's MemTotal in bytes, as node_exporter reports it.
 func procMemTotal(t *testing.T) float64 {
 	b, err := os.ReadFile("/proc/meminfo")
@@ -353,24 +415,28 @@ func TestInspectCollectorRestart(t *testing.T) {
 	if err := os.WriteFile(base+".gym.yaml", []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Each phase waits for two scrapes of the server (its scrape log; the
+	// second began after the phase's requests), not for a time.
 	script := writeScript(t, "restart-"+tag+".sh", fmt.Sprintf(`
-%[2]s/vllm-standin --port %[3]s --model tiny-model --count-on request &
+log=%[1]s.scrapes
+scraped() { n=$(cat $log 2>/dev/null | wc -l); for i in $(seq 1 1200); do [ $(cat $log 2>/dev/null | wc -l) -ge $((n + 2)) ] && return; sleep 0.1; done; exit 4; }
+%[2]s/vllm-standin --port %[3]s --model tiny-model --count-on request --scrape-log $log &
 v=$!
-for i in $(seq 1 100); do curl -sf http://127.0.0.1:%[3]s/health >/dev/null && break; sleep 0.1; done
+for i in $(seq 1 1200); do curl -sf http://127.0.0.1:%[3]s/health >/dev/null && break; sleep 0.1; done
 for i in $(seq 1 10); do curl -sf -XPOST http://127.0.0.1:%[3]s/v1/completions >/dev/null || exit 3; done
-sleep 2.5
+scraped
 touch %[1]s.kill
-for i in $(seq 1 200); do [ -e %[1]s.restarted ] && break; sleep 0.1; done
+for i in $(seq 1 1800); do [ -e %[1]s.restarted ] && break; sleep 0.1; done
 [ -e %[1]s.restarted ] || exit 5
-sleep 2.5
+scraped
 for i in $(seq 1 5); do curl -sf -XPOST http://127.0.0.1:%[3]s/v1/completions >/dev/null || exit 3; done
-sleep 2.5
+scraped
 kill $v
 wait
 `, base, plugDir, port))
 	done := make(chan result, 1)
 	go func() {
-		done <- asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch -N1 --wait --gym-otel=config=%s.gym.yaml -o %s.out %s", base, base, script))
+		done <- asUser(t, 5*time.Minute, tokenEnv(), fmt.Sprintf("sbatch -N1 --wait --gym-otel=config=%s.gym.yaml -o %s.out %s", base, base, script))
 	}()
 	// Kill the job's collector (the pid in its state.json, checked to be
 	// the collector) once the script says so; wait for the supervisor to
@@ -392,7 +458,7 @@ wait
 		t.Fatal(err)
 	}
 	killed := st.CollectorPID
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(patience)
 	for {
 		b, _ = os.ReadFile(state)
 		if json.Unmarshal(b, &st) == nil && st.Restarts >= 1 && st.CollectorPID != killed && st.CollectorPID != 0 {

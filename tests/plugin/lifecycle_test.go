@@ -56,7 +56,7 @@ services:
 	script := writeScript(t, "e2e-"+tag+".sh", fmt.Sprintf(`
 date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > %[1]s.first
 %[2]s/vllm-standin --port %[3]s --model tiny-model --scrape-log %[1]s.scrapes &
-sleep 2.5
+for i in $(seq 1 1200); do curl -sf http://127.0.0.1:%[3]s/health >/dev/null && break; sleep 0.1; done
 %[2]s/gym-standin --rollouts 3 || exit 9
 date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > %[1]s.last
 exit 5
@@ -172,14 +172,20 @@ func TestConcurrentJobs(t *testing.T) {
 	waitIdle(t)
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	base := filepath.Join(jobsDir, "conc-"+tag)
-	mk := func(name string, secs int) string {
+	// Job a ends by itself; job b runs until the test releases it (at most
+	// 10 minutes), whatever a's start, end and epilog take.
+	release := base + ".release"
+	mk := func(name, wait string) string {
 		return writeScript(t, fmt.Sprintf("conc-%s-%s.sh", tag, name), fmt.Sprintf(
-			"echo $OTEL_EXPORTER_OTLP_ENDPOINT > %s.%s.ep\nsleep %d\n", base, name, secs))
+			"echo $OTEL_EXPORTER_OTLP_ENDPOINT > %s.%s.ep\n%s\n", base, name, wait))
 	}
-	a := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch -w gn1 --gym-otel -o /dev/null "+mk("a", 2)))
-	b := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch -w gn1 --gym-otel -o /dev/null "+mk("b", 8)))
-	// Wait until a is done and b still runs.
-	deadline := time.Now().Add(60 * time.Second)
+	a := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch -w gn1 --gym-otel -o /dev/null "+mk("a", "true")))
+	b := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch -w gn1 --gym-otel -o /dev/null "+
+		mk("b", "for i in $(seq 6000); do [ -e "+release+" ] && break; sleep 0.1; done")))
+	t.Cleanup(func() { os.WriteFile(release, nil, 0o644) })
+	// Wait until a is done (its epilog too: it leaves the queue after it)
+	// and b runs.
+	deadline := time.Now().Add(patience)
 	for {
 		q, _ := run("squeue", "-h", "-o", "%i %T")
 		if !strings.Contains(q, a+" ") && strings.Contains(q, b+" RUNNING") {
@@ -190,7 +196,6 @@ func TestConcurrentJobs(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	time.Sleep(time.Second) // a's epilog
 	ea, _ := os.ReadFile(base + ".a.ep")
 	eb, _ := os.ReadFile(base + ".b.ep")
 	if len(ea) == 0 || string(ea) == string(eb) {
@@ -199,9 +204,14 @@ func TestConcurrentJobs(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(recordDir, "gn1", b, "record")); err != nil {
 		t.Errorf("job b's record: %v", err)
 	}
+	// a's epilog has ended (a left the queue): only b's collector runs.
 	if procs := userProcs("otelcol-gym"); len(procs) != 1 {
 		t.Errorf("collectors running while only job b runs: %v", procs)
 	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitJobState(t, b, patience, "COMPLETED")
 	waitNoCollector(t)
 	waitIdle(t)
 }
@@ -269,14 +279,16 @@ func TestScancelDuringFinalWait(t *testing.T) {
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	done := filepath.Join(jobsDir, "fw-"+tag+".done")
 	script := writeScript(t, "fw-"+tag+".sh", "touch "+done+"\n")
-	// scrape_interval_seconds=9: the batch step waits 10 s after the
-	// script; on two nodes it holds the whole wait (a one-node job with no
-	// scrape target would hold none).
-	id := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch -N2 --gym-otel=scrape_interval_seconds=9 -o /dev/null "+script))
+	// scrape_interval_seconds=29: the batch step waits 30 s (the most it
+	// waits) after the script; on two nodes it holds the whole wait (a
+	// one-node job with no scrape target would hold none). The scancel
+	// comes once the wait is logged, well within it on a loaded machine.
+	id := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch -N2 --gym-otel=scrape_interval_seconds=29 -o /dev/null "+script))
 	waitFile(t, 60*time.Second, done)
-	time.Sleep(time.Second)
-	if !strings.Contains(slurmdLogs(t), "job "+id+": batch script done, waiting 10 s") {
-		t.Errorf("no final-scrape wait logged for job %s", id)
+	for deadline := time.Now().Add(patience); !strings.Contains(slurmdLogs(t), "job "+id+": batch script done, waiting 30 s"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no final-scrape wait logged for job %s", id)
+		}
 	}
 	start := time.Now()
 	if out, err := run("scancel", id); err != nil {
@@ -312,7 +324,7 @@ func TestTimeLimit(t *testing.T) {
 		t.Fatalf("scontrol update: %v %s", err, out)
 	}
 	start := time.Now()
-	waitJobState(t, id, 90*time.Second, "TIMEOUT")
+	waitJobState(t, id, 5*time.Minute, "TIMEOUT")
 	t.Logf("TIMEOUT %v after the limit was lowered", time.Since(start))
 	waitNoCollector(t)
 	waitIdle(t)

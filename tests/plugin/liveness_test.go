@@ -33,7 +33,7 @@ func TestSlurmdGoneSupervisorAsks(t *testing.T) {
 		waitIdle(t)
 	})
 	var rec *record.Record
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(patience)
 	for {
 		r, err := record.Read(record.JobDir(recordDir, "gn2", uint32(jid)))
 		if err == nil && r.Status == "ready" && r.SupervisorPID > 1 {
@@ -41,7 +41,7 @@ func TestSlurmdGoneSupervisorAsks(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("job %s: no ready record on gn2 after 60 s (%v)", id, err)
+			t.Fatalf("job %s: no ready record on gn2 after %v (%v)", id, patience, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -71,8 +71,8 @@ func TestSlurmdGoneSupervisorAsks(t *testing.T) {
 		if st, err := os.ReadFile("/proc/" + strconv.Itoa(rec.SupervisorPID) + "/stat"); err == nil && strings.Contains(string(st), ") Z ") {
 			break
 		}
-		if time.Since(killed) > 180*time.Second {
-			t.Fatalf("job %s: gn2's supervisor (pid %d) still runs 180 s after its slurmd was killed and the job cancelled", id, rec.SupervisorPID)
+		if time.Since(killed) > 5*time.Minute {
+			t.Fatalf("job %s: gn2's supervisor (pid %d) still runs 5 minutes after its slurmd was killed and the job cancelled", id, rec.SupervisorPID)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

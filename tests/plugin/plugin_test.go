@@ -281,14 +281,19 @@ func TestNoFlagNoGo(t *testing.T) {
 	}
 	waitIdle(t)
 
-	script := writeScript(t, "noflag.sh", "srun -N1 sleep 3 &\nsleep 3\nwait\n")
+	// The batch step and a step run until the test has seen both (at
+	// most 10 minutes).
+	release := filepath.Join(jobsDir, "noflag-"+strconv.FormatInt(time.Now().UnixNano(), 36)+".release")
+	hold := "for i in $(seq 6000); do [ -e " + release + " ] && break; sleep 0.1; done"
+	script := writeScript(t, "noflag.sh", "srun -N1 sh -c '"+hold+"' &\n"+hold+"\nwait\n")
+	t.Cleanup(func() { os.WriteFile(release, nil, 0o644) })
 	r = asUser(t, 30*time.Second, nil, "sbatch -o /dev/null "+script)
 	m := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(r.stdout)
 	if m == nil {
 		t.Fatalf("sbatch: %s %s", r.stdout, r.stderr)
 	}
 	seen := map[string]bool{}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(patience)
 	for time.Now().Before(deadline) {
 		pids, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 		for _, p := range pids {
@@ -316,6 +321,9 @@ func TestNoFlagNoGo(t *testing.T) {
 	}
 	if len(seen) < 2 {
 		t.Errorf("saw only the step processes %v of job %s", seen, m[1])
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	waitIdle(t)
 	logs := slurmdLogs(t)
@@ -349,7 +357,8 @@ func TestExportNoneAndScancel(t *testing.T) {
 			t.Errorf("%s (--export=NONE): endpoint %q GYM_OTEL_JOB %q", p, e["OTEL_EXPORTER_OTLP_ENDPOINT"], e["GYM_OTEL_JOB"])
 		}
 	}
-	time.Sleep(2 * time.Second) // a few scrapes
+	// The collector was ready before the script's first line (the
+	// prolog waits for it): the scancel comes while it runs.
 	if out, err := run("scancel", m[1]); err != nil {
 		t.Fatalf("scancel: %v %s", err, out)
 	}

@@ -150,7 +150,7 @@ func receiptJob(t *testing.T, name, spec string) (string, string) {
 func waitBackend(t *testing.T, job string, want items) items {
 	t.Helper()
 	var got items
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(patience)
 	for time.Now().Before(deadline) {
 		if got = dirItems(t, backendDir, job); got == want {
 			return got

@@ -125,6 +125,7 @@ type result struct {
 // travel as docker's environment (`-e NAME`), never on a command line.
 func (c *cluster) asUser(t testing.TB, timeout time.Duration, env []string, dir, cmdline string) result {
 	t.Helper()
+	timeout = max(timeout, patience)
 	args := []string{"exec", "-u", jobUser, "-w", dir, "-e", "HOME=/home/" + jobUser, "-e", "USER=" + jobUser}
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
@@ -195,10 +196,18 @@ func (c *cluster) nodeStates(t testing.TB) string {
 	return strings.Join(f, " ")
 }
 
+// patience is the least time a test waits for a condition, a job or a
+// command before it fails: on a loaded machine every step is slower, and a
+// test may be slow but never flaky. A bound that is a property of the
+// product is asserted on its own, from what was measured or logged.
+const patience = 2 * time.Minute
+
 // waitIdle waits until the queue is empty and both nodes are idle; a
-// drained or down node fails the test at once.
+// drained or down node fails the test at once. within is at least
+// patience.
 func (c *cluster) waitIdle(t testing.TB, within time.Duration) {
 	t.Helper()
+	within = max(within, patience)
 	deadline := time.Now().Add(within)
 	for {
 		q, _ := c.on("ctl", "squeue", "-h", "-o", "%i %T")
@@ -233,7 +242,7 @@ func (c *cluster) userProcs(node string) []string {
 // compute node and no record of the job is left.
 func (c *cluster) waitNothingLeft(t testing.TB, jobID string) {
 	t.Helper()
-	deadline := time.Now().Add(40 * time.Second)
+	deadline := time.Now().Add(patience)
 	for {
 		var left []string
 		for _, n := range []string{"c1", "c2"} {
@@ -352,9 +361,11 @@ var (
 )
 
 // waitJob waits until job id has ended (a final state, not COMPLETING)
-// and returns its state and ExitCode (e.g. "COMPLETED", "0:0").
+// and returns its state and ExitCode (e.g. "COMPLETED", "0:0"); past
+// within (at least patience) the test fails.
 func (c *cluster) waitJob(t testing.TB, id string, within time.Duration) (state, exit string) {
 	t.Helper()
+	within = max(within, patience)
 	deadline := time.Now().Add(within)
 	for {
 		out, err := c.on("ctl", "scontrol", "-o", "show", "job", id)

@@ -111,12 +111,12 @@ func checkInspect(t *testing.T, host, jobID string) {
 		}
 	}
 	g := r.Gym
-	// Agent (c1): 6 rollouts of 300 ms, rollout 3 fails; resources (c2): 2 of 30 ms.
+	// Agent (c1): 6 rollouts of 1010 ms, rollout 3 fails; resources (c2): 2 of 260 ms.
 	if g.RolloutSpans.Count != 8 || g.Verify["pass"] != 7 || g.Verify["fail"] != 1 || g.VerifySpans["fail"] != 1 || !near(g.VerifySuccess, 0.875) {
 		t.Errorf("inspect: gym %+v", g)
 	}
-	// 2 in (25, 50], 6 in (250, 500]: p50 rank 4 = 250+250*(2/6).
-	if h := g.RolloutHistogram; h.Count != 8 || !near(h.P50, 250+250*2.0/6) || !near(h.P99, 250+250*5.92/6) {
+	// 2 in (250, 500], 6 in (1000, 2500]: p50 rank 4 = 1000+1500*(2/6).
+	if h := g.RolloutHistogram; h.Count != 8 || !near(h.P50, 1000+1500*2.0/6) || !near(h.P99, 1000+1500*5.92/6) {
 		t.Errorf("inspect: rollout histogram %+v", h)
 	}
 	if len(r.Hosts) != 2 || r.Hosts[0].Node != "c1" || r.Hosts[1].Node != "c2" || r.Hosts[0].CPUs < 1 || !r.Hosts[1].MemoryTotal.Known() {

@@ -33,7 +33,7 @@ D=%[1]s
 n=${SLURM_RESTART_COUNT:-0}
 %[2]s/gym-standin --rollouts 1 --sandbox-provider docker || exit 92
 for f in $D/otel/metrics.jsonl $D/otel/nodes/c2/metrics.jsonl; do
-	for i in $(seq 1 200); do grep -s '"slurm_job_restart_count","value":{"intValue":"'$n'"}' $f | grep -q '"name":"node_' && break; sleep 0.2; done
+	for i in $(seq 1 600); do grep -s '"slurm_job_restart_count","value":{"intValue":"'$n'"}' $f | grep -q '"name":"node_' && break; sleep 0.2; done
 done
 if [ "$n" = 0 ]; then touch $D/run0-done; sleep 600; exit 93; fi
 touch $D/run$n-done

@@ -40,7 +40,9 @@ var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir"
 //	record_dir=PATH      root's record dir (default /run/gym-otel)
 //	core=PATH            the Go core (default: gym_otel_core.so beside gym_otel.so)
 //	cgroup=auto|required|off  the collector's own cgroup (default auto: one
-//	                     when the node can make it, else a warning)
+//	                     wherever a writable hierarchy is mounted, and no
+//	                     collector there without it; a warning and none
+//	                     only where none is mounted)
 //	<otel key>=VALUE     inline site overrides, e.g. on_failure=fail
 type Args struct {
 	Site          string

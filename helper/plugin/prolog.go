@@ -185,7 +185,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err := MakeSampledHint(dir, in.UID, in.GID); err != nil {
 		log.Warnf("job %d: the sampled hint (the batch step waits its full bound): %v", in.JobID, err)
 	}
-	group, err := jobGroup(in.Args, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, spec.Otel, log)
+	group, err := jobGroup(in.Args, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, int64(spec.Otel.MemoryLimitMiB)*CgroupMemoryFactor<<20, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -222,8 +222,12 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		sup.kill()
 		return fail(err)
 	}
-	log.Infof("job %d: collector ready on %s (supervisor pid %d, OTLP http 127.0.0.1:%d, output %s, %d ms)",
-		in.JobID, node, sup.pid, rep.Ports.OTLPHTTP, rep.OutputDir, rep.ReadyMillis)
+	where := "no cgroup"
+	if group != nil {
+		where = "cgroup " + group.Rel
+	}
+	log.Infof("job %d: collector ready on %s (supervisor pid %d, OTLP http 127.0.0.1:%d, output %s, %d ms, %s)",
+		in.JobID, node, sup.pid, rep.Ports.OTLPHTTP, rep.OutputDir, rep.ReadyMillis, where)
 	return nil
 }
 

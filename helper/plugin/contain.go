@@ -27,9 +27,22 @@ func groupBase(cluster string) string {
 
 // CgroupMemoryFactor sets a job group's memory bound at the prolog:
 // CgroupMemoryFactor x otel.memory_limit_mib (the collector's own soft
-// limit). The job's first step on the node lowers it to the job's memory
-// on the node when Slurm knows one (spank/step.c, S_JOB_ALLOC_MEM).
+// limit), never above the site's cap (cgroup_memory_max_mib). The job's
+// first step on the node (the extern step with PrologFlags=Contain)
+// lowers it to the job's memory on the node when Slurm knows one
+// (spank/step.c, S_JOB_ALLOC_MEM).
 const CgroupMemoryFactor = 2
+
+// cgroupMemoryBytes is the memory bound of a job's group at the prolog,
+// bytes: CgroupMemoryFactor x memMiB (the spec's memory_limit_mib, already
+// validated), at most capMiB; capped says the cap decided it.
+func cgroupMemoryBytes(memMiB, capMiB int) (n int64, capped bool) {
+	n = int64(memMiB) * CgroupMemoryFactor << 20
+	if c := int64(capMiB) << 20; capMiB > 0 && n > c {
+		return c, true
+	}
+	return n, false
+}
 
 // Values of the plugstack argument cgroup=.
 const (

@@ -96,3 +96,21 @@ func TestJobGroupPolicy(t *testing.T) {
 		t.Errorf("off: %v %v", jobGroupOff, err)
 	}
 }
+
+func TestCgroupMemoryBytes(t *testing.T) {
+	for _, c := range []struct {
+		mem, cap int
+		want     int64
+		capped   bool
+	}{
+		{512, DefaultCgroupMemoryMaxMiB, 1024 << 20, false},
+		{1024, DefaultCgroupMemoryMaxMiB, 2048 << 20, false},
+		{65536, DefaultCgroupMemoryMaxMiB, 2048 << 20, true},
+		{512, 600, 600 << 20, true},
+		{65536, MaxCgroupMemoryMaxMiB, 128 << 30, false},
+	} {
+		if n, capped := cgroupMemoryBytes(c.mem, c.cap); n != c.want || capped != c.capped {
+			t.Errorf("memory_limit_mib=%d cap=%d: %d %v, want %d %v", c.mem, c.cap, n, capped, c.want, c.capped)
+		}
+	}
+}

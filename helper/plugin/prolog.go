@@ -185,7 +185,12 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err := MakeSampledHint(dir, in.UID, in.GID); err != nil {
 		log.Warnf("job %d: the sampled hint (the batch step waits its full bound): %v", in.JobID, err)
 	}
-	group, err := jobGroup(in.Args, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, int64(spec.Otel.MemoryLimitMiB)*CgroupMemoryFactor<<20, log)
+	memBytes, capped := cgroupMemoryBytes(spec.Otel.MemoryLimitMiB, in.Args.CgroupMemoryMaxMiB)
+	if capped && in.Args.Cgroup != CgroupOff {
+		log.Infof("job %d: the collector's cgroup is bounded at the site's cap, %d MiB (plugstack cgroup_memory_max_mib), below %d x otel.memory_limit_mib=%d",
+			in.JobID, in.Args.CgroupMemoryMaxMiB, CgroupMemoryFactor, spec.Otel.MemoryLimitMiB)
+	}
+	group, err := jobGroup(in.Args, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, memBytes, log)
 	if err != nil {
 		return fail(err)
 	}

@@ -91,18 +91,9 @@ func startInside(t testing.TB, g *Group, script string) *exec.Cmd {
 	errc := make(chan error, 1)
 	var cmd *exec.Cmd
 	go func() {
-		runtime.LockOSThread()
-		restore, err := g.Join()
-		if err != nil {
-			errc <- err
-			return
-		}
+		runtime.LockOSThread() // never unlocked: the thread ends here
 		cmd = exec.Command("sh", "-c", script)
-		err = cmd.Start()
-		if rerr := restore(); err == nil {
-			err = rerr
-		}
-		errc <- err
+		errc <- g.StartInside(cmd)
 	}()
 	if err := <-errc; err != nil {
 		t.Fatal(err)

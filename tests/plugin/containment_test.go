@@ -197,3 +197,109 @@ func TestForgedValuesRefused(t *testing.T) {
 	waitNoCollector(t)
 	waitIdle(t)
 }
+
+// hogBinary writes an otel.binary that, before it execs the real
+// collector, makes a process of its group hold holdMiB of anonymous memory
+// (tail buffering a pipe that never ends) and records its pid in the
+// output dir (hog.pid): the group holds that much once the collector is
+// ready.
+func hogBinary(t *testing.T, dir string, holdMiB int) string {
+	t.Helper()
+	p := filepath.Join(dir, "hog-collector")
+	body := fmt.Sprintf(`#!/bin/sh
+case "$1" in --version) exec %[1]s --version ;; esac
+o=$(dirname "$2")
+(head -c %[2]dM /dev/zero; exec sleep 1000) | tail -c %[2]dM &
+h=$!
+echo $h > "$o/hog.pid"
+i=0
+while [ "$(awk '/^VmRSS/ {print $2}' /proc/$h/status 2>/dev/null || echo 0)" -lt %[3]d ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+exec %[1]s "$@"
+`, testenv.Collector(t), holdMiB, holdMiB*1000)
+	if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestMemoryBoundEnforced, on Slurm's cgroup containment (cgroup v1,
+// CR_CPU_Memory, PrologFlags=Alloc,Contain) with the site's cap
+// cgroup_memory_max_mib=600: a job without --mem gets the cap, not
+// 2 x memory_limit_mib; a job with --mem=300M whose group holds 450 MiB of
+// anonymous memory when Slurm first tells the job's memory (the kernel
+// refuses the lower bound: EBUSY) has the group's processes killed and
+// the bound in force, and slurmd's log says so.
+func TestMemoryBoundEnforced(t *testing.T) {
+	capConf := filepath.Join(os.TempDir(), "gym-otel"+instance+"-cap.conf")
+	if err := os.WriteFile(capConf, []byte(strings.TrimSuffix(goodConf, "\n")+" cgroup_memory_max_mib=600\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := clusterConf
+	clusterConf = capConf
+	err := upCluster("--cgroup", "--prolog-flags", "Alloc,Contain")
+	clusterConf = old
+	t.Cleanup(func() {
+		_ = os.Remove(capConf)
+		if err := upCluster(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t)
+	d := markerDir(t, "bound")
+	cost := func(log, id string) string {
+		m := regexp.MustCompile(`job ` + id + `: collector cgroup \S+: peak memory [0-9.]+ MiB \(bound ([0-9]+) MiB\)`).FindStringSubmatch(log)
+		if m == nil {
+			return ""
+		}
+		return m[1]
+	}
+
+	// The cap.
+	script := writeScript(t, filepath.Base(d)+"-cap.sh", "true\n")
+	r := asUser(t, 90*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -w gn1 --gym-otel=memory_limit_mib=512,job_dir=%s/cap -o %s/cap.out %s", d, d, script))
+	if r.code != 0 {
+		t.Fatalf("cap job: exit %d: %s", r.code, r.stderr)
+	}
+	capID := jobIDOf(t, r)
+	log := slurmdLogs(t)
+	if !strings.Contains(log, "job "+capID+": the collector's cgroup is bounded at the site's cap, 600 MiB") {
+		t.Errorf("no cap line for job %s", capID)
+	}
+	if b := cost(log, capID); b != "600" {
+		t.Errorf("job %s (no --mem, memory_limit_mib=512, cap 600): the group's bound was %q MiB, want 600", capID, b)
+	}
+
+	// The job's memory, below what the group holds.
+	bin := hogBinary(t, d, 450)
+	script = writeScript(t, filepath.Base(d)+"-hog.sh", fmt.Sprintf(`h=$(cat %[1]s/hog/otel/hog.pid)
+i=0; while kill -0 "$h" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+if kill -0 "$h" 2>/dev/null; then echo alive; else echo gone; fi > %[1]s/hog.state
+`, d))
+	r = asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -w gn1 --mem=300M --gym-otel=binary=%s,memory_limit_mib=512,job_dir=%s/hog -o %s/hog.out %s", bin, d, d, script))
+	if r.code != 0 {
+		out, _ := os.ReadFile(d + "/hog.out")
+		t.Fatalf("hog job: exit %d: %s\n%s", r.code, r.stderr, out)
+	}
+	hogID := jobIDOf(t, r)
+	waitNoCollector(t)
+	waitIdle(t)
+	log = slurmdLogs(t)
+	if st, _ := os.ReadFile(d + "/hog.state"); strings.TrimSpace(string(st)) != "gone" {
+		t.Errorf("the process holding 450 MiB in a group bounded to the job's 300 MiB was %q during the job, want gone", strings.TrimSpace(string(st)))
+	}
+	re := regexp.MustCompile(`job ` + hogID + `: bounding the collector's cgroup by the job's memory \(300 MiB, [^)]*\): the group held (\d+) MiB, above the job's 300 MiB, and the kernel could not reclaim it \(EBUSY after \d+ steps\): killed its (\d+) processes`)
+	if m := re.FindStringSubmatch(log); m == nil {
+		t.Errorf("no kill line for job %s in slurmd's log", hogID)
+	} else {
+		t.Logf("job %s: the group held %s MiB above the job's 300 MiB: %s processes killed", hogID, m[1], m[2])
+	}
+	if b := cost(log, hogID); b != "300" {
+		t.Errorf("job %s: the group's bound was %q MiB at the end, want the job's 300", hogID, b)
+	}
+	if left := userProcs("sleep 1000"); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+}

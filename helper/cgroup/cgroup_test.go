@@ -75,10 +75,9 @@ func realHierarchies(t *testing.T) []Hierarchy {
 	if hs = Writable(hs); err != nil || len(hs) == 0 {
 		testenv.Missing(t, "a mounted cgroup hierarchy")
 	}
-	t.Cleanup(func() { // the shared levels, once no test uses them
+	t.Cleanup(func() { // this package's level; gym_otel_test is shared with other packages' tests
 		for _, h := range hs {
 			_ = os.Remove(filepath.Join(h.Mount, "gym_otel_test", "unit"))
-			_ = os.Remove(filepath.Join(h.Mount, "gym_otel_test"))
 		}
 	})
 	return hs
@@ -220,4 +219,25 @@ func BenchmarkStart(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestAnchored(t *testing.T) {
+	mk := func(hs ...Hierarchy) *Group {
+		g := &Group{}
+		for _, h := range hs {
+			g.dirs = append(g.dirs, dir{h: h})
+		}
+		return g
+	}
+	mem := Hierarchy{Version: V1, Controllers: []string{"memory"}}
+	frz := Hierarchy{Version: V1, Controllers: []string{"freezer"}}
+	if mk(mem, frz).Anchored() {
+		t.Error("memory and freezer only: the user can leave both")
+	}
+	if !mk(mem, Hierarchy{Version: V1, Controllers: []string{"pids"}}).Anchored() {
+		t.Error("v1 pids anchors")
+	}
+	if !mk(mem, Hierarchy{Version: V2}).Anchored() {
+		t.Error("v2 anchors")
+	}
 }

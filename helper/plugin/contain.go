@@ -98,6 +98,13 @@ func jobGroup(a Args, cluster, node string, jobID uint32, memBytes int64, log lo
 	if err != nil {
 		return nil, fmt.Errorf("the collector's cgroup (plugstack cgroup=%s: no collector without its group on a node that mounts cgroups): %w", a.Cgroup, err)
 	}
+	if !g.Anchored() {
+		if a.Cgroup == CgroupRequired {
+			_ = g.Remove()
+			return nil, fmt.Errorf("the collector's cgroup (plugstack cgroup=required): %s has no hierarchy its processes cannot leave (cgroup v2, or the v1 pids controller) on %s: a process could move itself into the job's own step cgroups, out of reach of the job's end", g.Rel, node)
+		}
+		log.Warnf("job %d: the collector's cgroup %s has no hierarchy its processes cannot leave (mount cgroup v2 or the v1 pids controller): a process could move itself into the job's own step cgroups, where the epilog does not look; set cgroup=required to refuse instead", jobID, g.Rel)
+	}
 	if len(g.Retried) > 0 {
 		log.Warnf("job %d: the collector's cgroup %s was made at attempt %d of %d (before: %v)", jobID, g.Rel, len(g.Retried)+1, cgroup.CreateAttempts, errors.Join(g.Retried...))
 	}

@@ -303,3 +303,81 @@ if kill -0 "$h" 2>/dev/null; then echo alive; else echo gone; fi > %[1]s/hog.sta
 		t.Errorf("left behind: %v", left)
 	}
 }
+
+// TestMovedOutKilled, on Slurm's cgroup containment (cgroup v1,
+// proctrack/cgroup, task/cgroup, PrologFlags=Alloc,Contain): the
+// collector leaves a setsid child ignoring SIGTERM, and the job's batch
+// script (the same user) moves that child into its own step cgroup in
+// every hierarchy where it can (Slurm's cgroup/v1 chowns the step's
+// groups to the user). It can leave the plugin's group in the
+// hierarchies Slurm made the user's, never in pids or the v2 one; and
+// nothing survives the job.
+func TestMovedOutKilled(t *testing.T) {
+	if err := upCluster("--cgroup", "--prolog-flags", "Alloc,Contain"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := upCluster(); err != nil {
+			t.Error(err)
+		}
+	})
+	waitIdle(t)
+	hs := nodeHierarchies(t)
+	d := markerDir(t, "moveout")
+	bin := filepath.Join(d, "mover-collector")
+	if err := os.WriteFile(bin, []byte(fmt.Sprintf(`#!/bin/sh
+case "$1" in --version) exec %[1]s --version ;; esac
+setsid sh -c 'trap "" TERM; echo $$ > "$0"; exec sleep 1000' "%[2]s/child.pid" </dev/null >/dev/null 2>&1 &
+exec %[1]s "$@"
+`, testenv.Collector(t), d)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, h := range hs {
+		if h.Version == cgroup.V2 {
+			names = append(names, h.Mount+"=")
+		} else {
+			names = append(names, h.Mount+"="+h.Controllers[0])
+		}
+	}
+	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf(`d=%[1]s
+i=0; while [ ! -s $d/child.pid ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+c=$(cat $d/child.pid)
+cat /proc/$c/cgroup > $d/before.cgroup
+for hc in %[2]s; do
+	h=${hc%%=*}; ctrl=${hc#*=}
+	if [ -z "$ctrl" ]; then p=$(sed -n 's/^0:://p' /proc/self/cgroup)
+	else p=$(awk -F: -v c="$ctrl" '{n=split($2,a,","); for(i=1;i<=n;i++) if(a[i]==c) print $3}' /proc/self/cgroup); fi
+	if echo $c 2>/dev/null > "$h$p/cgroup.procs"; then echo "moved $h to $p"; else echo "refused $h $p"; fi
+done > $d/moves
+cat /proc/$c/cgroup > $d/after.cgroup
+`, d, strings.Join(names, " ")))
+	r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -w gn1 --mem=300M --gym-otel=binary=%s,job_dir=%s/run -o %s/job.out %s", bin, d, d, script))
+	if r.code != 0 {
+		out, _ := os.ReadFile(d + "/job.out")
+		t.Fatalf("exit %d: %s\n%s", r.code, r.stderr, out)
+	}
+	jobID := jobIDOf(t, r)
+	child := readPid(t, d+"/child.pid")
+	moves, _ := os.ReadFile(d + "/moves")
+	after, _ := os.ReadFile(d + "/after.cgroup")
+	t.Logf("job %s: the batch script's moves of the collector's child %d:\n%safter:\n%s", jobID, child, moves, after)
+	rel := "gym_otel/" + clusterName() + "/gn1/job_" + jobID
+	if !regexp.MustCompile(`(?m)^moved /sys/fs/cgroup/memory `).Match(moves) {
+		t.Logf("the user could not move the child out of the plugin's memory group (this Slurm keeps the step's groups root's)")
+	}
+	for _, h := range hs {
+		if h.Version != cgroup.V2 && h.Controllers[0] != "pids" {
+			continue
+		}
+		if miss := notInGroup([]cgroup.Hierarchy{h}, string(after), rel); miss != "" {
+			t.Errorf("the child left the plugin's group in %s, which the user must not be able to leave:\n%s", h.Mount, after)
+		}
+	}
+	waitGone(t, 30*time.Second, "the moved child", []int{child})
+	waitNoCollector(t)
+	if left := userProcs("sleep 1000"); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	waitIdle(t)
+}

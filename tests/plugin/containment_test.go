@@ -10,6 +10,7 @@ package plugin_test
 import (
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -308,10 +309,12 @@ if kill -0 "$h" 2>/dev/null; then echo alive; else echo gone; fi > %[1]s/hog.sta
 // proctrack/cgroup, task/cgroup, PrologFlags=Alloc,Contain): the
 // collector leaves a setsid child ignoring SIGTERM, and the job's batch
 // script (the same user) moves that child into its own step cgroup in
-// every hierarchy where it can (Slurm's cgroup/v1 chowns the step's
-// groups to the user). It can leave the plugin's group in the
-// hierarchies Slurm made the user's, never in pids or the v2 one; and
-// nothing survives the job.
+// every hierarchy where it can: Slurm's cgroup/v1 chowns the step's
+// directories to the user (not their cgroup.procs), so the script makes
+// a group of its own inside and moves the child there. It can leave the
+// plugin's group in the hierarchies where Slurm made it a directory,
+// never in pids or the v2 one; the epilog kills it there, and nothing
+// survives the job.
 func TestMovedOutKilled(t *testing.T) {
 	if err := upCluster("--cgroup", "--prolog-flags", "Alloc,Contain"); err != nil {
 		t.Fatal(err)
@@ -348,7 +351,10 @@ for hc in %[2]s; do
 	h=${hc%%=*}; ctrl=${hc#*=}
 	if [ -z "$ctrl" ]; then p=$(sed -n 's/^0:://p' /proc/self/cgroup)
 	else p=$(awk -F: -v c="$ctrl" '{n=split($2,a,","); for(i=1;i<=n;i++) if(a[i]==c) print $3}' /proc/self/cgroup); fi
-	if echo $c 2>/dev/null > "$h$p/cgroup.procs"; then echo "moved $h to $p"; else echo "refused $h $p"; fi
+	o=$(stat -c '%%U:%%G %%a' "$h$p" "$h$p/cgroup.procs" 2>/dev/null | tr '\n' ' ')
+	if echo $c 2>/dev/null > "$h$p/cgroup.procs"; then echo "moved $h to $p ($o)"
+	elif mkdir "$h$p/escape" 2>/dev/null && echo $c 2>/dev/null > "$h$p/escape/cgroup.procs"; then echo "moved $h to $p/escape, a group of its own making ($o)"
+	else echo "refused $h $p ($o)"; fi
 done > $d/moves
 cat /proc/$c/cgroup > $d/after.cgroup
 `, d, strings.Join(names, " ")))
@@ -358,13 +364,35 @@ cat /proc/$c/cgroup > $d/after.cgroup
 		t.Fatalf("exit %d: %s\n%s", r.code, r.stderr, out)
 	}
 	jobID := jobIDOf(t, r)
+	u, err := user.Lookup(slurmEnv["GOS_SLURM_USER"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Slurm leaves the job's groups behind when the user made one
+		// inside them: remove what is left of this job's, bottom up
+		// (rmdir: only empty groups go).
+		for _, h := range hs {
+			root := filepath.Join(h.Mount, "slurm_gn1", "uid_"+u.Uid, "job_"+jobID)
+			var dirs []string
+			_ = filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
+				if err == nil && e.IsDir() {
+					dirs = append(dirs, p)
+				}
+				return nil
+			})
+			for i := len(dirs) - 1; i >= 0; i-- {
+				_ = os.Remove(dirs[i])
+			}
+		}
+	})
 	child := readPid(t, d+"/child.pid")
 	moves, _ := os.ReadFile(d + "/moves")
 	after, _ := os.ReadFile(d + "/after.cgroup")
 	t.Logf("job %s: the batch script's moves of the collector's child %d:\n%safter:\n%s", jobID, child, moves, after)
 	rel := "gym_otel/" + clusterName() + "/gn1/job_" + jobID
-	if !regexp.MustCompile(`(?m)^moved /sys/fs/cgroup/memory `).Match(moves) {
-		t.Logf("the user could not move the child out of the plugin's memory group (this Slurm keeps the step's groups root's)")
+	if !regexp.MustCompile(`(?m)^moved /sys/fs/cgroup/(memory|freezer) `).Match(moves) {
+		t.Logf("the user could move the child out of neither the plugin's memory nor its freezer group")
 	}
 	for _, h := range hs {
 		if h.Version != cgroup.V2 && h.Controllers[0] != "pids" {
@@ -375,6 +403,9 @@ cat /proc/$c/cgroup > $d/after.cgroup
 		}
 	}
 	waitGone(t, 30*time.Second, "the moved child", []int{child})
+	if regexp.MustCompile(`(?m)^moved `).Match(moves) && !regexp.MustCompile(`job `+jobID+`: killed \d+ processes left in the collector's cgroup`).MatchString(slurmdLogs(t)) {
+		t.Errorf("the epilog did not report killing the moved child")
+	}
 	waitNoCollector(t)
 	if left := userProcs("sleep 1000"); len(left) > 0 {
 		t.Errorf("left behind: %v", left)

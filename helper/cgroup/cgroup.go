@@ -1,9 +1,11 @@
 // Package cgroup owns the control group that holds everything the plugin
 // starts for one job on one node: the supervisor, the collector, a container
 // runtime and anything they start. The prolog creates it before the
-// supervisor exists and starts the supervisor inside it (the prolog process
-// joins the group around the fork, so nothing is ever outside it); the
-// epilog, after the drain, kills whatever is left in it and removes it.
+// supervisor exists and starts the supervisor born inside it (StartInside:
+// clone3 into the v2 directory, a discarded thread of its own for the v1
+// ones; the prolog process never enters it); the epilog, after the drain,
+// kills whatever is left in it and removes it. The levels above the job's
+// group are shared by the node's jobs and never removed.
 //
 // The group is <mount>/<base>/<node>/job_<id> on every hierarchy the node
 // mounts that the plugin uses: on cgroup v1 the memory, pids, devices,

@@ -410,12 +410,14 @@ func Open(hs []Hierarchy, rel string) *Group {
 // Anchored reports whether the group has a directory in a hierarchy its
 // processes cannot leave: the v2 one (a move needs write access to the
 // cgroup.procs of the common ancestor, the group's root-owned parents) or
-// the v1 pids one (v1 lets a process of the user's uid move into any
+// the v1 pids one. v1 lets a process of the user's uid move into any
 // group whose cgroup.procs the user can write, and Slurm's cgroup/v1
-// chowns the job's step groups to the user in the freezer, cpuset,
-// memory, devices and cpuacct hierarchies, but makes none in pids). The
-// group's kill finds a process there wherever else it moved (Pids is the
-// union over the hierarchies).
+// makes the job's step directories the user's in the freezer, cpuset,
+// memory, cpuacct (and devices) hierarchies: their cgroup.procs stay
+// root's, but the user can make a group inside them, whose files are the
+// user's, and move a process there. Slurm makes no group in pids, so the
+// user owns none there. The group's kill finds a process in an anchor
+// wherever else it moved (Pids is the union over the hierarchies).
 func (g *Group) Anchored() bool {
 	for _, d := range g.dirs {
 		if d.h.Version == V2 || d.has("pids") {

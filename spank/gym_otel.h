@@ -83,6 +83,17 @@ long long gos_now_ms(void);
 int gos_hold_sampled(const char *dir, uid_t uid, long long since_ms);
 
 /* Per-context entry points. */
+/* Outcomes of gos_bound_memory (bound.c). */
+enum {
+	GOS_BOUND_FAILED = -1, /* the bound could not be lowered (msg says why) */
+	GOS_BOUND_KEPT = 0,    /* already at or below the job's memory */
+	GOS_BOUND_LOWERED,     /* lowered at once */
+	GOS_BOUND_STEPPED,     /* v1: lowered in steps after EBUSY, the kernel reclaimed */
+	GOS_BOUND_KILLED,      /* v1: the group's processes killed, then lowered */
+	GOS_BOUND_OOM,         /* v2: lowered; the kernel OOM-killed in the group */
+};
+int gos_bound_memory(const char *limit_file, unsigned long long want, char *msg, size_t len);
+
 int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok);
 int gos_step_init_post_opt(spank_t sp, struct gos_args *a);
 int gos_step_task_init(spank_t sp);

@@ -207,47 +207,36 @@ static int write_cgroup(const char *path, const char *v)
 
 /*
  * Bound the collector's cgroup by the job's memory on this node: the
- * prolog could only set a cap (Slurm tells a job's memory to its steps,
- * not to the job prolog). Lowers, never raises; on cgroup v1 the
- * memory+swap bound follows. Runs in slurmstepd as root, before any task.
+ * prolog could only set the site's cap (Slurm tells a job's memory to its
+ * steps, not to the job prolog). Lowers, never raises; a lowering the
+ * kernel refuses is enforced, never ignored (bound.c), and the outcome is
+ * logged. Runs in slurmstepd as root, before any task: the extern step's
+ * (PrologFlags=Contain) is the first moment the job's memory is known.
  */
 static void bound_collector_memory(spank_t sp, const struct gos_record *r)
 {
-	char cur[64] = "", v[32], sw[4200];
+	char msg[1024];
 	uint64_t mb = 0;
-	unsigned long long now = 0, want;
-	const char *tail = "memory.limit_in_bytes";
-	size_t pl = strlen(r->cgroup_memory), tl = strlen(tail);
-	int fd;
+	int rc;
 
 	if (!r->cgroup_memory[0] || spank_get_item(sp, S_JOB_ALLOC_MEM, &mb) != ESPANK_SUCCESS || mb == 0)
 		return;
-	want = (unsigned long long)mb << 20;
-	fd = open(r->cgroup_memory, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd >= 0) {
-		ssize_t n = read(fd, cur, sizeof(cur) - 1);
-
-		close(fd);
-		if (n > 0) {
-			cur[n] = 0;
-			now = strtoull(cur, NULL, 10); /* "max" (v2) reads as 0 */
-		}
-	}
-	if (now && now <= want)
+	rc = gos_bound_memory(r->cgroup_memory, (unsigned long long)mb << 20, msg, sizeof(msg));
+	switch (rc) {
+	case GOS_BOUND_KEPT:
 		return;
-	snprintf(v, sizeof(v), "%llu", want);
-	if (write_cgroup(r->cgroup_memory, v)) {
-		gos_error("job %u: bounding the collector's cgroup by the job's memory (%s to %s): %s",
-			  st.job_id, v, r->cgroup_memory, strerror(errno));
+	case GOS_BOUND_LOWERED:
+		gos_debug("job %u: the collector's cgroup is bounded by the job's memory, %llu MiB",
+			  st.job_id, (unsigned long long)mb);
 		return;
+	case GOS_BOUND_STEPPED:
+		gos_info("job %u: the collector's cgroup is bounded by the job's memory, %llu MiB: %s",
+			 st.job_id, (unsigned long long)mb, msg);
+		return;
+	default:
+		gos_error("job %u: bounding the collector's cgroup by the job's memory (%llu MiB, %s): %s",
+			  st.job_id, (unsigned long long)mb, r->cgroup_memory, msg);
 	}
-	if (pl > tl && !strcmp(r->cgroup_memory + pl - tl, tail)) {
-		snprintf(sw, sizeof(sw), "%.*smemory.memsw.limit_in_bytes", (int)(pl - tl), r->cgroup_memory);
-		if (access(sw, F_OK) == 0)
-			write_cgroup(sw, v);
-	}
-	gos_debug("job %u: the collector's cgroup is bounded by the job's memory, %llu MiB",
-		  st.job_id, (unsigned long long)mb);
 }
 
 /*
@@ -293,14 +282,17 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	    spank_get_item(sp, S_JOB_STEPID, &st.step_id) != ESPANK_SUCCESS)
 		return 0;
 	if (st.step_id == SLURM_EXTERN_CONT) {
-		/* Only the CPU set: the extern step's are the job's on the node. */
+		/* The CPU set (the extern step's are the job's on the node) and
+		 * the memory bound, nothing else. */
 		if (!record_node(a->record_dir, st.job_id, st.node, sizeof(st.node)) ||
 		    !gos_node_name(sp, st.node, sizeof(st.node))) {
 			struct gos_record r;
 
 			if (gos_record_read(a->record_dir, st.node, st.job_id, &r, err, sizeof(err)) == 0) {
-				if (r.ready)
+				if (r.ready) {
 					snprintf(st.cpuset, sizeof(st.cpuset), "%s", r.cgroup_cpuset);
+					bound_collector_memory(sp, &r);
+				}
 				gos_record_free(&r);
 			}
 		}

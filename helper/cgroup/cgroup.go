@@ -1,9 +1,11 @@
 // Package cgroup owns the control group that holds everything the plugin
 // starts for one job on one node: the supervisor, the collector, a container
 // runtime and anything they start. The prolog creates it before the
-// supervisor exists and starts the supervisor inside it (the prolog process
-// joins the group around the fork, so nothing is ever outside it); the
-// epilog, after the drain, kills whatever is left in it and removes it.
+// supervisor exists and starts the supervisor born inside it (StartInside:
+// clone3 into the v2 directory, a discarded thread of its own for the v1
+// ones; the prolog process never enters it); the epilog, after the drain,
+// kills whatever is left in it and removes it. The levels above the job's
+// group are shared by the node's jobs and never removed.
 //
 // The group is <mount>/<base>/<node>/job_<id> on every hierarchy the node
 // mounts that the plugin uses: on cgroup v1 the memory, pids, devices,
@@ -52,6 +54,21 @@ type Hierarchy struct {
 	// Controllers are the v1 controllers bound to it (e.g. ["memory"]);
 	// empty for v2.
 	Controllers []string
+	// ReadOnly: mounted read-only (an unprivileged container's view), so
+	// no group can be made in it.
+	ReadOnly bool
+}
+
+// Writable are the hierarchies of hs that are not mounted read-only: where
+// a group can be made.
+func Writable(hs []Hierarchy) []Hierarchy {
+	var out []Hierarchy
+	for _, h := range hs {
+		if !h.ReadOnly {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // v1Used are the v1 controllers the plugin places its groups in.
@@ -97,9 +114,10 @@ func parseMountinfo(r io.Reader) ([]Hierarchy, error) {
 			continue // only whole hierarchies, not bind mounts of a subtree
 		}
 		mount := unescapeMount(pf[4])
+		ro := len(pf) > 5 && slices.Contains(strings.Split(pf[5], ","), "ro")
 		switch qf[0] {
 		case "cgroup2":
-			out = append(out, Hierarchy{Version: V2, Mount: mount})
+			out = append(out, Hierarchy{Version: V2, Mount: mount, ReadOnly: ro})
 		case "cgroup":
 			var ctrls []string
 			for _, o := range strings.Split(qf[2], ",") {
@@ -108,7 +126,7 @@ func parseMountinfo(r io.Reader) ([]Hierarchy, error) {
 				}
 			}
 			if len(ctrls) > 0 {
-				out = append(out, Hierarchy{Version: V1, Mount: mount, Controllers: ctrls})
+				out = append(out, Hierarchy{Version: V1, Mount: mount, Controllers: ctrls, ReadOnly: ro})
 			}
 		}
 	}
@@ -154,8 +172,11 @@ func (d dir) has(ctrl string) bool { return slices.Contains(d.h.Controllers, ctr
 // Group is one job's cgroup on one node, a directory in each hierarchy.
 type Group struct {
 	// Rel is the group's path below each mount: <base>/<node>/job_<id>.
-	Rel  string
-	dirs []dir
+	Rel string
+	// Retried are the errors of Create's failed attempts before the one
+	// that made the group (none when the first one did).
+	Retried []error
+	dirs    []dir
 }
 
 // RelPath is <base>/<node>/job_<id>, the group's path below each mount.
@@ -167,14 +188,37 @@ func RelPath(base, node string, jobID uint32) (string, error) {
 	return filepath.Join(base, node, "job_"+strconv.FormatUint(uint64(jobID), 10)), nil
 }
 
+// CreateAttempts is how many times Create tries to make a group before it
+// gives up (a level removed by something else meanwhile, an rmdir of a
+// dying group of the same path not yet done).
+const CreateAttempts = 3
+
 // Create makes the group rel in every hierarchy of hs, with the limits
 // lim, replacing a group of the same path left by an earlier run of the job
 // (its processes are killed first). Parents are created root-only (0755) as
-// needed. It fails, removing what it made, when a hierarchy refuses.
+// needed. A failed attempt is undone and tried again, up to CreateAttempts
+// times in all (the failed attempts' errors are in the group's Retried);
+// the last error is returned when every attempt failed.
 func Create(hs []Hierarchy, rel string, lim Limits) (*Group, error) {
 	if len(hs) == 0 {
 		return nil, errors.New("no cgroup hierarchy is mounted")
 	}
+	var retried []error
+	for attempt := 1; ; attempt++ {
+		g, err := create(hs, rel, lim)
+		if err == nil {
+			g.Retried = retried
+			return g, nil
+		}
+		if attempt >= CreateAttempts {
+			return nil, fmt.Errorf("%w (attempt %d of %d)", err, attempt, CreateAttempts)
+		}
+		retried = append(retried, err)
+		time.Sleep(time.Duration(attempt) * 20 * time.Millisecond)
+	}
+}
+
+func create(hs []Hierarchy, rel string, lim Limits) (*Group, error) {
 	if old := Open(hs, rel); len(old.dirs) > 0 {
 		_, _ = old.Kill(5 * time.Second)
 		_ = old.Remove()
@@ -363,6 +407,26 @@ func Open(hs []Hierarchy, rel string) *Group {
 	return g
 }
 
+// Anchored reports whether the group has a directory in a hierarchy its
+// processes cannot leave: the v2 one (a move needs write access to the
+// cgroup.procs of the common ancestor, the group's root-owned parents) or
+// the v1 pids one. v1 lets a process of the user's uid move into any
+// group whose cgroup.procs the user can write, and Slurm's cgroup/v1
+// makes the job's step directories the user's in the freezer, cpuset,
+// memory, cpuacct (and devices) hierarchies: their cgroup.procs stay
+// root's, but the user can make a group inside them, whose files are the
+// user's, and move a process there. Slurm makes no group in pids, so the
+// user owns none there. The group's kill finds a process in an anchor
+// wherever else it moved (Pids is the union over the hierarchies).
+func (g *Group) Anchored() bool {
+	for _, d := range g.dirs {
+		if d.h.Version == V2 || d.has("pids") {
+			return true
+		}
+	}
+	return false
+}
+
 // Exists reports whether the group has a directory in any hierarchy.
 func (g *Group) Exists() bool { return len(g.dirs) > 0 }
 
@@ -499,20 +563,17 @@ func (g *Group) Kill(timeout time.Duration) (int, error) {
 	}
 }
 
-// Remove removes the group's directories (they must be empty: Kill first),
-// then its parents that are left empty, up to but not including the mount.
+// Remove removes the group's directories (they must be empty: Kill first).
+// It never removes the levels above them (<base>/<node>): those are shared
+// by every job of the node, and another job's Create may be walking them
+// at this very moment (a removed level made its mkdir fail with ENOENT).
+// They are a few empty directories per node, kept for the node's life; no
+// lock is taken instead, so no job's prolog ever waits on another's epilog.
 func (g *Group) Remove() error {
 	var errs []error
 	for _, d := range g.dirs {
 		if err := removeWithRetry(d.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
-			continue
-		}
-		// The <node> and <base> levels, when no other job uses them.
-		for p := filepath.Dir(d.path); p != d.h.Mount && strings.HasPrefix(p, d.h.Mount+"/"); p = filepath.Dir(p) {
-			if os.Remove(p) != nil {
-				break
-			}
 		}
 	}
 	g.dirs = nil

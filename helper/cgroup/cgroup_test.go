@@ -3,6 +3,7 @@ package cgroup
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ func TestParseMountinfo(t *testing.T) {
 39 31 0:36 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
 40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+42 31 0:39 / /sys/fs/cgroup/pids ro,nosuid - cgroup cgroup rw,pids
 50 41 0:38 /docker/abc /mnt/sub rw,relatime - cgroup2 cgroup2 rw
 `
 	hs, err := parseMountinfo(strings.NewReader(in))
@@ -28,11 +30,14 @@ func TestParseMountinfo(t *testing.T) {
 	}
 	got := []string{}
 	for _, h := range hs {
-		got = append(got, strconv.Itoa(int(h.Version))+":"+h.Mount+":"+strings.Join(h.Controllers, ","))
+		got = append(got, strconv.Itoa(int(h.Version))+":"+h.Mount+":"+strings.Join(h.Controllers, ",")+":"+strconv.FormatBool(h.ReadOnly))
 	}
-	want := "1:/sys/fs/cgroup/cpuset:cpuset 1:/sys/fs/cgroup/memory:memory 1:/sys/fs/cgroup/cpu,cpuacct:cpuacct 2:/sys/fs/cgroup/unified:"
+	want := "1:/sys/fs/cgroup/cpuset:cpuset:false 1:/sys/fs/cgroup/memory:memory:false 1:/sys/fs/cgroup/cpu,cpuacct:cpuacct:false 2:/sys/fs/cgroup/unified::false 1:/sys/fs/cgroup/pids:pids:true"
 	if strings.Join(got, " ") != want {
 		t.Fatalf("got  %s\nwant %s", strings.Join(got, " "), want)
+	}
+	if w := Writable(hs); len(w) != 4 || w[3].Mount != "/sys/fs/cgroup/unified" {
+		t.Fatalf("Writable: %+v", w)
 	}
 }
 
@@ -67,9 +72,14 @@ func realHierarchies(t *testing.T) []Hierarchy {
 		testenv.Missing(t, "root (cgroup tests)")
 	}
 	hs, err := Discover("/proc/self/mountinfo")
-	if err != nil || len(hs) == 0 {
+	if hs = Writable(hs); err != nil || len(hs) == 0 {
 		testenv.Missing(t, "a mounted cgroup hierarchy")
 	}
+	t.Cleanup(func() { // this package's level; gym_otel_test is shared with other packages' tests
+		for _, h := range hs {
+			_ = os.Remove(filepath.Join(h.Mount, "gym_otel_test", "unit"))
+		}
+	})
 	return hs
 }
 
@@ -80,18 +90,9 @@ func startInside(t testing.TB, g *Group, script string) *exec.Cmd {
 	errc := make(chan error, 1)
 	var cmd *exec.Cmd
 	go func() {
-		runtime.LockOSThread()
-		restore, err := g.Join()
-		if err != nil {
-			errc <- err
-			return
-		}
+		runtime.LockOSThread() // never unlocked: the thread ends here
 		cmd = exec.Command("sh", "-c", script)
-		err = cmd.Start()
-		if rerr := restore(); err == nil {
-			err = rerr
-		}
-		errc <- err
+		errc <- g.StartInside(cmd)
 	}()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
@@ -217,4 +218,25 @@ func BenchmarkStart(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestAnchored(t *testing.T) {
+	mk := func(hs ...Hierarchy) *Group {
+		g := &Group{}
+		for _, h := range hs {
+			g.dirs = append(g.dirs, dir{h: h})
+		}
+		return g
+	}
+	mem := Hierarchy{Version: V1, Controllers: []string{"memory"}}
+	frz := Hierarchy{Version: V1, Controllers: []string{"freezer"}}
+	if mk(mem, frz).Anchored() {
+		t.Error("memory and freezer only: the user can leave both")
+	}
+	if !mk(mem, Hierarchy{Version: V1, Controllers: []string{"pids"}}).Anchored() {
+		t.Error("v1 pids anchors")
+	}
+	if !mk(mem, Hierarchy{Version: V2}).Anchored() {
+		t.Error("v2 anchors")
+	}
 }

@@ -24,11 +24,17 @@ const (
 	DefaultPrologTimeout = 60 // seconds
 	DefaultCLI           = "/usr/bin/gym-otel-spank"
 	DefaultRecordDir     = "/run/gym-otel"
+	// DefaultCgroupMemoryMaxMiB is the site's cap on the collector
+	// cgroup's memory bound (cgroup_memory_max_mib), MiB: 2 x the default
+	// memory_limit_mib (512) with room for a collector twice that size.
+	DefaultCgroupMemoryMaxMiB = 2048
+	// MaxCgroupMemoryMaxMiB is the largest cgroup_memory_max_mib, MiB (1 TiB).
+	MaxCgroupMemoryMaxMiB = 1 << 20
 )
 
 // ArgNames are the plugin's own plugstack.conf argument names (the rest are
 // otel keys).
-var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir", "core", "cgroup"}
+var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir", "core", "cgroup", "cgroup_memory_max_mib"}
 
 // Args are the plugstack.conf arguments of the plugin:
 //
@@ -40,7 +46,12 @@ var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir"
 //	record_dir=PATH      root's record dir (default /run/gym-otel)
 //	core=PATH            the Go core (default: gym_otel_core.so beside gym_otel.so)
 //	cgroup=auto|required|off  the collector's own cgroup (default auto: one
-//	                     when the node can make it, else a warning)
+//	                     wherever a writable hierarchy is mounted, and no
+//	                     collector there without it; a warning and none
+//	                     only where none is mounted)
+//	cgroup_memory_max_mib=MIB  the site's cap on the collector cgroup's
+//	                     memory bound (default 2048, 32..1048576): the
+//	                     bound is 2 x otel.memory_limit_mib, never above it
 //	<otel key>=VALUE     inline site overrides, e.g. on_failure=fail
 type Args struct {
 	Site          string
@@ -51,6 +62,8 @@ type Args struct {
 	Core          string
 	// Cgroup is CgroupAuto, CgroupRequired or CgroupOff.
 	Cgroup string
+	// CgroupMemoryMaxMiB caps the collector cgroup's memory bound, MiB.
+	CgroupMemoryMaxMiB int
 	// SiteItems are the inline otel keys, in the order given.
 	SiteItems []config.Item
 }
@@ -58,7 +71,7 @@ type Args struct {
 // ParseArgs parses plugstack.conf arguments. Every bad argument is reported
 // (joined), each naming the argument.
 func ParseArgs(av []string) (Args, error) {
-	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: DefaultRecordDir, Cgroup: CgroupAuto}
+	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: DefaultRecordDir, Cgroup: CgroupAuto, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB}
 	var errs []error
 	bad := func(arg, format string, v ...any) {
 		errs = append(errs, fmt.Errorf("plugstack.conf argument %q: %s", arg, fmt.Sprintf(format, v...)))
@@ -111,6 +124,13 @@ func ParseArgs(av []string) (Args, error) {
 			default:
 				bad(arg, "cgroup wants auto, required or off")
 			}
+		case "cgroup_memory_max_mib":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 32 || n > MaxCgroupMemoryMaxMiB {
+				bad(arg, "cgroup_memory_max_mib wants whole MiB, 32..%d", MaxCgroupMemoryMaxMiB)
+				continue
+			}
+			a.CgroupMemoryMaxMiB = n
 		case "prolog_timeout":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > 3600 {

@@ -9,7 +9,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 )
 
 // CgroupBase is the directory, below each cgroup hierarchy's mount, that
@@ -28,46 +27,88 @@ func groupBase(cluster string) string {
 
 // CgroupMemoryFactor sets a job group's memory bound at the prolog:
 // CgroupMemoryFactor x otel.memory_limit_mib (the collector's own soft
-// limit). The job's first step on the node lowers it to the job's memory
-// on the node when Slurm knows one (spank/step.c, S_JOB_ALLOC_MEM).
+// limit), never above the site's cap (cgroup_memory_max_mib). The job's
+// first step on the node (the extern step with PrologFlags=Contain)
+// lowers it to the job's memory on the node when Slurm knows one
+// (spank/step.c, S_JOB_ALLOC_MEM).
 const CgroupMemoryFactor = 2
+
+// cgroupMemoryBytes is the memory bound of a job's group at the prolog,
+// bytes: CgroupMemoryFactor x memMiB (the spec's memory_limit_mib, already
+// validated), at most capMiB; capped says the cap decided it.
+func cgroupMemoryBytes(memMiB, capMiB int) (n int64, capped bool) {
+	n = int64(memMiB) * CgroupMemoryFactor << 20
+	if c := int64(capMiB) << 20; capMiB > 0 && n > c {
+		return c, true
+	}
+	return n, false
+}
 
 // Values of the plugstack argument cgroup=.
 const (
-	CgroupAuto     = "auto"     // a group when the node can make one, else a warning
-	CgroupRequired = "required" // no collector on a node that cannot make one
-	CgroupOff      = "off"      // never (the session and subreaper only)
+	// CgroupAuto: a group wherever the node mounts a writable cgroup
+	// hierarchy, and no collector there without it; on a node that mounts
+	// none (an unprivileged container), the collector runs without one,
+	// with a warning.
+	CgroupAuto = "auto"
+	// CgroupRequired: no collector on a node without its group, whatever
+	// the node mounts.
+	CgroupRequired = "required"
+	// CgroupOff: never a group (the session and subreaper only).
+	CgroupOff = "off"
 )
 
 // mountinfo is read to find the node's cgroup hierarchies.
 var mountinfo = "/proc/self/mountinfo"
 
-// jobGroup creates the job's cgroup on this node (see helper/cgroup), or
-// returns nil when cgroup=off, or when the node cannot make one and
-// cgroup=auto (logged). The error names why with cgroup=required.
-func jobGroup(a Args, cluster, node string, jobID uint32, o config.Otel, log logrus.FieldLogger) (*cgroup.Group, error) {
+// jobGroup creates the job's cgroup on this node (see helper/cgroup) with
+// the memory bound memBytes. It returns nil without an error when
+// cgroup=off, and when cgroup=auto on a node that mounts no writable
+// hierarchy (logged: the collector runs without its group). Everywhere
+// else a group that cannot be made (after cgroup.CreateAttempts tries) is
+// an error, naming the setting: no collector starts without its group.
+func jobGroup(a Args, cluster, node string, jobID uint32, memBytes int64, log logrus.FieldLogger) (*cgroup.Group, error) {
 	if a.Cgroup == CgroupOff {
 		return nil, nil
 	}
-	g, err := func() (*cgroup.Group, error) {
-		rel, err := cgroup.RelPath(groupBase(cluster), node, jobID)
-		if err != nil {
-			return nil, err
-		}
-		hs, err := cgroup.Discover(mountinfo)
-		if err != nil {
-			return nil, err
-		}
-		return cgroup.Create(hs, rel, cgroup.Limits{MemoryBytes: int64(o.MemoryLimitMiB) * CgroupMemoryFactor << 20})
-	}()
-	if err == nil {
-		return g, nil
+	rel, err := cgroup.RelPath(groupBase(cluster), node, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("the collector's cgroup (plugstack cgroup=%s): %w", a.Cgroup, err)
 	}
-	if a.Cgroup == CgroupRequired {
-		return nil, fmt.Errorf("the collector's cgroup (plugstack cgroup=required): %w", err)
+	hs, err := cgroup.Discover(mountinfo)
+	if err != nil {
+		return nil, fmt.Errorf("the collector's cgroup (plugstack cgroup=%s): the node's mounts: %w", a.Cgroup, err)
 	}
-	log.Warnf("job %d: no cgroup for the collector on %s (%v): it runs without a memory bound, and a process it leaves that escapes its session can outlive the job; set cgroup=required to refuse instead", jobID, node, err)
-	return nil, nil
+	usable := cgroup.Writable(hs)
+	if len(usable) == 0 {
+		why := "no cgroup hierarchy is mounted"
+		if len(hs) > 0 {
+			why = fmt.Sprintf("the node's %d cgroup hierarchies are mounted read-only", len(hs))
+		}
+		if a.Cgroup == CgroupRequired {
+			return nil, fmt.Errorf("the collector's cgroup (plugstack cgroup=required): %s on %s", why, node)
+		}
+		log.Warnf("job %d: no cgroup for the collector on %s (%s): it runs without a memory bound, and a process it leaves that escapes its session can outlive the job; set cgroup=required to refuse instead", jobID, node, why)
+		return nil, nil
+	}
+	if memBytes <= 0 {
+		return nil, fmt.Errorf("the collector's cgroup (plugstack cgroup=%s): memory bound %d bytes: refusing a group without a bound", a.Cgroup, memBytes)
+	}
+	g, err := cgroup.Create(usable, rel, cgroup.Limits{MemoryBytes: memBytes})
+	if err != nil {
+		return nil, fmt.Errorf("the collector's cgroup (plugstack cgroup=%s: no collector without its group on a node that mounts cgroups): %w", a.Cgroup, err)
+	}
+	if !g.Anchored() {
+		if a.Cgroup == CgroupRequired {
+			_ = g.Remove()
+			return nil, fmt.Errorf("the collector's cgroup (plugstack cgroup=required): %s has no hierarchy its processes cannot leave (cgroup v2, or the v1 pids controller) on %s: a process could move itself into the job's own step cgroups, out of reach of the job's end", g.Rel, node)
+		}
+		log.Warnf("job %d: the collector's cgroup %s has no hierarchy its processes cannot leave (mount cgroup v2 or the v1 pids controller): a process could move itself into the job's own step cgroups, where the epilog does not look; set cgroup=required to refuse instead", jobID, g.Rel)
+	}
+	if len(g.Retried) > 0 {
+		log.Warnf("job %d: the collector's cgroup %s was made at attempt %d of %d (before: %v)", jobID, g.Rel, len(g.Retried)+1, cgroup.CreateAttempts, errors.Join(g.Retried...))
+	}
+	return g, nil
 }
 
 // openJobGroup finds the job's cgroup on this node as it exists (empty when

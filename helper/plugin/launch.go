@@ -36,9 +36,12 @@ type supervisor struct {
 // groups), in its own session, with exactly env, fd 3 the write end of the
 // report pipe and no other descriptor of this process, and with what a
 // job's process gets rather than what slurmd has:
-//   - born inside group g (when not nil): this process joins g around the
-//     fork and leaves it right after, so no instant exists in which the
-//     supervisor, or anything it starts, is outside the group;
+//   - born inside group g (when not nil; cgroup.Group.StartInside): on v2
+//     placed there by clone3 (CLONE_INTO_CGROUP), on v1 forked by a thread
+//     of its own that alone joins g around the fork and is discarded
+//     after; this process never enters the user's group, and no instant
+//     exists in which the supervisor, or anything it starts, is outside
+//     it. A thread that cannot leave g again fails the start;
 //   - (the supervisor lowers its resource limits to the node's ordinary
 //     ones itself, first thing: see proc.LowerToNodeLimits);
 //   - oom_score_adj 0 (slurmd's is often -1000), set with privilege so the
@@ -93,11 +96,7 @@ func forkContained(cmd *exec.Cmd, g *cgroup.Group) error {
 	}
 	defer undoOOM()
 	if g != nil {
-		leave, err := g.Join()
-		if err != nil {
-			return fmt.Errorf("joining the job's cgroup: %w", err)
-		}
-		defer func() { _ = leave() }()
+		return g.StartInside(cmd)
 	}
 	return cmd.Start()
 }

@@ -19,7 +19,7 @@ func TestParseArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Args{Site: "/etc/slurm/gym-otel.yaml", DefaultOn: true, PrologTimeout: 30, CLI: "/opt/bin/gym-otel-spank",
-		RecordDir: "/run/x", Cgroup: CgroupRequired, SiteItems: []config.Item{{Key: "on_failure", Value: "fail"}, {Key: "scrape_interval_seconds", Value: "5"}}}
+		RecordDir: "/run/x", Cgroup: CgroupRequired, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, SiteItems: []config.Item{{Key: "on_failure", Value: "fail"}, {Key: "scrape_interval_seconds", Value: "5"}}}
 	if !reflect.DeepEqual(a, want) {
 		t.Fatalf("got %+v\nwant %+v", a, want)
 	}
@@ -30,6 +30,8 @@ func TestParseArgs(t *testing.T) {
 		{"default=maybe", "default wants on or off"},
 		{"cgroup=yes", "cgroup wants auto, required or off"},
 		{"prolog_timeout=0", "prolog_timeout wants"},
+		{"cgroup_memory_max_mib=0", "cgroup_memory_max_mib wants whole MiB, 32..1048576"},
+		{"cgroup_memory_max_mib=1e3", "cgroup_memory_max_mib wants whole MiB"},
 		{"scrape_intervall=3", `"scrape_intervall=3": unknown argument`},
 		{"prolog_timout=30", `"prolog_timout=30": unknown argument (did you mean "prolog_timeout"?)`},
 		{"recorddir=/x", `(did you mean "record_dir"?)`},

@@ -185,7 +185,12 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err := MakeSampledHint(dir, in.UID, in.GID); err != nil {
 		log.Warnf("job %d: the sampled hint (the batch step waits its full bound): %v", in.JobID, err)
 	}
-	group, err := jobGroup(in.Args, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, spec.Otel, log)
+	memBytes, capped := cgroupMemoryBytes(spec.Otel.MemoryLimitMiB, in.Args.CgroupMemoryMaxMiB)
+	if capped && in.Args.Cgroup != CgroupOff {
+		log.Infof("job %d: the collector's cgroup is bounded at the site's cap, %d MiB (plugstack cgroup_memory_max_mib), below %d x otel.memory_limit_mib=%d",
+			in.JobID, in.Args.CgroupMemoryMaxMiB, CgroupMemoryFactor, spec.Otel.MemoryLimitMiB)
+	}
+	group, err := jobGroup(in.Args, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, memBytes, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -222,8 +227,12 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		sup.kill()
 		return fail(err)
 	}
-	log.Infof("job %d: collector ready on %s (supervisor pid %d, OTLP http 127.0.0.1:%d, output %s, %d ms)",
-		in.JobID, node, sup.pid, rep.Ports.OTLPHTTP, rep.OutputDir, rep.ReadyMillis)
+	where := "no cgroup"
+	if group != nil {
+		where = "cgroup " + group.Rel
+	}
+	log.Infof("job %d: collector ready on %s (supervisor pid %d, OTLP http 127.0.0.1:%d, output %s, %d ms, %s)",
+		in.JobID, node, sup.pid, rep.Ports.OTLPHTTP, rep.OutputDir, rep.ReadyMillis, where)
 	return nil
 }
 

@@ -110,26 +110,33 @@ func TestGroupKillsEscapees(t *testing.T) {
 	defer func() { _, _ = g.Kill(5 * time.Second); _ = g.Remove() }()
 	self, _ := ProcCgroups("self")
 	// A child that leaves a setsid daemon ignoring SIGTERM and a
-	// double-forked one, then exits.
-	cmd := startInside(t, g, `setsid sh -c 'trap "" TERM; exec sleep 300' </dev/null >/dev/null 2>&1 &
-		(sh -c 'trap "" TERM; sleep 300' </dev/null >/dev/null 2>&1 &) ; exit 0`)
+	// double-forked one, then exits. Each writes its pid once its trap is
+	// set: a SIGTERM before that would kill it, and prove nothing.
+	marks := t.TempDir()
+	cmd := startInside(t, g, `setsid sh -c 'trap "" TERM; echo $$ > "$0.tmp"; mv "$0.tmp" "$0"; exec sleep 300' `+marks+`/a </dev/null >/dev/null 2>&1 &
+		(sh -c 'trap "" TERM; echo $$ > "$0.tmp"; mv "$0.tmp" "$0"; exec sleep 300' `+marks+`/b </dev/null >/dev/null 2>&1 &) ; exit 0`)
 	_ = cmd.Wait()
 	after, _ := ProcCgroups("self")
 	if after.V2 != self.V2 || after.V1["memory"] != self.V1["memory"] {
 		t.Fatalf("the forking process did not return to its cgroups: %+v, was %+v", after, self)
 	}
 	var left []int
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if left = g.Pids(); len(left) >= 2 {
-			break
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && len(left) < 2; time.Sleep(20 * time.Millisecond) {
+		left = left[:0]
+		for _, m := range []string{"a", "b"} {
+			if b, err := os.ReadFile(filepath.Join(marks, m)); err == nil {
+				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+					left = append(left, pid)
+				}
+			}
 		}
 	}
 	if len(left) < 2 {
-		t.Fatalf("expected the two escapees in the group, found %v", left)
+		t.Fatalf("expected the two escapees to report, found %v", left)
 	}
 	for _, pid := range left {
 		if !g.Contains(pid) {
-			t.Errorf("pid %d listed but not Contains", pid)
+			t.Errorf("pid %d not in the group (group lists %v)", pid, g.Pids())
 		}
 		_ = syscall.Kill(pid, syscall.SIGTERM) // ignored
 	}

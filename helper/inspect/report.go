@@ -174,14 +174,19 @@ type Gym struct {
 	// RolloutRate is rollouts per second over time, per node.
 	RolloutRate map[string][]Point `json:"rollout_rate"`
 	// Verify counts gym.verify.count by its result attribute; VerifySpans
-	// counts gym.verify spans by nemo.gym.verify.result.
+	// counts gym.verify spans by nemo.gym.verify.result, else by status
+	// ("ok", or "error" when the verifier raised).
 	Verify      map[string]float64 `json:"verify"`
 	VerifySpans map[string]int     `json:"verify_spans"`
-	// VerifySuccess is pass / all of Verify (of VerifySpans when no
-	// metric), null when there was no verify.
+	// VerifySuccess is pass / all of Verify; without it Gym's
+	// gym.verify.success_rate, else pass or ok / all of VerifySpans
+	// (Telemetry.VerifySource says which); null when there was no verify.
 	VerifySuccess Value `json:"verify_success"`
 	// VerifyLatency are the durations (ms) of gym.verify spans.
 	VerifyLatency Quantiles `json:"verify_latency_ms"`
+	// Telemetry is what Gym's attributed instruments and sandbox spans
+	// say (gymnames.go).
+	Telemetry GymTelemetry `json:"telemetry"`
 }
 
 // ModelServer is one vLLM server's figures over the run.
@@ -548,6 +553,7 @@ func (a *aggregator) gym() Gym {
 	if all > 0 {
 		g.VerifySuccess = Value(pass / all)
 	}
+	a.gymTelemetry(&g)
 	return g
 }
 

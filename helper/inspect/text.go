@@ -91,6 +91,9 @@ func (r *Report) WriteText(w io.Writer) error {
 			if m.TTFT.Count > 0 {
 				t.line("    time to 1st token %s", quant(m.TTFT, 3))
 			}
+			if m.InterToken.Count > 0 {
+				t.line("    inter-token (s)   %s", quant(m.InterToken, 4))
+			}
 			if m.RunningMax.Known() || m.WaitingMax.Known() || m.KVCacheMax.Known() {
 				t.line("    running mean %s max %s, waiting mean %s max %s, KV cache mean %s max %s",
 					f(m.RunningMean, 1), f(m.RunningMax, 0), f(m.WaitingMean, 1), f(m.WaitingMax, 0), pct(m.KVCacheMean), pct(m.KVCacheMax))

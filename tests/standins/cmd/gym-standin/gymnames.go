@@ -175,7 +175,7 @@ func (g *gymRun) rollout(ctx context.Context, i int) (spans, logs int) {
 	step := g.rolloutDur / 4
 	rid := attribute.String("nemo.gym.rollout.id", fmt.Sprintf("%s-%d", g.runID, i))
 	srv := attribute.String("nemo.gym.server.name", g.server)
-	if g.groups["concurrency"] || g.groups["all"] {
+	if g.groups["concurrency"] {
 		g.queueWait.Record(ctx, ms(step/10), metric.WithAttributes(attribute.String("nemo.gym.concurrency.site", "rollout_driver")))
 	}
 	rctx, root := g.tracer.Start(ctx, "gym.rollout", trace.WithAttributes(rid, srv))

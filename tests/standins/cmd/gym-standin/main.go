@@ -367,7 +367,7 @@ func protocol(signal string) string {
 }
 
 func spanGroups(v string) (map[string]bool, string) {
-	all := map[string]bool{"default": true, "verify": true, "sandbox": true}
+	all := map[string]bool{"default": true, "verify": true, "sandbox": true, "concurrency": true, "model_call": true}
 	v = strings.TrimSpace(v)
 	if v == "" || v == "all" || v == "*" {
 		return all, "all"

@@ -108,6 +108,7 @@ func TestLensJoinKey(t *testing.T) {
 	}
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	base := filepath.Join(jobsDir, "lens-"+tag)
+	port := shifted(18171) // not the e2e job's: a stand-in of one job may outlive it briefly
 	gymCfg := base + ".gym.yaml"
 	if err := os.WriteFile(gymCfg, []byte(`compute:
   gymtest: {type: slurm, account: a}
@@ -120,7 +121,7 @@ services:
     type: vllm
     container: c
     model: tiny-model
-    port: `+vllmPort+`
+    port: `+port+`
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ services:
 %[2]s/vllm-standin --port %[3]s --model tiny-model &
 sleep 2.5
 %[2]s/gym-standin --names gym --rollouts 3 || exit 9
-`, base, plugDir, vllmPort))
+`, base, plugDir, port))
 	r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait --gym-otel=config=%s,benchmark=bench1 -o %s.out %s", gymCfg, base, script))
 	if r.code != 0 {
 		out, _ := os.ReadFile(base + ".out")

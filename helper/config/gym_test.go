@@ -141,3 +141,16 @@ services:
 		t.Errorf("quoted default: %v", err)
 	}
 }
+
+// TestGymLaterOtelKeys: keys a later Gym adds to its otel: block (its
+// local-copy filter) are ignored with a note each, not refused.
+func TestGymLaterOtelKeys(t *testing.T) {
+	body := "otel: {local_node_metrics: null, local_node_metrics_extra: [\"node_.*\"]}\nservices:\n  p: {type: vllm, container: c, model: m}\n" + gymTail
+	g, err := LoadGymConfig(writeGym(t, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Notes) != 2 || !strings.Contains(g.Notes[0], "otel.local_node_metrics: not a key this plugin reads, ignored") {
+		t.Errorf("notes %q", g.Notes)
+	}
+}

@@ -98,6 +98,37 @@ var GymOtelKeys = []string{
 	"health_check_timeout_seconds",
 }
 
+// gymOtelDefaults are the defaults of Gym's OtelConfig (NVIDIA-NeMo/Gym
+// nemo_gym/orchestration/api.py at 8252f8e85280e668a52c3af68167b838e8d03e5f)
+// as YAML scalars ("null" for None). enabled is not here: true or false is
+// always taken as the user's choice.
+var gymOtelDefaults = map[string]string{
+	"binary": "otelcol-contrib", "container": "null", "endpoint": "null",
+	"token_env": "OTEL_TOKEN", "service_name": "null", "component": "gym-vllm",
+	"gym_telemetry": "true", "gym_span_groups": "default,verify", "gym_logs": "true",
+	"gpu_metrics_port": "9400", "node_metrics_port": "9100",
+	"scrape_interval_seconds": "15", "health_check_timeout_seconds": "300",
+}
+
+// isGymDefault reports whether v, the value of Gym otel key k in a Gym
+// config, is Gym's own default for k.
+func isGymDefault(k string, v *yaml.Node) bool {
+	d, ok := gymOtelDefaults[k]
+	if !ok || v.Kind != yaml.ScalarNode {
+		return false
+	}
+	if v.Tag == "!!null" {
+		return d == "null"
+	}
+	if d == "null" || v.Value != d {
+		return false
+	}
+	// A quoted "true" or "15" is not Gym's bool or int default.
+	_, numeric := strconv.Atoi(d)
+	typed := numeric == nil || d == "true"
+	return !typed || v.Tag != "!!str"
+}
+
 func isGymOtelKey(k string) bool {
 	for _, g := range GymOtelKeys {
 		if g == k {
@@ -140,19 +171,29 @@ func LoadGymConfig(path string) (*GymConfig, error) {
 	}
 	var pools []nodePool
 	if n, _ := topLevel(path, root, "compute"); n != nil && n.Tag != "!!null" {
-		switch {
-		case n.Kind != yaml.MappingNode:
+		if n.Kind != yaml.MappingNode {
 			add(fmt.Errorf("%s:%d: compute: expected a mapping with one cluster key", path, n.Line))
-		case len(n.Content) == 2:
-			g.Cluster = n.Content[0].Value
-			pools, err = parseNodePools(path, g.Cluster, n.Content[1])
-			add(err)
-		case len(n.Content) > 2:
+		} else {
+			// A compute entry of type kubernetes is Gym's Kubernetes
+			// executor's: it never runs under Slurm, so it is ignored.
 			var names []string
-			for i := 0; i < len(n.Content); i += 2 {
+			var body *yaml.Node
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if computeType(path, n.Content[i+1]) == "kubernetes" {
+					g.Notes = append(g.Notes, fmt.Sprintf("%s:%d: compute.%s is of type kubernetes, not a Slurm cluster, so it is ignored", path, n.Content[i].Line, n.Content[i].Value))
+					continue
+				}
 				names = append(names, n.Content[i].Value)
+				body = n.Content[i+1]
 			}
-			add(fmt.Errorf("%s:%d: compute: expected exactly one cluster, got %s", path, n.Line, strings.Join(names, ", ")))
+			switch {
+			case len(names) == 1:
+				g.Cluster = names[0]
+				pools, err = parseNodePools(path, g.Cluster, body)
+				add(err)
+			case len(names) > 1:
+				add(fmt.Errorf("%s:%d: compute: expected exactly one cluster, got %s", path, n.Line, strings.Join(names, ", ")))
+			}
 		}
 	}
 	policy := ""
@@ -187,6 +228,18 @@ func LoadGymConfig(path string) (*GymConfig, error) {
 	return g, errors.Join(errs...)
 }
 
+// computeType is compute.<cluster>.type ("" when absent or not a string).
+func computeType(path string, c *yaml.Node) string {
+	if c == nil || c.Kind != yaml.MappingNode {
+		return ""
+	}
+	t, _ := topLevel(path, c, "type")
+	if t == nil || t.Kind != yaml.ScalarNode || t.Tag == "!!null" {
+		return ""
+	}
+	return t.Value
+}
+
 // parseGymOtel reads a Gym config's otel: block: Gym's own keys as in a site
 // file; the plugin's other keys and unknown keys are ignored with a note
 // that says where they belong.
@@ -200,6 +253,9 @@ func parseGymOtel(path string, n *yaml.Node) (Layer, []string, error) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		switch {
+		case isGymOtelKey(k.Value) && isGymDefault(k.Value, v):
+			// A model_dump of Gym's config writes every default: the value
+			// says nothing the user chose, so the site's value holds.
 		case isGymOtelKey(k.Value):
 			keep.Content = append(keep.Content, k, v)
 		case IsKey(k.Value):
@@ -398,6 +454,13 @@ func parseServices(path string, n *yaml.Node, pools []nodePool) ([]Service, map[
 					errs = append(errs, err)
 					continue
 				}
+				if !tier.hasPool {
+					// Gym refuses this config (api.py, SubmitConfig: "a
+					// prefill/decode tier without a node_pool"): each tier
+					// needs nodes of its own.
+					errs = append(errs, fmt.Errorf("%s:%d: %s.node_pool: not set: each tier of a vllm_pd service needs a pool of its own in compute.<cluster>.node_pools (gym eval submit refuses a tier without one)", path, t.node.Line, tier.key))
+					continue
+				}
 				emit(tier, t.node.Line)
 			}
 		case typeRay:
@@ -465,27 +528,73 @@ func readService(path string, body *yaml.Node, s *gymService, parent *gymService
 	return errors.Join(errs...)
 }
 
-// checkInterpolations reports the first OmegaConf interpolation left in the
-// parts this plugin reads: the file must be resolved before staging.
+// gymReadServiceKeys are the keys of a service (or vllm_pd tier) whose
+// values the plugin reads; an interpolation elsewhere is Gym's business.
+var gymReadServiceKeys = []string{"type", "port", "model", "served_model_name", "node_pool", "server_per_node"}
+
+// checkInterpolations reports the first OmegaConf interpolation left in a
+// value this plugin reads: the 14 Gym keys of otel:, the keys of
+// gymReadServiceKeys of every service and vllm_pd tier, the compute
+// cluster's type and node_pools (names and nodes), driver.policy_model and
+// job.output_path. Text elsewhere (pre_command, env, extra_args, benchmark
+// arguments, scratch keys) is left alone: a resolved Gym config keeps shell
+// text such as ${VAR:-default} there on purpose. A single-quoted scalar is
+// taken as literal text.
 func checkInterpolations(path string, root *yaml.Node) error {
 	var found *yaml.Node
-	var walk func(n *yaml.Node)
-	walk = func(n *yaml.Node) {
-		if found != nil {
-			return
-		}
-		if n.Kind == yaml.ScalarNode && n.Style != yaml.SingleQuotedStyle && strings.Contains(n.Value, "${") {
+	check := func(n *yaml.Node) {
+		if found == nil && n != nil && n.Kind == yaml.ScalarNode && n.Style != yaml.SingleQuotedStyle && strings.Contains(n.Value, "${") {
 			found = n
-			return
-		}
-		for _, c := range n.Content {
-			walk(c)
 		}
 	}
-	for _, key := range []string{"otel", "services", "job"} {
-		if n, _ := topLevel(path, root, key); n != nil {
-			walk(n)
+	mapping := func(n *yaml.Node) bool { return n != nil && n.Kind == yaml.MappingNode }
+	pairs := func(n *yaml.Node, f func(k, v *yaml.Node)) {
+		if mapping(n) {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				f(n.Content[i], n.Content[i+1])
+			}
 		}
+	}
+	readKeys := func(n *yaml.Node, keys []string) {
+		pairs(n, func(k, v *yaml.Node) {
+			for _, want := range keys {
+				if k.Value == want {
+					check(v)
+				}
+			}
+		})
+	}
+	if n, _ := topLevel(path, root, "otel"); n != nil {
+		check(n)
+		readKeys(n, GymOtelKeys)
+	}
+	if n, _ := topLevel(path, root, "services"); n != nil {
+		pairs(n, func(_, svc *yaml.Node) {
+			readKeys(svc, gymReadServiceKeys)
+			pairs(svc, func(k, v *yaml.Node) {
+				if k.Value == "prefill" || k.Value == "decode" {
+					readKeys(v, gymReadServiceKeys)
+				}
+			})
+		})
+	}
+	if n, _ := topLevel(path, root, "compute"); n != nil {
+		pairs(n, func(k, c *yaml.Node) {
+			check(k)
+			readKeys(c, []string{"type"})
+			if np, _ := topLevel(path, c, "node_pools"); np != nil && mapping(c) {
+				pairs(np, func(name, pool *yaml.Node) {
+					check(name)
+					readKeys(pool, []string{"nodes"})
+				})
+			}
+		})
+	}
+	if n, _ := topLevel(path, root, "driver"); mapping(n) {
+		readKeys(n, []string{"policy_model"})
+	}
+	if n, _ := topLevel(path, root, "job"); mapping(n) {
+		readKeys(n, []string{"output_path"})
 	}
 	if found != nil {
 		return fmt.Errorf("%s:%d: %q is an unresolved interpolation: stage the resolved config (OmegaConf.to_yaml(cfg, resolve=True))", path, found.Line, found.Value)

@@ -434,11 +434,7 @@ func (a *aggregator) span(sp *span, node, producer string) {
 		}
 	}
 	if sp.Name == spanVerify {
-		r := sp.Attributes.get("nemo.gym.verify.result")
-		if r == "" {
-			r = "(none)"
-		}
-		a.verifySpans[r]++
+		a.verifySpans[verifyResult(sp)]++
 	}
 	// The slowest spans: a small sorted list.
 	if len(a.slowest) < topSpans || ms > a.slowest[len(a.slowest)-1].DurationMs {

@@ -174,14 +174,19 @@ type Gym struct {
 	// RolloutRate is rollouts per second over time, per node.
 	RolloutRate map[string][]Point `json:"rollout_rate"`
 	// Verify counts gym.verify.count by its result attribute; VerifySpans
-	// counts gym.verify spans by nemo.gym.verify.result.
+	// counts gym.verify spans by nemo.gym.verify.result, else by status
+	// ("ok", or "error" when the verifier raised).
 	Verify      map[string]float64 `json:"verify"`
 	VerifySpans map[string]int     `json:"verify_spans"`
-	// VerifySuccess is pass / all of Verify (of VerifySpans when no
-	// metric), null when there was no verify.
+	// VerifySuccess is pass / all of Verify; without it Gym's
+	// gym.verify.success_rate, else pass or ok / all of VerifySpans
+	// (Telemetry.VerifySource says which); null when there was no verify.
 	VerifySuccess Value `json:"verify_success"`
 	// VerifyLatency are the durations (ms) of gym.verify spans.
 	VerifyLatency Quantiles `json:"verify_latency_ms"`
+	// Telemetry is what Gym's attributed instruments and sandbox spans
+	// say (gymnames.go).
+	Telemetry GymTelemetry `json:"telemetry"`
 }
 
 // ModelServer is one vLLM server's figures over the run.
@@ -201,11 +206,14 @@ type ModelServer struct {
 	// CounterResets is the most resets seen in one of the token counters
 	// (each a restarted server).
 	CounterResets int `json:"counter_resets"`
-	// E2ELatency and TTFT are in seconds, from vLLM's histograms.
+	// E2ELatency, TTFT and InterToken are in seconds, from vLLM's
+	// histograms; InterToken is vllm:inter_token_latency_seconds, or the
+	// older vllm:time_per_output_token_seconds (vllmnames.go).
 	E2ELatency       Quantiles        `json:"e2e_latency_seconds"`
 	E2EBuckets       HistogramBuckets `json:"e2e_buckets"`
 	TTFT             Quantiles        `json:"ttft_seconds"`
 	TTFTBuckets      HistogramBuckets `json:"ttft_buckets"`
+	InterToken       Quantiles        `json:"inter_token_latency_seconds"`
 	RunningMean      Value            `json:"running_mean"`
 	RunningMax       Value            `json:"running_max"`
 	WaitingMean      Value            `json:"waiting_mean"`
@@ -558,6 +566,7 @@ func (a *aggregator) gym() Gym {
 	if all > 0 {
 		g.VerifySuccess = Value(pass / all)
 	}
+	a.gymTelemetry(&g)
 	return g
 }
 
@@ -614,7 +623,7 @@ func (a *aggregator) modelServers() []ModelServer {
 		m.PromptTokensPerSecond, m.GenerationTokensPerSecond = nan, nan
 		m.RunningMean, m.RunningMax, m.WaitingMean, m.WaitingMax, m.KVCacheMean, m.KVCacheMax = nan, nan, nan, nan, nan, nan
 		m.E2ELatency, m.TTFT = unknownQ(), unknownQ()
-		var e2e, ttft []*histogram
+		var e2e, ttft, itl, tpot []*histogram
 		for _, s := range bySrv[k] {
 			switch s.key.metric {
 			case mPromptTokens:
@@ -641,8 +650,13 @@ func (a *aggregator) modelServers() []ModelServer {
 				e2e = append(e2e, s.h)
 			case mTTFT:
 				ttft = append(ttft, s.h)
+			case mITL:
+				itl = append(itl, s.h)
+			case mTPOT:
+				tpot = append(tpot, s.h)
 			}
 		}
+		m.InterToken, _ = histFigures(interTokenLatency(itl, tpot))
 		m.E2ELatency, m.E2EBuckets = histFigures(e2e)
 		m.TTFT, m.TTFTBuckets = histFigures(ttft)
 		if !m.Requests.Known() && len(e2e) > 0 {
@@ -677,7 +691,7 @@ func (a *aggregator) modelServers() []ModelServer {
 	total.Requests, total.PromptTokens, total.GenerationTokens = sums["req"], sums["prompt"], sums["gen"]
 	total.PromptTokensPerSecond, total.GenerationTokensPerSecond = rates["prompt"], rates["gen"]
 	total.RunningMean, total.RunningMax, total.WaitingMean, total.WaitingMax, total.KVCacheMean, total.KVCacheMax = nan, nan, nan, nan, nan, nan
-	total.E2ELatency, total.TTFT = unknownQ(), unknownQ()
+	total.E2ELatency, total.TTFT, total.InterToken = unknownQ(), unknownQ(), unknownQ()
 	if len(allE2E) > 0 {
 		total.E2ELatency = histQuantiles(mergeBuckets(allE2E...), allE2ECount, allE2ESum, 0, false)
 	}

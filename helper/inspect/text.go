@@ -51,7 +51,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	t.wrap(fmt.Sprintf("  %-24s ", "producers (items)"), strings.Join(prods, ", "))
 
 	g := r.Gym
-	if g.RolloutSpans.Count > 0 || g.RolloutHistogram.Count > 0 || len(g.Verify) > 0 || len(g.VerifySpans) > 0 {
+	if g.RolloutSpans.Count > 0 || g.RolloutHistogram.Count > 0 || len(g.Verify) > 0 || len(g.VerifySpans) > 0 || !g.Telemetry.Empty() {
 		t.section("gym")
 		if g.RolloutSpans.Count > 0 {
 			t.line("  %-24s %s", "rollouts (spans, ms)", quant(g.RolloutSpans, 1))
@@ -68,6 +68,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		if g.VerifyLatency.Count > 0 {
 			t.line("  %-24s %s", "verify latency (ms)", quant(g.VerifyLatency, 1))
 		}
+		t.gymTelemetryLines(g)
 	}
 
 	if len(r.ModelServers) > 0 {
@@ -89,6 +90,9 @@ func (r *Report) WriteText(w io.Writer) error {
 			}
 			if m.TTFT.Count > 0 {
 				t.line("    time to 1st token %s", quant(m.TTFT, 3))
+			}
+			if m.InterToken.Count > 0 {
+				t.line("    inter-token (s)   %s", quant(m.InterToken, 4))
 			}
 			if m.RunningMax.Known() || m.WaitingMax.Known() || m.KVCacheMax.Known() {
 				t.line("    running mean %s max %s, waiting mean %s max %s, KV cache mean %s max %s",

@@ -124,6 +124,9 @@ func RenderJob(spec *config.Resolved, f Facts) render.Job {
 		Node:         f.Node,
 		NodeIndex:    f.NodeIndex,
 		GPUs:         f.GPUs,
+		SlurmCluster: f.Cluster,
+		ArrayJobID:   f.ArrayJobID,
+		ArrayTaskID:  f.ArrayTaskID,
 	}
 }
 

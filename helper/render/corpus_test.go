@@ -45,6 +45,21 @@ var corpus = []corpusCase{
 	{file: "ray-serve.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil}},
 	{file: "several-benchmarks.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}}},
 	{file: "otel-disabled.yaml", off: true},
+	// The shapes Gym itself writes (NVIDIA-NeMo/Gym; schema:
+	// nemo_gym/orchestration/api.py at 8252f8e; placement:
+	// nemo_gym/orchestration/executors/slurm_script.py at 4df61bf, facts
+	// 6-10 of docs/gym-contract.md section 7): a model_dump with every
+	// default and null, where otel.endpoint: null and otel.service_name:
+	// null leave the site's values in force; scratch keys; shell text in
+	// pre_command and env; Ray over two pools (not scraped; the policy's
+	// API on its pool's first node); vllm_pd with a judge pool first (the
+	// router on node 0 serves no /metrics, each tier on its pool's first
+	// node).
+	{file: "model-dump.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil, {"gym-vllm/judge localhost:8100"}}},
+	{file: "scratch-keys.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}}},
+	{file: "shell-text.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8200"}}},
+	{file: "ray-two-pools.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil, nil}},
+	{file: "vllm-pd-judge-first.yaml", nodes: [][]string{{"gym-vllm/judge localhost:8000"}, {"gym-vllm/pd-prefill localhost:9001"}, {"gym-vllm/pd-decode localhost:9002"}}},
 	{file: "tolerated.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}}, notes: []string{
 		"otel.on_failure is not a key of Gym's otel: block (gym eval submit refuses it), so it is ignored here: set it in the site file or as the --gym-otel item on_failure=<value>",
 		"otel.exemplars: not a key this plugin reads, ignored",

@@ -98,6 +98,14 @@ type Job struct {
 	// GPUs are the job's GPU indexes on this node (SLURM_JOB_GPUS); nil
 	// when Slurm did not say, and then every GPU is kept.
 	GPUs []string
+	// SlurmCluster is SLURM_CLUSTER_NAME as Slurm gives it ("" when
+	// unknown), whatever Cluster says: Lens' slurm.cluster.name and the
+	// seed of its nv.dl.job.uuid (lens.go).
+	SlurmCluster string
+	// ArrayJobID and ArrayTaskID are SLURM_ARRAY_JOB_ID and
+	// SLURM_ARRAY_TASK_ID for an array element ("" otherwise, or when the
+	// prolog was not told).
+	ArrayJobID, ArrayTaskID string
 }
 
 // Input is everything Render needs.
@@ -492,7 +500,7 @@ func identityStatements(in Input) []string {
 			}
 		}
 	}
-	return st
+	return append(st, lensStatements(j)...)
 }
 
 // ottlString quotes s as an OTTL string literal, with $ escaped for the

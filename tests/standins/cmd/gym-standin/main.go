@@ -69,7 +69,18 @@ func run() int {
 	sleepAfter := flag.Duration("sleep-after", 0, "after sending and flushing, stay alive this long before shutting down")
 	flushTimeout := flag.Duration("flush-timeout", 10*time.Second, "bound on the final ForceFlush+Shutdown of all providers")
 	errorEvery := flag.Int("error-every", 0, "every N-th rollout (N, 2N, ...) fails: its gym.rollout span gets status Error and, with logs on, an ERROR log record; 0: none")
+	names := flag.String("names", "legacy", "telemetry names: legacy (gym.verify.count, nemo.gym.verify.result, sandbox.exec) or gym (NeMo Gym's real names, spans and resource attributes, Lens' Slurm identity included; see gymnames.go)")
+	outcomes := flag.String("outcomes", "success", "with --names gym, the nemo.gym.rollout.outcome vocabulary: success (success/failure) or scored (scored/dropped)")
 	flag.Parse()
+	if *names != "legacy" && *names != "gym" {
+		fmt.Fprintf(os.Stderr, "gym-standin: --names %q: expected legacy or gym\n", *names)
+		return 2
+	}
+	words, ok := outcomeWords[*outcomes]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "gym-standin: --outcomes %q: expected success or scored\n", *outcomes)
+		return 2
+	}
 
 	out := func(format string, a ...any) { fmt.Printf("gym-standin: "+format+"\n", a...) }
 	if *printEnv {
@@ -117,6 +128,9 @@ func run() int {
 		resource.WithHost(),
 		resource.WithAttributes(attribute.String("service.name", serviceName)),
 	)
+	if *names == "gym" && err == nil {
+		res, err = resource.Merge(res, resource.NewSchemaless(gymResource(*server, os.Getenv("NEMO_GYM_OTEL_RUN_ID"))...))
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gym-standin: resource: %v\n", err)
 	}
@@ -171,6 +185,32 @@ func run() int {
 	var logger otellog.Logger
 	if lp != nil {
 		logger = lp.Logger(scopeName)
+	}
+
+	if *names == "gym" {
+		g := newGymRun(meter)
+		g.tracer, g.logger, g.groups, g.server, g.runID = tracer, logger, groups, *server, runID
+		g.provider, g.outcomes, g.rolloutDur, g.errorEvery = *sandboxProvider, words, *rolloutDur, *errorEvery
+		var spans, logs, n int
+		for ; n < *rollouts && sigCtx.Err() == nil; n++ {
+			s, l := g.rollout(ctx, n)
+			spans, logs = spans+s, logs+l
+		}
+		flushErr := flushAll(*flushTimeout, tp, mp, lp, *sleepAfter <= 0)
+		status := "ok"
+		if flushErr != nil || otelErrors.Load() > 0 {
+			status = fmt.Sprintf("failed handler_errors=%d", otelErrors.Load())
+		}
+		out("sent names=gym service=%s run_id=%q rollouts=%d spans=%d groups=%s verified=%d verify_ok=%d logs=%d flush=%s exit=%d",
+			serviceName, runID, n, spans, groupsDesc, g.verified, g.okVer, logs, status, *exitCode)
+		if !sleepCtx(sigCtx, *sleepAfter) {
+			_ = flushAll(*flushTimeout, tp, mp, lp, true)
+			return signalExit(sigCtx)
+		}
+		if *sleepAfter > 0 {
+			_ = flushAll(*flushTimeout, tp, mp, lp, true)
+		}
+		return *exitCode
 	}
 
 	runAttr := attribute.String("nemo.gym.run_id", runID)
@@ -327,7 +367,7 @@ func protocol(signal string) string {
 }
 
 func spanGroups(v string) (map[string]bool, string) {
-	all := map[string]bool{"default": true, "verify": true, "sandbox": true}
+	all := map[string]bool{"default": true, "verify": true, "sandbox": true, "concurrency": true, "model_call": true}
 	v = strings.TrimSpace(v)
 	if v == "" || v == "all" || v == "*" {
 		return all, "all"

@@ -1,0 +1,156 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeGym(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "submit.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const gymTail = `driver: {gym_install: {ref: v0.3.0}, benchmarks: {b: {}}}
+job: {output_path: /lustre/runs}
+`
+
+// TestGymInterpolationOnlyInReadValues: a ${...} left in a value the plugin
+// reads is refused, naming the line; the same text anywhere else (shell
+// text, env, extra arguments, scratch keys) is Gym's and is left alone.
+func TestGymInterpolationOnlyInReadValues(t *testing.T) {
+	refused := map[string]string{
+		"port":         "services:\n  p: {type: vllm, container: c, model: m, port: \"${oc.env:PORT}\"}\n",
+		"model":        "services:\n  p: {type: vllm, container: c, model: \"${oc.env:MODEL}\"}\n",
+		"tier pool":    "services:\n  pd: {type: vllm_pd, container: c, model: m, prefill: {node_pool: \"${p}\"}, decode: {node_pool: d}}\ncompute: {eos: {type: slurm, account: a, node_pools: {p: {partition: x}, d: {partition: x}}}}\n",
+		"pool nodes":   "services:\n  p: {type: vllm, container: c, model: m}\ncompute: {eos: {type: slurm, account: a, node_pools: {g: {partition: x, nodes: \"${N}\"}}}}\n",
+		"otel key":     "otel: {component: \"${oc.env:C}\"}\n",
+		"policy_model": "services:\n  p: {type: vllm, container: c, model: m}\n",
+	}
+	for name, body := range refused {
+		tail := gymTail
+		if name == "policy_model" {
+			tail = "driver: {gym_install: {ref: v0.3.0}, policy_model: \"${oc.select:x}\", benchmarks: {b: {}}}\njob: {output_path: /lustre/runs}\n"
+		}
+		_, err := LoadGymConfig(writeGym(t, body+tail))
+		if err == nil || !strings.Contains(err.Error(), "unresolved interpolation") {
+			t.Errorf("%s: %v, want an unresolved interpolation", name, err)
+		}
+	}
+	kept := `_scratch: ${oc.env:HOME}/x
+services:
+  p:
+    type: vllm
+    container: c
+    model: m
+    pre_command: "export X=${X:-$(hostname)}"
+    env: {HF_HOME: "${HOME}/hf"}
+    extra_args: --max-model-len ${LEN:-8192}
+    health_check: {path: "/health?x=${y}"}
+compute: {eos: {type: slurm, account: a, extra_args: {comment: "${USER}"}, node_pools: {g: {partition: x}}}}
+driver: {gym_install: {ref: v0.3.0}, policy_host: "${oc.env:HEAD_NODE_IP}", env: {T: "${T}"}, benchmarks: {b: {run: {u: "http://${oc.env:HEAD_NODE_IP}:8000/v1"}}}}
+job: {output_path: /lustre/runs}
+`
+	g, err := LoadGymConfig(writeGym(t, kept))
+	if err != nil {
+		t.Fatalf("shell text outside the read values: %v", err)
+	}
+	if len(g.Services) != 1 || g.Services[0].Port != 8000 || !g.Services[0].RunsOn(0) {
+		t.Errorf("services %+v", g.Services)
+	}
+}
+
+// TestGymKubernetesComputeIgnored: Gym's compute of type kubernetes is not
+// a Slurm cluster: it is ignored with a note, and the slurm entry beside it
+// is the cluster.
+func TestGymKubernetesComputeIgnored(t *testing.T) {
+	body := `services:
+  p: {type: vllm, container: c, model: m, node_pool: b}
+compute:
+  k8s: {type: kubernetes, pvc_name: runs, gpus_per_node: 8, node_selector: {a: b}}
+  eos: {type: slurm, account: a, node_pools: {a: {partition: x}, b: {partition: x}}}
+` + gymTail
+	g, err := LoadGymConfig(writeGym(t, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Cluster != "eos" || len(g.Services) != 1 || !g.Services[0].RunsOn(1) || g.Services[0].RunsOn(0) {
+		t.Errorf("cluster %q services %+v", g.Cluster, g.Services)
+	}
+	if len(g.Notes) != 1 || !strings.Contains(g.Notes[0], "compute.k8s is of type kubernetes") {
+		t.Errorf("notes %q", g.Notes)
+	}
+	only := "services:\n  p: {type: vllm, container: c, model: m}\ncompute: {k8s: {type: kubernetes, pvc_name: runs}}\n" + gymTail
+	g, err = LoadGymConfig(writeGym(t, only))
+	if err != nil || g.Cluster != "" || len(g.Services) != 1 {
+		t.Errorf("kubernetes only: %v, cluster %q, services %+v", err, g.Cluster, g.Services)
+	}
+}
+
+// TestGymPDTierWithoutPool: Gym refuses a vllm_pd tier without a node_pool
+// (api.py, SubmitConfig._resolve_and_validate_placements), and so does the
+// plugin, naming the tier's key.
+func TestGymPDTierWithoutPool(t *testing.T) {
+	body := `services:
+  pd: {type: vllm_pd, container: c, model: m, prefill: {node_pool: a}, decode: {tensor_parallel_size: 8}}
+compute: {eos: {type: slurm, account: a, node_pools: {a: {partition: x}, b: {partition: x}}}}
+` + gymTail
+	_, err := LoadGymConfig(writeGym(t, body))
+	if err == nil || !strings.Contains(err.Error(), "services.pd.decode.node_pool: not set") {
+		t.Errorf("%v, want services.pd.decode.node_pool: not set", err)
+	}
+}
+
+// TestGymModelDumpDefaults: a Gym config that writes every default of Gym's
+// otel: block (a model_dump) keeps the site's values; a value other than
+// Gym's default, and a quoted "15", are still the config's.
+func TestGymModelDumpDefaults(t *testing.T) {
+	site := filepath.Join(t.TempDir(), "site.yaml")
+	if err := os.WriteFile(site, []byte("otel:\n  endpoint: https://otlp.example.com\n  service_name: s\n  binary: /opt/otelcol-gym\n  scrape_interval_seconds: 30\n  gpu_metrics_port: 9500\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dump := `otel: {enabled: true, binary: otelcol-contrib, container: null, endpoint: null, token_env: OTEL_TOKEN,
+  service_name: null, component: gym-vllm, gym_telemetry: true, gym_span_groups: "default,verify", gym_logs: true,
+  gpu_metrics_port: 9400, node_metrics_port: 9100, scrape_interval_seconds: 15, health_check_timeout_seconds: 300}
+services:
+  p: {type: vllm, container: c, model: m}
+` + gymTail
+	r, err := Resolve(Inputs{SiteFile: site, Spec: "config=" + writeGym(t, dump), WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := r.Otel
+	if o.Binary != "/opt/otelcol-gym" || o.Endpoint != "https://otlp.example.com" || o.ScrapeIntervalSeconds != 30 || o.GPUMetricsPort != 9500 || !o.Enabled {
+		t.Errorf("site values lost: binary %q endpoint %q interval %d gpu port %d enabled %v", o.Binary, o.Endpoint, o.ScrapeIntervalSeconds, o.GPUMetricsPort, o.Enabled)
+	}
+	set := "otel: {scrape_interval_seconds: 5, gpu_metrics_port: null}\nservices:\n  p: {type: vllm, container: c, model: m}\n" + gymTail
+	r, err = Resolve(Inputs{SiteFile: site, Spec: "config=" + writeGym(t, set), WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Otel.ScrapeIntervalSeconds != 5 || r.Otel.GPUMetricsPort != 0 {
+		t.Errorf("config values lost: interval %d gpu port %d", r.Otel.ScrapeIntervalSeconds, r.Otel.GPUMetricsPort)
+	}
+	quoted := "otel: {scrape_interval_seconds: \"15\"}\nservices:\n  p: {type: vllm, container: c, model: m}\n" + gymTail
+	if _, err := Resolve(Inputs{SiteFile: site, Spec: "config=" + writeGym(t, quoted), WorkDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "otel.scrape_interval_seconds") {
+		t.Errorf("quoted default: %v", err)
+	}
+}
+
+// TestGymLaterOtelKeys: keys a later Gym adds to its otel: block (its
+// local-copy filter) are ignored with a note each, not refused.
+func TestGymLaterOtelKeys(t *testing.T) {
+	body := "otel: {local_node_metrics: null, local_node_metrics_extra: [\"node_.*\"]}\nservices:\n  p: {type: vllm, container: c, model: m}\n" + gymTail
+	g, err := LoadGymConfig(writeGym(t, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Notes) != 2 || !strings.Contains(g.Notes[0], "otel.local_node_metrics: not a key this plugin reads, ignored") {
+		t.Errorf("notes %q", g.Notes)
+	}
+}

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"crypto/sha1"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	otellog "go.opentelemetry.io/otel/log"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Gym's real telemetry, as NeMo Gym's nemo_gym/telemetry emits it through
+// nemo-lens (NVIDIA-NeMo/Gym: gym_metrics.py at
+// fdedac3de564d871aee0783a10796fcb9d4dd45d, metrics.py, endpoints.py,
+// span_groups.py and sandbox/api.py at
+// 2e5014086a172aa34654e195e504df496e9c95f5, setup.py's resource attributes;
+// NVIDIA-NeMo/Lens: src/nemo/lens/instruments/gym.py at
+// 9f7c6bf0111e201e7f2cc6697ea67b4b57a69991 and
+// src/nemo/lens/resources/slurm.py at
+// 04914a2ae371803653772a9b069d2216fdbaa9bd).
+const (
+	gymRolloutDuration = "gym.rollout.duration_ms"                // histogram, ms, no attributes (Lens)
+	gymVerifyDuration  = "gym.verify.duration_ms"                 // histogram, ms, no attributes (Lens)
+	gymVerifySuccess   = "gym.verify.success_rate"                // gauge, cumulative fraction per process (Lens)
+	gymRolloutDone     = "gym.rollout.completed_total"            // counter, nemo.gym.rollout.outcome
+	gymModelCall       = "gym.model.call_duration_ms"             // histogram, nemo.gym.model.dialect, nemo.gym.server.name
+	gymModelTTFB       = "gym.model.time_to_first_byte_ms"        // histogram, same attributes
+	gymSandboxStartup  = "gym.sandbox.startup_duration_ms"        // histogram, nemo.gym.sandbox.provider
+	gymQueueWait       = "gym.concurrency.queue_wait_duration_ms" // histogram, nemo.gym.concurrency.site
+	gymHTTPRetry       = "gym.http.retry_total"                   // counter, nemo.gym.http.retry_reason
+	gymHTTPTimeout     = "gym.http.timeout_total"                 // counter, nemo.gym.http.internal (bool)
+)
+
+// outcomeWords are the two vocabularies of nemo.gym.rollout.outcome seen
+// across Gym versions: success/failure (gym_metrics.py at fdedac3) and
+// scored/dropped (later versions, which also carry nemo.gym.failure_class
+// on a dropped rollout).
+var outcomeWords = map[string][2]string{
+	"success": {"success", "failure"},
+	"scored":  {"scored", "dropped"},
+}
+
+// gymResource is what Gym's setup.py and Lens' detect_slurm put on a Gym
+// server's resource: the server's identity and, under Slurm, Lens' Slurm
+// attributes derived from the process's own environment.
+func gymResource(server, runID string) []attribute.KeyValue {
+	kv := []attribute.KeyValue{
+		attribute.String("nemo.gym.version", "0.3.0"),
+		attribute.String("nemo.gym.server.name", server),
+		attribute.String("nemo.gym.server.type", "responses_api_agents"),
+		attribute.String("nemo.gym.service_group", "nemo-gym"),
+	}
+	if runID != "" {
+		kv = append(kv, attribute.String("nemo.run.id", runID))
+	}
+	return append(kv, lensSlurm()...)
+}
+
+// lensSlurm derives Lens' Slurm resource attributes from this process's
+// environment, as Lens' derive_slurm_resource_attributes does (a subset:
+// the ids, restart count, cluster, user and nv.dl.job.uuid/run.uuid).
+func lensSlurm() []attribute.KeyValue {
+	raw := os.Getenv("SLURM_JOB_ID")
+	if raw == "" {
+		return nil
+	}
+	arrayJob := os.Getenv("SLURM_ARRAY_JOB_ID")
+	task, isArray := os.LookupEnv("SLURM_ARRAY_TASK_ID")
+	if task == "" {
+		task = "0"
+	}
+	jobID, key := raw, raw
+	if isArray {
+		key = firstNonEmpty(arrayJob, "nojob")
+		if arrayJob != "" {
+			jobID = arrayJob + "_" + task
+		}
+	}
+	if arrayJob == "" {
+		arrayJob = raw
+	}
+	restart, err := strconv.Atoi(os.Getenv("SLURM_RESTART_COUNT"))
+	if err != nil {
+		restart = 0
+	}
+	cluster := firstNonEmpty(os.Getenv("SLURM_CLUSTER_NAME"), "nocluster")
+	run := "nemo.lens.run/" + cluster + "/" + key
+	if !isArray {
+		run += "/sr" + strconv.Itoa(restart)
+	}
+	kv := []attribute.KeyValue{
+		attribute.String("slurm.job.id", jobID),
+		attribute.String("slurm.job.id.raw", raw),
+		attribute.String("slurm.array.job_id", arrayJob),
+		attribute.String("slurm.array.task_id", task),
+		attribute.Int("slurm.restart_count", restart),
+		attribute.String("nv.dl.job.uuid", uuid5URL("nemo.lens.job/"+cluster+"/"+key)),
+		attribute.String("nv.dl.run.uuid", uuid5URL(run)),
+	}
+	for env, k := range map[string]string{"SLURM_CLUSTER_NAME": "slurm.cluster.name", "SLURM_JOB_USER": "slurm.job.user", "SLURM_JOB_NAME": "slurm.job.name"} {
+		if v := os.Getenv(env); v != "" {
+			kv = append(kv, attribute.String(k, v))
+		}
+	}
+	return kv
+}
+
+// uuid5URL is Python's str(uuid.uuid5(uuid.NAMESPACE_URL, name)).
+func uuid5URL(name string) string {
+	ns := []byte{0x6b, 0xa7, 0xb8, 0x11, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8}
+	h := sha1.New()
+	h.Write(ns)
+	h.Write([]byte(name))
+	u := h.Sum(nil)[:16]
+	u[6] = u[6]&0x0f | 0x50
+	u[8] = u[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
+// gymRun is one run of fake rollouts under Gym's real names.
+type gymRun struct {
+	tracer          trace.Tracer
+	logger          otellog.Logger
+	groups          map[string]bool
+	server, runID   string
+	provider        string
+	outcomes        [2]string
+	rolloutDur      time.Duration
+	errorEvery      int
+	rolloutHist     metric.Float64Histogram
+	verifyHist      metric.Float64Histogram
+	verifyRate      metric.Float64Gauge
+	completed       metric.Int64Counter
+	modelCall       metric.Float64Histogram
+	modelTTFB       metric.Float64Histogram
+	sandboxStart    metric.Float64Histogram
+	queueWait       metric.Float64Histogram
+	retries         metric.Int64Counter
+	timeouts        metric.Int64Counter
+	verified, okVer int
+}
+
+func newGymRun(meter metric.Meter) *gymRun {
+	g := &gymRun{}
+	g.rolloutHist, _ = meter.Float64Histogram(gymRolloutDuration, metric.WithUnit("ms"), metric.WithDescription("Rollout collection duration in milliseconds."))
+	g.verifyHist, _ = meter.Float64Histogram(gymVerifyDuration, metric.WithUnit("ms"), metric.WithDescription("Verification endpoint duration in milliseconds."))
+	g.verifyRate, _ = meter.Float64Gauge(gymVerifySuccess, metric.WithDescription("Fraction of successful verifications."))
+	g.completed, _ = meter.Int64Counter(gymRolloutDone, metric.WithUnit("1"), metric.WithDescription("Count of completed rollouts by outcome."))
+	g.modelCall, _ = meter.Float64Histogram(gymModelCall, metric.WithUnit("ms"), metric.WithDescription("Wall-clock duration of one model-server dialect call."))
+	g.modelTTFB, _ = meter.Float64Histogram(gymModelTTFB, metric.WithUnit("ms"), metric.WithDescription("Time to first response byte for one model-server call."))
+	g.sandboxStart, _ = meter.Float64Histogram(gymSandboxStartup, metric.WithUnit("ms"), metric.WithDescription("Wall-clock time to provision one sandbox."))
+	g.queueWait, _ = meter.Float64Histogram(gymQueueWait, metric.WithUnit("ms"), metric.WithDescription("Time spent waiting to acquire a Gym concurrency-limiting semaphore."))
+	g.retries, _ = meter.Int64Counter(gymHTTPRetry, metric.WithUnit("1"), metric.WithDescription("Count of outbound HTTP request retries by reason."))
+	g.timeouts, _ = meter.Int64Counter(gymHTTPTimeout, metric.WithUnit("1"), metric.WithDescription("Count of outbound HTTP calls that timed out."))
+	return g
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// rollout runs rollout i: a gym.rollout span (the agent's /run) with a
+// model call (gym.model.chat_completions, and with the sandbox group
+// gym.sandbox.start and gym.sandbox.exec) and a verification (gym.verify
+// with the verify group). Rollout i's verification fails (the verifier
+// raises: span status Error, not counted as a success) when i%4 == 3, and
+// that rollout's outcome is the vocabulary's second word. It returns the
+// spans and log records it emitted.
+func (g *gymRun) rollout(ctx context.Context, i int) (spans, logs int) {
+	start := time.Now()
+	step := g.rolloutDur / 4
+	rid := attribute.String("nemo.gym.rollout.id", fmt.Sprintf("%s-%d", g.runID, i))
+	srv := attribute.String("nemo.gym.server.name", g.server)
+	if g.groups["concurrency"] {
+		g.queueWait.Record(ctx, ms(step/10), metric.WithAttributes(attribute.String("nemo.gym.concurrency.site", "rollout_driver")))
+	}
+	rctx, root := g.tracer.Start(ctx, "gym.rollout", trace.WithAttributes(rid, srv))
+	spans++
+
+	// The model call: time to first byte, then the rest of the answer.
+	callStart := time.Now()
+	dialect := attribute.String("nemo.gym.model.dialect", "chat_completions")
+	policy := attribute.String("nemo.gym.server.name", "policy_model")
+	_, mc := g.tracer.Start(rctx, "gym.model.chat_completions", trace.WithAttributes(rid))
+	time.Sleep(step / 3)
+	g.modelTTFB.Record(rctx, ms(time.Since(callStart)), metric.WithAttributes(dialect, policy))
+	time.Sleep(step - step/3)
+	mc.End()
+	spans++
+	g.modelCall.Record(rctx, ms(time.Since(callStart)), metric.WithAttributes(dialect, policy))
+	if i%3 == 2 {
+		g.retries.Add(rctx, 1, metric.WithAttributes(attribute.String("nemo.gym.http.retry_reason", "server_disconnected")))
+	}
+	if i%5 == 4 {
+		g.timeouts.Add(rctx, 1, metric.WithAttributes(attribute.Bool("nemo.gym.http.internal", true)))
+	}
+
+	prov := attribute.String("nemo.gym.sandbox.provider", g.provider)
+	if g.groups["sandbox"] {
+		sbStart := time.Now()
+		_, s := g.tracer.Start(rctx, "gym.sandbox.start", trace.WithAttributes(prov))
+		time.Sleep(step / 2)
+		s.End()
+		g.sandboxStart.Record(rctx, ms(time.Since(sbStart)), metric.WithAttributes(prov))
+		_, s = g.tracer.Start(rctx, "gym.sandbox.exec", trace.WithAttributes(prov,
+			attribute.Int("nemo.gym.sandbox.return_code", 0)))
+		time.Sleep(step / 2)
+		s.End()
+		spans += 2
+	} else {
+		time.Sleep(step)
+	}
+
+	ok := i%4 != 3
+	if g.groups["verify"] {
+		vStart := time.Now()
+		_, s := g.tracer.Start(rctx, "gym.verify", trace.WithAttributes(rid, srv))
+		time.Sleep(step)
+		if !ok {
+			s.SetStatus(codes.Error, "verifier raised")
+		}
+		s.End()
+		spans++
+		g.verified++
+		if ok {
+			g.okVer++
+		}
+		g.verifyHist.Record(rctx, ms(time.Since(vStart)))
+		g.verifyRate.Record(rctx, float64(g.okVer)/float64(g.verified))
+	} else {
+		time.Sleep(step)
+	}
+	outcome := g.outcomes[0]
+	outAttrs := []attribute.KeyValue{attribute.String("nemo.gym.rollout.outcome", outcome)}
+	if !ok {
+		outcome = g.outcomes[1]
+		outAttrs = []attribute.KeyValue{attribute.String("nemo.gym.rollout.outcome", outcome)}
+		if outcome == "dropped" {
+			outAttrs = append(outAttrs, attribute.String("nemo.gym.failure_class", "verifier_error"))
+		}
+	}
+	g.completed.Add(rctx, 1, metric.WithAttributes(outAttrs...))
+	if g.logger != nil {
+		var rec otellog.Record
+		now := time.Now()
+		rec.SetTimestamp(now)
+		rec.SetObservedTimestamp(now)
+		rec.SetSeverity(otellog.SeverityInfo)
+		rec.SetSeverityText("INFO")
+		rec.SetBody(attribute.StringValue(fmt.Sprintf("rollout %d finished: %s", i, outcome)))
+		g.logger.Emit(rctx, rec)
+		logs++
+	}
+	if g.errorEvery > 0 && (i+1)%g.errorEvery == 0 {
+		root.SetStatus(codes.Error, fmt.Sprintf("rollout %d failed", i))
+	}
+	root.End()
+	g.rolloutHist.Record(ctx, ms(time.Since(start)))
+	return spans, logs
+}

@@ -171,7 +171,7 @@ func countUp(r io.Reader, ts []Target, index map[[2]string]int) error {
 // WriteTargets prints one line per target for a person.
 func WriteTargets(w io.Writer, ts []Target) {
 	for _, t := range ts {
-		fmt.Fprintf(w, "  target:     %s (%s): %d scrapes, %d answered", t.Job, t.Instance, t.Scrapes, t.Answered)
+		fmt.Fprintf(w, "  target:     %s (%s): %d %s, %d answered", t.Job, t.Instance, t.Scrapes, plural(t.Scrapes, "scrape"), t.Answered)
 		if !t.Last.IsZero() {
 			fmt.Fprintf(w, ", first %s, last %s", t.First.UTC().Format("15:04:05.000"), t.Last.UTC().Format("15:04:05.000"))
 		}
@@ -185,7 +185,7 @@ func Unanswered(dir string, ts []Target) error {
 	var errs []error
 	for _, t := range ts {
 		if t.Answered == 0 {
-			errs = append(errs, fmt.Errorf("%s: scrape target %s (%s) has no sample in metrics.jsonl (%d scrapes, none answered)", dir, t.Job, t.Instance, t.Scrapes))
+			errs = append(errs, fmt.Errorf("%s: scrape target %s (%s) has no sample in metrics.jsonl (%d %s, none answered)", dir, t.Job, t.Instance, t.Scrapes, plural(t.Scrapes, "scrape")))
 		}
 	}
 	return errors.Join(errs...)

@@ -72,6 +72,8 @@ type Report struct {
 	Health       Health        `json:"health"`
 	// Absent are the sections without data, each with why.
 	Absent []Absence `json:"absent"`
+	// Summary is how the run went, in a few figures.
+	Summary RunSummary `json:"summary"`
 }
 
 // NodeReceipt is one node dir's receipt, or why it has none.
@@ -167,6 +169,10 @@ type Gym struct {
 	RolloutsWindowSeconds Value `json:"rollouts_window_seconds"`
 	// RolloutRate is rollouts per second over time, per node.
 	RolloutRate map[string][]Point `json:"rollout_rate"`
+	// RolloutsOverTime is the rollouts completed so far (the
+	// gym.rollout.duration_ms histogram's count) over time, per node and
+	// producer ("<node> <producer>").
+	RolloutsOverTime map[string][]Point `json:"rollouts_over_time"`
 	// Verify counts gym.verify.count by its result attribute; VerifySpans
 	// counts gym.verify spans by nemo.gym.verify.result.
 	Verify      map[string]float64 `json:"verify"`
@@ -430,6 +436,7 @@ func Build(dir string) (*Report, error) {
 	}
 	r.absences(a)
 	r.receipts(srcs)
+	r.summarise()
 	return r, nil
 }
 
@@ -485,7 +492,7 @@ func points(pts [][2]float64) []Point {
 }
 
 func (a *aggregator) gym() Gym {
-	g := Gym{Verify: map[string]float64{}, VerifySpans: a.verifySpans, RolloutRate: map[string][]Point{},
+	g := Gym{Verify: map[string]float64{}, VerifySpans: a.verifySpans, RolloutRate: map[string][]Point{}, RolloutsOverTime: map[string][]Point{},
 		RolloutsPerMinute: Value(math.NaN()), VerifySuccess: Value(math.NaN())}
 	var rollouts, verifies []*spanStat
 	for k, st := range a.spans {
@@ -505,6 +512,8 @@ func (a *aggregator) gym() Gym {
 		}
 		sets = append(sets, s.h.cumulative())
 		hs.add(s.h)
+		k := s.key.node + " " + s.key.producer
+		g.RolloutsOverTime[k] = append(g.RolloutsOverTime[k], points(s.h.tl.pts)...)
 		c := &counter{}
 		for _, p := range s.h.tl.pts {
 			c.add(int64(p[0]), p[1])

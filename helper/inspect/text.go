@@ -85,8 +85,8 @@ func (r *Report) WriteText(w io.Writer) error {
 				name += " model " + m.Model
 			}
 			t.line("  %s", name)
-			t.line("    requests %s, prompt tokens %s, generation tokens %s%s", f(m.Requests, 0), f(m.PromptTokens, 0),
-				f(m.GenerationTokens, 0), resets(m.CounterResets))
+			t.line("    requests %s, prompt tokens %s, generation tokens %s%s", fw(m.Requests, 0, "not sent"), fw(m.PromptTokens, 0, "not sent"),
+				fw(m.GenerationTokens, 0, "not sent"), resets(m.CounterResets))
 			switch {
 			case m.RateWindowSeconds.Known() && m.Node == "(all)":
 				t.line("    tokens/s (sum of the servers' rates, windows up to %s): prompt %s, generation %s",
@@ -104,9 +104,17 @@ func (r *Report) WriteText(w io.Writer) error {
 				t.line("    time to 1st token %s", quant(m.TTFT, 3))
 			}
 			if m.RunningMax.Known() || m.WaitingMax.Known() || m.KVCacheMax.Known() {
-				t.line("    running mean %s max %s, waiting mean %s max %s, KV cache mean %s max %s",
-					fw(m.RunningMean, 1, "not sent"), f(m.RunningMax, 0), fw(m.WaitingMean, 1, "not sent"), f(m.WaitingMax, 0),
-					pctw(m.KVCacheMean, "not sent"), pct(m.KVCacheMax))
+				gauge := func(name string, mean, max Value, percent bool) string {
+					switch {
+					case !mean.Known():
+						return name + " - (not sent)"
+					case percent:
+						return fmt.Sprintf("%s mean %s max %s", name, pct(mean), pct(max))
+					}
+					return fmt.Sprintf("%s mean %s max %s", name, f(mean, 1), f(max, 0))
+				}
+				t.line("    %s, %s, %s", gauge("running", m.RunningMean, m.RunningMax, false), gauge("waiting", m.WaitingMean, m.WaitingMax, false),
+					gauge("KV cache", m.KVCacheMean, m.KVCacheMax, true))
 			}
 		}
 	}
@@ -360,13 +368,6 @@ func fw(v Value, prec int, why string) string {
 		return "- (" + why + ")"
 	}
 	return f(v, prec)
-}
-
-func pctw(v Value, why string) string {
-	if !v.Known() {
-		return "- (" + why + ")"
-	}
-	return pct(v)
 }
 
 // dur is a duration in seconds with a unit that suits it.

@@ -318,9 +318,24 @@ wait
 		}
 	}
 
+	// How the run went, the page's first lines: 8 rollouts, 6 of 8
+	// verified passed, 2 error spans and log records, the backend got
+	// everything.
+	if sm := rep.Summary; sm.Rollouts != 8 || !near(sm.PassRate, 0.75) || sm.ErrorSpans != 2 || sm.ErrorLogs != 2 || !sm.DeliveryOK ||
+		!strings.HasPrefix(sm.Delivery, "nothing lost: the backend accepted all ") || sm.Throughput == "" {
+		t.Errorf("summary %+v", sm)
+	}
+	page, err := os.ReadFile(html)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i, j := strings.Index(string(page), `id="delivery"`), strings.Index(string(page), `id="charts"`); i < 0 || j < i {
+		t.Errorf("the page does not open on the summary (%d, %d)", i, j)
+	}
+
 	// The HTML report in headless Chromium.
 	testenv.CheckPage(t, html, filepath.Join(art, "report.png"), "chart-throughput", "chart-queue", "chart-kvcache", "chart-gpu",
-		"chart-rollouts", "chart-e2e-0", "chart-e2e-1", "chart-ttft-0", "chart-ttft-1")
+		"chart-load", "chart-rollouts", "chart-e2e-0", "chart-e2e-1", "chart-ttft-0", "chart-ttft-1")
 	waitIdle(t)
 }
 

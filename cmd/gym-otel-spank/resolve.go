@@ -72,7 +72,7 @@ func (f *inputFlags) resolve(stderr io.Writer, checkToken bool) (*config.Resolve
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("validate", "[--site FILE] [--config FILE] [--spec SPEC] [--no-token-check]", stderr)
+	fs := newFlags("validate", "[--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] [--no-token-check]", stderr)
 	var in inputFlags
 	in.register(fs)
 	noToken := fs.Bool("no-token-check", false, "do not require the token variable in this environment (for checking a site file)")
@@ -94,7 +94,7 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 }
 
 func runRender(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("render", "[--site FILE] [--config FILE] [--spec SPEC] [--job-id ID] [--node NAME] [--node-index N] [--output DIR]", stderr)
+	fs := newFlags("render", "[--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] [--job-id ID] [--node NAME] [--node-index N] [--output DIR] [--gpus LIST] [--ports G,H,HEALTH,TEL]", stderr)
 	var in inputFlags
 	in.register(fs)
 	jobID := fs.String("job-id", "", "Slurm job `ID` (default: a placeholder)")
@@ -160,11 +160,9 @@ func runDirective(args []string, stdout, stderr io.Writer) error {
 	bench := fs.String("benchmark", "", "benchmark `NAME`")
 	model := fs.String("model", "", "model `NAME` (default: the services' served model)")
 	jobDir := fs.String("job-dir", "", "job `DIR` (default: the config's job.output_path); may hold %j, %A, %a")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return usageError{err.Error()}
+	rest, err := parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
 	if *cfg == "" {
 		return usageError{"--config is required"}
@@ -183,7 +181,7 @@ func runDirective(args []string, stdout, stderr io.Writer) error {
 			items = append(items, it)
 		}
 	}
-	for _, a := range fs.Args() {
+	for _, a := range rest {
 		k, v, ok := strings.Cut(a, "=")
 		if !ok {
 			return usageError{fmt.Sprintf("%q: expected OTEL_KEY=VALUE", a)}

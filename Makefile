@@ -65,9 +65,15 @@ $(BUILD)/gym_otel_core.so: FORCE
 		CGO_LDFLAGS="-Wl,-z,nodelete $(HARDEN_LDFLAGS)" $(GO) build -buildmode=c-shared \
 		-o $@ ./spank/core
 
+# The Slurm release whose headers the plugin is built against, for
+# `gym-otel-spank --version` (empty when the headers are not there)
+# (slurm_version.h's SLURM_VERSION_NUMBER, 0xMMmmuu).
+SLURM_VERSION ?= $(shell n=$$(awk '/define SLURM_VERSION_NUMBER/ {print $$3}' $(SLURM_INCLUDE)/slurm/slurm_version.h 2>/dev/null); \
+	[ -n "$$n" ] && printf '%d.%02d.%d' $$((n >> 16 & 255)) $$((n >> 8 & 255)) $$((n & 255)))
+
 $(BUILD)/gym-otel-spank: FORCE
 	@mkdir -p $(BUILD)
-	$(GO) build -o $@ ./cmd/gym-otel-spank
+	$(GO) build -ldflags "-X main.slurmVersion=$(SLURM_VERSION)" -o $@ ./cmd/gym-otel-spank
 
 install: build
 	install -d $(DESTDIR)$(SLURM_PLUGIN_DIR) $(DESTDIR)$(BINDIR) \

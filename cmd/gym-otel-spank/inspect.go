@@ -3,11 +3,11 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
 )
@@ -22,19 +22,17 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the report as JSON (schema: docs/inspect.md) instead of text")
 	htmlOut := fs.String("html", "", "also write the report as one self-contained HTML `FILE` with charts (Chart.js inlined)")
 	chartJS := fs.String("chartjs", "", "the Chart.js `FILE` (UMD build) to inline into --html (default: Debian's libjs-chart.js under /usr/share/javascript/chart.js)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	rest, err := parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() != 1 {
-		return usageError{"give one directory"}
+	if len(rest) != 1 {
+		return usageError{fmt.Sprintf("give one directory (got %d arguments: %s)", len(rest), strings.Join(rest, " "))}
 	}
 	if *chartJS != "" && *htmlOut == "" {
 		return usageError{"--chartjs " + *chartJS + ": only with --html FILE"}
 	}
-	dir := fs.Arg(0)
+	dir := rest[0]
 	if st, err := os.Stat(dir); err != nil {
 		return err
 	} else if !st.IsDir() {
@@ -56,6 +54,7 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 		if err := writeHTML(*htmlOut, r, js); err != nil {
 			return err
 		}
+		fmt.Fprintf(stderr, "gym-otel: wrote %s\n", *htmlOut)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

@@ -76,7 +76,7 @@ func TestInspectRequireTargets(t *testing.T) {
 	writeFile(t, dir, "metrics.jsonl", up("gym-vllm/policy", "gn1:8000", 1)+up("node", "gn1:9100", 1)+up("dcgm", "gn1:9400", 0))
 	code, out, errOut := runCLI(t, "inspect", "--require-targets", dir)
 	if code != 1 || !strings.Contains(errOut, "scrape target dcgm (gn1:9400) has no sample") || strings.Contains(errOut, "policy") ||
-		!strings.Contains(out, "target dcgm (gn1:9400): 1 scrapes, 0 answered  FAILED 1") {
+		!strings.Contains(out, "target dcgm (gn1:9400): 1 scrape, 0 answered  FAILED 1") {
 		t.Errorf("one target unanswered: %d\n%s\n%s", code, out, errOut)
 	}
 	writeFile(t, dir, "metrics.jsonl", up("gym-vllm/policy", "gn1:8000", 1)+up("node", "gn1:9100", 1)+up("dcgm", "gn1:9400", 1))

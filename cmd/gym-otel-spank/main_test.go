@@ -39,11 +39,13 @@ func TestValidateCLI(t *testing.T) {
 	if code != 1 || out != "" {
 		t.Fatalf("invalid: %d %q", code, out)
 	}
+	// Every problem in one run: the two of the file, and the service name
+	// no layer sets (the misspelt endpoint is one mistake, not two).
 	lines := strings.Split(strings.TrimSpace(errOut), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("want one line per problem, got %q", errOut)
+	if len(lines) != 4 || !strings.HasPrefix(lines[3], "gym-otel: checked: site file "+bad+" (--site); a bare --gym-otel") {
+		t.Fatalf("want one line per problem and the layers checked, got %q", errOut)
 	}
-	for i, want := range []string{"otel.endpont", "otel.node_metrics_port"} {
+	for i, want := range []string{"otel.endpont", "otel.node_metrics_port", "otel.service_name: not set"} {
 		if !strings.HasPrefix(lines[i], "gym-otel: ") || !strings.Contains(lines[i], want) {
 			t.Errorf("line %q lacks %q", lines[i], want)
 		}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,20 +17,18 @@ func init() {
 }
 
 func runReplay(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("replay", "[--endpoint URL] [--token-env NAME] [--binary PATH] [--timeout D] DIR   (a job dir, or its otel/ dir)", stderr)
+	fs := newFlags("replay", "[--endpoint URL] [--token-env NAME] [--binary PATH] [--timeout D] [--progress D] DIR   (a job dir, or its otel/ dir)", stderr)
 	endpoint := fs.String("endpoint", "", "send to this OTLP/HTTP `URL` instead of the job's backend (otel.endpoint at submit)")
 	tokenEnv := fs.String("token-env", "", "the environment variable `NAME` holding the bearer token (default: the job's otel.token_env, as at submit)")
 	binary := fs.String("binary", "", "the collector `PATH` (default "+replay.DefaultBinary+", else otelcol-gym beside this program or on PATH)")
-	timeout := fs.Duration("timeout", replay.DefaultTimeout, "give up after this `duration` (the collector is stopped)")
-	every := fs.Duration("progress", replay.DefaultProgress, "print progress every `duration`")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	timeout := durationVar(fs, "timeout", replay.DefaultTimeout, "give up after this `duration` (with a unit: 90s, 10m; the collector is stopped)")
+	every := durationVar(fs, "progress", replay.DefaultProgress, "print progress every `duration` (with a unit: 5s)")
+	rest, err := parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() != 1 {
-		return usageError{"give one directory"}
+	if len(rest) != 1 {
+		return usageError{fmt.Sprintf("give one directory (got %d arguments)", len(rest))}
 	}
 	if *timeout <= 0 {
 		return usageError{fmt.Sprintf("--timeout %v: must be positive", *timeout)}
@@ -43,7 +39,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	res, err := replay.Run(ctx, replay.Options{
-		Dir: fs.Arg(0), Endpoint: *endpoint, TokenEnv: *tokenEnv, Binary: collectorBinary(*binary),
+		Dir: rest[0], Endpoint: *endpoint, TokenEnv: *tokenEnv, Binary: collectorBinary(*binary),
 		Timeout: *timeout, Progress: *every, Out: stdout,
 	})
 	if res != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -56,15 +57,20 @@ func (f *inputFlags) resolve(stderr io.Writer, checkToken bool) (*config.Resolve
 	if err != nil {
 		return nil, err
 	}
-	r, err := config.Resolve(config.Inputs{SiteFile: f.site, SiteItems: items, Spec: spec, WorkDir: wd})
-	if err != nil {
-		return nil, err
-	}
+	in := config.Inputs{SiteFile: f.site, SiteItems: items, Spec: spec, WorkDir: wd}
 	var env config.LookupEnv
 	if checkToken {
 		env = os.LookupEnv
 	}
-	warnings, err := r.Validate(env)
+	r, err := config.Resolve(in)
+	var warnings []string
+	if err != nil {
+		// Every problem at once: what did resolve is validated too.
+		warnings, err = config.AlsoValidate(r, in, err, env)
+		r = nil
+	} else {
+		warnings, err = r.ValidateWhere(in, env)
+	}
 	for _, w := range warnings {
 		fmt.Fprintf(stderr, "gym-otel: warning: %s\n", w)
 	}
@@ -72,29 +78,65 @@ func (f *inputFlags) resolve(stderr io.Writer, checkToken bool) (*config.Resolve
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("validate", "[--site FILE] [--config FILE] [--spec SPEC] [--no-token-check]", stderr)
+	fs := newFlags("validate", "[--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] [--no-token-check]", stderr)
 	var in inputFlags
 	in.register(fs)
 	noToken := fs.Bool("no-token-check", false, "do not require the token variable in this environment (for checking a site file)")
+	plugstack := fs.String("plugstack", "", "read the plugin's site file and inline items from its line in this plugstack.conf `FILE` (following include), as sbatch does (default: slurm.conf's PlugStackConfig, unless --site or --site-item is given)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	site, plugErr := siteFromPlugstack(&in, *plugstack)
+	if site == "" && plugErr != nil {
+		return plugErr
+	}
+	layers := in.layers(site)
 	r, err := in.resolve(stderr, !*noToken)
-	if err != nil {
-		return err
+	if err = errors.Join(plugErr, err); err != nil {
+		return fmt.Errorf("%w\nchecked: %s", err, layers)
 	}
 	o := r.Otel
 	if !o.Enabled {
 		fmt.Fprintln(stdout, "gym-otel: valid: collector off for this job")
+		fmt.Fprintf(stdout, "gym-otel: checked: %s\n", layers)
 		return nil
 	}
 	fmt.Fprintf(stdout, "gym-otel: valid: endpoint %s, service_name %s, token from $%s, %d model service(s), job dir %s\n",
 		o.Endpoint, o.ServiceName, o.TokenEnv, len(r.Services), r.JobDir)
+	fmt.Fprintf(stdout, "gym-otel: checked: %s\n", layers)
 	return nil
 }
 
+// layers says which layers a check read, lowest first; site is what the
+// plugstack gave ("" when the site layers came from the flags).
+func (f *inputFlags) layers(site string) string {
+	var out []string
+	switch {
+	case site != "":
+		out = append(out, site)
+	case f.site != "" || len(f.siteItems) > 0:
+		var p []string
+		if f.site != "" {
+			p = append(p, "site file "+f.site+" (--site)")
+		}
+		if len(f.siteItems) > 0 {
+			p = append(p, "inline items "+strings.Join(f.siteItems, " ")+" (--site-item)")
+		}
+		out = append(out, strings.Join(p, " and "))
+	}
+	if f.config != "" {
+		out = append(out, "Gym config "+f.config)
+	}
+	if f.spec != "" {
+		out = append(out, "--gym-otel="+f.spec)
+	} else {
+		out = append(out, "a bare --gym-otel")
+	}
+	return strings.Join(out, "; ")
+}
+
 func runRender(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("render", "[--site FILE] [--config FILE] [--spec SPEC] [--job-id ID] [--node NAME] [--node-index N] [--output DIR]", stderr)
+	fs := newFlags("render", "[--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] [--job-id ID] [--node NAME] [--node-index N] [--output DIR] [--gpus LIST] [--ports G,H,HEALTH,TEL]", stderr)
 	var in inputFlags
 	in.register(fs)
 	jobID := fs.String("job-id", "", "Slurm job `ID` (default: a placeholder)")
@@ -160,11 +202,9 @@ func runDirective(args []string, stdout, stderr io.Writer) error {
 	bench := fs.String("benchmark", "", "benchmark `NAME`")
 	model := fs.String("model", "", "model `NAME` (default: the services' served model)")
 	jobDir := fs.String("job-dir", "", "job `DIR` (default: the config's job.output_path); may hold %j, %A, %a")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return usageError{err.Error()}
+	rest, err := parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
 	if *cfg == "" {
 		return usageError{"--config is required"}
@@ -183,7 +223,7 @@ func runDirective(args []string, stdout, stderr io.Writer) error {
 			items = append(items, it)
 		}
 	}
-	for _, a := range fs.Args() {
+	for _, a := range rest {
 		k, v, ok := strings.Cut(a, "=")
 		if !ok {
 			return usageError{fmt.Sprintf("%q: expected OTEL_KEY=VALUE", a)}

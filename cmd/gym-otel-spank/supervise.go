@@ -39,7 +39,7 @@ func init() {
 }
 
 func runSupervise(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("supervise", "--from-env | [--site FILE] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH]", stderr)
+	fs := newFlags("supervise", "--from-env | [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH]", stderr)
 	fromEnv := fs.Bool("from-env", false, "read the spec from $"+envSpec+", the job facts from $"+envFacts+", the record from $"+envRecord+" and report on fd 3 (how the plugin's prolog starts it)")
 	var in inputFlags
 	in.register(fs)

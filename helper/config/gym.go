@@ -468,7 +468,7 @@ func parseServices(path string, n *yaml.Node, pools []nodePool) ([]Service, map[
 		case "":
 			notes = append(notes, fmt.Sprintf("%s:%d: services.%s has no type, so it is not scraped", path, body.Line, name))
 		default:
-			notes = append(notes, fmt.Sprintf("%s:%d: services.%s: type %q is not one this plugin knows (vllm, vllm_pd, ray), so it is not scraped", path, body.Line, name, s.typ))
+			notes = append(notes, fmt.Sprintf("%s:%d: services.%s: type %q is not one this plugin knows (vllm, vllm_pd, ray), so it is not scraped%s", path, body.Line, name, s.typ, suggestType(s.typ)))
 		}
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
@@ -600,4 +600,19 @@ func checkInterpolations(path string, root *yaml.Node) error {
 		return fmt.Errorf("%s:%d: %q is an unresolved interpolation: stage the resolved config (OmegaConf.to_yaml(cfg, resolve=True))", path, found.Line, found.Value)
 	}
 	return nil
+}
+
+// suggestType is ` (did you mean "vllm"?)` for a service type that is a
+// known one in other case or a near misspelling, else "".
+func suggestType(t string) string {
+	known := []string{typeVLLM, typeVLLMPD, typeRay}
+	for _, k := range known {
+		if strings.EqualFold(t, k) {
+			return fmt.Sprintf(" (did you mean %q?)", k)
+		}
+	}
+	if c, ok := Closest(strings.ToLower(t), known); ok {
+		return fmt.Sprintf(" (did you mean %q?)", c)
+	}
+	return ""
 }

@@ -81,6 +81,7 @@ type spanStat struct {
 	name, producer string
 	count, errors  int
 	totalMs, maxMs float64
+	minMs          float64
 	sample         []float64 // a uniform reservoir of durations (ms)
 	rng            *rand.Rand
 }
@@ -88,6 +89,9 @@ type spanStat struct {
 func (s *spanStat) add(ms float64) {
 	s.count++
 	s.totalMs += ms
+	if s.count == 1 || ms < s.minMs {
+		s.minMs = ms
+	}
 	if ms > s.maxMs {
 		s.maxMs = ms
 	}
@@ -136,6 +140,8 @@ type aggregator struct {
 	errorLogEx   []ErrorLog
 	dirs         []*dirStat
 	cur          *dirStat
+	prodNames    map[string][]string // producer -> metric names it sent (bounded)
+	scraped      map[string]bool     // producers with `up` points (scrape targets)
 	rng          *rand.Rand
 }
 
@@ -267,6 +273,7 @@ func (a *aggregator) metrics(l *otlpLine) {
 				if _, ok := a.metricNames[name]; ok || len(a.metricNames) < maxMetricNames {
 					a.metricNames[name] += pointCount(m)
 				}
+				a.noteName(producer, name)
 				a.metric(name, m, node, producer, instance)
 			}
 		}
@@ -366,11 +373,14 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 			for i, c := range p.BucketCounts {
 				counts[i] = float64(c)
 			}
-			max, hasMax := 0.0, p.Max != nil
-			if hasMax {
-				max = float64(*p.Max)
+			var mm minMax
+			if p.Max != nil {
+				mm.max, mm.hasMax = float64(*p.Max), true
 			}
-			if !s.h.add(p.Time.ms(), p.ExplicitBounds, counts, float64(p.Count), float64(p.Sum), max, hasMax, m.Histogram.Temporality == temporalityDelta) {
+			if p.Min != nil {
+				mm.min, mm.hasMin = float64(*p.Min), true
+			}
+			if !s.h.add(p.Time.ms(), p.ExplicitBounds, counts, float64(p.Count), float64(p.Sum), mm, m.Histogram.Temporality == temporalityDelta) {
 				a.skipped++
 			}
 		}

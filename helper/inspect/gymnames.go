@@ -113,9 +113,8 @@ func verifyResult(sp *span) string {
 // ("" for all) into quantiles.
 func (a *aggregator) histByLabel(metric, label string) map[string]Quantiles {
 	type acc struct {
-		sets             [][]Bucket
-		count, sum, max  float64
-		hasMax, anyPoint bool
+		sets [][]Bucket
+		sum  histSummary
 	}
 	by := map[string]*acc{}
 	for _, s := range a.byMetric(metric) {
@@ -134,15 +133,11 @@ func (a *aggregator) histByLabel(metric, label string) map[string]Quantiles {
 			by[k] = x
 		}
 		x.sets = append(x.sets, s.h.cumulative())
-		x.count += s.h.count
-		x.sum += s.h.sum
-		if s.h.hasMax && (!x.hasMax || s.h.max > x.max) {
-			x.max, x.hasMax = s.h.max, true
-		}
+		x.sum.add(s.h)
 	}
 	out := map[string]Quantiles{}
 	for k, x := range by {
-		out[k] = histQuantiles(mergeBuckets(x.sets...), x.count, x.sum, x.max, x.hasMax)
+		out[k] = histQuantiles(mergeBuckets(x.sets...), x.sum)
 	}
 	return out
 }

@@ -78,7 +78,16 @@ func (r *Report) textString() string {
 }
 
 var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
-	"f":    func(v Value, p int) string { return f(v, p) },
+	"f":     func(v Value, p int) string { return f(v, p) },
+	"pct":   func(v Value) string { return pct(v) },
+	"bytes": func(v Value) string { return bytesH(v) },
+	"q": func(q Quantiles, p int) string {
+		if q.Count == 0 {
+			return "- (not sent)"
+		}
+		return quant(q, p)
+	},
+	"dur":  func(v Value) string { return dur(v) },
 	"join": strings.Join,
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -88,27 +97,56 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 <style>
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
 h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
+.summary { display: grid; grid-template-columns: repeat(auto-fill, minmax(170px, 1fr)); gap: .6em; margin: 1em 0; }
+.fig { border: 1px solid #ddd; border-radius: 4px; padding: .5em .8em; }
+.fig b { display: block; font-size: 1.6em; } .fig span { color: #555; font-size: .9em; }
+.delivery { padding: .6em 1em; border-radius: 4px; font-weight: 600; }
+.ok { background: #eef8ee; border: 1px solid #6a6; } .lost { background: #fff0f0; border: 1px solid #d66; } .unknown { background: #fff8e6; border: 1px solid #cb6; }
 .trouble { background: #fff0f0; border: 1px solid #d66; padding: .5em 1em; }
 .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(480px, 1fr)); gap: 1em; }
 .chart { border: 1px solid #ddd; padding: .5em; height: 280px; position: relative; }
 table { border-collapse: collapse; } td, th { padding: 2px 8px; border-bottom: 1px solid #eee; text-align: right; }
 td:first-child, th:first-child, td.l, th.l { text-align: left; }
 pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 12px; }
+.absent { color: #666; }
 </style></head>
 <body>
 <h1>{{.R.Dir}}</h1>
+<section id="summary">
+<p>{{if not .R.Job.Start.IsZero}}{{.R.Job.Start.Format "2006-01-02 15:04:05"}} .. {{.R.Job.End.Format "15:04:05"}} UTC ({{f .R.Job.DurationSeconds 1}} s) on {{join .R.Job.Nodes ", "}}{{end}}
+{{range $k, $v := .R.Job.Identity}} &nbsp; <b>{{$k}}</b> {{join $v ", "}}{{end}}</p>
+{{with .R.Summary}}<div class="delivery {{.DeliveryState}}" id="delivery">Backend: {{.Delivery}}</div>
+<div class="summary">
+<div class="fig" id="sum-rollouts"><b>{{f .Rollouts 0}}</b><span>rollouts{{if not .Rollouts.Known}} (no gym.rollout spans or histogram){{end}}</span></div>
+<div class="fig" id="sum-pass"><b>{{pct .PassRate}}</b><span>pass rate{{if .Verified.Known}} of {{f .Verified 0}} verified{{else}} (no verify results){{end}}</span></div>
+<div class="fig" id="sum-errors"><b>{{.ErrorSpans}} / {{.ErrorLogs}}</b><span>error spans / error log records</span></div>
+<div class="fig" id="sum-throughput"><b>{{if .Throughput}}{{f $.R.Gym.RolloutsPerMinute 1}}{{else}}-{{end}}</b><span>{{if .Throughput}}rollouts per minute: {{f $.R.Gym.RolloutsCounted 0}} in {{dur $.R.Gym.RolloutsWindowSeconds}}{{else}}rollouts per minute (no rollouts with a time span){{end}}</span></div>
+</div>{{end}}
 {{if .R.Trouble}}<div class="trouble" id="trouble">{{range .R.Trouble}}<p>{{.}}</p>{{end}}</div>{{end}}
-<p>{{range $k, $v := .R.Job.Identity}}<b>{{$k}}</b> {{join $v ", "}} &nbsp; {{end}}</p>
-<p>{{if not .R.Job.Start.IsZero}}{{.R.Job.Start.Format "2006-01-02 15:04:05"}} .. {{.R.Job.End.Format "15:04:05"}} UTC ({{f .R.Job.DurationSeconds 1}} s) on {{join .R.Job.Nodes ", "}}{{end}}</p>
+{{range .R.Absent}}<p class="absent">{{.Section}}: {{.Why}} ({{.Detail}})</p>{{end}}
+</section>
 <h2>Charts</h2>
+<p class="absent">x: time since the job's first item; a series of few points is drawn with its points.</p>
 <div class="charts" id="charts"></div>
-<h2>Spans by total time</h2>
+{{if .R.ModelServers}}<h2>Model servers</h2>
+<table id="servers"><tr><th>server</th><th>requests</th><th>prompt tokens</th><th>generation tokens</th><th>prompt tok/s</th><th>gen tok/s</th><th>over (s)</th><th class="l">e2e latency (s)</th><th class="l">time to first token (s)</th></tr>
+{{range .R.ModelServers}}<tr><td>{{.Node}} {{.Producer}} {{.Model}}</td><td>{{f .Requests 0}}</td><td>{{f .PromptTokens 0}}</td><td>{{f .GenerationTokens 0}}</td><td>{{f .PromptTokensPerSecond 1}}</td><td>{{f .GenerationTokensPerSecond 1}}</td><td>{{f .RateWindowSeconds 1}}</td><td class="l">{{q .E2ELatency 3}}</td><td class="l">{{q .TTFT 3}}</td></tr>
+{{end}}</table>{{end}}
+{{if .R.GPUs}}<h2>GPUs</h2>
+<table id="gpus"><tr><th>node</th><th>gpu</th><th class="l">model</th><th>util mean %</th><th>util max %</th><th>mem max MiB</th><th>power mean W</th><th>power max W</th><th>idle</th></tr>
+{{range .R.GPUs}}<tr><td>{{.Node}}</td><td>{{.GPU}}</td><td class="l">{{.Model}}</td><td>{{f .UtilMean 1}}</td><td>{{f .UtilMax 0}}</td><td>{{f .MemoryUsedMax 0}}</td><td>{{f .PowerMean 1}}</td><td>{{f .PowerMax 1}}</td><td>{{if .Idle}}idle{{end}}</td></tr>
+{{end}}</table>{{end}}
+{{if .R.Hosts}}<h2>Hosts</h2>
+<table id="hosts"><tr><th>node</th><th>CPUs</th><th>busy</th><th>memory used max</th><th>memory total</th><th>load1 max</th></tr>
+{{range .R.Hosts}}<tr><td>{{.Node}}</td><td>{{.CPUs}}</td><td>{{if .CPUBusy.Known}}{{pct .CPUBusy}}{{else}}- (needs two scrapes){{end}}</td><td>{{bytes .MemoryUsedMax}}</td><td>{{bytes .MemoryTotal}}</td><td>{{f .Load1Max 2}}</td></tr>
+{{end}}</table>{{end}}
+{{if .R.Spans.ByName}}<h2>Spans by total time</h2>
 <table id="spans"><tr><th>name</th><th class="l">producer</th><th>count</th><th>total ms</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th><th>errors</th></tr>
 {{range .R.Spans.ByName}}<tr><td>{{.Name}}</td><td class="l">{{.Producer}}</td><td>{{f .Duration.Count 0}}</td><td>{{printf "%.1f" .TotalMs}}</td><td>{{f .Duration.P50 1}}</td><td>{{f .Duration.P90 1}}</td><td>{{f .Duration.P99 1}}</td><td>{{f .Duration.Max 1}}</td><td>{{.Errors}}</td></tr>
-{{end}}</table>
+{{end}}</table>{{end}}
 {{if .R.Spans.SpanMetrics}}<h2>Span metrics</h2>
-<table id="spanmetrics"><tr><th>span name</th><th>calls</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th></tr>
-{{range .R.Spans.SpanMetrics}}<tr><td>{{.Name}}</td><td>{{f .Calls 0}}</td><td>{{f .Duration.P50 1}}</td><td>{{f .Duration.P90 1}}</td><td>{{f .Duration.P99 1}}</td></tr>
+<table id="spanmetrics"><tr><th>span name</th><th>calls</th><th class="l">duration (ms)</th><th class="l">from</th></tr>
+{{range .R.Spans.SpanMetrics}}<tr><td>{{.Name}}</td><td>{{f .Calls 0}}</td><td class="l">{{q .Duration 1}}</td><td class="l">{{if eq .DurationFrom "spans"}}{{.Spans}} raw spans{{else}}the connector's buckets{{end}}</td></tr>
 {{end}}</table>{{end}}
 <h2>Report</h2>
 <pre id="text">{{.Text}}</pre>
@@ -118,47 +156,74 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 12px; }
 (function () {
   const R = JSON.parse(document.getElementById('report-data').textContent);
   const box = document.getElementById('charts');
-  const pad = n => String(n).padStart(2, '0');
-  const hms = ms => { const d = new Date(ms); return pad(d.getUTCHours()) + ':' + pad(d.getUTCMinutes()) + ':' + pad(d.getUTCSeconds()); };
+  const t0 = R.job && R.job.start ? Date.parse(R.job.start) : 0;
+  const span = R.job && R.job.duration_seconds || 0;
+  const pad = n => String(Math.floor(n)).padStart(2, '0');
+  // Seconds since the job's first item: "12.5 s" for a short job, else
+  // m:ss or h:mm:ss.
+  const since = s => {
+    if (span < 120) return (Math.round(s * 10) / 10) + ' s';
+    const h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60, sec = s % 60;
+    return h > 0 ? h + ':' + pad(m) + ':' + pad(sec) : m + ':' + pad(sec);
+  };
+  // A tick step that is a round time: about 6 ticks over the job.
+  const step = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200, 86400]
+    .find(s => span / s <= 8) || 86400 * Math.ceil(span / 86400 / 8);
   const palette = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
+  const facts = [];
   let drawn = 0;
   function add(id, title, type, datasets, opts) {
-    if (!datasets.length || datasets.every(d => !d.data.length)) return;
+    datasets = datasets.filter(d => d.data.length);
+    if (!datasets.length) return;
     const div = document.createElement('div'); div.className = 'chart';
     const c = document.createElement('canvas'); c.id = id; div.appendChild(c); box.appendChild(div);
-    datasets.forEach((d, i) => { d.borderColor = d.backgroundColor = palette[i % palette.length]; d.pointRadius = 0; d.borderWidth = 1.5; });
+    const counts = opts && opts.counts;
+    datasets.forEach((d, i) => {
+      d.borderColor = d.backgroundColor = palette[i % palette.length];
+      // A sparse series is drawn with its points: one point has no line.
+      d.pointRadius = d.data.length === 1 ? 4 : d.data.length <= 60 ? 2 : 0;
+      d.borderWidth = 1.5;
+      d.clip = 6; // a point on the chart's edge is drawn whole
+    });
     const time = type === 'line';
-    new Chart(c, {
+    const y = { beginAtZero: true, ticks: counts ? { precision: 0 } : {} };
+    const chart = new Chart(c, {
       type: type,
       data: { labels: opts && opts.labels, datasets: datasets },
-      options: Object.assign({
+      options: {
         animation: false, responsive: true, maintainAspectRatio: false, parsing: time ? false : undefined,
         plugins: { title: { display: true, text: title } },
-        scales: time ? { x: { type: 'linear', ticks: { callback: hms, maxTicksLimit: 8 } }, y: { beginAtZero: true } } : { y: { beginAtZero: true } }
-      }, opts && opts.options)
+        scales: time ? { x: { type: 'linear', min: 0, max: span > 0 ? span : undefined, title: { display: true, text: 'time since the job\'s first item' },
+          ticks: { callback: since, stepSize: span >= 8 ? step : undefined, maxTicksLimit: 10 } }, y: y } : { y: y }
+      }
     });
+    facts.push({ id: id, counts: !!counts,
+      series: datasets.map((d, i) => ({ points: d.data.length, radius: d.pointRadius, drawn: chart.getDatasetMeta(i).data.length })),
+      x: chart.scales.x.ticks.map(t => t.label), y: chart.scales.y.ticks.map(t => t.value) });
     drawn++;
   }
-  const xy = pts => (pts || []).map(p => ({ x: p[0], y: p[1] }));
+  const xy = pts => (pts || []).map(p => ({ x: (p[0] - t0) / 1000, y: p[1] }));
   const srvName = m => m.node + (m.producer ? ' ' + m.producer : '') + (m.model ? ' ' + m.model : '');
   const servers = (R.model_servers || []).filter(m => m.node !== '(all)');
   add('chart-throughput', 'generation tokens/s', 'line', servers.map(m => ({ label: srvName(m), data: xy(m.generation_tokens_per_second_over_time) })));
   add('chart-queue', 'requests running / waiting', 'line', [].concat(
     servers.map(m => ({ label: 'running ' + srvName(m), data: xy(m.running_over_time) })),
-    servers.map(m => ({ label: 'waiting ' + srvName(m), data: xy(m.waiting_over_time) }))));
+    servers.map(m => ({ label: 'waiting ' + srvName(m), data: xy(m.waiting_over_time) }))), { counts: true });
   add('chart-kvcache', 'KV-cache use (fraction)', 'line', servers.map(m => ({ label: srvName(m), data: xy(m.kv_cache_over_time) })));
   add('chart-gpu', 'GPU utilisation % per node and GPU', 'line', (R.gpus || []).map(g => ({ label: g.node + ' gpu ' + g.gpu, data: xy(g.util_over_time) })));
-  const rr = R.gym && R.gym.rollout_rate || {};
-  add('chart-rollouts', 'rollouts/s', 'line', Object.keys(rr).sort().map(n => ({ label: n, data: xy(rr[n]) })));
+  add('chart-load', 'load1 per node', 'line', (R.hosts || []).map(h => ({ label: h.node, data: xy(h.load1_over_time) })));
+  const ro = R.gym && R.gym.rollouts_over_time || {};
+  add('chart-rollouts', 'rollouts completed (gym.rollout.duration_ms count)', 'line', Object.keys(ro).sort().map(n => ({ label: n, data: xy(ro[n]) })), { counts: true });
   function hist(id, title, key) {
     servers.forEach((m, i) => {
       const b = m[key]; if (!b || !b.counts || !b.counts.length) return;
       const labels = b.counts.map((_, j) => j < b.bounds.length ? '<= ' + b.bounds[j] : '> ' + b.bounds[b.bounds.length - 1]);
-      add(id + '-' + i, title + ' (s): ' + srvName(m), 'bar', [{ label: 'requests', data: b.counts }], { labels: labels });
+      add(id + '-' + i, title + ' (s): ' + srvName(m), 'bar', [{ label: 'requests', data: b.counts }], { labels: labels, counts: true });
     });
   }
   hist('chart-e2e', 'e2e latency', 'e2e_buckets');
   hist('chart-ttft', 'time to first token', 'ttft_buckets');
+  document.body.dataset.chartFacts = JSON.stringify(facts);
   document.body.dataset.charts = String(drawn);
 })();
 </script>

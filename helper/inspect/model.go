@@ -157,6 +157,8 @@ type histogram struct {
 	prevSum    float64
 	max        float64
 	hasMax     bool
+	min        float64
+	hasMin     bool
 	n          int
 	lastMs     int64
 	tl         timeline // cumulative observation count
@@ -175,10 +177,11 @@ func sameBounds(a, b []float64) bool {
 }
 
 // add takes one point: bucket counts (len(bounds)+1 of them), its count,
-// sum and max (hasMax false when the point has none), cumulative or delta.
+// sum, min and max (mm.hasMin, mm.hasMax false when the point has none),
+// cumulative or delta.
 // A point whose bounds differ from the series' first point is skipped and
 // reported false.
-func (h *histogram) add(ms int64, bounds, counts []float64, count, sum, max float64, hasMax, delta bool) bool {
+func (h *histogram) add(ms int64, bounds, counts []float64, count, sum float64, mm minMax, delta bool) bool {
 	if len(counts) != len(bounds)+1 {
 		return false
 	}
@@ -216,8 +219,11 @@ func (h *histogram) add(ms int64, bounds, counts []float64, count, sum, max floa
 	}
 	copy(h.prev, counts)
 	h.prevCount, h.prevSum = count, sum
-	if hasMax && (!h.hasMax || max > h.max) {
-		h.max, h.hasMax = max, true
+	if mm.hasMax && (!h.hasMax || mm.max > h.max) {
+		h.max, h.hasMax = mm.max, true
+	}
+	if mm.hasMin && (!h.hasMin || mm.min < h.min) {
+		h.min, h.hasMin = mm.min, true
 	}
 	h.n++
 	if ms > h.lastMs {

@@ -48,11 +48,11 @@ func TestHistogramReset(t *testing.T) {
 		{[]float64{0, 2, 1}, 3},
 	}
 	for i, s := range steps {
-		if !h.add(int64(1000*(i+1)), bounds, s.counts, s.count, s.count, 0, false, false) {
+		if !h.add(int64(1000*(i+1)), bounds, s.counts, s.count, s.count, minMax{}, false) {
 			t.Fatal("point refused")
 		}
 	}
-	if h.add(9000, []float64{1, 3}, []float64{1, 1, 1}, 3, 3, 0, false, false) {
+	if h.add(9000, []float64{1, 3}, []float64{1, 1, 1}, 3, 3, minMax{}, false) {
 		t.Error("a point with other bounds was taken")
 	}
 	want := []float64{2, 3, 1} // 2 then 0 in (..1]; 1, then 1+1 in (1,2]; 1 above

@@ -125,6 +125,7 @@ type histogramPoint struct {
 	Sum            num       `json:"sum"`
 	BucketCounts   []num     `json:"bucketCounts"`
 	ExplicitBounds []float64 `json:"explicitBounds"`
+	Min            *num      `json:"min"`
 	Max            *num      `json:"max"`
 	Flags          int       `json:"flags"`
 }

@@ -70,6 +70,10 @@ type Report struct {
 	Spans        Spans         `json:"spans"`
 	Errors       Errors        `json:"errors"`
 	Health       Health        `json:"health"`
+	// Absent are the sections without data, each with why.
+	Absent []Absence `json:"absent"`
+	// Summary is how the run went, in a few figures.
+	Summary RunSummary `json:"summary"`
 }
 
 // NodeReceipt is one node dir's receipt, or why it has none.
@@ -102,49 +106,38 @@ type Job struct {
 }
 
 // Quantiles are the figures of a distribution. From a histogram, P50, P90
-// and P99 are Prometheus' histogram_quantile over the run's buckets; from
-// raw samples, its quantile_over_time of the samples.
+// and P99 are Prometheus' histogram_quantile over the run's buckets,
+// clamped into [Min, Max] where those are known; from raw samples, its
+// quantile_over_time of the samples.
 type Quantiles struct {
 	Count Value `json:"count"`
 	Mean  Value `json:"mean"`
 	P50   Value `json:"p50"`
 	P90   Value `json:"p90"`
 	P99   Value `json:"p99"`
-	// Max is the largest observation when it is known (raw samples, or
-	// an OTLP histogram with max; Prometheus histograms have none).
+	// Min and Max are the smallest and largest observation when they are
+	// known (raw samples, or an OTLP histogram with min and max;
+	// Prometheus histograms have neither).
+	Min Value `json:"min"`
 	Max Value `json:"max"`
+	// Within is set for a histogram whose observations all fell into one
+	// bucket: [low, high], the interval that holds them all ([Min, Max]
+	// where known, else the bucket's bounds; null for an open end). P50,
+	// P90 and P99 are null then: inside one bucket they would be made up.
+	Within []Value `json:"within,omitempty"`
 }
 
 func unknownQ() Quantiles {
 	n := Value(math.NaN())
-	return Quantiles{Count: 0, Mean: n, P50: n, P90: n, P99: n, Max: n}
+	return Quantiles{Count: 0, Mean: n, P50: n, P90: n, P99: n, Min: n, Max: n}
 }
 
-func histQuantiles(bs []Bucket, count, sum, max float64, hasMax bool) Quantiles {
-	q := unknownQ()
-	q.Count = Value(count)
-	if count > 0 {
-		q.Mean = Value(sum / count)
-	}
-	for _, x := range []struct {
-		q float64
-		v *Value
-	}{{0.5, &q.P50}, {0.9, &q.P90}, {0.99, &q.P99}} {
-		cp := append([]Bucket(nil), bs...)
-		*x.v = Value(BucketQuantile(x.q, cp))
-	}
-	if hasMax {
-		q.Max = Value(max)
-	}
-	return q
-}
-
-func sampleQuantiles(vs []float64, count int, total, max float64) Quantiles {
+func sampleQuantiles(vs []float64, count int, total, min, max float64) Quantiles {
 	q := unknownQ()
 	q.Count = Value(count)
 	if count > 0 {
 		q.Mean = Value(total / float64(count))
-		q.Max = Value(max)
+		q.Min, q.Max = Value(min), Value(max)
 	}
 	cp := append([]float64(nil), vs...)
 	q.P50 = Value(SampleQuantile(0.5, cp))
@@ -169,10 +162,17 @@ type Gym struct {
 	RolloutHistogram Quantiles `json:"rollout_histogram_ms"`
 	// RolloutsPerMinute is the rollout spans' count over the time from the
 	// first one's start to the last one's end (without spans: the
-	// histogram's count over the run's time span).
-	RolloutsPerMinute Value `json:"rollouts_per_minute"`
+	// histogram's count over the run's time span): RolloutsCounted over
+	// RolloutsWindowSeconds.
+	RolloutsPerMinute     Value `json:"rollouts_per_minute"`
+	RolloutsCounted       Value `json:"rollouts_counted"`
+	RolloutsWindowSeconds Value `json:"rollouts_window_seconds"`
 	// RolloutRate is rollouts per second over time, per node.
 	RolloutRate map[string][]Point `json:"rollout_rate"`
+	// RolloutsOverTime is the rollouts completed so far (the
+	// gym.rollout.duration_ms histogram's count) over time, per node and
+	// producer ("<node> <producer>").
+	RolloutsOverTime map[string][]Point `json:"rollouts_over_time"`
 	// Verify counts gym.verify.count by its result attribute; VerifySpans
 	// counts gym.verify spans by nemo.gym.verify.result, else by status
 	// ("ok", or "error" when the verifier raised).
@@ -200,9 +200,12 @@ type ModelServer struct {
 	PromptTokens     Value `json:"prompt_tokens"`
 	GenerationTokens Value `json:"generation_tokens"`
 	// PromptTokensPerSecond and GenerationTokensPerSecond are the
-	// counters' increase between their first and last point over that time.
+	// counters' increase between their first and last point over that
+	// time, RateWindowSeconds (the longest of the servers' for "(all)",
+	// whose rates are the sum of theirs); null with one scrape.
 	PromptTokensPerSecond     Value `json:"prompt_tokens_per_second"`
 	GenerationTokensPerSecond Value `json:"generation_tokens_per_second"`
+	RateWindowSeconds         Value `json:"rate_window_seconds"`
 	// CounterResets is the most resets seen in one of the token counters
 	// (each a restarted server).
 	CounterResets int `json:"counter_resets"`
@@ -297,9 +300,14 @@ type SlowSpan struct {
 
 // SpanMetric is the span_metrics connector's series of one span name.
 type SpanMetric struct {
-	Name     string    `json:"name"`
-	Calls    Value     `json:"calls"`
-	Duration Quantiles `json:"duration_ms"`
+	Name  string `json:"name"`
+	Calls Value  `json:"calls"`
+	// Duration is from the raw spans of that name where traces.jsonl has
+	// them (DurationFrom "spans", Spans of them), else from the
+	// connector's duration histogram (DurationFrom "histogram").
+	Duration     Quantiles `json:"duration_ms"`
+	DurationFrom string    `json:"duration_from"`
+	Spans        int       `json:"spans"`
 }
 
 // Errors are the error spans and error log records.
@@ -444,7 +452,9 @@ func Build(dir string) (*Report, error) {
 	if err := r.health(a); err != nil {
 		return nil, err
 	}
+	r.absences(a)
 	r.receipts(srcs)
+	r.summarise()
 	return r, nil
 }
 
@@ -500,7 +510,7 @@ func points(pts [][2]float64) []Point {
 }
 
 func (a *aggregator) gym() Gym {
-	g := Gym{Verify: map[string]float64{}, VerifySpans: a.verifySpans, RolloutRate: map[string][]Point{},
+	g := Gym{Verify: map[string]float64{}, VerifySpans: a.verifySpans, RolloutRate: map[string][]Point{}, RolloutsOverTime: map[string][]Point{},
 		RolloutsPerMinute: Value(math.NaN()), VerifySuccess: Value(math.NaN())}
 	var rollouts, verifies []*spanStat
 	for k, st := range a.spans {
@@ -513,17 +523,15 @@ func (a *aggregator) gym() Gym {
 	}
 	g.RolloutSpans, g.VerifyLatency = spanQuantiles(rollouts), spanQuantiles(verifies)
 	var sets [][]Bucket
-	count, sum, max, hasMax := 0.0, 0.0, 0.0, false
+	var hs histSummary
 	for _, s := range a.byMetric(mRolloutMs) {
 		if s.h == nil {
 			continue
 		}
 		sets = append(sets, s.h.cumulative())
-		count += s.h.count
-		sum += s.h.sum
-		if s.h.hasMax && (!hasMax || s.h.max > max) {
-			max, hasMax = s.h.max, true
-		}
+		hs.add(s.h)
+		k := s.key.node + " " + s.key.producer
+		g.RolloutsOverTime[k] = append(g.RolloutsOverTime[k], points(s.h.tl.pts)...)
 		c := &counter{}
 		for _, p := range s.h.tl.pts {
 			c.add(int64(p[0]), p[1])
@@ -532,16 +540,21 @@ func (a *aggregator) gym() Gym {
 	}
 	g.RolloutHistogram = unknownQ()
 	if len(sets) > 0 {
-		g.RolloutHistogram = histQuantiles(mergeBuckets(sets...), count, sum, max, hasMax)
+		g.RolloutHistogram = histQuantiles(mergeBuckets(sets...), hs)
 	}
+	g.RolloutsCounted, g.RolloutsWindowSeconds = Value(math.NaN()), Value(math.NaN())
+	count := hs.count
 	// Rollouts per minute: the rollout spans over the time from the first
 	// one's start to the last one's end; without spans, the histogram's
 	// count over the run's time span.
 	switch {
 	case g.RolloutSpans.Count > 0 && a.rolloutLast > a.rolloutFirst:
-		g.RolloutsPerMinute = Value(float64(g.RolloutSpans.Count) / (float64(a.rolloutLast-a.rolloutFirst) / 60000))
+		g.RolloutsCounted, g.RolloutsWindowSeconds = g.RolloutSpans.Count, Value(float64(a.rolloutLast-a.rolloutFirst)/1000)
 	case count > 0 && a.lastMs > a.firstMs:
-		g.RolloutsPerMinute = Value(count / (float64(a.lastMs-a.firstMs) / 60000))
+		g.RolloutsCounted, g.RolloutsWindowSeconds = Value(count), Value(float64(a.lastMs-a.firstMs)/1000)
+	}
+	if g.RolloutsWindowSeconds.Known() {
+		g.RolloutsPerMinute = g.RolloutsCounted / g.RolloutsWindowSeconds * 60
 	}
 	for _, s := range a.byMetric(mVerifyCount) {
 		if s.c != nil {
@@ -582,14 +595,17 @@ func orNone(s string) string {
 // reservoir of 4096 beyond that).
 func spanQuantiles(sts []*spanStat) Quantiles {
 	var vs []float64
-	n, total, max := 0, 0.0, 0.0
+	n, total, min, max := 0, 0.0, math.Inf(1), 0.0
 	for _, st := range sts {
 		vs = append(vs, st.sample...)
 		n += st.count
 		total += st.totalMs
 		max = math.Max(max, st.maxMs)
+		if st.count > 0 {
+			min = math.Min(min, st.minMs)
+		}
 	}
-	return sampleQuantiles(vs, n, total, max)
+	return sampleQuantiles(vs, n, total, min, max)
 }
 
 type serverKey struct{ node, producer, model string }
@@ -612,15 +628,15 @@ func (a *aggregator) modelServers() []ModelServer {
 	}
 	var out []ModelServer
 	var allE2E, allTTFT [][]Bucket
-	var allE2ECount, allE2ESum, allTTFTCount, allTTFTSum float64
-	total := ModelServer{Node: "(all)", Producer: "", Model: ""}
+	var allE2ES, allTTFTS histSummary
 	nan := Value(math.NaN())
+	total := ModelServer{Node: "(all)", Producer: "", Model: "", RateWindowSeconds: nan}
 	sums := map[string]Value{"req": nan, "prompt": nan, "gen": nan}
 	rates := map[string]Value{"prompt": nan, "gen": nan}
 	for _, k := range keys {
 		m := ModelServer{Node: k.node, Producer: k.producer, Model: k.model}
 		m.Requests, m.PromptTokens, m.GenerationTokens = nan, nan, nan
-		m.PromptTokensPerSecond, m.GenerationTokensPerSecond = nan, nan
+		m.PromptTokensPerSecond, m.GenerationTokensPerSecond, m.RateWindowSeconds = nan, nan, nan
 		m.RunningMean, m.RunningMax, m.WaitingMean, m.WaitingMax, m.KVCacheMean, m.KVCacheMax = nan, nan, nan, nan, nan, nan
 		m.E2ELatency, m.TTFT = unknownQ(), unknownQ()
 		var e2e, ttft, itl, tpot []*histogram
@@ -629,10 +645,12 @@ func (a *aggregator) modelServers() []ModelServer {
 			case mPromptTokens:
 				m.PromptTokens = addV(m.PromptTokens, s.c.total())
 				m.PromptTokensPerSecond = addV(m.PromptTokensPerSecond, s.c.rate())
+				m.RateWindowSeconds = maxV(m.RateWindowSeconds, s.c.window())
 				m.CounterResets = max(m.CounterResets, s.c.resets)
 			case mGenTokens:
 				m.GenerationTokens = addV(m.GenerationTokens, s.c.total())
 				m.GenerationTokensPerSecond = addV(m.GenerationTokensPerSecond, s.c.rate())
+				m.RateWindowSeconds = maxV(m.RateWindowSeconds, s.c.window())
 				m.CounterResets = max(m.CounterResets, s.c.resets)
 				m.GenerationPerSec = append(m.GenerationPerSec, points(s.c.rates())...)
 			case mRequestSuccess:
@@ -665,17 +683,16 @@ func (a *aggregator) modelServers() []ModelServer {
 		for _, h := range e2e {
 			if h != nil {
 				allE2E = append(allE2E, h.cumulative())
-				allE2ECount += h.count
-				allE2ESum += h.sum
+				allE2ES.add(h)
 			}
 		}
 		for _, h := range ttft {
 			if h != nil {
 				allTTFT = append(allTTFT, h.cumulative())
-				allTTFTCount += h.count
-				allTTFTSum += h.sum
+				allTTFTS.add(h)
 			}
 		}
+		total.RateWindowSeconds = maxV(total.RateWindowSeconds, float64(m.RateWindowSeconds))
 		for name, v := range map[string]Value{"req": m.Requests, "prompt": m.PromptTokens, "gen": m.GenerationTokens} {
 			sums[name] = addV(sums[name], float64(v))
 		}
@@ -693,15 +710,22 @@ func (a *aggregator) modelServers() []ModelServer {
 	total.RunningMean, total.RunningMax, total.WaitingMean, total.WaitingMax, total.KVCacheMean, total.KVCacheMax = nan, nan, nan, nan, nan, nan
 	total.E2ELatency, total.TTFT, total.InterToken = unknownQ(), unknownQ(), unknownQ()
 	if len(allE2E) > 0 {
-		total.E2ELatency = histQuantiles(mergeBuckets(allE2E...), allE2ECount, allE2ESum, 0, false)
+		total.E2ELatency = histQuantiles(mergeBuckets(allE2E...), allE2ES)
 	}
 	if len(allTTFT) > 0 {
-		total.TTFT = histQuantiles(mergeBuckets(allTTFT...), allTTFTCount, allTTFTSum, 0, false)
+		total.TTFT = histQuantiles(mergeBuckets(allTTFT...), allTTFTS)
 	}
 	if len(out) > 1 {
 		out = append(out, total)
 	}
 	return out
+}
+
+func maxV(v Value, x float64) Value {
+	if math.IsNaN(x) || (v.Known() && float64(v) >= x) {
+		return v
+	}
+	return Value(x)
 }
 
 func addV(v Value, x float64) Value {
@@ -718,15 +742,14 @@ func addV(v Value, x float64) Value {
 // metric: engines) into quantiles and chart buckets.
 func histFigures(hs []*histogram) (Quantiles, HistogramBuckets) {
 	var sets [][]Bucket
-	count, sum := 0.0, 0.0
+	var sum histSummary
 	hb := HistogramBuckets{Bounds: []float64{}, Counts: []float64{}}
 	for _, h := range hs {
 		if h == nil || h.n == 0 {
 			continue
 		}
 		sets = append(sets, h.cumulative())
-		count += h.count
-		sum += h.sum
+		sum.add(h)
 		if len(hb.Counts) == 0 {
 			hb.Bounds = append(hb.Bounds, h.bounds...)
 			hb.Counts = append(hb.Counts, h.inc...)
@@ -739,7 +762,7 @@ func histFigures(hs []*histogram) (Quantiles, HistogramBuckets) {
 	if len(sets) == 0 {
 		return unknownQ(), hb
 	}
-	return histQuantiles(mergeBuckets(sets...), count, sum, 0, false), hb
+	return histQuantiles(mergeBuckets(sets...), sum), hb
 }
 
 type gpuKey struct{ node, gpu string }
@@ -870,7 +893,7 @@ func (a *aggregator) spanReport() Spans {
 	for _, st := range all {
 		sp.Total += st.count
 		sp.ByName = append(sp.ByName, SpanName{Name: st.name, Producer: st.producer, TotalMs: st.totalMs, Errors: st.errors,
-			Duration: sampleQuantiles(st.sample, st.count, st.totalMs, st.maxMs)})
+			Duration: sampleQuantiles(st.sample, st.count, st.totalMs, st.minMs, st.maxMs)})
 	}
 	sort.Slice(sp.ByName, func(i, j int) bool {
 		if sp.ByName[i].TotalMs != sp.ByName[j].TotalMs {
@@ -882,9 +905,9 @@ func (a *aggregator) spanReport() Spans {
 	sort.SliceStable(sp.ByP99, func(i, j int) bool { return sp.ByP99[i].Duration.P99 > sp.ByP99[j].Duration.P99 })
 	// Span metrics: by span.name over every node and producer.
 	type smAcc struct {
-		calls      float64
-		sets       [][]Bucket
-		count, sum float64
+		calls float64
+		sets  [][]Bucket
+		sum   histSummary
 	}
 	var names []string
 	by := map[string]*smAcc{}
@@ -903,16 +926,27 @@ func (a *aggregator) spanReport() Spans {
 		}
 		if s.h != nil {
 			x.sets = append(x.sets, s.h.cumulative())
-			x.count += s.h.count
-			x.sum += s.h.sum
+			x.sum.add(s.h)
 		}
 	}
 	sort.Strings(names)
 	for _, n := range names {
 		x := by[n]
-		m := SpanMetric{Name: n, Calls: Value(x.calls), Duration: unknownQ()}
+		m := SpanMetric{Name: n, Calls: Value(x.calls), Duration: unknownQ(), DurationFrom: "histogram"}
 		if len(x.sets) > 0 {
-			m.Duration = histQuantiles(mergeBuckets(x.sets...), x.count, x.sum, 0, false)
+			m.Duration = histQuantiles(mergeBuckets(x.sets...), x.sum)
+		}
+		// The raw spans, where traces.jsonl has them, say more than the
+		// connector's buckets.
+		var raw []*spanStat
+		for k, st := range a.spans {
+			if k[0] == n {
+				raw = append(raw, st)
+				m.Spans += st.count
+			}
+		}
+		if m.Spans > 0 {
+			m.Duration, m.DurationFrom = spanQuantiles(raw), "spans"
 		}
 		sp.SpanMetrics = append(sp.SpanMetrics, m)
 	}

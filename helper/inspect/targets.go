@@ -249,7 +249,7 @@ func WriteTargets(w io.Writer, ts []Target) {
 // failed scrapes between the first and last answer (or every scrape of a
 // target that never answered).
 func ScrapeSummary(scrapes, answered, warmingUp, ended int) string {
-	s := fmt.Sprintf("%d scrapes, %d answered", scrapes, answered)
+	s := fmt.Sprintf("%d %s, %d answered", scrapes, plural(scrapes, "scrape"), answered)
 	if warmingUp > 0 {
 		s += fmt.Sprintf(" (%d before its first answer: warming up)", warmingUp)
 	}
@@ -272,7 +272,7 @@ func Unanswered(dir string, ts []Target) error {
 	var errs []error
 	for _, t := range ts {
 		if t.Answered == 0 {
-			errs = append(errs, fmt.Errorf("%s: scrape target %s (%s) has no sample in metrics.jsonl (%d scrapes, none answered)", dir, t.Job, t.Instance, t.Scrapes))
+			errs = append(errs, fmt.Errorf("%s: scrape target %s (%s) has no sample in metrics.jsonl (%d %s, none answered)", dir, t.Job, t.Instance, t.Scrapes, plural(t.Scrapes, "scrape")))
 		}
 	}
 	return errors.Join(errs...)

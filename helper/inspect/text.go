@@ -60,7 +60,9 @@ func (r *Report) WriteText(w io.Writer) error {
 			t.line("  %-24s %s", "rollouts (histogram, ms)", quant(g.RolloutHistogram, 1))
 		}
 		if g.RolloutsPerMinute.Known() {
-			t.line("  %-24s %s", "rollouts per minute", f(g.RolloutsPerMinute, 2))
+			t.line("  %-24s %s in %s (%s): %s per minute", "rollout throughput", f(g.RolloutsCounted, 0), dur(g.RolloutsWindowSeconds),
+				map[bool]string{true: "first span's start to last span's end", false: "the run's time span"}[g.RolloutSpans.Count > 0],
+				f(g.RolloutsPerMinute, 1))
 		}
 		if len(g.Verify) > 0 || len(g.VerifySpans) > 0 {
 			t.line("  %-24s metric %s; spans %s; success %s", "verify", counts(g.Verify), countsInt(g.VerifySpans), pct(g.VerifySuccess))
@@ -71,6 +73,8 @@ func (r *Report) WriteText(w io.Writer) error {
 		t.gymTelemetryLines(g)
 	}
 
+	t.absent(r, "gym", "gym")
+	t.absent(r, "model servers", "model servers (vLLM)")
 	if len(r.ModelServers) > 0 {
 		t.section("model servers (vLLM)")
 		for _, m := range r.ModelServers {
@@ -82,9 +86,18 @@ func (r *Report) WriteText(w io.Writer) error {
 				name += " model " + m.Model
 			}
 			t.line("  %s", name)
-			t.line("    requests %s, prompt tokens %s (%s/s), generation tokens %s (%s/s)%s",
-				f(m.Requests, 0), f(m.PromptTokens, 0), f(m.PromptTokensPerSecond, 1), f(m.GenerationTokens, 0),
-				f(m.GenerationTokensPerSecond, 1), resets(m.CounterResets))
+			t.line("    requests %s, prompt tokens %s, generation tokens %s%s", fw(m.Requests, 0, "not sent"), fw(m.PromptTokens, 0, "not sent"),
+				fw(m.GenerationTokens, 0, "not sent"), resets(m.CounterResets))
+			switch {
+			case m.RateWindowSeconds.Known() && m.Node == "(all)":
+				t.line("    tokens/s (sum of the servers' rates, windows up to %s): prompt %s, generation %s",
+					dur(m.RateWindowSeconds), fw(m.PromptTokensPerSecond, 1, "not sent"), fw(m.GenerationTokensPerSecond, 1, "not sent"))
+			case m.RateWindowSeconds.Known():
+				t.line("    tokens/s over %s (first to last scrape): prompt %s, generation %s", dur(m.RateWindowSeconds),
+					fw(m.PromptTokensPerSecond, 1, "not sent"), fw(m.GenerationTokensPerSecond, 1, "not sent"))
+			case m.PromptTokens.Known() || m.GenerationTokens.Known():
+				t.line("    tokens/s - (%s)", WhyTwoScrapes)
+			}
 			if m.E2ELatency.Count > 0 {
 				t.line("    e2e latency (s)   %s", quant(m.E2ELatency, 3))
 			}
@@ -95,17 +108,29 @@ func (r *Report) WriteText(w io.Writer) error {
 				t.line("    inter-token (s)   %s", quant(m.InterToken, 4))
 			}
 			if m.RunningMax.Known() || m.WaitingMax.Known() || m.KVCacheMax.Known() {
-				t.line("    running mean %s max %s, waiting mean %s max %s, KV cache mean %s max %s",
-					f(m.RunningMean, 1), f(m.RunningMax, 0), f(m.WaitingMean, 1), f(m.WaitingMax, 0), pct(m.KVCacheMean), pct(m.KVCacheMax))
+				gauge := func(name string, mean, max Value, percent bool) string {
+					switch {
+					case !mean.Known():
+						return name + " - (not sent)"
+					case percent:
+						return fmt.Sprintf("%s mean %s max %s", name, pct(mean), pct(max))
+					}
+					return fmt.Sprintf("%s mean %s max %s", name, f(mean, 1), f(max, 0))
+				}
+				t.line("    %s, %s, %s", gauge("running", m.RunningMean, m.RunningMax, false), gauge("waiting", m.WaitingMean, m.WaitingMax, false),
+					gauge("KV cache", m.KVCacheMean, m.KVCacheMax, true))
 			}
 		}
 	}
 
+	t.absent(r, "GPUs", "GPUs (dcgm-exporter)")
 	if len(r.GPUs) > 0 {
 		t.section("GPUs (dcgm-exporter)")
 		t.line("  %-14s %4s %-22s %9s %8s %14s %9s %9s", "node", "gpu", "model", "util mean", "util max", "mem max (MiB)", "power W", "power max")
 		var idle []string
+		dash := false
 		for _, x := range r.GPUs {
+			dash = dash || !x.UtilMean.Known() || !x.MemoryUsedMax.Known() || !x.PowerMean.Known()
 			t.line("  %-14s %4s %-22s %8s%% %7s%% %14s %9s %9s", cut(x.Node, 14), x.GPU, cut(x.Model, 22), f(x.UtilMean, 1), f(x.UtilMax, 0),
 				f(x.MemoryUsedMax, 0), f(x.PowerMean, 1), f(x.PowerMax, 1))
 			if x.Idle {
@@ -115,16 +140,31 @@ func (r *Report) WriteText(w io.Writer) error {
 		if len(idle) > 0 {
 			t.wrap("  idle the whole run: ", strings.Join(idle, ", "))
 		}
-	}
-
-	if len(r.Hosts) > 0 {
-		t.section("hosts (node_exporter)")
-		for _, h := range r.Hosts {
-			t.line("  %-14s %d CPUs, busy %s; memory %s of %s used at most; load1 max %s", cut(h.Node, 14), h.CPUs, pct(h.CPUBusy),
-				bytesH(h.MemoryUsedMax), bytesH(h.MemoryTotal), f(h.Load1Max, 2))
+		if dash {
+			t.line("  (-: a field dcgm-exporter did not send)")
 		}
 	}
 
+	t.absent(r, "hosts", "hosts (node_exporter)")
+	if len(r.Hosts) > 0 {
+		t.section("hosts (node_exporter)")
+		for _, h := range r.Hosts {
+			busy := pct(h.CPUBusy)
+			switch {
+			case !h.CPUBusy.Known() && h.CPUs > 0:
+				busy += " (" + WhyTwoScrapes + ")"
+			case !h.CPUBusy.Known():
+				busy += " (not sent)"
+			}
+			mem := "memory - (not sent)"
+			if h.MemoryTotal.Known() {
+				mem = fmt.Sprintf("memory %s of %s used at most", bytesH(h.MemoryUsedMax), bytesH(h.MemoryTotal))
+			}
+			t.line("  %-14s %d CPUs, busy %s; %s; load1 max %s", cut(h.Node, 14), h.CPUs, busy, mem, fw(h.Load1Max, 2, "not sent"))
+		}
+	}
+
+	t.absent(r, "spans", "spans")
 	s := r.Spans
 	if s.Total > 0 || len(s.SpanMetrics) > 0 {
 		t.section(fmt.Sprintf("spans (%d)", s.Total))
@@ -157,9 +197,13 @@ func (r *Report) WriteText(w io.Writer) error {
 			}
 		}
 		if len(s.SpanMetrics) > 0 {
-			t.line("  span metrics (traces.span.metrics.*, by span name):")
+			t.line("  span metrics (traces.span.metrics.*, by span name; durations from the raw spans where they exist):")
 			for _, x := range s.SpanMetrics {
-				t.line("    %-34s calls %8s  p50 %9s ms  p99 %9s ms", cut(x.Name, 34), f(x.Calls, 0), f(x.Duration.P50, 1), f(x.Duration.P99, 1))
+				from := "connector's buckets"
+				if x.DurationFrom == "spans" {
+					from = fmt.Sprintf("%d raw %s", x.Spans, plural(x.Spans, "span"))
+				}
+				t.line("    %-30s calls %6s  %s  (%s)", cut(x.Name, 30), f(x.Calls, 0), quantShort(x.Duration, 1, "ms"), from)
 			}
 		}
 	}
@@ -276,9 +320,78 @@ func secs(v Value) string {
 	return fmt.Sprintf("%.1f s", float64(v))
 }
 
+// quant is a distribution in one line. A histogram whose observations
+// fell into one bucket shows the range that holds them, not quantiles;
+// an unknown min and max (a Prometheus histogram) says so.
 func quant(q Quantiles, prec int) string {
-	return fmt.Sprintf("n %s  mean %s  p50 %s  p90 %s  p99 %s  max %s", f(q.Count, 0), f(q.Mean, prec), f(q.P50, prec), f(q.P90, prec),
-		f(q.P99, prec), f(q.Max, prec))
+	head := fmt.Sprintf("n %s  mean %s  ", f(q.Count, 0), f(q.Mean, prec))
+	if q.Within != nil {
+		return head + within(q, prec) + " (one bucket: no quantiles)"
+	}
+	s := head + fmt.Sprintf("p50 %s  p90 %s  p99 %s", f(q.P50, prec), f(q.P90, prec), f(q.P99, prec))
+	if q.Min.Known() && q.Max.Known() {
+		return s + fmt.Sprintf("  min %s  max %s", f(q.Min, prec), f(q.Max, prec))
+	}
+	if q.Max.Known() {
+		return s + fmt.Sprintf("  max %s", f(q.Max, prec))
+	}
+	return s + "  max - (buckets only)"
+}
+
+// quantShort is p50 and p99 (or the one bucket's range) with a unit.
+func quantShort(q Quantiles, prec int, unit string) string {
+	if q.Within != nil {
+		return within(q, prec) + " " + unit
+	}
+	return fmt.Sprintf("p50 %s %s  p99 %s %s", f(q.P50, prec), unit, f(q.P99, prec), unit)
+}
+
+// within is the range of a one-bucket histogram.
+func within(q Quantiles, prec int) string {
+	lo, hi := q.Within[0], q.Within[1]
+	switch {
+	case lo.Known() && hi.Known() && lo == hi:
+		return "all " + f(lo, prec)
+	case lo.Known() && hi.Known():
+		return "all within " + f(lo, prec) + "-" + f(hi, prec)
+	case hi.Known():
+		return "all <= " + f(hi, prec)
+	case lo.Known():
+		return "all > " + f(lo, prec)
+	}
+	return "all in one bucket"
+}
+
+// fw is f with the reason of an unknown value.
+func fw(v Value, prec int, why string) string {
+	if !v.Known() {
+		return "- (" + why + ")"
+	}
+	return f(v, prec)
+}
+
+// dur is a duration in seconds with a unit that suits it.
+func dur(v Value) string {
+	if !v.Known() {
+		return "-"
+	}
+	s := float64(v)
+	switch {
+	case s < 10:
+		return fmt.Sprintf("%.2f s", s)
+	case s < 600:
+		return fmt.Sprintf("%.0f s", s)
+	case s < 7200:
+		return fmt.Sprintf("%.1f min", s/60)
+	}
+	return fmt.Sprintf("%.1f h", s/3600)
+}
+
+// absent prints an empty section's title with why it is empty.
+func (t *textOut) absent(r *Report, section, title string) {
+	if a := r.absent(section); a != nil {
+		t.wrap("== "+title+": "+a.Why+" ", "("+a.Detail+")")
+	}
 }
 
 func resets(n int) string {

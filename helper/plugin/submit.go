@@ -44,8 +44,16 @@ type SubmitResult struct {
 // collector on this node (parentToken).
 func Submit(a Args, spec, cwd string, env config.LookupEnv) (SubmitResult, error) {
 	var res SubmitResult
-	r, err := config.Resolve(config.Inputs{SiteFile: a.Site, SiteItems: a.SiteItems, Spec: spec, WorkDir: cwd})
+	in := config.Inputs{SiteFile: a.Site, SiteItems: a.SiteItems, Spec: spec, WorkDir: cwd}
+	r, err := config.Resolve(in)
 	if err != nil {
+		// Every problem at once: what did resolve is validated too (the
+		// token only outside a chain, whose token may come from its job).
+		venv := env
+		if parentJob(env) != "" {
+			venv = nil
+		}
+		res.Warnings, err = config.AlsoValidate(r, in, err, venv)
 		return res, err
 	}
 	if !r.Otel.Enabled {
@@ -69,7 +77,7 @@ func Submit(a Args, spec, cwd string, env config.LookupEnv) (SubmitResult, error
 			}
 		}
 	}
-	warnings, err := r.Validate(env)
+	warnings, err := r.ValidateWhere(in, env)
 	res.Warnings = warnings
 	if err != nil {
 		return res, err

@@ -251,6 +251,9 @@ func (r *Receipt) Summary() []string {
 		}
 		lines = append(lines, fmt.Sprintf("  %-7s received %s%d, written %s%d, sent to the backend %s%d, failed %s%d",
 			sig, atLeast, c.Received, atLeast, c.Written, atLeast, c.Sent, atLeast, c.Lost()))
+		if sig == "metrics" && c.Written > c.Received {
+			lines = append(lines, "          (written > received: the span metrics are made in the collector from the spans, not received)")
+		}
 		w := itemWord[sig]
 		if c.Lost() > 0 {
 			t := fmt.Sprintf("the backend did not get %s%d of %s%d %s", atLeast, c.Lost(), atLeast, c.Sent+c.Lost(), w)

@@ -86,6 +86,9 @@ type Result struct {
 	Done bool
 	// Took is the replay's duration.
 	Took time.Duration
+	// Cause is the backend exporter's last failure, in one line, from the
+	// collector's log ("" when it logged none).
+	Cause string
 }
 
 // OK reports whether everything was read and the backend accepted all of it.
@@ -101,32 +104,61 @@ func (r *Result) OK() bool {
 	return true
 }
 
-// Summary is one line per signal and a verdict.
+// Summary is one line per signal, telling apart what the file receivers
+// read, what the backend accepted, what failed and what was still
+// pending; then a verdict and, when exports failed, their cause in one
+// line.
 func (r *Result) Summary() []string {
 	var lines []string
 	units := map[string][2]string{"traces": {"spans", "spans"}, "metrics": {"metrics", "points"}, "logs": {"log records", "log records"}}
+	var unread, pending, failed int64
+	pendingUnknown := false
 	for _, sig := range Signals {
 		t, ok := r.Signals[sig]
 		if !ok {
 			continue
 		}
 		u := units[sig]
-		l := fmt.Sprintf("%-7s %d file(s): %d/%d %s read (%d refused), %d/%d %s accepted by the backend, %d failed",
-			sig, t.Files, t.Accepted, t.Items, u[0], t.Refused, t.Sent, t.Exported, u[1], t.SendFailed+t.EnqueueFailed)
+		p := t.pending()
+		ps := fmt.Sprint(p)
+		if p < 0 {
+			ps, pendingUnknown = "unknown", true
+		} else {
+			pending += p
+		}
+		unread += t.unread()
+		failed += t.SendFailed + t.EnqueueFailed
+		l := fmt.Sprintf("%-7s %d %s: read %d of %d %s (%d refused); backend: %d of %d %s accepted, %d failed, %s pending",
+			sig, t.Files, plural(t.Files, "file"), t.Accepted, t.Items, u[0], t.Refused, t.Sent, t.Exported, u[1], t.SendFailed+t.EnqueueFailed, ps)
 		if t.BadLines > 0 {
-			l += fmt.Sprintf("; %d line(s) not OTLP-JSON, not sent", t.BadLines)
+			l += fmt.Sprintf("; %d %s not OTLP-JSON, not sent", t.BadLines, plural(t.BadLines, "line"))
 		}
 		lines = append(lines, l)
 	}
+	took := r.Took.Round(time.Millisecond)
 	switch {
 	case r.OK():
-		lines = append(lines, fmt.Sprintf("replay complete: the backend %s accepted everything in %v", r.Endpoint, r.Took.Round(time.Millisecond)))
+		lines = append(lines, fmt.Sprintf("replay complete: the backend %s accepted everything in %v", r.Endpoint, took))
+	case !r.Done && unread > 0:
+		lines = append(lines, fmt.Sprintf("replay INCOMPLETE after %v: %d items of the files not read yet, %d read but not yet accepted or failed", took, unread, pending))
+	case !r.Done && (pending > 0 || pendingUnknown):
+		lines = append(lines, fmt.Sprintf("replay INCOMPLETE after %v: everything was read; %d items were still on their way to the backend %s (neither accepted nor failed)", took, pending, r.Endpoint))
 	case !r.Done:
-		lines = append(lines, fmt.Sprintf("replay INCOMPLETE after %v: not everything was read and sent (see the figures above)", r.Took.Round(time.Millisecond)))
+		lines = append(lines, fmt.Sprintf("replay INCOMPLETE after %v: everything was read and sent or failed, but the collector's counters had not settled", took))
 	default:
-		lines = append(lines, fmt.Sprintf("replay done with LOSSES: the backend %s refused or lost data (see the figures above)", r.Endpoint))
+		lines = append(lines, fmt.Sprintf("replay done with LOSSES: the backend %s did not accept %d items (refused or failed after the retries)", r.Endpoint, failed))
+	}
+	if r.Cause != "" && (failed > 0 || !r.OK()) {
+		lines = append(lines, "cause: "+r.Cause)
 	}
 	return lines
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 // Run replays opt.Dir. It returns the result and an error when the replay
@@ -197,6 +229,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		t.Items += f.Items
 		t.Exported += f.Exported
 	}
+	if err := preflight(res.Endpoint, opt.Binary); err != nil {
+		return nil, err
+	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -219,6 +254,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return nil, err
 	}
 	defer c.kill()
+	defer func() { res.Cause = exportCause(logPath) }()
 	fmt.Fprintf(opt.Out, "replay: %d file(s) from %d dir(s) to %s (collector pid %d)\n", len(files), len(dirs), res.Endpoint, c.cmd.Process.Pid)
 
 	ctx, cancel := context.WithTimeout(ctx, opt.Timeout)
@@ -233,6 +269,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		case <-ctx.Done():
 			res.Took = time.Since(start)
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				if cause := exportCause(logPath); cause != "" {
+					return res, fmt.Errorf("--timeout: not everything was read and sent within %v; the exports' last failure: %s", opt.Timeout, cause)
+				}
 				return res, fmt.Errorf("--timeout: not everything was read and sent within %v; last lines of the collector's log:\n%s", opt.Timeout, tail(logPath, 3))
 			}
 			return res, fmt.Errorf("interrupted: %w", ctx.Err())

@@ -42,8 +42,16 @@ func TestSubmitRefusesBadConfig(t *testing.T) {
 			}
 		})
 	}
+	// Several mistakes: every one in the one refusal (an unknown item, a
+	// bad endpoint, and the token missing from the environment).
+	r := asUser(t, 30*time.Second, nil, "sbatch --gym-otel=scrape_intervall_seconds=3,endpoint=ftp://x "+script)
+	for _, want := range []string{`scrape_intervall_seconds=3: unknown item (did you mean "scrape_interval_seconds"?)`, "--gym-otel: otel.endpoint: \"ftp://x\"", "otel.token_env: the variable OTEL_TOKEN"} {
+		if r.code == 0 || !strings.Contains(r.stderr, want) {
+			t.Errorf("sbatch with three mistakes: code %d, stderr lacks %q:\n%s", r.code, want, r.stderr)
+		}
+	}
 	// srun and salloc refuse too.
-	r := asUser(t, 30*time.Second, nil, "srun --gym-otel true")
+	r = asUser(t, 30*time.Second, nil, "srun --gym-otel true")
 	if r.code == 0 || !strings.Contains(r.stderr, "otel.token_env") {
 		t.Fatalf("srun --gym-otel without token: code %d, stderr %s", r.code, r.stderr)
 	}

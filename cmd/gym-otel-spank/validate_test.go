@@ -1,0 +1,109 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestValidateEveryErrorAtOnce: a site file, a Gym config and a SPEC with
+// a mistake of every kind: one run reports every one, each with where it
+// is (file:line, or the --gym-otel item), a suggestion where a known name is
+// close, and the layers it read.
+func TestValidateEveryErrorAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("OTEL_TOKEN", "s3cret-value")
+	site := writeFile(t, dir, "site.yaml", "otel:\n  endpoint: otlp.example.com:4318\n  service_nme: svc\n  gpu_metrics_port: 70000\n")
+	gym := writeFile(t, dir, "submit.yaml", "driver: {gym_install: /g}\nservices:\n  policy:\n    type: vLLM\n  judge:\n    type: vllm\n    port: \"8001\"\n")
+	code, out, errOut := runCLI(t, "validate", "--site", site, "--config", gym, "--spec", "benchmrk=gsm8k,scrape_interval_seconds=0")
+	if code != 1 || out != "" {
+		t.Fatalf("exit %d, stdout %q", code, out)
+	}
+	for _, want := range []string{
+		site + `:3: otel.service_nme: unknown key (did you mean "service_name"?)`,
+		site + ":4: otel.gpu_metrics_port:",
+		gym + ":7: services.judge.port:",
+		`benchmrk=gsm8k: unknown item (did you mean "benchmark"?)`,
+		"otel.scrape_interval_seconds=0:",
+		// Validate's own checks, in the same run, with where the value was set.
+		site + `:2: otel.endpoint: "otlp.example.com:4318"`,
+		`services.policy: type "vLLM" is not one this plugin knows (vllm, vllm_pd, ray), so it is not scraped (did you mean "vllm"?)`,
+		"gym-otel: checked: site file " + site + " (--site); Gym config " + gym + "; --gym-otel=benchmrk=gsm8k,scrape_interval_seconds=0",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("lacks %q:\n%s", want, errOut)
+		}
+	}
+	// The misspelt service_name is one mistake: no "service_name: not set" too.
+	if strings.Contains(errOut, "otel.service_name: not set") {
+		t.Errorf("the misspelt key reported twice:\n%s", errOut)
+	}
+}
+
+// writePlugstack writes slurm.conf naming a plugstack.conf that includes
+// plugstack.conf.d/*.conf, whose second line is the plugin's with args.
+func writePlugstack(t *testing.T, dir, args string) (slurmConf, line string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(dir, "plugstack.conf.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ps := writeFile(t, dir, "plugstack.conf", "include "+filepath.Join(dir, "plugstack.conf.d", "*.conf")+"\n")
+	writeFile(t, dir, "plugstack.conf.d/other.conf", "optional /usr/lib/slurm/other.so x=1\n")
+	line = writeFile(t, dir, "plugstack.conf.d/gym-otel.conf", "# gym-otel-spank\nrequired /usr/lib/x86_64-linux-gnu/slurm-wlm/gym_otel.so "+args+" # site\n")
+	slurmConf = writeFile(t, dir, "slurm.conf", "ClusterName=c\nPlugStackConfig="+ps+"\n")
+	return slurmConf, line
+}
+
+// TestValidateReadsPlugstack: without --site, validate reads the site
+// file and inline items of the plugin's plugstack line as sbatch does
+// (slurm.conf's PlugStackConfig, its include), and says so.
+func TestValidateReadsPlugstack(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("OTEL_TOKEN", "s3cret-value")
+	site := writeFile(t, dir, "site.yaml", siteYAML)
+	conf, line := writePlugstack(t, dir, "site="+site+" on_failure=fail cli=/usr/bin/gym-otel-spank")
+	t.Setenv("SLURM_CONF", conf)
+	code, out, errOut := runCLI(t, "validate")
+	want := "gym-otel: checked: site file " + site + " and inline items on_failure=fail from the plugstack line " + line + ":2 (included from " +
+		filepath.Join(dir, "plugstack.conf") + ":1), PlugStackConfig of " + conf + "; a bare --gym-otel\n"
+	if code != 0 || !strings.HasPrefix(out, "gym-otel: valid: endpoint https://otlp.example.com") || !strings.HasSuffix(out, want) {
+		t.Errorf("exit %d\n%s%s\nwant the line %q", code, out, errOut, want)
+	}
+	// Without the plugstack's site file the config is not valid: it is read.
+	t.Setenv("SLURM_CONF", filepath.Join(dir, "none.conf"))
+	code, out, errOut = runCLI(t, "validate")
+	if code != 1 || !strings.Contains(errOut, "otel.endpoint: not set") || !strings.Contains(errOut, "no site settings (no "+filepath.Join(dir, "none.conf")) {
+		t.Errorf("without slurm.conf: exit %d\n%s%s", code, out, errOut)
+	}
+	// --plugstack FILE, with a mistyped argument: its file:line and a
+	// suggestion, with the config's other errors.
+	_, line = writePlugstack(t, dir, "site="+site+" prolog_timout=30 on_failure=maybe")
+	code, _, errOut = runCLI(t, "validate", "--plugstack", filepath.Join(dir, "plugstack.conf"))
+	for _, w := range []string{
+		line + `:2: plugstack.conf argument "prolog_timout=30": unknown argument (did you mean "prolog_timeout"?)`,
+		line + ":2: plugstack.conf: otel.on_failure=maybe:",
+	} {
+		if code != 1 || !strings.Contains(errOut, w) {
+			t.Errorf("exit %d, lacks %q:\n%s", code, w, errOut)
+		}
+	}
+	// A plugstack without the plugin: sbatch would not know --gym-otel.
+	writeFile(t, dir, "bare.conf", "optional /usr/lib/slurm/other.so\n")
+	code, _, errOut = runCLI(t, "validate", "--plugstack", filepath.Join(dir, "bare.conf"))
+	if code != 1 || !strings.Contains(errOut, "bare.conf: no gym_otel.so line") {
+		t.Errorf("no plugin line: exit %d %s", code, errOut)
+	}
+}
+
+// TestValidateWhereSpecSets: a key the SPEC sets beside a bad item is
+// attributed to the SPEC, not to the site file that the SPEC overrides.
+func TestValidateWhereSpecSets(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("OTEL_TOKEN", "s3cret-value")
+	site := writeFile(t, dir, "site.yaml", siteYAML)
+	code, _, errOut := runCLI(t, "validate", "--site", site, "--spec", "scrape_intervall_seconds=3,endpoint=ftp://x")
+	if code != 1 || !strings.Contains(errOut, `gym-otel: --gym-otel: otel.endpoint: "ftp://x": expected an http:// or https:// URL`) {
+		t.Errorf("exit %d:\n%s", code, errOut)
+	}
+}

@@ -1,0 +1,158 @@
+package inspect
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// chartFacts is what the page records of each chart it drew (its body's
+// data-chart-facts): the series' points, point radius and drawn elements,
+// the x tick labels and y tick values.
+type chartFacts struct {
+	ID     string `json:"id"`
+	Counts bool   `json:"counts"`
+	Series []struct {
+		Points int     `json:"points"`
+		Radius float64 `json:"radius"`
+		Drawn  int     `json:"drawn"`
+	} `json:"series"`
+	X []string  `json:"x"`
+	Y []float64 `json:"y"`
+}
+
+// writeCollectorJob writes a one-node job dir with helper/render's golden
+// collector.yaml, metrics.jsonl and a final receipt without loss.
+func writeCollectorJob(t *testing.T, metrics string) string {
+	t.Helper()
+	job := t.TempDir()
+	dir := filepath.Join(job, "otel")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := os.ReadFile("../render/testdata/two-services.golden.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{"collector.yaml": string(cfg), "metrics.jsonl": metrics} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc := &receipt.Receipt{JobID: "42", Node: "gn1", Basis: receipt.BasisFinal, Collectors: 1, Signals: map[string]receipt.Counts{
+		"traces": {Received: 0}, "metrics": {Received: 10, Written: 10, Sent: 10}, "logs": {}}}
+	if err := rc.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+// checkHTML writes r's page, opens it in Chromium and checks what a reader
+// sees first and that every chart drew every series: a series of one point
+// with a visible point, distinct time labels, whole numbers on the axes of
+// counts. It returns the facts of the charts.
+func checkHTML(t *testing.T, r *Report, wantCharts ...string) []chartFacts {
+	t.Helper()
+	js, err := LoadChartJS("")
+	if err != nil {
+		testenv.Missing(t, err.Error())
+		return nil
+	}
+	out := testenv.Artifacts(t)
+	page := filepath.Join(out, "report.html")
+	var b strings.Builder
+	if err := r.WriteHTML(&b, js); err != nil {
+		t.Fatal(err)
+	}
+	html := b.String()
+	if err := os.WriteFile(page, []byte(html), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The summary comes first: before the charts and the tables.
+	sum, charts := strings.Index(html, `id="summary"`), strings.Index(html, `id="charts"`)
+	if sum < 0 || charts < sum || strings.Index(html, `id="sum-rollouts"`) > charts || strings.Index(html, `id="delivery"`) > charts {
+		t.Errorf("the page does not open on the summary (summary at %d, charts at %d)", sum, charts)
+	}
+	testenv.CheckPage(t, page, filepath.Join(out, "report.png"), wantCharts...)
+	var facts []chartFacts
+	if err := json.Unmarshal([]byte(testenv.EvalPage(t, page, "chart-facts")), &facts); err != nil {
+		t.Fatal(err)
+	}
+	if len(facts) != len(wantCharts) {
+		t.Errorf("%d charts drawn, want %v: %+v", len(facts), wantCharts, facts)
+	}
+	for _, c := range facts {
+		for i, s := range c.Series {
+			if s.Drawn != s.Points || (s.Points < 2 && s.Radius <= 0) {
+				t.Errorf("%s series %d: %d points, %d drawn, point radius %v: not visible", c.ID, i, s.Points, s.Drawn, s.Radius)
+			}
+		}
+		seen := map[string]bool{}
+		for _, x := range c.X {
+			if seen[x] && !strings.HasPrefix(c.ID, "chart-e2e") && !strings.HasPrefix(c.ID, "chart-ttft") {
+				t.Errorf("%s: x label %q twice: %v", c.ID, x, c.X)
+			}
+			seen[x] = true
+		}
+		if c.Counts {
+			for _, y := range c.Y {
+				if y != math.Trunc(y) {
+					t.Errorf("%s: a chart of counts has the y tick %v: %v", c.ID, y, c.Y)
+				}
+			}
+		}
+	}
+	return facts
+}
+
+// TestHTMLShortJob: a job of 0.2 s, every series one scrape: the page
+// opens on its summary (3 rollouts, nothing lost), and draws each
+// one-point series as a point, at x labels in seconds since the start.
+func TestHTMLShortJob(t *testing.T) {
+	r, err := Build(writeCollectorJob(t, vllmScrape("gn1", 0, 100, [4]int{1, 2, 1, 0}, 2, 0.3)+
+		histLine("gn1", mRolloutMs, 0, [5]int{0, 2, 0, 1, 0}, 89, `,"min":19,"max":51`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := r.Summary; s.Rollouts != 3 || !s.DeliveryOK || !strings.HasPrefix(s.Delivery, "nothing lost: the backend accepted all 0 spans, 10 metric points") {
+		t.Errorf("summary %+v", s)
+	}
+	facts := checkHTML(t, r, "chart-queue", "chart-kvcache", "chart-rollouts", "chart-e2e-0")
+	for _, c := range facts {
+		if c.ID == "chart-queue" && (len(c.X) == 0 || !strings.HasSuffix(c.X[0], " s")) {
+			t.Errorf("short job's time labels %v, want seconds since the start", c.X)
+		}
+	}
+}
+
+// TestHTMLLongJob: two hours scraped every 30 s (240 points a series): the
+// time labels are h:mm:ss since the start, all distinct.
+func TestHTMLLongJob(t *testing.T) {
+	var m strings.Builder
+	for i := 0; i < 240; i++ {
+		sec := 30 * i
+		m.WriteString(vllmScrape("gn1", sec, float64(100*i), [4]int{i, 2 * i, i, 0}, float64(i%5), float64(i%10)/10))
+		m.WriteString(dcgmScrape("gn1", sec, float64(i%100), 0))
+		m.WriteString(histLine("gn1", mRolloutMs, sec, [5]int{0, 2 * i, 0, i, 0}, float64(i)*89, `,"min":19,"max":51`))
+	}
+	r, err := Build(writeCollectorJob(t, m.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := r.Summary; s.Rollouts != 239*3 || s.Throughput == "" {
+		t.Errorf("summary %+v", s)
+	}
+	facts := checkHTML(t, r, "chart-queue", "chart-kvcache", "chart-gpu", "chart-rollouts", "chart-e2e-0")
+	for _, c := range facts {
+		if c.ID == "chart-gpu" && (len(c.X) < 3 || fmt.Sprint(c.X) == "" || !strings.Contains(c.X[len(c.X)-1], ":")) {
+			t.Errorf("long job's time labels %v, want h:mm:ss since the start", c.X)
+		}
+	}
+}

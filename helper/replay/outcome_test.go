@@ -1,0 +1,91 @@
+package replay
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+func TestCheckEndpoint(t *testing.T) {
+	for in, want := range map[string]string{
+		"otlp.example.com:4318": `no scheme: the OTLP/HTTP exporter needs a URL, e.g. https://otlp.example.com:4318`,
+		"127.0.0.1:4318":        "no scheme",
+		"ftp://h/x":             `the scheme "ftp" is not http or https`,
+		"https://":              "no host",
+		"":                      "empty",
+		"http://127.0.0.1:4318": "",
+		"https://o.example/api": "",
+	} {
+		err := CheckEndpoint("--endpoint", in)
+		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
+			t.Errorf("%q: %v, want %q", in, err, want)
+		}
+	}
+}
+
+func jobDir(t *testing.T) string {
+	job := t.TempDir()
+	write(t, filepath.Join(job, "otel", "collector.yaml"), jobConfig)
+	write(t, filepath.Join(job, "otel", "traces.jsonl"), traceLine+"\n")
+	return job
+}
+
+func withToken(string) (string, bool) { return "tok", true }
+
+// An endpoint without a scheme is refused before the collector starts (a
+// missing collector would otherwise be the error).
+func TestRunRefusesMalformedEndpoint(t *testing.T) {
+	_, err := Run(t.Context(), Options{Dir: jobDir(t), Endpoint: "127.0.0.1:4318", LookupEnv: withToken, Binary: "/nonexistent/otelcol"})
+	if err == nil || !strings.Contains(err.Error(), `"127.0.0.1:4318": no scheme`) {
+		t.Errorf("err %v, want the endpoint refused", err)
+	}
+}
+
+// A backend nothing listens on: replay stops before starting the collector,
+// saying so, instead of waiting for the exporter's retries.
+func TestRunFailsFastWhenUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + l.Addr().String()
+	l.Close()
+	res, err := Run(t.Context(), Options{Dir: jobDir(t), Endpoint: closed, LookupEnv: withToken, Binary: "/bin/true"})
+	if res != nil || err == nil || !strings.Contains(err.Error(), "the backend "+closed+" cannot be reached") || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("res %v err %v, want the backend unreachable", res, err)
+	}
+}
+
+// The real collector against a backend that refuses the token: the summary
+// tells read from accepted, and gives the exports' cause in one line
+// without the resource dump of the collector's log line.
+func TestRunCauseInOneLine(t *testing.T) {
+	bin := testenv.Collector(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "bad token", http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	res, err := Run(t.Context(), Options{Dir: jobDir(t), Endpoint: srv.URL, LookupEnv: withToken, Binary: bin, Timeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := strings.Join(res.Summary(), "\n")
+	if res.OK() || !strings.Contains(sum, "replay done with LOSSES") || !strings.Contains(sum, "traces  1 file: read 3 of 3 spans (0 refused); backend: 0 of 3 spans accepted, 3 failed, 0 pending") {
+		t.Errorf("summary:\n%s", sum)
+	}
+	var cause string
+	for _, l := range res.Summary() {
+		if strings.HasPrefix(l, "cause: ") {
+			cause = l
+		}
+	}
+	if !strings.Contains(cause, "401") || strings.Contains(cause, "resource") || len(cause) > 310 || strings.Contains(cause, "\n") {
+		t.Errorf("cause %q: want one line naming HTTP 401, without the resource", cause)
+	}
+}

@@ -58,6 +58,8 @@ struct gos_record {
 	int fail;       /* on_failure=fail */
 	char reason[1024];
 	int final_wait; /* seconds, 0..GOS_MAX_FINAL_WAIT */
+	long supervisor_pid; /* the job's supervisor on the node, 0 when none */
+	unsigned long long supervisor_start; /* its start time, clock ticks since boot */
 	int nenv;
 	char **env;     /* "KEY=VALUE" */
 	int nunset;
@@ -70,6 +72,9 @@ struct gos_record {
 int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 		    struct gos_record *r, char *err, size_t errlen);
 void gos_record_free(struct gos_record *r);
+/* 1 when the record's supervisor still runs: /proc shows its pid with the
+ * recorded start time, not a zombie. Pure C, one small read. */
+int gos_supervisor_alive(const struct gos_record *r);
 /* The n-th host of a Slurm hostlist. */
 int gos_hostlist_nth(const char *list, unsigned n, char *buf, size_t len);
 /* The node's name in a step, prolog or epilog. */

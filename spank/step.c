@@ -329,6 +329,20 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 		gos_error("job %u: %s", st.job_id, err);
 		return 0;
 	}
+	if (r.ready && !gos_supervisor_alive(&r)) {
+		/*
+		 * The supervisor has ended mid-job: it gave up on its collector
+		 * (restarted too often, or its ports were taken by another
+		 * process). Nothing answering on the recorded ports is the
+		 * job's any more: this step gets no collector env, and values
+		 * the plugin set in an earlier step (the batch script's) go.
+		 */
+		r.ready = 0;
+		snprintf(r.reason, sizeof(r.reason), "the job's collector on %s stopped mid-job "
+			 "(its supervisor, pid %ld, has ended: see supervisor.log in the job's "
+			 "output dir)", st.node, r.supervisor_pid);
+		strip_foreign(sp);
+	}
 	st.have = 1;
 	st.ready = r.ready;
 	st.fail = r.fail;

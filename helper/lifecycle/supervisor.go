@@ -329,11 +329,7 @@ func (s *supervisor) launch(ctx context.Context) error {
 	err = waitHealthy(ctx, c, s.ports.Health, s.opt.HealthPoll)
 	if err == nil {
 		// Healthy by whom? Fail closed unless every port is the collector's.
-		ports := []int{s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health}
-		if s.ports.Telemetry != 0 {
-			ports = append(ports, s.ports.Telemetry)
-		}
-		if err = verifyListeners(c.pid, ports); err == nil {
+		if err = s.provePorts(c); err == nil {
 			return nil
 		}
 		// A listener of another user, or a port the collector does not
@@ -355,6 +351,18 @@ func (s *supervisor) launch(ctx context.Context) error {
 		return fmt.Errorf("%s: the collector exited before it was healthy (%v); last lines of %s:\n%s", key, c.waitErr, s.logPath, tail)
 	}
 	return fmt.Errorf("otel.health_check_timeout_seconds: the collector was not healthy within %ds; last lines of %s:\n%s", s.o.HealthCheckTimeoutSeconds, s.logPath, tail)
+}
+
+// provePorts proves that every port of the job is listened on by collector
+// c's process group (verifyListeners): at the first start and after every
+// restart, since whatever answers on a port is trusted with the job's
+// telemetry and its receiver token.
+func (s *supervisor) provePorts(c *collector) error {
+	ports := []int{s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health}
+	if s.ports.Telemetry != 0 {
+		ports = append(ports, s.ports.Telemetry)
+	}
+	return verifyListeners(c.pid, ports)
 }
 
 func lastLine(s string) string {
@@ -502,7 +510,17 @@ func (s *supervisor) restart(ctx context.Context) error {
 		if errors.Is(err, errExited) {
 			return s.restart(ctx)
 		}
+		c.stop(2 * time.Second)
 		return err
+	}
+	// The ports were free while the collector was down: another user may
+	// hold one now and answer the health check. The tasks' env names these
+	// ports, so new ones cannot help: give up (the supervisor exits, and
+	// the steps that start from now on, seeing it gone, set no env).
+	if err := s.provePorts(c); err != nil {
+		c.stop(2 * time.Second)
+		s.endRun(nil, fmt.Sprintf("collector run %d was stopped: after restart %d %v", s.runs+1, s.restarts, err))
+		return fmt.Errorf("after restart %d of the collector: %w; giving up (the job's later steps get no collector env on this node)", s.restarts, err)
 	}
 	s.writeState(StatusReady, "")
 	return nil

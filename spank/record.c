@@ -215,6 +215,12 @@ int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 				r->supervisor_pid = 0;
 		} else if (!strncmp(p, "supervisor_start=", 17)) {
 			r->supervisor_start = strtoull(p + 17, NULL, 10);
+		} else if (!strncmp(p, "hold_socket=", 12)) {
+			const char *v = p + 12;
+			size_t n = strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789-");
+
+			if (v[n] == 0 && n < sizeof(r->hold_socket))
+				snprintf(r->hold_socket, sizeof(r->hold_socket), "%s", v);
 		} else if (!strncmp(p, "cgroup_memory=", 14)) {
 			/* Root's own path (under /sys/fs/cgroup), from root's record. */
 			if (p[14] == '/' && !strstr(p + 14, "/../"))

@@ -125,6 +125,7 @@ type supervisor struct {
 
 	// The receipt's figures (see receipt.go).
 	final      *finalSink  // receives the collector's export at shutdown
+	hold       *holdServer // answers the batch step's hold (nil: not started by the plugin)
 	lastRead   selfMetrics // the running collector's last read counters
 	lastReadAt time.Time
 	figures    selfMetrics // the ended collector runs' counters, summed
@@ -152,6 +153,9 @@ func Run(ctx context.Context, opt Options) error {
 	defer func() {
 		if s.final != nil {
 			s.final.close()
+		}
+		if s.hold != nil {
+			s.hold.close()
 		}
 	}()
 	if err := s.startUp(ctx, sigs); err != nil {
@@ -232,6 +236,13 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	s.rtoken = "gos_" + hex.EncodeToString(tok)
 	if s.final, err = newFinalSink(s.rtoken); err != nil {
 		return fmt.Errorf("a loopback port for the collector's final figures: %w", err)
+	}
+	if s.opt.RecordPath != "" {
+		// Started by the plugin: the batch step may ask how far the
+		// scrapes are (holdsock.go). Without it the step waits its bound.
+		if s.hold, err = newHoldServer(); err != nil {
+			s.log.Warnf("the hold socket (the batch step waits its full bound): %v", err)
+		}
 	}
 	var last error
 	for attempt := 0; attempt < bindRetries; attempt++ {
@@ -400,7 +411,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	s.report(Report{
 		Status: StatusReady, Ports: s.ports, ReceiverToken: s.rtoken,
 		SupervisorPID: os.Getpid(), CollectorPID: s.coll.pid, CollectorStart: s.coll.start,
-		OutputDir: s.out, ReadyMillis: ready.Milliseconds(),
+		OutputDir: s.out, ReadyMillis: ready.Milliseconds(), HoldSocket: s.holdName(),
 	})
 	if s.opt.SlurmdAlive != nil {
 		s.log.Infof("job %s: the epilog of this node's slurmd ends the collector; Slurm is asked only once that slurmd is gone or the job is past its end time", s.opt.Facts.JobID)
@@ -456,6 +467,14 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			}
 		}
 	}
+}
+
+// holdName is the hold socket's name, "" without one.
+func (s *supervisor) holdName() string {
+	if s.hold == nil {
+		return ""
+	}
+	return s.hold.name
 }
 
 // endWillCome reports whether the node itself will end this supervisor:

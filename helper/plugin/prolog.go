@@ -182,9 +182,6 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if end := lifecycle.ParseJobEnd(in.Getenv("SLURM_JOB_END_TIME")); !end.IsZero() {
 		env = append(env, lifecycle.EnvJobEnd+"="+strconv.FormatInt(end.Unix(), 10))
 	}
-	if err := MakeSampledHint(dir, in.UID, in.GID); err != nil {
-		log.Warnf("job %d: the sampled hint (the batch step waits its full bound): %v", in.JobID, err)
-	}
 	group, err := jobGroup(in.Args, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, spec.Otel, log)
 	if err != nil {
 		return fail(err)
@@ -218,6 +215,9 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	rec.SupervisorPID = sup.pid
 	rec.SupervisorStart = ps.StartTime
 	rec.Env = taskenv.TaskEnv(spec, facts, rep)
+	if lifecycle.ValidHoldSocket(rep.HoldSocket) {
+		rec.HoldSocket = rep.HoldSocket
+	}
 	if err := record.Write(dir, rec); err != nil {
 		sup.kill()
 		return fail(err)

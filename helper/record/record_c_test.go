@@ -42,6 +42,7 @@ int main(int argc, char **argv) {
 	}
 	printf("ready=%d\nfail=%d\nreason=%s\nfinal_wait=%d\n", r.ready, r.fail, r.reason, r.final_wait);
 	printf("cgroup_memory=%s\ncgroup_cpuset=%s\n", r.cgroup_memory, r.cgroup_cpuset);
+	printf("hold_socket=%s\n", r.hold_socket);
 	printf("supervisor=%ld/%llu alive=%d\n", r.supervisor_pid, r.supervisor_start, gos_supervisor_alive(&r));
 	for (int i = 0; i < r.nenv; i++)
 		printf("env=%s\n", r.env[i]);
@@ -58,6 +59,7 @@ int main(int argc, char **argv) {
 		Cgroup:       "gym_otel/c/n1/job_7",
 		CgroupMemory: "/sys/fs/cgroup/memory/gym_otel/c/n1/job_7/memory.limit_in_bytes",
 		CgroupCpuset: "/sys/fs/cgroup/cpuset/gym_otel/c/n1/job_7/cpuset.cpus",
+		HoldSocket:   "gym-otel-hold-0123456789abcdef",
 		Env:          []KV{{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer gos_x=y"}},
 		Unset:        []string{"OTEL_TOKEN", "SLURM_SPANK_GYM_OTEL_TOKEN"},
 	}
@@ -75,8 +77,8 @@ int main(int argc, char **argv) {
 		if err != nil {
 			t.Fatalf("the C reader: %v\n%s", err, out)
 		}
-		want := fmt.Sprintf("ready=1\nfail=1\nreason=%s\nfinal_wait=%d\ncgroup_memory=%s\ncgroup_cpuset=%s\nsupervisor=%d/%d alive=0\n",
-			rec.Reason, c.want, rec.CgroupMemory, rec.CgroupCpuset, rec.SupervisorPID, rec.SupervisorStart)
+		want := fmt.Sprintf("ready=1\nfail=1\nreason=%s\nfinal_wait=%d\ncgroup_memory=%s\ncgroup_cpuset=%s\nhold_socket=%s\nsupervisor=%d/%d alive=0\n",
+			rec.Reason, c.want, rec.CgroupMemory, rec.CgroupCpuset, rec.HoldSocket, rec.SupervisorPID, rec.SupervisorStart)
 		for _, kv := range rec.Env {
 			want += "env=" + kv.Key + "=" + kv.Value + "\n"
 		}
@@ -87,7 +89,7 @@ int main(int argc, char **argv) {
 			t.Errorf("final_wait %d: C read\n%s\nGo wrote\n%s", c.finalWait, out, want)
 		}
 		back, err := Read(jobDir)
-		if err != nil || back.FinalWait != c.finalWait || back.CgroupCpuset != rec.CgroupCpuset || len(back.Env) != 2 {
+		if err != nil || back.FinalWait != c.finalWait || back.CgroupCpuset != rec.CgroupCpuset || back.HoldSocket != rec.HoldSocket || len(back.Env) != 2 {
 			t.Errorf("Go read back %+v %v", back, err)
 		}
 	}
@@ -137,6 +139,19 @@ int main(int argc, char **argv) {
 	}
 	if got := alive(0, 0); !strings.HasSuffix(got, "alive=0") {
 		t.Errorf("no supervisor: %q", got)
+	}
+
+	// A hold socket name with other characters is not taken by C.
+	rec.HoldSocket = "gym-otel-hold-../x y"
+	jobDir9, err := MakeJobDir(records, "n1", 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(jobDir9, rec); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := exec.Command(bin, records, "n1", "9").CombinedOutput(); !strings.Contains(string(out), "hold_socket=\n") {
+		t.Errorf("C took a bad hold socket name: %s", out)
 	}
 
 	// A record that is not root-only is read by neither side.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -132,15 +131,22 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return fail(fmt.Errorf("jobs of root (uid 0) get no collector: it runs as the job's user, and root's would run with every privilege"))
 	}
 
-	u, err := user.LookupId(strconv.FormatUint(uint64(in.UID), 10))
-	if err != nil {
-		return fail(fmt.Errorf("the job's user (uid %d): %w", in.UID, err))
+	// The ids are SPANK's (in.UID, in.GID); name, home and supplementary
+	// groups come from NSS, bounded (a hung LDAP or sssd cannot be
+	// cancelled): past the bound the collector starts with the job's
+	// primary group only.
+	nssBound := min(NSSBound, time.Until(deadline)-timing.KillReserve-time.Second)
+	u, err := boundedAccount(ctx, in.UID, in.Getenv("SLURM_JOB_USER"), max(nssBound, 0))
+	if errors.Is(err, errNSSTimeout) {
+		log.Warnf("job %d: %v: the collector runs as uid %d with group %d only (no supplementary groups, no HOME)", in.JobID, err, in.UID, in.GID)
+	} else if err != nil {
+		return fail(err)
 	}
-	groups, err := proc.SupplementaryGroups(u)
-	if err != nil {
-		return fail(fmt.Errorf("the groups of %s: %w", u.Username, err))
+	groups := u.Groups
+	if groups == nil {
+		groups = []uint32{in.GID}
 	}
-	facts, err := prologFacts(ctx, in, spec, node, u.Username, log)
+	facts, err := prologFacts(ctx, in, spec, node, u.Name, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -163,9 +169,11 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		lifecycle.EnvFacts + "=" + string(factsJSON),
 		lifecycle.EnvRecord + "=" + filepath.Join(dir, record.File),
 		"PATH=" + SupervisorPath,
-		"HOME=" + u.HomeDir,
-		"USER=" + u.Username,
-		"LOGNAME=" + u.Username,
+		"USER=" + u.Name,
+		"LOGNAME=" + u.Name,
+	}
+	if u.Home != "" {
+		env = append(env, "HOME="+u.Home)
 	}
 	if c := in.Getenv("SLURM_CONF"); c != "" {
 		env = append(env, "SLURM_CONF="+c) // the supervisor's liveness queries

@@ -81,6 +81,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return err
 	}
 	warnTimeouts(in.Args.RecordDir, node, in.Args.PrologTimeout, slurmBounds, log)
+	warnSubmitFilter(in.Args.RecordDir, node, in.Getenv("SLURM_CONF"), log)
 	sweepCtx, sweepDone := context.WithDeadline(ctx, deadline.Add(-timing.KillReserve-timing.QueryBound))
 	SweepStale(sweepCtx, in.Args.RecordDir, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, log)
 	sweepDone()

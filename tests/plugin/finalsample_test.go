@@ -165,7 +165,7 @@ func TestShortJobFinalSample(t *testing.T) {
 
 // A one-node job with nothing to scrape (the test site sets no dcgm or
 // node_exporter port, the job no model service) has no final sample to
-// wait for: the batch step's hold ends at its first look at the hint.
+// wait for: the batch step's hold ends at its first question to the supervisor.
 func TestNoTargetNoHold(t *testing.T) {
 	waitIdle(t)
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)

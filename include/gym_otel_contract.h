@@ -10,8 +10,8 @@
 #define GOS_DEFAULT_RECORD_DIR "/run/gym-otel"
 /* record.File */
 #define GOS_RECORD_FILE "record"
-/* lifecycle.SampledFile */
-#define GOS_SAMPLED_FILE "sampled"
+/* lifecycle.HoldSocketPrefix */
+#define GOS_HOLD_SOCKET_PREFIX "gym-otel-hold-"
 /* timing.MaxFinalWait, seconds */
 #define GOS_MAX_FINAL_WAIT 30
 /* plugin.EnvInJob */

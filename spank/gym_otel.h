@@ -58,6 +58,8 @@ struct gos_record {
 	int fail;       /* on_failure=fail */
 	char reason[1024];
 	int final_wait; /* seconds, 0..GOS_MAX_FINAL_WAIT */
+	long supervisor_pid; /* the job's supervisor on the node, 0 when none */
+	unsigned long long supervisor_start; /* its start time, clock ticks since boot */
 	int nenv;
 	char **env;     /* "KEY=VALUE" */
 	int nunset;
@@ -65,11 +67,15 @@ struct gos_record {
 	char dir[4096]; /* the job's record dir */
 	char cgroup_memory[4096]; /* the collector cgroup's memory bound file, or "" */
 	char cgroup_cpuset[4096]; /* the collector cgroup's cpuset.cpus, or "" */
+	char hold_socket[64]; /* the supervisor's abstract socket for the hold, or "" */
 };
 /* 0: read; 1: no record; -1: a bad record (message in err). */
 int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 		    struct gos_record *r, char *err, size_t errlen);
 void gos_record_free(struct gos_record *r);
+/* 1 when the record's supervisor still runs: /proc shows its pid with the
+ * recorded start time, not a zombie. Pure C, one small read. */
+int gos_supervisor_alive(const struct gos_record *r);
 /* The n-th host of a Slurm hostlist. */
 int gos_hostlist_nth(const char *list, unsigned n, char *buf, size_t len);
 /* The node's name in a step, prolog or epilog. */
@@ -77,10 +83,13 @@ int gos_node_name(spank_t sp, char *buf, size_t len);
 
 /* hold.c: the batch step's hold after the script's last line. */
 long long gos_now_ms(void);
-/* 1 when the sampled hint in the record dir says every scrape target of the
- * node has a sample stamped at or after since_ms (unix ms), 2 when it says
- * the node has no scrape target, else 0. */
-int gos_hold_sampled(const char *dir, uid_t uid, long long since_ms);
+/* Asks the job's supervisor on its hold socket (the abstract unix socket
+ * name from root's record; the listener must be pid sup_pid of uid): 1 when
+ * it says every scrape target of the node has a sample stamped at or after
+ * since_ms (unix ms), 2 when it says the node has no scrape target, else 0
+ * (no answer, a listener that is not the supervisor, not yet). Bounded:
+ * 250 ms at most, 256 bytes of answer. */
+int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since_ms);
 
 /* Per-context entry points. */
 /* Outcomes of gos_bound_memory (bound.c). */

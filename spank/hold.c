@@ -6,36 +6,49 @@
  * with every target scraped every interval from the collector's start,
  * that window holds a scrape of every target on every node while the
  * job's services are still alive. In a one-node job the step can learn
- * from its own node's collector that the sample was taken: the supervisor
- * keeps the sampled hint (lifecycle.SampledFile) beside root's record, and
- * the hold ends once it says every target has a sample stamped at or
- * after the script's end. Other nodes' collectors have no such channel,
+ * from its own node's supervisor that the sample was taken: it asks on the
+ * supervisor's hold socket (helper/lifecycle/holdsock.go), and the hold
+ * ends once the answer says every target has a sample stamped at or after
+ * the script's end. Other nodes' supervisors are not reachable from here,
  * so a multi-node job holds the full window.
  *
- * The hint is the job user's file in root's directory: opened with
- * O_NOFOLLOW and O_NONBLOCK, used only when it is a regular file owned by
- * the job's uid, at most GOS_HOLD_MAX bytes read, and trusted no further
- * than ending the job's own hold early.
+ * The socket is abstract (no file: nothing of the user's in root's
+ * directories). The listener is trusted only when SO_PEERCRED names the
+ * record's supervisor (its pid and the job's uid: a process that took the
+ * name after the supervisor ended is not it), at most GOS_HOLD_MAX bytes
+ * are read within GOS_HOLD_MS, and the answer is trusted no further than
+ * ending the job's own hold early.
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
+#include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "gym_otel.h"
 
 #define GOS_HOLD_MAX 256
+#define GOS_HOLD_MS 250
 
 long long gos_now_ms(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static long long mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -63,31 +76,54 @@ static long long field(const char *text, const char *key)
 	return -1;
 }
 
-int gos_hold_sampled(const char *dir, uid_t uid, long long since_ms)
+int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since_ms)
 {
-	char path[4200], buf[GOS_HOLD_MAX + 1];
-	struct stat sb;
-	long long targets, at;
-	ssize_t n;
-	int fd;
+	struct sockaddr_un a;
+	struct ucred cr;
+	socklen_t crl = sizeof(cr);
+	char buf[GOS_HOLD_MAX + 1];
+	size_t nl = sock ? strlen(sock) : 0;
+	long long targets, at, end = mono_ms() + GOS_HOLD_MS;
+	ssize_t got = 0, n;
+	int fd, rc = 0;
 
-	if (snprintf(path, sizeof(path), "%s/" GOS_SAMPLED_FILE, dir) >= (int)sizeof(path))
+	if (nl == 0 || nl + 1 > sizeof(a.sun_path) || sup_pid <= 1)
 		return 0;
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	memset(&a, 0, sizeof(a));
+	a.sun_family = AF_UNIX;
+	memcpy(a.sun_path + 1, sock, nl); /* abstract: a leading NUL */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return 0;
-	if (fstat(fd, &sb) || !S_ISREG(sb.st_mode) || sb.st_uid != uid) {
-		close(fd);
-		return 0;
+	if (connect(fd, (struct sockaddr *)&a, offsetof(struct sockaddr_un, sun_path) + 1 + nl))
+		goto out;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) || cr.pid != sup_pid || cr.uid != uid)
+		goto out;
+	if (send(fd, "sampled\n", 8, MSG_NOSIGNAL) != 8)
+		goto out;
+	while (got < GOS_HOLD_MAX) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		long long left = end - mono_ms();
+
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			goto out; /* no complete answer in time */
+		n = read(fd, buf + got, GOS_HOLD_MAX - got);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		if (n <= 0)
+			break; /* the answer is complete */
+		got += n;
 	}
-	n = pread(fd, buf, GOS_HOLD_MAX, 0);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
+	if (got == 0 || got >= GOS_HOLD_MAX)
+		goto out; /* none, or more than an answer can be */
+	buf[got] = 0;
 	targets = field(buf, "targets");
 	at = field(buf, "sampled_ms");
 	if (targets == 0)
-		return 2; /* no scrape target on the node: nothing to wait for */
-	return targets > 0 && at >= since_ms;
+		rc = 2; /* no scrape target on the node: nothing to wait for */
+	else
+		rc = targets > 0 && at >= since_ms;
+out:
+	close(fd);
+	return rc;
 }

@@ -209,6 +209,18 @@ int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 				r->final_wait = 0;
 			if (r->final_wait > GOS_MAX_FINAL_WAIT)
 				r->final_wait = GOS_MAX_FINAL_WAIT;
+		} else if (!strncmp(p, "supervisor_pid=", 15)) {
+			r->supervisor_pid = strtol(p + 15, NULL, 10);
+			if (r->supervisor_pid < 0)
+				r->supervisor_pid = 0;
+		} else if (!strncmp(p, "supervisor_start=", 17)) {
+			r->supervisor_start = strtoull(p + 17, NULL, 10);
+		} else if (!strncmp(p, "hold_socket=", 12)) {
+			const char *v = p + 12;
+			size_t n = strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789-");
+
+			if (v[n] == 0 && n < sizeof(r->hold_socket))
+				snprintf(r->hold_socket, sizeof(r->hold_socket), "%s", v);
 		} else if (!strncmp(p, "cgroup_memory=", 14)) {
 			/* Root's own path (under /sys/fs/cgroup), from root's record. */
 			if (p[14] == '/' && !strstr(p + 14, "/../"))
@@ -232,4 +244,46 @@ out:
 	if (rc)
 		gos_record_free(r);
 	return rc;
+}
+
+/*
+ * Whether the record's supervisor still runs: /proc/<pid>/stat names a
+ * process that is not a zombie and started at the recorded time (field 22;
+ * the command name, field 2, may hold spaces and parentheses: parse from
+ * its last ')'). A supervisor that gave up on its collector (it died too
+ * often, or another user took its ports) has exited, and so has one the
+ * user killed.
+ */
+int gos_supervisor_alive(const struct gos_record *r)
+{
+	char path[64], buf[1024], *p, *end;
+	unsigned long long start;
+	ssize_t n;
+	int fd;
+
+	if (r->supervisor_pid <= 1)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%ld/stat", r->supervisor_pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	if (!p || p[1] != ' ')
+		return 0;
+	p += 2; /* field 3, the state */
+	if (*p == 'Z' || *p == 'X')
+		return 0;
+	for (int field = 3; field < 22; field++) {
+		p = strchr(p, ' ');
+		if (!p)
+			return 0;
+		p++;
+	}
+	start = strtoull(p, &end, 10);
+	return end != p && start == r->supervisor_start;
 }

@@ -8,8 +8,8 @@
  *     failed and on_failure=fail (fails the job, never drains the node)
  *   task_exit (batch step): the final-scrape wait, at most 30 s of wall
  *     clock whatever slurmctld does, cut short when the job is cancelled
- *     or times out meanwhile, and in a one-node job once every target has
- *     a sample (hold.c)
+ *     or times out meanwhile, and in a one-node job once the supervisor
+ *     says every target has a sample (hold.c)
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -47,7 +47,8 @@ static struct {
 	char cpuset[4096]; /* the collector cgroup's cpuset.cpus, from the record */
 	int cpuset_done;
 	char kept[512]; /* telemetry variables set before the plugin, kept */
-	char dir[4096]; /* the job's record dir (the sampled hint, hold.c) */
+	char hold_socket[64]; /* the supervisor's hold socket (hold.c), or "" */
+	long supervisor_pid;
 } st;
 
 /* FNV-1a, 32 bits: how GYM_OTEL_OWNED remembers a value the plugin set. */
@@ -321,12 +322,27 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 		gos_error("job %u: %s", st.job_id, err);
 		return 0;
 	}
+	if (r.ready && !gos_supervisor_alive(&r)) {
+		/*
+		 * The supervisor has ended mid-job: it gave up on its collector
+		 * (restarted too often, or its ports were taken by another
+		 * process). Nothing answering on the recorded ports is the
+		 * job's any more: this step gets no collector env, and values
+		 * the plugin set in an earlier step (the batch script's) go.
+		 */
+		r.ready = 0;
+		snprintf(r.reason, sizeof(r.reason), "the job's collector on %s stopped mid-job "
+			 "(its supervisor, pid %ld, has ended: see supervisor.log in the job's "
+			 "output dir)", st.node, r.supervisor_pid);
+		strip_foreign(sp);
+	}
 	st.have = 1;
 	st.ready = r.ready;
 	st.fail = r.fail;
 	st.final_wait = r.final_wait;
 	snprintf(st.reason, sizeof(st.reason), "%s", r.reason);
-	snprintf(st.dir, sizeof(st.dir), "%s", r.dir);
+	snprintf(st.hold_socket, sizeof(st.hold_socket), "%s", r.hold_socket);
+	st.supervisor_pid = r.supervisor_pid;
 
 	/* The nesting marker: an srun in this job does not submit again. */
 	snprintf(jobbuf, sizeof(jobbuf), "%u", st.job_id);
@@ -549,7 +565,7 @@ static int one_node(spank_t sp, uid_t *uid)
 static void final_wait(uint32_t job_id, int seconds, int one, uid_t uid)
 {
 	long long start = now_ms(), end = start + (long long)seconds * 1000, next = start + 1000;
-	long long since = gos_now_ms(); /* wall clock, as the hint is stamped */
+	long long since = gos_now_ms(); /* wall clock, as the samples are stamped */
 	struct timespec slice = { 0, 100 * 1000 * 1000 };
 	const char *why = NULL;
 	pid_t child = -1;
@@ -557,7 +573,7 @@ static void final_wait(uint32_t job_id, int seconds, int one, uid_t uid)
 
 	while (!why && now_ms() < end) {
 		nanosleep(&slice, NULL);
-		if (one && (sampled = gos_hold_sampled(st.dir, uid, since))) {
+		if (one && (sampled = gos_hold_sampled(st.hold_socket, (pid_t)st.supervisor_pid, uid, since))) {
 			gos_info("job %u: %s %s%s: final-scrape wait ended after %lld ms", job_id,
 				 sampled == 2 ? "no scrape target on" : "every target on", st.node,
 				 sampled == 2 ? "" : " has a sample after the script's last line",

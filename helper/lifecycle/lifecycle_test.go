@@ -1025,3 +1025,53 @@ func TestPortSquatterOfAnotherUser(t *testing.T) {
 	}
 	t.Logf("first choice %s; ready on %+v", first, s.report.Ports)
 }
+
+// TestSquatterAfterRestart: the collector is killed while its supervisor
+// is stopped, and another user (Debian's node_exporter run as nobody, which
+// answers 200 on / like a health check) binds the freed health port before
+// the restart. The restarted collector cannot bind it; the squatter answers
+// the health check. The supervisor proves the ports again after the
+// restart, finds the squatter, stops its collector and gives up (exits with
+// an error, state.json failed) instead of staying ready on another user's
+// listener.
+func TestSquatterAfterRestart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root (to run the squatter as another user)")
+	}
+	ne := testenv.Binary(t, "prometheus-node-exporter", "/usr/bin/prometheus-node-exporter")
+	s := startSup(t, job{JobID: "8282"}).mustReady(t)
+	health := s.report.Ports.Health
+	if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	cont := func() { syscall.Kill(s.cmd.Process.Pid, syscall.SIGCONT) }
+	t.Cleanup(cont)
+	if err := syscall.Kill(s.report.CollectorPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the killed collector's health port freed", func() bool {
+		return !httpOK(s.healthURL())
+	})
+	startProc(t, "squatter", nil, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", ne,
+		"--web.listen-address=127.0.0.1:"+strconv.Itoa(health), "--collector.disable-defaults")
+	waitFor(t, 10*time.Second, "the squatter on the health port", func() bool { return httpOK(s.healthURL()) })
+	cont()
+	err := s.wait(t, 30*time.Second)
+	if err == nil {
+		t.Fatalf("the supervisor exited cleanly after its ports were taken:\n%s", s.out2())
+	}
+	out := s.out2()
+	if !strings.Contains(out, "is held by a process that is not this job's collector") &&
+		!strings.Contains(out, "the collector does not listen on it") {
+		t.Errorf("the supervisor did not say that a port is not its collector's:\n%s", out)
+	}
+	if st := s.state(t); st.Status != lifecycle.StatusFailed || st.Restarts < 1 {
+		t.Errorf("state.json %+v: want failed after a restart", st)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "giving up") {
+			t.Log(l)
+		}
+	}
+	s.assertGone(t)
+}

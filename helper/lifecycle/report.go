@@ -48,6 +48,10 @@ type Report struct {
 	OutputDir string `json:"output_dir"`
 	// ReadyMillis is the time from the supervisor's start to ready, in ms.
 	ReadyMillis int64 `json:"ready_ms,omitempty"`
+	// HoldSocket is the abstract unix socket name (without the leading
+	// NUL) on which the supervisor answers the batch step's hold question
+	// (holdsock.go); "" when it serves none.
+	HoldSocket string `json:"hold_socket,omitempty"`
 }
 
 // ReportFD is the descriptor the plugin's prolog passes the supervisor for

@@ -9,30 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
-
-// SampledFile is the name of the sampled hint beside root's record: a file
-// the prolog creates (root's directory, the job user's file) and the
-// supervisor rewrites whenever its collector has written a new sample of
-// every scrape target into metrics.jsonl. The batch step of a one-node job
-// reads it after the script's last line and ends its final-scrape wait as
-// soon as every target has a sample taken after that line. Its text:
-//
-//	targets=<number of scrape targets on this node>
-//	sampled_ms=<unix ms: every target has a sample stamped at or after it; 0: not yet>
-//
-// It is a hint: a wrong value can only shorten or keep the job's own wait,
-// never past one scrape interval plus 1 s.
-const SampledFile = "sampled"
-
-// DefaultSampledPoll is how often the supervisor reads the new lines of
-// metrics.jsonl for the sampled hint.
-const DefaultSampledPoll = 250 * time.Millisecond
 
 // sampledMax bounds the bytes read from metrics.jsonl per poll; the rest is
 // read at the next poll.
@@ -175,39 +156,24 @@ func (f *sampleFollower) sampledAt() time.Time {
 	return time.Unix(0, oldest)
 }
 
-// sampledText is the hint's text.
-func sampledText(targets int, at time.Time) []byte {
-	var ms int64
-	if !at.IsZero() {
-		ms = at.UnixMilli()
-	}
+// sampledText is the hold socket's answer (holdsock.go); ms is unix ms,
+// 0 for not yet.
+func sampledText(targets int, ms int64) []byte {
 	return fmt.Appendf(nil, "targets=%d\nsampled_ms=%d\n", targets, ms)
 }
 
-// followSamples keeps the sampled hint beside recordPath up to date until
-// ctx ends. The hint file must exist (the prolog creates it); without it
-// there is nothing to do. Errors end the follow quietly: the batch step
-// then waits its full bound.
-func followSamples(ctx context.Context, recordPath, metricsPath string, targets []render.Target, poll time.Duration) {
-	hint, err := os.OpenFile(filepath.Join(filepath.Dir(recordPath), SampledFile), os.O_WRONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return
-	}
-	defer hint.Close()
+// followSamples keeps srv's answer up to date from metricsPath until ctx
+// ends. Errors reading the file are retried at the next poll; without
+// targets there is nothing to follow.
+func followSamples(ctx context.Context, srv *holdServer, metricsPath string, targets []render.Target, poll time.Duration) {
 	f := newSampleFollower(metricsPath, targets)
-	write := func(at time.Time) bool {
-		text := sampledText(len(targets), at)
-		if _, err := hint.WriteAt(text, 0); err != nil {
-			return false
-		}
-		return hint.Truncate(int64(len(text))) == nil
-	}
-	var last time.Time
-	if !write(last) || len(targets) == 0 {
+	srv.set(len(targets), time.Time{})
+	if len(targets) == 0 {
 		return // targets=0: nothing to wait for
 	}
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -218,22 +184,20 @@ func followSamples(ctx context.Context, recordPath, metricsPath string, targets 
 			continue
 		}
 		if at := f.sampledAt(); !at.IsZero() && !at.Equal(last) {
-			if !write(at) {
-				return
-			}
+			srv.set(len(targets), at)
 			last = at
 		}
 	}
 }
 
-// followSampled starts keeping the sampled hint beside the job's record
-// (when there is a record) and returns the function that stops it.
+// followSampled keeps the hold socket's answer up to date (when the
+// supervisor serves one) and returns the function that stops it.
 func (s *supervisor) followSampled(ctx context.Context) (stop func()) {
-	if s.opt.RecordPath == "" {
+	if s.hold == nil {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	targets := render.Targets(render.Input{Resolved: s.opt.Resolved, Job: jobfacts.RenderJob(s.opt.Resolved, s.opt.Facts)})
-	go followSamples(ctx, s.opt.RecordPath, filepath.Join(s.out, "metrics.jsonl"), targets, DefaultSampledPoll)
+	go followSamples(ctx, s.hold, filepath.Join(s.out, "metrics.jsonl"), targets, DefaultSampledPoll)
 	return cancel
 }

@@ -3,12 +3,17 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // upLine is one metrics.jsonl line as the file exporter writes it: an up
@@ -70,43 +75,109 @@ func TestSampleFollower(t *testing.T) {
 	}
 }
 
-// TestFollowSamplesHint: the hint file says targets and the time, and
-// targets=0 when the node has none.
-func TestFollowSamplesHint(t *testing.T) {
+// holdDriver compiles spank/hold.c (the batch step's side of the hold
+// socket) with a driver: hold <sock> <pid> <uid> <since_ms>.
+func holdDriver(t *testing.T) string {
+	t.Helper()
+	return testenv.BuildCDriver(t, t.TempDir(), "hold", "hold.c", `#include <stdio.h>
+#include <stdlib.h>
+#include <sys/types.h>
+int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since_ms);
+int main(int argc, char **argv) {
+	(void)argc;
+	printf("%d\n", gos_hold_sampled(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3]), atoll(argv[4])));
+	return 0;
+}
+`)
+}
+
+// TestHoldServer: the supervisor's hold socket, asked by the batch step's
+// C code (spank/hold.c): it answers the number of targets and the time of
+// the follower, targets=0 when the node has none; it answers only root and
+// its own user (another user gets nothing); while HoldConns connections
+// are open, more get no answer, and an idle connection is closed within
+// HoldConnTimeout.
+func TestHoldServer(t *testing.T) {
+	bin := holdDriver(t)
 	dir := t.TempDir()
-	rec := filepath.Join(dir, "record")
-	hint := filepath.Join(dir, SampledFile)
 	metrics := filepath.Join(dir, "metrics.jsonl")
-	os.WriteFile(hint, nil, 0o600)
 	os.WriteFile(metrics, []byte(upLine("node", "n1:9100", 1700000000123456789)), 0o600)
+	srv, err := newHoldServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.close()
+	if !ValidHoldSocket(srv.name) {
+		t.Fatalf("name %q", srv.name)
+	}
+	ask := func(since string, as ...string) string {
+		t.Helper()
+		argv := append(as, bin, srv.name, strconv.Itoa(os.Getpid()), strconv.Itoa(os.Getuid()), since)
+		out, err := exec.Command(argv[0], argv[1:]...).Output()
+		if err != nil {
+			t.Fatalf("%v: %v", argv, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := ask("1"); got != "0" {
+		t.Fatalf("before the follower knows: %s", got)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		followSamples(ctx, rec, metrics, []render.Target{{Job: "node", Instance: "n1:9100"}}, 10*time.Millisecond)
+		followSamples(ctx, srv, metrics, []render.Target{{Job: "node", Instance: "n1:9100"}}, 10*time.Millisecond)
 		close(done)
 	}()
-	want := "targets=1\nsampled_ms=1700000000123\n"
 	deadline := time.Now().Add(time.Minute)
-	for {
-		b, _ := os.ReadFile(hint)
-		if string(b) == want {
-			break
-		}
+	for ask("1700000000123") != "1" {
 		if time.Now().After(deadline) {
-			t.Fatalf("hint %q, want %q", b, want)
+			t.Fatal("the sample at 1700000000123 ms never ended the hold")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	if got := ask("1700000000124"); got != "0" {
+		t.Errorf("a hold from after the sample ended: %s", got)
+	}
 	cancel()
 	<-done
-	followSamples(context.Background(), rec, metrics, nil, time.Millisecond)
-	if b, _ := os.ReadFile(hint); string(b) != "targets=0\nsampled_ms=0\n" {
-		t.Fatalf("no targets: hint %q", b)
+	followSamples(context.Background(), srv, metrics, nil, time.Millisecond)
+	if got := ask("9999999999999"); got != "2" {
+		t.Errorf("no targets: %s, want 2", got)
 	}
-	// No hint file (no plugin prolog): nothing is created.
-	os.Remove(hint)
-	followSamples(context.Background(), rec, metrics, nil, time.Millisecond)
-	if _, err := os.Stat(hint); !os.IsNotExist(err) {
-		t.Fatalf("a hint was created: %v", err)
+	if os.Geteuid() == 0 {
+		// Another user (nobody) asking gets no answer. (The driver is
+		// told this process's uid, so only the server's refusal can make
+		// it 0 here.)
+		if got := ask("9999999999999", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"); got != "0" {
+			t.Errorf("another user got an answer: %s", got)
+		}
+	}
+	// The connection cap: HoldConns idle connections, then one more asks.
+	var idle []net.Conn
+	for i := 0; i < HoldConns; i++ {
+		c, err := net.Dial("unix", "@"+srv.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(srv.slots) < HoldConns; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server took %d of %d idle connections", len(srv.slots), HoldConns)
+		}
+	}
+	if got := ask("9999999999999"); got != "0" {
+		t.Errorf("answered past the connection cap: %s", got)
+	}
+	// The idle ones are closed by the server within HoldConnTimeout.
+	for _, c := range idle {
+		c.SetReadDeadline(time.Now().Add(HoldConnTimeout + 5*time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil || os.IsTimeout(err) {
+			t.Errorf("an idle connection was not closed by the server: %v", err)
+		}
+		c.Close()
+	}
+	if got := ask("9999999999999"); got != "2" {
+		t.Errorf("after the idle connections: %s, want 2", got)
 	}
 }

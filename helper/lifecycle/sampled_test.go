@@ -3,6 +3,8 @@ package lifecycle_test
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,26 +18,33 @@ import (
 )
 
 // TestSampledHint: with the real collector, a vLLM stand-in and
-// node_exporter scraped every second, the supervisor keeps the sampled
-// hint beside the record: two targets, and a time that advances with the
-// scrapes and is never later than the newest up point of either target in
-// metrics.jsonl. Also reports the supervisor's CPU time with and without
-// the hint to follow.
+// node_exporter scraped every second, the supervisor started with a record
+// (as the plugin starts it) answers on its hold socket: two targets, and a
+// time that advances with the scrapes and is never later than the newest
+// up point of either target in metrics.jsonl. Also reports the
+// supervisor's CPU time with and without the samples to follow.
 func TestSampledHint(t *testing.T) {
 	t.Parallel()
 	vllm := startVLLM(t)
 	node := startNodeExporter(t)
 	dir := sharedDir(t)
 	rec := filepath.Join(dir, "record")
-	hint := filepath.Join(dir, lifecycle.SampledFile)
-	for _, p := range []string{rec, hint} {
-		if err := os.WriteFile(p, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.WriteFile(rec, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	s := startSup(t, job{JobID: "8181", VLLMPort: vllm, NodePort: node, Record: rec}).mustReady(t)
+	if !lifecycle.ValidHoldSocket(s.report.HoldSocket) {
+		t.Fatalf("report: hold socket %q", s.report.HoldSocket)
+	}
 	read := func() (targets int, at time.Time) {
-		data, _ := os.ReadFile(hint)
+		c, err := net.DialTimeout("unix", "@"+s.report.HoldSocket, time.Second)
+		if err != nil {
+			return 0, time.Time{}
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		c.Write([]byte("sampled\n"))
+		data, _ := io.ReadAll(io.LimitReader(c, 256))
 		for _, line := range strings.Split(string(data), "\n") {
 			if v, ok := strings.CutPrefix(line, "targets="); ok {
 				targets, _ = strconv.Atoi(v)
@@ -85,14 +94,16 @@ func TestSampledHint(t *testing.T) {
 		t.Fatal(err)
 	}
 	withHint := s.cpu(t)
-	// The same run without a hint file (no follower), for the cost.
-	os.Remove(hint)
-	b := startSup(t, job{JobID: "8182", VLLMPort: vllm, NodePort: node, Record: rec}).mustReady(t)
+	// The same run without a record (no hold socket, no follower), for the cost.
+	b := startSup(t, job{JobID: "8182", VLLMPort: vllm, NodePort: node}).mustReady(t)
+	if b.report.HoldSocket != "" {
+		t.Errorf("a hold socket without a record: %q", b.report.HoldSocket)
+	}
 	time.Sleep(time.Until(b.started.Add(ran)))
 	if _, err := b.drain(t, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("supervisor CPU over %v, two targets at 1 s: %v following the hint, %v without", ran.Round(time.Second), withHint, b.cpu(t))
+	t.Logf("supervisor CPU over %v, two targets at 1 s: %v following the samples, %v without", ran.Round(time.Second), withHint, b.cpu(t))
 }
 
 // lastUp returns, per scrape job, the time of its newest up point in

@@ -125,6 +125,7 @@ type supervisor struct {
 
 	// The receipt's figures (see receipt.go).
 	final      *finalSink  // receives the collector's export at shutdown
+	hold       *holdServer // answers the batch step's hold (nil: not started by the plugin)
 	lastRead   selfMetrics // the running collector's last read counters
 	lastReadAt time.Time
 	figures    selfMetrics // the ended collector runs' counters, summed
@@ -152,6 +153,9 @@ func Run(ctx context.Context, opt Options) error {
 	defer func() {
 		if s.final != nil {
 			s.final.close()
+		}
+		if s.hold != nil {
+			s.hold.close()
 		}
 	}()
 	if err := s.startUp(ctx, sigs); err != nil {
@@ -232,6 +236,13 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	s.rtoken = "gos_" + hex.EncodeToString(tok)
 	if s.final, err = newFinalSink(s.rtoken); err != nil {
 		return fmt.Errorf("a loopback port for the collector's final figures: %w", err)
+	}
+	if s.opt.RecordPath != "" {
+		// Started by the plugin: the batch step may ask how far the
+		// scrapes are (holdsock.go). Without it the step waits its bound.
+		if s.hold, err = newHoldServer(); err != nil {
+			s.log.Warnf("the hold socket (the batch step waits its full bound): %v", err)
+		}
 	}
 	var last error
 	for attempt := 0; attempt < bindRetries; attempt++ {
@@ -329,11 +340,7 @@ func (s *supervisor) launch(ctx context.Context) error {
 	err = waitHealthy(ctx, c, s.ports.Health, s.opt.HealthPoll)
 	if err == nil {
 		// Healthy by whom? Fail closed unless every port is the collector's.
-		ports := []int{s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health}
-		if s.ports.Telemetry != 0 {
-			ports = append(ports, s.ports.Telemetry)
-		}
-		if err = verifyListeners(c.pid, ports); err == nil {
+		if err = s.provePorts(c); err == nil {
 			return nil
 		}
 		// A listener of another user, or a port the collector does not
@@ -355,6 +362,18 @@ func (s *supervisor) launch(ctx context.Context) error {
 		return fmt.Errorf("%s: the collector exited before it was healthy (%v); last lines of %s:\n%s", key, c.waitErr, s.logPath, tail)
 	}
 	return fmt.Errorf("otel.health_check_timeout_seconds: the collector was not healthy within %ds; last lines of %s:\n%s", s.o.HealthCheckTimeoutSeconds, s.logPath, tail)
+}
+
+// provePorts proves that every port of the job is listened on by collector
+// c's process group (verifyListeners): at the first start and after every
+// restart, since whatever answers on a port is trusted with the job's
+// telemetry and its receiver token.
+func (s *supervisor) provePorts(c *collector) error {
+	ports := []int{s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health}
+	if s.ports.Telemetry != 0 {
+		ports = append(ports, s.ports.Telemetry)
+	}
+	return verifyListeners(c.pid, ports)
 }
 
 func lastLine(s string) string {
@@ -392,7 +411,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	s.report(Report{
 		Status: StatusReady, Ports: s.ports, ReceiverToken: s.rtoken,
 		SupervisorPID: os.Getpid(), CollectorPID: s.coll.pid, CollectorStart: s.coll.start,
-		OutputDir: s.out, ReadyMillis: ready.Milliseconds(),
+		OutputDir: s.out, ReadyMillis: ready.Milliseconds(), HoldSocket: s.holdName(),
 	})
 	if s.opt.SlurmdAlive != nil {
 		s.log.Infof("job %s: the epilog of this node's slurmd ends the collector; Slurm is asked only once that slurmd is gone or the job is past its end time", s.opt.Facts.JobID)
@@ -448,6 +467,14 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			}
 		}
 	}
+}
+
+// holdName is the hold socket's name, "" without one.
+func (s *supervisor) holdName() string {
+	if s.hold == nil {
+		return ""
+	}
+	return s.hold.name
 }
 
 // endWillCome reports whether the node itself will end this supervisor:
@@ -507,7 +534,17 @@ func (s *supervisor) restart(ctx context.Context) error {
 		if errors.Is(err, errExited) {
 			return s.restart(ctx)
 		}
+		c.stop(2 * time.Second)
 		return err
+	}
+	// The ports were free while the collector was down: another user may
+	// hold one now and answer the health check. The tasks' env names these
+	// ports, so new ones cannot help: give up (the supervisor exits, and
+	// the steps that start from now on, seeing it gone, set no env).
+	if err := s.provePorts(c); err != nil {
+		c.stop(2 * time.Second)
+		s.endRun(nil, fmt.Sprintf("collector run %d was stopped: after restart %d %v", s.runs+1, s.restarts, err))
+		return fmt.Errorf("after restart %d of the collector: %w; giving up (the job's later steps get no collector env on this node)", s.restarts, err)
 	}
 	s.writeState(StatusReady, "")
 	return nil

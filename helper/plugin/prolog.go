@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -82,6 +81,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return err
 	}
 	warnTimeouts(in.Args.RecordDir, node, in.Args.PrologTimeout, slurmBounds, log)
+	warnSubmitFilter(in.Args.RecordDir, node, in.Getenv("SLURM_CONF"), log)
 	sweepCtx, sweepDone := context.WithDeadline(ctx, deadline.Add(-timing.KillReserve-timing.QueryBound))
 	SweepStale(sweepCtx, in.Args.RecordDir, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, log)
 	sweepDone()
@@ -132,15 +132,22 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return fail(fmt.Errorf("jobs of root (uid 0) get no collector: it runs as the job's user, and root's would run with every privilege"))
 	}
 
-	u, err := user.LookupId(strconv.FormatUint(uint64(in.UID), 10))
-	if err != nil {
-		return fail(fmt.Errorf("the job's user (uid %d): %w", in.UID, err))
+	// The ids are SPANK's (in.UID, in.GID); name, home and supplementary
+	// groups come from NSS, bounded (a hung LDAP or sssd cannot be
+	// cancelled): past the bound the collector starts with the job's
+	// primary group only.
+	nssBound := min(NSSBound, time.Until(deadline)-timing.KillReserve-time.Second)
+	u, err := boundedAccount(ctx, in.UID, in.Getenv("SLURM_JOB_USER"), max(nssBound, 0))
+	if errors.Is(err, errNSSTimeout) {
+		log.Warnf("job %d: %v: the collector runs as uid %d with group %d only (no supplementary groups, no HOME)", in.JobID, err, in.UID, in.GID)
+	} else if err != nil {
+		return fail(err)
 	}
-	groups, err := proc.SupplementaryGroups(u)
-	if err != nil {
-		return fail(fmt.Errorf("the groups of %s: %w", u.Username, err))
+	groups := u.Groups
+	if groups == nil {
+		groups = []uint32{in.GID}
 	}
-	facts, err := prologFacts(ctx, in, spec, node, u.Username, log)
+	facts, err := prologFacts(ctx, in, spec, node, u.Name, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -163,9 +170,11 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		lifecycle.EnvFacts + "=" + string(factsJSON),
 		lifecycle.EnvRecord + "=" + filepath.Join(dir, record.File),
 		"PATH=" + SupervisorPath,
-		"HOME=" + u.HomeDir,
-		"USER=" + u.Username,
-		"LOGNAME=" + u.Username,
+		"USER=" + u.Name,
+		"LOGNAME=" + u.Name,
+	}
+	if u.Home != "" {
+		env = append(env, "HOME="+u.Home)
 	}
 	if c := in.Getenv("SLURM_CONF"); c != "" {
 		env = append(env, "SLURM_CONF="+c) // the supervisor's liveness queries
@@ -181,9 +190,6 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	}
 	if end := lifecycle.ParseJobEnd(in.Getenv("SLURM_JOB_END_TIME")); !end.IsZero() {
 		env = append(env, lifecycle.EnvJobEnd+"="+strconv.FormatInt(end.Unix(), 10))
-	}
-	if err := MakeSampledHint(dir, in.UID, in.GID); err != nil {
-		log.Warnf("job %d: the sampled hint (the batch step waits its full bound): %v", in.JobID, err)
 	}
 	memBytes, capped := cgroupMemoryBytes(spec.Otel.MemoryLimitMiB, in.Args.CgroupMemoryMaxMiB)
 	if capped && in.Args.Cgroup != CgroupOff {
@@ -223,6 +229,9 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	rec.SupervisorPID = sup.pid
 	rec.SupervisorStart = ps.StartTime
 	rec.Env = taskenv.TaskEnv(spec, facts, rep)
+	if lifecycle.ValidHoldSocket(rep.HoldSocket) {
+		rec.HoldSocket = rep.HoldSocket
+	}
 	if err := record.Write(dir, rec); err != nil {
 		sup.kill()
 		return fail(err)

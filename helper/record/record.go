@@ -31,6 +31,7 @@ import (
 //	cgroup=<the collector's cgroup below each hierarchy, "" for none>
 //	cgroup_memory=<the file of its memory bound, which steps lower to the job's memory>
 //	cgroup_cpuset=<the file of its CPU set, which steps narrow to their CPUs>
+//	hold_socket=<the supervisor's abstract unix socket name for the batch step's hold, "" for none>
 //	env=KEY=VALUE
 //	unset=NAME
 type Record struct {
@@ -51,8 +52,12 @@ type Record struct {
 	// CgroupCpuset is the absolute path of that group's cpuset.cpus, ""
 	// when none.
 	CgroupCpuset string
-	Env          []KV
-	Unset        []string
+	// HoldSocket is the abstract unix socket name (no leading NUL) the
+	// batch step asks whether every target has been sampled
+	// (lifecycle.ValidHoldSocket), "" when none.
+	HoldSocket string
+	Env        []KV
+	Unset      []string
 }
 
 // KV is one environment variable.
@@ -113,6 +118,7 @@ func (r *Record) Marshal() ([]byte, error) {
 	fmt.Fprintf(&b, "cgroup=%s\n", oneLine(r.Cgroup))
 	fmt.Fprintf(&b, "cgroup_memory=%s\n", oneLine(r.CgroupMemory))
 	fmt.Fprintf(&b, "cgroup_cpuset=%s\n", oneLine(r.CgroupCpuset))
+	fmt.Fprintf(&b, "hold_socket=%s\n", oneLine(r.HoldSocket))
 	for _, kv := range r.Env {
 		if !EnvName(kv.Key) || strings.ContainsAny(kv.Value, "\n\r\x00") {
 			return nil, fmt.Errorf("record: env %q: not a name or a one-line value", kv.Key)
@@ -164,6 +170,8 @@ func Parse(data []byte) (*Record, error) {
 			r.CgroupMemory = v
 		case "cgroup_cpuset":
 			r.CgroupCpuset = v
+		case "hold_socket":
+			r.HoldSocket = v
 		case "env":
 			ek, ev, _ := strings.Cut(v, "=")
 			r.Env = append(r.Env, KV{ek, ev})

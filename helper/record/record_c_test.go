@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
@@ -41,6 +42,8 @@ int main(int argc, char **argv) {
 	}
 	printf("ready=%d\nfail=%d\nreason=%s\nfinal_wait=%d\n", r.ready, r.fail, r.reason, r.final_wait);
 	printf("cgroup_memory=%s\ncgroup_cpuset=%s\n", r.cgroup_memory, r.cgroup_cpuset);
+	printf("hold_socket=%s\n", r.hold_socket);
+	printf("supervisor=%ld/%llu alive=%d\n", r.supervisor_pid, r.supervisor_start, gos_supervisor_alive(&r));
 	for (int i = 0; i < r.nenv; i++)
 		printf("env=%s\n", r.env[i]);
 	for (int i = 0; i < r.nunset; i++)
@@ -56,6 +59,7 @@ int main(int argc, char **argv) {
 		Cgroup:       "gym_otel/c/n1/job_7",
 		CgroupMemory: "/sys/fs/cgroup/memory/gym_otel/c/n1/job_7/memory.limit_in_bytes",
 		CgroupCpuset: "/sys/fs/cgroup/cpuset/gym_otel/c/n1/job_7/cpuset.cpus",
+		HoldSocket:   "gym-otel-hold-0123456789abcdef",
 		Env:          []KV{{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer gos_x=y"}},
 		Unset:        []string{"OTEL_TOKEN", "SLURM_SPANK_GYM_OTEL_TOKEN"},
 	}
@@ -73,8 +77,8 @@ int main(int argc, char **argv) {
 		if err != nil {
 			t.Fatalf("the C reader: %v\n%s", err, out)
 		}
-		want := fmt.Sprintf("ready=1\nfail=1\nreason=%s\nfinal_wait=%d\ncgroup_memory=%s\ncgroup_cpuset=%s\n",
-			rec.Reason, c.want, rec.CgroupMemory, rec.CgroupCpuset)
+		want := fmt.Sprintf("ready=1\nfail=1\nreason=%s\nfinal_wait=%d\ncgroup_memory=%s\ncgroup_cpuset=%s\nhold_socket=%s\nsupervisor=%d/%d alive=0\n",
+			rec.Reason, c.want, rec.CgroupMemory, rec.CgroupCpuset, rec.HoldSocket, rec.SupervisorPID, rec.SupervisorStart)
 		for _, kv := range rec.Env {
 			want += "env=" + kv.Key + "=" + kv.Value + "\n"
 		}
@@ -85,10 +89,71 @@ int main(int argc, char **argv) {
 			t.Errorf("final_wait %d: C read\n%s\nGo wrote\n%s", c.finalWait, out, want)
 		}
 		back, err := Read(jobDir)
-		if err != nil || back.FinalWait != c.finalWait || back.CgroupCpuset != rec.CgroupCpuset || len(back.Env) != 2 {
+		if err != nil || back.FinalWait != c.finalWait || back.CgroupCpuset != rec.CgroupCpuset || back.HoldSocket != rec.HoldSocket || len(back.Env) != 2 {
 			t.Errorf("Go read back %+v %v", back, err)
 		}
 	}
+	// The steps' liveness check of the supervisor (gos_supervisor_alive):
+	// a running process with the recorded start time is alive; the same
+	// pid with another start time (a reused pid) or a pid that has exited
+	// is not.
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sleeper.Process.Kill()
+	ps, err := proc.ReadStat(sleeper.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive := func(pid int, start uint64) string {
+		t.Helper()
+		rec.SupervisorPID, rec.SupervisorStart = pid, start
+		jobDir, err := MakeJobDir(records, "n1", 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Write(jobDir, rec); err != nil {
+			t.Fatal(err)
+		}
+		out, _ := exec.Command(bin, records, "n1", "8").CombinedOutput()
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(l, "supervisor=") {
+				return l
+			}
+		}
+		t.Fatalf("no supervisor line: %s", out)
+		return ""
+	}
+	pid := sleeper.Process.Pid
+	if got, want := alive(pid, ps.StartTime), fmt.Sprintf("supervisor=%d/%d alive=1", pid, ps.StartTime); got != want {
+		t.Errorf("a running supervisor: %q, want %q", got, want)
+	}
+	if got := alive(pid, ps.StartTime+1); !strings.HasSuffix(got, "alive=0") {
+		t.Errorf("another start time (a reused pid): %q", got)
+	}
+	sleeper.Process.Kill()
+	sleeper.Wait()
+	if got := alive(pid, ps.StartTime); !strings.HasSuffix(got, "alive=0") {
+		t.Errorf("an exited supervisor: %q", got)
+	}
+	if got := alive(0, 0); !strings.HasSuffix(got, "alive=0") {
+		t.Errorf("no supervisor: %q", got)
+	}
+
+	// A hold socket name with other characters is not taken by C.
+	rec.HoldSocket = "gym-otel-hold-../x y"
+	jobDir9, err := MakeJobDir(records, "n1", 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(jobDir9, rec); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := exec.Command(bin, records, "n1", "9").CombinedOutput(); !strings.Contains(string(out), "hold_socket=\n") {
+		t.Errorf("C took a bad hold socket name: %s", out)
+	}
+
 	// A record that is not root-only is read by neither side.
 	jobDir := JobDir(records, "n1", 7)
 	if err := os.Chmod(filepath.Join(jobDir, File), 0o666); err != nil {

@@ -30,7 +30,7 @@ func defines() []define {
 	return []define{
 		{"GOS_DEFAULT_RECORD_DIR", "plugin.DefaultRecordDir", plugin.DefaultRecordDir},
 		{"GOS_RECORD_FILE", "record.File", record.File},
-		{"GOS_SAMPLED_FILE", "lifecycle.SampledFile", lifecycle.SampledFile},
+		{"GOS_HOLD_SOCKET_PREFIX", "lifecycle.HoldSocketPrefix", lifecycle.HoldSocketPrefix},
 		{"GOS_MAX_FINAL_WAIT", "timing.MaxFinalWait, seconds", timing.Seconds(timing.MaxFinalWait)},
 		{"GOS_ENV_IN_JOB", "plugin.EnvInJob", plugin.EnvInJob},
 		{"GOS_JOB_CONTROL_SPEC", "plugin.JobControlSpec", plugin.JobControlSpec},

@@ -61,6 +61,7 @@ func TestPluginPackage(t *testing.T) {
 		"/etc/slurm/gym-otel.yaml.example",
 		"/usr/share/man/man8/gym_otel.8",
 		"/usr/share/man/man1/gym-otel-spank.1",
+		"/usr/share/doc/gym-otel-spank/gym-otel-cap.lua",
 	} {
 		if !strings.Contains(files, want) {
 			t.Errorf("payload lacks %s:\n%s", want, files)

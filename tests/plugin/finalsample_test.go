@@ -171,8 +171,8 @@ func TestShortJobFinalSample(t *testing.T) {
 
 // A one-node job with nothing to scrape (the test site sets no dcgm or
 // node_exporter port, the job no model service) has no final sample to
-// wait for: the batch step's hold ends at its first look at the hint,
-// 100 ms into it; 5 s allows a loaded machine and still fails a hold that
+// wait for: the batch step's hold ends at its first question to the
+// supervisor; 5 s allows a loaded machine and still fails a hold that
 // waited for a scrape (interval 15 s) or its bound (16 s).
 func TestNoTargetNoHold(t *testing.T) {
 	waitIdle(t)

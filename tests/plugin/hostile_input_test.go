@@ -247,6 +247,22 @@ func buildForge(t *testing.T, dir string) string {
 // hand through libslurm that is too large for the job prolog's exec (which
 // would drain the node), and lets an ordinary one through.
 func TestJobSubmitFilterCapsForgedSpankEnv(t *testing.T) {
+	// Without the cap, the first --gym-otel job's prolog on a node says so
+	// (once per node and finding: the markers of earlier runs go first).
+	waitIdle(t)
+	markers, _ := filepath.Glob(filepath.Join(recordDir, "*", ".submit-filter-warned"))
+	for _, m := range markers {
+		os.Remove(m)
+	}
+	nd := markerDir(t, "nofilter")
+	r0 := asUser(t, 60*time.Second, tokenEnv(), fmt.Sprintf("sbatch -N1 --wait --gym-otel=job_dir=%s/run -o %s/job.out --wrap true", nd, nd))
+	if r0.code != 0 {
+		t.Fatalf("a job without the cap: %s %s", r0.stdout, r0.stderr)
+	}
+	if logs := slurmdLogs(t); !strings.Contains(logs, "has no JobSubmitPlugins: a job-control variable over 128 KiB") {
+		t.Errorf("no prolog warning about the missing cap in slurmd's log")
+	}
+	waitNoCollector(t)
 	lua := filepath.Join(stateDir, "job_submit.lua")
 	if out, err := run("install", "-m", "0644", filepath.Join(root, "packaging/job_submit/gym-otel-cap.lua"), lua); err != nil {
 		t.Fatalf("%v %s", err, out)
@@ -278,6 +294,22 @@ func TestJobSubmitFilterCapsForgedSpankEnv(t *testing.T) {
 		t.Fatalf("an ordinary job-control variable was refused: %s %s", r.stdout, r.stderr)
 	}
 	waitFile(t, 60*time.Second, d+"/small.out")
+	waitIdle(t)
+	// With the cap in place (the controller's file is readable from the
+	// nodes here), the prolog has nothing to say about it.
+	markers, _ = filepath.Glob(filepath.Join(recordDir, "*", ".submit-filter-warned"))
+	for _, m := range markers {
+		os.Remove(m)
+	}
+	before := strings.Count(slurmdLogs(t), "JobSubmitPlugins")
+	r = asUser(t, 60*time.Second, tokenEnv(), fmt.Sprintf("sbatch -N1 --wait --gym-otel=job_dir=%s/run -o %s/job.out --wrap true", d, d))
+	if r.code != 0 {
+		t.Fatalf("a --gym-otel job with the cap: %s %s", r.stdout, r.stderr)
+	}
+	if n := strings.Count(slurmdLogs(t), "JobSubmitPlugins"); n != before {
+		t.Errorf("%d new warnings about the cap although it is in place", n-before)
+	}
+	waitNoCollector(t)
 	waitIdle(t)
 }
 

@@ -94,6 +94,7 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 		fail("job_dir: %q is not an absolute path", r.JobDir)
 	}
 	errs = append(errs, r.checkBounds()...)
+	errs = append(errs, o.checkScrapeLimits()...)
 	return warnings, errors.Join(errs...)
 }
 

@@ -374,6 +374,9 @@ type TargetHealth struct {
 	Instance string `json:"instance"`
 	Scrapes  int    `json:"scrapes"`
 	Answered int    `json:"answered"`
+	// Limits says which scrape limits the target hit (fields omitted when
+	// none).
+	LimitHits
 }
 
 func unixMs(ms int64) time.Time {
@@ -920,6 +923,9 @@ func (r *Report) health(a *aggregator) error {
 			th := TargetHealth{Dir: d.src.Dir, Job: t.Job, Instance: t.Instance}
 			if c := d.up[[2]string{t.Job, t.Instance}]; c != nil {
 				th.Scrapes, th.Answered = c[0], c[1]
+			}
+			if s := d.scrape[[2]string{t.Job, t.Instance}]; s != nil {
+				th.LimitHits = s.LimitHits
 			}
 			dh.Targets = append(dh.Targets, th)
 			if th.Answered < th.Scrapes || th.Scrapes == 0 {

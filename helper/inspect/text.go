@@ -211,6 +211,9 @@ func (r *Report) WriteText(w io.Writer) error {
 				mark = fmt.Sprintf("  FAILED %d", x.Scrapes-x.Answered)
 			}
 			t.line("    target %s (%s): %d scrapes, %d answered%s", x.Job, x.Instance, x.Scrapes, x.Answered, mark)
+			if x.LimitHits.Any() {
+				t.line("      LIMIT: %s", x.LimitHits)
+			}
 		}
 	}
 	if hl.DroppedSeries > 0 || hl.SkippedPoints > 0 {

@@ -46,7 +46,7 @@ func Dirs(dir string) (dirs, skipped []string, err error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, nil, err
 	}
-	root, err := filepath.EvalSymlinks(dir)
+	root, err := RealPath(dir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -68,11 +68,20 @@ func Dirs(dir string) (dirs, skipped []string, err error) {
 	return dirs, skipped, nil
 }
 
+// RealPath is path made absolute with every symbolic link resolved.
+func RealPath(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	return filepath.EvalSymlinks(abs)
+}
+
 // Inside reports whether path's real path (symbolic links resolved) is
-// root or lies under it; root must be a real path. A path that cannot be
+// root or lies under it; root must be a real path (RealPath). A path that cannot be
 // resolved is not inside.
 func Inside(root, path string) bool {
-	real, err := filepath.EvalSymlinks(path)
+	real, err := RealPath(path)
 	if err != nil {
 		return false
 	}

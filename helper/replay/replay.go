@@ -170,7 +170,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	for _, d := range skipped {
 		fmt.Fprintf(opt.Out, "replay: warning: %s leads outside %s: not replayed\n", d, dirs[0])
 	}
-	root, err := filepath.EvalSymlinks(dirs[0])
+	root, err := RealPath(dirs[0])
 	if err != nil {
 		return nil, err
 	}

@@ -88,6 +88,11 @@ func TestDirsAndScan(t *testing.T) {
 	if f := got["links/77/nodes/gn3/traces.jsonl"]; f.Items != 3 {
 		t.Errorf("link's node traces: %+v", f)
 	}
+	// The same from a relative path.
+	t.Chdir(filepath.Dir(job))
+	if rd, rs, err := Dirs(filepath.Base(job)); err != nil || len(rd) != 5 || len(rs) != 2 {
+		t.Errorf("relative: dirs %v, skipped %v, %v", rd, rs, err)
+	}
 	if _, _, err := Dirs(filepath.Join(job, "nope")); err == nil {
 		t.Error("a missing dir gave no error")
 	}
@@ -283,5 +288,19 @@ func TestRunWarnsOfARunningCollector(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "--binary") {
 		t.Errorf("a missing collector: %v", err)
+	}
+}
+
+// A relative dir: its files are inside it (none is skipped as outside).
+func TestRunRelativeDir(t *testing.T) {
+	job := t.TempDir()
+	write(t, filepath.Join(job, "otel", "collector.yaml"), jobConfig)
+	write(t, filepath.Join(job, "otel", "traces.jsonl"), traceLine+"\n")
+	t.Chdir(filepath.Dir(job))
+	var out strings.Builder
+	_, err := Run(t.Context(), Options{Dir: filepath.Base(job), Out: &out, Binary: "/nonexistent/otelcol", Endpoint: "http://127.0.0.1:9", TokenEnv: "T",
+		LookupEnv: func(string) (string, bool) { return "tok", true }})
+	if err == nil || !strings.Contains(err.Error(), "--binary") || strings.Contains(out.String(), "outside") {
+		t.Errorf("err %v, output %q", err, out.String())
 	}
 }

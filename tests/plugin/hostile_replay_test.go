@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,6 +70,24 @@ func (s *attackerSink) report() (int, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.conns, s.got.String()
+}
+
+// waitSpans waits (bounded) until the backend's files hold want spans of
+// job id, and fails if they hold more or fewer.
+func waitSpans(t *testing.T, id string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := dirItems(t, backendDir, id).spans
+		if got == want {
+			return
+		}
+		if got > want || time.Now().After(deadline) {
+			t.Errorf("the backend holds %d spans of %s, want %d", got, id, want)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // asOther runs a bash command line as another local user (not the jobs'
@@ -132,8 +151,21 @@ processors:
         value: ${env:SECRET_CLOUD_KEY}
         action: upsert
 `, sink.port(), sink.port(), sink.port())
-	asOther(t, "nobody", "nogroup", fmt.Sprintf("umask 022 && mkdir -p %[1]s/otel/nodes/gn2 && printf '%%s' %[2]q > %[1]s/otel/collector.yaml && echo %[3]q > %[1]s/otel/traces.jsonl && echo %[3]q > %[1]s/otel/nodes/gn2/traces.jsonl",
-		evil, cfg, spanLine(tag+"-attacker")))
+	// The attacker writes its files as itself (copied from a staging dir).
+	staging := filepath.Join(shared, "staging")
+	if err := os.Mkdir(staging, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{"collector.yaml": cfg, "attacker.jsonl": spanLine(tag+"-attacker") + "\n", "own.jsonl": spanLine(tag+"-own") + "\n"} {
+		if err := os.WriteFile(filepath.Join(staging, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asOther(t, "nobody", "nogroup", fmt.Sprintf("umask 022 && mkdir -p %[1]s/otel/nodes/gn2 && cp %[2]s/collector.yaml %[1]s/otel/ && cp %[2]s/attacker.jsonl %[1]s/otel/traces.jsonl && cp %[2]s/attacker.jsonl %[1]s/otel/nodes/gn2/traces.jsonl",
+		evil, staging))
+	if st, err := os.Stat(filepath.Join(evil, "otel", "collector.yaml")); err != nil || st.Sys().(*syscall.Stat_t).Uid != 65534 {
+		t.Fatalf("the attacker's collector.yaml: %v", err)
+	}
 
 	user := slurmEnv["GOS_SLURM_USER"]
 	env := append(tokenEnv(), "SECRET_CLOUD_KEY="+secret)
@@ -160,16 +192,14 @@ processors:
 	if r.code != 0 || !strings.Contains(r.stdout, "replay complete") || !strings.Contains(r.stdout, "not done for a directory someone else wrote") {
 		t.Errorf("replay with both flags: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if got := dirItems(t, backendDir, tag+"-attacker"); got.spans != 2 {
-		t.Errorf("the backend holds %d of the 2 spans replayed with both flags", got.spans)
-	}
+	waitSpans(t, tag+"-attacker", 2)
 
 	// The victim's own run, its links/ and nodes/ entries pointing into
 	// the attacker's dir: replayed from the site file, the entries outside
 	// not followed.
 	own := filepath.Join(jobsDir, "replay-own-"+tag)
-	r = asUser(t, 30*time.Second, nil, fmt.Sprintf("mkdir -p %[1]s/otel/nodes %[1]s/otel/links && echo %[2]q > %[1]s/otel/traces.jsonl && printf 'exporters:\\n  otlp_http/backend:\\n    timeout: 5s\\n' > %[1]s/otel/collector.yaml && ln -s %[3]s/otel %[1]s/otel/links/66 && ln -s %[3]s/otel/nodes/gn2 %[1]s/otel/nodes/gn9",
-		own, spanLine(tag+"-own"), evil))
+	r = asUser(t, 30*time.Second, nil, fmt.Sprintf("mkdir -p %[1]s/otel/nodes %[1]s/otel/links && cp %[2]s/own.jsonl %[1]s/otel/traces.jsonl && printf 'exporters:\\n  otlp_http/backend:\\n    timeout: 5s\\n' > %[1]s/otel/collector.yaml && ln -s %[3]s/otel %[1]s/otel/links/66 && ln -s %[3]s/otel/nodes/gn2 %[1]s/otel/nodes/gn9",
+		own, staging, evil))
 	if r.code != 0 {
 		t.Fatalf("the victim's own dir: %s%s", r.stdout, r.stderr)
 	}
@@ -179,9 +209,7 @@ processors:
 		!strings.Contains(r.stdout, own+"/otel/links/66 leads outside") || !strings.Contains(r.stdout, own+"/otel/nodes/gn9 leads outside") {
 		t.Errorf("replay of the own dir: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if got := dirItems(t, backendDir, tag+"-own"); got.spans != 1 {
-		t.Errorf("the backend holds %d of the own dir's 1 span", got.spans)
-	}
+	waitSpans(t, tag+"-own", 1)
 	if got := dirItems(t, backendDir, tag+"-attacker"); got.spans != 2 {
 		t.Errorf("the backend holds %d spans of the attacker's dir after the own dir's replay, want still 2 (its links not followed)", got.spans)
 	}

@@ -17,9 +17,10 @@ func init() {
 }
 
 func runReplay(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("replay", "[--endpoint URL] [--token-env NAME] [--binary PATH] [--timeout D] [--progress D] DIR   (a job dir, or its otel/ dir)", stderr)
-	endpoint := fs.String("endpoint", "", "send to this OTLP/HTTP `URL` instead of the job's backend (otel.endpoint at submit)")
-	tokenEnv := fs.String("token-env", "", "the environment variable `NAME` holding the bearer token (default: the job's otel.token_env, as at submit)")
+	fs := newFlags("replay", "[--site FILE] [--endpoint URL] [--token-env NAME] [--binary PATH] [--timeout D] [--progress D] DIR   (a job dir, or its otel/ dir; someone else's only with --endpoint and --token-env)", stderr)
+	site := fs.String("site", replay.DefaultSite, "the site `FILE` the endpoint and the token's variable come from, as at submit")
+	endpoint := fs.String("endpoint", "", "send to this OTLP/HTTP `URL` (default: the site file's otel.endpoint; never the replayed dir's)")
+	tokenEnv := fs.String("token-env", "", "the environment variable `NAME` holding the bearer token (default: the site file's otel.token_env)")
 	binary := fs.String("binary", "", "the collector `PATH` (default "+replay.DefaultBinary+", else otelcol-gym beside this program or on PATH)")
 	timeout := durationVar(fs, "timeout", replay.DefaultTimeout, "give up after this `duration` (with a unit: 90s, 10m; the collector is stopped)")
 	every := durationVar(fs, "progress", replay.DefaultProgress, "print progress every `duration` (with a unit: 5s)")
@@ -39,7 +40,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	res, err := replay.Run(ctx, replay.Options{
-		Dir: rest[0], Endpoint: *endpoint, TokenEnv: *tokenEnv, Binary: collectorBinary(*binary),
+		Dir: rest[0], Endpoint: *endpoint, TokenEnv: *tokenEnv, Site: *site, Binary: collectorBinary(*binary),
 		Timeout: *timeout, Progress: *every, Out: stdout,
 	})
 	if res != nil {

@@ -144,7 +144,8 @@ func optionsFromEnv(opt *lifecycle.Options) error {
 	opt.Resolved, opt.RecordPath = spec, os.Getenv(envRecord)
 	opt.SlurmdAlive = lifecycle.SlurmdAliveFunc(os.Getenv(lifecycle.EnvSlurmd))
 	opt.JobEnd = lifecycle.ParseJobEnd(os.Getenv(lifecycle.EnvJobEnd))
-	opt.NewSlurmd = lifecycle.TheSlurmd
+	slurmdExe := os.Getenv(lifecycle.EnvSlurmdExe)
+	opt.NewSlurmd = func() func() bool { return lifecycle.TheSlurmd(slurmdExe) }
 	return takeToken(opt)
 }
 

@@ -49,6 +49,10 @@ func TestOtelBlockBadValues(t *testing.T) {
 		{"on_failure", "otel:\n  on_failure: drain\n", []string{"otel.on_failure", "continue, fail", `"drain"`}},
 		{"mode", "otel:\n  output_dir_mode: \"0600\"\n", []string{"otel.output_dir_mode", "0700"}},
 		{"not a mapping", "otel: [a]\n", []string{"otel:", "expected a mapping"}},
+		{"sample limit zero", "otel:\n  scrape_sample_limit: 0\n", []string{"otel.scrape_sample_limit", "0 is out of range 100..10000000"}},
+		{"body limit huge", "otel:\n  scrape_body_size_limit_mib: 4096\n", []string{"otel.scrape_body_size_limit_mib", "4096 is out of range 1..1024"}},
+		{"body limit unit", "otel:\n  scrape_body_size_limit_mib: 16MiB\n", []string{"otel.scrape_body_size_limit_mib", `"16MiB"`}},
+		{"label limit", "otel:\n  scrape_label_limit: 2\n", []string{"otel.scrape_label_limit", "out of range 8..1000"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -348,5 +352,23 @@ func TestGymServicesNotScrapedNotChecked(t *testing.T) {
 	}
 	if len(g.Notes) != 1 || !strings.Contains(g.Notes[0], `services.x: type "future" is not one this plugin knows`) {
 		t.Errorf("notes %q", g.Notes)
+	}
+}
+
+// A forwarded spec without the scrape limits (0: Prometheus's "no limit")
+// or with a forged value fails validation on the node, naming the key.
+func TestValidateScrapeLimits(t *testing.T) {
+	r, err := Resolve(Inputs{Spec: "endpoint=https://x.example.com,service_name=s", WorkDir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Validate(nil); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	r.Otel.ScrapeSampleLimit, r.Otel.ScrapeLabelValueLengthLimit = 0, 1<<30
+	_, err = r.Validate(nil)
+	if err == nil || !strings.Contains(err.Error(), "otel.scrape_sample_limit: 0 is out of range") ||
+		!strings.Contains(err.Error(), "otel.scrape_label_value_length_limit: 1073741824 is out of range") {
+		t.Errorf("err %v", err)
 	}
 }

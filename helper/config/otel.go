@@ -80,6 +80,24 @@ type Otel struct {
 	// stamps "Bearer <token>" as the Authorization resource attribute on the
 	// way to the backend, for routing proxies that need it; never in files.
 	TokenResourceAttribute bool `json:"token_resource_attribute"`
+	// ScrapeSampleLimit (scrape_sample_limit, default 50000, 100..10000000)
+	// is every scrape job's sample_limit: a page with more samples fails
+	// the whole scrape (up = 0).
+	ScrapeSampleLimit int `json:"scrape_sample_limit"`
+	// ScrapeBodySizeLimitMiB (scrape_body_size_limit_mib, default 16,
+	// 1..1024) is every scrape job's body_size_limit in MiB (uncompressed):
+	// reading stops there and the scrape fails.
+	ScrapeBodySizeLimitMiB int `json:"scrape_body_size_limit_mib"`
+	// ScrapeLabelLimit (scrape_label_limit, default 64, 8..1000) is every
+	// scrape job's label_limit: labels per series.
+	ScrapeLabelLimit int `json:"scrape_label_limit"`
+	// ScrapeLabelNameLengthLimit (scrape_label_name_length_limit, default
+	// 256, 32..65536) is every scrape job's label_name_length_limit in bytes.
+	ScrapeLabelNameLengthLimit int `json:"scrape_label_name_length_limit"`
+	// ScrapeLabelValueLengthLimit (scrape_label_value_length_limit, default
+	// 4096, 64..1048576) is every scrape job's label_value_length_limit in
+	// bytes.
+	ScrapeLabelValueLengthLimit int `json:"scrape_label_value_length_limit"`
 }
 
 // Defaults returns the built-in defaults of the otel: block (the seed's
@@ -103,6 +121,12 @@ func Defaults() Otel {
 		OnFailure:                 "continue",
 		OutputDirMode:             "0700",
 		MemoryLimitMiB:            512,
+
+		ScrapeSampleLimit:           50000,
+		ScrapeBodySizeLimitMiB:      16,
+		ScrapeLabelLimit:            64,
+		ScrapeLabelNameLengthLimit:  256,
+		ScrapeLabelValueLengthLimit: 4096,
 	}
 }
 
@@ -163,6 +187,11 @@ var keyDefs = []keyDef{
 	{name: "output_dir_mode", kind: kindMode, set: func(o *Otel, v value) { o.OutputDirMode = v.s }},
 	{name: "memory_limit_mib", kind: kindInt, min: 32, max: 65536, set: func(o *Otel, v value) { o.MemoryLimitMiB = v.i }},
 	{name: "token_resource_attribute", kind: kindBool, set: func(o *Otel, v value) { o.TokenResourceAttribute = v.b }},
+	{name: "scrape_sample_limit", kind: kindInt, min: 100, max: 10000000, set: func(o *Otel, v value) { o.ScrapeSampleLimit = v.i }},
+	{name: "scrape_body_size_limit_mib", kind: kindInt, min: 1, max: 1024, set: func(o *Otel, v value) { o.ScrapeBodySizeLimitMiB = v.i }},
+	{name: "scrape_label_limit", kind: kindInt, min: 8, max: 1000, set: func(o *Otel, v value) { o.ScrapeLabelLimit = v.i }},
+	{name: "scrape_label_name_length_limit", kind: kindInt, min: 32, max: 65536, set: func(o *Otel, v value) { o.ScrapeLabelNameLengthLimit = v.i }},
+	{name: "scrape_label_value_length_limit", kind: kindInt, min: 64, max: 1048576, set: func(o *Otel, v value) { o.ScrapeLabelValueLengthLimit = v.i }},
 }
 
 // Keys returns the keys of the otel: block in documentation order.

@@ -95,6 +95,7 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 	}
 	errs = append(errs, r.checkBounds()...)
 	errs = append(errs, r.checkValues()...)
+	errs = append(errs, o.checkScrapeLimits()...)
 	return warnings, errors.Join(errs...)
 }
 

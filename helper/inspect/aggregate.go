@@ -113,6 +113,8 @@ type dirStat struct {
 	firstBad            map[string]string
 	firstMs, lastMs     int64
 	up                  map[[2]string]*scrapeLog // (job, instance) -> its scrapes
+	scrape              map[[2]string]*scrapeStat
+	sampleLimit         map[[2]string]int64 // (job, instance) -> sample_limit of collector.yaml
 }
 
 // aggregator holds the bounded state of a report while the files stream.
@@ -301,6 +303,13 @@ func pointCount(m metric) int {
 }
 
 func (a *aggregator) metric(name string, m metric, node, producer, instance string) {
+	if m.Gauge != nil {
+		for _, p := range m.Gauge.DataPoints {
+			if v, ok := p.value(); ok {
+				a.cur.scrapeReport(name, producer, instance, p.Time.ms(), v)
+			}
+		}
+	}
 	if !tracked[name] {
 		// Still part of the run's time span.
 		if m.Gauge != nil && len(m.Gauge.DataPoints) > 0 {

@@ -394,6 +394,9 @@ type TargetHealth struct {
 	// first answer and after its last (see Target): not trouble.
 	WarmingUp int `json:"warming_up"`
 	Ended     int `json:"ended"`
+	// Limits says which scrape limits the target hit (fields omitted when
+	// none).
+	LimitHits
 }
 
 // Failed is the number of troubled scrapes: failed between the first and
@@ -978,6 +981,9 @@ func (r *Report) health(a *aggregator) error {
 			th := TargetHealth{Dir: d.src.Dir, Job: t.Job, Instance: t.Instance}
 			if c := d.up[[2]string{t.Job, t.Instance}]; c != nil {
 				th.Scrapes, th.Answered, th.WarmingUp, th.Ended = c.counts()
+			}
+			if s := d.scrape[[2]string{t.Job, t.Instance}]; s != nil {
+				th.LimitHits = s.LimitHits
 			}
 			dh.Targets = append(dh.Targets, th)
 			if th.Failed() > 0 || th.Scrapes == 0 {

@@ -255,6 +255,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		for _, x := range d.Targets {
 			t.line("    target %s (%s): %s", x.Job, x.Instance, ScrapeSummary(x.Scrapes, x.Answered, x.WarmingUp, x.Ended))
+			if x.LimitHits.Any() {
+				t.line("      LIMIT: %s", x.LimitHits)
+			}
 		}
 	}
 	if hl.DroppedSeries > 0 || hl.SkippedPoints > 0 {

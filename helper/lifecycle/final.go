@@ -46,8 +46,9 @@ func newFinalSink(token string) (*finalSink, error) {
 	f := &finalSink{token: token, ln: ln}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/metrics", f.handle)
-	f.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go f.srv.Serve(ln)
+	f.srv = &http.Server{Handler: mux, ReadHeaderTimeout: FinalHeaderTimeout, IdleTimeout: FinalIdleTimeout,
+		ReadTimeout: FinalReadTimeout, WriteTimeout: FinalWriteTimeout, MaxHeaderBytes: 64 << 10}
+	go f.srv.Serve(newGuardedListener(ln, FinalMaxConns))
 	return f, nil
 }
 

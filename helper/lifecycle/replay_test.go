@@ -95,7 +95,9 @@ func TestReplayAfterOutage(t *testing.T) {
 
 	// The backend comes up where the job sent; replay fills it.
 	be := startBackendOn(t, token, port)
-	out, code := runReplay(t, []string{"OTEL_TOKEN=" + token}, s.out)
+	// The endpoint and the token's variable from the site file, as at submit.
+	site := filepath.Join(s.dir, "site.yaml")
+	out, code := runReplay(t, []string{"OTEL_TOKEN=" + token}, "--site", site, s.out)
 	t.Logf("replay:\n%s", out)
 	if code != 0 || !strings.Contains(out, "replay complete") {
 		t.Fatalf("replay exit %d:\n%s", code, out)
@@ -116,12 +118,12 @@ func TestReplayAfterOutage(t *testing.T) {
 
 	// A wrong token: the backend refuses, replay says so and exits 1.
 	be3 := startBackend(t, "right-"+randHex(6))
-	out, code = runReplay(t, []string{"OTEL_TOKEN=wrong"}, "--endpoint", be3.url, s.out)
+	out, code = runReplay(t, []string{"OTEL_TOKEN=wrong"}, "--site", site, "--endpoint", be3.url, s.out)
 	if code != 1 || !strings.Contains(out, "LOSSES") {
 		t.Errorf("replay with a wrong token: exit %d, want 1 and LOSSES:\n%s", code, out)
 	}
 	// No token: a clear error naming the variable.
-	out, code = runReplay(t, nil, s.out)
+	out, code = runReplay(t, nil, "--site", site, s.out)
 	if code != 1 || !strings.Contains(out, "OTEL_TOKEN is not set") {
 		t.Errorf("replay without a token: exit %d:\n%s", code, out)
 	}
@@ -161,7 +163,7 @@ func TestReplayInterrupted(t *testing.T) {
 		t.Fatalf("drain: %v", err)
 	}
 	hang := startBlackhole(t, "hang")
-	cmd := exec.Command(cli(t), "replay", "--binary", testenv.Collector(t), "--progress", "500ms", "--endpoint", hang, s.out)
+	cmd := exec.Command(cli(t), "replay", "--binary", testenv.Collector(t), "--progress", "500ms", "--endpoint", hang, "--token-env", "OTEL_TOKEN", s.out)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "OTEL_TOKEN=x"}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw

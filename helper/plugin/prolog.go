@@ -185,6 +185,10 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	// once that slurmd is gone or the job's end time is long past.
 	if a, err := lifecycle.SlurmdAnchor(os.Getppid()); err == nil {
 		env = append(env, lifecycle.EnvSlurmd+"="+a)
+		// The binary a later slurmd of this node must run to be adopted.
+		if exe, err := lifecycle.SlurmdExe(os.Getppid()); err == nil {
+			env = append(env, lifecycle.EnvSlurmdExe+"="+exe)
+		}
 	} else {
 		log.Warnf("job %d: the prolog's parent: %v (the supervisor asks Slurm whether the job runs)", in.JobID, err)
 	}

@@ -442,16 +442,18 @@ func scrapeJobs(in Input) []omap {
 	timeout := min(interval, 10)
 	var jobs []omap
 	for _, t := range Targets(in) {
-		jobs = append(jobs, omap{
+		job := omap{
 			{"job_name", esc(t.Job)},
 			{"scrape_interval", fmt.Sprintf("%ds", interval)},
 			{"scrape_timeout", fmt.Sprintf("%ds", timeout)},
 			{"metrics_path", "/metrics"},
-			{"static_configs", []omap{{
-				{"targets", []string{"localhost:" + strconv.Itoa(t.Port)}},
-				{"labels", omap{{"instance", esc(t.Instance)}}},
-			}}},
-		})
+		}
+		job = append(job, scrapeLimits(in.Resolved.Otel)...)
+		job = append(job, kv{"static_configs", []omap{{
+			{"targets", []string{"localhost:" + strconv.Itoa(t.Port)}},
+			{"labels", omap{{"instance", esc(t.Instance)}}},
+		}}})
+		jobs = append(jobs, job)
 	}
 	return jobs
 }

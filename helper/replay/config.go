@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -19,22 +20,32 @@ const (
 	fileReceiver    = "otlp_json_file"
 )
 
-// Backend is how a job's collector reached the site's backend, read from
-// its collector.yaml.
+// Backend is what replay takes from a job's collector.yaml: only settings
+// of the exporter that the plugin itself renders and that cannot send
+// anything anywhere else. The endpoint, the headers and the token variable
+// never come from the file (see Options).
 type Backend struct {
-	// Exporter is the otlp_http/backend block, as rendered.
+	// Exporter holds the copied keys of the otlp_http/backend block:
+	// timeout, compression, compression_params.level,
+	// retry_on_failure.{enabled, initial_interval, max_interval,
+	// max_elapsed_time} and sending_queue.{enabled, queue_size}, each only
+	// when its value has the rendered type (durations as Go duration
+	// strings, sizes as integers). Everything else in the block is dropped.
 	Exporter map[string]any
-	// Auth is the resource/backend_auth processor block, or nil.
-	Auth map[string]any
-	// TokenEnv is the variable the exporter's bearer token comes from
-	// (otel.token_env at submit).
-	TokenEnv string
+	// Auth reports whether the job had the resource/backend_auth processor
+	// (otel.token_resource_attribute): replay renders its own, naming its
+	// own token variable.
+	Auth bool
 }
 
-var tokenRefRE = regexp.MustCompile(`^Bearer \$\{env:([A-Za-z_][A-Za-z0-9_]*)\}$`)
+// tokenEnvRE is a variable name replay accepts for the token.
+var tokenEnvRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// ReadBackend reads the backend settings of a job's collector.yaml.
-// Errors name the file and what is missing.
+var compressions = map[string]bool{"": true, "none": true, "gzip": true, "zstd": true, "snappy": true, "zlib": true, "deflate": true, "x-snappy-framed": true, "lz4": true}
+
+// ReadBackend reads the copied backend settings of a job's collector.yaml
+// (see Backend). Errors name the file: unreadable, not YAML, or without the
+// otlp_http/backend exporter.
 func ReadBackend(path string) (*Backend, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -51,18 +62,49 @@ func ReadBackend(path string) (*Backend, error) {
 	if exp == nil {
 		return nil, fmt.Errorf("%s: no exporter %s", path, backendExporter)
 	}
-	b := &Backend{Exporter: exp, Auth: doc.Processors[backendAuth]}
-	if h, ok := exp["headers"].(map[string]any); ok {
-		if v, ok := h["Authorization"].(string); ok {
-			if m := tokenRefRE.FindStringSubmatch(v); m != nil {
-				b.TokenEnv = m[1]
+	_, auth := doc.Processors[backendAuth]
+	return &Backend{Exporter: copyRendered(exp), Auth: auth}, nil
+}
+
+// copyRendered keeps the rendered keys of an otlp_http/backend block whose
+// values have the rendered types.
+func copyRendered(exp map[string]any) map[string]any {
+	isDur := func(v any) bool {
+		s, ok := v.(string)
+		if !ok {
+			return false
+		}
+		_, err := time.ParseDuration(s)
+		return err == nil
+	}
+	isInt := func(v any) bool { _, ok := v.(int); return ok }
+	isBool := func(v any) bool { _, ok := v.(bool); return ok }
+	out := map[string]any{}
+	if isDur(exp["timeout"]) {
+		out["timeout"] = exp["timeout"]
+	}
+	if c, ok := exp["compression"].(string); ok && compressions[c] {
+		out["compression"] = c
+	}
+	sub := func(key string, keep map[string]func(any) bool) {
+		m, ok := exp[key].(map[string]any)
+		if !ok {
+			return
+		}
+		n := map[string]any{}
+		for k, check := range keep {
+			if v, ok := m[k]; ok && check(v) {
+				n[k] = v
 			}
 		}
+		if len(n) > 0 {
+			out[key] = n
+		}
 	}
-	if b.TokenEnv == "" {
-		return nil, fmt.Errorf("%s: exporter %s has no Authorization header of the form \"Bearer ${env:NAME}\"", path, backendExporter)
-	}
-	return b, nil
+	sub("compression_params", map[string]func(any) bool{"level": isInt})
+	sub("retry_on_failure", map[string]func(any) bool{"enabled": isBool, "initial_interval": isDur, "max_interval": isDur, "max_elapsed_time": isDur})
+	sub("sending_queue", map[string]func(any) bool{"enabled": isBool, "queue_size": isInt})
+	return out
 }
 
 // globChars are the characters the file receiver's include patterns treat
@@ -72,12 +114,19 @@ const globChars = "*?[]{}\\"
 // Config is the replay collector's configuration: one otlp_json_file
 // receiver per file (otlp_json_file/<index in files>, so each file's
 // progress shows in the receiver's own counters and no two files are taken
-// for one by their first bytes), the job's backend exporter (endpoint
-// replaced by endpoint unless ""; its sending queue blocks when full
-// instead of dropping), its resource/backend_auth when it had one, and the
-// collector's own metrics on 127.0.0.1:telemetryPort. The token stays a
-// ${env:<TokenEnv>} reference.
-func Config(files []File, b *Backend, endpoint string, telemetryPort int) ([]byte, error) {
+// for one by their first bytes), an otlp_http/backend exporter to endpoint
+// with "Authorization: Bearer ${env:<tokenEnv>}" and the copied settings of
+// b (its sending queue blocks when full instead of dropping), a
+// resource/backend_auth processor naming tokenEnv when b.Auth, and the
+// collector's own metrics on 127.0.0.1:telemetryPort. Errors: no files, a
+// path with glob characters, an empty endpoint or a bad token variable.
+func Config(files []File, b *Backend, endpoint, tokenEnv string, telemetryPort int) ([]byte, error) {
+	if endpoint == "" {
+		return nil, errors.New("--endpoint: no endpoint")
+	}
+	if !tokenEnvRE.MatchString(tokenEnv) {
+		return nil, fmt.Errorf("--token-env %q: not a variable name (letters, digits, _)", tokenEnv)
+	}
 	receivers := map[string]any{}
 	bySig := map[string][]string{}
 	for i, f := range files {
@@ -97,16 +146,13 @@ func Config(files []File, b *Backend, endpoint string, telemetryPort int) ([]byt
 	if len(receivers) == 0 {
 		return nil, errors.New("no jsonl file with data to replay")
 	}
+	bearer := "Bearer ${env:" + tokenEnv + "}"
 	exp := map[string]any{}
 	for k, v := range b.Exporter {
 		exp[k] = v
 	}
-	if endpoint != "" {
-		exp["endpoint"] = endpoint
-		for _, k := range []string{"traces_endpoint", "metrics_endpoint", "logs_endpoint"} {
-			delete(exp, k)
-		}
-	}
+	exp["endpoint"] = endpoint
+	exp["headers"] = map[string]any{"Authorization": bearer}
 	q, _ := exp["sending_queue"].(map[string]any)
 	nq := map[string]any{"enabled": true, "block_on_overflow": true}
 	for k, v := range q {
@@ -117,8 +163,10 @@ func Config(files []File, b *Backend, endpoint string, telemetryPort int) ([]byt
 	exp["sending_queue"] = nq
 	var procs []string
 	processors := map[string]any{}
-	if b.Auth != nil {
-		processors[backendAuth] = b.Auth
+	if b.Auth {
+		processors[backendAuth] = map[string]any{"attributes": []any{map[string]any{
+			"key": "Authorization", "value": bearer, "action": "upsert",
+		}}}
 		procs = []string{backendAuth}
 	}
 	pipelines := map[string]any{}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // Signals are the jsonl files of a node dir, by signal.
@@ -34,20 +35,58 @@ type File struct {
 
 // Dirs returns the node dirs of a job: dir's otel/ (or dir itself when it
 // is one), each later link of its chain (links/<job id>), and each node dir
-// (nodes/<node>) of those, in that order. Errors: dir does not exist.
-func Dirs(dir string) ([]string, error) {
+// (nodes/<node>) of those, in that order. A links/ or nodes/ entry is
+// followed only when its real path (symbolic links resolved) lies inside
+// the real path of the first dir; the others are returned in skipped.
+// Errors: dir does not exist.
+func Dirs(dir string) (dirs, skipped []string, err error) {
 	if st, err := os.Stat(filepath.Join(dir, "otel")); err == nil && st.IsDir() {
 		dir = filepath.Join(dir, "otel")
 	}
 	if _, err := os.Stat(dir); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var dirs []string
-	for _, d := range append([]string{dir}, globDirs(filepath.Join(dir, "links", "*"))...) {
+	root, err := RealPath(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	inside := func(ps []string) []string {
+		var in []string
+		for _, p := range ps {
+			if Inside(root, p) {
+				in = append(in, p)
+			} else {
+				skipped = append(skipped, p)
+			}
+		}
+		return in
+	}
+	for _, d := range append([]string{dir}, inside(globDirs(filepath.Join(dir, "links", "*")))...) {
 		dirs = append(dirs, d)
-		dirs = append(dirs, globDirs(filepath.Join(d, "nodes", "*"))...)
+		dirs = append(dirs, inside(globDirs(filepath.Join(d, "nodes", "*")))...)
 	}
-	return dirs, nil
+	return dirs, skipped, nil
+}
+
+// RealPath is path made absolute with every symbolic link resolved.
+func RealPath(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	return filepath.EvalSymlinks(abs)
+}
+
+// Inside reports whether path's real path (symbolic links resolved) is
+// root or lies under it; root must be a real path (RealPath). A path that cannot be
+// resolved is not inside.
+func Inside(root, path string) bool {
+	real, err := RealPath(path)
+	if err != nil {
+		return false
+	}
+	rel, err := filepath.Rel(root, real)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
 }
 
 func globDirs(pattern string) []string {

@@ -1,8 +1,11 @@
 // Package replay sends a job's jsonl files (every node dir, every later link
 // of its chain) to the site's OTLP/HTTP backend again, or to another one,
 // with the collector's own components: one otlp_json_file receiver per file
-// and the job's otlp_http/backend exporter with its bearer token from the
-// environment, as at submit. The file receiver never finishes by itself;
+// and an otlp_http/backend exporter with its bearer token from the
+// environment. The endpoint and the token's variable come from the site
+// file, as at submit, or from the caller, never from the replayed
+// directory, and a directory the caller does not own is replayed only when
+// the caller names both. The file receiver never finishes by itself;
 // Run decides from the collector's own counters that everything was read
 // (accepted + refused = the items of each file) and sent (sent + failed =
 // the items, the sending queue empty), then stops the collector.
@@ -36,18 +39,28 @@ const (
 	DefaultProgress = 5 * time.Second
 	// DefaultBinary is the collector (otel.binary's default).
 	DefaultBinary = "/usr/bin/otelcol-gym"
-	poll          = 250 * time.Millisecond
+	// DefaultSite is the site file replay reads the endpoint and the
+	// token's variable from (the packaged plugstack.conf's site=).
+	DefaultSite = "/etc/slurm/gym-otel.yaml"
+	poll        = 250 * time.Millisecond
 )
 
 // Options configure one replay.
 type Options struct {
 	// Dir is a job dir or its otel/ dir.
 	Dir string
-	// Endpoint replaces the job's backend endpoint ("" keeps it).
+	// Endpoint is the OTLP/HTTP base URL to send to; "" takes the site
+	// file's otel.endpoint.
 	Endpoint string
 	// TokenEnv names the variable holding the bearer token; "" takes the
-	// one the job's collector.yaml references (otel.token_env at submit).
+	// site file's otel.token_env (default OTEL_TOKEN).
 	TokenEnv string
+	// Site is the site file read when Endpoint or TokenEnv is "" (""
+	// : none, and both must be given).
+	Site string
+	// Uid is the caller's uid, which must own every replayed dir and file
+	// unless both Endpoint and TokenEnv are given (0: os.Getuid()).
+	Uid int
 	// LookupEnv reads the token variable (nil: os.LookupEnv).
 	LookupEnv func(string) (string, bool)
 	// Binary is the collector to run ("" : DefaultBinary).
@@ -182,17 +195,51 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if opt.Out == nil {
 		opt.Out = io.Discard
 	}
-	dirs, err := Dirs(opt.Dir)
+	dirs, skipped, err := Dirs(opt.Dir)
 	if err != nil {
 		return nil, err
 	}
-	be, err := ReadBackend(filepath.Join(dirs[0], "collector.yaml"))
+	for _, d := range skipped {
+		fmt.Fprintf(opt.Out, "replay: warning: %s leads outside %s: not replayed\n", d, dirs[0])
+	}
+	root, err := RealPath(dirs[0])
+	if err != nil {
+		return nil, err
+	}
+	all, err := Scan(dirs)
+	if err != nil {
+		return nil, err
+	}
+	var files []File
+	for _, f := range all {
+		if Inside(root, f.Path) {
+			files = append(files, f)
+		} else {
+			fmt.Fprintf(opt.Out, "replay: warning: %s leads outside %s: not replayed\n", f.Path, dirs[0])
+		}
+	}
+	cfgFile := filepath.Join(dirs[0], "collector.yaml")
+	uid := opt.Uid
+	if uid == 0 {
+		uid = os.Getuid()
+	}
+	foreign := checkOwner(append(append([]string{cfgFile}, dirs...), filePaths(files)...), uid)
+	if foreign != nil && (opt.Endpoint == "" || opt.TokenEnv == "") {
+		return nil, foreign
+	}
+	endpoint, tokenEnv, err := target(opt)
+	if err != nil {
+		return nil, err
+	}
+	be, err := ReadBackend(cfgFile)
 	if err != nil {
 		return nil, fmt.Errorf("the job's backend settings: %w", err)
 	}
-	tokenEnv := be.TokenEnv
-	if opt.TokenEnv != "" {
-		tokenEnv = opt.TokenEnv
+	if foreign != nil && be.Auth {
+		// Whether the token also goes as a resource attribute is the
+		// job's choice, and this job is someone else's.
+		be.Auth = false
+		fmt.Fprintf(opt.Out, "replay: note: %s asks for the token as a resource attribute too; not done for a directory someone else wrote\n", cfgFile)
 	}
 	token, ok := opt.LookupEnv(tokenEnv)
 	if !ok || token == "" {
@@ -201,22 +248,12 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if err := config.CheckToken(tokenEnv, token); err != nil {
 		return nil, err
 	}
-	// The exporter references the job's variable: the collector gets the
-	// token under that name.
-	tokenEnv = be.TokenEnv
 	for _, d := range dirs {
 		if st := collectorStatus(d); st != "" && st != "drained" && st != "failed" {
 			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (state.json): what it writes from now on is sent too, and its files may end in a half line\n", d, st)
 		}
 	}
-	files, err := Scan(dirs)
-	if err != nil {
-		return nil, err
-	}
-	res := &Result{Endpoint: opt.Endpoint, TokenEnv: tokenEnv, Signals: map[string]*Totals{}}
-	if res.Endpoint == "" {
-		res.Endpoint, _ = be.Exporter["endpoint"].(string)
-	}
+	res := &Result{Endpoint: endpoint, TokenEnv: tokenEnv, Signals: map[string]*Totals{}}
 	for _, f := range files {
 		t := res.Signals[f.Signal]
 		if t == nil {
@@ -236,7 +273,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := Config(files, be, opt.Endpoint, port)
+	cfg, err := Config(files, be, endpoint, tokenEnv, port)
 	if err != nil {
 		return nil, err
 	}

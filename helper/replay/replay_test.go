@@ -1,8 +1,11 @@
 package replay
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -34,10 +37,30 @@ func TestDirsAndScan(t *testing.T) {
 	write(t, filepath.Join(otel, "logs.jsonl"), "")
 	write(t, filepath.Join(otel, "nodes", "gn2", "logs.jsonl"), logLine+"\n")
 	write(t, filepath.Join(otel, "links", "77", "nodes", "gn3", "traces.jsonl"), traceLine+"\n")
-	dirs, err := Dirs(job)
+	// Entries leading outside the job dir are not followed.
+	outside := t.TempDir()
+	write(t, filepath.Join(outside, "nodes", "x", "traces.jsonl"), traceLine+"\n")
+	if err := os.Symlink(outside, filepath.Join(otel, "links", "66")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(outside, "nodes", "x"), filepath.Join(otel, "nodes", "evil")); err != nil {
+		t.Fatal(err)
+	}
+	// One inside is.
+	if err := os.Symlink("gn2", filepath.Join(otel, "nodes", "alias")); err != nil {
+		t.Fatal(err)
+	}
+	dirs, skipped, err := Dirs(job)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if want := []string{filepath.Join(otel, "links", "66"), filepath.Join(otel, "nodes", "evil")}; strings.Join(skipped, ",") != strings.Join(want, ",") {
+		t.Errorf("skipped %v, want %v", skipped, want)
+	}
+	if dirs[1] != filepath.Join(otel, "nodes", "alias") {
+		t.Errorf("a link inside the job dir is not followed: %v", dirs)
+	}
+	dirs = append(dirs[:1], dirs[2:]...)
 	want := []string{otel, filepath.Join(otel, "nodes", "gn2"), filepath.Join(otel, "links", "77"), filepath.Join(otel, "links", "77", "nodes", "gn3")}
 	if strings.Join(dirs, ",") != strings.Join(want, ",") {
 		t.Fatalf("dirs %v, want %v", dirs, want)
@@ -65,7 +88,12 @@ func TestDirsAndScan(t *testing.T) {
 	if f := got["links/77/nodes/gn3/traces.jsonl"]; f.Items != 3 {
 		t.Errorf("link's node traces: %+v", f)
 	}
-	if _, err := Dirs(filepath.Join(job, "nope")); err == nil {
+	// The same from a relative path.
+	t.Chdir(filepath.Dir(job))
+	if rd, rs, err := Dirs(filepath.Base(job)); err != nil || len(rd) != 5 || len(rs) != 2 {
+		t.Errorf("relative: dirs %v, skipped %v, %v", rd, rs, err)
+	}
+	if _, _, err := Dirs(filepath.Join(job, "nope")); err == nil {
 		t.Error("a missing dir gave no error")
 	}
 }
@@ -78,10 +106,22 @@ const jobConfig = `exporters:
     traces_endpoint: https://otlp.example.com/api/otlp/v1/traces
     headers:
       Authorization: Bearer ${env:MY_TOKEN}
+      X-Extra: ${env:HOME}
     timeout: 5s
+    compression: gzip
+    compression_params:
+      level: 1
+    retry_on_failure:
+      enabled: true
+      max_elapsed_time: 30s
+      multiplier: 9
+    proxy_url: http://proxy.example.com:3128
+    auth:
+      authenticator: oauth2client
     sending_queue:
       enabled: true
       queue_size: 256
+      storage: file_storage/x
 processors:
   resource/backend_auth:
     attributes:
@@ -90,9 +130,11 @@ processors:
         action: upsert
 `
 
-// The replay configuration keeps the job's exporter (token a reference),
-// its backend_auth processor, one receiver per file, and a queue that
-// blocks instead of dropping; --endpoint replaces every endpoint.
+// The replay configuration copies only the exporter settings the plugin
+// renders (never an endpoint, header, proxy or authenticator of the file),
+// sends to the given endpoint with the given token variable, renders its
+// own backend_auth when the job had one, one receiver per file, and a
+// queue that blocks instead of dropping.
 func TestConfig(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "collector.yaml"), jobConfig)
@@ -100,11 +142,11 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.TokenEnv != "MY_TOKEN" || b.Auth == nil {
+	if !b.Auth {
 		t.Fatalf("backend %+v", b)
 	}
 	files := []File{{Path: "/r/otel/traces.jsonl", Signal: "traces", MaxLine: 10}, {Path: "/r/otel/nodes/b/traces.jsonl", Signal: "traces"}, {Path: "/r/otel/logs.jsonl", Signal: "logs"}}
-	y, err := Config(files, b, "http://127.0.0.1:9/", 4242)
+	y, err := Config(files, b, "http://127.0.0.1:9", "SITE_TOKEN", 4242)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,27 +161,43 @@ func TestConfig(t *testing.T) {
 	}
 	exp := doc["exporters"].(map[string]any)["otlp_http/backend"].(map[string]any)
 	q := exp["sending_queue"].(map[string]any)
-	if exp["endpoint"] != "http://127.0.0.1:9/" || exp["traces_endpoint"] != nil || q["block_on_overflow"] != true || q["queue_size"] != 256 {
+	if exp["endpoint"] != "http://127.0.0.1:9" || q["block_on_overflow"] != true || q["queue_size"] != 256 || q["storage"] != nil {
 		t.Errorf("exporter: %v", exp)
 	}
-	if h := exp["headers"].(map[string]any)["Authorization"]; h != "Bearer ${env:MY_TOKEN}" {
-		t.Errorf("Authorization %v", h)
+	var keys []string
+	for k := range exp {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if got := strings.Join(keys, ","); got != "compression,compression_params,endpoint,headers,retry_on_failure,sending_queue,timeout" {
+		t.Errorf("exporter keys %s", got)
+	}
+	if r := exp["retry_on_failure"].(map[string]any); len(r) != 2 || r["max_elapsed_time"] != "30s" {
+		t.Errorf("retry_on_failure %v", r)
+	}
+	if h := exp["headers"].(map[string]any); len(h) != 1 || h["Authorization"] != "Bearer ${env:SITE_TOKEN}" {
+		t.Errorf("headers %v", h)
+	}
+	if strings.Contains(string(y), "MY_TOKEN") || strings.Contains(string(y), "example.com") || strings.Contains(string(y), "HOME") {
+		t.Errorf("something of the job's file reached the configuration:\n%s", y)
+	}
+	auth := doc["processors"].(map[string]any)["resource/backend_auth"].(map[string]any)["attributes"].([]any)[0].(map[string]any)
+	if auth["value"] != "Bearer ${env:SITE_TOKEN}" {
+		t.Errorf("backend_auth %v", auth)
 	}
 	pipes := doc["service"].(map[string]any)["pipelines"].(map[string]any)
 	tp := pipes["traces"].(map[string]any)
 	if len(tp["receivers"].([]any)) != 2 || tp["processors"].([]any)[0] != "resource/backend_auth" || pipes["metrics"] != nil || pipes["logs"] == nil {
 		t.Errorf("pipelines: %v", pipes)
 	}
-	// The job's endpoints stay without --endpoint.
-	y, _ = Config(files[:1], b, "", 4242)
-	if !strings.Contains(string(y), "traces_endpoint: https://otlp.example.com/api/otlp/v1/traces") {
-		t.Errorf("without --endpoint the job's traces_endpoint is gone:\n%s", y)
-	}
-	if _, err := Config([]File{{Path: "/r/a[1]/traces.jsonl", Signal: "traces"}}, b, "", 1); err == nil || !strings.Contains(err.Error(), "pattern") {
+	if _, err := Config([]File{{Path: "/r/a[1]/traces.jsonl", Signal: "traces"}}, b, "http://x", "T", 1); err == nil || !strings.Contains(err.Error(), "pattern") {
 		t.Errorf("a path with glob characters: %v", err)
 	}
-	if _, err := Config(nil, b, "", 1); err == nil {
+	if _, err := Config(nil, b, "http://x", "T", 1); err == nil {
 		t.Error("no files: no error")
+	}
+	if _, err := Config(files, b, "http://x", "A}B", 1); err == nil || !strings.Contains(err.Error(), "--token-env") {
+		t.Errorf("a bad variable name: %v", err)
 	}
 }
 
@@ -148,8 +206,7 @@ func TestReadBackendErrors(t *testing.T) {
 	p := filepath.Join(dir, "collector.yaml")
 	for body, want := range map[string]string{
 		"exporters: {}\n": "no exporter otlp_http/backend",
-		"exporters:\n  otlp_http/backend:\n    headers:\n      Authorization: Bearer secret\n": `"Bearer ${env:NAME}"`,
-		"{": "collector.yaml",
+		"{":               "collector.yaml",
 	} {
 		write(t, p, body)
 		if _, err := ReadBackend(p); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), p) {
@@ -158,18 +215,62 @@ func TestReadBackendErrors(t *testing.T) {
 	}
 }
 
-// Without the token variable Run stops before starting anything, naming it.
+const siteFile = "otel:\n  endpoint: https://site.example.com/otlp/\n  token_env: SITE_TOKEN\n"
+
+// The endpoint and the token's variable come from the site file or the
+// flags, never from the job's collector.yaml. Without the token variable
+// Run stops before starting anything, naming it.
 func TestRunNeedsToken(t *testing.T) {
 	job := t.TempDir()
 	write(t, filepath.Join(job, "otel", "collector.yaml"), jobConfig)
 	write(t, filepath.Join(job, "otel", "traces.jsonl"), traceLine+"\n")
-	_, err := Run(t.Context(), Options{Dir: job, LookupEnv: func(string) (string, bool) { return "", false }, Binary: "/nonexistent"})
-	if err == nil || !strings.Contains(err.Error(), "MY_TOKEN is not set") {
-		t.Errorf("err %v, want one naming MY_TOKEN", err)
+	site := filepath.Join(t.TempDir(), "site.yaml")
+	write(t, site, siteFile)
+	none := func(string) (string, bool) { return "", false }
+	_, err := Run(t.Context(), Options{Dir: job, Site: site, LookupEnv: none, Binary: "/nonexistent"})
+	if err == nil || !strings.Contains(err.Error(), "SITE_TOKEN is not set") {
+		t.Errorf("err %v, want one naming SITE_TOKEN", err)
 	}
-	_, err = Run(t.Context(), Options{Dir: job, TokenEnv: "OTHER", LookupEnv: func(string) (string, bool) { return "", false }, Binary: "/nonexistent"})
+	_, err = Run(t.Context(), Options{Dir: job, Site: site, TokenEnv: "OTHER", LookupEnv: none, Binary: "/nonexistent"})
 	if err == nil || !strings.Contains(err.Error(), "OTHER is not set") {
 		t.Errorf("err %v, want one naming OTHER", err)
+	}
+	_, err = Run(t.Context(), Options{Dir: job, LookupEnv: none, Binary: "/nonexistent"})
+	if err == nil || !strings.Contains(err.Error(), "--site") {
+		t.Errorf("no site file: %v", err)
+	}
+	_, err = Run(t.Context(), Options{Dir: job, Endpoint: "ftp://x", TokenEnv: "T", LookupEnv: none, Binary: "/nonexistent"})
+	if err == nil || !strings.Contains(err.Error(), `--endpoint "ftp://x"`) {
+		t.Errorf("a bad endpoint: %v", err)
+	}
+}
+
+// A directory of another uid is refused, naming its owner and both flags,
+// unless both are given; the site file does not make it acceptable.
+func TestRunRefusesAForeignDir(t *testing.T) {
+	job := t.TempDir()
+	write(t, filepath.Join(job, "otel", "collector.yaml"), jobConfig)
+	write(t, filepath.Join(job, "otel", "traces.jsonl"), traceLine+"\n")
+	site := filepath.Join(t.TempDir(), "site.yaml")
+	write(t, site, siteFile)
+	other := os.Getuid() + 4242
+	tok := func(string) (string, bool) { return "tok", true }
+	for _, opt := range []Options{
+		{Dir: job, Site: site},
+		{Dir: job, Site: site, Endpoint: "http://127.0.0.1:9"},
+		{Dir: job, Site: site, TokenEnv: "SITE_TOKEN"},
+	} {
+		opt.Uid, opt.LookupEnv, opt.Binary = other, tok, "/nonexistent"
+		_, err := Run(t.Context(), opt)
+		var fe *ForeignError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), fmt.Sprintf("uid %d", os.Getuid())) ||
+			!strings.Contains(err.Error(), "--endpoint URL and --token-env NAME") || !strings.Contains(err.Error(), "not by you") {
+			t.Errorf("%+v: %v", opt, err)
+		}
+	}
+	_, err := Run(t.Context(), Options{Dir: job, Uid: other, Endpoint: "http://127.0.0.1:9", TokenEnv: "MINE", LookupEnv: tok, Binary: "/nonexistent"})
+	if err == nil || !strings.Contains(err.Error(), "--binary") {
+		t.Errorf("both flags: %v, want the replay to go on to the collector", err)
 	}
 }
 
@@ -180,12 +281,26 @@ func TestRunWarnsOfARunningCollector(t *testing.T) {
 	write(t, filepath.Join(job, "otel", "state.json"), `{"status":"ready"}`)
 	write(t, filepath.Join(job, "otel", "traces.jsonl"), traceLine+"\n")
 	var out strings.Builder
-	_, err := Run(t.Context(), Options{Dir: job, Out: &out, Binary: "/nonexistent/otelcol",
+	_, err := Run(t.Context(), Options{Dir: job, Out: &out, Binary: "/nonexistent/otelcol", Endpoint: "http://127.0.0.1:9", TokenEnv: "T",
 		LookupEnv: func(string) (string, bool) { return "tok", true }})
 	if !strings.Contains(out.String(), "is ready (state.json)") {
 		t.Errorf("no warning: %q", out.String())
 	}
 	if err == nil || !strings.Contains(err.Error(), "--binary") {
 		t.Errorf("a missing collector: %v", err)
+	}
+}
+
+// A relative dir: its files are inside it (none is skipped as outside).
+func TestRunRelativeDir(t *testing.T) {
+	job := t.TempDir()
+	write(t, filepath.Join(job, "otel", "collector.yaml"), jobConfig)
+	write(t, filepath.Join(job, "otel", "traces.jsonl"), traceLine+"\n")
+	t.Chdir(filepath.Dir(job))
+	var out strings.Builder
+	_, err := Run(t.Context(), Options{Dir: filepath.Base(job), Out: &out, Binary: "/nonexistent/otelcol", Endpoint: "http://127.0.0.1:9", TokenEnv: "T",
+		LookupEnv: func(string) (string, bool) { return "tok", true }})
+	if err == nil || !strings.Contains(err.Error(), "--binary") || strings.Contains(out.String(), "outside") {
+		t.Errorf("err %v, output %q", err, out.String())
 	}
 }

@@ -49,6 +49,27 @@ func TestSlurmdGoneSupervisorAsks(t *testing.T) {
 	if data, _ := os.ReadFile(supLog); !strings.Contains(string(data), "the epilog of this node's slurmd ends the collector") {
 		t.Fatalf("%s: the supervisor did not take the prolog's slurmd as its liveness:\n%s", supLog, data)
 	}
+	// The prolog, as root, named the node's slurmd binary by its path: the
+	// only binary a later slurmd may run to be adopted.
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(rec.SupervisorPID) + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slurmdBin, err := filepath.EvalSymlinks("/usr/sbin/slurmd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains("\x00"+string(env)+"\x00", "\x00GYM_OTEL_SLURMD_EXE="+slurmdBin+"\x00") {
+		var names []string // names only: the environment may hold the token
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "GYM_OTEL_SLURMD") {
+				names = append(names, k+"="+v)
+			} else if k != "" {
+				names = append(names, k)
+			}
+		}
+		t.Errorf("the supervisor's environment does not name the slurmd binary %s: %v", slurmdBin, names)
+	}
 	pidFile := filepath.Join(stateDir, "run", "slurmd-gn2.pid")
 	data, err := os.ReadFile(pidFile)
 	if err != nil {

@@ -228,8 +228,8 @@ func TestReceiptBackendDownThenReplay(t *testing.T) {
 		t.Fatalf("the backend already holds %+v of job %s", got, id)
 	}
 
-	r = asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("%s/gym-otel-spank replay --binary %s --endpoint http://127.0.0.1:%s %s",
-		plugDir, testenv.Collector(t), backendPort, filepath.Dir(otel)))
+	r = asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("%s/gym-otel-spank replay --binary %s --site %s/site.yaml --endpoint http://127.0.0.1:%s %s",
+		plugDir, testenv.Collector(t), plugDir, backendPort, filepath.Dir(otel)))
 	t.Logf("replay (as %s): exit %d\n%s%s", slurmEnv["GOS_SLURM_USER"], r.code, r.stdout, r.stderr)
 	if r.code != 0 || !strings.Contains(r.stdout, "replay complete") {
 		t.Fatalf("replay: exit %d\n%s%s", r.code, r.stdout, r.stderr)

@@ -233,11 +233,11 @@ func startNodeExporter(t testing.TB) int {
 	return port
 }
 
-// startBlackhole starts the misbehaving backend (mode hang or 401) and
-// returns its endpoint URL.
-func startBlackhole(t testing.TB, mode string) string {
+// startBlackhole starts the misbehaving backend (mode hang, 401, 429, 503
+// or slow, with its flags in args) and returns its endpoint URL.
+func startBlackhole(t testing.TB, mode string, args ...string) string {
 	port := freePort(t)
-	startProc(t, "blackhole", nil, testenv.Standin(t, "blackhole"), "--port", strconv.Itoa(port), "--mode", mode)
+	startProc(t, "blackhole", nil, append([]string{testenv.Standin(t, "blackhole"), "--port", strconv.Itoa(port), "--mode", mode}, args...)...)
 	waitFor(t, 10*time.Second, "blackhole", func() bool {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
 		if err == nil {
@@ -342,6 +342,7 @@ type job struct {
 	Health      int    // health_check_timeout_seconds, default 20
 	Shutdown    int    // shutdown_timeout_seconds, default 5
 	Export      int    // export_timeout_seconds, default 2
+	Memory      int    // memory_limit_mib, default 512
 	Output      string // --output; default <shared dir>/out
 	User        string // --user
 	Record      string // --record
@@ -385,8 +386,9 @@ func writeInputs(t testing.TB, dir string, j job) (site, gym string) {
   health_check_timeout_seconds: %d
   shutdown_timeout_seconds: %d
   export_timeout_seconds: %d
+  memory_limit_mib: %d
   gym_span_groups: all
-`, j.Endpoint, j.ServiceName, j.Binary, port(j.DCGMPort), port(j.NodePort), j.Scrape, j.Health, j.Shutdown, j.Export)
+`, j.Endpoint, j.ServiceName, j.Binary, port(j.DCGMPort), port(j.NodePort), j.Scrape, j.Health, j.Shutdown, j.Export, j.Memory)
 	gymYAML := fmt.Sprintf("driver:\n  gym_install: /opt/gym\njob:\n  output_path: %s\n", filepath.Join(dir, "job"))
 	if j.VLLMPort != 0 {
 		gymYAML += fmt.Sprintf("services:\n  policy:\n    type: vllm\n    port: %d\n    served_model_name: standin-model\n    nodes: [0]\n", j.VLLMPort)
@@ -430,6 +432,9 @@ func (j *job) defaults(t testing.TB) {
 	}
 	if j.Export == 0 {
 		j.Export = 2
+	}
+	if j.Memory == 0 {
+		j.Memory = 512
 	}
 }
 

@@ -75,7 +75,10 @@ type Counts struct {
 	// items the backend refused or that were lost after the retries.
 	SendFailed int64 `json:"send_failed"`
 	// EnqueueFailed is otelcol_exporter_enqueue_failed_* of
-	// otlp_http/backend: items dropped because its sending queue was full.
+	// otlp_http/backend: items its sending queue dropped because it was
+	// full (its bytes bound: the backend down, hung, slow or throttling
+	// for longer than the queue holds). They are in the files: the queue
+	// is fed after the file exporter, and never refuses to the producer.
 	EnqueueFailed int64 `json:"enqueue_failed"`
 }
 
@@ -262,7 +265,7 @@ func (r *Receipt) Summary() []string {
 				why = append(why, fmt.Sprintf("%d refused or failed to send", c.SendFailed))
 			}
 			if c.EnqueueFailed > 0 {
-				why = append(why, fmt.Sprintf("%d dropped, sending queue full", c.EnqueueFailed))
+				why = append(why, fmt.Sprintf("%d dropped by the export queue, full while the backend lagged", c.EnqueueFailed))
 			}
 			trouble = append(trouble, t+" ("+strings.Join(why, ", ")+")")
 		}

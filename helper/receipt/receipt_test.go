@@ -81,7 +81,7 @@ func TestSummarySaysLossesPlainly(t *testing.T) {
 	s := strings.Join(r.Summary(), "\n")
 	for _, want := range []string{
 		"INCOMPLETE", "2 collector runs",
-		"the backend did not get >=40 of >=100 spans (30 refused or failed to send, 10 dropped, sending queue full)",
+		"the backend did not get >=40 of >=100 spans (30 refused or failed to send, 10 dropped by the export queue, full while the backend lagged)",
 		"receivers refused >=3 metric points", ">=1 metric points could not be written to metrics.jsonl",
 		"replay", "UNKNOWN: the collector was killed before its drain",
 	} {

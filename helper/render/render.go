@@ -17,7 +17,10 @@
 //   - connector span_metrics: a call counter and a duration histogram per span
 //     name, producer (service.name.override) and sandbox provider.
 //   - exporters: file/{metrics,traces,logs} into the output dir (appending) and
-//     otlp_http/backend, whose bearer token is only ever ${env:<token_env>}.
+//     otlp_http/backend, whose bearer token is only ever ${env:<token_env>},
+//     behind a sending queue of a few requests that drops (and counts) when
+//     full: the backend's trouble never refuses or drops the files' data
+//     (sendingQueue says why).
 package render
 
 import (
@@ -230,7 +233,10 @@ func processors(in Input, scraping bool) (omap, []string) {
 			{"action", "upsert"},
 		}}}}})
 	}
-	processors = append(processors, kv{"batch", omap{{"timeout", "1s"}}})
+	// send_batch_max_size: a producer's request larger than a batch is
+	// split, so that a request to the backend holds at most BatchMaxItems
+	// items (sendingQueue).
+	processors = append(processors, kv{"batch", omap{{"timeout", "1s"}, {"send_batch_size", BatchMaxItems}, {"send_batch_max_size", BatchMaxItems}}})
 	metricsProcs = append(metricsProcs, "transform/names", "transform/identity")
 	return processors, metricsProcs
 }
@@ -274,9 +280,62 @@ func exporters(in Input) omap {
 			{"max_interval", fmt.Sprintf("%ds", o.ExportTimeoutSeconds)},
 			{"max_elapsed_time", fmt.Sprintf("%ds", 6*o.ExportTimeoutSeconds)},
 		}},
-		{"sending_queue", omap{{"enabled", true}, {"queue_size", 256}}},
+		{"sending_queue", sendingQueue()},
 	}})
 	return exporters
+}
+
+// ExportQueueRequests is the backend exporter's queue per signal, in
+// requests, queued and in flight together; as many senders drain it, so
+// every queued request is being sent or waiting for its next retry.
+const ExportQueueRequests = 10
+
+// BatchMaxItems is the most items the batch processor puts in one request
+// (spans, metric points or log records): with ExportQueueRequests it
+// bounds the backend exporter's queue.
+const BatchMaxItems = 8192
+
+// sendingQueue is the backend exporter's queue. The file exporters are fed
+// synchronously, in the same call from the batch processor as this queue;
+// the receivers' answer to a producer comes from the memory_limiter and the
+// batch processor before that, so nothing the backend does may reach it:
+//   - block_on_overflow false: a full queue drops the batch at once and
+//     counts it (otelcol_exporter_enqueue_failed_*, the receipt's
+//     enqueue_failed); blocking would stop the batch processor and with it
+//     the files, and then the receivers.
+//   - wait_for_result false: the batch processor does not wait for the
+//     backend.
+//   - ExportQueueRequests requests of at most BatchMaxItems items, as many
+//     senders: memory is bounded (10 x 8192 items per signal; measured,
+//     130-175 MiB anonymous for the whole collector at 20,000 spans/s with
+//     the backend down, hung or throttling, where a queue of 256 requests
+//     had reached 405 MiB, GOMEMLIMIT, within 40 s), so a backend that is
+//     down, hung, slow or throttling never brings the heap to the
+//     memory_limiter's limit, where the limiter would refuse the files'
+//     data too (it sits ahead of both exporters). And the drain is bounded:
+//     at shutdown every queued request is already in flight, so the queue
+//     is empty after one last attempt (export_timeout_seconds), within
+//     shutdown_timeout_seconds, and the receipt has final figures. A queue
+//     sized in bytes bounds memory too, but not the number of requests: at
+//     a low rate the batches are small, a full queue holds hundreds, and
+//     the drain takes one attempt per 10 of them (measured: a queue of 256
+//     requests at 2,000 spans/s into a hung backend, killed at the bound
+//     with 94,600 of 120,000 spans in no count; docs/performance.md).
+//   - in memory, not the persistent queue of the file_storage extension:
+//     the collector lives as long as the job, and a queue left on a node's
+//     disk when the job ends would be sent by no one; what the backend
+//     missed is in the files, counted in the receipt, and `replay` sends
+//     it. A persistent queue also leaves unsent requests uncounted at
+//     shutdown, where the memory queue counts them as failed.
+func sendingQueue() omap {
+	return omap{
+		{"enabled", true},
+		{"num_consumers", ExportQueueRequests},
+		{"sizer", "requests"},
+		{"queue_size", ExportQueueRequests},
+		{"block_on_overflow", false},
+		{"wait_for_result", false},
+	}
 }
 
 // extensions: the health check and the receivers' token authenticator.
@@ -299,7 +358,12 @@ func pipelines(o config.Otel, scraping bool, metricsProcs []string) omap {
 			return
 		}
 		pipelines = append(pipelines, kv{sig, pipeline(recv, procs, local)})
-		pipelines = append(pipelines, kv{sig + "/backend", pipeline(recv, append(append([]string{}, procs...), "resource/backend_auth"), []string{"otlp_http/backend"})})
+		// The receiver hands each item to both pipelines and answers the
+		// producer with either one's refusal, so the backend's pipeline
+		// has no memory_limiter: it never refuses (its queue drops, see
+		// sendingQueue), and only the file pipeline's limiter can turn a
+		// producer away.
+		pipelines = append(pipelines, kv{sig + "/backend", pipeline(recv, append(withoutLimiter(procs), "resource/backend_auth"), []string{"otlp_http/backend"})})
 	}
 	addPipeline("traces", []string{"otlp"}, []string{"memory_limiter", "transform/identity"}, []string{"span_metrics"})
 	metricsRecv := []string{"otlp", "span_metrics"}
@@ -389,6 +453,17 @@ func signals(o config.Otel) []string {
 		return []string{"metrics", "traces", "logs"}
 	}
 	return []string{"metrics", "traces"}
+}
+
+// withoutLimiter returns procs without the memory_limiter.
+func withoutLimiter(procs []string) []string {
+	var out []string
+	for _, p := range procs {
+		if p != "memory_limiter" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func pipeline(recv, procs, exps []string) omap {

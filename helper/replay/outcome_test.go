@@ -41,7 +41,7 @@ func withToken(string) (string, bool) { return "tok", true }
 // An endpoint without a scheme is refused before the collector starts (a
 // missing collector would otherwise be the error).
 func TestRunRefusesMalformedEndpoint(t *testing.T) {
-	_, err := Run(t.Context(), Options{Dir: jobDir(t), Endpoint: "127.0.0.1:4318", LookupEnv: withToken, Binary: "/nonexistent/otelcol"})
+	_, err := Run(t.Context(), Options{Dir: jobDir(t), Endpoint: "127.0.0.1:4318", TokenEnv: "OTEL_TOKEN", LookupEnv: withToken, Binary: "/nonexistent/otelcol"})
 	if err == nil || !strings.Contains(err.Error(), `"127.0.0.1:4318": no scheme`) {
 		t.Errorf("err %v, want the endpoint refused", err)
 	}
@@ -56,7 +56,7 @@ func TestRunFailsFastWhenUnreachable(t *testing.T) {
 	}
 	closed := "http://" + l.Addr().String()
 	l.Close()
-	res, err := Run(t.Context(), Options{Dir: jobDir(t), Endpoint: closed, LookupEnv: withToken, Binary: "/bin/true"})
+	res, err := Run(t.Context(), Options{Dir: jobDir(t), Endpoint: closed, TokenEnv: "OTEL_TOKEN", LookupEnv: withToken, Binary: "/bin/true"})
 	if res != nil || err == nil || !strings.Contains(err.Error(), "the backend "+closed+" cannot be reached") || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("res %v err %v, want the backend unreachable", res, err)
 	}
@@ -71,7 +71,7 @@ func TestRunCauseInOneLine(t *testing.T) {
 		http.Error(w, "bad token", http.StatusUnauthorized)
 	}))
 	defer srv.Close()
-	res, err := Run(t.Context(), Options{Dir: jobDir(t), Endpoint: srv.URL, LookupEnv: withToken, Binary: bin, Timeout: 2 * time.Minute})
+	res, err := Run(t.Context(), Options{Dir: jobDir(t), Endpoint: srv.URL, TokenEnv: "OTEL_TOKEN", LookupEnv: withToken, Binary: bin, Timeout: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,6 +84,9 @@ func target(opt Options) (endpoint, tokenEnv string, err error) {
 			tokenEnv = o.TokenEnv
 		}
 	}
+	if err := CheckEndpoint("--endpoint", endpoint); err != nil {
+		return "", "", err
+	}
 	ep, _, err := config.NormalizeEndpoint(endpoint)
 	if err != nil {
 		return "", "", fmt.Errorf("--endpoint %q: %v", endpoint, err)

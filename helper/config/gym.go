@@ -100,14 +100,16 @@ var GymOtelKeys = []string{
 
 // gymOtelDefaults are the defaults of Gym's OtelConfig (NVIDIA-NeMo/Gym
 // nemo_gym/orchestration/api.py at 8252f8e85280e668a52c3af68167b838e8d03e5f)
-// as YAML scalars ("null" for None). enabled is not here: true or false is
-// always taken as the user's choice.
+// as YAML scalars ("null" for None), for the keys a deployment sets in its
+// shared cluster fragment (the seed: endpoint, service_name, token_env,
+// binary; and container). A model_dump of Gym's config writes every
+// default, so such a value says nothing the user chose and the site's value
+// holds. The job's own tuning keys (scrape interval, ports, span groups,
+// ...) are not here: Gym's executor uses whatever its config says, default
+// or not, and so does the plugin. enabled is never here.
 var gymOtelDefaults = map[string]string{
 	"binary": "otelcol-contrib", "container": "null", "endpoint": "null",
-	"token_env": "OTEL_TOKEN", "service_name": "null", "component": "gym-vllm",
-	"gym_telemetry": "true", "gym_span_groups": "default,verify", "gym_logs": "true",
-	"gpu_metrics_port": "9400", "node_metrics_port": "9100",
-	"scrape_interval_seconds": "15", "health_check_timeout_seconds": "300",
+	"token_env": "OTEL_TOKEN", "service_name": "null",
 }
 
 // isGymDefault reports whether v, the value of Gym otel key k in a Gym

@@ -107,8 +107,10 @@ compute: {eos: {type: slurm, account: a, node_pools: {a: {partition: x}, b: {par
 }
 
 // TestGymModelDumpDefaults: a Gym config that writes every default of Gym's
-// otel: block (a model_dump) keeps the site's values; a value other than
-// Gym's default, and a quoted "15", are still the config's.
+// otel: block (a model_dump) keeps the site's values of the deployment's
+// keys (endpoint, binary, ...); the job's tuning keys are the config's even
+// at Gym's default, as Gym's executor uses them; a value other than Gym's
+// default, and a quoted "15", are still the config's.
 func TestGymModelDumpDefaults(t *testing.T) {
 	site := filepath.Join(t.TempDir(), "site.yaml")
 	if err := os.WriteFile(site, []byte("otel:\n  endpoint: https://otlp.example.com\n  service_name: s\n  binary: /opt/otelcol-gym\n  scrape_interval_seconds: 30\n  gpu_metrics_port: 9500\n"), 0o644); err != nil {
@@ -125,8 +127,9 @@ services:
 		t.Fatal(err)
 	}
 	o := r.Otel
-	if o.Binary != "/opt/otelcol-gym" || o.Endpoint != "https://otlp.example.com" || o.ScrapeIntervalSeconds != 30 || o.GPUMetricsPort != 9500 || !o.Enabled {
-		t.Errorf("site values lost: binary %q endpoint %q interval %d gpu port %d enabled %v", o.Binary, o.Endpoint, o.ScrapeIntervalSeconds, o.GPUMetricsPort, o.Enabled)
+	if o.Binary != "/opt/otelcol-gym" || o.Endpoint != "https://otlp.example.com" || o.ScrapeIntervalSeconds != 15 || o.GPUMetricsPort != 9400 || !o.Enabled {
+		t.Errorf("binary %q endpoint %q interval %d gpu port %d enabled %v: want the site's binary and endpoint, the config's interval 15 and port 9400",
+			o.Binary, o.Endpoint, o.ScrapeIntervalSeconds, o.GPUMetricsPort, o.Enabled)
 	}
 	set := "otel: {scrape_interval_seconds: 5, gpu_metrics_port: null}\nservices:\n  p: {type: vllm, container: c, model: m}\n" + gymTail
 	r, err = Resolve(Inputs{SiteFile: site, Spec: "config=" + writeGym(t, set), WorkDir: t.TempDir()})

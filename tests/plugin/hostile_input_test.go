@@ -218,8 +218,12 @@ func TestFinalWaitBoundedWhileControllerHangs(t *testing.T) {
 	t0, _ := time.ParseInLocation("2006-01-02T15:04:05.000", lines[0][1], time.Local)
 	t1, _ := time.ParseInLocation("2006-01-02T15:04:05.000", lines[1][1], time.Local)
 	t.Logf("final wait of 11 s ended after %s with slurmctld stopped (%s)", t1.Sub(t0), lines[1][2])
-	if !strings.HasSuffix(lines[1][2], "(slurmctld did not answer the last query)") {
-		t.Errorf("the final wait did not end by its bound with the controller's answer missing: %q", lines[1][2])
+	// A query still waiting for slurmctld at the bound adds "(slurmctld did
+	// not answer the last query)"; one that gave up by itself (Slurm's
+	// MessageTimeout, 10 s, close to the bound) just before it does not:
+	// either way the wait ended by its bound.
+	if !strings.HasPrefix(lines[1][2], "final-scrape wait done after ") {
+		t.Errorf("the final wait did not end by its bound: %q", lines[1][2])
 	}
 	if ms, _ := strconv.Atoi(lines[1][3]); ms < 11000 {
 		t.Errorf("the final wait ended after %d ms, before its 11 s", ms)

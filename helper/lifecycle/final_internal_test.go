@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -116,19 +115,8 @@ func TestFinalSinkAnotherUsersConnections(t *testing.T) {
 	}
 	defer f.close()
 	const n = 300
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := openDir(t)
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := filepath.Join(dir, "lifecycle.test")
-	if err := os.WriteFile(cp, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	cp := CopyTestBinary(t, dir)
 	cmd := exec.Command(cp, "-test.run=^TestFinalSinkAttackerChild$")
 	cmd.Env = []string{"GOS_FINAL_PORT=" + strconv.Itoa(f.port()), "GOS_FINAL_CONNS=" + strconv.Itoa(n)}
 	cmd.Dir = dir

@@ -226,19 +226,8 @@ func TestTheSlurmdNotAUsersProcess(t *testing.T) {
 // returns "adopted" or "none".
 func theSlurmdAs(t *testing.T, uid int, exe string) string {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := openDir(t)
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := filepath.Join(dir, "lifecycle.test")
-	if err := os.WriteFile(cp, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	cp := CopyTestBinary(t, dir)
 	cmd := exec.Command(cp, "-test.run=^TestTheSlurmdChild$")
 	cmd.Env = []string{"GOS_THESLURMD_EXE=" + exe}
 	cmd.Dir = dir

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
 )
 
 // Pages of the hostile targets (hostilePages).
@@ -103,19 +105,8 @@ func TestScrapeLimitsHostileTargets(t *testing.T) {
 // pages on the given ports, and waits until it serves.
 func startHostilePages(t *testing.T, body, samples, labels int) {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := sharedDir(t)
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := filepath.Join(dir, "lifecycle.test")
-	if err := os.WriteFile(cp, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	cp := lifecycle.CopyTestBinary(t, dir)
 	cmd := exec.Command(cp, "-test.run=^TestHostilePagesChild$", "-test.timeout=0")
 	cmd.Env = []string{fmt.Sprintf("GOS_HOSTILE_PORTS=%d,%d,%d", body, samples, labels)}
 	cmd.Dir = dir

@@ -139,44 +139,58 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("render", "[--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] [--job-id ID] [--node NAME] [--node-index N] [--output DIR] [--gpus LIST] [--ports G,H,HEALTH,TEL]", stderr)
 	var in inputFlags
 	in.register(fs)
-	jobID := fs.String("job-id", "", "Slurm job `ID` (default: a placeholder)")
-	node := fs.String("node", "", "node `NAME` (default: this host's name)")
+	jobID := fs.String("job-id", "", "Slurm job `ID` (default: the placeholder "+render.PlaceholderJobID+")")
+	node := fs.String("node", "", "node `NAME` (default: the placeholder "+render.PlaceholderNode+")")
 	nodeIndex := fs.Int("node-index", 0, "the node's position `N` in the job's node list (0: the first node)")
 	output := fs.String("output", "", "output `DIR` (default: <job dir>/otel, or otel/nodes/<node> past the first node)")
-	gpus := fs.String("gpus", "", "the job's GPU indexes on the node, as SLURM_JOB_GPUS (`LIST`)")
-	ports := fs.String("ports", "4317,4318,13133,8888", "OTLP gRPC, OTLP HTTP, health and telemetry `PORTS` (chosen per job at job start; shown as the collector defaults)")
+	gpus := fs.String("gpus", "", "the job's GPU indexes on the node, as SLURM_JOB_GPUS (`LIST`; default: none named, every GPU kept)")
+	ports := fs.String("ports", "", "OTLP gRPC, OTLP HTTP, health and telemetry `PORTS` (default: the placeholders "+render.PlaceholderOTLPGRPC+" ...: each node chooses free 127.0.0.1 ports at job start)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	p, err := parsePorts(*ports)
-	if err != nil {
-		return err
+	var p render.Ports
+	if *ports != "" {
+		var err error
+		if p, err = parsePorts(*ports); err != nil {
+			return err
+		}
 	}
 	r, err := in.resolve(stderr, false)
 	if err != nil {
 		return err
 	}
-	f := jobfacts.Facts{JobID: *jobID, Node: *node, NodeIndex: *nodeIndex, GPUs: jobfacts.ParseGPUs(*gpus)}
-	if f.JobID == "" {
-		f.JobID = "JOBID"
-	}
-	if f.Node == "" {
-		f.Node, _ = os.Hostname()
-	}
-	if u, err := user.Current(); err == nil {
-		f.User = u.Username
-	}
-	f.Cluster = os.Getenv("SLURM_CLUSTER_NAME")
-	out := *output
-	if out == "" {
-		out = jobfacts.OutputDir(r, f)
-	}
-	y, err := render.Render(render.Input{Resolved: r, Job: jobfacts.RenderJob(r, f), Ports: p, OutputDir: out})
+	y, err := render.Preview(previewInput(r, jobfacts.Facts{JobID: *jobID, Node: *node, NodeIndex: *nodeIndex, GPUs: jobfacts.ParseGPUs(*gpus)}, p, *output))
 	if err != nil {
 		return err
 	}
 	_, err = stdout.Write(y)
 	return err
+}
+
+// previewInput is what render shows for the job's settings r and the facts
+// given on the command line: what the node alone knows (job id and node
+// unless given, the cluster unless $SLURM_CLUSTER_NAME is set here, the
+// restart count, the SLUID, ports left 0) becomes a placeholder; the user is
+// the current user, as the submit's. out "" is the node's output dir.
+func previewInput(r *config.Resolved, f jobfacts.Facts, p render.Ports, out string) render.Input {
+	if f.JobID == "" {
+		f.JobID = render.PlaceholderJobID
+	}
+	if f.Node == "" {
+		f.Node = render.PlaceholderNode
+	}
+	if u, err := user.Current(); err == nil {
+		f.User = u.Username
+	}
+	f.Cluster = os.Getenv("SLURM_CLUSTER_NAME")
+	if f.Cluster == "" {
+		f.Cluster = render.PlaceholderCluster
+	}
+	f.RestartCount, f.SLUID = render.PlaceholderRestartCount, render.PlaceholderSLUID
+	if out == "" {
+		out = jobfacts.OutputDir(r, f)
+	}
+	return render.Input{Resolved: r, Job: jobfacts.RenderJob(r, f), Ports: p, OutputDir: out}
 }
 
 func parsePorts(s string) (render.Ports, error) {
@@ -187,7 +201,7 @@ func parsePorts(s string) (render.Ports, error) {
 	var n [4]int
 	for i, p := range parts {
 		v, err := strconv.Atoi(strings.TrimSpace(p))
-		if err != nil || v < 0 || v > 65535 || (v == 0 && i < 3) {
+		if err != nil || v < 1 || v > 65535 {
 			return render.Ports{}, usageError{fmt.Sprintf("--ports: %q is not a port", p)}
 		}
 		n[i] = v

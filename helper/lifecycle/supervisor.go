@@ -285,12 +285,7 @@ func (s *supervisor) choosePorts() error {
 func (s *supervisor) configPath() string { return filepath.Join(s.out, "collector.yaml") }
 
 func (s *supervisor) writeConfig() error {
-	y, err := render.Render(render.Input{
-		Resolved:  s.opt.Resolved,
-		Job:       jobfacts.RenderJob(s.opt.Resolved, s.opt.Facts),
-		Ports:     s.ports,
-		OutputDir: s.out,
-	})
+	y, err := NodeConfig(s.opt.Resolved, s.opt.Facts, s.ports, s.out)
 	if err != nil {
 		return err
 	}

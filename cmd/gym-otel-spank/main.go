@@ -35,7 +35,7 @@ type command struct {
 
 var commands = map[string]command{
 	"validate":  {"check a job's otel settings as the submit does", runValidate},
-	"render":    {"print the collector configuration a job will write (what gym eval submit --dry-run prints)", runRender},
+	"render":    {"print the collector configuration a job will write, with <placeholders> for what only the node knows (what gym eval submit --dry-run prints)", runRender},
 	"directive": {"print the #SBATCH --gym-otel line for a staged NeMo Gym submit config", runDirective},
 }
 

@@ -192,6 +192,9 @@ func TestRenderPortsGiven(t *testing.T) {
 			t.Errorf("render --ports still shows %s", ph)
 		}
 	}
+	if code, _, errOut := runCLI(t, "render", "--help"); code != 0 || !strings.Contains(errOut, "placeholder in angle brackets") || !strings.Contains(errOut, render.PreviewTag) {
+		t.Errorf("render --help does not explain the placeholders: %d %q", code, errOut)
+	}
 	if code, _, errOut := runCLI(t, "render", "--site", site, "--ports", "41001,41002,41003,0"); code != 2 || !strings.Contains(errOut, "--ports") {
 		t.Errorf("--ports with 0: %d %q", code, errOut)
 	}

@@ -137,6 +137,11 @@ func (f *inputFlags) layers(site string) string {
 
 func runRender(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("render", "[--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] [--job-id ID] [--node NAME] [--node-index N] [--output DIR] [--gpus LIST] [--ports G,H,HEALTH,TEL]", stderr)
+	usage := fs.Usage
+	fs.Usage = func() {
+		usage()
+		fmt.Fprint(stderr, renderPlaceholderHelp)
+	}
 	var in inputFlags
 	in.register(fs)
 	jobID := fs.String("job-id", "", "Slurm job `ID` (default: the placeholder "+render.PlaceholderJobID+")")
@@ -166,6 +171,18 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 	_, err = stdout.Write(y)
 	return err
 }
+
+// renderPlaceholderHelp ends render's --help.
+const renderPlaceholderHelp = `
+The output is the collector.yaml each node of the job writes, except that
+what only the node knows is a placeholder in angle brackets: the job id
+(unless --job-id), the node (unless --node), SLURM_CLUSTER_NAME, the restart
+count, SLURM_JOB_SLUID, the Lens UUIDs derived from them, and the 127.0.0.1
+ports the node chooses at job start (unless --ports; the supervisor's own
+<final-port> always). "# PREVIEW:" comment lines on top list the placeholders
+the output holds and what each stands for. It is a preview: the collector
+does not run it as it is.
+`
 
 // previewInput is what render shows for the job's settings r and the facts
 // given on the command line: what the node alone knows (job id and node

@@ -77,8 +77,8 @@ var (
 
 // Preview renders what Render renders for in, except that what only the
 // node knows is shown as a placeholder: a port of 0 (OTLPGRPC, OTLPHTTP,
-// Health, Telemetry) is its placeholder, Final always is (when Telemetry is
-// not off), and Job fields holding a placeholder text (JobID, Node,
+// Health, Telemetry: a node never turns the telemetry port off) is its
+// placeholder, Final always is (the supervisor always has one), and Job fields holding a placeholder text (JobID, Node,
 // SlurmCluster, RestartCount, SLUID) are placeholders, as are the Lens
 // UUIDs derived from them. OutputDir may hold placeholders too. The YAML
 // starts with a comment block (each line starting with PreviewTag)

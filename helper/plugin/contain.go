@@ -134,8 +134,9 @@ var errGroupLeft = errors.New("left for the next prolog's or epilog's sweep of o
 // timing.GroupKillBound and never the last timing.RemoveReserve before the
 // deadline (one round of it at least: a write to cgroup.kill, or a freeze
 // and SIGKILLs, about 0.1 s); the removal of its directories, up to seven,
-// the rest, each rmdir retried only until the deadline (tried once when the
-// kill left processes: it fails EBUSY then however long it waits). A group
+// at most timing.RemoveReserve and never past the deadline, each rmdir
+// retried while a dying task keeps the group busy (tried once when the kill
+// left processes: it fails EBUSY then however long it waits). A group
 // not removed by then stays where it is, and the error wraps errGroupLeft:
 // the next prolog's or epilog's sweep of orphaned groups takes it.
 func endJobGroup(ctx context.Context, g *cgroup.Group, jobID uint32, log logrus.FieldLogger) error {
@@ -153,7 +154,10 @@ func endJobGroup(ctx context.Context, g *cgroup.Group, jobID uint32, log logrus.
 	}
 	log.Infof("job %d: collector cgroup %s: peak memory %.1f MiB (bound %.0f MiB), CPU %.2f s, %d OOM kills, CPUs %s",
 		jobID, g.Rel, float64(u.MemoryPeakBytes)/(1<<20), float64(u.MemoryLimitBytes)/(1<<20), u.CPUSeconds, u.OOMKills, u.CPUs)
-	removeBy := deadline
+	removeBy := time.Now().Add(timing.RemoveReserve)
+	if deadline.Before(removeBy) {
+		removeBy = deadline
+	}
 	if kerr != nil {
 		removeBy = time.Now()
 	}

@@ -181,8 +181,8 @@ func TestEpilogBudgetGroupNeverEmpties(t *testing.T) {
 }
 
 // A group directory whose rmdir keeps failing EBUSY (here: a mount point,
-// as busy as a group a dying task still holds): the removal retries until
-// the deadline, not past it, and leaves the group.
+// as busy as a group a dying task still holds): the removal retries for
+// timing.RemoveReserve, never past the deadline, and leaves the group.
 func TestEpilogBudgetRemoveBusy(t *testing.T) {
 	mounts := fakeHierarchies(t)
 	recordDir := t.TempDir()
@@ -196,17 +196,26 @@ func TestEpilogBudgetRemoveBusy(t *testing.T) {
 		t.Fatalf("rmdir of the busy directory: %v, want EBUSY", err)
 	}
 	jobRecord(t, recordDir, id, nil)
-	budget := 3 * time.Second
-	took, log := runEpilog(t, recordDir, id, budget)
+	took, log := runEpilog(t, recordDir, id, 10*time.Second)
+	if took > timing.RemoveReserve+overrun {
+		t.Errorf("the busy rmdir was retried for %s: its bound is %s", took, timing.RemoveReserve)
+	}
 	if !strings.Contains(log, "cgroup gym_otel/c/n1/job_201 not ended by the deadline (directories left: 1)") || !strings.Contains(log, "device or resource busy") {
 		t.Errorf("log does not say the busy group was left:\n%s", log)
 	}
 	if !gone(t, dirs[1:]...) {
 		t.Error("the group's other directories were not removed")
 	}
-	// It retried: the removal used the time it had, not one attempt.
-	if took < budget/2 {
-		t.Errorf("the busy rmdir was given up after %s of a %s deadline", took, budget)
+	// It retried: the removal used its reserve, not one attempt.
+	if took < timing.RemoveReserve-50*time.Millisecond {
+		t.Errorf("the busy rmdir was given up after %s, before its %s", took, timing.RemoveReserve)
+	}
+
+	// A deadline nearer than the reserve stops the retries at the deadline.
+	jobRecord(t, recordDir, id, nil)
+	took, _ = runEpilog(t, recordDir, id, 300*time.Millisecond)
+	if took > 300*time.Millisecond+overrun {
+		t.Errorf("the busy rmdir was retried for %s past a 300ms deadline", took)
 	}
 }
 

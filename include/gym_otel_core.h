@@ -44,10 +44,13 @@ int gym_otel_core_prolog(const char *args, const char *spec, const char *token,
 /*
  * Job epilog (root): stop the supervisor recorded in
  * <record_dir>/<node>/<job_id>/record (SIGTERM, bounded wait, SIGKILL of its
- * session) and remove that directory. Returns 0, or 1 on a logged problem.
+ * session) and remove that directory, all within the epilog's deadline
+ * (prolog_timeout from args, the plugstack arguments joined by '\n', and
+ * Slurm's EpilogTimeout). record_dir is the one to use whatever args say.
+ * Returns 0, or 1 on a logged problem.
  */
-int gym_otel_core_epilog(const char *record_dir, const char *node,
-			 unsigned int job_id);
+int gym_otel_core_epilog(const char *args, const char *record_dir,
+			 const char *node, unsigned int job_id);
 
 /* Frees a string returned by the core. */
 void gym_otel_core_free(char *p);

@@ -95,7 +95,7 @@ int gos_job_epilog(spank_t sp, int ac, char **av)
 	gos_debug("job %u: epilog: record dir %s", job_id, dir);
 	unblock_all(&old);
 	if (gos_core_open(&a, &core) == 0)
-		core.epilog(a.record_dir, node, job_id);
+		core.epilog(a.joined ? a.joined : "", a.record_dir, node, job_id);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 out:
 	gos_args_free(&a);

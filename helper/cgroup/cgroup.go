@@ -582,14 +582,37 @@ func (g *Group) Remove() error {
 
 // removeWithRetry rmdirs a cgroup; a dying task can keep it busy briefly.
 func removeWithRetry(p string) error {
-	var err error
-	for i := 0; i < 50; i++ {
-		if err = os.Remove(p); err == nil || errors.Is(err, os.ErrNotExist) {
+	return removeUntil(p, time.Now().Add(500*time.Millisecond))
+}
+
+// removeUntil rmdirs p, trying again every 10 ms until deadline (at least
+// once).
+func removeUntil(p string, deadline time.Time) error {
+	for {
+		err := os.Remove(p)
+		if err == nil || errors.Is(err, os.ErrNotExist) || !time.Now().Add(10*time.Millisecond).Before(deadline) {
 			return err
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return err
+}
+
+// RemoveBy removes the group's directories like Remove, but all of them
+// by deadline: each is tried at least once, and retried (a dying task can
+// keep a group busy briefly, EBUSY) only while the deadline is not reached.
+// The directories it could not remove stay in the group (Exists, Dirs), for
+// a later attempt; the error names each with its last error.
+func (g *Group) RemoveBy(deadline time.Time) error {
+	var errs []error
+	var left []dir
+	for _, d := range g.dirs {
+		if err := removeUntil(d.path, deadline); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+			left = append(left, d)
+		}
+	}
+	g.dirs = left
+	return errors.Join(errs...)
 }
 
 // Usage is what the group has cost so far.

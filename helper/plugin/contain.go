@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // CgroupBase is the directory, below each cgroup hierarchy's mount, that
@@ -122,18 +124,46 @@ func openJobGroup(cluster, node string, jobID uint32) *cgroup.Group {
 	return cgroup.Open(hs, rel)
 }
 
+// errGroupLeft marks a job group that could not be ended by the deadline
+// of the prolog or epilog that tried: it stays, for a later sweep.
+var errGroupLeft = errors.New("left for the next prolog's or epilog's sweep of orphaned cgroups")
+
 // endJobGroup kills whatever is left in the job's group on this node and
-// removes it, logging what the group cost. Bounded by about 5 s.
-func endJobGroup(g *cgroup.Group, jobID uint32, log logrus.FieldLogger) error {
+// removes it, logging what the group cost, all by ctx's deadline (without
+// one: GroupKillBound + RemoveReserve from now). The kill gets at most
+// timing.GroupKillBound and never the last timing.RemoveReserve before the
+// deadline (one round of it at least: a write to cgroup.kill, or a freeze
+// and SIGKILLs, about 0.1 s); the removal of its directories, up to seven,
+// at most timing.RemoveReserve and never past the deadline, each rmdir
+// retried while a dying task keeps the group busy (tried once when the kill
+// left processes: it fails EBUSY then however long it waits). A group
+// not removed by then stays where it is, and the error wraps errGroupLeft:
+// the next prolog's or epilog's sweep of orphaned groups takes it.
+func endJobGroup(ctx context.Context, g *cgroup.Group, jobID uint32, log logrus.FieldLogger) error {
 	if !g.Exists() {
 		return nil
 	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(timing.GroupKillBound + timing.RemoveReserve)
+	}
 	u := g.Usage()
-	n, kerr := g.Kill(5 * time.Second)
-	if n > 0 {
+	n, kerr := g.Kill(max(0, min(timing.GroupKillBound, time.Until(deadline)-timing.RemoveReserve)))
+	if n > 0 && kerr == nil {
 		log.Warnf("job %d: killed %d processes left in the collector's cgroup %s after the drain", jobID, n, g.Rel)
 	}
 	log.Infof("job %d: collector cgroup %s: peak memory %.1f MiB (bound %.0f MiB), CPU %.2f s, %d OOM kills, CPUs %s",
 		jobID, g.Rel, float64(u.MemoryPeakBytes)/(1<<20), float64(u.MemoryLimitBytes)/(1<<20), u.CPUSeconds, u.OOMKills, u.CPUs)
-	return errors.Join(kerr, g.Remove())
+	removeBy := time.Now().Add(timing.RemoveReserve)
+	if deadline.Before(removeBy) {
+		removeBy = deadline
+	}
+	if kerr != nil {
+		removeBy = time.Now()
+	}
+	rerr := g.RemoveBy(removeBy)
+	if g.Exists() {
+		return fmt.Errorf("cgroup %s not ended by the deadline (directories left: %d), %w: %w", g.Rel, len(g.Dirs()), errGroupLeft, errors.Join(kerr, rerr))
+	}
+	return errors.Join(kerr, rerr)
 }

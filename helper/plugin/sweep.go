@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -29,10 +30,15 @@ const MaxSweepQueries = 2
 // node's last boot is over without asking (a reboot ended every process of
 // that job here); any other one only when slurmctld says the job is over
 // (squeue: no longer known, or in a final state), at most MaxSweepQueries
-// questions per call. Called by the prolog; best effort, logged, and done
-// when ctx is.
+// questions per call. Then it ends orphaned cgroups (sweepOrphanGroups).
+// Called by the prolog; best effort, logged, and done when ctx is: what it
+// did not reach is left for a later prolog or epilog.
 func SweepStale(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
-	defer sweepOrphanGroups(recordDir, cluster, node, current, log)
+	sweepStaleRecords(ctx, recordDir, cluster, node, current, log)
+	sweepOrphanGroups(ctx, recordDir, cluster, node, current, log)
+}
+
+func sweepStaleRecords(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
 	base := filepath.Join(recordDir, node)
 	if record.CheckRootDir(base) != nil {
 		return
@@ -73,7 +79,8 @@ func SweepStale(ctx context.Context, recordDir, cluster, node string, current ui
 				continue // no answer, or the job may still run: keep its record
 			}
 		}
-		if err := endJobGroup(group, uint32(id), log); err != nil {
+		if err := endJobGroup(ctx, group, uint32(id), log); err != nil {
+			// Left, it is an orphaned group once the record is gone.
 			log.Warnf("job %d: the stale cgroup of job %d: %v", current, id, err)
 		}
 		if err := os.RemoveAll(dir); err != nil {
@@ -87,13 +94,17 @@ func SweepStale(ctx context.Context, recordDir, cluster, node string, current ui
 // sweepOrphanGroups ends the collector cgroups on this node of jobs that
 // have no record dir (and are not the current job): the record dir is made
 // before a job's group and removed after it, so such a group is left from a
-// job whose epilog did not finish.
-func sweepOrphanGroups(recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
+// job whose epilog did not finish (or ran out of time). Each group's end
+// takes what is left of ctx's deadline (endJobGroup); once ctx is done the
+// groups not reached are left for a later prolog or epilog, counted in one
+// logged line.
+func sweepOrphanGroups(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
 	hs, err := cgroup.Discover(mountinfo)
 	if err != nil {
 		return
 	}
 	seen := map[uint32]bool{}
+	var left []uint32
 	for _, h := range hs {
 		ents, err := os.ReadDir(filepath.Join(h.Mount, groupBase(cluster), node))
 		if err != nil {
@@ -109,12 +120,24 @@ func sweepOrphanGroups(recordDir, cluster, node string, current uint32, log logr
 			if _, err := os.Lstat(record.JobDir(recordDir, node, uint32(id))); !errors.Is(err, os.ErrNotExist) {
 				continue
 			}
-			if err := endJobGroup(openJobGroup(cluster, node, uint32(id)), uint32(id), log); err != nil {
+			if ctx.Err() != nil {
+				left = append(left, uint32(id))
+				continue
+			}
+			if err := endJobGroup(ctx, openJobGroup(cluster, node, uint32(id)), uint32(id), log); err != nil {
 				log.Warnf("job %d: the orphan cgroup of job %d: %v", current, id, err)
 				continue
 			}
 			log.Infof("job %d: removed the cgroup of job %d, which had no record on this node", current, id)
 		}
+	}
+	if len(left) > 0 {
+		const show = 10
+		ids := fmt.Sprint(left[:min(len(left), show)])
+		if len(left) > show {
+			ids = strings.TrimSuffix(ids, "]") + " ...]"
+		}
+		log.Warnf("job %d: %d orphaned cgroups (jobs %s) left for a later prolog or epilog on this node: the deadline is near", current, len(left), ids)
 	}
 }
 

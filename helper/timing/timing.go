@@ -39,6 +39,14 @@ const (
 	KillReserve = 6 * time.Second
 	// GroupKillBound bounds the kill of what is left in the job's cgroup.
 	GroupKillBound = 5 * time.Second
+	// RemoveReserve is kept free at the end of the epilog, after the
+	// group's kill, to remove the group on every hierarchy (up to seven;
+	// each rmdir retried while a dying task keeps it busy) and the record.
+	RemoveReserve = time.Second
+	// EpilogSweepBound bounds the epilog's sweep of orphaned cgroups (left
+	// by an earlier epilog that ran out of time), taken only from what the
+	// epilog's own job left of its deadline.
+	EpilogSweepBound = 2 * time.Second
 	// QueryBound bounds one Slurm query from the prolog.
 	QueryBound = 5 * time.Second
 )
@@ -76,7 +84,8 @@ type Policy struct {
 	CollectorStop time.Duration
 	// DrainWait is how long the epilog waits for the supervisor after its
 	// SIGTERM: CollectorStop + SpanMetricsSettle + SupervisorSlack, and
-	// never more than EpilogDeadline less GroupKillBound and a second.
+	// never more than EpilogDeadline less GroupKillBound and RemoveReserve
+	// (the epilog clamps it again to the time it has left).
 	DrainWait time.Duration
 	// PrologDeadline and EpilogDeadline are the total time the job prolog
 	// and epilog may take on this node: prolog_timeout, and never more than
@@ -100,7 +109,7 @@ func For(o config.Otel, b Bounds) Policy {
 	if b.PrologTimeout > 0 {
 		p.PrologDeadline = Deadline(b.PrologTimeout, b.SlurmProlog)
 		p.EpilogDeadline = Deadline(b.PrologTimeout, b.SlurmEpilog)
-		p.DrainWait = max(time.Second, min(p.DrainWait, p.EpilogDeadline-GroupKillBound-time.Second))
+		p.DrainWait = max(time.Second, min(p.DrainWait, p.EpilogDeadline-GroupKillBound-RemoveReserve))
 	}
 	return p
 }

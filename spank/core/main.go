@@ -185,9 +185,12 @@ func gym_otel_core_prolog(args, spec, token *C.char, jobID, uid, gid C.uint) C.i
 // gym_otel_core_epilog: see include/gym_otel_core.h.
 //
 //export gym_otel_core_epilog
-func gym_otel_core_epilog(recordDir, node *C.char, jobID C.uint) C.int {
+func gym_otel_core_epilog(args, recordDir, node *C.char, jobID C.uint) C.int {
 	l := log()
-	a := plugin.Args{RecordDir: C.GoString(recordDir)}
+	// A bad argument was logged by C already; the epilog still ends what
+	// a good configuration started, with the valid prolog_timeout if any.
+	a, _ := plugin.ParseArgs(goArgs(args))
+	a.RecordDir = C.GoString(recordDir)
 	if err := plugin.Epilog(a, os.Getenv("SLURM_CLUSTER_NAME"), C.GoString(node), uint32(jobID), l); err != nil {
 		l.Errorf("job %d: %s", uint32(jobID), err)
 		return 1

@@ -149,7 +149,7 @@ demo: deps build collector standins
 	bash tests/demo/demo.sh
 
 plugin-test: build
-	GYM_OTEL_REQUIRE_REAL=1 GYM_OTEL_PLUGIN_TESTS=1 $(GO) test -count=1 -v -timeout 20m ./tests/plugin/
+	GYM_OTEL_REQUIRE_REAL=1 GYM_OTEL_PLUGIN_TESTS=1 $(GO) test -count=1 -v -timeout 45m ./tests/plugin/
 
 vet:
 	$(GO) vet ./...

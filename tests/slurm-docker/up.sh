@@ -54,10 +54,12 @@ otel:
   node_metrics_port: 9100
   scrape_interval_seconds: 2
   health_check_timeout_seconds: 30
-  # Above export_timeout_seconds (5, the default): with the backend gone,
-  # the drain's last exports time out and are counted failed before the
-  # bound, so the receipt has final figures.
-  shutdown_timeout_seconds: 10
+  # Above three export timeouts (export_timeout_seconds, 5, the default):
+  # with the backend gone, the traces, metrics and logs exporters shut down
+  # one after another and each may wait one export timeout for its last
+  # request; those are counted failed before the bound, so the receipt has
+  # final figures (at 10 s a loaded machine killed the collector first).
+  shutdown_timeout_seconds: 20
 SITE
 chmod -R go+rX "$st"
 

@@ -49,22 +49,29 @@ func Chromium(t testing.TB) string {
 	return ""
 }
 
-// OpenPage loads the file path in headless Chromium (no sandbox: the tests
-// run as root), waits until it has loaded, then reads its console errors,
-// network requests and canvas pixels, and writes a full-page PNG
-// screenshot to screenshot.
-func OpenPage(t testing.TB, path, screenshot string) Page {
+// browser starts headless Chromium (no sandbox: the tests run as root) and
+// returns a context of one tab, bounded at 60 s, and the function that
+// stops it all. It skips the test where Chromium is not installed.
+func browser(t testing.TB) (context.Context, context.CancelFunc) {
 	t.Helper()
 	bin := Chromium(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
 		chromedp.Flag("no-first-run", true), chromedp.WindowSize(1400, 1000))
 	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
 	ctx, cancel2 := chromedp.NewContext(actx)
-	defer cancel2()
 	ctx, cancel3 := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel3()
+	return ctx, func() { cancel3(); cancel2(); cancel() }
+}
+
+// OpenPage loads the file path in headless Chromium (no sandbox: the tests
+// run as root), waits until it has loaded, then reads its console errors,
+// network requests and canvas pixels, and writes a full-page PNG
+// screenshot to screenshot.
+func OpenPage(t testing.TB, path, screenshot string) Page {
+	t.Helper()
+	ctx, cancel := browser(t)
+	defer cancel()
 
 	var mu sync.Mutex
 	page := Page{Canvases: map[string]int{}}

@@ -1,9 +1,7 @@
 package testenv
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 )
@@ -15,16 +13,8 @@ import (
 // is not installed.
 func EvalPage(t testing.TB, path, attr string) string {
 	t.Helper()
-	bin := Chromium(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
-		chromedp.Flag("no-first-run", true), chromedp.WindowSize(1400, 1000))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := browser(t)
 	defer cancel()
-	ctx, cancel2 := chromedp.NewContext(actx)
-	defer cancel2()
-	ctx, cancel3 := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel3()
 	var out string
 	sel := "body[data-" + attr + "]"
 	err := chromedp.Run(ctx,

@@ -25,6 +25,10 @@
  *   off=1             the job opted out: forward nothing
  *   spec=<encoded>    the value of the job-control variable GYM_OTEL_SPEC
  *   token_env=<NAME>  the variable whose value to forward as GYM_OTEL_TOKEN
+ *   token=<value>     the backend token itself, given only to an sbatch run
+ *                     inside a --gym-otel job (the next link of a chain),
+ *                     taken from that job's collector on this node; it is
+ *                     forwarded as GYM_OTEL_TOKEN, never printed or logged
  * Returns 0 on success (spec/token_env or off given), 1 when invalid.
  */
 int gym_otel_core_submit(const char *args, const char *spec, const char *cwd,
@@ -33,7 +37,7 @@ int gym_otel_core_submit(const char *args, const char *spec, const char *cwd,
 /*
  * Job prolog (root, `slurmstepd spank prolog`): start the job's supervisor
  * on this node as the job's user and write root's record (see
- * helper/plugin/record.go and spank/record.c). spec and token are the
+ * helper/record/record.go and spank/record.c). spec and token are the
  * forwarded SPANK_GYM_OTEL_SPEC and SPANK_GYM_OTEL_TOKEN. Logs through
  * Slurm's log functions. Returns 0, or 1 when it failed (already logged);
  * the prolog returns 0 to Slurm either way.

@@ -6,7 +6,8 @@
  * which validates them all (helper/plugin/args.go) with the same rules for
  * these three: a key given twice is refused, a path must be absolute and is
  * cleaned as Go's filepath.Clean does, an empty argument is skipped.
- * tests/packaging compares the two parsers on one set of arguments.
+ * helper/plugin/args_c_test.go compares the two parsers on one set of
+ * arguments.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -18,8 +18,9 @@
 //
 // Limits: a hard memory bound (memory.limit_in_bytes and
 // memory.memsw.limit_in_bytes on v1, memory.max and memory.swap.max on v2),
-// a bound on the number of tasks (pids.max), and on v1 a device allow-list
-// that admits only the pseudo-devices a collector needs (no GPU, no disk).
+// a bound on the number of tasks (pids.max), and a device allow-list that
+// admits only the pseudo-devices a collector needs (no GPU, no disk): the
+// devices controller on v1, a device program on v2 (devices.go).
 package cgroup
 
 import (
@@ -159,6 +160,17 @@ type Limits struct {
 	MemoryBytes int64
 	// PidsMax bounds the tasks (threads) of the group (0: DefaultPidsMax).
 	PidsMax int
+	// Devices are the devices the group may use, v1 devices.allow rules
+	// (nil: DeviceAllow); every other device is denied: on v1 by the
+	// devices controller, on v2 by a device program (BPF_CGROUP_DEVICE).
+	Devices []string
+}
+
+func (l Limits) devices() []string {
+	if l.Devices == nil {
+		return DeviceAllow
+	}
+	return l.Devices
 }
 
 // dir is the group's directory in one hierarchy.
@@ -320,7 +332,7 @@ func (g *Group) limit(d dir, lim Limits) error {
 			if err := write(filepath.Join(d.path, "devices.deny"), "a"); err != nil {
 				return err
 			}
-			for _, rule := range DeviceAllow {
+			for _, rule := range lim.devices() {
 				if err := write(filepath.Join(d.path, "devices.allow"), rule); err != nil {
 					return err
 				}
@@ -339,6 +351,9 @@ func (g *Group) limit(d dir, lim Limits) error {
 			if err := write(filepath.Join(d.path, "pids.max"), strconv.Itoa(pids)); err != nil {
 				return err
 			}
+		}
+		if err := attachDeviceProgram(d.path, lim.devices()); err != nil {
+			return err
 		}
 	}
 	return nil

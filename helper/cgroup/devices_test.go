@@ -27,7 +27,7 @@ func TestDeviceRules(t *testing.T) {
 	}
 	var got []string
 	for _, r := range rs {
-		got = append(got, r.CgroupString())
+		got = append(got, r.String())
 	}
 	if want := "c 1:3 rwm|c 136:* rw|b 8:0 r"; strings.Join(got, "|") != want {
 		t.Fatalf("got %q, want %q", strings.Join(got, "|"), want)
@@ -135,6 +135,7 @@ func TestDeviceProgram(t *testing.T) {
 	}{
 		{"default", nil, map[string]string{"/dev/null": "ok", "/dev/zero": "ok", nv0: "EPERM", nv1: "EPERM"}},
 		{"gpu0", append(slices.Clone(DeviceAllow), "c 195:0 rw"), map[string]string{"/dev/null": "ok", nv0: "ENXIO", nv1: "EPERM"}},
+		{"gpu0-read", append(slices.Clone(DeviceAllow), "c 195:0 r"), map[string]string{"/dev/null": "ok", nv0: "EPERM"}}, // opened rw
 		{"none", []string{}, map[string]string{"/dev/null": "EPERM", nv0: "EPERM"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -193,6 +194,43 @@ func TestDeviceProgram(t *testing.T) {
 	}
 }
 
+// TestDeviceProgramStacks: a program attached above the group (as systemd
+// attaches DeviceAllow=, BPF_F_ALLOW_MULTI) still binds the group's
+// processes, whatever the group's own program allows; and a group made
+// again in the same directory holds one program, not two.
+func TestDeviceProgramStacks(t *testing.T) {
+	hs := v2Only(t)
+	nv0, _ := gpuNodes(t)
+	parent := filepath.Join(hs[0].Mount, "gym_otel_test", "dev", "stack")
+	if err := makeDir(hs[0], parent); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.Remove(parent) }()
+	// Above: everything but /dev/zero (1:5).
+	if err := attachDeviceProgram(parent, []string{"c 1:3 rwm", "c 195:* rwm"}); err != nil {
+		t.Fatal(err)
+	}
+	rel := filepath.Join("gym_otel_test", "dev", "stack", "job")
+	g, err := Create(hs, rel, Limits{MemoryBytes: 64 << 20, Devices: append(slices.Clone(DeviceAllow), "c 195:0 rw")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = g.Kill(5 * time.Second); _ = g.Remove() }()
+	if err := attachDeviceProgram(g.Dirs()[0], append(slices.Clone(DeviceAllow), "c 195:0 rw")); err != nil {
+		t.Fatal(err)
+	}
+	if ids := attachedDevicePrograms(t, g.Dirs()[0]); len(ids) != 1 {
+		t.Errorf("attached twice: programs %v on the group, want 1", ids)
+	}
+	got := openFromInside(t, g, "/dev/null", "/dev/zero", nv0)
+	want := map[string]string{"/dev/null": "ok", "/dev/zero": "EPERM", nv0: "ENXIO"}
+	for p, w := range want {
+		if got[p] != w {
+			t.Errorf("open %s under a parent's program: %s, want %s", p, got[p], w)
+		}
+	}
+}
+
 // attachedDevicePrograms are the ids of the device programs attached to
 // the cgroup directory dir itself (BPF_PROG_QUERY).
 func attachedDevicePrograms(t testing.TB, dir string) []uint32 {
@@ -201,7 +239,7 @@ func attachedDevicePrograms(t testing.TB, dir string) []uint32 {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	n, err := queryDevicePrograms(fd)
+	n, err := deviceProgramIDs(fd)
 	if err != nil {
 		t.Fatalf("BPF_PROG_QUERY %s: %v", dir, err)
 	}
@@ -241,27 +279,6 @@ func BenchmarkDeviceGroup(b *testing.B) {
 			b.ReportMetric(float64(ds[len(ds)/2].Microseconds()), "median-µs")
 		})
 	}
-}
-
-// queryDevicePrograms is BPF_PROG_QUERY of BPF_CGROUP_DEVICE on the cgroup
-// directory fd: the ids of the programs attached to it itself (up to 16).
-func queryDevicePrograms(fd int) ([]uint32, error) {
-	ids := make([]uint32, 16)
-	attr := struct {
-		targetFd    uint32
-		attachType  uint32
-		queryFlags  uint32
-		attachFlags uint32
-		progIDs     uint64
-		progCnt     uint32
-		_           uint32
-	}{targetFd: uint32(fd), attachType: unix.BPF_CGROUP_DEVICE, progIDs: uint64(uintptr(unsafe.Pointer(&ids[0]))), progCnt: uint32(len(ids))}
-	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_QUERY, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-	runtime.KeepAlive(ids)
-	if errno != 0 {
-		return nil, errno
-	}
-	return ids[:attr.progCnt], nil
 }
 
 // programLoaded reports whether the kernel still holds the BPF program id

@@ -58,6 +58,18 @@ type Hierarchy struct {
 	// ReadOnly: mounted read-only (an unprivileged container's view), so
 	// no group can be made in it.
 	ReadOnly bool
+	// Root is the directory the plugin's groups are made below: "" for
+	// Mount itself; on a systemd host's unified hierarchy, Slurm's
+	// delegated slurmstepd scope (Place).
+	Root string
+}
+
+// root is the directory the groups are made below (Root, else Mount).
+func (h Hierarchy) root() string {
+	if h.Root != "" {
+		return h.Root
+	}
+	return h.Mount
 }
 
 // Writable are the hierarchies of hs that are not mounted read-only: where
@@ -237,7 +249,7 @@ func create(hs []Hierarchy, rel string, lim Limits) (*Group, error) {
 	}
 	g := &Group{Rel: rel}
 	for _, h := range hs {
-		d := dir{h: h, path: filepath.Join(h.Mount, rel)}
+		d := dir{h: h, path: filepath.Join(h.root(), rel)}
 		if err := makeDir(h, d.path); err != nil {
 			_ = g.Remove()
 			return nil, err
@@ -251,16 +263,17 @@ func create(hs []Hierarchy, rel string, lim Limits) (*Group, error) {
 	return g, nil
 }
 
-// makeDir creates path and its parents below h.Mount, preparing each new
-// level: cpuset's cpus and mems copied from the parent (v1: a new cpuset is
-// empty), and on v2 the parent's available controllers among memory, pids
-// and cpu enabled for the children.
+// makeDir creates path and its parents below h's root (Mount, or the
+// delegated scope Place found), preparing each new level: cpuset's cpus
+// and mems copied from the parent (v1: a new cpuset is empty), and on v2
+// the parent's available controllers among memory, pids and cpu enabled
+// for the children.
 func makeDir(h Hierarchy, path string) error {
-	rel, err := filepath.Rel(h.Mount, path)
+	rel, err := filepath.Rel(h.root(), path)
 	if err != nil || strings.HasPrefix(rel, "..") {
-		return fmt.Errorf("%s is not below %s", path, h.Mount)
+		return fmt.Errorf("%s is not below %s", path, h.root())
 	}
-	cur := h.Mount
+	cur := h.root()
 	for _, part := range strings.Split(rel, string(filepath.Separator)) {
 		parent := cur
 		cur = filepath.Join(cur, part)
@@ -414,7 +427,7 @@ func (g *Group) CpusetFile() string {
 func Open(hs []Hierarchy, rel string) *Group {
 	g := &Group{Rel: rel}
 	for _, h := range hs {
-		p := filepath.Join(h.Mount, rel)
+		p := filepath.Join(h.root(), rel)
 		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
 			g.dirs = append(g.dirs, dir{h: h, path: p})
 		}
@@ -791,3 +804,7 @@ func readInt(p string) (int64, error) {
 	}
 	return strconv.ParseInt(s, 10, 64)
 }
+
+// GroupRoot is the directory the plugin's groups are made below in h:
+// Root, else Mount.
+func (h Hierarchy) GroupRoot() string { return h.root() }

@@ -301,6 +301,12 @@ func deviceProgramIDs(dirFd int) ([]uint32, error) {
 	return ids[:attr.progCnt], nil
 }
 
+// isCgroup2 reports whether path is on a cgroup2 file system (statfs).
+func isCgroup2(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+}
+
 // skipDevicePrograms leaves the program out (BenchmarkDeviceGroup's
 // comparison only).
 var skipDevicePrograms bool

@@ -69,14 +69,16 @@ func TestPlaceFindsScope(t *testing.T) {
 // and its system directory stay.
 func TestSystemdPlacement(t *testing.T) {
 	if !SystemdHost() {
-		testenv.Missing(t, "a systemd host (/run/systemd/system)")
+		// Not Missing: the one-host suite's machine has no systemd by
+		// design; the cgroup v2 guest runs this.
+		t.Skip("not a systemd host (no /run/systemd/system): the placement in Slurm's delegated scope is tested on a systemd guest")
 	}
 	if os.Geteuid() != 0 {
 		testenv.Missing(t, "root (cgroup tests)")
 	}
 	hs, err := Discover("/proc/self/mountinfo")
 	if hs = Writable(hs); err != nil || len(hs) != 1 || hs[0].Version != V2 {
-		testenv.Missing(t, "a unified cgroup v2 tree (only)")
+		t.Skip("a systemd host without a unified cgroup v2 tree (hybrid or v1): groups stay at each hierarchy's top")
 	}
 	placed, err := Place(hs, "")
 	if errors.Is(err, ErrNoDelegatedScope) {

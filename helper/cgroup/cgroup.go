@@ -12,7 +12,9 @@
 // freezer, cpuset and cpuacct controllers, each on its own hierarchy; on
 // cgroup v2 the unified hierarchy (/sys/fs/cgroup, or /sys/fs/cgroup/unified
 // beside v1 controllers), with the memory, pids and cpu controllers enabled
-// where the hierarchy offers them. The v2 group is what makes the final kill
+// where the hierarchy offers them. On a systemd host with a unified tree
+// the v2 group is made inside Slurm's delegated slurmstepd scope instead
+// of at the mount, or nowhere (Place, placement.go). The v2 group is what makes the final kill
 // atomic (cgroup.kill); without one, the v1 freezer freezes the group before
 // every member is SIGKILLed, so nothing can fork away meanwhile.
 //

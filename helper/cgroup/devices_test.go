@@ -50,7 +50,17 @@ func v2Only(t testing.TB) []Hierarchy {
 	hs, _ := Discover("/proc/self/mountinfo")
 	for _, h := range Writable(hs) {
 		if h.Version == V2 {
-			t.Cleanup(func() { _ = os.Remove(filepath.Join(h.Mount, "gym_otel_test", "dev")) })
+			// On a systemd host with a unified tree: in Slurm's delegated
+			// scope where there is one, as the plugin's groups.
+			if placed, err := Place([]Hierarchy{h}, ""); err == nil {
+				h = placed[0]
+			}
+			t.Cleanup(func() {
+				_ = os.Remove(filepath.Join(h.GroupRoot(), "gym_otel_test", "dev"))
+				if h.Root != "" {
+					_ = os.Remove(filepath.Join(h.GroupRoot(), "gym_otel_test"))
+				}
+			})
 			return []Hierarchy{h}
 		}
 	}
@@ -111,6 +121,16 @@ func TestDeviceOpenHelper(t *testing.T) {
 // open the device program allows fails ENXIO, and one it denies EPERM.
 func gpuNodes(t *testing.T) (nv0, nv1 string) {
 	dir := t.TempDir()
+	if nodev(dir) { // a tmpfs /tmp mounted nodev (systemd's): the package's directory instead
+		d, err := os.MkdirTemp(".", "devtest")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(d) })
+		if dir, _ = filepath.Abs(d); nodev(dir) {
+			testenv.Missing(t, "a file system without nodev for device nodes ("+os.TempDir()+" and "+dir+" are nodev)")
+		}
+	}
 	nv0, nv1 = filepath.Join(dir, "nvidia0"), filepath.Join(dir, "nvidia1")
 	for i, p := range []string{nv0, nv1} {
 		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(195, uint32(i)))); err != nil {
@@ -118,6 +138,13 @@ func gpuNodes(t *testing.T) (nv0, nv1 string) {
 		}
 	}
 	return nv0, nv1
+}
+
+// nodev reports whether dir's file system is mounted nodev (device nodes
+// there never open).
+func nodev(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Flags&unix.ST_NODEV != 0
 }
 
 // TestDeviceProgram attaches the group's device program on the node's real
@@ -201,7 +228,7 @@ func TestDeviceProgram(t *testing.T) {
 func TestDeviceProgramStacks(t *testing.T) {
 	hs := v2Only(t)
 	nv0, _ := gpuNodes(t)
-	parent := filepath.Join(hs[0].Mount, "gym_otel_test", "dev", "stack")
+	parent := filepath.Join(hs[0].GroupRoot(), "gym_otel_test", "dev", "stack")
 	if err := makeDir(hs[0], parent); err != nil {
 		t.Fatal(err)
 	}

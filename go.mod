@@ -5,6 +5,7 @@ go 1.26
 require (
 	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327
 	github.com/chromedp/chromedp v0.14.2
+	github.com/cilium/ebpf v0.22.0
 	github.com/ebitengine/purego v0.11.3
 	github.com/goccy/go-json v0.10.5
 	github.com/sirupsen/logrus v1.10.2

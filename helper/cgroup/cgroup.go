@@ -12,14 +12,17 @@
 // freezer, cpuset and cpuacct controllers, each on its own hierarchy; on
 // cgroup v2 the unified hierarchy (/sys/fs/cgroup, or /sys/fs/cgroup/unified
 // beside v1 controllers), with the memory, pids and cpu controllers enabled
-// where the hierarchy offers them. The v2 group is what makes the final kill
+// where the hierarchy offers them. On a systemd host with a unified tree
+// the v2 group is made inside Slurm's delegated slurmstepd scope instead
+// of at the mount, or nowhere (Place, placement.go). The v2 group is what makes the final kill
 // atomic (cgroup.kill); without one, the v1 freezer freezes the group before
 // every member is SIGKILLed, so nothing can fork away meanwhile.
 //
 // Limits: a hard memory bound (memory.limit_in_bytes and
 // memory.memsw.limit_in_bytes on v1, memory.max and memory.swap.max on v2),
-// a bound on the number of tasks (pids.max), and on v1 a device allow-list
-// that admits only the pseudo-devices a collector needs (no GPU, no disk).
+// a bound on the number of tasks (pids.max), and a device allow-list that
+// admits only the pseudo-devices a collector needs (no GPU, no disk): the
+// devices controller on v1, a device program on v2 (devices.go).
 package cgroup
 
 import (
@@ -57,6 +60,18 @@ type Hierarchy struct {
 	// ReadOnly: mounted read-only (an unprivileged container's view), so
 	// no group can be made in it.
 	ReadOnly bool
+	// Root is the directory the plugin's groups are made below: "" for
+	// Mount itself; on a systemd host's unified hierarchy, Slurm's
+	// delegated slurmstepd scope (Place).
+	Root string
+}
+
+// root is the directory the groups are made below (Root, else Mount).
+func (h Hierarchy) root() string {
+	if h.Root != "" {
+		return h.Root
+	}
+	return h.Mount
 }
 
 // Writable are the hierarchies of hs that are not mounted read-only: where
@@ -159,6 +174,17 @@ type Limits struct {
 	MemoryBytes int64
 	// PidsMax bounds the tasks (threads) of the group (0: DefaultPidsMax).
 	PidsMax int
+	// Devices are the devices the group may use, v1 devices.allow rules
+	// (nil: DeviceAllow); every other device is denied: on v1 by the
+	// devices controller, on v2 by a device program (BPF_CGROUP_DEVICE).
+	Devices []string
+}
+
+func (l Limits) devices() []string {
+	if l.Devices == nil {
+		return DeviceAllow
+	}
+	return l.Devices
 }
 
 // dir is the group's directory in one hierarchy.
@@ -225,7 +251,7 @@ func create(hs []Hierarchy, rel string, lim Limits) (*Group, error) {
 	}
 	g := &Group{Rel: rel}
 	for _, h := range hs {
-		d := dir{h: h, path: filepath.Join(h.Mount, rel)}
+		d := dir{h: h, path: filepath.Join(h.root(), rel)}
 		if err := makeDir(h, d.path); err != nil {
 			_ = g.Remove()
 			return nil, err
@@ -239,16 +265,17 @@ func create(hs []Hierarchy, rel string, lim Limits) (*Group, error) {
 	return g, nil
 }
 
-// makeDir creates path and its parents below h.Mount, preparing each new
-// level: cpuset's cpus and mems copied from the parent (v1: a new cpuset is
-// empty), and on v2 the parent's available controllers among memory, pids
-// and cpu enabled for the children.
+// makeDir creates path and its parents below h's root (Mount, or the
+// delegated scope Place found), preparing each new level: cpuset's cpus
+// and mems copied from the parent (v1: a new cpuset is empty), and on v2
+// the parent's available controllers among memory, pids and cpu enabled
+// for the children.
 func makeDir(h Hierarchy, path string) error {
-	rel, err := filepath.Rel(h.Mount, path)
+	rel, err := filepath.Rel(h.root(), path)
 	if err != nil || strings.HasPrefix(rel, "..") {
-		return fmt.Errorf("%s is not below %s", path, h.Mount)
+		return fmt.Errorf("%s is not below %s", path, h.root())
 	}
-	cur := h.Mount
+	cur := h.root()
 	for _, part := range strings.Split(rel, string(filepath.Separator)) {
 		parent := cur
 		cur = filepath.Join(cur, part)
@@ -320,7 +347,7 @@ func (g *Group) limit(d dir, lim Limits) error {
 			if err := write(filepath.Join(d.path, "devices.deny"), "a"); err != nil {
 				return err
 			}
-			for _, rule := range DeviceAllow {
+			for _, rule := range lim.devices() {
 				if err := write(filepath.Join(d.path, "devices.allow"), rule); err != nil {
 					return err
 				}
@@ -337,6 +364,11 @@ func (g *Group) limit(d dir, lim Limits) error {
 		}
 		if exists(filepath.Join(d.path, "pids.max")) {
 			if err := write(filepath.Join(d.path, "pids.max"), strconv.Itoa(pids)); err != nil {
+				return err
+			}
+		}
+		if isCgroup2(d.path) { // else a stand-in tree of a test
+			if err := attachDeviceProgram(d.path, lim.devices()); err != nil {
 				return err
 			}
 		}
@@ -399,7 +431,7 @@ func (g *Group) CpusetFile() string {
 func Open(hs []Hierarchy, rel string) *Group {
 	g := &Group{Rel: rel}
 	for _, h := range hs {
-		p := filepath.Join(h.Mount, rel)
+		p := filepath.Join(h.root(), rel)
 		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
 			g.dirs = append(g.dirs, dir{h: h, path: p})
 		}
@@ -776,3 +808,7 @@ func readInt(p string) (int64, error) {
 	}
 	return strconv.ParseInt(s, 10, 64)
 }
+
+// GroupRoot is the directory the plugin's groups are made below in h:
+// Root, else Mount.
+func (h Hierarchy) GroupRoot() string { return h.root() }

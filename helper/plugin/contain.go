@@ -66,7 +66,9 @@ var mountinfo = "/proc/self/mountinfo"
 // jobGroup creates the job's cgroup on this node (see helper/cgroup) with
 // the memory bound memBytes. It returns nil without an error when
 // cgroup=off, and when cgroup=auto on a node that mounts no writable
-// hierarchy (logged: the collector runs without its group). Everywhere
+// hierarchy or is a systemd host with a unified tree and no delegated
+// slurmstepd scope (cgroup.Place; logged, naming why: the collector runs
+// without its group). Everywhere
 // else a group that cannot be made (after cgroup.CreateAttempts tries) is
 // an error, naming the setting: no collector starts without its group.
 func jobGroup(a Args, cluster, node string, jobID uint32, memBytes int64, log logrus.FieldLogger) (*cgroup.Group, error) {
@@ -82,6 +84,19 @@ func jobGroup(a Args, cluster, node string, jobID uint32, memBytes int64, log lo
 		return nil, fmt.Errorf("the collector's cgroup (plugstack cgroup=%s): the node's mounts: %w", a.Cgroup, err)
 	}
 	usable := cgroup.Writable(hs)
+	if len(usable) > 0 {
+		// On a systemd host with a unified tree: in Slurm's delegated
+		// slurmstepd scope, or nowhere.
+		placed, err := placeGroups(usable, node)
+		if errors.Is(err, cgroup.ErrNoDelegatedScope) && a.Cgroup != CgroupRequired {
+			log.Warnf("job %d: no cgroup for the collector on %s (%v): it runs without a memory bound or device list, and a process it leaves that escapes its session can outlive the job; set cgroup=required to refuse instead", jobID, node, err)
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("the collector's cgroup (plugstack cgroup=%s) on %s: %w", a.Cgroup, node, err)
+		}
+		usable = placed
+	}
 	if len(usable) == 0 {
 		why := "no cgroup hierarchy is mounted"
 		if len(hs) > 0 {
@@ -120,9 +135,27 @@ func openJobGroup(cluster, node string, jobID uint32) *cgroup.Group {
 	if err != nil {
 		return &cgroup.Group{}
 	}
-	hs, _ := cgroup.Discover(mountinfo)
-	return cgroup.Open(hs, rel)
+	return cgroup.Open(nodeHierarchies(node), rel)
 }
+
+// nodeHierarchies are the node's cgroup hierarchies, each with the
+// directory the plugin's groups are made below (cgroup.Place: Slurm's
+// delegated scope on a systemd host with a unified tree); nil when none
+// is known (a systemd host without the scope has no group to find).
+func nodeHierarchies(node string) []cgroup.Hierarchy {
+	hs, err := cgroup.Discover(mountinfo)
+	if err != nil {
+		return nil
+	}
+	placed, err := placeGroups(hs, node)
+	if err != nil {
+		return nil
+	}
+	return placed
+}
+
+// placeGroups is cgroup.Place (a test's stand-in replaces it).
+var placeGroups = cgroup.Place
 
 // errGroupLeft marks a job group that could not be ended by the deadline
 // of the prolog or epilog that tried: it stays, for a later sweep.

@@ -2,12 +2,15 @@ package plugin
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 )
 
 // withMountinfo points jobGroup at a mountinfo of the test's making.
@@ -92,6 +95,27 @@ func TestJobGroupPolicy(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "gym_otel/c/n1")); err != nil {
 		t.Errorf("the shared node level was removed with the job's group: %v", err)
 	}
+	// A systemd host with a unified tree and no delegated scope: auto
+	// runs without a group and says why, required refuses naming it.
+	old := placeGroups
+	placeGroups = func(hs []cgroup.Hierarchy, node string) ([]cgroup.Hierarchy, error) {
+		return nil, fmt.Errorf("%w: looked for /x/*.slice/slurmstepd.scope", cgroup.ErrNoDelegatedScope)
+	}
+	t.Cleanup(func() { placeGroups = old })
+	log, buf = bufLog()
+	if g, err := jobGroup(auto, "c", "n1", 7, 1<<30, log); g != nil || err != nil {
+		t.Fatalf("auto, no scope: %v %v", g, err)
+	}
+	if !strings.Contains(buf.String(), "job 7: no cgroup for the collector on n1 (no delegated slurmstepd scope: looked for /x/*.slice/slurmstepd.scope)") {
+		t.Errorf("auto, no scope: log %q", buf.String())
+	}
+	if _, err := jobGroup(required, "c", "n1", 7, 1<<30, log); err == nil || !strings.Contains(err.Error(), "cgroup=required) on n1: no delegated slurmstepd scope") {
+		t.Errorf("required, no scope: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gym_otel/c/n1/job_7")); !os.IsNotExist(err) {
+		t.Errorf("a group was made without a scope: %v", err)
+	}
+	placeGroups = old
 	if jobGroupOff, err := jobGroup(Args{Cgroup: CgroupOff}, "c", "n1", 7, 1<<30, log); jobGroupOff != nil || err != nil {
 		t.Errorf("off: %v %v", jobGroupOff, err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
@@ -99,14 +98,11 @@ func sweepStaleRecords(ctx context.Context, recordDir, cluster, node string, cur
 // groups not reached are left for a later prolog or epilog, counted in one
 // logged line.
 func sweepOrphanGroups(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
-	hs, err := cgroup.Discover(mountinfo)
-	if err != nil {
-		return
-	}
+	hs := nodeHierarchies(node)
 	seen := map[uint32]bool{}
 	var left []uint32
 	for _, h := range hs {
-		ents, err := os.ReadDir(filepath.Join(h.Mount, groupBase(cluster), node))
+		ents, err := os.ReadDir(filepath.Join(h.GroupRoot(), groupBase(cluster), node))
 		if err != nil {
 			continue
 		}

@@ -52,6 +52,7 @@ cat /proc/$$/status > "$d/$n.status"
 cat /proc/$$/limits > "$d/$n.limits"
 cat /proc/$$/oom_score_adj > "$d/$n.oom"
 cat /proc/$$/cgroup > "$d/$n.cgroup"
+( exec 3<>"$d/nvidia0" ) 2> "$d/$n.gpu"; echo "exit $?" >> "$d/$n.gpu"
 setsid sh -c 'trap "" TERM; echo $$ > "$0"; exec sleep 1000' "$d/$n.daemon.pid" </dev/null >/dev/null 2>&1 &
 ( sh -c 'trap "" TERM; echo $$ > "$0"; exec sleep 1000' "$d/$n.dfork.pid" </dev/null >/dev/null 2>&1 & )
 %[3]s
@@ -142,6 +143,13 @@ func TestHostileCollector(t *testing.T) {
 
 func hostileJob(t *testing.T, boundMiB int64) {
 	d := markerDir(t, "hostile")
+	// A GPU-like device the job was not given: NVIDIA's major, minor 0.
+	// No driver has the major here: an open allowed fails ENXIO ("No such
+	// device or address"), one denied by the group EPERM.
+	if err := unix.Mknod(filepath.Join(d, "nvidia0"), unix.S_IFCHR|0o666, int(unix.Mkdev(195, 0))); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(filepath.Join(d, "nvidia0"), 0o666)
 	bin := hostileBinary(t, d, 1200<<20, 3)
 	// The script ends once both nodes' hogs have ended (killed or not),
 	// whatever the machine's load; 3 minutes is a bound, not a length.
@@ -211,10 +219,15 @@ func hostileJob(t *testing.T, boundMiB int64) {
 		}
 		cg, _ := os.ReadFile(n + ".cgroup")
 		want := "gym_otel/" + clusterName() + "/" + node + "/job_" + jobID
-		for _, ctrl := range []string{"memory", "pids", "freezer", "devices"} {
+		for _, ctrl := range []string{"memory", "pids", "freezer", "devices", ""} {
 			if !regexp.MustCompile(`(?m)^\d+:` + ctrl + `:/` + regexp.QuoteMeta(want) + `$`).Match(cg) {
 				t.Errorf("%s: the collector is not in %s:/%s:\n%s", node, ctrl, want, cg)
 			}
+		}
+		// The v1 devices list and the v2 group's device program both deny
+		// it (helper/cgroup's TestDeviceProgram checks the program alone).
+		if gpu, _ := os.ReadFile(n + ".gpu"); !strings.Contains(string(gpu), "Operation not permitted") || !strings.Contains(string(gpu), "exit 2") {
+			t.Errorf("%s: the user's binary opening a GPU device (195:0) the job was not given: %q, want EPERM", node, gpu)
 		}
 		switch b, err := os.ReadFile(n + ".hogexit"); {
 		case err != nil:

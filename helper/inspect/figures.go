@@ -3,6 +3,8 @@ package inspect
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -163,8 +165,12 @@ type Absence struct {
 func (r *Report) absences(a *aggregator) {
 	r.Absent = []Absence{}
 	var targets []TargetHealth
+	configs := 0 // dirs with a collector.yaml, which says what was scraped
 	for _, d := range r.Health.Dirs {
 		targets = append(targets, d.Targets...)
+		if _, err := os.Stat(filepath.Join(d.Dir, "collector.yaml")); err == nil {
+			configs++
+		}
 	}
 	scrape := func(section string, have bool, isJob func(string) bool, want string) {
 		if have {
@@ -190,6 +196,9 @@ func (r *Report) absences(a *aggregator) {
 		}
 		ab := Absence{Section: section}
 		switch {
+		case len(ts) == 0 && len(seen) == 0 && configs == 0:
+			// A backend's files: no collector.yaml says what was scraped.
+			ab.Why, ab.Detail = WhyNothing, "no "+want+" metric in the files, and no collector.yaml to say what was scraped"
 		case len(ts) == 0 && len(seen) == 0:
 			ab.Why, ab.Detail = WhyNotScraped, "no "+want+" target in collector.yaml"
 		case len(seen) > 0 && (len(ts) == 0 || answered > 0):

@@ -288,7 +288,7 @@ func TestLongJobHTML(t *testing.T) {
 			t.Errorf("%s: x labels %v, want m:ss since the job's start from 0:00", c.ID, c.X)
 			continue
 		}
-		last := -1.0
+		last, step := -1.0, 0.0
 		for _, x := range c.X {
 			m := sinceLabel.FindStringSubmatch(x)
 			if m == nil {
@@ -301,6 +301,13 @@ func TestLongJobHTML(t *testing.T) {
 			sec := 60*mm + ss
 			if sec <= last || sec > span+1 {
 				t.Errorf("%s: x label %q out of order or past the job's %v s: %v", c.ID, x, span, c.X)
+				break
+			}
+			// Evenly spaced, but for the last (the job's end).
+			if last >= 0 && step == 0 {
+				step = sec - last
+			} else if last >= 0 && sec-last != step && x != c.X[len(c.X)-1] {
+				t.Errorf("%s: x label %q is %v s after the one before, the others %v s: %v", c.ID, x, sec-last, step, c.X)
 				break
 			}
 			last = sec

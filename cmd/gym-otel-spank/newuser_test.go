@@ -1,6 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,5 +46,93 @@ func TestValidatePlugstackMissing(t *testing.T) {
 	code, _, errOut = runCLI(t, "validate")
 	if code != 1 || !strings.Contains(errOut, "gym-otel: PlugStackConfig of "+conf+": open "+missing+": no such file or directory") {
 		t.Errorf("exit %d:\n%s", code, errOut)
+	}
+}
+
+// TestInspectNoConfigAbsence: in files without a collector.yaml (a
+// backend's, the demo's second inspect), a missing section is "nothing
+// there", with why: no config says what was scraped.
+func TestInspectNoConfigAbsence(t *testing.T) {
+	code, out, errOut := runCLI(t, "inspect", "../../helper/inspect/testdata/otel", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r struct {
+		Absent []struct{ Section, Why, Detail string } `json:"absent"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, a := range r.Absent {
+		if a.Section == "model servers" || a.Section == "GPUs" || a.Section == "hosts" {
+			n++
+			if a.Why != "nothing there" || !strings.HasSuffix(a.Detail, "metric in the files, and no collector.yaml to say what was scraped") {
+				t.Errorf("%s: %q (%s)", a.Section, a.Why, a.Detail)
+			}
+		}
+	}
+	if n != 3 {
+		t.Errorf("absent %+v", r.Absent)
+	}
+}
+
+// TestInspectQuantilesTheMeanAllows: the long job the real collector
+// wrote (helper/inspect/testdata/longjob): Gym's verify duration histogram
+// has nearly every observation in its (100, 250] ms bucket, where
+// interpolation made a p50 of 175.5 ms; a mean of 110.1 ms and a min of
+// 100 ms allow at most 120.2. Every quantile of the report is within what
+// its mean, min and max allow.
+func TestInspectQuantilesTheMeanAllows(t *testing.T) {
+	src := "../../helper/inspect/testdata/longjob/otel"
+	dir := filepath.Join(t.TempDir(), "otel")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := e.Name()
+		if strings.HasSuffix(name, ".gz") {
+			zr, err := gzip.NewReader(bytes.NewReader(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if data, err = io.ReadAll(zr); err != nil {
+				t.Fatal(err)
+			}
+			name = strings.TrimSuffix(name, ".gz")
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := runCLI(t, "inspect", dir, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	type quant struct{ Count, Mean, P50, P90, P99, Min, Max *float64 }
+	var r struct {
+		Gym struct {
+			Telemetry struct {
+				VerifyDuration quant `json:"verify_duration_ms"`
+			} `json:"telemetry"`
+		} `json:"gym"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	v := r.Gym.Telemetry.VerifyDuration
+	if v.Count == nil || *v.Count < 100 || v.P50 == nil || v.Mean == nil || v.Min == nil {
+		t.Fatalf("verify duration %+v", v)
+	}
+	if most := (*v.Mean - 0.5**v.Min) / 0.5; *v.P50 > most+1e-6 {
+		t.Errorf("verify duration p50 %v ms, above the %v ms a mean of %v and a min of %v allow", *v.P50, most, *v.Mean, *v.Min)
 	}
 }

@@ -154,7 +154,7 @@ func siteFromPlugstack(in *inputFlags, plugstackFlag string) (said string, err e
 	}
 	pl, err := findPlugstackLine(path)
 	if pl == nil {
-		return "", err
+		return "", fmt.Errorf("%s: %w", from, err)
 	}
 	where := "the plugstack line " + pl.Where
 	if len(pl.Via) > 0 {

@@ -92,7 +92,7 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	}
 	layers := in.layers(site)
 	r, err := in.resolve(stderr, !*noToken)
-	if err = errors.Join(plugErr, err); err != nil {
+	if err = errors.Join(plugErr, dropRepeats(err, plugErr)); err != nil {
 		return fmt.Errorf("%w\nchecked: %s", err, layers)
 	}
 	o := r.Otel
@@ -105,6 +105,41 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 		o.Endpoint, o.ServiceName, o.TokenEnv, len(r.Services), r.JobDir)
 	fmt.Fprintf(stdout, "gym-otel: checked: %s\n", layers)
 	return nil
+}
+
+// dropRepeats returns err without the lines that plugErr already says
+// with the plugstack line's file:line in front: a bad inline item of the
+// plugin's plugstack line is found when the line is parsed and again when
+// the site layers are resolved, and is one mistake. err is returned as it
+// is when no line repeats.
+func dropRepeats(err, plugErr error) error {
+	if err == nil || plugErr == nil {
+		return err
+	}
+	said := strings.Split(plugErr.Error(), "\n")
+	var kept []string
+	dropped := false
+	for _, line := range strings.Split(err.Error(), "\n") {
+		repeat := false
+		for _, s := range said {
+			if strings.HasSuffix(s, ": "+line) {
+				repeat = true
+				break
+			}
+		}
+		if repeat {
+			dropped = true
+		} else {
+			kept = append(kept, line)
+		}
+	}
+	switch {
+	case !dropped:
+		return err
+	case len(kept) == 0:
+		return nil
+	}
+	return errors.New(strings.Join(kept, "\n"))
 }
 
 // layers says which layers a check read, lowest first; site is what the

@@ -120,9 +120,11 @@ func TestDemoFigures(t *testing.T) {
 	if !near(r.Gym.RolloutsCounted, 3) || !r.Gym.RolloutsWindowSeconds.Known() || r.Gym.RolloutsWindowSeconds > 1 {
 		t.Errorf("rollouts %v in %v s", r.Gym.RolloutsCounted, r.Gym.RolloutsWindowSeconds)
 	}
+	// Files without a collector.yaml (as a backend's): nothing says what
+	// was scraped, so a section is not called "not scraped".
 	for _, sec := range []string{"model servers", "GPUs", "hosts"} {
-		if a := r.absent(sec); a == nil || a.Why != WhyNotScraped {
-			t.Errorf("%s: absent %+v, want %q", sec, a, WhyNotScraped)
+		if a := r.absent(sec); a == nil || a.Why != WhyNothing || !strings.Contains(a.Detail, "no collector.yaml to say what was scraped") {
+			t.Errorf("%s: absent %+v, want %q without a collector.yaml", sec, a, WhyNothing)
 		}
 	}
 	var b strings.Builder

@@ -163,6 +163,7 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 12px; }
   // m:ss or h:mm:ss.
   const since = s => {
     if (span < 120) return (Math.round(s * 10) / 10) + ' s';
+    s = Math.round(s); // a tick at 29.999999 is 0:30, not 0:29
     const h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60, sec = s % 60;
     return h > 0 ? h + ':' + pad(m) + ':' + pad(sec) : m + ':' + pad(sec);
   };
@@ -194,7 +195,17 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 12px; }
         animation: false, responsive: true, maintainAspectRatio: false, parsing: time ? false : undefined,
         plugins: { title: { display: true, text: title } },
         scales: time ? { x: { type: 'linear', min: 0, max: span > 0 ? span : undefined, title: { display: true, text: 'time since the job\'s first item' },
-          ticks: { callback: since, stepSize: span >= 8 ? step : undefined, maxTicksLimit: 10 } }, y: y } : { y: y }
+          ticks: { callback: since, stepSize: span >= 8 ? step : undefined, maxTicksLimit: 10 },
+          // Ticks at whole steps from the start, then the job's end when
+          // it is not near one: Chart.js would count the last steps back
+          // from the end (0:00 ... 2:00 2:29 2:59).
+          afterBuildTicks: a => {
+            if (!(span >= 8)) return;
+            const t = [];
+            for (let v = 0; v <= span + 1e-9; v += step) t.push({ value: v });
+            if (span - t[t.length - 1].value > step / 4) t.push({ value: span });
+            a.ticks = t;
+          } }, y: y } : { y: y }
       }
     });
     facts.push({ id: id, counts: !!counts,

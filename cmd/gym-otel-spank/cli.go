@@ -29,8 +29,9 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var rest []string
 	for {
 		before, after, dashdash := cutDashDash(fs, args)
-		if err := fs.Parse(before); err != nil {
+		if err := parseQuiet(fs, before); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.Usage()
 				return nil, err
 			}
 			return nil, usageError{err.Error()}
@@ -48,6 +49,16 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		args = next
 	}
+}
+
+// parseQuiet parses args with fs's output and Usage silenced: the caller
+// prints the usage for --help, and a bad flag once, as a usage error.
+func parseQuiet(fs *flag.FlagSet, args []string) error {
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	defer func() { fs.Usage = usage; fs.SetOutput(out) }()
+	return fs.Parse(args)
 }
 
 // cutDashDash splits args at the first "--" that is not a flag's value.

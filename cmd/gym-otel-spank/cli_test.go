@@ -25,7 +25,7 @@ func helpFlags(t *testing.T, cmd string) (usage, defined []string) {
 	}
 	usage = uniq(regexp.MustCompile(`--([a-z][a-z-]*)`).FindAllStringSubmatch(lines[0], -1))
 	for _, l := range lines[1:] {
-		if m := regexp.MustCompile(`^  -([a-z][a-z-]*)`).FindStringSubmatch(l); m != nil {
+		if m := regexp.MustCompile(`^  --([a-z][a-z-]*)`).FindStringSubmatch(l); m != nil {
 			defined = append(defined, m[1])
 		}
 	}
@@ -103,6 +103,10 @@ func TestDurationHint(t *testing.T) {
 	code, _, errOut := runCLI(t, "replay", "--timeout", "5", t.TempDir())
 	if code != 2 || !strings.Contains(errOut, `"5" is not a duration (a unit is needed: 5s for seconds, 5m for minutes)`) {
 		t.Errorf("--timeout 5: %d %s", code, errOut)
+	}
+	// Said once, with where to look, not wrapped in the whole flag list.
+	if n := strings.Count(errOut, "is not a duration"); n != 1 || strings.Contains(errOut, "usage:") || !strings.Contains(errOut, "replay --help lists its flags") {
+		t.Errorf("--timeout 5: the error %d times, or with the usage around it:\n%s", n, errOut)
 	}
 	code, _, errOut = runCLI(t, "replay", "--progress", "soon", t.TempDir())
 	if code != 2 || !strings.Contains(errOut, "a number with a unit: 500ms, 30s") {

@@ -71,6 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "gym-otel-spank %s: %s\n", args[0], ue.msg)
+		fmt.Fprintf(stderr, "(gym-otel-spank %s --help lists its flags)\n", args[0])
 		return 2
 	case errors.Is(err, errFailed):
 		return 1
@@ -95,15 +96,35 @@ func usage(w io.Writer) {
 	}
 }
 
-// newFlags makes a FlagSet whose errors become usage errors (exit 2).
+// newFlags makes a FlagSet whose errors become usage errors (exit 2). Its
+// Usage (printed for --help) is the synopsis, then every flag as the
+// synopsis spells it (--name).
 func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: gym-otel-spank %s %s\n", name, synopsis)
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	return fs
+}
+
+// printFlags lists fs's flags as flag.PrintDefaults does, but with the two
+// dashes the synopses and man pages use.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, text := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if arg != "" {
+			line += " " + arg
+		}
+		text = strings.ReplaceAll(text, "\n", "\n    \t")
+		line += "\n    \t" + text
+		if d := f.DefValue; d != "" && d != "false" && d != "0" && d != "[]" {
+			line += " (default " + d + ")"
+		}
+		fmt.Fprintln(w, line)
+	})
 }
 
 // parseFlags parses a command that takes flags only.

@@ -4,11 +4,11 @@
 package jobfacts
 
 import (
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
@@ -87,14 +87,11 @@ func ExpandJobDir(pattern string, f Facts) string {
 // under <job dir>/otel/links/<job id> instead, so that every link keeps
 // its own files.
 func OutputDir(spec *config.Resolved, f Facts) string {
-	dir := filepath.Join(ExpandJobDir(spec.JobDir, f), "otel")
+	link := ""
 	if spec.ChainedFrom != "" {
-		dir = filepath.Join(dir, "links", filepath.Base(f.JobID))
+		link = f.JobID
 	}
-	if f.NodeIndex != 0 {
-		dir = filepath.Join(dir, "nodes", filepath.Base(f.Node))
-	}
-	return dir
+	return jobdir.OutputDir(ExpandJobDir(spec.JobDir, f), link, f.NodeIndex, f.Node)
 }
 
 // RunID is the run identity: the spec's run_id (with %j/%A/%a expanded),

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
@@ -198,6 +199,6 @@ func (s *supervisor) followSampled(ctx context.Context) (stop func()) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	targets := render.Targets(render.Input{Resolved: s.opt.Resolved, Job: jobfacts.RenderJob(s.opt.Resolved, s.opt.Facts)})
-	go followSamples(ctx, s.hold, filepath.Join(s.out, "metrics.jsonl"), targets, DefaultSampledPoll)
+	go followSamples(ctx, s.hold, filepath.Join(s.out, jobdir.SignalFile("metrics")), targets, DefaultSampledPoll)
 	return cancel
 }

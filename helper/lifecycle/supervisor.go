@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
@@ -185,7 +185,7 @@ func (s *supervisor) defaults() {
 	if s.out == "" {
 		s.out = jobfacts.OutputDir(s.opt.Resolved, s.opt.Facts)
 	}
-	s.logPath = filepath.Join(s.out, "collector.log")
+	s.logPath = filepath.Join(s.out, jobdir.LogFile)
 }
 
 // startUp makes the output dir, checks the binary, chooses ports and starts
@@ -211,7 +211,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		return fmt.Errorf("output dir %s: %w", s.out, unwrapPath(err))
 	}
 	if s.opt.LogToOutputDir {
-		if f, err := os.OpenFile(filepath.Join(s.out, "supervisor.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600); err == nil {
+		if f, err := os.OpenFile(filepath.Join(s.out, jobdir.SupervisorLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600); err == nil {
 			s.log.SetOutput(io.MultiWriter(s.log.Out, f))
 		}
 	}
@@ -222,7 +222,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		os.Remove(f.Name())
 	}
 	keepPreviousRun(s.out, s.opt.Facts, s.logPath, s.log)
-	s.writeState(StatusStarting, "")
+	s.writeState(jobdir.StatusStarting, "")
 	if s.o.Container == "" {
 		if err := checkVersion(ctx, s.o.Binary, []string{"PATH=/usr/bin:/bin"}); err != nil {
 			return err
@@ -282,14 +282,14 @@ func (s *supervisor) choosePorts() error {
 	return nil
 }
 
-func (s *supervisor) configPath() string { return filepath.Join(s.out, "collector.yaml") }
+func (s *supervisor) configPath() string { return filepath.Join(s.out, jobdir.ConfigFile) }
 
 func (s *supervisor) writeConfig() error {
 	y, err := NodeConfig(s.opt.Resolved, s.opt.Facts, s.ports, s.out)
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(s.configPath(), y, 0o600)
+	return jobdir.WriteFile(s.configPath(), y, 0o600)
 }
 
 // collectorEnv is the collector's whole environment: the two tokens, a
@@ -551,7 +551,7 @@ func (s *supervisor) restart(ctx context.Context) error {
 // line that does not parse. The half batch is lost either way.
 func (s *supervisor) cutPartialLines() {
 	for _, sig := range []string{"metrics", "traces", "logs"} {
-		path := filepath.Join(s.out, sig+".jsonl")
+		path := filepath.Join(s.out, jobdir.SignalFile(sig))
 		size, keep, err := completeLength(path)
 		if err != nil || keep == size {
 			continue
@@ -596,7 +596,7 @@ func completeLength(path string) (size, keep int64, err error) {
 // the backend counters, stops the collector within shutdown_timeout_seconds
 // and reports what the backend refused.
 func (s *supervisor) drain() error {
-	s.writeState(StatusDraining, "")
+	s.writeState(jobdir.StatusDraining, "")
 	s.pollSelf()
 	if !s.spansAt.IsZero() {
 		// A new series is flushed as 0 first and with its count one
@@ -638,10 +638,10 @@ func (s *supervisor) drain() error {
 		if !wasRunning {
 			err = fmt.Errorf("the collector had exited (%v) before the drain", s.coll.waitErr)
 		}
-		s.writeState(StatusDrained, err.Error())
+		s.writeState(jobdir.StatusDrained, err.Error())
 		return err
 	}
-	s.writeState(StatusDrained, "")
+	s.writeState(jobdir.StatusDrained, "")
 	return nil
 }
 
@@ -659,7 +659,7 @@ func logHasExportFailure(path string) bool {
 }
 
 func (s *supervisor) writeState(status, errText string) {
-	st := State{
+	st := jobdir.State{
 		Status: status, Error: errText, Ports: s.ports, SupervisorPID: os.Getpid(),
 		Restarts: s.restarts, ExportProblems: s.problems, UpdatedAt: time.Now().UTC().Format(time.RFC3339Nano),
 		JobID: s.opt.Facts.JobID, RestartCount: s.opt.Facts.RestartCount, SLUID: s.opt.Facts.SLUID,
@@ -667,9 +667,8 @@ func (s *supervisor) writeState(status, errText string) {
 	if s.coll != nil && s.coll.running() {
 		st.CollectorPID = s.coll.pid
 	}
-	b, _ := json.MarshalIndent(st, "", "  ")
-	if err := writeFileAtomic(filepath.Join(s.out, "state.json"), append(b, '\n'), 0o600); err != nil {
-		s.log.Debugf("state.json: %v", err)
+	if err := jobdir.WriteState(s.out, st); err != nil {
+		s.log.Debugf("%s: %v", jobdir.StateFile, err)
 	}
 }
 
@@ -680,31 +679,6 @@ func appendLog(path, line string) {
 	}
 	defer f.Close()
 	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), line)
-}
-
-// writeFileAtomic writes path through a temporary file of a random name in
-// the same dir (never a fixed name another user could have planted as a
-// link) and renames it into place.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, mode)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }
 
 // ownDir checks that dir is a directory of this process's user and not a

@@ -2,7 +2,7 @@ package plugin
 
 import (
 	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 )
 
@@ -77,16 +78,12 @@ func parentToken(spec *config.Resolved, parent string, env config.LookupEnv) (st
 // collectorToken reads the value of tokenEnv from the environment of the
 // collector that state.json in dir names.
 func collectorToken(dir, tokenEnv string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
-	if err != nil {
+	st, err := jobdir.ReadState(dir)
+	if err != nil && !errors.Is(err, jobdir.ErrFormat) {
 		return "", err
 	}
-	var st struct {
-		Status       string `json:"status"`
-		CollectorPID int    `json:"collector_pid"`
-	}
-	if err := json.Unmarshal(b, &st); err != nil || st.CollectorPID <= 0 {
-		return "", fmt.Errorf("%s/state.json names no collector (status %q)", dir, st.Status)
+	if err != nil || st.CollectorPID <= 0 {
+		return "", fmt.Errorf("%s/%s names no collector (status %q)", dir, jobdir.StateFile, st.Status)
 	}
 	proc := filepath.Join("/proc", strconv.Itoa(st.CollectorPID))
 	var fi syscall.Stat_t
@@ -94,7 +91,7 @@ func collectorToken(dir, tokenEnv string) (string, error) {
 		return "", fmt.Errorf("its collector (pid %d) is not running as this user here", st.CollectorPID)
 	}
 	cmdline, err := os.ReadFile(filepath.Join(proc, "cmdline"))
-	if err != nil || !bytes.Contains(cmdline, []byte(filepath.Join(dir, "collector.yaml"))) {
+	if err != nil || !bytes.Contains(cmdline, []byte(filepath.Join(dir, jobdir.ConfigFile))) {
 		return "", fmt.Errorf("pid %d is not the collector of %s", st.CollectorPID, dir)
 	}
 	environ, err := os.ReadFile(filepath.Join(proc, "environ"))

@@ -34,6 +34,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
@@ -47,24 +48,9 @@ const MinCollectorVersion = "0.161.0"
 // receiver token; the configuration references it, never holds it.
 const ReceiverTokenEnv = "GYM_OTEL_RECEIVER_TOKEN"
 
-// Ports are the loopback TCP ports of one collector.
-type Ports struct {
-	// OTLPGRPC and OTLPHTTP are the OTLP receivers' ports.
-	OTLPGRPC int `json:"otlp_grpc"`
-	// OTLPHTTP is the OTLP/HTTP receiver's port.
-	OTLPHTTP int `json:"otlp_http"`
-	// Health is the health_check extension's port.
-	Health int `json:"health"`
-	// Telemetry is the port of the collector's own metrics (Prometheus
-	// text at /metrics); 0 turns them off.
-	Telemetry int `json:"telemetry"`
-	// Final is the supervisor's own loopback port that receives the
-	// collector's own metrics once more when the collector shuts down
-	// (OTLP/HTTP protobuf at /v1/metrics, bearer ${env:<ReceiverTokenEnv>}):
-	// the final figures of the receipt, flushed after every pipeline has
-	// shut down. 0 (or Telemetry 0) renders no such reader.
-	Final int `json:"final,omitempty"`
-}
+// Ports are the loopback TCP ports of one collector (jobdir.Ports: state.json
+// shows them too).
+type Ports = jobdir.Ports
 
 // FinalFlushIntervalMillis is the interval of the collector's periodic
 // reader towards Ports.Final, in ms (24 h): only its flush at shutdown is
@@ -260,7 +246,7 @@ func exporters(in Input) omap {
 	exporters := omap{}
 	for _, sig := range signals(o) {
 		exporters = append(exporters, kv{"file/" + sig, omap{
-			{"path", out(sig + ".jsonl")},
+			{"path", out(jobdir.SignalFile(sig))},
 			{"append", true},
 			{"flush_interval", "1s"},
 		}})

@@ -14,7 +14,6 @@ package replay
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +28,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 )
 
 // Defaults of Options.
@@ -218,7 +218,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			fmt.Fprintf(opt.Out, "replay: warning: %s leads outside %s: not replayed\n", f.Path, dirs[0])
 		}
 	}
-	cfgFile := filepath.Join(dirs[0], "collector.yaml")
+	cfgFile := filepath.Join(dirs[0], jobdir.ConfigFile)
 	uid := opt.Uid
 	if uid == 0 {
 		uid = os.Getuid()
@@ -249,8 +249,8 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return nil, err
 	}
 	for _, d := range dirs {
-		if st := collectorStatus(d); st != "" && st != "drained" && st != "failed" {
-			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (state.json): what it writes from now on is sent too, and its files may end in a half line\n", d, st)
+		if st := collectorStatus(d); st != "" && st != jobdir.StatusDrained && st != jobdir.StatusFailed {
+			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (%s): what it writes from now on is sent too, and its files may end in a half line\n", d, st, jobdir.StateFile)
 		}
 	}
 	res := &Result{Endpoint: endpoint, TokenEnv: tokenEnv, Signals: map[string]*Totals{}}
@@ -528,16 +528,11 @@ func (p *proc) kill() {
 	<-p.exited
 }
 
-// collectorStatus is the status in dir/state.json ("" when there is none).
+// collectorStatus is the status in dir/state.json ("" when there is none
+// or it is not a state).
 func collectorStatus(dir string) string {
-	data, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	st, err := jobdir.ReadState(dir)
 	if err != nil {
-		return ""
-	}
-	var st struct {
-		Status string `json:"status"`
-	}
-	if json.Unmarshal(data, &st) != nil {
 		return ""
 	}
 	return st.Status

@@ -706,7 +706,7 @@ func unwrapPath(err error) error {
 	return err
 }
 
-// squeueRunning asks Slurm (helper/slurm: squeue, 10 s bound) whether the
+// squeueRunning asks Slurm (helper/slurm: squeue, timing.LivenessQueryBound) whether the
 // job may still run: known and not in a final state. No answer is an
 // error, which changes nothing.
 func squeueRunning(ctx context.Context, jobID string) (bool, error) {
@@ -714,7 +714,7 @@ func squeueRunning(ctx context.Context, jobID string) (bool, error) {
 	if err != nil {
 		return true, fmt.Errorf("job id %q: %w", jobID, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, timing.LivenessQueryBound)
 	defer cancel()
 	j, known, err := slurm.Query(ctx, uint32(id))
 	if err != nil {

@@ -43,6 +43,9 @@ const (
 	// token's variable from (the packaged plugstack.conf's site=).
 	DefaultSite = "/etc/slurm/gym-otel.yaml"
 	poll        = 250 * time.Millisecond
+	// stopBound bounds the collector's clean stop once everything is sent
+	// (then it is killed).
+	stopBound = 5 * time.Second
 )
 
 // Options configure one replay.
@@ -346,7 +349,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		if done && queue == 0 && stable >= 2 {
 			res.Done = true
 			res.Took = time.Since(start)
-			c.stop(5 * time.Second)
+			c.stop(stopBound)
 			return res, nil
 		}
 		if time.Since(lastProgress) >= opt.Progress {

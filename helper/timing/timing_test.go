@@ -33,12 +33,15 @@ func TestForNodeBounds(t *testing.T) {
 	// prolog_timeout 60 s under Slurm's PrologEpilogTimeout=20: both
 	// deadlines are 15 s and the drain gets 15 - 5 - 1 = 9 s.
 	p := For(o, Bounds{PrologTimeout: 60 * time.Second, SlurmProlog: 20 * time.Second, SlurmEpilog: 20 * time.Second})
-	if p.FinalWait != MaxFinalWait || p.PrologDeadline != 15*time.Second || p.EpilogDeadline != 15*time.Second || p.DrainWait != 9*time.Second {
+	if p.FinalWait != MaxFinalWait || p.EpilogDeadline != 15*time.Second || p.DrainWait != 9*time.Second {
 		t.Fatalf("%+v", p)
+	}
+	if d := Deadline(60*time.Second, 20*time.Second); d != 15*time.Second {
+		t.Fatalf("the prolog's deadline is %s, want 15s", d)
 	}
 	// No Slurm bound: the plugstack's; a tiny one still leaves a second.
 	p = For(o, Bounds{PrologTimeout: 60 * time.Second})
-	if p.PrologDeadline != 60*time.Second || p.DrainWait != 20*time.Second {
+	if p.EpilogDeadline != 60*time.Second || p.DrainWait != 20*time.Second {
 		t.Fatalf("%+v", p)
 	}
 	p = For(o, Bounds{PrologTimeout: 60 * time.Second, SlurmEpilog: 3 * time.Second})

@@ -9,7 +9,6 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
 // Facts are the job's facts on one node. In the plugin they come from the
@@ -101,30 +100,6 @@ func RunID(spec *config.Resolved, f Facts) string {
 		return ExpandJobDir(spec.Identity.RunID, f)
 	}
 	return f.JobID
-}
-
-// RenderJob is the render.Job of this node.
-func RenderJob(spec *config.Resolved, f Facts) render.Job {
-	cluster := spec.Identity.Cluster
-	if cluster == "" {
-		cluster = f.Cluster
-	}
-	return render.Job{
-		User:         f.User,
-		JobID:        f.JobID,
-		RestartCount: f.RestartCount,
-		SLUID:        f.SLUID,
-		RunID:        RunID(spec, f),
-		Benchmark:    spec.Identity.Benchmark,
-		Model:        spec.Identity.Model,
-		Cluster:      cluster,
-		Node:         f.Node,
-		NodeIndex:    f.NodeIndex,
-		GPUs:         f.GPUs,
-		SlurmCluster: f.Cluster,
-		ArrayJobID:   f.ArrayJobID,
-		ArrayTaskID:  f.ArrayTaskID,
-	}
 }
 
 // ParseGPUs parses SLURM_JOB_GPUS ("0,1,3"); "" gives nil (unknown).

@@ -13,18 +13,14 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
-
-// EnvInJob is the variable the steps of a --gym-otel job set in its tasks
-// (spank/step.c): the job id. A submit that sees it, with SLURM_JOB_ID the
-// same, is a nested sbatch from inside that job.
-const EnvInJob = "GYM_OTEL_JOB"
 
 // parentJob returns the id of the running --gym-otel job this submit runs
 // in ("" when it is not nested in one): GYM_OTEL_JOB and SLURM_JOB_ID agree
 // and are a job id.
 func parentJob(env config.LookupEnv) string {
-	in, _ := env(EnvInJob)
+	in, _ := env(contract.EnvInJob)
 	id, _ := env("SLURM_JOB_ID")
 	if in == "" || in != id {
 		return ""

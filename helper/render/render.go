@@ -35,6 +35,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
@@ -95,6 +96,31 @@ type Job struct {
 	// SLURM_ARRAY_TASK_ID for an array element ("" otherwise, or when the
 	// prolog was not told).
 	ArrayJobID, ArrayTaskID string
+}
+
+// JobOf is the Job of one node: the facts Slurm gave its prolog (f) and the
+// spec's identity (identity.cluster wins over SLURM_CLUSTER_NAME).
+func JobOf(spec *config.Resolved, f jobfacts.Facts) Job {
+	cluster := spec.Identity.Cluster
+	if cluster == "" {
+		cluster = f.Cluster
+	}
+	return Job{
+		User:         f.User,
+		JobID:        f.JobID,
+		RestartCount: f.RestartCount,
+		SLUID:        f.SLUID,
+		RunID:        jobfacts.RunID(spec, f),
+		Benchmark:    spec.Identity.Benchmark,
+		Model:        spec.Identity.Model,
+		Cluster:      cluster,
+		Node:         f.Node,
+		NodeIndex:    f.NodeIndex,
+		GPUs:         f.GPUs,
+		SlurmCluster: f.Cluster,
+		ArrayJobID:   f.ArrayJobID,
+		ArrayTaskID:  f.ArrayTaskID,
+	}
 }
 
 // Input is everything Render needs.

@@ -3,23 +3,19 @@
 // the collector's health wait, the prolog's wait for the supervisor's
 // report, the span-metrics flush, the collector's stop, the epilog's wait
 // for the drain, the prolog and epilog deadlines, the Slurm queries, the
-// kill of a group), computed once from the
-// otel: block and the node's bounds, and carried to every consumer. The C
-// front reads the constants it needs from include/gym_otel_contract.h,
-// generated from this package (see MaxFinalWait).
+// kill of a group), computed once from the otel: block and the node's
+// bounds, and carried to every consumer. The cap the C front reads too
+// (the final wait's) is internal/contract's MaxFinalWait.
 package timing
 
 import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 const (
-	// MaxFinalWait bounds the batch step's final-scrape wait, below Slurm's
-	// default UnkillableStepTimeout of 60 s. Whole seconds; the steps (C)
-	// clamp the record's final_wait to it.
-	MaxFinalWait = 30 * time.Second
 	// SpanMetricsFlush is the span_metrics connector's flush interval
 	// (metrics_flush_interval in the rendered configuration).
 	SpanMetricsFlush = 2 * time.Second
@@ -70,7 +66,7 @@ type Bounds struct {
 // the record carries FinalWait and EpilogDrainWait in whole seconds.
 type Policy struct {
 	// FinalWait is the batch step's final-scrape wait in task_exit: one
-	// scrape interval and a second, at most MaxFinalWait.
+	// scrape interval and a second, at most contract.MaxFinalWait.
 	FinalWait time.Duration
 	// HealthWait is how long the supervisor waits for the collector to be
 	// healthy (otel.health_check_timeout_seconds).
@@ -107,7 +103,7 @@ type Policy struct {
 // the deadlines are then 0 and DrainWait is not clamped).
 func For(o config.Otel, b Bounds) Policy {
 	p := Policy{
-		FinalWait:         min(time.Duration(o.ScrapeIntervalSeconds+1)*time.Second, MaxFinalWait),
+		FinalWait:         min(time.Duration(o.ScrapeIntervalSeconds+1)*time.Second, contract.MaxFinalWait),
 		HealthWait:        time.Duration(o.HealthCheckTimeoutSeconds) * time.Second,
 		SpanMetricsFlush:  SpanMetricsFlush,
 		SpanMetricsSettle: 2*SpanMetricsFlush + time.Second,

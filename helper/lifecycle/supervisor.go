@@ -298,11 +298,11 @@ func (s *supervisor) writeConfig() error {
 // The backend token is referenced inside a larger string ("Bearer
 // ${env:X}"), and there the collector (v0.161.0) expands the substituted value once more:
 // "${env:HOME}" in a token would become the home directory and "$$" a
-// single "$". Doubling every "$" (envValue) makes the value arrive byte for
+// single "$". Doubling every "$" (render.Escape) makes the value arrive byte for
 // byte (tested with "$", "$$", "${", "${env:HOME}" in a token).
 func (s *supervisor) collectorEnv() []string {
 	env := []string{
-		s.o.TokenEnv + "=" + envValue(s.opt.Token),
+		s.o.TokenEnv + "=" + render.Escape(s.opt.Token),
 		render.ReceiverTokenEnv + "=" + s.rtoken, // hex: nothing to escape; referenced as a whole value
 		fmt.Sprintf("GOMEMLIMIT=%dMiB", s.o.MemoryLimitMiB*4/5),
 		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
@@ -312,10 +312,6 @@ func (s *supervisor) collectorEnv() []string {
 	}
 	return env
 }
-
-// envValue escapes v for a ${env:...} reference embedded in a larger
-// configuration string: the collector turns "$$" back into "$".
-func envValue(v string) string { return strings.ReplaceAll(v, "$", "$$") }
 
 // launch starts the collector and waits until it is healthy.
 func (s *supervisor) launch(ctx context.Context) error {
@@ -628,7 +624,7 @@ func (s *supervisor) drain() error {
 	if p := s.problems; p != "" {
 		appendLog(s.logPath, "gym-otel: "+p)
 		s.log.Warn(p)
-	} else if strings.Contains(tailFile(s.logPath, 200), "otlp_http/backend") && logHasExportFailure(s.logPath) {
+	} else if strings.Contains(tailFile(s.logPath, 200), render.BackendExporter) && logHasExportFailure(s.logPath) {
 		s.problems = "the backend refused or dropped data (see collector.log); the local jsonl files are complete"
 		appendLog(s.logPath, "gym-otel: "+s.problems)
 	}
@@ -651,7 +647,7 @@ func logHasExportFailure(path string) bool {
 		return false
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.Contains(line, "otlp_http/backend") && (strings.Contains(line, "Exporting failed") || strings.Contains(line, "dropped")) {
+		if strings.Contains(line, render.BackendExporter) && (strings.Contains(line, "Exporting failed") || strings.Contains(line, "dropped")) {
 			return true
 		}
 	}

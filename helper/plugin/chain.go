@@ -13,6 +13,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
@@ -97,8 +98,8 @@ func collectorToken(dir, tokenEnv string) (string, error) {
 	for _, kv := range bytes.Split(environ, []byte{0}) {
 		if v, ok := bytes.CutPrefix(kv, []byte(tokenEnv+"=")); ok && len(v) > 0 {
 			// The supervisor doubles every $ for the collector's ${env:}
-			// expansion (lifecycle's collectorEnv).
-			return strings.ReplaceAll(string(v), "$$", "$"), nil
+			// expansion (render.Escape in lifecycle's collectorEnv).
+			return render.Unescape(string(v)), nil
 		}
 	}
 	return "", fmt.Errorf("its collector (pid %d) holds no %s", st.CollectorPID, tokenEnv)

@@ -150,7 +150,7 @@ func Render(in Input) ([]byte, error) {
 		{"exporters", exporters(in)},
 		{"extensions", extensions(in)},
 		{"service", omap{
-			{"extensions", []string{"health_check", "bearertokenauth/receivers"}},
+			{"extensions", []string{"health_check", ReceiverAuth}},
 			{"telemetry", telemetry(in)},
 			{"pipelines", pipelines(in.Resolved.Otel, len(scrapes) > 0, metricsProcs)},
 		}},
@@ -173,8 +173,8 @@ func Render(in Input) ([]byte, error) {
 func receivers(in Input, scrapes []omap) omap {
 	receivers := omap{
 		{"otlp", omap{{"protocols", omap{
-			{"grpc", omap{{"endpoint", loop(in.Ports.OTLPGRPC)}, {"auth", omap{{"authenticator", "bearertokenauth/receivers"}}}}},
-			{"http", omap{{"endpoint", loop(in.Ports.OTLPHTTP)}, {"auth", omap{{"authenticator", "bearertokenauth/receivers"}}}}},
+			{"grpc", omap{{"endpoint", loop(in.Ports.OTLPGRPC)}, {"auth", omap{{"authenticator", ReceiverAuth}}}}},
+			{"http", omap{{"endpoint", loop(in.Ports.OTLPHTTP)}, {"auth", omap{{"authenticator", ReceiverAuth}}}}},
 		}}}},
 	}
 	if len(scrapes) > 0 {
@@ -239,9 +239,9 @@ func processors(in Input, scraping bool) (omap, []string) {
 	}
 	processors = append(processors, kv{"transform/identity", append(omap{{"error_mode", "ignore"}}, idStmts...)})
 	if o.TokenResourceAttribute {
-		processors = append(processors, kv{"resource/backend_auth", omap{{"attributes", []omap{{
+		processors = append(processors, kv{BackendAuth, omap{{"attributes", []omap{{
 			{"key", "Authorization"},
-			{"value", "Bearer ${env:" + o.TokenEnv + "}"},
+			{"value", Bearer(o.TokenEnv)},
 			{"action", "upsert"},
 		}}}}})
 	}
@@ -271,15 +271,15 @@ func exporters(in Input) omap {
 	out := func(name string) string { return esc(filepath.Join(in.OutputDir, name)) }
 	exporters := omap{}
 	for _, sig := range signals(o) {
-		exporters = append(exporters, kv{"file/" + sig, omap{
+		exporters = append(exporters, kv{FileExporter(sig), omap{
 			{"path", out(jobdir.SignalFile(sig))},
 			{"append", true},
 			{"flush_interval", "1s"},
 		}})
 	}
-	exporters = append(exporters, kv{"otlp_http/backend", omap{
+	exporters = append(exporters, kv{BackendExporter, omap{
 		{"endpoint", esc(o.Endpoint)},
-		{"headers", omap{{"Authorization", "Bearer ${env:" + o.TokenEnv + "}"}}},
+		{"headers", omap{{"Authorization", Bearer(o.TokenEnv)}}},
 		{"timeout", fmt.Sprintf("%ds", o.ExportTimeoutSeconds)},
 		// gzip as the exporter's default, at its fastest level: the
 		// default level (6) made the export the largest part of the
@@ -354,7 +354,7 @@ func sendingQueue() omap {
 func extensions(in Input) omap {
 	return omap{
 		{"health_check", omap{{"endpoint", loop(in.Ports.Health)}}},
-		{"bearertokenauth/receivers", omap{{"token", "${env:" + ReceiverTokenEnv + "}"}}},
+		{ReceiverAuth, omap{{"token", EnvRef(ReceiverTokenEnv)}}},
 	}
 }
 
@@ -364,9 +364,9 @@ func extensions(in Input) omap {
 func pipelines(o config.Otel, scraping bool, metricsProcs []string) omap {
 	pipelines := omap{}
 	addPipeline := func(sig string, recv, procs, exps []string) {
-		local := append(append([]string{}, exps...), "file/"+sig)
+		local := append(append([]string{}, exps...), FileExporter(sig))
 		if !o.TokenResourceAttribute {
-			pipelines = append(pipelines, kv{sig, pipeline(recv, procs, append(local, "otlp_http/backend"))})
+			pipelines = append(pipelines, kv{sig, pipeline(recv, procs, append(local, BackendExporter))})
 			return
 		}
 		pipelines = append(pipelines, kv{sig, pipeline(recv, procs, local)})
@@ -375,7 +375,7 @@ func pipelines(o config.Otel, scraping bool, metricsProcs []string) omap {
 		// has no memory_limiter: it never refuses (its queue drops, see
 		// sendingQueue), and only the file pipeline's limiter can turn a
 		// producer away.
-		pipelines = append(pipelines, kv{sig + "/backend", pipeline(recv, append(withoutLimiter(procs), "resource/backend_auth"), []string{"otlp_http/backend"})})
+		pipelines = append(pipelines, kv{sig + "/backend", pipeline(recv, append(withoutLimiter(procs), BackendAuth), []string{BackendExporter})})
 	}
 	addPipeline("traces", []string{"otlp"}, []string{"memory_limiter", "transform/identity"}, []string{"span_metrics"})
 	metricsRecv := []string{"otlp", "span_metrics"}
@@ -411,7 +411,7 @@ func telemetry(in Input) omap {
 					{"endpoint", fmt.Sprintf("http://127.0.0.1:%d/v1/metrics", in.Ports.Final)},
 					{"compression", "none"},
 					{"timeout", FinalExportTimeoutMillis},
-					{"headers", []omap{{{"name", "Authorization"}, {"value", "Bearer ${env:" + ReceiverTokenEnv + "}"}}}},
+					{"headers", []omap{{{"name", "Authorization"}, {"value", Bearer(ReceiverTokenEnv)}}}},
 				}}}},
 			}}})
 		}
@@ -599,9 +599,8 @@ func ottlString(s string) string {
 	return esc(`"` + r.Replace(s) + `"`)
 }
 
-// esc escapes $ for the collector's configuration expansion ($$ is a
-// literal $), so user text reaches the collector unchanged.
-func esc(s string) string { return strings.ReplaceAll(s, "$", "$$") }
+// esc is Escape, short for the many literals above.
+func esc(s string) string { return Escape(s) }
 
 type kv struct {
 	k string

@@ -29,6 +29,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
 // Defaults of Options.
@@ -381,9 +382,9 @@ func progress(r *Result) string {
 
 // collectorEnv is the replay collector's whole environment. The token is
 // referenced inside "Bearer ${env:X}", where the collector expands the
-// substituted value once more: every "$" is doubled (as the supervisor does).
+// substituted value once more: every "$" is doubled (render.Escape, as the supervisor does).
 func collectorEnv(tokenEnv, token string) []string {
-	env := []string{tokenEnv + "=" + strings.ReplaceAll(token, "$", "$$"), "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	env := []string{tokenEnv + "=" + render.Escape(token), "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	if h := os.Getenv("HOME"); h != "" {
 		env = append(env, "HOME="+h)
 	}
@@ -412,11 +413,11 @@ func (m counters) update(r *Result, files []File) (queue int64) {
 			t.Accepted += m.get("receiver_accepted", sig, id)
 			t.Refused += m.get("receiver_refused", sig, id) + m.get("receiver_failed", sig, id)
 		}
-		t.Sent = m.get("exporter_sent", sig, backendExporter)
-		t.SendFailed = m.get("exporter_send_failed", sig, backendExporter)
-		t.EnqueueFailed = m.get("exporter_enqueue_failed", sig, backendExporter)
+		t.Sent = m.get("exporter_sent", sig, render.BackendExporter)
+		t.SendFailed = m.get("exporter_send_failed", sig, render.BackendExporter)
+		t.EnqueueFailed = m.get("exporter_enqueue_failed", sig, render.BackendExporter)
 	}
-	return int64(m["exporter_queue_size|"+backendExporter])
+	return int64(m["exporter_queue_size|"+render.BackendExporter])
 }
 
 // scrape reads the collector's Prometheus text: otelcol_* samples by their

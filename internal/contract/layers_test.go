@@ -33,14 +33,14 @@ var layers = map[string]int{
 	"helper/timing":         2,
 	"helper/jobfacts":       2,
 	"internal/contract/gen": 2,
-	// 3: the collector's configuration, the task environment, and the
-	// readers of a job's files after the fact.
+	// 3: the collector's configuration, the task environment, inspect.
 	"helper/render":  3,
 	"helper/taskenv": 3,
 	"helper/inspect": 3,
-	"helper/replay":  3,
-	// 4: the supervisor; 5: the plugin's hooks; 6: the programs.
+	// 4: what runs a collector with a rendered configuration: the
+	// supervisor, replay; 5: the plugin's hooks; 6: the programs.
 	"helper/lifecycle":   4,
+	"helper/replay":      4,
 	"helper/plugin":      5,
 	"cmd/gym-otel-spank": 6,
 	"spank/core":         6,

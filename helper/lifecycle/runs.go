@@ -31,7 +31,8 @@ func keepPreviousRun(out string, f jobfacts.Facts, collectorLog string, log logr
 	if errors.Is(err, os.ErrNotExist) {
 		return
 	}
-	if err != nil && !errors.Is(err, jobdir.ErrFormat) { // not JSON: an unnamed previous run
+	// A state.json that is not a State (ErrFormat) is an unnamed previous run.
+	if err != nil && !errors.Is(err, jobdir.ErrFormat) {
 		log.Warnf("the previous run's %s: %v", jobdir.StateFile, err)
 		return
 	}

@@ -242,7 +242,7 @@ func previewInput(r *config.Resolved, f jobfacts.Facts, p render.Ports, out stri
 	if out == "" {
 		out = jobfacts.OutputDir(r, f)
 	}
-	return render.Input{Resolved: r, Job: jobfacts.RenderJob(r, f), Ports: p, OutputDir: out}
+	return render.Input{Resolved: r, Job: render.JobOf(r, f), Ports: p, OutputDir: out}
 }
 
 func parsePorts(s string) (render.Ports, error) {

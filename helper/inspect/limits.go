@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 )
 
 // The Prometheus receiver's per-scrape report samples read for the scrape
@@ -64,7 +66,7 @@ type scrapeStat struct {
 // sampleLimits returns the sample_limit of each scrape target of
 // dir/collector.yaml by (job, instance); nil when it cannot be read.
 func sampleLimits(dir string) map[[2]string]int64 {
-	data, err := os.ReadFile(filepath.Join(dir, "collector.yaml"))
+	data, err := os.ReadFile(filepath.Join(dir, jobdir.ConfigFile))
 	if err != nil {
 		return nil
 	}

@@ -1,7 +1,6 @@
 package inspect
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 )
 
@@ -375,7 +375,7 @@ type DirHealth struct {
 	State *DirState `json:"state,omitempty"`
 }
 
-// DirState is what the report reads of state.json.
+// DirState is what the report shows of state.json (jobdir.State).
 type DirState struct {
 	Status         string `json:"status"`
 	Error          string `json:"error,omitempty"`
@@ -424,7 +424,7 @@ func Build(dir string) (*Report, error) {
 		a.cur = d
 		found := 0
 		for _, sig := range signals {
-			path := filepath.Join(src.Dir, sig+".jsonl")
+			path := filepath.Join(src.Dir, jobdir.SignalFile(sig))
 			err := readFile(path, func(dl decoded) {
 				d.lines[sig]++
 				if dl.err != nil {
@@ -990,11 +990,8 @@ func (r *Report) health(a *aggregator) error {
 				r.Health.FailedTargets = append(r.Health.FailedTargets, th)
 			}
 		}
-		if b, err := os.ReadFile(filepath.Join(d.src.Dir, "state.json")); err == nil {
-			var st DirState
-			if json.Unmarshal(b, &st) == nil {
-				dh.State = &st
-			}
+		if st, err := jobdir.ReadState(d.src.Dir); err == nil {
+			dh.State = &DirState{Status: st.Status, Error: st.Error, Restarts: st.Restarts, ExportProblems: st.ExportProblems}
 		}
 		r.Health.Dirs = append(r.Health.Dirs, dh)
 	}
@@ -1009,7 +1006,7 @@ func (r *Report) receipts(srcs []Source) {
 	var lost, other []string
 	replay := ""
 	for _, s := range srcs {
-		if _, err := os.Stat(filepath.Join(s.Dir, "collector.yaml")); err != nil {
+		if _, err := os.Stat(filepath.Join(s.Dir, jobdir.ConfigFile)); err != nil {
 			continue // not a collector's dir
 		}
 		nr := NodeReceipt{Dir: s.Dir}

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
-	"sort"
 
 	json "github.com/goccy/go-json"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 )
 
 // Source is one node directory of a job: the first node's otel/ dir, an
@@ -33,33 +33,11 @@ type Source struct {
 // then each nodes/<node>/, then each later link of a chain
 // (links/<job id>/) with its nodes, each list sorted.
 func Sources(dir string) []Source {
-	if st, err := os.Stat(filepath.Join(dir, "otel")); err == nil && st.IsDir() {
-		dir = filepath.Join(dir, "otel")
+	nodes, _ := jobdir.NodeDirs(jobdir.OtelDir(dir), nil)
+	out := make([]Source, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, Source{Dir: n.Path, Node: n.Node, Link: n.Link})
 	}
-	var out []Source
-	add := func(d, link string) {
-		out = append(out, Source{Dir: d, Link: link})
-		for _, n := range globDirs(filepath.Join(d, "nodes", "*")) {
-			out = append(out, Source{Dir: n, Node: filepath.Base(n), Link: link})
-		}
-	}
-	add(dir, "")
-	for _, l := range globDirs(filepath.Join(dir, "links", "*")) {
-		add(l, filepath.Base(l))
-	}
-	return out
-}
-
-// globDirs returns the directories matching pattern, sorted.
-func globDirs(pattern string) []string {
-	m, _ := filepath.Glob(pattern)
-	var out []string
-	for _, p := range m {
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			out = append(out, p)
-		}
-	}
-	sort.Strings(out)
 	return out
 }
 

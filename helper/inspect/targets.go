@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 )
 
 // Target is one Prometheus scrape target of a node's collector (from the
@@ -98,7 +100,7 @@ func Targets(dir string) ([]Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(filepath.Join(dir, "metrics.jsonl"))
+	f, err := os.Open(filepath.Join(dir, jobdir.SignalFile("metrics")))
 	if errors.Is(err, os.ErrNotExist) {
 		return ts, nil
 	}
@@ -119,7 +121,7 @@ func Targets(dir string) ([]Target, error) {
 // configTargets returns the scrape targets of dir/collector.yaml, in its
 // order, and their index by (job, instance).
 func configTargets(dir string) ([]Target, map[[2]string]int, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "collector.yaml"))
+	data, err := os.ReadFile(filepath.Join(dir, jobdir.ConfigFile))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -136,7 +138,7 @@ func configTargets(dir string) ([]Target, map[[2]string]int, error) {
 		} `yaml:"receivers"`
 	}
 	if err := yaml.Unmarshal(data, &cfg); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, "collector.yaml"), err)
+		return nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, jobdir.ConfigFile), err)
 	}
 	unesc := func(s string) string { return strings.ReplaceAll(s, "$$", "$") }
 	var names []string

@@ -4,12 +4,11 @@
 package jobfacts
 
 import (
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 )
 
 // Facts are the job's facts on one node. In the plugin they come from the
@@ -87,14 +86,11 @@ func ExpandJobDir(pattern string, f Facts) string {
 // under <job dir>/otel/links/<job id> instead, so that every link keeps
 // its own files.
 func OutputDir(spec *config.Resolved, f Facts) string {
-	dir := filepath.Join(ExpandJobDir(spec.JobDir, f), "otel")
+	link := ""
 	if spec.ChainedFrom != "" {
-		dir = filepath.Join(dir, "links", filepath.Base(f.JobID))
+		link = f.JobID
 	}
-	if f.NodeIndex != 0 {
-		dir = filepath.Join(dir, "nodes", filepath.Base(f.Node))
-	}
-	return dir
+	return jobdir.OutputDir(ExpandJobDir(spec.JobDir, f), link, f.NodeIndex, f.Node)
 }
 
 // RunID is the run identity: the spec's run_id (with %j/%A/%a expanded),
@@ -104,30 +100,6 @@ func RunID(spec *config.Resolved, f Facts) string {
 		return ExpandJobDir(spec.Identity.RunID, f)
 	}
 	return f.JobID
-}
-
-// RenderJob is the render.Job of this node.
-func RenderJob(spec *config.Resolved, f Facts) render.Job {
-	cluster := spec.Identity.Cluster
-	if cluster == "" {
-		cluster = f.Cluster
-	}
-	return render.Job{
-		User:         f.User,
-		JobID:        f.JobID,
-		RestartCount: f.RestartCount,
-		SLUID:        f.SLUID,
-		RunID:        RunID(spec, f),
-		Benchmark:    spec.Identity.Benchmark,
-		Model:        spec.Identity.Model,
-		Cluster:      cluster,
-		Node:         f.Node,
-		NodeIndex:    f.NodeIndex,
-		GPUs:         f.GPUs,
-		SlurmCluster: f.Cluster,
-		ArrayJobID:   f.ArrayJobID,
-		ArrayTaskID:  f.ArrayTaskID,
-	}
 }
 
 // ParseGPUs parses SLURM_JOB_GPUS ("0,1,3"); "" gives nil (unknown).

@@ -48,21 +48,15 @@ func TestOutputDir(t *testing.T) {
 	}
 }
 
-func TestRunIDAndRenderJob(t *testing.T) {
+func TestRunID(t *testing.T) {
 	spec := &config.Resolved{}
 	f := Facts{JobID: "9", User: "u", Node: "gn1", Cluster: "c1", GPUs: []string{"0"}}
 	if RunID(spec, f) != "9" {
 		t.Errorf("no run_id: %s", RunID(spec, f))
 	}
 	spec.Identity.RunID = "eval-%j"
-	spec.Identity.Benchmark = "gsm8k"
-	j := RenderJob(spec, f)
-	if j.RunID != "eval-9" || j.Cluster != "c1" || j.Benchmark != "gsm8k" || j.User != "u" || !reflect.DeepEqual(j.GPUs, []string{"0"}) {
-		t.Errorf("%+v", j)
-	}
-	spec.Identity.Cluster = "site-name"
-	if RenderJob(spec, f).Cluster != "site-name" {
-		t.Error("identity.cluster does not win over SLURM_CLUSTER_NAME")
+	if RunID(spec, f) != "eval-9" {
+		t.Errorf("run_id eval-%%j: %s", RunID(spec, f))
 	}
 }
 

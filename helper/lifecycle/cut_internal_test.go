@@ -44,14 +44,3 @@ func TestCutPartialLines(t *testing.T) {
 		t.Errorf("collector.log has %d notes of cut lines, want 3:\n%s", n, log)
 	}
 }
-
-// TestEnvValue: the backend token's "$" is doubled for the collector, which
-// undoes it when it expands "Bearer ${env:X}" (TestFullJob and
-// TestTokensArriveIntact check the real round trip).
-func TestEnvValue(t *testing.T) {
-	for in, want := range map[string]string{"abc": "abc", "a$b": "a$$b", "${env:HOME}": "$${env:HOME}", "$$": "$$$$"} {
-		if got := envValue(in); got != want {
-			t.Errorf("envValue(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
 	hproc "github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
@@ -558,15 +559,11 @@ func (s *sup) drain(t testing.TB, limit time.Duration) (time.Duration, error) {
 }
 
 // state reads state.json.
-func (s *sup) state(t testing.TB) lifecycle.State {
+func (s *sup) state(t testing.TB) jobdir.State {
 	t.Helper()
-	var st lifecycle.State
-	data, err := os.ReadFile(filepath.Join(s.out, "state.json"))
+	st, err := jobdir.ReadState(s.out)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if err := jsonUnmarshal(data, &st); err != nil {
-		t.Fatalf("state.json: %v", err)
 	}
 	return st
 }

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // The hold socket: how the batch step of a one-node job learns, after the
@@ -19,7 +21,7 @@ import (
 // root's record directory.
 //
 // The supervisor listens on an abstract unix socket (no file anywhere; the
-// name lives in the network namespace) named HoldSocketPrefix and 16
+// name lives in the network namespace) named contract.HoldSocketPrefix and 16
 // random hex digits, and reports the name; the prolog writes it into
 // root's record. The step connects, checks with SO_PEERCRED that the
 // listener is the record's supervisor (pid and uid), sends the request
@@ -33,8 +35,6 @@ import (
 // only root and its own user (SO_PEERCRED), at most HoldConns connections
 // at a time, each closed within HoldConnTimeout.
 const (
-	// HoldSocketPrefix starts the hold socket's abstract name.
-	HoldSocketPrefix = "gym-otel-hold-"
 	// HoldConns bounds the connections served at once; more are closed
 	// unanswered.
 	HoldConns = 4
@@ -49,10 +49,10 @@ const (
 const DefaultSampledPoll = 250 * time.Millisecond
 
 // ValidHoldSocket reports whether name is a hold socket name a supervisor
-// makes (HoldSocketPrefix and 16 lowercase hex digits): the prolog writes
+// makes (contract.HoldSocketPrefix and 16 lowercase hex digits): the prolog writes
 // nothing else into root's record.
 func ValidHoldSocket(name string) bool {
-	hexPart, ok := strings.CutPrefix(name, HoldSocketPrefix)
+	hexPart, ok := strings.CutPrefix(name, contract.HoldSocketPrefix)
 	if !ok || len(hexPart) != 16 {
 		return false
 	}
@@ -82,7 +82,7 @@ func newHoldServer() (*holdServer, error) {
 		if _, err := rand.Read(b); err != nil {
 			return nil, err
 		}
-		name := HoldSocketPrefix + hex.EncodeToString(b)
+		name := contract.HoldSocketPrefix + hex.EncodeToString(b)
 		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: "@" + name, Net: "unix"})
 		if err != nil {
 			last = err

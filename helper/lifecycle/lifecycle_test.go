@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
@@ -209,7 +210,7 @@ func TestFullJob(t *testing.T) {
 	assertDrainWithinEpilogWait(t, s, took)
 	s.assertGone(t)
 	assertNoLeak(t, token, s.out, map[string]string{"the supervisor's output": s.out2()})
-	if st := s.state(t); st.Status != lifecycle.StatusDrained || st.ExportProblems != "" {
+	if st := s.state(t); st.Status != jobdir.StatusDrained || st.ExportProblems != "" {
 		t.Errorf("state.json: %+v; want drained without export problems", st)
 	}
 
@@ -518,9 +519,8 @@ func TestBackendFailures(t *testing.T) {
 			// of the collector's counters says so in state.json while the
 			// collector runs.
 			waitFor(t, 60*time.Second, "export problems in state.json while the collector runs", func() bool {
-				data, _ := os.ReadFile(filepath.Join(s.out, "state.json"))
-				var st lifecycle.State
-				return jsonUnmarshal(data, &st) == nil && st.Status == lifecycle.StatusReady && st.ExportProblems != ""
+				st, err := jobdir.ReadState(s.out)
+				return err == nil && st.Status == jobdir.StatusReady && st.ExportProblems != ""
 			})
 			if !httpOK(s.healthURL()) {
 				t.Error("health is not 200 while the backend fails")
@@ -860,13 +860,13 @@ func TestCrashRestart(t *testing.T) {
 	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	var st lifecycle.State
+	var st jobdir.State
 	waitFor(t, 15*time.Second, "a restarted, ready collector", func() bool {
-		data, err := os.ReadFile(filepath.Join(s.out, "state.json"))
-		if err != nil || jsonUnmarshal(data, &st) != nil {
+		var err error
+		if st, err = jobdir.ReadState(s.out); err != nil {
 			return false
 		}
-		return st.Restarts == 1 && st.Status == lifecycle.StatusReady && st.CollectorPID != 0 && st.CollectorPID != old
+		return st.Restarts == 1 && st.Status == jobdir.StatusReady && st.CollectorPID != 0 && st.CollectorPID != old
 	})
 	if st.Ports != s.report.Ports {
 		t.Errorf("restarted on ports %+v, want the same %+v", st.Ports, s.report.Ports)
@@ -990,7 +990,7 @@ func TestLivenessRecordRemoved(t *testing.T) {
 	}
 	t.Logf("exited %v after the record was removed", time.Since(start))
 	s.assertGone(t)
-	if st := s.state(t); st.Status != lifecycle.StatusDrained {
+	if st := s.state(t); st.Status != jobdir.StatusDrained {
 		t.Errorf("state.json status %q, want drained", st.Status)
 	}
 }

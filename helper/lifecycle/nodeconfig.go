@@ -16,7 +16,7 @@ func NodeConfig(spec *config.Resolved, f jobfacts.Facts, ports render.Ports, out
 	}
 	return render.Render(render.Input{
 		Resolved:  spec,
-		Job:       jobfacts.RenderJob(spec, f),
+		Job:       render.JobOf(spec, f),
 		Ports:     ports,
 		OutputDir: out,
 	})

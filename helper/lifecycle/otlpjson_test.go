@@ -14,8 +14,6 @@ import (
 	"testing"
 )
 
-func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
-
 type otlpKV struct {
 	Key   string                     `json:"key"`
 	Value map[string]json.RawMessage `json:"value"`

@@ -11,16 +11,14 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
-// Status values of Report and State.
+// Status values of Report: state.json's words (jobdir.State).
 const (
-	StatusStarting = "starting"
-	StatusReady    = "ready"
-	StatusFailed   = "failed"
-	StatusDraining = "draining"
-	StatusDrained  = "drained"
+	StatusReady  = jobdir.StatusReady
+	StatusFailed = jobdir.StatusFailed
 )
 
 // Report is what the supervisor tells whoever started it, exactly once, as
@@ -91,24 +89,4 @@ func ReadReport(data []byte) (Report, error) {
 		return r, fmt.Errorf("the supervisor's report has status %q", r.Status)
 	}
 	return r, nil
-}
-
-// State is state.json in the output dir: for humans and tests. It is the
-// user's file; root never trusts it.
-type State struct {
-	Status         string       `json:"status"`
-	Error          string       `json:"error,omitempty"`
-	Ports          render.Ports `json:"ports"`
-	SupervisorPID  int          `json:"supervisor_pid"`
-	CollectorPID   int          `json:"collector_pid,omitempty"`
-	Restarts       int          `json:"restarts"`
-	ExportProblems string       `json:"export_problems,omitempty"`
-	UpdatedAt      string       `json:"updated_at"`
-	// JobID, RestartCount and SLUID name the run of the job this state is
-	// of (jobfacts.Facts; Restarts above counts collector restarts within
-	// the run). A later run writing the same output dir first renames this
-	// run's state.json and collector.yaml (keepPreviousRun).
-	JobID        string `json:"job_id,omitempty"`
-	RestartCount string `json:"restart_count,omitempty"`
-	SLUID        string `json:"sluid,omitempty"`
 }

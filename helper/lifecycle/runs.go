@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 )
 
@@ -27,21 +27,20 @@ import (
 // they never stop the collector.
 func keepPreviousRun(out string, f jobfacts.Facts, collectorLog string, log logrus.FieldLogger) {
 	appendLog(collectorLog, fmt.Sprintf("gym-otel: run of job %s, restart count %s%s", f.JobID, orUnknown(f.RestartCount), sluidText(f.SLUID)))
-	data, err := os.ReadFile(filepath.Join(out, "state.json"))
+	prev, err := jobdir.ReadState(out)
 	if errors.Is(err, os.ErrNotExist) {
 		return
 	}
-	if err != nil {
-		log.Warnf("the previous run's state.json: %v", err)
+	// A state.json that is not a State (ErrFormat) is an unnamed previous run.
+	if err != nil && !errors.Is(err, jobdir.ErrFormat) {
+		log.Warnf("the previous run's %s: %v", jobdir.StateFile, err)
 		return
 	}
-	var prev State
-	_ = json.Unmarshal(data, &prev) // unreadable: an unnamed previous run
 	if prev.JobID == f.JobID && prev.RestartCount == f.RestartCount && prev.SLUID == f.SLUID {
 		return // this run's own (a restarted supervisor)
 	}
 	key := runKey(prev)
-	for _, name := range [][2]string{{"state.json", "state.%s.json"}, {"collector.yaml", "collector.%s.yaml"}} {
+	for _, name := range [][2]string{{jobdir.StateFile, jobdir.KeptStateFile}, {jobdir.ConfigFile, jobdir.KeptConfigFile}} {
 		src := filepath.Join(out, name[0])
 		if _, err := os.Lstat(src); err != nil {
 			continue
@@ -57,7 +56,7 @@ func keepPreviousRun(out string, f jobfacts.Facts, collectorLog string, log logr
 
 // runKey is "<job id>.<restart count>" of a run's state, from file-name
 // characters only; "previous" when the state does not say.
-func runKey(st State) string {
+func runKey(st jobdir.State) string {
 	clean := func(s string) string {
 		return strings.Map(func(r rune) rune {
 			if r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '_' || r == '-' {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 )
 
@@ -21,7 +22,7 @@ func TestKeepPreviousRun(t *testing.T) {
 	clog := filepath.Join(dir, "collector.log")
 	write := func(f jobfacts.Facts, yaml string) {
 		t.Helper()
-		b, _ := json.Marshal(State{Status: StatusDrained, JobID: f.JobID, RestartCount: f.RestartCount, SLUID: f.SLUID})
+		b, _ := json.Marshal(jobdir.State{Status: jobdir.StatusDrained, JobID: f.JobID, RestartCount: f.RestartCount, SLUID: f.SLUID})
 		if err := os.WriteFile(filepath.Join(dir, "state.json"), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +77,7 @@ func TestKeepPreviousRun(t *testing.T) {
 			t.Errorf("collector.log lacks %q:\n%s", w, marks)
 		}
 	}
-	if k := runKey(State{JobID: "4/../1", RestartCount: "0 x"}); k != "41.0x" {
+	if k := runKey(jobdir.State{JobID: "4/../1", RestartCount: "0 x"}); k != "41.0x" {
 		t.Errorf("runKey kept path characters: %q", k)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
@@ -197,7 +197,7 @@ func (s *supervisor) followSampled(ctx context.Context) (stop func()) {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	targets := render.Targets(render.Input{Resolved: s.opt.Resolved, Job: jobfacts.RenderJob(s.opt.Resolved, s.opt.Facts)})
-	go followSamples(ctx, s.hold, filepath.Join(s.out, "metrics.jsonl"), targets, DefaultSampledPoll)
+	targets := render.Targets(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)})
+	go followSamples(ctx, s.hold, filepath.Join(s.out, jobdir.SignalFile("metrics")), targets, DefaultSampledPoll)
 	return cancel
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
@@ -185,7 +185,7 @@ func (s *supervisor) defaults() {
 	if s.out == "" {
 		s.out = jobfacts.OutputDir(s.opt.Resolved, s.opt.Facts)
 	}
-	s.logPath = filepath.Join(s.out, "collector.log")
+	s.logPath = filepath.Join(s.out, jobdir.LogFile)
 }
 
 // startUp makes the output dir, checks the binary, chooses ports and starts
@@ -211,7 +211,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		return fmt.Errorf("output dir %s: %w", s.out, unwrapPath(err))
 	}
 	if s.opt.LogToOutputDir {
-		if f, err := os.OpenFile(filepath.Join(s.out, "supervisor.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600); err == nil {
+		if f, err := os.OpenFile(filepath.Join(s.out, jobdir.SupervisorLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600); err == nil {
 			s.log.SetOutput(io.MultiWriter(s.log.Out, f))
 		}
 	}
@@ -222,7 +222,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		os.Remove(f.Name())
 	}
 	keepPreviousRun(s.out, s.opt.Facts, s.logPath, s.log)
-	s.writeState(StatusStarting, "")
+	s.writeState(jobdir.StatusStarting, "")
 	if s.o.Container == "" {
 		if err := checkVersion(ctx, s.o.Binary, []string{"PATH=/usr/bin:/bin"}); err != nil {
 			return err
@@ -282,14 +282,14 @@ func (s *supervisor) choosePorts() error {
 	return nil
 }
 
-func (s *supervisor) configPath() string { return filepath.Join(s.out, "collector.yaml") }
+func (s *supervisor) configPath() string { return filepath.Join(s.out, jobdir.ConfigFile) }
 
 func (s *supervisor) writeConfig() error {
 	y, err := NodeConfig(s.opt.Resolved, s.opt.Facts, s.ports, s.out)
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(s.configPath(), y, 0o600)
+	return jobdir.WriteFile(s.configPath(), y, 0o600)
 }
 
 // collectorEnv is the collector's whole environment: the two tokens, a
@@ -298,11 +298,11 @@ func (s *supervisor) writeConfig() error {
 // The backend token is referenced inside a larger string ("Bearer
 // ${env:X}"), and there the collector (v0.161.0) expands the substituted value once more:
 // "${env:HOME}" in a token would become the home directory and "$$" a
-// single "$". Doubling every "$" (envValue) makes the value arrive byte for
+// single "$". Doubling every "$" (render.Escape) makes the value arrive byte for
 // byte (tested with "$", "$$", "${", "${env:HOME}" in a token).
 func (s *supervisor) collectorEnv() []string {
 	env := []string{
-		s.o.TokenEnv + "=" + envValue(s.opt.Token),
+		s.o.TokenEnv + "=" + render.Escape(s.opt.Token),
 		render.ReceiverTokenEnv + "=" + s.rtoken, // hex: nothing to escape; referenced as a whole value
 		fmt.Sprintf("GOMEMLIMIT=%dMiB", s.o.MemoryLimitMiB*4/5),
 		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
@@ -312,10 +312,6 @@ func (s *supervisor) collectorEnv() []string {
 	}
 	return env
 }
-
-// envValue escapes v for a ${env:...} reference embedded in a larger
-// configuration string: the collector turns "$$" back into "$".
-func envValue(v string) string { return strings.ReplaceAll(v, "$", "$$") }
 
 // launch starts the collector and waits until it is healthy.
 func (s *supervisor) launch(ctx context.Context) error {
@@ -551,7 +547,7 @@ func (s *supervisor) restart(ctx context.Context) error {
 // line that does not parse. The half batch is lost either way.
 func (s *supervisor) cutPartialLines() {
 	for _, sig := range []string{"metrics", "traces", "logs"} {
-		path := filepath.Join(s.out, sig+".jsonl")
+		path := filepath.Join(s.out, jobdir.SignalFile(sig))
 		size, keep, err := completeLength(path)
 		if err != nil || keep == size {
 			continue
@@ -596,7 +592,7 @@ func completeLength(path string) (size, keep int64, err error) {
 // the backend counters, stops the collector within shutdown_timeout_seconds
 // and reports what the backend refused.
 func (s *supervisor) drain() error {
-	s.writeState(StatusDraining, "")
+	s.writeState(jobdir.StatusDraining, "")
 	s.pollSelf()
 	if !s.spansAt.IsZero() {
 		// A new series is flushed as 0 first and with its count one
@@ -628,7 +624,7 @@ func (s *supervisor) drain() error {
 	if p := s.problems; p != "" {
 		appendLog(s.logPath, "gym-otel: "+p)
 		s.log.Warn(p)
-	} else if strings.Contains(tailFile(s.logPath, 200), "otlp_http/backend") && logHasExportFailure(s.logPath) {
+	} else if strings.Contains(tailFile(s.logPath, 200), render.BackendExporter) && logHasExportFailure(s.logPath) {
 		s.problems = "the backend refused or dropped data (see collector.log); the local jsonl files are complete"
 		appendLog(s.logPath, "gym-otel: "+s.problems)
 	}
@@ -638,10 +634,10 @@ func (s *supervisor) drain() error {
 		if !wasRunning {
 			err = fmt.Errorf("the collector had exited (%v) before the drain", s.coll.waitErr)
 		}
-		s.writeState(StatusDrained, err.Error())
+		s.writeState(jobdir.StatusDrained, err.Error())
 		return err
 	}
-	s.writeState(StatusDrained, "")
+	s.writeState(jobdir.StatusDrained, "")
 	return nil
 }
 
@@ -651,7 +647,7 @@ func logHasExportFailure(path string) bool {
 		return false
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.Contains(line, "otlp_http/backend") && (strings.Contains(line, "Exporting failed") || strings.Contains(line, "dropped")) {
+		if strings.Contains(line, render.BackendExporter) && (strings.Contains(line, "Exporting failed") || strings.Contains(line, "dropped")) {
 			return true
 		}
 	}
@@ -659,7 +655,7 @@ func logHasExportFailure(path string) bool {
 }
 
 func (s *supervisor) writeState(status, errText string) {
-	st := State{
+	st := jobdir.State{
 		Status: status, Error: errText, Ports: s.ports, SupervisorPID: os.Getpid(),
 		Restarts: s.restarts, ExportProblems: s.problems, UpdatedAt: time.Now().UTC().Format(time.RFC3339Nano),
 		JobID: s.opt.Facts.JobID, RestartCount: s.opt.Facts.RestartCount, SLUID: s.opt.Facts.SLUID,
@@ -667,9 +663,8 @@ func (s *supervisor) writeState(status, errText string) {
 	if s.coll != nil && s.coll.running() {
 		st.CollectorPID = s.coll.pid
 	}
-	b, _ := json.MarshalIndent(st, "", "  ")
-	if err := writeFileAtomic(filepath.Join(s.out, "state.json"), append(b, '\n'), 0o600); err != nil {
-		s.log.Debugf("state.json: %v", err)
+	if err := jobdir.WriteState(s.out, st); err != nil {
+		s.log.Debugf("%s: %v", jobdir.StateFile, err)
 	}
 }
 
@@ -680,31 +675,6 @@ func appendLog(path, line string) {
 	}
 	defer f.Close()
 	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), line)
-}
-
-// writeFileAtomic writes path through a temporary file of a random name in
-// the same dir (never a fixed name another user could have planted as a
-// link) and renames it into place.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, mode)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }
 
 // ownDir checks that dir is a directory of this process's user and not a
@@ -732,7 +702,7 @@ func unwrapPath(err error) error {
 	return err
 }
 
-// squeueRunning asks Slurm (helper/slurm: squeue, 10 s bound) whether the
+// squeueRunning asks Slurm (helper/slurm: squeue, timing.LivenessQueryBound) whether the
 // job may still run: known and not in a final state. No answer is an
 // error, which changes nothing.
 func squeueRunning(ctx context.Context, jobID string) (bool, error) {
@@ -740,7 +710,7 @@ func squeueRunning(ctx context.Context, jobID string) (bool, error) {
 	if err != nil {
 		return true, fmt.Errorf("job id %q: %w", jobID, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, timing.LivenessQueryBound)
 	defer cancel()
 	j, known, err := slurm.Query(ctx, uint32(id))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
 // selfMetrics are the collector's own counters, read from its Prometheus
@@ -33,9 +34,6 @@ func counted(name string) bool {
 		strings.HasPrefix(name, "receiver_failed_") || strings.HasPrefix(name, "exporter_sent_") ||
 		strings.HasPrefix(name, "exporter_send_failed_") || strings.HasPrefix(name, "exporter_enqueue_failed_")
 }
-
-// backendExporter is the rendered configuration's exporter to the site.
-const backendExporter = "otlp_http/backend"
 
 // readSelfMetrics scrapes the collector's own telemetry.
 func readSelfMetrics(port int) (selfMetrics, error) {
@@ -112,16 +110,16 @@ func (m selfMetrics) acceptedSpans() float64 { return m.sum("receiver_accepted_s
 // by otlp_http/backend.
 func (m selfMetrics) counts(sig string) receipt.Counts {
 	it := itemsOf[sig]
-	file := "file/" + sig
+	file := render.FileExporter(sig)
 	n := func(f float64) int64 { return int64(f) }
 	return receipt.Counts{
 		Received:      n(m.sum("receiver_accepted_" + it)),
 		Refused:       n(m.sum("receiver_refused_"+it) + m.sum("receiver_failed_"+it)),
 		Written:       n(m.of("exporter_sent_"+it, file)),
 		WriteFailed:   n(m.of("exporter_send_failed_"+it, file) + m.of("exporter_enqueue_failed_"+it, file)),
-		Sent:          n(m.of("exporter_sent_"+it, backendExporter)),
-		SendFailed:    n(m.of("exporter_send_failed_"+it, backendExporter)),
-		EnqueueFailed: n(m.of("exporter_enqueue_failed_"+it, backendExporter)),
+		Sent:          n(m.of("exporter_sent_"+it, render.BackendExporter)),
+		SendFailed:    n(m.of("exporter_send_failed_"+it, render.BackendExporter)),
+		EnqueueFailed: n(m.of("exporter_enqueue_failed_"+it, render.BackendExporter)),
 	}
 }
 

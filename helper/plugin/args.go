@@ -17,13 +17,13 @@ import (
 	"strings"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // Defaults of the plugstack.conf arguments.
 const (
 	DefaultPrologTimeout = 60 // seconds
 	DefaultCLI           = "/usr/bin/gym-otel-spank"
-	DefaultRecordDir     = "/run/gym-otel"
 	// DefaultCgroupMemoryMaxMiB is the site's cap on the collector
 	// cgroup's memory bound (cgroup_memory_max_mib), MiB: 2 x the default
 	// memory_limit_mib (512) with room for a collector twice that size.
@@ -71,7 +71,7 @@ type Args struct {
 // ParseArgs parses plugstack.conf arguments. Every bad argument is reported
 // (joined), each naming the argument.
 func ParseArgs(av []string) (Args, error) {
-	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: DefaultRecordDir, Cgroup: CgroupAuto, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB}
+	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: contract.DefaultRecordDir, Cgroup: CgroupAuto, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB}
 	var errs []error
 	bad := func(arg, format string, v ...any) {
 		errs = append(errs, fmt.Errorf("plugstack.conf argument %q: %s", arg, fmt.Sprintf(format, v...)))

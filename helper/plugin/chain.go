@@ -2,7 +2,7 @@ package plugin
 
 import (
 	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,19 +11,17 @@ import (
 	"syscall"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
-
-// EnvInJob is the variable the steps of a --gym-otel job set in its tasks
-// (spank/step.c): the job id. A submit that sees it, with SLURM_JOB_ID the
-// same, is a nested sbatch from inside that job.
-const EnvInJob = "GYM_OTEL_JOB"
 
 // parentJob returns the id of the running --gym-otel job this submit runs
 // in ("" when it is not nested in one): GYM_OTEL_JOB and SLURM_JOB_ID agree
 // and are a job id.
 func parentJob(env config.LookupEnv) string {
-	in, _ := env(EnvInJob)
+	in, _ := env(contract.EnvInJob)
 	id, _ := env("SLURM_JOB_ID")
 	if in == "" || in != id {
 		return ""
@@ -77,16 +75,12 @@ func parentToken(spec *config.Resolved, parent string, env config.LookupEnv) (st
 // collectorToken reads the value of tokenEnv from the environment of the
 // collector that state.json in dir names.
 func collectorToken(dir, tokenEnv string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
-	if err != nil {
+	st, err := jobdir.ReadState(dir)
+	if err != nil && !errors.Is(err, jobdir.ErrFormat) {
 		return "", err
 	}
-	var st struct {
-		Status       string `json:"status"`
-		CollectorPID int    `json:"collector_pid"`
-	}
-	if err := json.Unmarshal(b, &st); err != nil || st.CollectorPID <= 0 {
-		return "", fmt.Errorf("%s/state.json names no collector (status %q)", dir, st.Status)
+	if err != nil || st.CollectorPID <= 0 {
+		return "", fmt.Errorf("%s/%s names no collector (status %q)", dir, jobdir.StateFile, st.Status)
 	}
 	proc := filepath.Join("/proc", strconv.Itoa(st.CollectorPID))
 	var fi syscall.Stat_t
@@ -94,7 +88,7 @@ func collectorToken(dir, tokenEnv string) (string, error) {
 		return "", fmt.Errorf("its collector (pid %d) is not running as this user here", st.CollectorPID)
 	}
 	cmdline, err := os.ReadFile(filepath.Join(proc, "cmdline"))
-	if err != nil || !bytes.Contains(cmdline, []byte(filepath.Join(dir, "collector.yaml"))) {
+	if err != nil || !bytes.Contains(cmdline, []byte(filepath.Join(dir, jobdir.ConfigFile))) {
 		return "", fmt.Errorf("pid %d is not the collector of %s", st.CollectorPID, dir)
 	}
 	environ, err := os.ReadFile(filepath.Join(proc, "environ"))
@@ -104,8 +98,8 @@ func collectorToken(dir, tokenEnv string) (string, error) {
 	for _, kv := range bytes.Split(environ, []byte{0}) {
 		if v, ok := bytes.CutPrefix(kv, []byte(tokenEnv+"=")); ok && len(v) > 0 {
 			// The supervisor doubles every $ for the collector's ${env:}
-			// expansion (lifecycle's collectorEnv).
-			return strings.ReplaceAll(string(v), "$$", "$"), nil
+			// expansion (render.Escape in lifecycle's collectorEnv).
+			return render.Unescape(string(v)), nil
 		}
 	}
 	return "", fmt.Errorf("its collector (pid %d) holds no %s", st.CollectorPID, tokenEnv)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // MaxReportBytes bounds what the prolog reads of the supervisor's report
@@ -185,16 +186,17 @@ func (s *supervisor) wait(timeout time.Duration) (lifecycle.Report, error) {
 }
 
 // kill ends the supervisor and everything it started (its cgroup, which
-// it then removes, else its session) and reaps it, within about 5 s.
+// it then removes, else its session) and reaps it, each within
+// timing.GroupKillBound.
 func (s *supervisor) kill() {
 	if s.group != nil {
-		_, _ = s.group.Kill(5 * time.Second)
+		_, _ = s.group.Kill(timing.GroupKillBound)
 	}
 	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
 	_ = s.cmd.Process.Kill()
 	select {
 	case <-s.exited:
-	case <-time.After(5 * time.Second):
+	case <-time.After(timing.GroupKillBound):
 	}
 	if s.group != nil {
 		_ = s.group.Remove()

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -102,7 +102,7 @@ func TestBeforeBoot(t *testing.T) {
 	if beforeBoot(dir, boot) {
 		t.Error("a dir without a record counts as before the boot")
 	}
-	f := filepath.Join(dir, record.File)
+	f := filepath.Join(dir, contract.RecordFile)
 	if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/taskenv"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // SupervisorPath is the PATH the supervisor gets.
@@ -168,7 +169,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		lifecycle.EnvSpec + "=" + nodeSpec,
 		spec.Otel.TokenEnv + "=" + in.Token,
 		lifecycle.EnvFacts + "=" + string(factsJSON),
-		lifecycle.EnvRecord + "=" + filepath.Join(dir, record.File),
+		lifecycle.EnvRecord + "=" + filepath.Join(dir, contract.RecordFile),
 		"PATH=" + SupervisorPath,
 		"USER=" + u.Name,
 		"LOGNAME=" + u.Name,
@@ -232,7 +233,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	rec.Status = "ready"
 	rec.SupervisorPID = sup.pid
 	rec.SupervisorStart = ps.StartTime
-	rec.Env = taskenv.TaskEnv(spec, facts, rep)
+	rec.Env = taskenv.TaskEnv(spec, facts, rep.Ports, rep.ReceiverToken)
 	if lifecycle.ValidHoldSocket(rep.HoldSocket) {
 		rec.HoldSocket = rep.HoldSocket
 	}

@@ -6,11 +6,6 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 )
 
-// JobControlSpec is the job-control variable the submit side (C,
-// spank_job_control_setenv) hands the encoded spec to the prolog in; the
-// prolog sees it with Slurm's SPANK_ prefix.
-const JobControlSpec = "GYM_OTEL_SPEC"
-
 // SubmitResult is what the submit context forwards.
 type SubmitResult struct {
 	// Off is true when the job opted out (--gym-otel=off, enabled=false):

@@ -15,6 +15,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // MaxSweepQueries bounds the questions to slurmctld of one prolog's sweep:
@@ -159,6 +160,6 @@ func beforeBoot(dir string, boot time.Time) bool {
 	if boot.IsZero() {
 		return false
 	}
-	fi, err := os.Stat(filepath.Join(dir, record.File))
+	fi, err := os.Stat(filepath.Join(dir, contract.RecordFile))
 	return err == nil && fi.ModTime().Before(boot.Add(-time.Minute))
 }

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // Record is root's record of one job on one node: written by the prolog
@@ -62,9 +64,6 @@ type Record struct {
 
 // KV is one environment variable.
 type KV struct{ Key, Value string }
-
-// File is the record's file name inside the job's record dir.
-const File = "record"
 
 // MaxReasonBytes bounds a failure reason in root's record and log lines.
 const MaxReasonBytes = 1000
@@ -284,7 +283,7 @@ func Write(dir string, r *Record) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, File))
+	return os.Rename(tmp, filepath.Join(dir, contract.RecordFile))
 }
 
 // Read reads dir's record, checking it is root's and not writable by
@@ -293,7 +292,7 @@ func Read(dir string) (*Record, error) {
 	if err := CheckRootDir(dir); err != nil {
 		return nil, err
 	}
-	p := filepath.Join(dir, File)
+	p := filepath.Join(dir, contract.RecordFile)
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -17,7 +18,7 @@ import (
 // a record written by Write (Go, the prolog) is read by
 // spank/record.c (C, every step) compiled with a small driver, and each
 // field the steps use must come out as Go wrote it. A final wait above the
-// cap comes out as timing.MaxFinalWait, so the C bound and the Go constant cannot
+// cap comes out as contract.MaxFinalWait, so the C bound and the Go constant cannot
 // drift apart.
 func TestRecordReadByC(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -63,7 +64,7 @@ int main(int argc, char **argv) {
 		Env:          []KV{{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer gos_x=y"}},
 		Unset:        []string{"OTEL_TOKEN", "SLURM_SPANK_GYM_OTEL_TOKEN"},
 	}
-	maxFW := timing.Seconds(timing.MaxFinalWait)
+	maxFW := timing.Seconds(contract.MaxFinalWait)
 	for _, c := range []struct{ finalWait, want int }{{16, 16}, {0, 0}, {maxFW + 15, maxFW}} {
 		rec.FinalWait = c.finalWait
 		jobDir, err := MakeJobDir(records, "n1", 7)
@@ -156,7 +157,7 @@ int main(int argc, char **argv) {
 
 	// A record that is not root-only is read by neither side.
 	jobDir := JobDir(records, "n1", 7)
-	if err := os.Chmod(filepath.Join(jobDir, File), 0o666); err != nil {
+	if err := os.Chmod(filepath.Join(jobDir, contract.RecordFile), 0o666); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(bin, records, "n1", "7").CombinedOutput(); err == nil || !strings.Contains(string(out), "not a root-only regular file") {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -50,7 +52,7 @@ func TestRecordDirRefusesSymlink(t *testing.T) {
 	if err := Write(dir, rec); err != nil {
 		t.Fatal(err)
 	}
-	fi, _ := os.Stat(filepath.Join(dir, File))
+	fi, _ := os.Stat(filepath.Join(dir, contract.RecordFile))
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("record mode %v", fi.Mode().Perm())
 	}

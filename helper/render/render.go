@@ -34,6 +34,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
@@ -47,24 +49,9 @@ const MinCollectorVersion = "0.161.0"
 // receiver token; the configuration references it, never holds it.
 const ReceiverTokenEnv = "GYM_OTEL_RECEIVER_TOKEN"
 
-// Ports are the loopback TCP ports of one collector.
-type Ports struct {
-	// OTLPGRPC and OTLPHTTP are the OTLP receivers' ports.
-	OTLPGRPC int `json:"otlp_grpc"`
-	// OTLPHTTP is the OTLP/HTTP receiver's port.
-	OTLPHTTP int `json:"otlp_http"`
-	// Health is the health_check extension's port.
-	Health int `json:"health"`
-	// Telemetry is the port of the collector's own metrics (Prometheus
-	// text at /metrics); 0 turns them off.
-	Telemetry int `json:"telemetry"`
-	// Final is the supervisor's own loopback port that receives the
-	// collector's own metrics once more when the collector shuts down
-	// (OTLP/HTTP protobuf at /v1/metrics, bearer ${env:<ReceiverTokenEnv>}):
-	// the final figures of the receipt, flushed after every pipeline has
-	// shut down. 0 (or Telemetry 0) renders no such reader.
-	Final int `json:"final,omitempty"`
-}
+// Ports are the loopback TCP ports of one collector (jobdir.Ports: state.json
+// shows them too).
+type Ports = jobdir.Ports
 
 // FinalFlushIntervalMillis is the interval of the collector's periodic
 // reader towards Ports.Final, in ms (24 h): only its flush at shutdown is
@@ -111,6 +98,31 @@ type Job struct {
 	ArrayJobID, ArrayTaskID string
 }
 
+// JobOf is the Job of one node: the facts Slurm gave its prolog (f) and the
+// spec's identity (identity.cluster wins over SLURM_CLUSTER_NAME).
+func JobOf(spec *config.Resolved, f jobfacts.Facts) Job {
+	cluster := spec.Identity.Cluster
+	if cluster == "" {
+		cluster = f.Cluster
+	}
+	return Job{
+		User:         f.User,
+		JobID:        f.JobID,
+		RestartCount: f.RestartCount,
+		SLUID:        f.SLUID,
+		RunID:        jobfacts.RunID(spec, f),
+		Benchmark:    spec.Identity.Benchmark,
+		Model:        spec.Identity.Model,
+		Cluster:      cluster,
+		Node:         f.Node,
+		NodeIndex:    f.NodeIndex,
+		GPUs:         f.GPUs,
+		SlurmCluster: f.Cluster,
+		ArrayJobID:   f.ArrayJobID,
+		ArrayTaskID:  f.ArrayTaskID,
+	}
+}
+
 // Input is everything Render needs.
 type Input struct {
 	// Resolved is the job's validated resolved settings.
@@ -138,7 +150,7 @@ func Render(in Input) ([]byte, error) {
 		{"exporters", exporters(in)},
 		{"extensions", extensions(in)},
 		{"service", omap{
-			{"extensions", []string{"health_check", "bearertokenauth/receivers"}},
+			{"extensions", []string{"health_check", ReceiverAuth}},
 			{"telemetry", telemetry(in)},
 			{"pipelines", pipelines(in.Resolved.Otel, len(scrapes) > 0, metricsProcs)},
 		}},
@@ -161,8 +173,8 @@ func Render(in Input) ([]byte, error) {
 func receivers(in Input, scrapes []omap) omap {
 	receivers := omap{
 		{"otlp", omap{{"protocols", omap{
-			{"grpc", omap{{"endpoint", loop(in.Ports.OTLPGRPC)}, {"auth", omap{{"authenticator", "bearertokenauth/receivers"}}}}},
-			{"http", omap{{"endpoint", loop(in.Ports.OTLPHTTP)}, {"auth", omap{{"authenticator", "bearertokenauth/receivers"}}}}},
+			{"grpc", omap{{"endpoint", loop(in.Ports.OTLPGRPC)}, {"auth", omap{{"authenticator", ReceiverAuth}}}}},
+			{"http", omap{{"endpoint", loop(in.Ports.OTLPHTTP)}, {"auth", omap{{"authenticator", ReceiverAuth}}}}},
 		}}}},
 	}
 	if len(scrapes) > 0 {
@@ -227,9 +239,9 @@ func processors(in Input, scraping bool) (omap, []string) {
 	}
 	processors = append(processors, kv{"transform/identity", append(omap{{"error_mode", "ignore"}}, idStmts...)})
 	if o.TokenResourceAttribute {
-		processors = append(processors, kv{"resource/backend_auth", omap{{"attributes", []omap{{
+		processors = append(processors, kv{BackendAuth, omap{{"attributes", []omap{{
 			{"key", "Authorization"},
-			{"value", "Bearer ${env:" + o.TokenEnv + "}"},
+			{"value", Bearer(o.TokenEnv)},
 			{"action", "upsert"},
 		}}}}})
 	}
@@ -259,15 +271,15 @@ func exporters(in Input) omap {
 	out := func(name string) string { return esc(filepath.Join(in.OutputDir, name)) }
 	exporters := omap{}
 	for _, sig := range signals(o) {
-		exporters = append(exporters, kv{"file/" + sig, omap{
-			{"path", out(sig + ".jsonl")},
+		exporters = append(exporters, kv{FileExporter(sig), omap{
+			{"path", out(jobdir.SignalFile(sig))},
 			{"append", true},
 			{"flush_interval", "1s"},
 		}})
 	}
-	exporters = append(exporters, kv{"otlp_http/backend", omap{
+	exporters = append(exporters, kv{BackendExporter, omap{
 		{"endpoint", esc(o.Endpoint)},
-		{"headers", omap{{"Authorization", "Bearer ${env:" + o.TokenEnv + "}"}}},
+		{"headers", omap{{"Authorization", Bearer(o.TokenEnv)}}},
 		{"timeout", fmt.Sprintf("%ds", o.ExportTimeoutSeconds)},
 		// gzip as the exporter's default, at its fastest level: the
 		// default level (6) made the export the largest part of the
@@ -342,7 +354,7 @@ func sendingQueue() omap {
 func extensions(in Input) omap {
 	return omap{
 		{"health_check", omap{{"endpoint", loop(in.Ports.Health)}}},
-		{"bearertokenauth/receivers", omap{{"token", "${env:" + ReceiverTokenEnv + "}"}}},
+		{ReceiverAuth, omap{{"token", EnvRef(ReceiverTokenEnv)}}},
 	}
 }
 
@@ -352,9 +364,9 @@ func extensions(in Input) omap {
 func pipelines(o config.Otel, scraping bool, metricsProcs []string) omap {
 	pipelines := omap{}
 	addPipeline := func(sig string, recv, procs, exps []string) {
-		local := append(append([]string{}, exps...), "file/"+sig)
+		local := append(append([]string{}, exps...), FileExporter(sig))
 		if !o.TokenResourceAttribute {
-			pipelines = append(pipelines, kv{sig, pipeline(recv, procs, append(local, "otlp_http/backend"))})
+			pipelines = append(pipelines, kv{sig, pipeline(recv, procs, append(local, BackendExporter))})
 			return
 		}
 		pipelines = append(pipelines, kv{sig, pipeline(recv, procs, local)})
@@ -363,7 +375,7 @@ func pipelines(o config.Otel, scraping bool, metricsProcs []string) omap {
 		// has no memory_limiter: it never refuses (its queue drops, see
 		// sendingQueue), and only the file pipeline's limiter can turn a
 		// producer away.
-		pipelines = append(pipelines, kv{sig + "/backend", pipeline(recv, append(withoutLimiter(procs), "resource/backend_auth"), []string{"otlp_http/backend"})})
+		pipelines = append(pipelines, kv{sig + "/backend", pipeline(recv, append(withoutLimiter(procs), BackendAuth), []string{BackendExporter})})
 	}
 	addPipeline("traces", []string{"otlp"}, []string{"memory_limiter", "transform/identity"}, []string{"span_metrics"})
 	metricsRecv := []string{"otlp", "span_metrics"}
@@ -399,7 +411,7 @@ func telemetry(in Input) omap {
 					{"endpoint", fmt.Sprintf("http://127.0.0.1:%d/v1/metrics", in.Ports.Final)},
 					{"compression", "none"},
 					{"timeout", FinalExportTimeoutMillis},
-					{"headers", []omap{{{"name", "Authorization"}, {"value", "Bearer ${env:" + ReceiverTokenEnv + "}"}}}},
+					{"headers", []omap{{{"name", "Authorization"}, {"value", Bearer(ReceiverTokenEnv)}}}},
 				}}}},
 			}}})
 		}
@@ -587,9 +599,8 @@ func ottlString(s string) string {
 	return esc(`"` + r.Replace(s) + `"`)
 }
 
-// esc escapes $ for the collector's configuration expansion ($$ is a
-// literal $), so user text reaches the collector unchanged.
-func esc(s string) string { return strings.ReplaceAll(s, "$", "$$") }
+// esc is Escape, short for the many literals above.
+func esc(s string) string { return Escape(s) }
 
 type kv struct {
 	k string

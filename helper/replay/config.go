@@ -9,16 +9,12 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
-// backendExporter and backendAuth are the rendered job configuration's
-// exporter to the site and its optional token-as-resource-attribute
-// processor (helper/render).
-const (
-	backendExporter = "otlp_http/backend"
-	backendAuth     = "resource/backend_auth"
-	fileReceiver    = "otlp_json_file"
-)
+// fileReceiver is the type of the receivers that read the jsonl files.
+const fileReceiver = "otlp_json_file"
 
 // Backend is what replay takes from a job's collector.yaml: only settings
 // of the exporter that the plugin itself renders and that cannot send
@@ -58,11 +54,11 @@ func ReadBackend(path string) (*Backend, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	exp := doc.Exporters[backendExporter]
+	exp := doc.Exporters[render.BackendExporter]
 	if exp == nil {
-		return nil, fmt.Errorf("%s: no exporter %s", path, backendExporter)
+		return nil, fmt.Errorf("%s: no exporter %s", path, render.BackendExporter)
 	}
-	_, auth := doc.Processors[backendAuth]
+	_, auth := doc.Processors[render.BackendAuth]
 	return &Backend{Exporter: copyRendered(exp), Auth: auth}, nil
 }
 
@@ -146,7 +142,7 @@ func Config(files []File, b *Backend, endpoint, tokenEnv string, telemetryPort i
 	if len(receivers) == 0 {
 		return nil, errors.New("no jsonl file with data to replay")
 	}
-	bearer := "Bearer ${env:" + tokenEnv + "}"
+	bearer := render.Bearer(tokenEnv)
 	exp := map[string]any{}
 	for k, v := range b.Exporter {
 		exp[k] = v
@@ -164,15 +160,15 @@ func Config(files []File, b *Backend, endpoint, tokenEnv string, telemetryPort i
 	var procs []string
 	processors := map[string]any{}
 	if b.Auth {
-		processors[backendAuth] = map[string]any{"attributes": []any{map[string]any{
+		processors[render.BackendAuth] = map[string]any{"attributes": []any{map[string]any{
 			"key": "Authorization", "value": bearer, "action": "upsert",
 		}}}
-		procs = []string{backendAuth}
+		procs = []string{render.BackendAuth}
 	}
 	pipelines := map[string]any{}
 	for _, sig := range Signals {
 		if ids := bySig[sig]; len(ids) > 0 {
-			p := map[string]any{"receivers": ids, "exporters": []string{backendExporter}}
+			p := map[string]any{"receivers": ids, "exporters": []string{render.BackendExporter}}
 			if len(procs) > 0 {
 				p["processors"] = procs
 			}
@@ -181,7 +177,7 @@ func Config(files []File, b *Backend, endpoint, tokenEnv string, telemetryPort i
 	}
 	doc := map[string]any{
 		"receivers": receivers,
-		"exporters": map[string]any{backendExporter: exp},
+		"exporters": map[string]any{render.BackendExporter: exp},
 		"service": map[string]any{
 			"telemetry": map[string]any{
 				"logs": map[string]any{"level": "info"},

@@ -9,8 +9,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 )
 
 // Signals are the jsonl files of a node dir, by signal.
@@ -40,9 +41,7 @@ type File struct {
 // the real path of the first dir; the others are returned in skipped.
 // Errors: dir does not exist.
 func Dirs(dir string) (dirs, skipped []string, err error) {
-	if st, err := os.Stat(filepath.Join(dir, "otel")); err == nil && st.IsDir() {
-		dir = filepath.Join(dir, "otel")
-	}
+	dir = jobdir.OtelDir(dir)
 	if _, err := os.Stat(dir); err != nil {
 		return nil, nil, err
 	}
@@ -50,20 +49,9 @@ func Dirs(dir string) (dirs, skipped []string, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	inside := func(ps []string) []string {
-		var in []string
-		for _, p := range ps {
-			if Inside(root, p) {
-				in = append(in, p)
-			} else {
-				skipped = append(skipped, p)
-			}
-		}
-		return in
-	}
-	for _, d := range append([]string{dir}, inside(globDirs(filepath.Join(dir, "links", "*")))...) {
-		dirs = append(dirs, d)
-		dirs = append(dirs, inside(globDirs(filepath.Join(d, "nodes", "*")))...)
+	nodes, skipped := jobdir.NodeDirs(dir, func(p string) bool { return Inside(root, p) })
+	for _, n := range nodes {
+		dirs = append(dirs, n.Path)
 	}
 	return dirs, skipped, nil
 }
@@ -89,24 +77,12 @@ func Inside(root, path string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
 }
 
-func globDirs(pattern string) []string {
-	m, _ := filepath.Glob(pattern)
-	sort.Strings(m)
-	var out []string
-	for _, p := range m {
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // Scan counts the items of every non-empty jsonl file of dirs.
 func Scan(dirs []string) ([]File, error) {
 	var files []File
 	for _, d := range dirs {
 		for _, sig := range Signals {
-			p, err := filepath.Abs(filepath.Join(d, sig+".jsonl"))
+			p, err := filepath.Abs(filepath.Join(d, jobdir.SignalFile(sig)))
 			if err != nil {
 				return nil, err
 			}

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
 // DialTimeout bounds the check that the backend can be reached at all,
@@ -86,7 +88,7 @@ func exportCause(logPath string) string {
 	sc.Buffer(make([]byte, 64*1024), 4<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.Contains(line, backendExporter) {
+		if !strings.Contains(line, render.BackendExporter) {
 			continue
 		}
 		i := strings.Index(line, "\t{")

@@ -14,7 +14,6 @@ package replay
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +28,8 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
 // Defaults of Options.
@@ -43,6 +44,9 @@ const (
 	// token's variable from (the packaged plugstack.conf's site=).
 	DefaultSite = "/etc/slurm/gym-otel.yaml"
 	poll        = 250 * time.Millisecond
+	// stopBound bounds the collector's clean stop once everything is sent
+	// (then it is killed).
+	stopBound = 5 * time.Second
 )
 
 // Options configure one replay.
@@ -218,7 +222,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			fmt.Fprintf(opt.Out, "replay: warning: %s leads outside %s: not replayed\n", f.Path, dirs[0])
 		}
 	}
-	cfgFile := filepath.Join(dirs[0], "collector.yaml")
+	cfgFile := filepath.Join(dirs[0], jobdir.ConfigFile)
 	uid := opt.Uid
 	if uid == 0 {
 		uid = os.Getuid()
@@ -249,8 +253,8 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return nil, err
 	}
 	for _, d := range dirs {
-		if st := collectorStatus(d); st != "" && st != "drained" && st != "failed" {
-			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (state.json): what it writes from now on is sent too, and its files may end in a half line\n", d, st)
+		if st := collectorStatus(d); st != "" && st != jobdir.StatusDrained && st != jobdir.StatusFailed {
+			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (%s): what it writes from now on is sent too, and its files may end in a half line\n", d, st, jobdir.StateFile)
 		}
 	}
 	res := &Result{Endpoint: endpoint, TokenEnv: tokenEnv, Signals: map[string]*Totals{}}
@@ -346,7 +350,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		if done && queue == 0 && stable >= 2 {
 			res.Done = true
 			res.Took = time.Since(start)
-			c.stop(5 * time.Second)
+			c.stop(stopBound)
 			return res, nil
 		}
 		if time.Since(lastProgress) >= opt.Progress {
@@ -378,9 +382,9 @@ func progress(r *Result) string {
 
 // collectorEnv is the replay collector's whole environment. The token is
 // referenced inside "Bearer ${env:X}", where the collector expands the
-// substituted value once more: every "$" is doubled (as the supervisor does).
+// substituted value once more: every "$" is doubled (render.Escape, as the supervisor does).
 func collectorEnv(tokenEnv, token string) []string {
-	env := []string{tokenEnv + "=" + strings.ReplaceAll(token, "$", "$$"), "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	env := []string{tokenEnv + "=" + render.Escape(token), "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	if h := os.Getenv("HOME"); h != "" {
 		env = append(env, "HOME="+h)
 	}
@@ -409,11 +413,11 @@ func (m counters) update(r *Result, files []File) (queue int64) {
 			t.Accepted += m.get("receiver_accepted", sig, id)
 			t.Refused += m.get("receiver_refused", sig, id) + m.get("receiver_failed", sig, id)
 		}
-		t.Sent = m.get("exporter_sent", sig, backendExporter)
-		t.SendFailed = m.get("exporter_send_failed", sig, backendExporter)
-		t.EnqueueFailed = m.get("exporter_enqueue_failed", sig, backendExporter)
+		t.Sent = m.get("exporter_sent", sig, render.BackendExporter)
+		t.SendFailed = m.get("exporter_send_failed", sig, render.BackendExporter)
+		t.EnqueueFailed = m.get("exporter_enqueue_failed", sig, render.BackendExporter)
 	}
-	return int64(m["exporter_queue_size|"+backendExporter])
+	return int64(m["exporter_queue_size|"+render.BackendExporter])
 }
 
 // scrape reads the collector's Prometheus text: otelcol_* samples by their
@@ -528,16 +532,11 @@ func (p *proc) kill() {
 	<-p.exited
 }
 
-// collectorStatus is the status in dir/state.json ("" when there is none).
+// collectorStatus is the status in dir/state.json ("" when there is none
+// or it is not a state).
 func collectorStatus(dir string) string {
-	data, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	st, err := jobdir.ReadState(dir)
 	if err != nil {
-		return ""
-	}
-	var st struct {
-		Status string `json:"status"`
-	}
-	if json.Unmarshal(data, &st) != nil {
 		return ""
 	}
 	return st.Status

@@ -5,16 +5,18 @@ import (
 	"strconv"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // TaskEnv is the env every task of the job on this node gets when the
 // node's collector is ready: Gym's switches and the OTLP exporter settings
-// pointing at this node's collector on 127.0.0.1, with the per-job receiver
-// token as the exporter's Authorization header.
-func TaskEnv(spec *config.Resolved, f jobfacts.Facts, rep lifecycle.Report) []record.KV {
+// pointing at this node's collector on 127.0.0.1 (ports, as the supervisor
+// reported them), with the per-job receiver token (receiverToken, from the
+// same report) as the exporter's Authorization header.
+func TaskEnv(spec *config.Resolved, f jobfacts.Facts, ports jobdir.Ports, receiverToken string) []record.KV {
 	b01 := func(b bool) string {
 		if b {
 			return "1"
@@ -28,15 +30,15 @@ func TaskEnv(spec *config.Resolved, f jobfacts.Facts, rep lifecycle.Report) []re
 		{Key: "NEMO_GYM_OTEL_RUN_ID", Value: jobfacts.RunID(spec, f)},
 		{Key: "NEMO_GYM_OTEL_SPAN_GROUPS", Value: spec.Otel.GymSpanGroups},
 		{Key: "NEMO_GYM_OTEL_LOGS_ENABLED", Value: b01(spec.Otel.GymLogs)},
-		{Key: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://127.0.0.1:" + strconv.Itoa(rep.Ports.OTLPHTTP)},
+		{Key: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://127.0.0.1:" + strconv.Itoa(ports.OTLPHTTP)},
 		{Key: "OTEL_EXPORTER_OTLP_PROTOCOL", Value: "http/protobuf"},
 		// The OTEL_EXPORTER_OTLP_HEADERS value is a W3C baggage-style list:
 		// the space of "Bearer <token>" is percent-encoded.
-		{Key: "OTEL_EXPORTER_OTLP_HEADERS", Value: "Authorization=" + url.PathEscape("Bearer "+rep.ReceiverToken)},
+		{Key: "OTEL_EXPORTER_OTLP_HEADERS", Value: "Authorization=" + url.PathEscape("Bearer "+receiverToken)},
 	}
 	if spec.Otel.GymTelemetry {
 		env = append(env,
-			record.KV{Key: "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", Value: "http://127.0.0.1:" + strconv.Itoa(rep.Ports.OTLPGRPC)},
+			record.KV{Key: "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", Value: "http://127.0.0.1:" + strconv.Itoa(ports.OTLPGRPC)},
 			record.KV{Key: "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", Value: "grpc"},
 		)
 	}
@@ -45,9 +47,4 @@ func TaskEnv(spec *config.Resolved, f jobfacts.Facts, rep lifecycle.Report) []re
 
 // TokenCopies are the names under which Slurm may hand the forwarded token
 // to a step's tasks; the steps remove each of them (and otel.token_env).
-var TokenCopies = []string{JobControlToken, "SPANK_" + JobControlToken, "SLURM_SPANK_" + JobControlToken}
-
-// JobControlToken is the job-control variable the submit side (C,
-// spank_job_control_setenv) hands the token to the prolog in; the prolog
-// sees it with Slurm's SPANK_ prefix.
-const JobControlToken = "GYM_OTEL_TOKEN"
+var TokenCopies = []string{contract.JobControlToken, "SPANK_" + contract.JobControlToken, "SLURM_SPANK_" + contract.JobControlToken}

@@ -5,16 +5,15 @@ import (
 	"testing"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
 func TestTaskEnv(t *testing.T) {
 	spec := &config.Resolved{Otel: config.Defaults(), JobDir: "/j"}
 	spec.Identity.RunID = "run-%j"
-	rep := lifecycle.Report{Status: "ready", Ports: render.Ports{OTLPGRPC: 4001, OTLPHTTP: 4002}, ReceiverToken: "abc"}
-	env := TaskEnv(spec, jobfacts.Facts{JobID: "12"}, rep)
+	ports := jobdir.Ports{OTLPGRPC: 4001, OTLPHTTP: 4002}
+	env := TaskEnv(spec, jobfacts.Facts{JobID: "12"}, ports, "abc")
 	m := map[string]string{}
 	for _, kv := range env {
 		m[kv.Key] = kv.Value
@@ -30,7 +29,7 @@ func TestTaskEnv(t *testing.T) {
 	}
 	spec.Otel.GymTelemetry, spec.Otel.GymLogs = false, false
 	m = map[string]string{}
-	for _, kv := range TaskEnv(spec, jobfacts.Facts{JobID: "12"}, rep) {
+	for _, kv := range TaskEnv(spec, jobfacts.Facts{JobID: "12"}, ports, "abc") {
 		m[kv.Key] = kv.Value
 	}
 	if _, ok := m["OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"]; ok || m["NEMO_GYM_OTEL_LOGS_ENABLED"] != "0" || m["NEMO_GYM_OTEL_ENABLED"] != "0" {

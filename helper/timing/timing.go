@@ -2,23 +2,20 @@
 // telemetry lifecycle keeps on a node (the batch step's final-scrape wait,
 // the collector's health wait, the prolog's wait for the supervisor's
 // report, the span-metrics flush, the collector's stop, the epilog's wait
-// for the drain, the prolog and epilog deadlines), computed once from the
-// otel: block and the node's bounds, and carried to every consumer. The C
-// front reads the constants it needs from include/gym_otel_contract.h,
-// generated from this package (see MaxFinalWait).
+// for the drain, the prolog and epilog deadlines, the Slurm queries, the
+// kill of a group), computed once from the otel: block and the node's
+// bounds, and carried to every consumer. The cap the C front reads too
+// (the final wait's) is internal/contract's MaxFinalWait.
 package timing
 
 import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 const (
-	// MaxFinalWait bounds the batch step's final-scrape wait, below Slurm's
-	// default UnkillableStepTimeout of 60 s. Whole seconds; the steps (C)
-	// clamp the record's final_wait to it.
-	MaxFinalWait = 30 * time.Second
 	// SpanMetricsFlush is the span_metrics connector's flush interval
 	// (metrics_flush_interval in the rendered configuration).
 	SpanMetricsFlush = 2 * time.Second
@@ -49,6 +46,11 @@ const (
 	EpilogSweepBound = 2 * time.Second
 	// QueryBound bounds one Slurm query from the prolog.
 	QueryBound = 5 * time.Second
+	// LivenessQueryBound bounds one Slurm query of the supervisor's
+	// liveness check (is the job still running?). It keeps no deadline,
+	// and no answer changes nothing, so it waits longer than QueryBound for
+	// a loaded controller.
+	LivenessQueryBound = 10 * time.Second
 )
 
 // Bounds are what a node's prolog knows beyond the otel: block: the
@@ -64,14 +66,15 @@ type Bounds struct {
 // the record carries FinalWait and EpilogDrainWait in whole seconds.
 type Policy struct {
 	// FinalWait is the batch step's final-scrape wait in task_exit: one
-	// scrape interval and a second, at most MaxFinalWait.
+	// scrape interval and a second, at most contract.MaxFinalWait.
 	FinalWait time.Duration
 	// HealthWait is how long the supervisor waits for the collector to be
 	// healthy (otel.health_check_timeout_seconds).
 	HealthWait time.Duration
 	// ReportWait is how long the prolog waits for the supervisor's report:
-	// HealthWait plus ReportSlack (and never past PrologDeadline less
-	// KillReserve, which the prolog applies as it goes).
+	// HealthWait plus ReportSlack (and never past the prolog's deadline,
+	// Deadline of its Bounds, less KillReserve, which the prolog applies as
+	// it goes).
 	ReportWait time.Duration
 	// SpanMetricsFlush is the span_metrics connector's flush interval.
 	SpanMetricsFlush time.Duration
@@ -87,10 +90,12 @@ type Policy struct {
 	// never more than EpilogDeadline less GroupKillBound and RemoveReserve
 	// (the epilog clamps it again to the time it has left).
 	DrainWait time.Duration
-	// PrologDeadline and EpilogDeadline are the total time the job prolog
-	// and epilog may take on this node: prolog_timeout, and never more than
-	// Slurm's timeout less SlurmMargin; 0 when no Bounds were given.
-	PrologDeadline, EpilogDeadline time.Duration
+	// EpilogDeadline is the total time the job epilog may take on this
+	// node (Deadline: prolog_timeout, and never more than Slurm's
+	// EpilogTimeout less SlurmMargin), which bounds DrainWait; 0 when no
+	// Bounds were given. (The prolog's and the epilog's own deadlines are
+	// Deadline of the same Bounds, taken as they start.)
+	EpilogDeadline time.Duration
 }
 
 // For computes the policy for the otel: block o on a node with bounds b
@@ -98,7 +103,7 @@ type Policy struct {
 // the deadlines are then 0 and DrainWait is not clamped).
 func For(o config.Otel, b Bounds) Policy {
 	p := Policy{
-		FinalWait:         min(time.Duration(o.ScrapeIntervalSeconds+1)*time.Second, MaxFinalWait),
+		FinalWait:         min(time.Duration(o.ScrapeIntervalSeconds+1)*time.Second, contract.MaxFinalWait),
 		HealthWait:        time.Duration(o.HealthCheckTimeoutSeconds) * time.Second,
 		SpanMetricsFlush:  SpanMetricsFlush,
 		SpanMetricsSettle: 2*SpanMetricsFlush + time.Second,
@@ -107,7 +112,6 @@ func For(o config.Otel, b Bounds) Policy {
 	p.ReportWait = p.HealthWait + ReportSlack
 	p.DrainWait = p.CollectorStop + p.SpanMetricsSettle + SupervisorSlack
 	if b.PrologTimeout > 0 {
-		p.PrologDeadline = Deadline(b.PrologTimeout, b.SlurmProlog)
 		p.EpilogDeadline = Deadline(b.PrologTimeout, b.SlurmEpilog)
 		p.DrainWait = max(time.Second, min(p.DrainWait, p.EpilogDeadline-GroupKillBound-RemoveReserve))
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -33,12 +34,15 @@ func TestForNodeBounds(t *testing.T) {
 	// prolog_timeout 60 s under Slurm's PrologEpilogTimeout=20: both
 	// deadlines are 15 s and the drain gets 15 - 5 - 1 = 9 s.
 	p := For(o, Bounds{PrologTimeout: 60 * time.Second, SlurmProlog: 20 * time.Second, SlurmEpilog: 20 * time.Second})
-	if p.FinalWait != MaxFinalWait || p.PrologDeadline != 15*time.Second || p.EpilogDeadline != 15*time.Second || p.DrainWait != 9*time.Second {
+	if p.FinalWait != contract.MaxFinalWait || p.EpilogDeadline != 15*time.Second || p.DrainWait != 9*time.Second {
 		t.Fatalf("%+v", p)
+	}
+	if d := Deadline(60*time.Second, 20*time.Second); d != 15*time.Second {
+		t.Fatalf("the prolog's deadline is %s, want 15s", d)
 	}
 	// No Slurm bound: the plugstack's; a tiny one still leaves a second.
 	p = For(o, Bounds{PrologTimeout: 60 * time.Second})
-	if p.PrologDeadline != 60*time.Second || p.DrainWait != 20*time.Second {
+	if p.EpilogDeadline != 60*time.Second || p.DrainWait != 20*time.Second {
 		t.Fatalf("%+v", p)
 	}
 	p = For(o, Bounds{PrologTimeout: 60 * time.Second, SlurmEpilog: 3 * time.Second})
@@ -69,7 +73,7 @@ func TestAdminGuideFormulas(t *testing.T) {
 		fmt.Sprintf("| killing what is left in the job's cgroup | `min(%d s, time left - %d s)`", s(GroupKillBound), s(RemoveReserve)),
 		fmt.Sprintf("| removing the group on every hierarchy (up to seven) | `min(%d s, time left)`", s(RemoveReserve)),
 		fmt.Sprintf("| the sweep of orphaned cgroups of earlier jobs | `min(%d s, time left)`", s(EpilogSweepBound)),
-		fmt.Sprintf("the batch step's final-scrape wait is at most %d s", s(MaxFinalWait)),
+		fmt.Sprintf("the batch step's final-scrape wait is at most %d s", s(contract.MaxFinalWait)),
 		fmt.Sprintf("the drain exceeded `shutdown_timeout_seconds + %d`", drainExtra),
 		fmt.Sprintf("(`shutdown_timeout_seconds` + %d s) below `EpilogTimeout`", drainExtra),
 		fmt.Sprintf("flushes span metrics every %d s", s(SpanMetricsFlush)),

@@ -1,8 +1,9 @@
-// Package contract writes include/gym_otel_contract.h: the constants the C
-// front shares with the Go side (file names, environment names, bounds),
-// generated from the Go constants so that the two cannot drift. Regenerate
-// with `go generate ./internal/contract`; TestHeaderCurrent fails while the
-// committed header differs.
+// Package contract holds the names and bounds the C front shares with the
+// Go side (file names, environment names, bounds) and writes them into
+// include/gym_otel_contract.h, so that the two cannot drift. It is a leaf:
+// the Go packages that use a name import it from here. Regenerate the
+// header with `go generate ./internal/contract`; TestHeaderCurrent fails
+// while the committed header differs.
 package contract
 
 //go:generate go run ./gen ../../include/gym_otel_contract.h
@@ -11,12 +12,34 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
+)
 
-	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/plugin"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/taskenv"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
+const (
+	// DefaultRecordDir is the default of the plugstack argument record_dir:
+	// root's dir of the job records (helper/record).
+	DefaultRecordDir = "/run/gym-otel"
+	// RecordFile is the record's file name inside the job's record dir.
+	RecordFile = "record"
+	// HoldSocketPrefix starts the abstract name of the supervisor's hold
+	// socket (helper/lifecycle's holdsock.go), which the batch step asks.
+	HoldSocketPrefix = "gym-otel-hold-"
+	// MaxFinalWait bounds the batch step's final-scrape wait, below Slurm's
+	// default UnkillableStepTimeout of 60 s. Whole seconds; the steps (C)
+	// clamp the record's final_wait to it (helper/timing computes it).
+	MaxFinalWait = 30 * time.Second
+	// EnvInJob is the variable the steps of a --gym-otel job set in its
+	// tasks (spank/step.c): the job id. A submit that sees it, with
+	// SLURM_JOB_ID the same, is a nested sbatch from inside that job.
+	EnvInJob = "GYM_OTEL_JOB"
+	// JobControlSpec is the job-control variable the submit side (C,
+	// spank_job_control_setenv) hands the encoded spec to the prolog in;
+	// the prolog sees it with Slurm's SPANK_ prefix.
+	JobControlSpec = "GYM_OTEL_SPEC"
+	// JobControlToken is the job-control variable the submit side (C,
+	// spank_job_control_setenv) hands the token to the prolog in; the
+	// prolog sees it with Slurm's SPANK_ prefix.
+	JobControlToken = "GYM_OTEL_TOKEN"
 )
 
 // define is one #define: a C macro name, its Go source, and its value
@@ -28,13 +51,13 @@ type define struct {
 
 func defines() []define {
 	return []define{
-		{"GOS_DEFAULT_RECORD_DIR", "plugin.DefaultRecordDir", plugin.DefaultRecordDir},
-		{"GOS_RECORD_FILE", "record.File", record.File},
-		{"GOS_HOLD_SOCKET_PREFIX", "lifecycle.HoldSocketPrefix", lifecycle.HoldSocketPrefix},
-		{"GOS_MAX_FINAL_WAIT", "timing.MaxFinalWait, seconds", timing.Seconds(timing.MaxFinalWait)},
-		{"GOS_ENV_IN_JOB", "plugin.EnvInJob", plugin.EnvInJob},
-		{"GOS_JOB_CONTROL_SPEC", "plugin.JobControlSpec", plugin.JobControlSpec},
-		{"GOS_JOB_CONTROL_TOKEN", "taskenv.JobControlToken", taskenv.JobControlToken},
+		{"GOS_DEFAULT_RECORD_DIR", "DefaultRecordDir", DefaultRecordDir},
+		{"GOS_RECORD_FILE", "RecordFile", RecordFile},
+		{"GOS_HOLD_SOCKET_PREFIX", "HoldSocketPrefix", HoldSocketPrefix},
+		{"GOS_MAX_FINAL_WAIT", "MaxFinalWait, seconds", int(MaxFinalWait / time.Second)},
+		{"GOS_ENV_IN_JOB", "EnvInJob", EnvInJob},
+		{"GOS_JOB_CONTROL_SPEC", "JobControlSpec", JobControlSpec},
+		{"GOS_JOB_CONTROL_TOKEN", "JobControlToken", JobControlToken},
 	}
 }
 
@@ -43,7 +66,7 @@ func Header() string {
 	var b strings.Builder
 	b.WriteString(`/*
  * gym_otel_contract.h: the constants the C front shares with the Go side.
- * Generated from the Go constants by internal/contract (go generate); do
+ * Generated from the Go constants of internal/contract (go generate); do
  * not edit.
  */
 #ifndef GYM_OTEL_CONTRACT_H

@@ -1,0 +1,40 @@
+package render
+
+import "strings"
+
+// Component ids of the rendered configuration that other code names: the
+// supervisor reads the collector's own counters by them, replay renders
+// its own configuration with the same ids, and collector.log names them.
+const (
+	// BackendExporter is the exporter to the site's OTLP/HTTP backend.
+	BackendExporter = "otlp_http/backend"
+	// BackendAuth is the processor that also puts the backend token on
+	// every resource (otel.token_resource_attribute) on the way to the
+	// backend.
+	BackendAuth = "resource/backend_auth"
+	// ReceiverAuth is the OTLP receivers' bearer-token authenticator
+	// (the token in ReceiverTokenEnv).
+	ReceiverAuth = "bearertokenauth/receivers"
+)
+
+// FileExporter is the id of the file exporter of signal ("traces",
+// "metrics", "logs"): "file/<signal>", writing <output dir>/<signal>.jsonl.
+func FileExporter(signal string) string { return "file/" + signal }
+
+// EnvRef is the configuration's reference to the environment variable
+// name: "${env:<name>}". Secrets are only ever such references.
+func EnvRef(name string) string { return "${env:" + name + "}" }
+
+// Bearer is the value of an Authorization header whose token is in the
+// environment variable name: "Bearer ${env:<name>}".
+func Bearer(name string) string { return "Bearer " + EnvRef(name) }
+
+// Escape doubles every "$" of s, for the collector's expansion, which
+// turns "$$" back into "$": a literal in the configuration (user text
+// reaches the collector unchanged), and the value of a variable referenced
+// inside a larger string (Bearer), which the collector expands once more
+// (a token holding "${env:HOME}" or "$$" then arrives byte for byte).
+func Escape(s string) string { return strings.ReplaceAll(s, "$", "$$") }
+
+// Unescape undoes Escape: the value as the collector sees it.
+func Unescape(s string) string { return strings.ReplaceAll(s, "$$", "$") }

@@ -1,0 +1,111 @@
+package contract
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// layers is every Go package of the module (but the collector, a module
+// of its own) by level: a package imports only packages of lower levels.
+// A new package gets a level here, as low as what it imports allows.
+var layers = map[string]int{
+	// 1: leaves: the names shared with C, the otel: block, the job's files,
+	// processes, receipts, Slurm's commands; and the test kit.
+	"internal/contract": 1,
+	"internal/testenv":  1,
+	"helper/config":     1,
+	"helper/jobdir":     1,
+	"helper/proc":       1,
+	"helper/cgroup":     1,
+	"helper/receipt":    1,
+	"helper/slurm":      1,
+	// 2: what builds on one leaf or two: root's record, the timing policy,
+	// the job's facts on a node; the header's generator.
+	"helper/record":         2,
+	"helper/timing":         2,
+	"helper/jobfacts":       2,
+	"internal/contract/gen": 2,
+	// 3: the collector's configuration, the task environment, inspect.
+	"helper/render":  3,
+	"helper/taskenv": 3,
+	"helper/inspect": 3,
+	// 4: what runs a collector with a rendered configuration: the
+	// supervisor, replay; 5: the plugin's hooks; 6: the programs.
+	"helper/lifecycle":   4,
+	"helper/replay":      4,
+	"helper/plugin":      5,
+	"cmd/gym-otel-spank": 6,
+	"spank/core":         6,
+}
+
+// TestLayers: no package imports one of its own level or a higher one (an
+// import against the grain; together with the levels this rules out
+// cycles), and every package of the module has a level. Imports are read
+// from the packages' non-test files.
+func TestLayers(t *testing.T) {
+	root := testenv.Root()
+	const module = "github.com/gym-otel-spank/gym-otel-spank/"
+	seen := map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			switch {
+			case rel == "collector", rel == "tests", rel == "build", strings.HasPrefix(d.Name(), "."), d.Name() == "testdata":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		pkg := filepath.ToSlash(filepath.Dir(rel))
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		level, ok := layers[pkg]
+		if !seen[pkg] && !ok {
+			t.Errorf("%s has no level in layers (layers_test.go): give it one", pkg)
+		}
+		seen[pkg] = true
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			dep, inModule := strings.CutPrefix(p, module)
+			if !inModule || !ok {
+				continue
+			}
+			dl, known := layers[dep]
+			if !known {
+				continue // reported as a package of its own
+			}
+			if dl >= level {
+				t.Errorf("%s (level %d) imports %s (level %d), against the grain: move what it needs down, or pass it in", rel, level, dep, dl)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gone []string
+	for p := range layers {
+		if !seen[p] {
+			gone = append(gone, p)
+		}
+	}
+	sort.Strings(gone)
+	for _, p := range gone {
+		t.Errorf("layers names %s, which has no Go file: take it out", p)
+	}
+}

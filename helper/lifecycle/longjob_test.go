@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
@@ -69,7 +69,7 @@ func TestLongJobTestdata(t *testing.T) {
 	}
 	s.assertGone(t)
 	be.stop(t)
-	if st := s.state(t); st.Status != lifecycle.StatusDrained || st.ExportProblems != "" {
+	if st := s.state(t); st.Status != jobdir.StatusDrained || st.ExportProblems != "" {
 		t.Fatalf("state.json: %+v; want drained without export problems", st)
 	}
 	rc, err := receipt.Read(s.out)

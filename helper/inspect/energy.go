@@ -285,7 +285,7 @@ func (t *textOut) energyLines(r *Report) {
 	}
 	t.section("energy (dcgm-exporter)")
 	if len(e.NotAttributable) > 0 {
-		t.line("  %-24s %s: a shared or MIG-partitioned GPU's power is not the job's alone", "energy", WhyNotAttributable)
+		t.wrap(fmt.Sprintf("  %-24s ", "energy"), WhyNotAttributable+": DCGM's power and energy of a shared or MIG-partitioned GPU are not the job's alone (the GPUs above)")
 		return
 	}
 	if !e.Joules.Known() {

@@ -141,13 +141,13 @@ func (r *Report) WriteText(w io.Writer) error {
 				idle = append(idle, x.Node+"/"+gpu)
 			}
 		}
-		t.sharingLines(r)
 		if len(idle) > 0 {
 			t.wrap("  idle the whole run: ", strings.Join(idle, ", "))
 		}
 		if dash {
 			t.line("  (-: a field dcgm-exporter did not send)")
 		}
+		t.sharingLines(r)
 	}
 
 	t.energyLines(r)

@@ -3,6 +3,7 @@ package inspect
 import (
 	"encoding/json"
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +36,14 @@ func TestGPUFilesGolden(t *testing.T) {
 			}
 			if !c.energy && (r.Energy.Why != WhyNotAttributable || len(r.GPUSharing) == 0) {
 				t.Errorf("energy %+v, sharing %q: want %q and the GPUs listed", r.Energy, r.GPUSharing, WhyNotAttributable)
+			}
+			if c.energy {
+				// The counter's increase (mJ) against the power (W) over the
+				// same window: the units agree.
+				g := r.GPUs[0]
+				if want := float64(g.PowerMean) * float64(r.Energy.WindowSeconds); math.Abs(float64(r.Energy.Joules)-want) > 0.15*want {
+					t.Errorf("%v J from the counter, %v J from the mean power over %v s", r.Energy.Joules, want, r.Energy.WindowSeconds)
+				}
 			}
 			var text strings.Builder
 			if err := r.WriteText(&text); err != nil {

@@ -16,7 +16,8 @@ import (
 )
 
 // saveGPUFiles, when set, is where TestGPUAttribution copies each case's
-// files (metrics.jsonl, traces.jsonl, collector.yaml, receipt.json) for
+// files (metrics.jsonl, traces.jsonl, logs.jsonl, collector.yaml,
+// receipt.json) for
 // helper/inspect's golden tests: <dir>/<case>/otel.
 var saveGPUFiles = flag.String("save-gpu-files", "", "copy the files of TestGPUAttribution's cases under this `DIR`")
 
@@ -28,7 +29,8 @@ func standinUUID(g int) string { return fmt.Sprintf("GPU-5fd4c1a0-0000-4000-8000
 // vLLM stand-in, with the job's GPUs as the prolog would see them; Gym's
 // stand-in sends 4 rollouts. The files hold exactly the job's GPUs or
 // instances, each marked gpu_attribution, and `inspect` of them gives the
-// energy of a whole GPU and refuses it for MIG or shared GPUs.
+// energy of a whole GPU and refuses it for MIG or shared GPUs. The backend
+// gets everything (the receipt says so).
 func TestGPUAttribution(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -56,7 +58,9 @@ func TestGPUAttribution(t *testing.T) {
 			port := freePort(t)
 			startProc(t, "dcgm-standin", nil, append(argv, "--port", strconv.Itoa(port))...)
 			waitFor(t, 10*time.Second, "dcgm-standin", func() bool { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/metrics", port)) })
-			s := startSup(t, job{DCGMPort: port, VLLMPort: startVLLM(t), Args: c.args}).mustReady(t)
+			tok := "gpu-token-" + randHex(4)
+			be := startBackend(t, tok)
+			s := startSup(t, job{DCGMPort: port, VLLMPort: startVLLM(t), Args: c.args, Token: tok, Endpoint: be.url}).mustReady(t)
 			s.runGym(t, "agent", 4, "local")
 			// Three scrapes of each target after the rollouts.
 			metrics := filepath.Join(s.out, "metrics.jsonl")
@@ -98,6 +102,7 @@ func TestGPUAttribution(t *testing.T) {
 				t.Errorf("dcgm series kept %q, want %q", got, c.kept)
 			}
 
+			be.stop(t)
 			r, err := inspect.Build(s.out)
 			if err != nil {
 				t.Fatal(err)
@@ -126,13 +131,16 @@ func TestGPUAttribution(t *testing.T) {
 					t.Errorf("text does not say the energy cannot be attributed:\n%s", text.String())
 				}
 			}
+			if len(r.Trouble) > 0 || !r.Summary.DeliveryOK {
+				t.Errorf("trouble %q, delivery %q", r.Trouble, r.Summary.Delivery)
+			}
 			t.Logf("inspect:\n%s", text.String())
 			if *saveGPUFiles != "" {
 				dst := filepath.Join(*saveGPUFiles, c.name, "otel")
 				if err := os.MkdirAll(dst, 0o755); err != nil {
 					t.Fatal(err)
 				}
-				for _, f := range []string{"metrics.jsonl", "traces.jsonl", "collector.yaml", "receipt.json"} {
+				for _, f := range []string{"metrics.jsonl", "traces.jsonl", "logs.jsonl", "collector.yaml", "receipt.json"} {
 					b, err := os.ReadFile(filepath.Join(s.out, f))
 					if err != nil {
 						t.Fatal(err)

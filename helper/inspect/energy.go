@@ -313,7 +313,20 @@ func (t *textOut) sharingLines(r *Report) {
 		return
 	}
 	t.line("  not the job's alone (gpu_attribution):")
+	// One line per node and reason: "gn1 gpu 0, gpu 1: <why>".
+	var keys []string
+	names := map[string][]string{}
 	for _, l := range r.GPUSharing {
-		t.wrap("    ", l)
+		name, why, _ := strings.Cut(l, ": ")
+		node, dev, _ := strings.Cut(name, " ")
+		k := node + "\x00" + why
+		if _, ok := names[k]; !ok {
+			keys = append(keys, k)
+		}
+		names[k] = append(names[k], dev)
+	}
+	for _, k := range keys {
+		node, why, _ := strings.Cut(k, "\x00")
+		t.wrap("    ", node+" "+strings.Join(names[k], ", ")+": "+why)
 	}
 }

@@ -171,7 +171,7 @@ func (f *inputFlags) layers(site string) string {
 }
 
 func runRender(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("render", "[--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] [--job-id ID] [--node NAME] [--node-index N] [--output DIR] [--gpus LIST] [--ports G,H,HEALTH,TEL]", stderr)
+	fs := newFlags("render", "[--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] [--job-id ID] [--node NAME] [--node-index N] [--output DIR] [--gpus LIST] [--gpu-devices LIST] [--ports G,H,HEALTH,TEL]", stderr)
 	usage := fs.Usage
 	fs.Usage = func() {
 		usage()
@@ -184,6 +184,7 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 	nodeIndex := fs.Int("node-index", 0, "the node's position `N` in the job's node list (0: the first node)")
 	output := fs.String("output", "", "output `DIR` (default: <job dir>/otel, or otel/nodes/<node> past the first node)")
 	gpus := fs.String("gpus", "", "the job's GPU indexes on the node, as SLURM_JOB_GPUS (`LIST`; default: none named, every GPU kept)")
+	devices := fs.String("gpu-devices", "", "the job's GPU devices on the node, as CUDA_VISIBLE_DEVICES in the prolog (`LIST`: MIG-<uuid>, MIG-GPU-<uuid>/<gi>/<ci>, GPU-<uuid> or indexes)")
 	ports := fs.String("ports", "", "OTLP gRPC, OTLP HTTP, health and telemetry `PORTS` (default: the placeholders "+render.PlaceholderOTLPGRPC+" ...: each node chooses free 127.0.0.1 ports at job start)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -199,7 +200,8 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	y, err := render.Preview(previewInput(r, jobfacts.Facts{JobID: *jobID, Node: *node, NodeIndex: *nodeIndex, GPUs: jobfacts.ParseGPUs(*gpus)}, p, *output))
+	y, err := render.Preview(previewInput(r, jobfacts.Facts{JobID: *jobID, Node: *node, NodeIndex: *nodeIndex, GPUs: jobfacts.ParseGPUs(*gpus),
+		GPUDevices: jobfacts.ParseGPUDevices(*devices)}, p, *output))
 	if err != nil {
 		return err
 	}

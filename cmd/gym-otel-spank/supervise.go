@@ -39,7 +39,7 @@ func init() {
 }
 
 func runSupervise(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("supervise", "--from-env | [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH]", stderr)
+	fs := newFlags("supervise", "--from-env | [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH] [--gpus LIST] [--gpu-devices LIST]", stderr)
 	fromEnv := fs.Bool("from-env", false, "read the spec from $"+envSpec+", the job facts from $"+envFacts+", the record from $"+envRecord+" and report on fd 3 (how the plugin's prolog starts it)")
 	var in inputFlags
 	in.register(fs)
@@ -49,6 +49,8 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	output := fs.String("output", "", "output `DIR` (default: <job dir>/otel or otel/nodes/<node>)")
 	userName := fs.String("user", "", "when started as root, become this `USER` first")
 	record := fs.String("record", "", "drain when this `PATH` disappears (the job has ended)")
+	gpus := fs.String("gpus", "", "the job's GPU indexes on the node, as SLURM_JOB_GPUS (`LIST`; default: none named, every GPU kept)")
+	devices := fs.String("gpu-devices", "", "the job's GPU devices on the node, as CUDA_VISIBLE_DEVICES in the prolog (`LIST`)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -98,7 +100,8 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 			return usageError{"--job-id is required (or --from-env)"}
 		}
 		opt.Resolved, opt.RecordPath, opt.OutputDir = spec, *record, *output
-		opt.Facts = jobfacts.Facts{JobID: *jobID, Node: *node, NodeIndex: *nodeIndex, Cluster: os.Getenv("SLURM_CLUSTER_NAME")}
+		opt.Facts = jobfacts.Facts{JobID: *jobID, Node: *node, NodeIndex: *nodeIndex, Cluster: os.Getenv("SLURM_CLUSTER_NAME"),
+			GPUs: jobfacts.ParseGPUs(*gpus), GPUDevices: jobfacts.ParseGPUDevices(*devices)}
 		if opt.Facts.Node == "" {
 			opt.Facts.Node, _ = os.Hostname()
 		}

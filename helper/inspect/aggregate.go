@@ -142,8 +142,9 @@ type aggregator struct {
 	errorLogEx   []ErrorLog
 	dirs         []*dirStat
 	cur          *dirStat
-	prodNames    map[string][]string // producer -> metric names it sent (bounded)
-	scraped      map[string]bool     // producers with `up` points (scrape targets)
+	prodNames    map[string][]string   // producer -> metric names it sent (bounded)
+	scraped      map[string]bool       // producers with `up` points (scrape targets)
+	power        map[*series]*integral // DCGM_FI_DEV_POWER_USAGE series' energy (energy.go)
 	rng          *rand.Rand
 }
 
@@ -364,6 +365,9 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 				s.g = &gauge{}
 			}
 			s.g.add(p.Time.ms(), v)
+			if name == mPower {
+				a.integratePower(s, p.Time.ms(), v)
+			}
 		}
 	case m.Histogram != nil:
 		for _, p := range m.Histogram.DataPoints {

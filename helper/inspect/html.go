@@ -133,9 +133,17 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 12px; }
 {{range .R.ModelServers}}<tr><td>{{.Node}} {{.Producer}} {{.Model}}</td><td>{{f .Requests 0}}</td><td>{{f .PromptTokens 0}}</td><td>{{f .GenerationTokens 0}}</td><td>{{f .PromptTokensPerSecond 1}}</td><td>{{f .GenerationTokensPerSecond 1}}</td><td>{{f .RateWindowSeconds 1}}</td><td class="l">{{q .E2ELatency 3}}</td><td class="l">{{q .TTFT 3}}</td></tr>
 {{end}}</table>{{end}}
 {{if .R.GPUs}}<h2>GPUs</h2>
-<table id="gpus"><tr><th>node</th><th>gpu</th><th class="l">model</th><th>util mean %</th><th>util max %</th><th>mem max MiB</th><th>power mean W</th><th>power max W</th><th>idle</th></tr>
-{{range .R.GPUs}}<tr><td>{{.Node}}</td><td>{{.GPU}}</td><td class="l">{{.Model}}</td><td>{{f .UtilMean 1}}</td><td>{{f .UtilMax 0}}</td><td>{{f .MemoryUsedMax 0}}</td><td>{{f .PowerMean 1}}</td><td>{{f .PowerMax 1}}</td><td>{{if .Idle}}idle{{end}}</td></tr>
-{{end}}</table>{{end}}
+<table id="gpus"><tr><th>node</th><th>gpu</th><th class="l">MIG instance</th><th class="l">model</th><th>util mean %</th><th>util max %</th><th>mem max MiB</th><th>power mean W</th><th>power max W</th><th>idle</th><th class="l">attribution</th></tr>
+{{range .R.GPUs}}<tr><td>{{.Node}}</td><td>{{.GPU}}</td><td class="l">{{if .Instance}}{{.Instance}} ({{.Profile}}){{end}}</td><td class="l">{{.Model}}</td><td>{{f .UtilMean 1}}</td><td>{{f .UtilMax 0}}</td><td>{{f .MemoryUsedMax 0}}</td><td>{{f .PowerMean 1}}</td><td>{{f .PowerMax 1}}</td><td>{{if .Idle}}idle{{end}}</td><td class="l">{{.Attribution}}</td></tr>
+{{end}}</table>
+{{if .R.GPUSharing}}<p id="gpu-sharing">Not the job's alone:</p><ul>{{range .R.GPUSharing}}<li>{{.}}</li>{{end}}</ul>{{end}}{{end}}
+{{with .R.Energy}}{{if ne .Why "` + WhyNoGPUs + `"}}<h2>Energy</h2>
+<table id="energy">{{if .NotAttributable}}<tr><td>energy</td><td class="l">` + WhyNotAttributable + `: a shared or MIG-partitioned GPU's power is not the job's alone</td></tr>
+{{else if not .Joules.Known}}<tr><td>energy</td><td class="l">- ({{.Why}})</td></tr>
+{{else}}<tr><td>energy</td><td class="l">{{f .Joules 1}} J over {{dur .WindowSeconds}}, {{.GPUs}} GPU(s), from {{.Source}}</td></tr>
+<tr><td>per 1,000 generation tokens</td><td class="l">{{if .JoulesPer1kTokens.Known}}{{f .JoulesPer1kTokens 2}} J ({{f .GenerationTokens 0}} tokens, vllm:generation_tokens_total){{else}}- (no vllm:generation_tokens_total){{end}}</td></tr>
+<tr><td>per rollout</td><td class="l">{{if .JoulesPerRollout.Known}}{{f .JoulesPerRollout 2}} J ({{f .Rollouts 0}} rollouts, {{.RolloutsSource}}){{else}}- (no rollouts counted){{end}}</td></tr>
+{{end}}</table>{{end}}{{end}}
 {{if .R.Hosts}}<h2>Hosts</h2>
 <table id="hosts"><tr><th>node</th><th>CPUs</th><th>busy</th><th>memory used max</th><th>memory total</th><th>load1 max</th></tr>
 {{range .R.Hosts}}<tr><td>{{.Node}}</td><td>{{.CPUs}}</td><td>{{if .CPUBusy.Known}}{{pct .CPUBusy}}{{else}}- (needs two scrapes){{end}}</td><td>{{bytes .MemoryUsedMax}}</td><td>{{bytes .MemoryTotal}}</td><td>{{f .Load1Max 2}}</td></tr>

@@ -66,10 +66,16 @@ type Report struct {
 	// model_name), then one with Node "(all)" over all of them.
 	ModelServers []ModelServer `json:"model_servers"`
 	GPUs         []GPU         `json:"gpus"`
-	Hosts        []Host        `json:"hosts"`
-	Spans        Spans         `json:"spans"`
-	Errors       Errors        `json:"errors"`
-	Health       Health        `json:"health"`
+	// GPUSharing lists the GPUs (and MIG instances) of the files that are
+	// not the job's alone, each with why (energy.go).
+	GPUSharing []string `json:"gpu_sharing"`
+	// Energy is the job's GPUs' energy, per generated token and per
+	// rollout (energy.go).
+	Energy Energy `json:"energy"`
+	Hosts  []Host `json:"hosts"`
+	Spans  Spans  `json:"spans"`
+	Errors Errors `json:"errors"`
+	Health Health `json:"health"`
 	// Absent are the sections without data, each with why.
 	Absent []Absence `json:"absent"`
 	// Summary is how the run went, in a few figures.
@@ -229,11 +235,19 @@ type ModelServer struct {
 	KVCacheOverTime  []Point          `json:"kv_cache_over_time,omitempty"`
 }
 
-// GPU is one GPU's figures from dcgm-exporter over the run.
+// GPU is one GPU's figures from dcgm-exporter over the run, or one MIG
+// instance's (Instance set).
 type GPU struct {
 	Node  string `json:"node"`
 	GPU   string `json:"gpu"`
 	Model string `json:"model"`
+	// Instance and Profile are dcgm-exporter's GPU_I_ID and GPU_I_PROFILE
+	// of a MIG instance ("" for a whole GPU).
+	Instance string `json:"gpu_instance,omitempty"`
+	Profile  string `json:"gpu_instance_profile,omitempty"`
+	// Attribution is the collector's gpu_attribution: "job", "mig",
+	// "shared", "unnamed", or "" in files that have none.
+	Attribution string `json:"attribution,omitempty"`
 	// UtilMean and UtilMax are DCGM_FI_DEV_GPU_UTIL (%).
 	UtilMean Value `json:"util_mean_percent"`
 	UtilMax  Value `json:"util_max_percent"`
@@ -480,6 +494,8 @@ func (a *aggregator) report() *Report {
 	r.Gym = a.gym()
 	r.ModelServers = a.modelServers()
 	r.GPUs = a.gpus()
+	r.GPUSharing = a.gpuSharing()
+	r.Energy = a.energy(r)
 	r.Hosts = a.hosts(r.Job.Nodes)
 	r.Spans = a.spanReport()
 	r.Errors = Errors{Spans: a.errorSpans, SpanExamples: a.errorSpanEx, Logs: a.errorLogs,
@@ -768,7 +784,7 @@ func histFigures(hs []*histogram) (Quantiles, HistogramBuckets) {
 	return histQuantiles(mergeBuckets(sets...), sum), hb
 }
 
-type gpuKey struct{ node, gpu string }
+type gpuKey struct{ node, gpu, instance string }
 
 func (a *aggregator) gpus() []GPU {
 	var keys []gpuKey
@@ -777,7 +793,7 @@ func (a *aggregator) gpus() []GPU {
 		if !strings.HasPrefix(s.key.metric, "DCGM_FI_") || s.g == nil {
 			continue
 		}
-		k := gpuKey{s.key.node, s.labels["gpu"]}
+		k := gpuKey{s.key.node, s.labels["gpu"], s.labels[aGPUInstance]}
 		if by[k] == nil {
 			by[k] = map[string]*series{}
 			keys = append(keys, k)
@@ -788,7 +804,11 @@ func (a *aggregator) gpus() []GPU {
 	nan := Value(math.NaN())
 	for _, k := range keys {
 		m := by[k]
-		g := GPU{Node: k.node, GPU: k.gpu, UtilMean: nan, UtilMax: nan, MemoryUsedMax: nan, MemoryTotal: nan, PowerMean: nan, PowerMax: nan}
+		g := GPU{Node: k.node, GPU: k.gpu, Instance: k.instance, UtilMean: nan, UtilMax: nan, MemoryUsedMax: nan, MemoryTotal: nan, PowerMean: nan, PowerMax: nan}
+		for _, s := range m {
+			g.Model, g.Profile, g.Attribution = s.labels["modelName"], s.labels[aGPUProfile], s.labels[aAttribution]
+			break
+		}
 		if s := m[mGPUUtil]; s != nil {
 			g.Model = s.labels["modelName"]
 			g.UtilMean, g.UtilMax = Value(s.g.mean()), Value(s.g.max)
@@ -812,7 +832,12 @@ func (a *aggregator) gpus() []GPU {
 		}
 		a, _ := strconv.Atoi(out[i].GPU)
 		b, _ := strconv.Atoi(out[j].GPU)
-		return a < b
+		if a != b {
+			return a < b
+		}
+		x, _ := strconv.Atoi(out[i].Instance)
+		y, _ := strconv.Atoi(out[j].Instance)
+		return x < y
 	})
 	return out
 }

@@ -131,10 +131,14 @@ func (r *Report) WriteText(w io.Writer) error {
 		dash := false
 		for _, x := range r.GPUs {
 			dash = dash || !x.UtilMean.Known() || !x.MemoryUsedMax.Known() || !x.PowerMean.Known()
-			t.line("  %-14s %4s %-22s %8s%% %7s%% %14s %9s %9s", cut(x.Node, 14), x.GPU, cut(x.Model, 22), f(x.UtilMean, 1), f(x.UtilMax, 0),
+			gpu := x.GPU
+			if x.Instance != "" {
+				gpu += "/" + x.Instance // a MIG instance
+			}
+			t.line("  %-14s %4s %-22s %8s%% %7s%% %14s %9s %9s", cut(x.Node, 14), gpu, cut(x.Model, 22), f(x.UtilMean, 1), f(x.UtilMax, 0),
 				f(x.MemoryUsedMax, 0), f(x.PowerMean, 1), f(x.PowerMax, 1))
 			if x.Idle {
-				idle = append(idle, x.Node+"/"+x.GPU)
+				idle = append(idle, x.Node+"/"+gpu)
 			}
 		}
 		if len(idle) > 0 {
@@ -143,7 +147,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		if dash {
 			t.line("  (-: a field dcgm-exporter did not send)")
 		}
+		t.sharingLines(r)
 	}
+
+	t.energyLines(r)
 
 	t.absent(r, "hosts", "hosts (node_exporter)")
 	if len(r.Hosts) > 0 {

@@ -15,7 +15,7 @@ import (
 // prolog's SPANK items and environment (S_JOB_ID, S_JOB_UID,
 // SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID, SLURMD_NODENAME,
 // SLURM_JOB_NODELIST, SLURM_CLUSTER_NAME, SLURM_JOB_GPUS,
-// SLURM_JOB_RESTART_COUNT, SLURM_JOB_SLUID).
+// CUDA_VISIBLE_DEVICES, SLURM_JOB_RESTART_COUNT, SLURM_JOB_SLUID).
 type Facts struct {
 	// JobID is the Slurm job id. A requeued or preempted job keeps it.
 	JobID string `json:"job_id"`
@@ -42,6 +42,11 @@ type Facts struct {
 	// GPUs are the job's GPU indexes on this node (SLURM_JOB_GPUS); nil
 	// when unknown.
 	GPUs []string `json:"gpus,omitempty"`
+	// GPUDevices are the job's GPU devices on this node as Slurm names
+	// them in the prolog's CUDA_VISIBLE_DEVICES: MIG UUIDs for MIG
+	// devices, GPU UUIDs (Slurm 25.11+) or indexes for whole GPUs
+	// (render.Job.GPUDevices); nil when unset.
+	GPUDevices []string `json:"gpu_devices,omitempty"`
 }
 
 // ExpandJobDir expands %j (job id), %A (array master job id, else the job id),
@@ -114,6 +119,23 @@ func ParseGPUs(s string) []string {
 			if _, err := strconv.Atoi(g); err == nil {
 				out = append(out, g)
 			}
+		}
+	}
+	return out
+}
+
+// ParseGPUDevices splits CUDA_VISIBLE_DEVICES as Slurm sets it in the
+// prolog ("MIG-0c1d...,MIG-77a2...", "GPU-5fd4...,GPU-9b1e..." or "0,1");
+// "" gives nil (unset). Entries are trimmed, empty ones dropped and each cut
+// to 128 bytes; their forms are read by render.
+func ParseGPUDevices(s string) []string {
+	var out []string
+	for _, d := range strings.Split(s, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			if len(d) > 128 {
+				d = d[:128]
+			}
+			out = append(out, d)
 		}
 	}
 	return out

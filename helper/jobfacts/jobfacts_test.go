@@ -2,6 +2,7 @@ package jobfacts
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
@@ -70,6 +71,24 @@ func TestParseGPUs(t *testing.T) {
 		"(null)":   nil,
 	} {
 		if got := ParseGPUs(in); !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: %v, want %v", in, got, want)
+		}
+	}
+}
+
+// TestParseGPUDevices: CUDA_VISIBLE_DEVICES as Slurm sets it in the
+// prolog (render.JobOf passes it on: see its test).
+func TestParseGPUDevices(t *testing.T) {
+	long := strings.Repeat("a", 200)
+	for in, want := range map[string][]string{
+		"":   nil,
+		" ,": nil,
+		"MIG-0c1d2e3f-0000-4000-8000-000000000001, MIG-GPU-5fd4c1a0-0000-4000-8000-000000000000/1/0": {
+			"MIG-0c1d2e3f-0000-4000-8000-000000000001", "MIG-GPU-5fd4c1a0-0000-4000-8000-000000000000/1/0"},
+		"0,1": {"0", "1"},
+		long:  {long[:128]},
+	} {
+		if got := ParseGPUDevices(in); !reflect.DeepEqual(got, want) {
 			t.Errorf("%q: %v, want %v", in, got, want)
 		}
 	}

@@ -351,6 +351,8 @@ type job struct {
 	// Wrap starts the supervisor through argv prefix Wrap (e.g. python3
 	// setting a signal mask, then execv).
 	Wrap []string
+	// Args are more supervise flags (e.g. --gpus, --gpu-devices).
+	Args []string
 }
 
 // sup is one running `gym-otel-spank supervise`.
@@ -469,6 +471,7 @@ func startSup(t testing.TB, j job) *sup {
 	if j.Record != "" {
 		argv = append(argv, "--record", j.Record)
 	}
+	argv = append(argv, j.Args...)
 	env := append([]string{"PATH=/usr/bin:/bin", "HOME=/root", "USER=" + currentUser(), "OTEL_TOKEN=" + j.Token}, j.Env...)
 	s := &sup{job: j, dir: dir, out: out, started: time.Now()}
 	pr, pw := io.Pipe()

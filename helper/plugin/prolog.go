@@ -39,7 +39,8 @@ type PrologInput struct {
 	JobID          uint32
 	UID, GID       uint32
 	// Getenv reads the prolog's environment (SLURMD_NODENAME,
-	// SLURM_JOB_NODELIST, SLURM_ARRAY_*, SLURM_CLUSTER_NAME, SLURM_JOB_GPUS).
+	// SLURM_JOB_NODELIST, SLURM_ARRAY_*, SLURM_CLUSTER_NAME, SLURM_JOB_GPUS,
+	// CUDA_VISIBLE_DEVICES).
 	Getenv func(string) string
 }
 
@@ -289,6 +290,9 @@ func prologFacts(ctx context.Context, in PrologInput, spec *config.Resolved, nod
 		Node:        node,
 		Cluster:     in.Getenv("SLURM_CLUSTER_NAME"),
 		GPUs:        jobfacts.ParseGPUs(in.Getenv("SLURM_JOB_GPUS")),
+		// Slurm's gres code sets it beside SLURM_JOB_GPUS in the
+		// prolog's environment: the MIG UUIDs of MIG devices.
+		GPUDevices: jobfacts.ParseGPUDevices(in.Getenv("CUDA_VISIBLE_DEVICES")),
 		// Which run of the job this is (slurmd's prolog environment).
 		RestartCount: in.Getenv("SLURM_JOB_RESTART_COUNT"),
 		SLUID:        in.Getenv("SLURM_JOB_SLUID"),

@@ -11,7 +11,8 @@
 //     (discovery_reload_on_startup).
 //   - processors: memory_limiter first; filter/stale drops the staleness
 //     markers of failed scrapes (points without a value); filter/dcgm keeps only the job's GPUs
-//     when Slurm named them; transform/names renames "<prefix>:<name>" metrics
+//     and GPU instances when Slurm named them, and transform/dcgm stamps gpu_attribution on
+//     each dcgm series kept (gpus.go); transform/names renames "<prefix>:<name>" metrics
 //     to "<prefix>_<name>" after parsing, so types survive; transform/identity
 //     stamps the identity on every resource; batch last.
 //   - connector span_metrics: a call counter and a duration histogram per span
@@ -85,9 +86,17 @@ type Job struct {
 	Node string
 	// NodeIndex is the node's position in the job's node list (0 first).
 	NodeIndex int
-	// GPUs are the job's GPU indexes on this node (SLURM_JOB_GPUS); nil
-	// when Slurm did not say, and then every GPU is kept.
+	// GPUs are the job's GPU indexes on this node (SLURM_JOB_GPUS:
+	// Slurm's gres indexes, which are dcgm-exporter's gpu on a node
+	// without MIG devices); nil when Slurm did not say.
 	GPUs []string
+	// GPUDevices are the entries of CUDA_VISIBLE_DEVICES in the prolog's
+	// environment: per device Slurm allocated, its MIG UUID
+	// ("MIG-<uuid>", or "MIG-GPU-<uuid>/<gi>/<ci>" with older drivers),
+	// its GPU UUID ("GPU-<uuid>", Slurm 25.11 and later) or its index; nil
+	// when unset. With neither GPUs nor GPUDevices every GPU is kept
+	// (gpu_attribution "unnamed").
+	GPUDevices []string
 	// SlurmCluster is SLURM_CLUSTER_NAME as Slurm gives it ("" when
 	// unknown), whatever Cluster says: Lens' slurm.cluster.name and the
 	// seed of its nv.dl.job.uuid (lens.go).
@@ -117,6 +126,7 @@ func JobOf(spec *config.Resolved, f jobfacts.Facts) Job {
 		Node:         f.Node,
 		NodeIndex:    f.NodeIndex,
 		GPUs:         f.GPUs,
+		GPUDevices:   f.GPUDevices,
 		SlurmCluster: f.Cluster,
 		ArrayJobID:   f.ArrayJobID,
 		ArrayTaskID:  f.ArrayTaskID,
@@ -216,12 +226,25 @@ func processors(in Input, scraping bool) (omap, []string) {
 		}})
 		metricsProcs = append(metricsProcs, "filter/stale")
 	}
-	if in.Job.GPUs != nil && o.GPUMetricsPort != 0 {
-		processors = append(processors, kv{"filter/dcgm", omap{
+	if o.GPUMetricsPort != 0 {
+		// The job's GPUs (gpus.go): drop the others' series, then say of
+		// each series kept whether it is the job's alone.
+		plan := planGPUs(in.Job.GPUs, in.Job.GPUDevices)
+		if cond := plan.filter(); cond != "" {
+			processors = append(processors, kv{"filter/dcgm", omap{
+				{"error_mode", "ignore"},
+				{"metrics", omap{{"datapoint", []string{cond}}}},
+			}})
+			metricsProcs = append(metricsProcs, "filter/dcgm")
+		}
+		processors = append(processors, kv{"transform/dcgm", omap{
 			{"error_mode", "ignore"},
-			{"metrics", omap{{"datapoint", []string{dcgmFilter(in.Job.GPUs)}}}},
+			{"metric_statements", []omap{{
+				{"context", "datapoint"},
+				{"statements", plan.marks()},
+			}}},
 		}})
-		metricsProcs = append(metricsProcs, "filter/dcgm")
+		metricsProcs = append(metricsProcs, "transform/dcgm")
 	}
 	processors = append(processors,
 		kv{"transform/names", omap{
@@ -543,20 +566,6 @@ func scrapeJobs(in Input) []omap {
 		jobs = append(jobs, job)
 	}
 	return jobs
-}
-
-// dcgmFilter is the filter condition dropping data points of GPUs that are
-// not the job's, in the dcgm scrape only.
-func dcgmFilter(gpus []string) string {
-	keep := make([]string, len(gpus))
-	for i, g := range gpus {
-		keep[i] = fmt.Sprintf(`attributes["gpu"] == %s`, ottlString(g))
-	}
-	cond := "false"
-	if len(keep) > 0 {
-		cond = strings.Join(keep, " or ")
-	}
-	return fmt.Sprintf(`resource.attributes["service.name"] == "dcgm" and attributes["gpu"] != nil and not (%s)`, cond)
 }
 
 // identityStatements are the OTTL resource statements that stamp the run

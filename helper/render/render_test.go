@@ -34,6 +34,20 @@ var variants = []variant{
 	{"hostile-text", `benchmark=a$b"c:d {x},model=m${env:HOME}\\n,component=c$`, nil},
 	// The third run of job 1234 on Slurm 25.11+ (two requeues, a SLUID).
 	{"requeued-sluid", "", func(j *render.Job) { j.RestartCount, j.SLUID = "2", "sEKNKTV3WPV500" }},
+	// The GPUs as the prolog sees them (gpus.go): none named; whole GPUs
+	// by UUID (Slurm 25.11+); MIG devices by MIG UUID (drivers 470.42.01+:
+	// the instances cannot be told apart); MIG devices by parent UUID and
+	// instance ids (older drivers: exact).
+	{"gpus-unnamed", "", func(j *render.Job) { j.GPUs = nil }},
+	{"gpu-uuids", "", func(j *render.Job) {
+		j.GPUDevices = []string{"GPU-5fd4c1a0-0000-4000-8000-000000000000", "GPU-5fd4c1a0-0000-4000-8000-000000000001"}
+	}},
+	{"mig-uuids", "", func(j *render.Job) {
+		j.GPUDevices = []string{"MIG-0c1d2e3f-0000-4000-8000-000000000001", "MIG-0c1d2e3f-0000-4000-8000-000000000002"}
+	}},
+	{"mig-instances", "", func(j *render.Job) {
+		j.GPUDevices = []string{"MIG-GPU-5fd4c1a0-0000-4000-8000-000000000000/1/0", "MIG-GPU-5fd4c1a0-0000-4000-8000-000000000000/2/0"}
+	}},
 }
 
 func renderVariant(t *testing.T, v variant, gpus []string) []byte {

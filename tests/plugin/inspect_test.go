@@ -234,6 +234,15 @@ wait
 			g.MemoryUsedMax != inspect.Value(mem) || !near(g.PowerMean, power) || g.Idle != idle || g.Model != "NVIDIA H100 80GB HBM3" || len(g.UtilOverTime) < 3 {
 			t.Errorf("gpu %d: %+v, want %s/%d util %v mem %v power %v idle %v", i, g, node, gpu, util, mem, power, idle)
 		}
+		// The test's Slurm has no GPU gres: the prolog saw neither
+		// SLURM_JOB_GPUS nor CUDA_VISIBLE_DEVICES, so every GPU is kept
+		// and marked unnamed, and no energy is attributed to the job.
+		if g.Attribution != "unnamed" {
+			t.Errorf("gpu %d: gpu_attribution %q, want unnamed", i, g.Attribution)
+		}
+	}
+	if e := rep.Energy; e.Joules.Known() || e.Why != inspect.WhyNotAttributable || len(rep.GPUSharing) != 8 {
+		t.Errorf("energy %+v, sharing %q: want no figure on GPUs Slurm did not name", e, rep.GPUSharing)
 	}
 
 	// Hosts: node_exporter's view of this host, from both nodes.

@@ -48,6 +48,9 @@ func TestLongJobTestdata(t *testing.T) {
 	j := job{
 		JobID: "73001", Node: "gn1", Token: token, Endpoint: be.url, Scrape: 1,
 		VLLMPort: startVLLM(t), DCGMPort: startDCGM(t), NodePort: startNodeExporter(t),
+		// The job's GPUs as Slurm names them (SLURM_JOB_GPUS), so the
+		// report attributes both GPUs to the job and gives its energy.
+		Args: []string{"--gpus", "0,1"},
 	}
 	s := startSup(t, j).mustReady(t)
 	start := time.Now()

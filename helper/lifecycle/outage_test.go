@@ -288,7 +288,7 @@ func TestOutageKeepsFiles(t *testing.T) {
 	const mem = 256
 	for _, kind := range outageKinds(500 * time.Millisecond) {
 		t.Run(kind.name, func(t *testing.T) {
-			r := runOutage(t, kind, 20000, 10*time.Second, mem, 2, 5)
+			r := runOutage(t, kind, 20000, 10*time.Second, mem, 2, 11)
 			t.Log(r.line())
 			t.Logf("memory (MiB RSS (anon)): %s", r.memSeries(2*time.Second))
 			c := r.rc.Signals["traces"]
@@ -392,7 +392,7 @@ func TestMeasureOutage(t *testing.T) {
 		}
 		for _, rate := range rates {
 			t.Run(fmt.Sprintf("%s-%d", kind.name, rate), func(t *testing.T) {
-				r := runOutage(t, kind, rate, time.Duration(secs)*time.Second, 512, 5, 10)
+				r := runOutage(t, kind, rate, time.Duration(secs)*time.Second, 512, 5, 20)
 				lines = append(lines, r.line(), "       memory (MiB RSS (anon)): "+r.memSeries(10*time.Second))
 				if len(r.rc.Unknown) > 0 {
 					lines = append(lines, "       receipt unknown: "+strings.Join(r.rc.Unknown, "; "))

@@ -97,3 +97,59 @@ func tailString(s string, n int) string {
 	}
 	return s
 }
+
+// TestFullFileSystem: the job's output dir on a 2 MiB tmpfs, spans at a
+// rate that fills it within seconds, a real backend. The file exporter's
+// failures are counted, not refused to the producer (the producer's data
+// still reaches the backend, which refusing would stop too); the receipt
+// is written all the same (the supervisor's reserve), has final figures,
+// counts exactly what traces.jsonl misses, says why, and the backend got
+// every span; the supervisor's log says it once while the job runs.
+func TestFullFileSystem(t *testing.T) {
+	t.Parallel()
+	fs := mountTmpfs(t, "2m")
+	r := runLoad(t, realBackend, 2000, 10*time.Second, job{JobID: "2424", Output: filepath.Join(fs, "out")})
+	spans, partial := completeSpans(t, filepath.Join(r.out, "traces.jsonl"))
+	t.Log(r.line())
+	t.Logf("traces.jsonl: %d spans in complete lines, %d bytes after the last newline", spans, partial)
+	t.Logf("receipt:\n%s", strings.Join(r.rc.Summary(), "\n"))
+	c := r.rc.Signals["traces"]
+	if r.stalled || r.load.OK == 0 {
+		t.Fatalf("the producer could not send (stalled %v, accepted %d)", r.stalled, r.load.OK)
+	}
+	if r.load.Failed != 0 {
+		t.Errorf("the producer was refused %d spans (%s): a full file system must not refuse what the backend still takes", r.load.Failed, r.load.FirstErr)
+	}
+	if c.WriteFailed == 0 {
+		t.Fatalf("receipt traces %+v: nothing failed to write, the file system did not fill (traces.jsonl %d spans)", c, spans)
+	}
+	if !r.rc.Complete() {
+		t.Errorf("receipt basis %q, want final: %v", r.rc.Basis, r.rc.Unknown)
+	}
+	if c.Received != r.load.OK || c.Written+c.WriteFailed != c.Received {
+		t.Errorf("receipt traces %+v: want received = %d accepted = written + write_failed", c, r.load.OK)
+	}
+	if spans != c.Written || partial != 0 {
+		t.Errorf("traces.jsonl holds %d spans in complete lines and %d bytes of a partial one; the receipt says %d written, %d not",
+			spans, partial, c.Written, c.WriteFailed)
+	}
+	if r.load.OK-spans != c.WriteFailed {
+		t.Errorf("the producer was told %d spans were accepted, traces.jsonl misses %d, the receipt counts %d not written",
+			r.load.OK, r.load.OK-spans, c.WriteFailed)
+	}
+	if r.backend != c.Received || c.Sent != c.Received || c.Lost() != 0 {
+		t.Errorf("the backend wrote %d spans; receipt traces %+v: want every one of the %d received sent", r.backend, c, c.Received)
+	}
+	if !strings.Contains(r.rc.WriteTrouble, "was full") {
+		t.Errorf("receipt write_trouble %q, want the file system named full", r.rc.WriteTrouble)
+	}
+	if s := strings.Join(r.rc.Summary(), "\n"); !strings.Contains(s, "spans not written to traces.jsonl: the file system of "+r.out+" was full") {
+		t.Errorf("the receipt's summary does not say what the files miss and why:\n%s", s)
+	}
+	if n := strings.Count(r.supLog, "the collector cannot write the job's files"); n != 1 {
+		t.Errorf("the supervisor said %d times that the files cannot be written, want once:\n%s", n, tailString(r.supLog, 3000))
+	}
+	if !strings.Contains(r.supLog, "the job's files are INCOMPLETE") {
+		t.Errorf("the supervisor's drain does not say the files are incomplete:\n%s", tailString(r.supLog, 3000))
+	}
+}

@@ -45,14 +45,15 @@ func (s *supervisor) release() {
 // output dir's file system as the collector left it (before release):
 // full (less than twice the reserve free for the job's user), or refusing
 // for another reason (a quota, or full for a while and freed since).
-func writeTrouble(out string) string {
+// when says when it looked ("now", "at the drain").
+func writeTrouble(out, when string) string {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(out, &st); err != nil {
 		return fmt.Sprintf("the file system refused the writes (its state is unknown: %v)", err)
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
 	if free < 2*reserveBytes {
-		return fmt.Sprintf("the file system of %s was full (%d KiB free of %d MiB at the drain)", out, free>>10, int64(st.Blocks)*int64(st.Bsize)>>20)
+		return fmt.Sprintf("the file system of %s was full (%d KiB free of %d MiB %s)", out, free>>10, int64(st.Blocks)*int64(st.Bsize)>>20, when)
 	}
-	return fmt.Sprintf("the file system of %s refused the writes (%d MiB free at the drain: the user's quota, or it was full for a while)", out, free>>20)
+	return fmt.Sprintf("the file system of %s refused the writes (%d MiB free %s: the user's quota, or it was full for a while)", out, free>>20, when)
 }

@@ -510,7 +510,7 @@ func (s *supervisor) pollSelf() {
 				// Once per supervisor: the drain says how many in all.
 				s.writeFailSeen = true
 				s.log.Warnf("the collector cannot write the job's files: %d %s not written to %s.jsonl so far: %s; the backend still gets them, the receipt will count them",
-					n, itemWord(sig), sig, writeTrouble(s.out))
+					n, itemWord(sig), sig, writeTrouble(s.out, "now"))
 				break
 			}
 		}
@@ -632,7 +632,7 @@ func (s *supervisor) drain() error {
 	switch {
 	case !wasRunning:
 		s.endRun(nil, fmt.Sprintf("collector run %d had exited (%v) before the drain", s.runs+1, s.coll.waitErr))
-	case !clean:
+	case s.coll.killed:
 		s.endRun(nil, fmt.Sprintf("collector run %d did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.runs+1, s.o.ShutdownTimeoutSeconds))
 	case final == nil:
 		s.endRun(nil, fmt.Sprintf("collector run %d sent no final figures at its shutdown (see collector.log)", s.runs+1))
@@ -643,7 +643,7 @@ func (s *supervisor) drain() error {
 	s.trouble = ""
 	for _, sig := range s.signals() {
 		if s.figures.counts(sig).WriteFailed > 0 {
-			s.trouble = writeTrouble(s.out)
+			s.trouble = writeTrouble(s.out, "at the drain")
 			break
 		}
 	}
@@ -667,9 +667,17 @@ func (s *supervisor) drain() error {
 		s.cutPartialLines()
 	}
 	if !clean {
-		err := fmt.Errorf("the collector did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.o.ShutdownTimeoutSeconds)
-		if !wasRunning {
+		var err error
+		switch {
+		case !wasRunning:
 			err = fmt.Errorf("the collector had exited (%v) before the drain", s.coll.waitErr)
+		case s.coll.killed:
+			err = fmt.Errorf("the collector did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.o.ShutdownTimeoutSeconds)
+		default:
+			// In time, but its shutdown failed: a file exporter that
+			// could not flush its last writes (a full file system),
+			// counted in the receipt.
+			err = fmt.Errorf("the collector's shutdown ended with an error (%v); see collector.log", s.coll.waitErr)
 		}
 		s.writeState(StatusDrained, err.Error())
 		return err

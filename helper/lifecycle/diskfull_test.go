@@ -8,6 +8,7 @@ package lifecycle_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,6 +149,21 @@ func TestFullFileSystem(t *testing.T) {
 	}
 	if n := strings.Count(r.supLog, "the collector cannot write the job's files"); n != 1 {
 		t.Errorf("the supervisor said %d times that the files cannot be written, want once:\n%s", n, tailString(r.supLog, 3000))
+	}
+	// inspect puts what the files miss first, with the reason.
+	ins, err := exec.Command(cli(t), "inspect", r.out).CombinedOutput()
+	if err != nil {
+		t.Fatalf("inspect: %v\n%s", err, ins)
+	}
+	head, _, _ := strings.Cut(string(ins), "\n== job")
+	t.Logf("inspect, first lines:\n%s", head)
+	flat := strings.Join(strings.Fields(head), " ")
+	want := fmt.Sprintf("! gn7: LOST: %d spans not written to traces.jsonl: the file system of %s was full", c.WriteFailed, r.out)
+	if n := strings.Count(flat, want); n != 1 {
+		t.Errorf("inspect's first lines say %d times what traces.jsonl misses and why, want once:\n%s", n, head)
+	}
+	if strings.Contains(flat, "export problems") {
+		t.Errorf("inspect repeats the state's export problems beside a final receipt:\n%s", head)
 	}
 	if !strings.Contains(r.supLog, "the job's files are INCOMPLETE") {
 		t.Errorf("the supervisor's drain does not say the files are incomplete:\n%s", tailString(r.supLog, 3000))

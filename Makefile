@@ -176,10 +176,12 @@ demo-cluster: deps build collector standins
 	bash tests/slurm-docker/demo.sh bookworm
 
 # ---------------------------------------------------------------- benchmarks
-# make bench: P1-P6 of docs/performance.md on a local Slurm of its own
+# make bench: P1-P7 of docs/performance.md on a local Slurm of its own
 # (/var/lib/gym-otel-bench, ports 17817+, its own munged), separate from the
-# plugin tests' cluster; prints one table (also build/bench/result.txt).
-# About 15 minutes; GYM_OTEL_BENCH_QUICK=1 about 7; GYM_OTEL_BENCH_ONLY=P1,P4
+# plugin tests' cluster, and P8, the job's files under five backend outages
+# of 3 minutes each at 20,000 spans/s (no Slurm; GYM_OTEL_BENCH_OUTAGE_SECONDS
+# sets the length); prints one table (also build/bench/result.txt).
+# About 35 minutes; GYM_OTEL_BENCH_QUICK=1 about 14; GYM_OTEL_BENCH_ONLY=P1,P8
 # runs a part. Root. Never part of `make test`: it prints, it does not gate.
 .PHONY: bench
 bench: deps build collector standins

@@ -59,8 +59,10 @@ type Otel struct {
 	// 1..3600) bounds the wait for the collector's health check at job start;
 	// the plugin's prolog_timeout caps it further.
 	HealthCheckTimeoutSeconds int `json:"health_check_timeout_seconds"`
-	// ShutdownTimeoutSeconds (shutdown_timeout_seconds, default 10, 1..60)
+	// ShutdownTimeoutSeconds (shutdown_timeout_seconds, default 20, 1..60)
 	// bounds the collector's clean shutdown at the drain before SIGKILL.
+	// Validate refuses less than MinShutdownSeconds (export_timeout_seconds
+	// for each backend exporter, one after another, + ShutdownSlackSeconds).
 	ShutdownTimeoutSeconds int `json:"shutdown_timeout_seconds"`
 	// ExportTimeoutSeconds (export_timeout_seconds, default 5, 1..60) is the
 	// backend exporter's per-request timeout; it also bounds retries, so the
@@ -116,7 +118,7 @@ func Defaults() Otel {
 		NodeMetricsPort:           9100,
 		ScrapeIntervalSeconds:     15,
 		HealthCheckTimeoutSeconds: 300,
-		ShutdownTimeoutSeconds:    10,
+		ShutdownTimeoutSeconds:    20,
 		ExportTimeoutSeconds:      5,
 		OnFailure:                 "continue",
 		OutputDirMode:             "0700",

@@ -95,6 +95,9 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 	}
 	errs = append(errs, r.checkBounds()...)
 	errs = append(errs, r.checkValues()...)
+	if err := o.checkShutdown(); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, o.checkScrapeLimits()...)
 	return warnings, errors.Join(errs...)
 }

@@ -1064,8 +1064,16 @@ func (r *Report) receipts(srcs []Source) {
 		r.Trouble = append(r.Trouble, replay)
 	}
 	r.Trouble = append(r.Trouble, other...)
+	// A final receipt counts everything the state's export problems say:
+	// said once, from the receipt.
+	final := map[string]bool{}
+	for _, nr := range r.Receipts {
+		if nr.Receipt != nil && nr.Receipt.Complete() {
+			final[filepath.Clean(nr.Dir)] = true
+		}
+	}
 	for _, d := range r.Health.Dirs {
-		if d.State != nil && d.State.ExportProblems != "" {
+		if d.State != nil && d.State.ExportProblems != "" && !final[filepath.Clean(d.Dir)] {
 			r.Trouble = append(r.Trouble, fmt.Sprintf("%s: the collector reported export problems: %s", nodeOr(d), d.State.ExportProblems))
 		}
 	}

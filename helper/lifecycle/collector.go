@@ -29,6 +29,8 @@ type collector struct {
 	start   uint64 // /proc/<pid>/stat starttime, clock ticks since boot
 	exited  chan struct{}
 	waitErr error
+	// killed: stop's bound passed and the collector was killed.
+	killed bool
 }
 
 // launchSpec is how to start the collector: argv and explicit environment.
@@ -132,6 +134,7 @@ func (c *collector) stop(bound time.Duration) (clean bool) {
 			_ = c.cmd.Process.Kill()
 			<-c.exited
 			reapOrphans()
+			c.killed = true
 			return false
 		}
 		reapOrphans()

@@ -44,7 +44,7 @@ func TestContainerRuntimeTemplate(t *testing.T) {
 	runtime := bwrap + " --ro-bind {image} / --tmpfs /tmp --bind {output} {output} --proc /proc --dev /dev /otelcol-gym --config {config}"
 	site := filepath.Join(t.TempDir(), "site.yaml")
 	body := "otel:\n  endpoint: http://127.0.0.1:9\n  service_name: svc\n  gpu_metrics_port: null\n  node_metrics_port: null\n" +
-		"  container: " + image + "\n  container_runtime: " + runtime + "\n  shutdown_timeout_seconds: 5\n"
+		"  container: " + image + "\n  container_runtime: " + runtime + "\n  export_timeout_seconds: 1\n  shutdown_timeout_seconds: 8\n"
 	if err := os.WriteFile(site, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}

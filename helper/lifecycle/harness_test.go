@@ -341,7 +341,7 @@ type job struct {
 	NodePort    int    // 0: null
 	Scrape      int    // scrape_interval_seconds, default 1
 	Health      int    // health_check_timeout_seconds, default 20
-	Shutdown    int    // shutdown_timeout_seconds, default 5
+	Shutdown    int    // shutdown_timeout_seconds, default 11 (2 s × 3 exporters + 5)
 	Export      int    // export_timeout_seconds, default 2
 	Memory      int    // memory_limit_mib, default 512
 	Output      string // --output; default <shared dir>/out
@@ -431,7 +431,7 @@ func (j *job) defaults(t testing.TB) {
 		j.Health = 20
 	}
 	if j.Shutdown == 0 {
-		j.Shutdown = 5
+		j.Shutdown = 11
 	}
 	if j.Export == 0 {
 		j.Export = 2

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
@@ -106,7 +107,9 @@ type outageRun struct {
 	drain         time.Duration
 	drainErr      error
 	memoryLimitMB int
-	stalled       bool // loadgen was still sending 90 s after dur and was killed
+	stalled       bool   // loadgen was still sending 90 s after dur and was killed
+	out           string // the collector's output dir
+	supLog        string // the supervisor's output
 }
 
 // runOutage runs a supervised collector (memory_limit_mib mem, export and
@@ -114,10 +117,19 @@ type outageRun struct {
 // rate spans/s for dur with loadgen, drains, and returns what was left.
 func runOutage(t *testing.T, kind outageKind, rate int, dur time.Duration, mem, export, shutdown int) outageRun {
 	t.Helper()
+	return runLoad(t, kind, rate, dur, job{JobID: "2323", Memory: mem, Export: export, Shutdown: shutdown})
+}
+
+// runLoad is runOutage for the job j (its Endpoint and Token are set
+// here, from kind).
+func runLoad(t *testing.T, kind outageKind, rate int, dur time.Duration, j job) outageRun {
+	t.Helper()
 	lg := loadgenBin(t)
 	token := "outage-" + randHex(6)
 	ep, be := kind.start(t, token)
-	s := startSup(t, job{JobID: "2323", Endpoint: ep, Token: token, Memory: mem, Export: export, Shutdown: shutdown}).mustReady(t)
+	j.Endpoint, j.Token = ep, token
+	mem := j.Memory
+	s := startSup(t, j).mustReady(t)
 	run := outageRun{kind: kind.name, rate: rate, backend: -1, memoryLimitMB: mem}
 
 	// The collector's memory every second until the drain is over.
@@ -173,6 +185,7 @@ func runOutage(t *testing.T, kind outageKind, rate int, dur time.Duration, mem, 
 	run.drain, run.drainErr = s.drain(t, 3*time.Minute)
 	close(stop)
 	samplerDone.Wait()
+	run.out, run.supLog = s.out, s.out2()
 	run.files = countSpans(t, filepath.Join(s.out, "traces.jsonl"))
 	if be != nil {
 		be.stop(t)
@@ -264,6 +277,46 @@ func (r outageRun) line() string {
 		rss, anon, r.drain.Round(100*time.Millisecond), r.drainErr)
 }
 
+// OutageSummary is one measured run as `make bench` (tests/bench, P8)
+// reads it: counts of spans, memory in MiB, durations in seconds.
+type OutageSummary struct {
+	Kind          string   `json:"kind"`
+	Rate          int      `json:"rate"`
+	Seconds       int      `json:"seconds"`
+	Accepted      int64    `json:"accepted"`
+	Refused       int64    `json:"refused"`
+	Stalled       bool     `json:"stalled"`
+	Files         int64    `json:"files"`
+	Backend       int64    `json:"backend"` // -1: no backend behind
+	Basis         string   `json:"basis"`
+	Received      int64    `json:"received"`
+	Written       int64    `json:"written"`
+	Sent          int64    `json:"sent"`
+	SendFailed    int64    `json:"send_failed"`
+	EnqueueFailed int64    `json:"enqueue_failed"`
+	Unknown       []string `json:"unknown,omitempty"`
+	PeakRSS       float64  `json:"peak_rss_mib"`
+	PeakAnon      float64  `json:"peak_anon_mib"`
+	MemoryLimit   int      `json:"memory_limit_mib"`
+	Drain         float64  `json:"drain_seconds"`
+	DrainErr      string   `json:"drain_error,omitempty"`
+}
+
+// json is the run as one OutageSummary line.
+func (r outageRun) json(secs int) string {
+	c := r.rc.Signals["traces"]
+	rss, anon := r.peak()
+	s := OutageSummary{Kind: r.kind, Rate: r.rate, Seconds: secs, Accepted: r.load.OK, Refused: r.load.Failed, Stalled: r.stalled,
+		Files: r.files, Backend: r.backend, Basis: r.rc.Basis, Received: c.Received, Written: c.Written, Sent: c.Sent,
+		SendFailed: c.SendFailed, EnqueueFailed: c.EnqueueFailed, Unknown: r.rc.Unknown, PeakRSS: rss, PeakAnon: anon,
+		MemoryLimit: r.memoryLimitMB, Drain: r.drain.Seconds()}
+	if r.drainErr != nil {
+		s.DrainErr = r.drainErr.Error()
+	}
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
 // memSeries is the RSS (anon) in MiB every step seconds.
 func (r outageRun) memSeries(step time.Duration) string {
 	var parts []string
@@ -288,7 +341,7 @@ func TestOutageKeepsFiles(t *testing.T) {
 	const mem = 256
 	for _, kind := range outageKinds(500 * time.Millisecond) {
 		t.Run(kind.name, func(t *testing.T) {
-			r := runOutage(t, kind, 20000, 10*time.Second, mem, 2, 5)
+			r := runOutage(t, kind, 20000, 10*time.Second, mem, 2, 11)
 			t.Log(r.line())
 			t.Logf("memory (MiB RSS (anon)): %s", r.memSeries(2*time.Second))
 			c := r.rc.Signals["traces"]
@@ -347,14 +400,15 @@ func TestOutageKeepsFiles(t *testing.T) {
 // TestMeasureOutage prints, for each backend behaviour and span rate, what
 // the producer was told, what the files, the backend and the receipt hold,
 // and the collector's memory over time, with the site's defaults
-// (memory_limit_mib 512, export_timeout_seconds 5,
-// shutdown_timeout_seconds 10). It asserts nothing and runs only with
-// GYM_OTEL_MEASURE=outage:
+// (config.Defaults: memory_limit_mib 512, export_timeout_seconds 5,
+// shutdown_timeout_seconds 20). It asserts nothing and runs only with
+// GYM_OTEL_MEASURE=outage (`make bench` runs it as P8, and reads the
+// "outage-json: " line each run prints):
 //
 //	GYM_OTEL_MEASURE=outage go test -run TestMeasureOutage -v -timeout 60m ./helper/lifecycle
 //
 // GYM_OTEL_MEASURE_RATES (default "2000,20000" spans/s),
-// GYM_OTEL_MEASURE_SECONDS (default 60) and GYM_OTEL_MEASURE_KINDS (default
+// GYM_OTEL_MEASURE_SECONDS (default 60, at most 3600) and GYM_OTEL_MEASURE_KINDS (default
 // every kind) narrow it.
 func TestMeasureOutage(t *testing.T) {
 	if os.Getenv("GYM_OTEL_MEASURE") != "outage" {
@@ -374,8 +428,8 @@ func TestMeasureOutage(t *testing.T) {
 	secs := 60
 	if v := os.Getenv("GYM_OTEL_MEASURE_SECONDS"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 120 {
-			t.Fatalf("GYM_OTEL_MEASURE_SECONDS: %q, want 1..120", v)
+		if err != nil || n < 1 || n > 3600 {
+			t.Fatalf("GYM_OTEL_MEASURE_SECONDS: %q, want 1..3600", v)
 		}
 		secs = n
 	}
@@ -392,7 +446,9 @@ func TestMeasureOutage(t *testing.T) {
 		}
 		for _, rate := range rates {
 			t.Run(fmt.Sprintf("%s-%d", kind.name, rate), func(t *testing.T) {
-				r := runOutage(t, kind, rate, time.Duration(secs)*time.Second, 512, 5, 10)
+				d := config.Defaults()
+				r := runOutage(t, kind, rate, time.Duration(secs)*time.Second, d.MemoryLimitMiB, d.ExportTimeoutSeconds, d.ShutdownTimeoutSeconds)
+				fmt.Println("outage-json: " + r.json(secs))
 				lines = append(lines, r.line(), "       memory (MiB RSS (anon)): "+r.memSeries(10*time.Second))
 				if len(r.rc.Unknown) > 0 {
 					lines = append(lines, "       receipt unknown: "+strings.Join(r.rc.Unknown, "; "))

@@ -106,22 +106,25 @@ type Options struct {
 
 // supervisor is one run's state.
 type supervisor struct {
-	opt        Options
-	o          config.Otel
-	pol        timing.Policy
-	log        *logrus.Logger
-	out        string
-	logPath    string
-	ports      render.Ports
-	rtoken     string
-	coll       *collector
-	restarts   int
-	lastSpans  float64
-	spansAt    time.Time
-	problems   string
-	started    time.Time
-	reported   bool
-	launchArgs launchSpec
+	opt       Options
+	o         config.Otel
+	pol       timing.Policy
+	log       *logrus.Logger
+	out       string
+	logPath   string
+	ports     render.Ports
+	rtoken    string
+	coll      *collector
+	restarts  int
+	lastSpans float64
+	spansAt   time.Time
+	problems  string
+	trouble   string // why the files could not be written (receipt.Receipt.WriteTrouble)
+	// writeFailSeen: the log said that the files cannot be written.
+	writeFailSeen bool
+	started       time.Time
+	reported      bool
+	launchArgs    launchSpec
 
 	// The receipt's figures (see receipt.go).
 	final      *finalSink  // receives the collector's export at shutdown
@@ -151,6 +154,7 @@ func Run(ctx context.Context, opt Options) error {
 		sigs = c
 	}
 	defer func() {
+		s.release()
 		if s.final != nil {
 			s.final.close()
 		}
@@ -222,6 +226,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		os.Remove(f.Name())
 	}
 	keepPreviousRun(s.out, s.opt.Facts, s.logPath, s.log)
+	s.reserve()
 	s.writeState(jobdir.StatusStarting, "")
 	if s.o.Container == "" {
 		if err := checkVersion(ctx, s.o.Binary, []string{"PATH=/usr/bin:/bin"}); err != nil {
@@ -494,7 +499,19 @@ func (s *supervisor) pollSelf() {
 	if n := m.acceptedSpans(); n != s.lastSpans {
 		s.lastSpans, s.spansAt = n, time.Now()
 	}
-	if p := s.figures.add(m).problems(s.signals()); p != "" && p != s.problems {
+	all := s.figures.add(m)
+	if !s.writeFailSeen {
+		for _, sig := range s.signals() {
+			if n := all.counts(sig).WriteFailed; n > 0 {
+				// Once per supervisor: the drain says how many in all.
+				s.writeFailSeen = true
+				s.log.Warnf("the collector cannot write the job's files: %d %s not written to %s.jsonl so far: %s; the backend still gets them, the receipt will count them",
+					n, itemWord(sig), sig, writeTrouble(s.out, "now"))
+				break
+			}
+		}
+	}
+	if p := all.problems(s.signals(), "the file system refused the writes"); p != "" && p != s.problems {
 		s.problems = p
 		s.writeState(StatusReady, "")
 	}
@@ -611,7 +628,7 @@ func (s *supervisor) drain() error {
 	switch {
 	case !wasRunning:
 		s.endRun(nil, fmt.Sprintf("collector run %d had exited (%v) before the drain", s.runs+1, s.coll.waitErr))
-	case !clean:
+	case s.coll.killed:
 		s.endRun(nil, fmt.Sprintf("collector run %d did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.runs+1, s.o.ShutdownTimeoutSeconds))
 	case final == nil:
 		s.endRun(nil, fmt.Sprintf("collector run %d sent no final figures at its shutdown (see collector.log)", s.runs+1))
@@ -619,7 +636,21 @@ func (s *supervisor) drain() error {
 		s.logFinalGain(final)
 		s.endRun(final, "")
 	}
-	s.problems = s.figures.problems(s.signals())
+	s.trouble = ""
+	for _, sig := range s.signals() {
+		if s.figures.counts(sig).WriteFailed > 0 {
+			s.trouble = writeTrouble(s.out, "at the drain")
+			break
+		}
+	}
+	// The collector has exited: the reserve's room is for the receipt,
+	// state.json and the last log lines.
+	s.release()
+	if s.trouble != "" {
+		// A write that failed half-way leaves part of a line.
+		s.cutPartialLines()
+	}
+	s.problems = s.figures.problems(s.signals(), s.trouble)
 	s.writeReceipt()
 	if p := s.problems; p != "" {
 		appendLog(s.logPath, "gym-otel: "+p)
@@ -628,11 +659,21 @@ func (s *supervisor) drain() error {
 		s.problems = "the backend refused or dropped data (see collector.log); the local jsonl files are complete"
 		appendLog(s.logPath, "gym-otel: "+s.problems)
 	}
-	if !clean {
+	if !clean && s.trouble == "" {
 		s.cutPartialLines()
-		err := fmt.Errorf("the collector did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.o.ShutdownTimeoutSeconds)
-		if !wasRunning {
+	}
+	if !clean {
+		var err error
+		switch {
+		case !wasRunning:
 			err = fmt.Errorf("the collector had exited (%v) before the drain", s.coll.waitErr)
+		case s.coll.killed:
+			err = fmt.Errorf("the collector did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.o.ShutdownTimeoutSeconds)
+		default:
+			// In time, but its shutdown failed: a file exporter that
+			// could not flush its last writes (a full file system),
+			// counted in the receipt.
+			err = fmt.Errorf("the collector's shutdown ended with an error (%v); see collector.log", s.coll.waitErr)
 		}
 		s.writeState(jobdir.StatusDrained, err.Error())
 		return err

@@ -164,16 +164,38 @@ func splitSample(line string) (name, labels string, val float64, ok bool) {
 
 // problems describes what the backend did not get in one line ("" when
 // nothing was lost).
-func (m selfMetrics) problems(signals []string) string {
-	var parts []string
+func (m selfMetrics) problems(signals []string, writeTrouble string) string {
+	var lost, unwritten []string
 	for _, sig := range signals {
 		c := m.counts(sig)
 		if n := c.Lost(); n > 0 {
-			parts = append(parts, fmt.Sprintf("%s: %d failed", sig, n))
+			lost = append(lost, fmt.Sprintf("%s: %d failed", sig, n))
+		}
+		if n := c.WriteFailed; n > 0 {
+			unwritten = append(unwritten, fmt.Sprintf("%d %s not written to %s.jsonl", n, itemWord(sig), sig))
 		}
 	}
-	if len(parts) == 0 {
-		return ""
+	var parts []string
+	if len(lost) > 0 {
+		p := "the backend refused or dropped data (" + strings.Join(lost, ", ") + ")"
+		if len(unwritten) == 0 {
+			p += "; the local jsonl files are complete"
+		}
+		parts = append(parts, p)
 	}
-	return "the backend refused or dropped data (" + strings.Join(parts, ", ") + "); the local jsonl files are complete"
+	if len(unwritten) > 0 {
+		parts = append(parts, "the job's files are INCOMPLETE: "+strings.Join(unwritten, ", ")+": "+writeTrouble+" (receipt.json counts them)")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// itemWord names a signal's items.
+func itemWord(sig string) string {
+	switch sig {
+	case "traces":
+		return "spans"
+	case "metrics":
+		return "metric points"
+	}
+	return "log records"
 }

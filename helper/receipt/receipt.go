@@ -66,7 +66,11 @@ type Counts struct {
 	// smaller than Received by design.
 	Written int64 `json:"written"`
 	// WriteFailed is otelcol_exporter_send_failed_* plus
-	// otelcol_exporter_enqueue_failed_* of the file exporter.
+	// otelcol_exporter_enqueue_failed_* of the file exporter: items the
+	// file system refused (full, or the user's quota reached). They are
+	// in no file; the backend exporter got them all the same (its own
+	// counts say whether the backend did), and the producer was not
+	// refused: the file exporter is fed after the receivers have answered.
 	WriteFailed int64 `json:"write_failed"`
 	// Sent is otelcol_exporter_sent_* of otlp_http/backend: items the
 	// backend accepted.
@@ -109,6 +113,11 @@ type Receipt struct {
 	// Signals holds the counts by signal ("traces", "metrics", "logs").
 	// A signal without a pipeline (logs turned off) is absent.
 	Signals map[string]Counts `json:"signals"`
+	// WriteTrouble says, in one sentence, why the files could not be
+	// written ("" when every write succeeded): the file system of the
+	// output dir full at the drain, or refusing writes for another reason
+	// (a quota). Set whenever a signal's WriteFailed is not 0.
+	WriteTrouble string `json:"write_trouble,omitempty"`
 }
 
 // Complete reports whether the figures are exact (BasisFinal).
@@ -273,18 +282,27 @@ func (r *Receipt) Summary() []string {
 			trouble = append(trouble, fmt.Sprintf("the collector's receivers refused %s%d %s (not in the files either)", atLeast, c.Refused, w))
 		}
 		if c.WriteFailed > 0 {
-			trouble = append(trouble, fmt.Sprintf("%s%d %s could not be written to %s.jsonl", atLeast, c.WriteFailed, w, sig))
+			why := r.WriteTrouble
+			if why == "" {
+				why = "the file system refused the writes"
+			}
+			trouble = append(trouble, fmt.Sprintf("%s%d %s not written to %s.jsonl: %s; they are in no file, the backend exporter got them all the same",
+				atLeast, c.WriteFailed, w, sig, why))
 		}
 	}
 	for _, t := range trouble {
 		lines = append(lines, "  LOST: "+t)
 	}
 	if len(trouble) > 0 {
-		lost := false
+		lost, unwritten := false, false
 		for _, c := range r.Signals {
 			lost = lost || c.Lost() > 0
+			unwritten = unwritten || c.WriteFailed > 0
 		}
-		if lost {
+		switch {
+		case lost && unwritten:
+			lines = append(lines, "  the files hold what the backend missed, but for what could not be written: `gym-otel-spank replay DIR` sends what they hold")
+		case lost:
 			lines = append(lines, "  the files hold what the backend missed: `gym-otel-spank replay DIR` sends them again")
 		}
 	}

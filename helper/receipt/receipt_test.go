@@ -82,11 +82,31 @@ func TestSummarySaysLossesPlainly(t *testing.T) {
 	for _, want := range []string{
 		"INCOMPLETE", "2 collector runs",
 		"the backend did not get >=40 of >=100 spans (30 refused or failed to send, 10 dropped by the export queue, full while the backend lagged)",
-		"receivers refused >=3 metric points", ">=1 metric points could not be written to metrics.jsonl",
-		"replay", "UNKNOWN: the collector was killed before its drain",
+		"receivers refused >=3 metric points",
+		">=1 metric points not written to metrics.jsonl: the file system refused the writes; they are in no file",
+		"but for what could not be written: `gym-otel-spank replay DIR`", "UNKNOWN: the collector was killed before its drain",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("summary lacks %q:\n%s", want, s)
 		}
+	}
+}
+
+// TestSummarySaysWhyNotWritten: items the file system refused are said
+// with the reason the supervisor found, and the replay hint is not made
+// for a run where only the files missed data.
+func TestSummarySaysWhyNotWritten(t *testing.T) {
+	r := &Receipt{JobID: "7", Node: "gn2", Basis: BasisFinal, Collectors: 1,
+		WriteTrouble: "the file system of /j/otel was full (12 KiB free at the drain)",
+		Signals: map[string]Counts{
+			"traces": {Received: 100, Written: 60, WriteFailed: 40, Sent: 100},
+		}}
+	if !r.Trouble() {
+		t.Fatal("trouble not seen")
+	}
+	s := strings.Join(r.Summary(), "\n")
+	want := "LOST: 40 spans not written to traces.jsonl: the file system of /j/otel was full (12 KiB free at the drain); they are in no file, the backend exporter got them all the same"
+	if !strings.Contains(s, want) || strings.Contains(s, "replay") {
+		t.Errorf("summary:\n%s\nwant %q and no replay hint", s, want)
 	}
 }

@@ -350,7 +350,9 @@ const BatchMaxItems = 8192
 //     data too (it sits ahead of both exporters). And the drain is bounded:
 //     at shutdown every queued request is already in flight, so the queue
 //     is empty after one last attempt (export_timeout_seconds), within
-//     shutdown_timeout_seconds, and the receipt has final figures. A queue
+//     shutdown_timeout_seconds (which Validate keeps at or above one
+//     export timeout per signal's exporter, shut down one after another:
+//     config.Otel.MinShutdownSeconds), and the receipt has final figures. A queue
 //     sized in bytes bounds memory too, but not the number of requests: at
 //     a low rate the batches are small, a full queue holds hundreds, and
 //     the drain takes one attempt per 10 of them (measured: a queue of 256

@@ -18,9 +18,9 @@ func TestForDefaults(t *testing.T) {
 	want := Policy{
 		FinalWait: 16 * time.Second, HealthWait: 300 * time.Second, ReportWait: 305 * time.Second,
 		SpanMetricsFlush: 2 * time.Second, SpanMetricsSettle: 5 * time.Second,
-		CollectorStop: 10 * time.Second, DrainWait: 20 * time.Second,
+		CollectorStop: 20 * time.Second, DrainWait: 30 * time.Second,
 	}
-	if d := config.Defaults(); d.ScrapeIntervalSeconds != 15 || d.HealthCheckTimeoutSeconds != 300 || d.ShutdownTimeoutSeconds != 10 {
+	if d := config.Defaults(); d.ScrapeIntervalSeconds != 15 || d.HealthCheckTimeoutSeconds != 300 || d.ShutdownTimeoutSeconds != 20 {
 		t.Fatalf("the defaults changed (%d, %d, %d): update this test's figures", d.ScrapeIntervalSeconds, d.HealthCheckTimeoutSeconds, d.ShutdownTimeoutSeconds)
 	}
 	if p != want {
@@ -42,7 +42,7 @@ func TestForNodeBounds(t *testing.T) {
 	}
 	// No Slurm bound: the plugstack's; a tiny one still leaves a second.
 	p = For(o, Bounds{PrologTimeout: 60 * time.Second})
-	if p.EpilogDeadline != 60*time.Second || p.DrainWait != 20*time.Second {
+	if p.EpilogDeadline != 60*time.Second || p.DrainWait != 30*time.Second {
 		t.Fatalf("%+v", p)
 	}
 	p = For(o, Bounds{PrologTimeout: 60 * time.Second, SlurmEpilog: 3 * time.Second})

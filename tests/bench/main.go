@@ -11,9 +11,13 @@
 //
 // Environment:
 //
-//	GYM_OTEL_BENCH_QUICK=1      fewer rounds and samples, 15 s load steps (about 7 minutes; default about 15)
+//	GYM_OTEL_BENCH_QUICK=1      fewer rounds and samples, 15 s load steps, 60 s outages (about 14 minutes;
+//	                            default about 35)
 //	GYM_OTEL_BENCH_ONLY=P1,P2   only these (P1 includes P6, P2 includes P3, P4 includes P5; P7, inspect
-//	                            of 1 GB of jsonl, runs without Slurm when alone)
+//	                            of 1 GB of jsonl, and P8, the files under five backend outages, run
+//	                            without Slurm when alone)
+//	GYM_OTEL_BENCH_OUTAGE_SECONDS=N  P8's length of each outage run (default 180, quick 60; P8 takes
+//	                            five times that and a minute each)
 //	GYM_OTEL_BENCH_OUT=FILE     also write the table there (default build/bench/result.txt)
 package main
 
@@ -23,6 +27,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -68,6 +73,7 @@ func main() {
 		}
 		return false
 	}
+	outageEnv := os.Getenv("GYM_OTEL_BENCH_OUTAGE_SECONDS")
 	out := os.Getenv("GYM_OTEL_BENCH_OUT")
 	if out == "" {
 		out = filepath.Join(repo, "build/bench/result.txt")
@@ -78,11 +84,22 @@ func main() {
 	p23Rounds, p3Rounds := 5, 3
 	loadDur, idle, loadJobs := 60*time.Second, 15*time.Second, 3
 	scrapeWin := 240 * time.Second
+	outageDur := 180 * time.Second
 	if quick {
+		outageDur = 60 * time.Second
 		p1Rounds, p1N, p1Sbatch = 2, 6, 2
 		p23Rounds, p3Rounds = 2, 1
 		loadDur, idle, loadJobs = 15*time.Second, 10*time.Second, 2
 		scrapeWin = 60 * time.Second
+	}
+
+	if outageEnv != "" {
+		n, err := strconv.Atoi(outageEnv)
+		if err != nil || n < 10 || n > 3600 {
+			fmt.Fprintf(os.Stderr, "bench: GYM_OTEL_BENCH_OUTAGE_SECONDS: %q, want 10..3600\n", outageEnv)
+			os.Exit(2)
+		}
+		outageDur = time.Duration(n) * time.Second
 	}
 
 	sig := make(chan os.Signal, 1)
@@ -127,6 +144,12 @@ func main() {
 			rows = append(rows, r...)
 		}
 	}
+	if err == nil && want("P8") {
+		var r []Row
+		if r, err = runP8(outageDur, 20000); err == nil {
+			rows = append(rows, r...)
+		}
+	}
 	if err == nil && want("P7") {
 		var r []Row
 		if r, err = runP7(); err == nil {
@@ -141,12 +164,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	order := map[string]int{"P1": 1, "P2": 2, "P3": 3, "P4": 4, "P5": 5, "P6": 6, "P7": 7}
+	order := map[string]int{"P1": 1, "P2": 2, "P3": 3, "P4": 4, "P5": 5, "P6": 6, "P7": 7, "P8": 8}
 	sortRows(rows, order)
 
 	var b strings.Builder
 	host, _ := os.Hostname()
-	slurmV := "no Slurm (P7 only)"
+	slurmV := "no Slurm (P7, P8 only)"
 	if slurm {
 		slurmV = slurmVersion()
 	}

@@ -160,7 +160,8 @@ func setup() error {
   node_metrics_port: null
   scrape_interval_seconds: 1
   health_check_timeout_seconds: 20
-  shutdown_timeout_seconds: 5
+  export_timeout_seconds: 1
+  shutdown_timeout_seconds: 8
 `, backendPort, col)
 	if err := os.WriteFile(filepath.Join(plugDir, "site.yaml"), []byte(site), 0o644); err != nil {
 		return err

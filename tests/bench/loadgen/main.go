@@ -35,7 +35,7 @@ import (
 
 const (
 	maxRate     = 200000
-	maxStep     = 120 * time.Second
+	maxStep     = time.Hour
 	maxSteps    = 20
 	maxSpansAll = 20_000_000
 )

@@ -65,11 +65,14 @@ type Report struct {
 	// ModelServers has one entry per vLLM server (node, scrape job,
 	// model_name), then one with Node "(all)" over all of them.
 	ModelServers []ModelServer `json:"model_servers"`
-	GPUs         []GPU         `json:"gpus"`
-	Hosts        []Host        `json:"hosts"`
-	Spans        Spans         `json:"spans"`
-	Errors       Errors        `json:"errors"`
-	Health       Health        `json:"health"`
+	// Routers has one entry per vllm-router (the router of a Gym vllm_pd
+	// service): the requests it routed and what each worker got.
+	Routers []Router `json:"routers,omitempty"`
+	GPUs    []GPU    `json:"gpus"`
+	Hosts   []Host   `json:"hosts"`
+	Spans   Spans    `json:"spans"`
+	Errors  Errors   `json:"errors"`
+	Health  Health   `json:"health"`
 	// Absent are the sections without data, each with why.
 	Absent []Absence `json:"absent"`
 	// Summary is how the run went, in a few figures.
@@ -479,6 +482,7 @@ func (a *aggregator) report() *Report {
 	}
 	r.Gym = a.gym()
 	r.ModelServers = a.modelServers()
+	r.Routers = a.routers()
 	r.GPUs = a.gpus()
 	r.Hosts = a.hosts(r.Job.Nodes)
 	r.Spans = a.spanReport()
@@ -620,7 +624,7 @@ func (a *aggregator) modelServers() []ModelServer {
 	var keys []serverKey
 	bySrv := map[serverKey][]*series{}
 	for _, s := range a.order {
-		if !strings.HasPrefix(s.key.metric, "vllm_") {
+		if !strings.HasPrefix(s.key.metric, "vllm_") || strings.HasPrefix(s.key.metric, routerPrefix) {
 			continue
 		}
 		k := keyOf(s)

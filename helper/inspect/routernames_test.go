@@ -54,6 +54,13 @@ func TestRouterFigures(t *testing.T) {
 	if err := r.WriteText(&b); err != nil {
 		t.Fatal(err)
 	}
+	var h strings.Builder
+	if err := r.WriteHTML(&h, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(h.String(), `<table id="routers">`) || !strings.Contains(h.String(), "http://gn3:8001") {
+		t.Errorf("the HTML report has no routers table with the workers")
+	}
 	for _, line := range []string{"routers (vllm-router)", "gn1 gym-vllm/pd: requests routed 13", "prefill  http://gn2:8001  7", "decode   http://gn4:8002  13"} {
 		if !strings.Contains(b.String(), line) {
 			t.Errorf("text lacks %q:\n%s", line, b.String())

@@ -129,7 +129,7 @@ sbatch --dependency=afterany:$SLURM_JOB_ID --kill-on-invalid-dep=yes %[5]s $SLUR
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(time.Minute)
-		for syscall.Kill(supervisor, 0) == nil || syscall.Kill(collector, 0) == nil {
+		for running(supervisor) || running(collector) {
 			if time.Now().After(deadline) {
 				t.Fatalf("job %s: the supervisor (%d) or the collector (%d) still runs a minute after the drain request", first, supervisor, collector)
 			}
@@ -217,4 +217,15 @@ sbatch --dependency=afterany:$SLURM_JOB_ID --kill-on-invalid-dep=yes %[5]s $SLUR
 	}
 	waitNoCollector(t)
 	waitIdle(t)
+}
+
+// running reports whether pid is a process that has not exited (a zombie
+// left for a parent that does not reap it has).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }

@@ -116,12 +116,12 @@ func collectorToken(dir, tokenEnv string) (string, error) {
 		SupervisorPID int    `json:"supervisor_pid"`
 	}
 	jerr := json.Unmarshal(b, &st)
-	// The supervisor is often not dumpable, so its /proc dir may be
-	// root's: only its being there is checked. A pid reused by another
-	// process only makes the submit wait restartWait before it fails.
+	// The supervisor is not dumpable, so its /proc files are root's: only
+	// that it has not exited is checked (/proc/<pid>/stat is readable). A
+	// pid reused by another process only makes the submit wait
+	// restartWait before it fails.
 	live := func(err error) error {
-		_, serr := os.Stat(filepath.Join("/proc", strconv.Itoa(st.SupervisorPID)))
-		if jerr == nil && st.SupervisorPID > 0 && serr == nil && st.Status != "drained" && st.Status != "failed" {
+		if jerr == nil && st.SupervisorPID > 0 && notExited(st.SupervisorPID) && st.Status != "drained" && st.Status != "failed" {
 			return restarting{err}
 		}
 		return err
@@ -150,4 +150,15 @@ func collectorToken(dir, tokenEnv string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("its collector (pid %d) holds no %s", st.CollectorPID, tokenEnv)
+}
+
+// notExited reports whether pid names a process that has not exited (a
+// zombie not yet reaped has).
+func notExited(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }

@@ -48,6 +48,13 @@ func TestParentTokenFromCollector(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		// Until the child has exec'd, its cmdline is the test binary's.
+		for i := 0; i < 200; i++ {
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid)); strings.Contains(string(b), cfg) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		return cmd
 	}
 	state := func(pid int) {
@@ -111,6 +118,12 @@ func TestParentTokenWaitsForRestart(t *testing.T) {
 			return
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		for i := 0; i < 200; i++ { // until it has exec'd
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid)); strings.Contains(string(b), "collector.yaml") {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		state("ready", cmd.Process.Pid, os.Getpid())
 	}()
 	start := time.Now()

@@ -38,7 +38,12 @@ var corpus = []corpusCase{
 	{file: "ray-service.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil}, notes: []string{noRayPort}},
 	// The router pd (node 0, the driver's) serves vllm_router_* on
 	// vllm-router's Prometheus port 29000, not on its API port 8000; each
-	// tier serves /metrics on its pool's first node.
+	// tier serves /metrics on its pool's first node. Router and Ray
+	// placement: nemo_gym/orchestration/executors/slurm_script.py at
+	// 4df61bf (yaoyu-33/Gym) _build_router_command, _service_nodelist,
+	// _srun_nodes, _build_ray_command, _ray_worker_ranges; vllm-router's
+	// port: vllm-project/router src/main.rs at 03e9af5 (facts 14-17 of
+	// docs/gym-contract.md section 7).
 	{file: "vllm-pd.yaml", nodes: [][]string{{"gym-vllm/pd localhost:29000"}, {"gym-vllm/pd-prefill localhost:8001"}, nil, {"gym-vllm/pd-decode localhost:8002"}}},
 	{file: "vllm-pd-server-per-node.yaml", nodes: [][]string{
 		{"gym-vllm/pd localhost:29000", "gym-vllm/pd-prefill localhost:9001"}, {"gym-vllm/pd-prefill localhost:9001"},

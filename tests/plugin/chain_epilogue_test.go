@@ -76,7 +76,7 @@ kill $driver; wait $driver
 [ -n "${1:-}" ] && exit 0
 touch %[3]s.driver-exited
 for i in $(seq 1 1800); do [ -e %[3]s.go ] && break; sleep 0.1; done
-sbatch --dependency=afterany:$SLURM_JOB_ID --kill-on-invalid-dep=yes %[5]s $SLURM_JOB_ID > %[3]s.next 2>&1 || mv %[3]s.next %[3]s.next-failed
+sbatch --dependency=afterany:$SLURM_JOB_ID --kill-on-invalid-dep=yes %[5]s $SLURM_JOB_ID > %[3]s.answer 2>&1 && mv %[3]s.answer %[3]s.next || mv %[3]s.answer %[3]s.next-failed
 `, cfg, tag, base, plugDir, script, port)
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ func TestGymRouterScraped(t *testing.T) {
 			t.Fatalf("install %s: %v %s", name, err, out)
 		}
 	}
-	api, _ := strconv.Atoi(shifted(18171))
+	api, _ := strconv.Atoi(shifted(18181)) // not lens_test.go's 18171: its stand-in may outlive its job
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	base := filepath.Join(jobsDir, "router-"+tag)
 	cfg := fmt.Sprintf(`services:

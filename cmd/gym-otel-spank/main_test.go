@@ -108,3 +108,27 @@ func TestDirective(t *testing.T) {
 		t.Errorf("whitespace: %d %q", code, errOut)
 	}
 }
+
+// validate counts a vllm_pd router's and a Ray cluster's metrics
+// endpoints apart from the model services, and says in one note why a ray
+// service without a metrics export port is not scraped.
+func TestValidateCountsEngineEndpoints(t *testing.T) {
+	dir := t.TempDir()
+	site := writeFile(t, dir, "site.yaml", siteYAML)
+	cfg := writeFile(t, dir, "gym.yaml", `services:
+  pd: {type: vllm_pd, container: c, model: m, prefill: {node_pool: a}, decode: {node_pool: b}}
+  ray1: {type: ray, container: c, extra_args: "--metrics-export-port 8090"}
+  ray2: {type: ray, container: c}
+compute: {eos: {type: slurm, account: a, node_pools: {a: {partition: p}, b: {partition: p}}}}
+driver: {gym_install: {ref: x}, benchmarks: {b: {}}}
+job: {output_path: /o}
+`)
+	t.Setenv("OTEL_TOKEN", "s3cret-value")
+	code, out, errOut := runCLI(t, "validate", "--site", site, "--config", cfg)
+	if code != 0 || !strings.Contains(out, "2 model service(s) and 2 router or Ray metrics endpoint(s)") {
+		t.Fatalf("validate: %d %q %q", code, out, errOut)
+	}
+	if strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "services.ray2: Ray serves its metrics only at a port given as --metrics-export-port in services.ray2.extra_args") {
+		t.Errorf("want one note, on ray2: %q", errOut)
+	}
+}

@@ -101,8 +101,20 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "gym-otel: checked: %s\n", layers)
 		return nil
 	}
-	fmt.Fprintf(stdout, "gym-otel: valid: endpoint %s, service_name %s, token from $%s, %d model service(s), job dir %s\n",
-		o.Endpoint, o.ServiceName, o.TokenEnv, len(r.Services), r.JobDir)
+	models, others := 0, 0
+	for _, s := range r.Services {
+		if s.Role == "" {
+			models++
+		} else {
+			others++
+		}
+	}
+	extra := ""
+	if others > 0 {
+		extra = fmt.Sprintf(" and %d router or Ray metrics endpoint(s)", others)
+	}
+	fmt.Fprintf(stdout, "gym-otel: valid: endpoint %s, service_name %s, token from $%s, %d model service(s)%s, job dir %s\n",
+		o.Endpoint, o.ServiceName, o.TokenEnv, models, extra, r.JobDir)
 	fmt.Fprintf(stdout, "gym-otel: checked: %s\n", layers)
 	return nil
 }

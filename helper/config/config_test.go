@@ -350,7 +350,8 @@ func TestGymServicesNotScrapedNotChecked(t *testing.T) {
 	if len(g.Services) != 1 || g.Services[0].Name != "p" || g.Services[0].Port != 8001 {
 		t.Errorf("services %+v", g.Services)
 	}
-	if len(g.Notes) != 1 || !strings.Contains(g.Notes[0], `services.x: type "future" is not one this plugin knows`) {
+	if len(g.Notes) != 2 || !strings.Contains(g.Notes[0], `services.x: type "future" is not one this plugin knows`) ||
+		!strings.Contains(g.Notes[1], "services.r: Ray serves its metrics only at a port given as --metrics-export-port in services.r.extra_args") {
 		t.Errorf("notes %q", g.Notes)
 	}
 }

@@ -34,7 +34,35 @@ type Service struct {
 	// node of the job: a config without compute node_pools, where Gym's
 	// srun of the service is not sized and runs on every node.
 	Nodes []int `json:"nodes,omitempty"`
+	// Role is "" for a vLLM engine (a vllm service or a vllm_pd tier),
+	// RoleRouter for the vllm-router of a vllm_pd service (Port is its
+	// Prometheus port, not its API port) and RoleRay for the metrics
+	// export port of a ray service's nodes. The scrape job of a service
+	// with a role carries the labels gym_service=<Name> and role=<Role>.
+	Role string `json:"role,omitempty"`
 }
+
+// Roles of the endpoints that are not vLLM engines (Service.Role).
+const (
+	// RoleRouter is the Prometheus port of a vllm_pd service's
+	// vllm-router, which serves vllm_router_* there and not on its API
+	// port.
+	RoleRouter = "router"
+	// RoleRay is a ray service's metrics export port (ray start
+	// --metrics-export-port), served by Ray's metrics agent on every node
+	// of the Ray cluster.
+	RoleRay = "ray"
+)
+
+// RouterMetricsPort is vllm-router's default Prometheus port
+// (--prometheus-port, default 29000, bound to --prometheus-host,
+// default 127.0.0.1: vllm-project/router src/main.rs at
+// 03e9af5c1982f7568d79021d80d812edecb2d702). Gym's executor starts the
+// router without either flag and its config has no key for them
+// (docs/gym-contract.md section 7), so this is where every Gym router
+// serves vllm_router_*: on 127.0.0.1 of the router's own node, which the
+// node's collector reaches.
+const RouterMetricsPort = 29000
 
 // RunsOn reports whether the endpoint serves /metrics on the node at
 // position index (0 first) of the job's node list.
@@ -54,6 +82,12 @@ func (s Service) RunsOn(index int) bool {
 // services.<name>.port, or services.<name>.prefill.port (.decode.port) for
 // a tier of a vllm_pd service.
 func (s Service) portKey() string {
+	switch s.Role {
+	case RoleRouter:
+		return "services." + s.Name + " (its vllm-router's Prometheus port)"
+	case RoleRay:
+		return "services." + s.Name + ".extra_args --metrics-export-port"
+	}
 	if s.Type == typeVLLMPD {
 		for _, t := range []string{"prefill", "decode"} {
 			if base, ok := strings.CutSuffix(s.Name, "-"+t); ok {
@@ -210,7 +244,7 @@ func LoadGymConfig(path string) (*GymConfig, error) {
 	if n, _ := topLevel(path, root, "services"); n != nil {
 		var notes []string
 		var models map[string]string
-		g.Services, models, notes, err = parseServices(path, n, pools)
+		g.Services, models, notes, err = parseServices(path, n, pools, policy)
 		g.Notes = append(g.Notes, notes...)
 		g.PolicyModel = models[policy]
 		add(err)
@@ -353,13 +387,18 @@ type gymService struct {
 	hasPool         bool
 	serverPerNode   bool // a vllm_pd tier with server_per_node
 	prefill, decode *yaml.Node
+	extraArgs       *yaml.Node // a ray service's extra_args
+	rayPools        *yaml.Node // a ray service's node_pools
+	line            int
 }
 
 // parseServices reads services: and places each endpoint on the job's
 // nodes as Gym's Slurm executor does (docs/gym-contract.md, "Where Gym
-// runs what"). It returns the endpoints sorted by name, each service's
-// model name (for driver.policy_model), and notes for services not scraped.
-func parseServices(path string, n *yaml.Node, pools []nodePool) ([]Service, map[string]string, []string, error) {
+// runs what"). policy is driver.policy_model, whose pool decides the
+// driver's node (the vllm_pd router and the ray head run there). It
+// returns the endpoints sorted by name, each service's model name (for
+// driver.policy_model), and notes for services not scraped.
+func parseServices(path string, n *yaml.Node, pools []nodePool, policy string) ([]Service, map[string]string, []string, error) {
 	models := map[string]string{}
 	if n.Tag == "!!null" {
 		return nil, models, nil, nil
@@ -374,23 +413,31 @@ func parseServices(path string, n *yaml.Node, pools []nodePool) ([]Service, map[
 	for _, p := range pools {
 		total += p.count
 	}
+	poolRange := func(name string) (int, int, bool) {
+		for _, p := range pools {
+			if p.name == name {
+				return p.start, p.count, true
+			}
+		}
+		return 0, 0, false
+	}
+	known := func() string {
+		var names []string
+		for _, p := range pools {
+			names = append(names, p.name)
+		}
+		if len(names) == 0 {
+			return "none declared"
+		}
+		return strings.Join(names, ", ")
+	}
 	place := func(s *gymService, line int) []int {
 		first, count := 0, total
 		if s.hasPool {
-			found := false
-			var names []string
-			for _, p := range pools {
-				names = append(names, p.name)
-				if p.name == s.nodePool {
-					first, count, found = p.start, p.count, true
-				}
-			}
+			var found bool
+			first, count, found = poolRange(s.nodePool)
 			if !found {
-				known := strings.Join(names, ", ")
-				if known == "" {
-					known = "none declared"
-				}
-				errs = append(errs, fmt.Errorf("%s:%d: %s.node_pool: %q is not a pool of compute.<cluster>.node_pools (%s)", path, line, s.key, s.nodePool, known))
+				errs = append(errs, fmt.Errorf("%s:%d: %s.node_pool: %q is not a pool of compute.<cluster>.node_pools (%s)", path, line, s.key, s.nodePool, known()))
 				return nil
 			}
 		} else if total == 0 {
@@ -418,19 +465,25 @@ func parseServices(path string, n *yaml.Node, pools []nodePool) ([]Service, map[
 		out = append(out, Service{Name: s.name, Type: s.typ, Port: s.port, Model: s.model,
 			ServedModelName: s.served, Nodes: nodes})
 	}
+	// The router of a vllm_pd service and the ray services are placed
+	// after every service is read: they run on the driver's node, which
+	// the policy's pool decides.
+	var routers, rays []*gymService
+	servicePool := map[string]*gymService{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		name, body := n.Content[i].Value, n.Content[i+1]
 		if body.Kind != yaml.MappingNode {
 			errs = append(errs, fmt.Errorf("%s:%d: services.%s: expected a mapping", path, body.Line, name))
 			continue
 		}
-		s := &gymService{name: name, key: "services." + name, port: 8000}
+		s := &gymService{name: name, key: "services." + name, port: 8000, line: body.Line}
 		if err := readService(path, body, s, nil); err != nil && (s.typ == typeVLLM || s.typ == typeVLLMPD) {
 			// Only what is scraped must be well formed; a ray or unknown
 			// service's keys are Gym's business.
 			errs = append(errs, err)
 			continue
 		}
+		servicePool[name] = s
 		models[name] = s.served
 		if models[name] == "" {
 			models[name] = s.model
@@ -439,8 +492,10 @@ func parseServices(path string, n *yaml.Node, pools []nodePool) ([]Service, map[
 		case typeVLLM:
 			emit(s, body.Line)
 		case typeVLLMPD:
-			// The router <name> fronts the tiers and serves the OpenAI API
-			// only; each tier is a vllm serve on its own pool.
+			// The router <name> fronts the tiers: its API on the service's
+			// port, vllm_router_* on its own Prometheus port; each tier is
+			// a vllm serve on its own pool.
+			routers = append(routers, s)
 			for _, t := range []struct {
 				suffix string
 				node   *yaml.Node
@@ -466,15 +521,133 @@ func parseServices(path string, n *yaml.Node, pools []nodePool) ([]Service, map[
 				emit(tier, t.node.Line)
 			}
 		case typeRay:
-			// A Ray cluster: its port is Ray's GCS, not Prometheus text.
+			// A Ray cluster: its port is Ray's GCS, not Prometheus text;
+			// Ray's metrics agent serves only at --metrics-export-port.
+			rays = append(rays, s)
 		case "":
 			notes = append(notes, fmt.Sprintf("%s:%d: services.%s has no type, so it is not scraped", path, body.Line, name))
 		default:
 			notes = append(notes, fmt.Sprintf("%s:%d: services.%s: type %q is not one this plugin knows (vllm, vllm_pd, ray), so it is not scraped%s", path, body.Line, name, s.typ, suggestType(s.typ)))
 		}
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	// The driver runs on the policy's pool's first node when the policy is
+	// pinned, else on node 0 (slurm_script.py _driver_node).
+	driver := 0
+	if p := servicePool[policy]; p != nil && p.hasPool {
+		if first, _, ok := poolRange(p.nodePool); ok {
+			driver = first
+		}
+	}
+	var optional []Service
+	for _, s := range routers {
+		r := Service{Name: s.name, Type: typeVLLMPD, Port: RouterMetricsPort, Model: s.model,
+			ServedModelName: s.served, Role: RoleRouter}
+		switch {
+		case s.hasPool:
+			// A pinned router's srun spans its pool: a router on each node.
+			first, count, ok := poolRange(s.nodePool)
+			if !ok {
+				errs = append(errs, fmt.Errorf("%s:%d: %s.node_pool: %q is not a pool of compute.<cluster>.node_pools (%s)", path, s.line, s.key, s.nodePool, known()))
+				continue
+			}
+			for i := 0; i < count; i++ {
+				r.Nodes = append(r.Nodes, first+i)
+			}
+		case total > 0:
+			r.Nodes = []int{driver}
+		}
+		optional = append(optional, r)
+	}
+	for _, s := range rays {
+		port, note := rayMetricsPort(path, s)
+		if note != "" {
+			notes = append(notes, note)
+			continue
+		}
+		r := Service{Name: s.name, Type: typeRay, Port: port, Role: RoleRay}
+		if total > 0 {
+			// The head beside the driver; every other node of its
+			// node_pools a worker, started with the same extra_args
+			// (only --port, --redis-shard-ports and --include-dashboard
+			// are dropped there).
+			set := map[int]bool{driver: true}
+			for _, name := range rayPoolNames(s) {
+				first, count, ok := poolRange(name)
+				if !ok {
+					errs = append(errs, fmt.Errorf("%s:%d: %s.node_pools: %q is not a pool of compute.<cluster>.node_pools (%s)", path, s.rayPools.Line, s.key, name, known()))
+					continue
+				}
+				for i := 0; i < count; i++ {
+					set[first+i] = true
+				}
+			}
+			for idx := range set {
+				r.Nodes = append(r.Nodes, idx)
+			}
+			sort.Ints(r.Nodes)
+		}
+		optional = append(optional, r)
+	}
+	// An optional endpoint on a port another endpoint of its node already
+	// serves is left out with a note (the engine's is scraped): two
+	// routers on one node, or Ray's port on a model's, cannot both bind it.
+	for _, o := range optional {
+		clash := ""
+		for _, e := range out {
+			if n, ok := sharedNode(o.Nodes, e.Nodes); ok && e.Port == o.Port {
+				clash = fmt.Sprintf("%s (%d on %s)", e.portKey(), e.Port, n)
+				break
+			}
+		}
+		if clash != "" {
+			notes = append(notes, fmt.Sprintf("%s: %s: the same port as %s, so it is not scraped", path, o.portKey(), clash))
+			continue
+		}
+		out = append(out, o)
+	}
+	sort.SliceStable(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	return out, models, notes, errors.Join(errs...)
+}
+
+// rayMetricsPort reads --metrics-export-port from a ray service's
+// extra_args (Gym appends them verbatim to ray start on the head and on
+// every worker). Without the flag Ray picks a random port, so nothing is
+// scraped; the note says why.
+func rayMetricsPort(path string, s *gymService) (int, string) {
+	if s.extraArgs == nil || s.extraArgs.Kind != yaml.ScalarNode || s.extraArgs.Tag == "!!null" {
+		return 0, fmt.Sprintf("%s:%d: %s: Ray serves its metrics only at a port given as --metrics-export-port in %s.extra_args (ray start picks a random one otherwise), so this Ray cluster is not scraped", path, s.line, s.key, s.key)
+	}
+	fields := strings.Fields(s.extraArgs.Value)
+	val, found := "", false
+	for i, f := range fields {
+		if f == "--metrics-export-port" && i+1 < len(fields) {
+			val, found = fields[i+1], true
+		} else if v, ok := strings.CutPrefix(f, "--metrics-export-port="); ok {
+			val, found = v, true
+		}
+	}
+	if !found {
+		return 0, fmt.Sprintf("%s:%d: %s: Ray serves its metrics only at a port given as --metrics-export-port in %s.extra_args (ray start picks a random one otherwise), so this Ray cluster is not scraped", path, s.extraArgs.Line, s.key, s.key)
+	}
+	port, err := strconv.Atoi(strings.Trim(val, `'"`))
+	if err != nil || port < 1 || port > 65535 {
+		return 0, fmt.Sprintf("%s:%d: %s.extra_args: --metrics-export-port %q is not a port number (1-65535), so this Ray cluster is not scraped", path, s.extraArgs.Line, s.key, val)
+	}
+	return port, ""
+}
+
+// rayPoolNames are the names in a ray service's node_pools list.
+func rayPoolNames(s *gymService) []string {
+	if s.rayPools == nil || s.rayPools.Kind != yaml.SequenceNode {
+		return nil
+	}
+	var names []string
+	for _, c := range s.rayPools.Content {
+		if c.Kind == yaml.ScalarNode {
+			names = append(names, c.Value)
+		}
+	}
+	return names
 }
 
 // readService reads the keys the plugin needs from one service mapping
@@ -525,6 +698,10 @@ func readService(path string, body *yaml.Node, s *gymService, parent *gymService
 			if parent == nil {
 				s.decode = v
 			}
+		case "extra_args":
+			s.extraArgs = v
+		case "node_pools":
+			s.rayPools = v
 		}
 	}
 	return errors.Join(errs...)

@@ -57,7 +57,11 @@ func (r *Resolved) checkValues() []error {
 		if _, err := servicePortKey.checkInt(strconv.Itoa(s.Port)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", s.portKey(), err))
 		}
-		if s.Type != typeVLLM && s.Type != typeVLLMPD {
+		switch {
+		case s.Role == RoleRay && s.Type == typeRay, s.Role == RoleRouter && s.Type == typeVLLMPD:
+		case s.Role != "":
+			errs = append(errs, fmt.Errorf("services.%s: role %q with type %q is not an endpoint this plugin scrapes (router of vllm_pd, ray)", s.Name, s.Role, s.Type))
+		case s.Type != typeVLLM && s.Type != typeVLLMPD:
 			errs = append(errs, fmt.Errorf("services.%s.type: %q is not a type whose /metrics is scraped (vllm, vllm_pd)", s.Name, s.Type))
 		}
 		for _, n := range s.Nodes {

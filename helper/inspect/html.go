@@ -132,6 +132,11 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 12px; }
 <table id="servers"><tr><th>server</th><th>requests</th><th>prompt tokens</th><th>generation tokens</th><th>prompt tok/s</th><th>gen tok/s</th><th>over (s)</th><th class="l">e2e latency (s)</th><th class="l">time to first token (s)</th></tr>
 {{range .R.ModelServers}}<tr><td>{{.Node}} {{.Producer}} {{.Model}}</td><td>{{f .Requests 0}}</td><td>{{f .PromptTokens 0}}</td><td>{{f .GenerationTokens 0}}</td><td>{{f .PromptTokensPerSecond 1}}</td><td>{{f .GenerationTokensPerSecond 1}}</td><td>{{f .RateWindowSeconds 1}}</td><td class="l">{{q .E2ELatency 3}}</td><td class="l">{{q .TTFT 3}}</td></tr>
 {{end}}</table>{{end}}
+{{if .R.Routers}}<h2>Routers (vllm-router)</h2>
+<table id="routers"><tr><th>router</th><th>requests routed</th><th class="l">stage</th><th class="l">worker</th><th>requests</th></tr>
+{{range .R.Routers}}<tr><td>{{.Node}} {{.Producer}}</td><td>{{f .Requests 0}}</td><td></td><td></td><td></td></tr>
+{{range .Workers}}<tr><td></td><td></td><td class="l">{{.Stage}}</td><td class="l">{{.Worker}}</td><td>{{f .Requests 0}}</td></tr>
+{{end}}{{end}}</table>{{end}}
 {{if .R.GPUs}}<h2>GPUs</h2>
 <table id="gpus"><tr><th>node</th><th>gpu</th><th class="l">MIG instance</th><th class="l">model</th><th>util mean %</th><th>util max %</th><th>mem max MiB</th><th>power mean W</th><th>power max W</th><th>idle</th><th class="l">attribution</th></tr>
 {{range .R.GPUs}}<tr><td>{{.Node}}</td><td>{{.GPU}}</td><td class="l">{{if .Instance}}{{.Instance}} ({{.Profile}}){{end}}</td><td class="l">{{.Model}}</td><td>{{f .UtilMean 1}}</td><td>{{f .UtilMax 0}}</td><td>{{f .MemoryUsedMax 0}}</td><td>{{f .PowerMean 1}}</td><td>{{f .PowerMax 1}}</td><td>{{if .Idle}}idle{{end}}</td><td class="l">{{.Attribution}}</td></tr>

@@ -65,7 +65,10 @@ type Report struct {
 	// ModelServers has one entry per vLLM server (node, scrape job,
 	// model_name), then one with Node "(all)" over all of them.
 	ModelServers []ModelServer `json:"model_servers"`
-	GPUs         []GPU         `json:"gpus"`
+	// Routers has one entry per vllm-router (the router of a Gym vllm_pd
+	// service): the requests it routed and what each worker got.
+	Routers []Router `json:"routers,omitempty"`
+	GPUs    []GPU    `json:"gpus"`
 	// GPUSharing lists the GPUs (and MIG instances) of the files that are
 	// not the job's alone, each with why (energy.go).
 	GPUSharing []string `json:"gpu_sharing"`
@@ -493,6 +496,7 @@ func (a *aggregator) report() *Report {
 	}
 	r.Gym = a.gym()
 	r.ModelServers = a.modelServers()
+	r.Routers = a.routers()
 	r.GPUs = a.gpus()
 	r.GPUSharing = a.gpuSharing()
 	r.Energy = a.energy(r)
@@ -636,7 +640,7 @@ func (a *aggregator) modelServers() []ModelServer {
 	var keys []serverKey
 	bySrv := map[serverKey][]*series{}
 	for _, s := range a.order {
-		if !strings.HasPrefix(s.key.metric, "vllm_") {
+		if !strings.HasPrefix(s.key.metric, "vllm_") || strings.HasPrefix(s.key.metric, routerPrefix) {
 			continue
 		}
 		k := keyOf(s)

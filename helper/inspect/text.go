@@ -123,6 +123,20 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 
+	if len(r.Routers) > 0 {
+		t.section("routers (vllm-router)")
+		for _, ro := range r.Routers {
+			t.line("  %s %s: requests routed %s", ro.Node, ro.Producer, fw(ro.Requests, 0, "not sent"))
+			for _, w := range ro.Workers {
+				stage := w.Stage
+				if stage == "" {
+					stage = "worker"
+				}
+				t.line("    %-8s %s  %s", stage, w.Worker, fw(w.Requests, 0, "not sent"))
+			}
+		}
+	}
+
 	t.absent(r, "GPUs", "GPUs (dcgm-exporter)")
 	if len(r.GPUs) > 0 {
 		t.section("GPUs (dcgm-exporter)")

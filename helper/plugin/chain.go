@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
@@ -57,14 +58,27 @@ func parentToken(spec *config.Resolved, parent string, env config.LookupEnv) (st
 		}
 	}
 	var why []string
-	for _, dir := range dirs {
-		tok, err := collectorToken(dir, spec.Otel.TokenEnv)
-		if err == nil {
-			return tok, nil
+	deadline := time.Now().Add(restartWait)
+	for {
+		why = why[:0]
+		pending := false
+		for _, dir := range dirs {
+			tok, err := collectorToken(dir, spec.Otel.TokenEnv)
+			if err == nil {
+				return tok, nil
+			}
+			var r restarting
+			if errors.As(err, &r) {
+				pending = true
+			}
+			if !os.IsNotExist(err) {
+				why = append(why, err.Error())
+			}
 		}
-		if !os.IsNotExist(err) {
-			why = append(why, err.Error())
+		if !pending || time.Now().After(deadline) {
+			break
 		}
+		time.Sleep(restartPoll)
 	}
 	if len(why) == 0 {
 		return "", fmt.Errorf("job %s has no collector state on this node (looked in %s)", parent, strings.Join(dirs, ", "))
@@ -72,20 +86,45 @@ func parentToken(spec *config.Resolved, parent string, env config.LookupEnv) (st
 	return "", fmt.Errorf("job %s: %s", parent, strings.Join(why, "; "))
 }
 
+// restartWait bounds how long a nested submit waits for the running job's
+// collector to be back (the supervisor restarts one that exited, on the
+// same ports) before it gives up; restartPoll is how often it looks.
+var (
+	restartWait = 15 * time.Second
+	restartPoll = 250 * time.Millisecond
+)
+
+// restarting is the error of a collector that is not running while its
+// supervisor still is and has not finished: it may be restarting it.
+type restarting struct{ error }
+
 // collectorToken reads the value of tokenEnv from the environment of the
-// collector that state.json in dir names.
+// collector that state.json in dir names. An error wraps restarting when
+// no collector runs but the supervisor state.json names is still there
+// and has not ended (its status is not drained or failed).
 func collectorToken(dir, tokenEnv string) (string, error) {
 	st, err := jobdir.ReadState(dir)
 	if err != nil && !errors.Is(err, jobdir.ErrFormat) {
 		return "", err
 	}
-	if err != nil || st.CollectorPID <= 0 {
-		return "", fmt.Errorf("%s/%s names no collector (status %q)", dir, jobdir.StateFile, st.Status)
+	jerr := err
+	// The supervisor is not dumpable, so its /proc files are root's: only
+	// that it has not exited is checked (/proc/<pid>/stat is readable). A
+	// pid reused by another process only makes the submit wait
+	// restartWait before it fails.
+	live := func(err error) error {
+		if jerr == nil && st.SupervisorPID > 0 && notExited(st.SupervisorPID) && st.Status != jobdir.StatusDrained && st.Status != jobdir.StatusFailed {
+			return restarting{err}
+		}
+		return err
+	}
+	if jerr != nil || st.CollectorPID <= 0 {
+		return "", live(fmt.Errorf("%s/%s names no collector (status %q)", dir, jobdir.StateFile, st.Status))
 	}
 	proc := filepath.Join("/proc", strconv.Itoa(st.CollectorPID))
 	var fi syscall.Stat_t
 	if err := syscall.Stat(proc, &fi); err != nil || int(fi.Uid) != os.Getuid() {
-		return "", fmt.Errorf("its collector (pid %d) is not running as this user here", st.CollectorPID)
+		return "", live(fmt.Errorf("its collector (pid %d) is not running as this user here", st.CollectorPID))
 	}
 	cmdline, err := os.ReadFile(filepath.Join(proc, "cmdline"))
 	if err != nil || !bytes.Contains(cmdline, []byte(filepath.Join(dir, jobdir.ConfigFile))) {
@@ -103,4 +142,15 @@ func collectorToken(dir, tokenEnv string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("its collector (pid %d) holds no %s", st.CollectorPID, tokenEnv)
+}
+
+// notExited reports whether pid names a process that has not exited (a
+// zombie not yet reaped has).
+func notExited(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }

@@ -33,14 +33,34 @@ var corpus = []corpusCase{
 	// The head serves the API; the headless worker serves no HTTP.
 	{file: "multi-node-dp.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil}},
 	{file: "ray-across-nodes.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil}},
-	// The ray service (port 6379 by default, Ray's GCS) is not scraped.
-	{file: "ray-service.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil}},
-	// The router pd (node 0) serves the OpenAI API only; each tier serves
-	// /metrics on its pool's first node.
-	{file: "vllm-pd.yaml", nodes: [][]string{nil, {"gym-vllm/pd-prefill localhost:8001"}, nil, {"gym-vllm/pd-decode localhost:8002"}}},
+	// The ray service (port 6379 by default, Ray's GCS) is not scraped:
+	// without --metrics-export-port Ray's metrics have no known port.
+	{file: "ray-service.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil}, notes: []string{noRayPort}},
+	// The router pd (node 0, the driver's) serves vllm_router_* on
+	// vllm-router's Prometheus port 29000, not on its API port 8000; each
+	// tier serves /metrics on its pool's first node. Router and Ray
+	// placement: nemo_gym/orchestration/executors/slurm_script.py at
+	// 4df61bf (yaoyu-33/Gym) _build_router_command, _service_nodelist,
+	// _srun_nodes, _build_ray_command, _ray_worker_ranges; vllm-router's
+	// port: vllm-project/router src/main.rs at 03e9af5 (facts 14-17 of
+	// docs/gym-contract.md section 7).
+	{file: "vllm-pd.yaml", nodes: [][]string{{"gym-vllm/pd localhost:29000"}, {"gym-vllm/pd-prefill localhost:8001"}, nil, {"gym-vllm/pd-decode localhost:8002"}}},
 	{file: "vllm-pd-server-per-node.yaml", nodes: [][]string{
-		{"gym-vllm/pd-prefill localhost:9001"}, {"gym-vllm/pd-prefill localhost:9001"},
+		{"gym-vllm/pd localhost:29000", "gym-vllm/pd-prefill localhost:9001"}, {"gym-vllm/pd-prefill localhost:9001"},
 		{"gym-vllm/pd-decode localhost:9200"}, {"gym-vllm/pd-decode localhost:9200"}}},
+	// A router pinned to a pool of two nodes runs on both.
+	{file: "vllm-pd-router-pinned.yaml", nodes: [][]string{{"gym-vllm/pd localhost:29000"}, {"gym-vllm/pd localhost:29000"},
+		{"gym-vllm/pd-prefill localhost:8001"}, {"gym-vllm/pd-decode localhost:8002"}}},
+	// Two routers on the driver's node would both bind 29000: a's is
+	// scraped, b's is left out with a note.
+	{file: "vllm-pd-two-routers.yaml", nodes: [][]string{{"gym-vllm/a localhost:29000", "gym-vllm/a-prefill localhost:8001"},
+		{"gym-vllm/a-decode localhost:8002"}, {"gym-vllm/b-prefill localhost:8101"}, {"gym-vllm/b-decode localhost:8102"}},
+		notes: []string{"services.b (its vllm-router's Prometheus port): the same port as services.a (its vllm-router's Prometheus port) (29000 on node 0 of the job), so it is not scraped"}},
+	// Ray with --metrics-export-port in its extra_args: the head on the
+	// driver's node (1, the policy's pool's first) and the worker on pool
+	// aux (node 0) serve Ray's metrics at 8090.
+	{file: "ray-metrics-export.yaml", nodes: [][]string{{"gym-vllm/cluster localhost:8090"},
+		{"gym-vllm/cluster localhost:8090", "gym-vllm/policy localhost:8000"}, nil}},
 	{file: "two-pools.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil, {"gym-vllm/judge localhost:8000"}}},
 	{file: "ray-serve.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil}},
 	{file: "several-benchmarks.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}}},
@@ -51,21 +71,24 @@ var corpus = []corpusCase{
 	// 6-10 of docs/gym-contract.md section 7): a model_dump with every
 	// default and null, where otel.endpoint: null and otel.service_name:
 	// null leave the site's values in force; scratch keys; shell text in
-	// pre_command and env; Ray over two pools (not scraped; the policy's
-	// API on its pool's first node); vllm_pd with a judge pool first (the
-	// router on node 0 serves no /metrics, each tier on its pool's first
-	// node).
+	// pre_command and env; Ray over two pools (not scraped without a
+	// metrics export port; the policy's API on its pool's first node);
+	// vllm_pd with a judge pool first (the router on node 0 serves
+	// vllm_router_* on 29000, each tier on its pool's first node).
 	{file: "model-dump.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil, {"gym-vllm/judge localhost:8100"}}},
 	{file: "scratch-keys.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}}},
 	{file: "shell-text.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8200"}}},
-	{file: "ray-two-pools.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil, nil}},
-	{file: "vllm-pd-judge-first.yaml", nodes: [][]string{{"gym-vllm/judge localhost:8000"}, {"gym-vllm/pd-prefill localhost:9001"}, {"gym-vllm/pd-decode localhost:9002"}}},
+	{file: "ray-two-pools.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}, nil, nil}, notes: []string{noRayPort}},
+	{file: "vllm-pd-judge-first.yaml", nodes: [][]string{{"gym-vllm/judge localhost:8000", "gym-vllm/pd localhost:29000"}, {"gym-vllm/pd-prefill localhost:9001"}, {"gym-vllm/pd-decode localhost:9002"}}},
 	{file: "tolerated.yaml", nodes: [][]string{{"gym-vllm/policy localhost:8000"}}, notes: []string{
 		"otel.on_failure is not a key of Gym's otel: block (gym eval submit refuses it), so it is ignored here: set it in the site file or as the --gym-otel item on_failure=<value>",
 		"otel.exemplars: not a key this plugin reads, ignored",
 		`services.reranker: type "sglang" is not one this plugin knows (vllm, vllm_pd, ray), so it is not scraped`,
 	}},
 }
+
+// noRayPort is the note for a ray service without a metrics export port.
+const noRayPort = "Ray serves its metrics only at a port given as --metrics-export-port in"
 
 // TestGymCorpus validates every Gym submit config of the corpus and checks
 // the model scrape jobs rendered on each node of the job against where
@@ -233,5 +256,56 @@ func writeFile(t *testing.T, path, body string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRoleLabels: the router's and Ray's scrape jobs label their series
+// with the Gym service and its role; an engine's carries no such labels.
+func TestRoleLabels(t *testing.T) {
+	dir := filepath.Join(testdata(t), "gym-corpus")
+	for _, c := range []struct {
+		file, job, service, role string
+		node                     int
+	}{
+		{"vllm-pd.yaml", "gym-vllm/pd", "pd", "router", 0},
+		{"ray-metrics-export.yaml", "gym-vllm/cluster", "cluster", "ray", 1},
+		{"ray-metrics-export.yaml", "gym-vllm/policy", "", "", 1},
+	} {
+		r, err := config.Resolve(config.Inputs{SiteFile: "testdata/site.yaml",
+			Spec: "config=" + filepath.Join(dir, c.file) + ",run_id=r1,benchmark=b", WorkDir: "/home/alice"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Receivers struct {
+				Prometheus struct {
+					Config struct {
+						ScrapeConfigs []struct {
+							JobName       string `yaml:"job_name"`
+							StaticConfigs []struct {
+								Labels map[string]string `yaml:"labels"`
+							} `yaml:"static_configs"`
+						} `yaml:"scrape_configs"`
+					} `yaml:"config"`
+				} `yaml:"prometheus"`
+			} `yaml:"receivers"`
+		}
+		if err := yaml.Unmarshal(renderNode(t, r, c.node), &doc); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, j := range doc.Receivers.Prometheus.Config.ScrapeConfigs {
+			if j.JobName != c.job {
+				continue
+			}
+			found = true
+			l := j.StaticConfigs[0].Labels
+			if l["gym_service"] != c.service || l["role"] != c.role || !strings.HasPrefix(l["instance"], fmt.Sprintf("gn%d:", c.node+1)) {
+				t.Errorf("%s node %d: %s labels %v, want gym_service=%q role=%q", c.file, c.node, c.job, l, c.service, c.role)
+			}
+		}
+		if !found {
+			t.Errorf("%s node %d: no scrape job %s", c.file, c.node, c.job)
+		}
 	}
 }

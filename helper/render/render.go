@@ -522,6 +522,12 @@ type Target struct {
 	Instance string
 	// Port is the target's TCP port on the node's loopback.
 	Port int
+	// Service and Role are the Gym service and its role for an endpoint
+	// that is not a vLLM engine (config.Service.Role: "router" for a
+	// vllm_pd service's vllm-router, "ray" for a ray service's metrics
+	// export port); the scrape job labels its series gym_service=<Service>
+	// and role=<Role>. Both are "" otherwise.
+	Service, Role string
 }
 
 // Targets returns the scrape targets of in's node, in the order of the
@@ -536,6 +542,9 @@ func Targets(in Input) []Target {
 	for _, s := range in.Resolved.Services {
 		if s.RunsOn(in.Job.NodeIndex) {
 			add(o.Component+"/"+s.Name, s.Port)
+			if s.Role != "" {
+				ts[len(ts)-1].Service, ts[len(ts)-1].Role = s.Name, s.Role
+			}
 		}
 	}
 	if o.GPUMetricsPort != 0 {
@@ -561,9 +570,13 @@ func scrapeJobs(in Input) []omap {
 			{"metrics_path", "/metrics"},
 		}
 		job = append(job, scrapeLimits(in.Resolved.Otel)...)
+		labels := omap{{"instance", esc(t.Instance)}}
+		if t.Role != "" {
+			labels = append(labels, kv{"gym_service", esc(t.Service)}, kv{"role", esc(t.Role)})
+		}
 		job = append(job, kv{"static_configs", []omap{{
 			{"targets", []string{"localhost:" + strconv.Itoa(t.Port)}},
-			{"labels", omap{{"instance", esc(t.Instance)}}},
+			{"labels", labels},
 		}}})
 		jobs = append(jobs, job)
 	}

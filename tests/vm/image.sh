@@ -30,7 +30,7 @@ if [ -z "$mirror" ]; then
 fi
 mirror=${mirror:-http://deb.debian.org/debian}
 
-packages=systemd,systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,kmod,slurmd,slurmctld,slurm-client,munge,libslurm-dev,procps,util-linux,iproute2,ca-certificates,curl
+packages=systemd,systemd-sysv,udev,dbus,linux-image-amd64,dracut,kmod,slurmd,slurmctld,slurm-client,munge,libslurm-dev,procps,util-linux,iproute2,ca-certificates,curl
 # The suite's unit: mounts the payload disk (/dev/vdb, made per run by
 # tests/vm/run.sh), runs its run.sh with the console as output, records the
 # exit code on that disk, and powers the guest off whatever happens.
@@ -62,6 +62,12 @@ sync
 umount /payload
 exit "$rc"
 '
+# The initrd: sid's kernel takes dracut; made again for any machine
+# (no host-only), with the virtio disk and ext4 drivers.
+initrd_steps='
+printf "hostonly=\"no\"\nadd_drivers+=\" virtio_pci virtio_blk ext4 \"\n" > /etc/dracut.conf.d/90-gymvm.conf
+for k in $(ls /lib/modules); do dracut --force --no-hostonly /boot/initrd.img-$k $k; done
+'
 # Run in the root file system after debootstrap: the job user, the node's
 # name, no console login or first-boot prompt on the serial line, Slurm's
 # daemons off until the suite has written their configuration (it starts
@@ -81,7 +87,7 @@ mkdir -p /var/spool/slurmd /var/spool/slurmctld /var/log/slurm
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /usr/share/doc/* /usr/share/man/* /usr/share/locale/*
 '
-hash=$(printf '%s\n' "$suite" "$packages" "$unit" "$suite_sh" "$chroot_steps" | sha256sum | cut -c1-12)
+hash=$(printf '%s\n' "$suite" "$packages" "$unit" "$suite_sh" "$chroot_steps" "$initrd_steps" | sha256sum | cut -c1-12)
 cache=${GYM_OTEL_VM_CACHE:-/var/cache/gym-otel-vm}
 out=$cache/$hash
 
@@ -92,16 +98,29 @@ if [ -s "$out/versions" ]; then
 fi
 [ "$(id -u)" -eq 0 ] || { echo "vm image: building needs root (debootstrap, chroot)" >&2; exit 1; }
 root=$cache/$hash.root
-rm -rf "$root" "$out"
+# Never remove a tree with /dev bound into it.
+unmount_root() { for m in dev sys proc; do mountpoint -q "$root/$m" 2>/dev/null && umount "$root/$m"; done; return 0; }
+unmount_root
+trap unmount_root EXIT
+rm -rf --one-file-system "$root" "$out"
 mkdir -p "$root" "$out"
 echo "vm image: building $out from $mirror (debootstrap $suite, a few minutes)" >&2
 start=$(date +%s)
-debootstrap --variant=minbase --include="$packages" "$suite" "$root" "$mirror" \
+# Downloaded packages are kept in $cache/debs for the next build.
+mkdir -p "$cache/debs"
+debootstrap --variant=minbase --cache-dir="$cache/debs" --include="$packages" "$suite" "$root" "$mirror" \
 	>"$cache/$hash.log" 2>&1 || { tail -30 "$cache/$hash.log" >&2; exit 1; }
 printf '%s' "$unit" >"$root/etc/systemd/system/gym-vm-suite.service"
 printf '%s' "$suite_sh" >"$root/usr/local/sbin/gym-vm-suite"
 chmod 0755 "$root/usr/local/sbin/gym-vm-suite"
 chroot "$root" /bin/sh -ec "$chroot_steps" >>"$cache/$hash.log" 2>&1 || { tail -30 "$cache/$hash.log" >&2; exit 1; }
+mount -t proc proc "$root/proc"
+mount -t sysfs sys "$root/sys"
+mount --bind /dev "$root/dev"
+rc=0
+chroot "$root" /bin/sh -ec "$initrd_steps" >>"$cache/$hash.log" 2>&1 || rc=$?
+unmount_root
+[ "$rc" = 0 ] || { tail -30 "$cache/$hash.log" >&2; exit 1; }
 
 kver=$(cd "$root/boot" && ls vmlinuz-* | sed 's/^vmlinuz-//' | sort -V | tail -1)
 [ -n "$kver" ] && [ -f "$root/boot/initrd.img-$kver" ] || { echo "vm image: no kernel/initrd in $root/boot" >&2; exit 1; }
@@ -126,7 +145,8 @@ mv "$out/root.img.tmp" "$out/root.img"
 	echo "munge=$(chroot "$root" dpkg-query -W -f '${Version}' munge)"
 	echo "built_seconds=$(( $(date +%s) - start ))"
 } >"$out/versions.tmp"
-rm -rf "$root"
+unmount_root
+rm -rf --one-file-system "$root"
 mv "$out/versions.tmp" "$out/versions"
 echo "vm image: built in $(( $(date +%s) - start ))s: $(tr '\n' ' ' <"$out/versions")" >&2
 echo "$out"

@@ -10,7 +10,12 @@ set -u
 P=/payload
 O=$P/out
 mkdir -p "$O"
-exec > >(tee -a "$O/suite.log") 2>&1
+# Everything once to the console and once to suite.log; tee has ended when
+# this script returns (the unit unmounts the disk next).
+if [ -z "${GYM_VM_TEED:-}" ]; then
+	GYM_VM_TEED=1 "$0" "$@" 2>&1 | tee -a "$O/suite.log"
+	exit "${PIPESTATUS[0]}"
+fi
 say() { echo "gym-vm: $*"; }
 up() { cut -d' ' -f1 /proc/uptime; }
 boot=$(up)
@@ -36,6 +41,7 @@ install -m 0755 "$P/bin/otelcol-gym" /usr/bin/otelcol-gym
 install -m 0644 "$P/conf/slurm.conf" "$P/conf/cgroup.conf" "$P/conf/gym-otel.yaml" /etc/slurm/
 printf 'include /etc/slurm/plugstack.conf.d/*.conf\n' >/etc/slurm/plugstack.conf
 install -d -m 1777 /jobs
+install -d -o slurm -g slurm /var/spool/slurmctld /var/log/slurm
 [ -s /etc/munge/munge.key ] || mungekey --create --keyfile=/etc/munge/munge.key
 chown munge:munge /etc/munge/munge.key
 chmod 0400 /etc/munge/munge.key

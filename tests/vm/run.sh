@@ -66,7 +66,7 @@ set +e
 timeout "${GYM_OTEL_VM_TIMEOUT:-3600}" qemu-system-x86_64 -M q35 -accel "$accel" -cpu max \
 	-m "${GYM_OTEL_VM_MEM:-3G}" -smp "${GYM_OTEL_VM_SMP:-2}" \
 	-kernel "$image/vmlinuz" -initrd "$image/initrd.img" \
-	-append 'root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 panic=-1' \
+	-append 'root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 panic=-1 quiet' \
 	-drive file="$image/root.img",if=virtio,format=raw,snapshot=on \
 	-drive file="$work/payload.img",if=virtio,format=raw \
 	-nic none -nographic -no-reboot </dev/null 2>&1 | tee "$work/console.log"

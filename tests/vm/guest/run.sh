@@ -55,6 +55,11 @@ systemd-run --unit=gym-backend -E BACKEND_PORT=4318 -E BACKEND_HEALTH_PORT=13133
 	/usr/bin/otelcol-gym --config "$P/conf/backend.yaml" || fail "backend"
 waitfor 120 curl -fsS http://127.0.0.1:13133/ || { journalctl -u gym-backend --no-pager | tail -20; fail "the backend is not healthy"; }
 
+# The guest has no network card (-nic none), only lo: Slurm resolves its
+# listening addresses with AI_ADDRCONFIG, which finds none without a
+# configured non-loopback address. A dummy interface gives it one.
+ip link add gym0 type dummy && ip addr add 10.231.30.1/24 dev gym0 && ip link set gym0 up ||
+	fail "no dummy interface"
 t=$(up)
 systemctl start slurmctld slurmd || { journalctl -u slurmctld -u slurmd --no-pager | tail -40; fail "slurm did not start"; }
 waitfor 300 sh -c 'sinfo -h -N -o %T | grep -qx idle' || {

@@ -254,7 +254,7 @@ func TestNode(t *testing.T) {
 	if mi, _ := os.ReadFile("/proc/self/mountinfo"); regexp.MustCompile(`(?m) - cgroup cgroup `).Match(mi) {
 		t.Errorf("a cgroup v1 hierarchy is mounted:\n%s", mi)
 	}
-	if !strings.HasPrefix(strings.TrimSpace(sv), "slurm 26.05") {
+	if !regexp.MustCompile(`^slurm(-wlm)? 26\.05\.`).MatchString(strings.TrimSpace(sv)) {
 		t.Errorf("Slurm %q, want 26.05", strings.TrimSpace(sv))
 	}
 	cfg, _ := run("scontrol", "show", "config")
@@ -276,7 +276,12 @@ func TestJob(t *testing.T) {
 	waitIdle(t)
 	d := jobDir(t, "job")
 	bin := recorder(t, d)
-	sh := script(t, filepath.Join(d, "job.sh"), "#!/bin/sh\nsrun -n1 true\necho done\n")
+	// One span to the job's collector (OTLP/HTTP JSON), from a step.
+	sh := script(t, filepath.Join(d, "job.sh"), `#!/bin/sh
+now=$(date +%s%N)
+srun -n1 curl -sS -o /dev/null -w '%{http_code}\n' -X POST -H 'Content-Type: application/json' "$OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces" \
+  -d '{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"vm-job"}}]},"scopeSpans":[{"spans":[{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174","name":"vm-span","kind":1,"startTimeUnixNano":"'$now'","endTimeUnixNano":"'$now'"}]}]}]}'
+`)
 	start := time.Now()
 	r := asUser(t, patience, fmt.Sprintf("sbatch --wait -n1 --mem=200M --gym-otel=binary=%s,job_dir=%s/run -o %s/job.out %s", bin, d, d, sh))
 	took := time.Since(start)
@@ -292,7 +297,8 @@ func TestJob(t *testing.T) {
 	rel := groupRel(id)
 	pc, err := os.ReadFile(filepath.Join(d, "run", "otel", "proc-cgroup"))
 	if err != nil {
-		t.Fatalf("the collector never started: %v", err)
+		out, _ := os.ReadFile(d + "/job.out")
+		t.Fatalf("the collector never started: %v\njob output:\n%s\nslurmd:\n%s", err, out, tail(log, 60))
 	}
 	if strings.TrimSpace(string(pc)) != "0::/"+rel {
 		t.Errorf("the collector started in %q, want 0::/%s", strings.TrimSpace(string(pc)), rel)
@@ -306,12 +312,16 @@ func TestJob(t *testing.T) {
 	if !regexp.MustCompile(`job ` + id + `: collector cgroup ` + regexp.QuoteMeta(rel) + `: peak memory`).MatchString(log) {
 		t.Errorf("no cost line of the group %s in slurmd's log (the epilog did not end it)", rel)
 	}
-	for _, p := range []string{"otel/collector.yaml", "otel/metrics.jsonl"} {
-		if fi, err := os.Stat(filepath.Join(d, "run", p)); err != nil {
+	for _, p := range []string{"otel/collector.yaml", "otel/metrics.jsonl", "otel/traces.jsonl"} {
+		if _, err := os.Stat(filepath.Join(d, "run", p)); err != nil {
 			t.Errorf("collector output: %v", err)
-		} else if fi.Size() == 0 {
-			t.Errorf("collector output %s is empty", p)
 		}
+	}
+	if out, _ := os.ReadFile(d + "/job.out"); strings.TrimSpace(string(out)) != "200" {
+		t.Errorf("the step's OTLP POST to the job's collector: %q, want 200", out)
+	}
+	if tr, _ := os.ReadFile(filepath.Join(d, "run", "otel", "traces.jsonl")); !strings.Contains(string(tr), "vm-span") {
+		t.Errorf("the step's span is not in the job's traces.jsonl")
 	}
 	if _, err := os.Stat("/sys/fs/cgroup/" + rel); err == nil {
 		t.Errorf("the group /sys/fs/cgroup/%s is left", rel)

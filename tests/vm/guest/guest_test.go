@@ -276,11 +276,14 @@ func TestJob(t *testing.T) {
 	waitIdle(t)
 	d := jobDir(t, "job")
 	bin := recorder(t, d)
-	// One span to the job's collector (OTLP/HTTP JSON), from a step.
+	// One span to the job's collector (OTLP/HTTP JSON) from a step, with
+	// the receiver's token the task gets in OTEL_EXPORTER_OTLP_HEADERS
+	// ("Authorization=Bearer%20<token>").
 	sh := script(t, filepath.Join(d, "job.sh"), `#!/bin/sh
 now=$(date +%s%N)
-srun -n1 curl -sS -o /dev/null -w '%{http_code}\n' -X POST -H 'Content-Type: application/json' "$OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces" \
-  -d '{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"vm-job"}}]},"scopeSpans":[{"spans":[{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174","name":"vm-span","kind":1,"startTimeUnixNano":"'$now'","endTimeUnixNano":"'$now'"}]}]}]}'
+srun -n1 sh -c 'curl -sS -o /dev/null -w "%{http_code}\n" -X POST -H "Content-Type: application/json" \
+  -H "$(printf %s "$OTEL_EXPORTER_OTLP_HEADERS" | sed "s/%20/ /g; s/=/: /")" "$OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces" -d "$0"' \
+  '{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"vm-job"}}]},"scopeSpans":[{"spans":[{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174","name":"vm-span","kind":1,"startTimeUnixNano":"'$now'","endTimeUnixNano":"'$now'"}]}]}]}'
 `)
 	start := time.Now()
 	r := asUser(t, patience, fmt.Sprintf("sbatch --wait -n1 --mem=200M --gym-otel=binary=%s,job_dir=%s/run -o %s/job.out %s", bin, d, d, sh))

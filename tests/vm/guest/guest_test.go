@@ -553,8 +553,8 @@ func TestDeviceNotGiven(t *testing.T) {
 case "$1" in --version) exec %[1]s --version ;; esac
 o=$(dirname "$2")
 cat /proc/$$/cgroup > "$o/proc-cgroup"
-{ : < %[2]s; } 2> "$o/open-gpu.err" && echo opened > "$o/open-gpu" || echo refused > "$o/open-gpu"
-{ : < /dev/null; } 2> "$o/open-null.err" && echo opened > "$o/open-null" || echo refused > "$o/open-null"
+if head -c 0 %[2]s 2> "$o/open-gpu.err"; then echo opened; else echo refused; fi > "$o/open-gpu"
+if head -c 0 /dev/null 2> "$o/open-null.err"; then echo opened; else echo refused; fi > "$o/open-null"
 exec %[1]s "$@"
 `, collector, dev))
 	sh := script(t, filepath.Join(d, "job.sh"), "#!/bin/sh\ntrue\n")

@@ -12,6 +12,8 @@
 #   make rpm          build/rpm/*.rpm (a payload check here: see packaging/rpm)
 #   make plugin-test  the plugin's tests on a real local Slurm (tests/plugin; root)
 #   make docker-test  the multi-node tests on Slurm 22.05, 24.11 and 26.05 in containers
+#   make vm-test      the containment suite in a qemu guest: cgroup v2 under systemd, Slurm 26.05
+#                     with cgroup/v2 (tests/vm; root; TCG without /dev/kvm: see tests/vm/README.md)
 #   make demo-cluster the main job on a two-node Slurm in containers
 #   make bench-scale  the plugin at scale: a simulated cluster of 32 slurmd, one collector's CPU (about 25 min)
 
@@ -174,6 +176,15 @@ docker-test: deps build collector standins
 
 demo-cluster: deps build collector standins
 	bash tests/slurm-docker/demo.sh bookworm
+
+# ------------------------------------------------- cgroup v2 + systemd guest
+# tests/vm: a Debian sid guest (debootstrap, systemd as PID 1, unified cgroup
+# v2, Slurm 26.05 with cgroup/v2, proctrack/cgroup, task/cgroup,
+# PrologFlags=Alloc,Contain) booted with qemu-system-x86_64; its image is
+# cached under /var/cache/gym-otel-vm by a hash of its recipe. Root, qemu.
+.PHONY: vm-test
+vm-test: build collector
+	bash tests/vm/run.sh
 
 # ---------------------------------------------------------------- benchmarks
 # make bench: P1-P7 of docs/performance.md on a local Slurm of its own

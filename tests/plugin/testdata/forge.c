@@ -70,6 +70,11 @@ int main(int argc, char **argv)
 		slurm_perror("slurm_submit_batch_job");
 		return 1;
 	}
+	/* 26.05's response carries the job's step id (job id and SLUID). */
+#if defined(SLURM_VERSION_NUMBER) && SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(26, 5, 0)
+	printf("Submitted batch job %u\n", resp->step_id.job_id);
+#else
 	printf("Submitted batch job %u\n", resp->job_id);
+#endif
 	return 0;
 }

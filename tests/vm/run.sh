@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# make vm-test: boot the cgroup v2 + systemd guest (tests/vm/image.sh) under
+# qemu (TCG when there is no /dev/kvm) and run the guest suite inside it.
+#
+#   tests/vm/run.sh
+#
+# Builds the plugin against the guest's Slurm headers (make install
+# DESTDIR=<payload>/stage), the cgroup package's tests and the guest suite
+# (go test -c, static), the forged-spec submitter (against the guest's
+# libslurm), and puts them with the collector and the configs on a second
+# disk (ext4, mkfs.ext4 -d). The guest's unit runs the suite from it and
+# powers off; the results come back on that disk (debugfs rdump, no mount)
+# and the serial console is printed as it runs. Exits non-zero when the
+# suite fails, when the guest does not finish within GYM_OTEL_VM_TIMEOUT
+# seconds (default 3600), or when it leaves no exit code.
+#
+# Environment: GYM_OTEL_VM_CACHE (image cache, /var/cache/gym-otel-vm),
+# GYM_OTEL_VM_WORK (payload, console log, results, /var/tmp/gym-otel-vm),
+# GYM_VM_RUN (a -test.run pattern for the guest suite), GYM_OTEL_VM_SMP,
+# GYM_OTEL_VM_MEM (2, 3G).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+export PATH=/usr/local/go/bin:$PATH
+log() { echo "vm-test: $*" >&2; }
+[ "$(id -u)" -eq 0 ] || { log "must run as root (debootstrap, chroot)"; exit 1; }
+command -v qemu-system-x86_64 >/dev/null || { log "qemu-system-x86_64 missing: apt-get install qemu-system-x86"; exit 1; }
+[ -x "$repo/build/otelcol-gym" ] || { log "$repo/build/otelcol-gym missing: make collector"; exit 1; }
+
+t0=$(date +%s)
+image=$("$here/image.sh")
+t_image=$(( $(date +%s) - t0 ))
+plugindir=$(cat "$image/plugindir")
+
+t1=$(date +%s)
+work=${GYM_OTEL_VM_WORK:-/var/tmp/gym-otel-vm}
+pl=$work/payload
+rm -rf "$pl" "$work/out" "$work/payload.img"
+mkdir -p "$pl/bin" "$pl/conf" "$work/build"
+log "building the plugin against the guest's Slurm headers ($(grep '^slurm=' "$image/versions"))"
+make -s -C "$repo" install BUILD="$work/build" SLURM_INCLUDE="$image/include" \
+	DESTDIR="$pl/stage" PREFIX=/usr SYSCONFDIR=/etc SLURM_PLUGIN_DIR="$plugindir" >"$work/make-install.log" 2>&1 ||
+	{ cat "$work/make-install.log" >&2; exit 1; }
+# A collector start under TCG takes seconds: the prolog gets 120 s
+# (below slurm.conf's PrologEpilogTimeout).
+sed -i '/^required /s/$/ prolog_timeout=120/' "$pl/stage/etc/slurm/plugstack.conf.d/gym-otel.conf"
+install -m 0755 "$repo/build/otelcol-gym" "$pl/bin/otelcol-gym"
+(cd "$repo" && CGO_ENABLED=0 go test -c -o "$pl/bin/cgroup.test" ./helper/cgroup &&
+	CGO_ENABLED=0 go test -c -tags vmguest -o "$pl/bin/guest.test" ./tests/vm/guest)
+gcc -O2 -I"$image/include" -o "$pl/bin/forge" "$repo/tests/plugin/testdata/forge.c" \
+	-L"$image/lib" -lslurm -Wl,--allow-shlib-undefined
+install -m 0755 "$here/guest/run.sh" "$pl/run.sh"
+cp "$here/guest/slurm.conf" "$here/guest/cgroup.conf" "$here/guest/gym-otel.yaml" "$repo/tests/backend/backend.yaml" "$pl/conf/"
+[ -n "${GYM_VM_RUN:-}" ] && printf '%s\n' "$GYM_VM_RUN" >"$pl/conf/run"
+chmod -R go+rX "$pl"
+mb=$(du -sm "$pl" | cut -f1)
+truncate -s $(( mb + 256 ))M "$work/payload.img"
+mkfs.ext4 -q -L gympayload -d "$pl" "$work/payload.img"
+t_payload=$(( $(date +%s) - t1 ))
+
+log "booting $image (root.img read-only through -snapshot) with $work/payload.img; console in $work/console.log"
+t2=$(date +%s)
+accel=tcg,thread=multi
+[ -w /dev/kvm ] && accel=kvm
+set +e
+timeout "${GYM_OTEL_VM_TIMEOUT:-3600}" qemu-system-x86_64 -M q35 -accel "$accel" -cpu max \
+	-m "${GYM_OTEL_VM_MEM:-3G}" -smp "${GYM_OTEL_VM_SMP:-2}" \
+	-kernel "$image/vmlinuz" -initrd "$image/initrd.img" \
+	-append 'root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 panic=-1 quiet' \
+	-drive file="$image/root.img",if=virtio,format=raw,snapshot=on \
+	-drive file="$work/payload.img",if=virtio,format=raw \
+	-nic none -nographic -no-reboot </dev/null 2>&1 | tee "$work/console.log"
+qrc=${PIPESTATUS[0]}
+set -e
+t_qemu=$(( $(date +%s) - t2 ))
+[ "$qrc" = 124 ] && { log "FAILED: the guest did not power off within ${GYM_OTEL_VM_TIMEOUT:-3600} s"; exit 1; }
+
+debugfs -R "rdump /out $work" "$work/payload.img" >/dev/null 2>&1 || true
+rc=$(cat "$work/out/rc" 2>/dev/null || echo none)
+boot=$(sed -n 's/^boot_seconds=//p' "$work/out/node" 2>/dev/null)
+suite=$(sed -n 's/^suite_seconds=//p' "$work/out/node" 2>/dev/null)
+log "ran on: $(grep -E '^(kernel|cgroupfs|systemd|slurm)=' "$work/out/node" 2>/dev/null | tr '\n' ' ')"
+log "image ${t_image} s ($( [ "$t_image" -lt 30 ] && echo cached || echo built)), payload ${t_payload} s, qemu ${t_qemu} s ($accel): boot to the suite ${boot:-?} s, tests ${suite:-?} s; results in $work/out"
+[ "$rc" = 0 ] || { log "FAILED: the guest suite's exit code is $rc (see $work/out/*.log)"; exit 1; }
+log "passed"

@@ -630,6 +630,10 @@ func (s *supervisor) drain() error {
 		s.endRun(nil, fmt.Sprintf("collector run %d had exited (%v) before the drain", s.runs+1, s.coll.waitErr))
 	case s.coll.killed:
 		s.endRun(nil, fmt.Sprintf("collector run %d did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.runs+1, s.o.ShutdownTimeoutSeconds))
+	case !clean && terminatedBy(s.coll.waitErr, syscall.SIGKILL):
+		// Killed by someone else (the OOM killer, a user) as the drain
+		// began, before the supervisor saw it exit.
+		s.endRun(nil, fmt.Sprintf("collector run %d was killed (%v) as the drain began", s.runs+1, s.coll.waitErr))
 	case final == nil:
 		s.endRun(nil, fmt.Sprintf("collector run %d sent no final figures at its shutdown (see collector.log)", s.runs+1))
 	default:

@@ -263,11 +263,34 @@ type backend struct {
 // ${...} expansion on the backend's side.
 func startBackend(t testing.TB, token string) *backend {
 	t.Helper()
-	return startBackendOn(t, token, freePort(t))
+	// A free port may be taken by a parallel test before the backend
+	// binds it: then again, on other ports.
+	for try := 1; ; try++ {
+		b, err := tryBackendOn(t, token, freePort(t))
+		if err == nil {
+			return b
+		}
+		if try < 3 && strings.Contains(err.Error(), "address already in use") {
+			t.Logf("backend: a port was taken before it bound it; again on other ports")
+			continue
+		}
+		t.Fatal(err)
+	}
 }
 
 // startBackendOn is startBackend on a given OTLP/HTTP port.
 func startBackendOn(t testing.TB, token string, port int) *backend {
+	t.Helper()
+	b, err := tryBackendOn(t, token, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// tryBackendOn starts the backend on port; an error when it exited before
+// its health check answered.
+func tryBackendOn(t testing.TB, token string, port int) (*backend, error) {
 	t.Helper()
 	dir := sharedDir(t) // not t.TempDir: a subtest's name may hold "$"
 	tokFile := filepath.Join(dir, "token")
@@ -312,13 +335,18 @@ service:
 		t.Fatal(err)
 	}
 	p := startProc(t, "backend", []string{"PATH=/usr/bin:/bin"}, testenv.Collector(t), "--config", cfgPath)
+	var exited error
 	waitFor(t, 20*time.Second, "the backend's health check", func() bool {
 		if !p.running() {
-			t.Fatalf("backend exited: %v\n%s", p.err, p.out.String())
+			exited = fmt.Errorf("backend exited: %v\n%s", p.err, p.out.String())
+			return true
 		}
 		return httpOK(fmt.Sprintf("http://127.0.0.1:%d/", health))
 	})
-	return &backend{url: fmt.Sprintf("http://127.0.0.1:%d", port), dir: dir, p: p}
+	if exited != nil {
+		return nil, exited
+	}
+	return &backend{url: fmt.Sprintf("http://127.0.0.1:%d", port), dir: dir, p: p}, nil
 }
 
 // stop drains the backend so its files are complete.

@@ -24,7 +24,16 @@ repo=$(cd "$here/../.." && pwd)
 export PATH=/usr/local/go/bin:$PATH
 log() { echo "vm-test: $*" >&2; }
 [ "$(id -u)" -eq 0 ] || { log "must run as root (debootstrap, chroot)"; exit 1; }
-command -v qemu-system-x86_64 >/dev/null || { log "qemu-system-x86_64 missing: apt-get install qemu-system-x86"; exit 1; }
+# What it needs beyond .ci/install-deps.sh, installed as the other make
+# targets install theirs: qemu (TCG), debootstrap, debugfs (e2fsprogs).
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v debugfs >/dev/null || need+=(e2fsprogs)
+if [ ${#need[@]} -gt 0 ]; then
+	log "installing ${need[*]}"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >&2
+fi
 [ -x "$repo/build/otelcol-gym" ] || { log "$repo/build/otelcol-gym missing: make collector"; exit 1; }
 
 t0=$(date +%s)

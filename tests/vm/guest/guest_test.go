@@ -220,6 +220,18 @@ func readPid(t *testing.T, path string) int {
 // groupRel is the plugin's cgroup of job id on this node.
 func groupRel(id string) string { return "gym_otel/" + cluster + "/" + node + "/job_" + id }
 
+// groupPath is the plugin's cgroup of job id below /sys/fs/cgroup: on this
+// systemd host the plugin's groups live in Slurm's delegated
+// <slice>/[<node>_]slurmstepd.scope, which slurmd's cgroup/v2 plugin made.
+func groupPath(t *testing.T, id string) string {
+	t.Helper()
+	scopes, _ := filepath.Glob("/sys/fs/cgroup/*.slice/*slurmstepd.scope")
+	if len(scopes) != 1 {
+		t.Fatalf("Slurm's slurmstepd scope: %v, want one", scopes)
+	}
+	return strings.TrimPrefix(scopes[0], "/sys/fs/cgroup/") + "/" + groupRel(id)
+}
+
 // recorder writes an otel.binary that saves its own /proc/<pid>/cgroup (and
 // the file system type of /sys/fs/cgroup, as the collector sees it) into its
 // output dir and then execs the real collector.
@@ -303,8 +315,8 @@ srun -n1 sh -c 'curl -sS -o /dev/null -w "%{http_code}\n" -X POST -H "Content-Ty
 		out, _ := os.ReadFile(d + "/job.out")
 		t.Fatalf("the collector never started: %v\njob output:\n%s\nslurmd:\n%s", err, out, tail(log, 60))
 	}
-	if strings.TrimSpace(string(pc)) != "0::/"+rel {
-		t.Errorf("the collector started in %q, want 0::/%s", strings.TrimSpace(string(pc)), rel)
+	if want := "0::/" + groupPath(t, id); strings.TrimSpace(string(pc)) != want {
+		t.Errorf("the collector started in %q, want %s", strings.TrimSpace(string(pc)), want)
 	}
 	if fs, _ := os.ReadFile(filepath.Join(d, "run", "otel", "cgroup-fs")); strings.TrimSpace(string(fs)) != "cgroup2fs" {
 		t.Errorf("the collector saw /sys/fs/cgroup as %q", fs)
@@ -326,8 +338,8 @@ srun -n1 sh -c 'curl -sS -o /dev/null -w "%{http_code}\n" -X POST -H "Content-Ty
 	if tr, _ := os.ReadFile(filepath.Join(d, "run", "otel", "traces.jsonl")); !strings.Contains(string(tr), "vm-span") {
 		t.Errorf("the step's span is not in the job's traces.jsonl")
 	}
-	if _, err := os.Stat("/sys/fs/cgroup/" + rel); err == nil {
-		t.Errorf("the group /sys/fs/cgroup/%s is left", rel)
+	if _, err := os.Stat("/sys/fs/cgroup/" + groupPath(t, id)); err == nil {
+		t.Errorf("the group /sys/fs/cgroup/%s is left", groupPath(t, id))
 	}
 	if ents, _ := filepath.Glob("/run/gym-otel/*/" + id); len(ents) > 0 {
 		t.Errorf("record dirs left: %v", ents)
@@ -375,7 +387,7 @@ func TestManyShortJobs(t *testing.T) {
 		switch {
 		case err != nil:
 			t.Errorf("job %s: the collector never started: %v\n%s", id, err, jobLines(log, id))
-		case strings.TrimSpace(string(pc)) != "0::/"+rel:
+		case strings.TrimSpace(string(pc)) != "0::/"+groupPath(t, id):
 			t.Errorf("job %s: the collector started outside its group %s: %s", id, rel, pc)
 		default:
 			contained++
@@ -383,7 +395,7 @@ func TestManyShortJobs(t *testing.T) {
 		if strings.Contains(log, "job "+id+": no cgroup for the collector") {
 			t.Errorf("job %s: ran without a cgroup", id)
 		}
-		if _, err := os.Stat("/sys/fs/cgroup/" + rel); err == nil {
+		if _, err := os.Stat("/sys/fs/cgroup/" + groupPath(t, id)); err == nil {
 			t.Errorf("job %s: its group is left", id)
 		}
 	}
@@ -571,7 +583,7 @@ exec %[1]s "$@"
 	null, _ := os.ReadFile(o + "/open-null")
 	t.Logf("job %s, collector in %s: open %s (c 195:0): %s %s; open /dev/null: %s",
 		id, strings.TrimSpace(string(pc)), dev, strings.TrimSpace(string(gpu)), strings.TrimSpace(string(gpuErr)), strings.TrimSpace(string(null)))
-	if strings.TrimSpace(string(pc)) != "0::/"+groupRel(id) {
+	if strings.TrimSpace(string(pc)) != "0::/"+groupPath(t, id) {
 		t.Errorf("the binary ran in %q, not the plugin's group", strings.TrimSpace(string(pc)))
 	}
 	if strings.TrimSpace(string(null)) != "opened" {

@@ -595,3 +595,75 @@ exec %[1]s "$@"
 	}
 	waitIdle(t)
 }
+
+// TestSystemdOperations: systemd's own operations while a flagged job runs
+// leave the plugin's group alone: `systemctl daemon-reload`, a restart of
+// slurmd (its steps' slurmstepd and the delegated scope outlive it), then
+// the job's end removes the group and leaves nothing behind. (A reboot
+// mid-job is not run here: the guest runs once; after one, the node's
+// cgroup tree is new and the prolog's orphan sweep removes what a record
+// left: see docs/admin-guide.md.)
+func TestSystemdOperations(t *testing.T) {
+	waitIdle(t)
+	d := jobDir(t, "systemd-ops")
+	sh := script(t, filepath.Join(d, "job.sh"), fmt.Sprintf("#!/bin/sh\ni=0; while [ ! -e %[1]s/end ] && [ $i -lt 1800 ]; do sleep 0.1; i=$((i+1)); done\n", d))
+	r := asUser(t, patience, fmt.Sprintf("sbatch -n1 --mem=200M --gym-otel=job_dir=%s/run -o %s/job.out %s", d, d, sh))
+	if r.code != 0 {
+		t.Fatalf("sbatch: exit %d: %s", r.code, r.stderr)
+	}
+	id := jobIDOf(t, r)
+	var pids []string
+	group := ""
+	if !waitFor(patience, func() bool {
+		pids = userProcs("otelcol-gym")
+		if len(pids) == 0 {
+			return false
+		}
+		group = "/sys/fs/cgroup/" + groupPath(t, id)
+		_, err := os.Stat(group)
+		return err == nil
+	}) {
+		t.Fatalf("job %s: no collector in a group (collectors %v, group %q)\nslurmd:\n%s", id, pids, group, jobLines(slurmd(t), id))
+	}
+	pid, _ := strconv.Atoi(strings.Fields(pids[0])[0])
+	inGroup := func(what string) {
+		t.Helper()
+		pc, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil || !alive(pid) {
+			t.Fatalf("after %s: the collector %d is gone (%v)", what, pid, err)
+		}
+		if want := "0::/" + groupPath(t, id); strings.TrimSpace(string(pc)) != want {
+			t.Errorf("after %s: the collector is in %q, want %s", what, strings.TrimSpace(string(pc)), want)
+		}
+		if _, err := os.Stat(group); err != nil {
+			t.Errorf("after %s: the group %s is gone: %v", what, group, err)
+		}
+	}
+	inGroup("the job's start")
+	if out, err := run("systemctl", "daemon-reload"); err != nil {
+		t.Fatalf("daemon-reload: %v %s", err, out)
+	}
+	time.Sleep(2 * time.Second) // systemd re-applies its units' settings asynchronously
+	inGroup("systemctl daemon-reload")
+	if out, err := run("systemctl", "restart", "slurmd"); err != nil {
+		t.Fatalf("restart slurmd: %v %s", err, out)
+	}
+	if !waitFor(patience, func() bool {
+		s, _ := run("sinfo", "-h", "-N", "-o", "%T")
+		s = strings.TrimSpace(s)
+		return s == "allocated" || s == "mixed"
+	}) {
+		t.Fatalf("node not back after slurmd's restart")
+	}
+	inGroup("systemctl restart slurmd")
+	if err := os.WriteFile(d+"/end", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitJobsGone(t, []string{id})
+	waitNoCollector(t)
+	waitIdle(t)
+	if _, err := os.Stat(group); err == nil {
+		t.Errorf("job %s: its group %s is left after the job", id, group)
+	}
+	t.Logf("job %s: the collector %d stayed in %s through daemon-reload and a slurmd restart; the group went with the job", id, pid, group)
+}

@@ -584,7 +584,7 @@ func (g *Group) Kill(timeout time.Duration) (int, error) {
 			}
 		}
 		for i := 0; i < 10; i++ {
-			if len(g.Pids()) == 0 {
+			if len(g.Pids()) == 0 && !g.populated() {
 				return found, nil
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -593,6 +593,23 @@ func (g *Group) Kill(timeout time.Duration) (int, error) {
 			return found, fmt.Errorf("cgroup %s: %d processes left after %s", g.Rel, len(g.Pids()), timeout)
 		}
 	}
+}
+
+// populated reports whether a v2 directory of the group still counts a
+// task (cgroup.events "populated 1"). cgroup.procs leaves out a process
+// that is exiting, still releasing its memory: the count drops only once it
+// has passed the kernel's cgroup exit, so Kill returns when its processes
+// are gone or zombies, not merely dying.
+func (g *Group) populated() bool {
+	for _, d := range g.dirs {
+		if d.h.Version != V2 {
+			continue
+		}
+		if ev, err := readSmall(filepath.Join(d.path, "cgroup.events")); err == nil && strings.Contains(ev, "populated 1") {
+			return true
+		}
+	}
+	return false
 }
 
 // Remove removes the group's directories (they must be empty: Kill first).

@@ -21,6 +21,7 @@ func TestConcurrentCreateRemove(t *testing.T) {
 	const loops, each = 4, 150
 	var creates, failed, retried atomic.Int64
 	var firstErr atomic.Value
+	var firstRetry atomic.Value
 	var wg sync.WaitGroup
 	start := time.Now()
 	for l := 0; l < loops; l++ {
@@ -41,6 +42,9 @@ func TestConcurrentCreateRemove(t *testing.T) {
 					continue
 				}
 				retried.Add(int64(len(g.Retried)))
+				if len(g.Retried) > 0 {
+					firstRetry.CompareAndSwap(nil, g.Retried[0].Error())
+				}
 				if err := g.Remove(); err != nil {
 					t.Errorf("remove %s: %v", rel, err)
 				}
@@ -59,7 +63,7 @@ func TestConcurrentCreateRemove(t *testing.T) {
 	// Not even a retry: the retry is for what this package does not
 	// control, never a cover for its own race.
 	if failed.Load() != 0 || retried.Load() != 0 {
-		t.Errorf("%d of %d creates failed, %d attempts retried; first error: %v", failed.Load(), creates.Load(), retried.Load(), firstErr.Load())
+		t.Errorf("%d of %d creates failed, %d attempts retried; first error: %v; first retried: %v", failed.Load(), creates.Load(), retried.Load(), firstErr.Load(), firstRetry.Load())
 	}
 	for _, h := range hs {
 		if ents, _ := os.ReadDir(filepath.Join(h.Mount, base, "n1")); len(ents) > 0 {

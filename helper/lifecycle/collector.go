@@ -248,10 +248,13 @@ func tailFile(path string, n int) string {
 
 var versionRE = regexp.MustCompile(`version v?(\d+)\.(\d+)\.(\d+)`)
 
-// checkVersion runs `<binary> --version` and refuses a collector older than
-// render.MinCollectorVersion. Errors name otel.binary.
-func checkVersion(ctx context.Context, binary string, env []string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+// checkVersion runs `<binary> --version` within bound and refuses a
+// collector older than render.MinCollectorVersion. The bound is the start's
+// own (health_check_timeout_seconds): a loaded or slow node may take
+// seconds to load a large binary, and the start as a whole is bounded
+// anyway. Errors name otel.binary.
+func checkVersion(ctx context.Context, binary string, env []string, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "--version")
 	cmd.Env = env

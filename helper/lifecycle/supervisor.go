@@ -229,7 +229,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	s.reserve()
 	s.writeState(jobdir.StatusStarting, "")
 	if s.o.Container == "" {
-		if err := checkVersion(ctx, s.o.Binary, []string{"PATH=/usr/bin:/bin"}); err != nil {
+		if err := checkVersion(ctx, s.o.Binary, []string{"PATH=/usr/bin:/bin"}, time.Duration(s.o.HealthCheckTimeoutSeconds)*time.Second); err != nil {
 			return err
 		}
 	}

@@ -616,8 +616,15 @@ func TestSystemdOperations(t *testing.T) {
 	id := jobIDOf(t, r)
 	var pids []string
 	group := ""
+	// The job runs once its prolog has its collector ready: the collector
+	// is then the otelcol-gym with a --config (not the prolog's --version
+	// check).
 	if !waitFor(patience, func() bool {
-		pids = userProcs("otelcol-gym")
+		st, _ := run("squeue", "-h", "-o", "%T", "-j", id)
+		if strings.TrimSpace(st) != "RUNNING" {
+			return false
+		}
+		pids = userProcs("otelcol-gym.*--config")
 		if len(pids) == 0 {
 			return false
 		}

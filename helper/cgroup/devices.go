@@ -241,7 +241,16 @@ func loadDeviceProgram(code []byte) (int, error) {
 		insns:    uint64(uintptr(unsafe.Pointer(&code[0]))),
 		license:  uint64(uintptr(unsafe.Pointer(&license[0]))),
 	}
-	fd, err := bpf(unix.BPF_PROG_LOAD, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+	// The verifier gives up with EAGAIN when a signal is pending, and the
+	// Go runtime signals its threads to preempt them (SIGURG): tried again,
+	// as libbpf and cilium/ebpf do (5 attempts).
+	var fd uintptr
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		if fd, err = bpf(unix.BPF_PROG_LOAD, unsafe.Pointer(&attr), unsafe.Sizeof(attr)); !errors.Is(err, unix.EAGAIN) {
+			break
+		}
+	}
 	runtime.KeepAlive(code)
 	runtime.KeepAlive(license)
 	return int(fd), err

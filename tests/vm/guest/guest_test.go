@@ -462,8 +462,12 @@ exec %[1]s "$@"
 `, collector, hold, hold*1000))
 	sh := script(t, filepath.Join(d, "job.sh"), fmt.Sprintf(`#!/bin/sh
 h=$(cat %[1]s/run/otel/hog.pid)
-i=0; while kill -0 "$h" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
-if kill -0 "$h" 2>/dev/null; then echo alive; else echo gone; fi > %[1]s/hog.state
+# A killed hog stays a zombie of the collector it was left to (the
+# wrapper exec'd it, and it reaps only its own children): gone is not
+# running, zombie or not.
+alive() { [ -e /proc/$1 ] && ! grep -q ') Z ' /proc/$1/stat 2>/dev/null; }
+i=0; while alive "$h" && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+if alive "$h"; then echo alive; else echo gone; fi > %[1]s/hog.state
 `, d))
 	r := asUser(t, patience, fmt.Sprintf("sbatch --wait -n1 --mem=300M --gym-otel=binary=%s,memory_limit_mib=4096,job_dir=%s/run -o %s/job.out %s", bin, d, d, sh))
 	if r.code != 0 {

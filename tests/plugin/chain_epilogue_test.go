@@ -45,21 +45,7 @@ func TestChainLinkAfterDriver(t *testing.T) {
 func chainAfterDriver(t *testing.T, mode, port string) {
 	tag := mode + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	base := filepath.Join(jobsDir, "epi-"+tag)
-	runDir := base + ".run"
-	cfg := base + ".gym.yaml"
-	if err := os.WriteFile(cfg, []byte(`services:
-  policy: {type: vllm, container: c, model: m, port: `+port+`, served_model_name: epi-model}
-compute:
-  gymtest: {type: slurm, account: a}
-driver:
-  gym_install: {ref: v0}
-  benchmarks:
-    b1: {resumable: true}
-job:
-  output_path: `+runDir+`
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg, runDir := writeChainConfig(t, base, port, "epi-model")
 	script := base + ".sh"
 	// The first link: the "driver" (a vLLM stand-in the collector scrapes)
 	// runs and exits; the script then waits for the test's go-ahead and

@@ -27,21 +27,7 @@ func TestGymAutoResumeChain(t *testing.T) {
 	}
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	base := filepath.Join(jobsDir, "chain-"+tag)
-	runDir := base + ".run"
-	cfg := base + ".gym.yaml"
-	if err := os.WriteFile(cfg, []byte(`services:
-  policy: {type: vllm, container: c, model: m, port: 18124, served_model_name: chain-model}
-compute:
-  gymtest: {type: slurm, account: a}
-driver:
-  gym_install: {ref: v0}
-  benchmarks:
-    b1: {resumable: true}
-job:
-  output_path: `+runDir+`
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg, runDir := writeChainConfig(t, base, "18124", "chain-model")
 	script := filepath.Join(jobsDir, "chain-"+tag+".sh")
 	body := fmt.Sprintf(`#!/bin/bash
 #SBATCH --gym-otel=config=%[1]s,run_id=rchain-%[2]s,benchmark=b1
@@ -166,4 +152,28 @@ env NEMO_GYM_OTEL_RUN_ID=gymjob OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:431
 	}
 	waitNoCollector(t)
 	waitIdle(t)
+}
+
+// writeChainConfig writes <base>.gym.yaml, a Gym config of one vLLM
+// service on port serving model and a resumable benchmark b1 (the shape
+// Gym's auto-resume chains run), with its output under <base>.run. It
+// returns the config's path and that run dir.
+func writeChainConfig(t *testing.T, base, port, model string) (cfg, runDir string) {
+	t.Helper()
+	runDir = base + ".run"
+	cfg = base + ".gym.yaml"
+	if err := os.WriteFile(cfg, []byte(`services:
+  policy: {type: vllm, container: c, model: m, port: `+port+`, served_model_name: `+model+`}
+compute:
+  gymtest: {type: slurm, account: a}
+driver:
+  gym_install: {ref: v0}
+  benchmarks:
+    b1: {resumable: true}
+job:
+  output_path: `+runDir+`
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, runDir
 }

@@ -54,33 +54,43 @@ func writeCollectorJob(t *testing.T, metrics string) string {
 	return job
 }
 
+// writeReportPage writes r as HTML (Chart.js inlined) to report.html in
+// the test's artifacts dir and returns the page's text and path; "" when
+// Chart.js is not installed (said through testenv.Missing).
+func writeReportPage(t *testing.T, r *Report) (html, page string) {
+	t.Helper()
+	js, err := LoadChartJS("")
+	if err != nil {
+		testenv.Missing(t, err.Error())
+		return "", ""
+	}
+	page = filepath.Join(testenv.Artifacts(t), "report.html")
+	var b strings.Builder
+	if err := r.WriteHTML(&b, js); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(page, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return b.String(), page
+}
+
 // checkHTML writes r's page, opens it in Chromium and checks what a reader
 // sees first and that every chart drew every series: a series of one point
 // with a visible point, distinct time labels, whole numbers on the axes of
 // counts. It returns the facts of the charts.
 func checkHTML(t *testing.T, r *Report, wantCharts ...string) []chartFacts {
 	t.Helper()
-	js, err := LoadChartJS("")
-	if err != nil {
-		testenv.Missing(t, err.Error())
+	html, page := writeReportPage(t, r)
+	if html == "" {
 		return nil
-	}
-	out := testenv.Artifacts(t)
-	page := filepath.Join(out, "report.html")
-	var b strings.Builder
-	if err := r.WriteHTML(&b, js); err != nil {
-		t.Fatal(err)
-	}
-	html := b.String()
-	if err := os.WriteFile(page, []byte(html), 0o644); err != nil {
-		t.Fatal(err)
 	}
 	// The summary comes first: before the charts and the tables.
 	sum, charts := strings.Index(html, `id="summary"`), strings.Index(html, `id="charts"`)
 	if sum < 0 || charts < sum || strings.Index(html, `id="sum-rollouts"`) > charts || strings.Index(html, `id="delivery"`) > charts {
 		t.Errorf("the page does not open on the summary (summary at %d, charts at %d)", sum, charts)
 	}
-	testenv.CheckPage(t, page, filepath.Join(out, "report.png"), wantCharts...)
+	testenv.CheckPage(t, page, filepath.Join(filepath.Dir(page), "report.png"), wantCharts...)
 	var facts []chartFacts
 	if err := json.Unmarshal([]byte(testenv.EvalPage(t, page, "chart-facts")), &facts); err != nil {
 		t.Fatal(err)

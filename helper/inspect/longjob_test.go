@@ -225,20 +225,9 @@ var sinceLabel = regexp.MustCompile(`^(\d+):([0-5]\d)$`)
 // charts hold the figures.
 func TestLongJobHTML(t *testing.T) {
 	r, _ := buildLongJob(t)
-	js, err := LoadChartJS("")
-	if err != nil {
-		testenv.Missing(t, err.Error())
+	html, page := writeReportPage(t, r)
+	if html == "" {
 		return
-	}
-	out := testenv.Artifacts(t)
-	page := filepath.Join(out, "report.html")
-	var b strings.Builder
-	if err := r.WriteHTML(&b, js); err != nil {
-		t.Fatal(err)
-	}
-	html := b.String()
-	if err := os.WriteFile(page, []byte(html), 0o644); err != nil {
-		t.Fatal(err)
 	}
 	at := func(id string) int { return strings.Index(html, `id="`+id+`"`) }
 	charts := at("charts")
@@ -256,7 +245,7 @@ func TestLongJobHTML(t *testing.T) {
 		}
 	}
 	want := []string{"chart-throughput", "chart-queue", "chart-kvcache", "chart-gpu", "chart-load", "chart-rollouts", "chart-e2e-0", "chart-ttft-0"}
-	p := testenv.CheckPage(t, page, filepath.Join(out, "report.png"), want...)
+	p := testenv.CheckPage(t, page, filepath.Join(filepath.Dir(page), "report.png"), want...)
 	var facts []chartFacts
 	if err := json.Unmarshal([]byte(testenv.EvalPage(t, page, "chart-facts")), &facts); err != nil {
 		t.Fatal(err)
@@ -314,6 +303,6 @@ func TestLongJobHTML(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		t.Logf("page and screenshot kept in %s", out)
+		t.Logf("page and screenshot kept in %s", filepath.Dir(page))
 	}
 }

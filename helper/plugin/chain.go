@@ -14,6 +14,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
@@ -147,10 +148,6 @@ func collectorToken(dir, tokenEnv string) (string, error) {
 // notExited reports whether pid names a process that has not exited (a
 // zombie not yet reaped has).
 func notExited(pid int) bool {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+	st, err := proc.ReadStat(pid)
+	return err == nil && st.State != 'Z'
 }

@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gym_otel.h"
+#include "args.h"
+#include "gym_otel_contract.h"
 
 static int valid_key(const char *k, size_t n)
 {

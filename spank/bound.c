@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gym_otel.h"
+#include "bound.h"
 
 #define MIB(b) ((b) >> 20)
 

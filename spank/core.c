@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gym_otel.h"
+#include "args.h"
+#include "core.h"
+#include "log.h"
 
 static int core_path(const struct gos_args *a, char *buf, size_t len)
 {

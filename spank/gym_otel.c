@@ -4,18 +4,25 @@
  * off to one function per context; reading this file gives the lifecycle:
  *
  *   submit  (local: srun, allocator: sbatch/salloc; as the user)
- *           init: register --gym-otel, parse the plugstack arguments;
- *           init_post_opt: resolve + validate in the Go core, forward
- *           GYM_OTEL_SPEC and GYM_OTEL_TOKEN                   submit.c
+ *           init: register --gym-otel, parse the     args.c
+ *           plugstack arguments;
+ *           init_post_opt: resolve + validate in     submit.c
+ *           the Go core, forward GYM_OTEL_SPEC and
+ *           GYM_OTEL_TOKEN
  *   prolog  (job_script: `slurmstepd spank prolog`, root)
- *           job_prolog: start the supervisor, write root's record prolog.c
- *   step    (remote: slurmstepd; pure C, never Go)
- *           init_post_opt: task env from root's record;
- *           task_init: fail the tasks when the collector failed and
- *           on_failure=fail; task_post_fork: the collector's CPU set
- *           follows the job's; task_exit: final-scrape wait      step.c
+ *           job_prolog: start the supervisor, write  prolog.c
+ *           root's record
+ *   step    (remote: slurmstepd; pure C, never Go)   step.c
+ *           init_post_opt: task env from root's      taskenv.c
+ *           record;
+ *           task_init: fail the tasks when the       notice.c
+ *           collector failed and on_failure=fail;
+ *           task_post_fork: the collector's CPU set  cgroup.c
+ *           follows the job's;
+ *           task_exit: final-scrape wait             hold.c
  *   epilog  (job_script: `slurmstepd spank epilog`, root)
- *           job_epilog: stop the supervisor, remove the record   prolog.c
+ *           job_epilog: stop the supervisor, remove  prolog.c
+ *           the record
  *
  * Apart from task_init, no callback in slurmstepd or in the prolog/epilog
  * returns non-zero: a failure there must never drain a node.
@@ -26,8 +33,12 @@
 #include <slurm/slurm_version.h>
 #include <slurm/spank.h>
 
+#include "args.h"
 #include "compat.h"
-#include "gym_otel.h"
+#include "log.h"
+#include "prolog.h"
+#include "step.h"
+#include "submit.h"
 
 SPANK_PLUGIN(gym_otel, 1);
 
@@ -39,7 +50,7 @@ SPANK_PLUGIN(gym_otel, 1);
 int slurm_spank_init_failure_mode = ESPANK_JOB_FAILURE;
 #endif
 
-struct gos_option gos_opt;
+static struct gos_option opt;
 static struct gos_args args;
 static int args_ok;
 
@@ -47,10 +58,10 @@ static int option_cb(int val, const char *optarg, int remote)
 {
 	(void)val;
 	(void)remote;
-	free(gos_opt.value);
-	gos_opt.given = 1;
+	free(opt.value);
+	opt.given = 1;
 	/* A bare flag arrives as NULL, or as "(null)" on 24.11. */
-	gos_opt.value = strdup(optarg && strcmp(optarg, "(null)") ? optarg : "");
+	opt.value = strdup(optarg && strcmp(optarg, "(null)") ? optarg : "");
 	return 0; /* never fail a step for this (remote context) */
 }
 
@@ -99,7 +110,7 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	switch (spank_context()) {
 	case S_CTX_LOCAL:
 	case S_CTX_ALLOCATOR:
-		return gos_submit_init_post_opt(sp, &args, args_ok);
+		return gos_submit_init_post_opt(sp, &opt, &args, args_ok);
 	case S_CTX_REMOTE:
 		if (args_ok)
 			gos_step_init_post_opt(sp, &args);
@@ -156,8 +167,8 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	if (spank_context() == S_CTX_REMOTE)
 		gos_step_exit();
 	gos_args_free(&args);
-	free(gos_opt.value);
-	gos_opt.value = NULL;
-	gos_opt.given = 0;
+	free(opt.value);
+	opt.value = NULL;
+	opt.given = 0;
 	return 0;
 }

@@ -2,49 +2,31 @@
  * hold.c: how long the batch step holds the job after the script's last
  * line (task_exit), pure C in slurmstepd.
  *
- * The hold is one scrape interval and a second (the record's final_wait):
- * with every target scraped every interval from the collector's start,
- * that window holds a scrape of every target on every node while the
- * job's services are still alive. In a one-node job the step can learn
- * from its own node's supervisor that the sample was taken: it asks on the
- * supervisor's hold socket (helper/lifecycle/holdsock.go), and the hold
- * ends once the answer says every target has a sample stamped at or after
- * the script's end. Other nodes' supervisors are not reachable from here,
- * so a multi-node job holds the full window.
- *
- * The socket is abstract (no file: nothing of the user's in root's
- * directories). The listener is trusted only when SO_PEERCRED names the
- * record's supervisor (its pid and the job's uid: a process that took the
- * name after the supervisor ended is not it), at most GOS_HOLD_MAX bytes
- * are read within GOS_HOLD_MS, and the answer is trusted no further than
- * ending the job's own hold early.
+ * The hold is one scrape interval and a second (the record's final_wait,
+ * at most GOS_MAX_FINAL_WAIT): with every target scraped every interval
+ * from the collector's start, that window holds a scrape of every target
+ * on every node while the job's services are still alive. It is cut short
+ * when the job is cancelled or times out meanwhile, and in a one-node job
+ * once the node's supervisor says every target has a sample stamped at or
+ * after the script's end (holdsock.c). Other nodes' supervisors are not
+ * reachable from here, so a multi-node job holds the full window.
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <poll.h>
-#include <stddef.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include <signal.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "gym_otel.h"
+#include <slurm/slurm.h>
 
-#define GOS_HOLD_MAX 256
-#define GOS_HOLD_MS 250
+#include "compat.h"
+#include "hold.h"
+#include "holdsock.h"
+#include "log.h"
 
-long long gos_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static long long mono_ms(void)
+/* Monotonic milliseconds. */
+static long long now_ms(void)
 {
 	struct timespec ts;
 
@@ -52,78 +34,121 @@ static long long mono_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The value of "key=<digits>\n" in text, or -1. */
-static long long field(const char *text, const char *key)
+/* Wall-clock milliseconds since the epoch, as the samples are stamped. */
+static long long wall_ms(void)
 {
-	size_t kl = strlen(key);
-	const char *p = text;
+	struct timespec ts;
 
-	while (p && *p) {
-		if (!strncmp(p, key, kl) && p[kl] == '=') {
-			char *end;
-			long long v;
-
-			errno = 0;
-			v = strtoll(p + kl + 1, &end, 10);
-			if (errno || end == p + kl + 1 || *end != '\n' || v < 0)
-				return -1;
-			return v;
-		}
-		p = strchr(p, '\n');
-		if (p)
-			p++;
-	}
-	return -1;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since_ms)
+/*
+ * Whether slurmctld says the job is over or ending (scancel, a time limit
+ * during the final wait). One RPC; an unanswered one is "not ended".
+ */
+static int job_ending(uint32_t job_id)
 {
-	struct sockaddr_un a;
-	struct ucred cr;
-	socklen_t crl = sizeof(cr);
-	char buf[GOS_HOLD_MAX + 1];
-	size_t nl = sock ? strlen(sock) : 0;
-	long long targets, at, end = mono_ms() + GOS_HOLD_MS;
-	ssize_t got = 0, n;
-	int fd, rc = 0;
+	job_info_msg_t *msg = NULL;
+	uint32_t state;
+	int ending = 0;
 
-	if (nl == 0 || nl + 1 > sizeof(a.sun_path) || sup_pid <= 1)
+	if (gos_load_job(&msg, job_id, SHOW_LOCAL) != SLURM_SUCCESS || !msg)
 		return 0;
-	memset(&a, 0, sizeof(a));
-	a.sun_family = AF_UNIX;
-	memcpy(a.sun_path + 1, sock, nl); /* abstract: a leading NUL */
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return 0;
-	if (connect(fd, (struct sockaddr *)&a, offsetof(struct sockaddr_un, sun_path) + 1 + nl))
-		goto out;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) || cr.pid != sup_pid || cr.uid != uid)
-		goto out;
-	if (send(fd, "sampled\n", 8, MSG_NOSIGNAL) != 8)
-		goto out;
-	while (got < GOS_HOLD_MAX) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long long left = end - mono_ms();
-
-		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
-			goto out; /* no complete answer in time */
-		n = read(fd, buf + got, GOS_HOLD_MAX - got);
-		if (n < 0 && (errno == EAGAIN || errno == EINTR))
-			continue;
-		if (n <= 0)
-			break; /* the answer is complete */
-		got += n;
+	if (msg->record_count > 0) {
+		state = msg->job_array[0].job_state;
+		ending = (state & JOB_COMPLETING) || (state & JOB_STATE_BASE) > JOB_SUSPENDED;
 	}
-	if (got == 0 || got >= GOS_HOLD_MAX)
-		goto out; /* none, or more than an answer can be */
-	buf[got] = 0;
-	targets = field(buf, "targets");
-	at = field(buf, "sampled_ms");
-	if (targets == 0)
-		rc = 2; /* no scrape target on the node: nothing to wait for */
-	else
-		rc = targets > 0 && at >= since_ms;
-out:
-	close(fd);
-	return rc;
+	slurm_free_job_info_msg(msg);
+	return ending;
+}
+
+/*
+ * Whether the job has one node (SLURM_JOB_NUM_NODES of the batch env, set
+ * by Slurm) and the job's uid: only then can the hold end early (holdsock.c).
+ */
+static int one_node(spank_t sp, uid_t *uid)
+{
+	char buf[32];
+
+	if (spank_get_item(sp, S_JOB_UID, uid) != ESPANK_SUCCESS)
+		return 0;
+	if (spank_getenv(sp, "SLURM_JOB_NUM_NODES", buf, sizeof(buf)) != ESPANK_SUCCESS &&
+	    spank_getenv(sp, "SLURM_NNODES", buf, sizeof(buf)) != ESPANK_SUCCESS)
+		return 0;
+	return !strcmp(buf, "1");
+}
+
+/*
+ * The final-scrape wait, bounded in wall-clock time whatever slurmctld
+ * does: once a second a forked child asks whether the job is ending
+ * (job_ending), and the wait never blocks on it. A child that has not
+ * answered by the wait's end (a controller failing over, MessageTimeout
+ * retries) is killed and reaped; no second one is started meanwhile. A
+ * step callback blocked past a scancel would arm Slurm's unkillable-step
+ * timeout, which drains the node: this callback returns at its deadline.
+ * In a one-node job (one), the wait also ends once the node's collector
+ * says every target has a sample after the script's end (holdsock.c).
+ */
+static void final_wait(uint32_t job_id, int seconds, int one, uid_t uid, const char *node,
+		       const char *hold_socket, long supervisor_pid)
+{
+	long long start = now_ms(), end = start + (long long)seconds * 1000, next = start + 1000;
+	long long since = wall_ms();
+	struct timespec slice = { 0, 100 * 1000 * 1000 };
+	const char *why = NULL;
+	pid_t child = -1;
+	int status, sampled;
+
+	while (!why && now_ms() < end) {
+		nanosleep(&slice, NULL);
+		if (one && (sampled = gos_hold_sampled(hold_socket, (pid_t)supervisor_pid, uid, since))) {
+			gos_info("job %u: %s %s%s: final-scrape wait ended after %lld ms", job_id,
+				 sampled == 2 ? "no scrape target on" : "every target on", node,
+				 sampled == 2 ? "" : " has a sample after the script's last line",
+				 now_ms() - start);
+			why = "sampled";
+			break;
+		}
+		if (child > 0 && waitpid(child, &status, WNOHANG) == child) {
+			child = -1;
+			if (WIFEXITED(status) && WEXITSTATUS(status) == 1) {
+				gos_info("job %u: the job is ending (cancelled or out of time): "
+					 "final-scrape wait cut short after %lld ms", job_id, now_ms() - start);
+				why = "ending";
+				break;
+			}
+		}
+		if (child < 0 && now_ms() >= next && now_ms() < end - 500) {
+			next = now_ms() + 1000;
+			child = fork();
+			if (child == 0)
+				_exit(job_ending(job_id) ? 1 : 0);
+		}
+	}
+	if (child > 0) {
+		kill(child, SIGKILL);
+		waitpid(child, &status, 0);
+		if (!why)
+			gos_info("job %u: final-scrape wait done after %lld ms (slurmctld did not answer the last query)",
+				 job_id, now_ms() - start);
+		return;
+	}
+	if (!why)
+		gos_info("job %u: final-scrape wait done after %lld ms", job_id, now_ms() - start);
+}
+
+void gos_hold(spank_t sp, uint32_t job_id, int seconds, const char *node,
+	      const char *hold_socket, long supervisor_pid)
+{
+	int status = 0, one;
+	uid_t uid = 0;
+
+	if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS ||
+	    !WIFEXITED(status))
+		return; /* signalled (scancel, time limit): no wait */
+	one = one_node(sp, &uid);
+	gos_info("job %u: batch script done, waiting %d s for the collector's final scrape%s",
+		 job_id, seconds, one ? " (less once every target has a sample)" : "");
+	final_wait(job_id, seconds, one, uid, node, hold_socket, supervisor_pid);
 }

@@ -14,7 +14,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "gym_otel.h"
+#include "args.h"
+#include "core.h"
+#include "gym_otel_contract.h"
+#include "log.h"
+#include "node.h"
+#include "prolog.h"
 
 /* The forwarded job-control variables as the prolog sees them. */
 static const char *job_control(const char *name)

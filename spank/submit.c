@@ -25,8 +25,12 @@
 
 #include <slurm/slurm.h>
 
+#include "args.h"
 #include "compat.h"
-#include "gym_otel.h"
+#include "core.h"
+#include "gym_otel_contract.h"
+#include "log.h"
+#include "submit.h"
 
 /* The env var with which sbatch hands --gym-otel to the steps of the job. */
 #define GOS_OPTION_ENV "SLURM_SPANK__SLURM_SPANK_OPTION_gym_otel_gym_otel"
@@ -116,10 +120,11 @@ static const char *prolog_flags_problem(void)
 	return why;
 }
 
-int gos_submit_init_post_opt(spank_t sp, struct gos_args *a, int args_ok)
+int gos_submit_init_post_opt(spank_t sp, const struct gos_option *opt,
+			     struct gos_args *a, int args_ok)
 {
-	int explicit_flag = gos_opt.given;
-	const char *val = gos_opt.value ? gos_opt.value : "";
+	int explicit_flag = opt->given;
+	const char *val = opt->value ? opt->value : "";
 	struct gos_core core;
 	char cwd[PATH_MAX];
 	char *out = NULL, *spec = NULL, *token_env = NULL, *chain_token = NULL;

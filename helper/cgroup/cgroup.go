@@ -416,7 +416,7 @@ func (g *Group) MemoryLimitFile() string {
 
 // CpusetFile is the file of the group's CPU set (cpuset.cpus, v1 or v2),
 // "" when no hierarchy bounds CPUs. Steps narrow it to the CPUs of the
-// job's steps on the node (spank/step.c).
+// job's steps on the node (spank/cgroup.c).
 func (g *Group) CpusetFile() string {
 	for _, d := range g.dirs {
 		if (d.h.Version == V1 && d.has("cpuset")) || (d.h.Version == V2 && exists(filepath.Join(d.path, "cpuset.cpus"))) {

@@ -17,8 +17,8 @@ import (
 
 // The hold socket: how the batch step of a one-node job learns, after the
 // script's last line, that every scrape target on the node has a sample
-// taken after that line (spank/hold.c), without any file of the user's in
-// root's record directory.
+// taken after that line (spank/holdsock.c asks, for spank/hold.c),
+// without any file of the user's in root's record directory.
 //
 // The supervisor listens on an abstract unix socket (no file anywhere; the
 // name lives in the network namespace) named contract.HoldSocketPrefix and 16

@@ -75,14 +75,13 @@ func TestSampleFollower(t *testing.T) {
 	}
 }
 
-// holdDriver compiles spank/hold.c (the batch step's side of the hold
+// holdDriver compiles spank/holdsock.c (the batch step's side of the hold
 // socket) with a driver: hold <sock> <pid> <uid> <since_ms>.
 func holdDriver(t *testing.T) string {
 	t.Helper()
-	return testenv.BuildCDriver(t, t.TempDir(), "hold", "hold.c", `#include <stdio.h>
+	return testenv.BuildCDriver(t, t.TempDir(), "hold", "holdsock.c", `#include <stdio.h>
 #include <stdlib.h>
-#include <sys/types.h>
-int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since_ms);
+#include "holdsock.h"
 int main(int argc, char **argv) {
 	(void)argc;
 	printf("%d\n", gos_hold_sampled(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3]), atoll(argv[4])));
@@ -92,7 +91,7 @@ int main(int argc, char **argv) {
 }
 
 // TestHoldServer: the supervisor's hold socket, asked by the batch step's
-// C code (spank/hold.c): it answers the number of targets and the time of
+// C code (spank/holdsock.c): it answers the number of targets and the time of
 // the follower, targets=0 when the node has none; it answers only root and
 // its own user (another user gets nothing); while HoldConns connections
 // are open, more get no answer, and an idle connection is closed within

@@ -13,7 +13,7 @@ import (
 // same values after path cleaning, and the same arguments refused.
 func TestArgsSameInC(t *testing.T) {
 	bin := testenv.BuildCDriver(t, t.TempDir(), "args", "args.c", `#include <stdio.h>
-#include "gym_otel.h"
+#include "args.h"
 int main(int argc, char **argv) {
 	struct gos_args a = {0};
 	if (gos_args_parse(&a, argc - 1, argv + 1)) {

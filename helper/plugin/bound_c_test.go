@@ -32,7 +32,7 @@ func TestBoundMemoryC(t *testing.T) {
 	dir := t.TempDir()
 	bin := testenv.BuildCDriver(t, dir, "bound", "bound.c", `#include <stdio.h>
 #include <stdlib.h>
-int gos_bound_memory(const char *limit_file, unsigned long long want, char *msg, size_t len);
+#include "bound.h"
 int main(int argc, char **argv) {
 	char msg[1024];
 	int rc;

@@ -32,7 +32,7 @@ func groupBase(cluster string) string {
 // limit), never above the site's cap (cgroup_memory_max_mib). The job's
 // first step on the node (the extern step with PrologFlags=Contain)
 // lowers it to the job's memory on the node when Slurm knows one
-// (spank/step.c, S_JOB_ALLOC_MEM).
+// (spank/cgroup.c, S_JOB_ALLOC_MEM).
 const CgroupMemoryFactor = 2
 
 // cgroupMemoryBytes is the memory bound of a job's group at the prolog,

@@ -15,14 +15,13 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
-// holdDriver compiles spank/hold.c (the batch step's question to the
+// holdDriver compiles spank/holdsock.c (the batch step's question to the
 // supervisor's hold socket) with a small driver: hold <sock> <pid> <uid> <since_ms>.
 func holdDriver(t *testing.T) string {
 	t.Helper()
-	return testenv.BuildCDriver(t, t.TempDir(), "hold", "hold.c", `#include <stdio.h>
+	return testenv.BuildCDriver(t, t.TempDir(), "hold", "holdsock.c", `#include <stdio.h>
 #include <stdlib.h>
-#include <sys/types.h>
-int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since_ms);
+#include "holdsock.h"
 int main(int argc, char **argv) {
 	(void)argc;
 	printf("%d\n", gos_hold_sampled(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3]), atoll(argv[4])));

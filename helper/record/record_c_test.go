@@ -26,13 +26,9 @@ func TestRecordReadByC(t *testing.T) {
 		return
 	}
 	dir := t.TempDir()
-	// record.c's node-name helper calls SPANK; the driver only reads.
 	bin := testenv.BuildCDriver(t, dir, "record", "record.c", `#include <stdio.h>
 #include <stdlib.h>
-#include "gym_otel.h"
-spank_context_t spank_context(void) { return S_CTX_ERROR; }
-spank_err_t spank_get_item(spank_t sp, spank_item_t item, ...) { (void)sp; (void)item; return ESPANK_ERROR; }
-spank_err_t spank_getenv(spank_t sp, const char *var, char *buf, int len) { (void)sp; (void)var; (void)buf; (void)len; return ESPANK_ERROR; }
+#include "record.h"
 int main(int argc, char **argv) {
 	struct gos_record r;
 	char err[512];

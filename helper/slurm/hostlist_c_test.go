@@ -9,15 +9,15 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
-// TestHostlistSameInC: the steps (C, spank/record.c) find their node's
+// TestHostlistSameInC: the steps (C, spank/node.c) find their node's
 // name as the n-th host of SLURM_STEP_NODELIST; for every list Slurm
 // writes (one bracket group per name, as slurm_hostlist_ranged_string
 // does on a one-dimensional cluster) each n gives ExpandHostlist's n-th
 // name, and one past the end is refused.
 func TestHostlistSameInC(t *testing.T) {
-	bin := testenv.BuildCDriver(t, t.TempDir(), "hostlist", "record.c", `#include <stdio.h>
+	bin := testenv.BuildCDriver(t, t.TempDir(), "hostlist", "node.c", `#include <stdio.h>
 #include <stdlib.h>
-#include "gym_otel.h"
+#include "node.h"
 spank_context_t spank_context(void) { return S_CTX_ERROR; }
 spank_err_t spank_get_item(spank_t sp, spank_item_t item, ...) { (void)sp; (void)item; return ESPANK_ERROR; }
 spank_err_t spank_getenv(spank_t sp, const char *var, char *buf, int len) { (void)sp; (void)var; (void)buf; (void)len; return ESPANK_ERROR; }

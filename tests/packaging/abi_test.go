@@ -43,7 +43,7 @@ func prototypes(t *testing.T, path string) map[string]string {
 }
 
 // TestCoreABI: the Go core's C ABI has one source. The C front takes the
-// core's function types from include/gym_otel_core.h (spank/gym_otel.h),
+// core's function types from include/gym_otel_core.h (spank/core.h),
 // and that header must declare exactly what the core exports: the header
 // cgo generates from the //export functions (build/gym_otel_core.h, make
 // build) must list the same functions with the same types.

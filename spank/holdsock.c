@@ -1,0 +1,114 @@
+/*
+ * holdsock.c: the batch step's question to its node's supervisor on the
+ * supervisor's hold socket (helper/lifecycle/holdsock.go), pure C in
+ * slurmstepd: has every scrape target of the node a sample stamped at or
+ * after the script's end? hold.c asks it in a one-node job and ends the
+ * hold early on a yes.
+ *
+ * The socket is abstract (no file: nothing of the user's in root's
+ * directories). The listener is trusted only when SO_PEERCRED names the
+ * record's supervisor (its pid and the job's uid: a process that took the
+ * name after the supervisor ended is not it), at most GOS_HOLD_MAX bytes
+ * are read within GOS_HOLD_MS, and the answer is trusted no further than
+ * ending the job's own hold early.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "holdsock.h"
+
+#define GOS_HOLD_MAX 256
+#define GOS_HOLD_MS 250
+
+static long long mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The value of "key=<digits>\n" in text, or -1. */
+static long long field(const char *text, const char *key)
+{
+	size_t kl = strlen(key);
+	const char *p = text;
+
+	while (p && *p) {
+		if (!strncmp(p, key, kl) && p[kl] == '=') {
+			char *end;
+			long long v;
+
+			errno = 0;
+			v = strtoll(p + kl + 1, &end, 10);
+			if (errno || end == p + kl + 1 || *end != '\n' || v < 0)
+				return -1;
+			return v;
+		}
+		p = strchr(p, '\n');
+		if (p)
+			p++;
+	}
+	return -1;
+}
+
+int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since_ms)
+{
+	struct sockaddr_un a;
+	struct ucred cr;
+	socklen_t crl = sizeof(cr);
+	char buf[GOS_HOLD_MAX + 1];
+	size_t nl = sock ? strlen(sock) : 0;
+	long long targets, at, end = mono_ms() + GOS_HOLD_MS;
+	ssize_t got = 0, n;
+	int fd, rc = 0;
+
+	if (nl == 0 || nl + 1 > sizeof(a.sun_path) || sup_pid <= 1)
+		return 0;
+	memset(&a, 0, sizeof(a));
+	a.sun_family = AF_UNIX;
+	memcpy(a.sun_path + 1, sock, nl); /* abstract: a leading NUL */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return 0;
+	if (connect(fd, (struct sockaddr *)&a, offsetof(struct sockaddr_un, sun_path) + 1 + nl))
+		goto out;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) || cr.pid != sup_pid || cr.uid != uid)
+		goto out;
+	if (send(fd, "sampled\n", 8, MSG_NOSIGNAL) != 8)
+		goto out;
+	while (got < GOS_HOLD_MAX) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		long long left = end - mono_ms();
+
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			goto out; /* no complete answer in time */
+		n = read(fd, buf + got, GOS_HOLD_MAX - got);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		if (n <= 0)
+			break; /* the answer is complete */
+		got += n;
+	}
+	if (got == 0 || got >= GOS_HOLD_MAX)
+		goto out; /* none, or more than an answer can be */
+	buf[got] = 0;
+	targets = field(buf, "targets");
+	at = field(buf, "sampled_ms");
+	if (targets == 0)
+		rc = 2; /* no scrape target on the node: nothing to wait for */
+	else
+		rc = targets > 0 && at >= since_ms;
+out:
+	close(fd);
+	return rc;
+}

@@ -1,0 +1,35 @@
+/*
+ * record.h: root's record of a job on a node, read by the steps in pure C
+ * (record.c; the format is helper/record/record.go's).
+ */
+#ifndef GYM_OTEL_RECORD_H
+#define GYM_OTEL_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct gos_record {
+	int ready;      /* status=ready */
+	int fail;       /* on_failure=fail */
+	char reason[1024];
+	int final_wait; /* seconds, 0..GOS_MAX_FINAL_WAIT */
+	long supervisor_pid; /* the job's supervisor on the node, 0 when none */
+	unsigned long long supervisor_start; /* its start time, clock ticks since boot */
+	int nenv;
+	char **env;     /* "KEY=VALUE" */
+	int nunset;
+	char **unset;
+	char dir[4096]; /* the job's record dir */
+	char cgroup_memory[4096]; /* the collector cgroup's memory bound file, or "" */
+	char cgroup_cpuset[4096]; /* the collector cgroup's cpuset.cpus, or "" */
+	char hold_socket[64]; /* the supervisor's abstract socket for the hold, or "" */
+};
+/* 0: read; 1: no record; -1: a bad record (message in err). */
+int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
+		    struct gos_record *r, char *err, size_t errlen);
+void gos_record_free(struct gos_record *r);
+/* 1 when the record's supervisor still runs: /proc shows its pid with the
+ * recorded start time, not a zombie. Pure C, one small read. */
+int gos_supervisor_alive(const struct gos_record *r);
+
+#endif

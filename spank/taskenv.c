@@ -1,0 +1,144 @@
+/*
+ * taskenv.c: the collector's variables in a step's task env, from root's
+ * record, pure C. A variable the user set stays; GYM_OTEL_OWNED remembers
+ * (by hash) the values the plugin set, so that a later step on a node
+ * without a record takes out only those.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "record.h"
+#include "taskenv.h"
+
+#define OWNED_ENV "GYM_OTEL_OWNED"
+#define ENV_MAX 65536
+
+/* FNV-1a, 32 bits: how GYM_OTEL_OWNED remembers a value the plugin set. */
+static uint32_t fnv1a(const char *s)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *s; s++) {
+		h ^= (unsigned char)*s;
+		h *= 16777619u;
+	}
+	return h;
+}
+
+/* Whether owned ("KEY:hash,...") says the plugin set key to a value of hash h. */
+static int owned_by_us(const char *owned, const char *key, uint32_t h)
+{
+	size_t kl = strlen(key);
+	char want[16];
+	const char *p = owned;
+
+	snprintf(want, sizeof(want), "%08x", h);
+	while (p && *p) {
+		const char *comma = strchr(p, ',');
+		size_t n = comma ? (size_t)(comma - p) : strlen(p);
+
+		if (n == kl + 9 && !strncmp(p, key, kl) && p[kl] == ':' &&
+		    !strncmp(p + kl + 1, want, 8))
+			return 1;
+		p = comma ? comma + 1 : NULL;
+	}
+	return 0;
+}
+
+void gos_taskenv_apply(spank_t sp, const struct gos_record *r, uint32_t job_id, char *kept,
+		       size_t keptlen)
+{
+	static char cur[ENV_MAX], owned[ENV_MAX];
+	char newowned[ENV_MAX] = "";
+	size_t used = 0;
+
+	if (spank_getenv(sp, OWNED_ENV, owned, sizeof(owned)) != ESPANK_SUCCESS)
+		owned[0] = 0;
+	for (int i = 0; i < r->nenv; i++) {
+		char *kv = r->env[i];
+		char *eq = strchr(kv, '=');
+		const char *val = eq + 1;
+		spank_err_t rc;
+
+		*eq = 0;
+		rc = spank_getenv(sp, kv, cur, sizeof(cur));
+		if (rc == ESPANK_SUCCESS && !owned_by_us(owned, kv, fnv1a(cur))) {
+			size_t kl = strlen(kept);
+
+			gos_debug("job %u: %s is set by the user: kept", job_id, kv);
+			snprintf(kept + kl, keptlen - kl, "%s%s", kl ? ", " : "", kv);
+		} else if (rc == ESPANK_SUCCESS || rc == ESPANK_ENV_NOEXIST) {
+			if (spank_setenv(sp, kv, val, 1) == ESPANK_SUCCESS) {
+				int w = snprintf(newowned + used, sizeof(newowned) - used,
+						 "%s%s:%08x", used ? "," : "", kv, fnv1a(val));
+				if (w > 0 && (size_t)w < sizeof(newowned) - used)
+					used += w;
+			}
+		}
+		*eq = '=';
+	}
+	spank_setenv(sp, OWNED_ENV, newowned, 1);
+}
+
+/*
+ * No record on this node: a value the plugin set on another node (the
+ * batch step's env inherited by an srun here) points at that node's
+ * loopback, so take it out; the user's own values stay.
+ */
+void gos_taskenv_strip(spank_t sp)
+{
+	static char cur[ENV_MAX], owned[ENV_MAX];
+	char *copy, *tok, *save;
+
+	if (spank_getenv(sp, OWNED_ENV, owned, sizeof(owned)) != ESPANK_SUCCESS || !owned[0])
+		return;
+	copy = strdup(owned);
+	for (tok = copy ? strtok_r(copy, ",", &save) : NULL; tok; tok = strtok_r(NULL, ",", &save)) {
+		char *colon = strrchr(tok, ':');
+
+		if (!colon)
+			continue;
+		*colon = 0;
+		if (spank_getenv(sp, tok, cur, sizeof(cur)) == ESPANK_SUCCESS &&
+		    owned_by_us(owned, tok, fnv1a(cur)))
+			spank_unsetenv(sp, tok);
+	}
+	free(copy);
+	spank_unsetenv(sp, OWNED_ENV);
+}
+
+/* With a proxy configured, make sure 127.0.0.1 (the collector) bypasses it. */
+void gos_taskenv_no_proxy(spank_t sp)
+{
+	static const char *proxies[] = { "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY" };
+	static const char *noproxies[] = { "no_proxy", "NO_PROXY" };
+	static char cur[ENV_MAX], buf[ENV_MAX + 32];
+	int any = 0;
+
+	for (size_t i = 0; i < sizeof(proxies) / sizeof(*proxies); i++)
+		if (spank_getenv(sp, proxies[i], cur, sizeof(cur)) == ESPANK_SUCCESS && cur[0])
+			any = 1;
+	if (!any)
+		return;
+	for (size_t i = 0; i < sizeof(noproxies) / sizeof(*noproxies); i++) {
+		int has = spank_getenv(sp, noproxies[i], cur, sizeof(cur)) == ESPANK_SUCCESS && cur[0];
+		char *tok, *save, *copy;
+		int found = 0;
+
+		if (has) {
+			copy = strdup(cur);
+			for (tok = copy ? strtok_r(copy, ", ", &save) : NULL; tok;
+			     tok = strtok_r(NULL, ", ", &save))
+				if (!strcmp(tok, "127.0.0.1"))
+					found = 1;
+			free(copy);
+		}
+		if (found)
+			continue;
+		snprintf(buf, sizeof(buf), "%s%s127.0.0.1", has ? cur : "", has ? "," : "");
+		spank_setenv(sp, noproxies[i], buf, 1);
+	}
+}

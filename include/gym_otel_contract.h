@@ -20,5 +20,33 @@
 #define GOS_JOB_CONTROL_SPEC "GYM_OTEL_SPEC"
 /* JobControlToken */
 #define GOS_JOB_CONTROL_TOKEN "GYM_OTEL_TOKEN"
+/* RecordStatus */
+#define GOS_RECORD_STATUS "status"
+/* RecordOnFailure */
+#define GOS_RECORD_ON_FAILURE "on_failure"
+/* RecordReason */
+#define GOS_RECORD_REASON "reason"
+/* RecordFinalWait */
+#define GOS_RECORD_FINAL_WAIT "final_wait"
+/* RecordSupervisorPID */
+#define GOS_RECORD_SUPERVISOR_PID "supervisor_pid"
+/* RecordSupervisorStart */
+#define GOS_RECORD_SUPERVISOR_START "supervisor_start"
+/* RecordCgroupMemory */
+#define GOS_RECORD_CGROUP_MEMORY "cgroup_memory"
+/* RecordCgroupCpuset */
+#define GOS_RECORD_CGROUP_CPUSET "cgroup_cpuset"
+/* RecordHoldSocket */
+#define GOS_RECORD_HOLD_SOCKET "hold_socket"
+/* RecordEnv */
+#define GOS_RECORD_ENV "env"
+/* RecordUnset */
+#define GOS_RECORD_UNSET "unset"
+/* HoldQuestion */
+#define GOS_HOLD_QUESTION "sampled"
+/* HoldTargets */
+#define GOS_HOLD_TARGETS "targets"
+/* HoldSampledMs */
+#define GOS_HOLD_SAMPLED_MS "sampled_ms"
 
 #endif

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gym_otel_contract.h"
 #include "holdsock.h"
 
 #define GOS_HOLD_MAX 256
@@ -84,7 +85,8 @@ int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since
 		goto out;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) || cr.pid != sup_pid || cr.uid != uid)
 		goto out;
-	if (send(fd, "sampled\n", 8, MSG_NOSIGNAL) != 8)
+	if (send(fd, GOS_HOLD_QUESTION "\n", sizeof(GOS_HOLD_QUESTION), MSG_NOSIGNAL) !=
+	    sizeof(GOS_HOLD_QUESTION))
 		goto out;
 	while (got < GOS_HOLD_MAX) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -102,8 +104,8 @@ int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since
 	if (got == 0 || got >= GOS_HOLD_MAX)
 		goto out; /* none, or more than an answer can be */
 	buf[got] = 0;
-	targets = field(buf, "targets");
-	at = field(buf, "sampled_ms");
+	targets = field(buf, GOS_HOLD_TARGETS);
+	at = field(buf, GOS_HOLD_SAMPLED_MS);
 	if (targets == 0)
 		rc = 2; /* no scrape target on the node: nothing to wait for */
 	else

@@ -19,6 +19,11 @@
 
 #define RECORD_MAX (1 << 20)
 
+/* Whether line p is "k=...", k a key of the contract (a string literal),
+ * and its value. */
+#define KEY(p, k) (!strncmp((p), k "=", sizeof(k)))
+#define VAL(p, k) ((p) + sizeof(k))
+
 void gos_record_free(struct gos_record *r)
 {
 	for (int i = 0; i < r->nenv; i++)
@@ -100,42 +105,48 @@ int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 		nl = strchr(p, '\n');
 		if (nl)
 			*nl++ = 0;
-		if (!strncmp(p, "status=", 7)) {
-			r->ready = !strcmp(p + 7, "ready");
-		} else if (!strncmp(p, "on_failure=", 11)) {
-			r->fail = !strcmp(p + 11, "fail");
-		} else if (!strncmp(p, "reason=", 7)) {
-			snprintf(r->reason, sizeof(r->reason), "%s", p + 7);
-		} else if (!strncmp(p, "final_wait=", 11)) {
-			r->final_wait = atoi(p + 11);
+		if (KEY(p, GOS_RECORD_STATUS)) {
+			r->ready = !strcmp(VAL(p, GOS_RECORD_STATUS), "ready");
+		} else if (KEY(p, GOS_RECORD_ON_FAILURE)) {
+			r->fail = !strcmp(VAL(p, GOS_RECORD_ON_FAILURE), "fail");
+		} else if (KEY(p, GOS_RECORD_REASON)) {
+			snprintf(r->reason, sizeof(r->reason), "%s", VAL(p, GOS_RECORD_REASON));
+		} else if (KEY(p, GOS_RECORD_FINAL_WAIT)) {
+			r->final_wait = atoi(VAL(p, GOS_RECORD_FINAL_WAIT));
 			if (r->final_wait < 0)
 				r->final_wait = 0;
 			if (r->final_wait > GOS_MAX_FINAL_WAIT)
 				r->final_wait = GOS_MAX_FINAL_WAIT;
-		} else if (!strncmp(p, "supervisor_pid=", 15)) {
-			r->supervisor_pid = strtol(p + 15, NULL, 10);
+		} else if (KEY(p, GOS_RECORD_SUPERVISOR_PID)) {
+			r->supervisor_pid = strtol(VAL(p, GOS_RECORD_SUPERVISOR_PID), NULL, 10);
 			if (r->supervisor_pid < 0)
 				r->supervisor_pid = 0;
-		} else if (!strncmp(p, "supervisor_start=", 17)) {
-			r->supervisor_start = strtoull(p + 17, NULL, 10);
-		} else if (!strncmp(p, "hold_socket=", 12)) {
-			const char *v = p + 12;
+		} else if (KEY(p, GOS_RECORD_SUPERVISOR_START)) {
+			r->supervisor_start = strtoull(VAL(p, GOS_RECORD_SUPERVISOR_START), NULL, 10);
+		} else if (KEY(p, GOS_RECORD_HOLD_SOCKET)) {
+			const char *v = VAL(p, GOS_RECORD_HOLD_SOCKET);
 			size_t n = strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789-");
 
 			if (v[n] == 0 && n < sizeof(r->hold_socket))
 				snprintf(r->hold_socket, sizeof(r->hold_socket), "%s", v);
-		} else if (!strncmp(p, "cgroup_memory=", 14)) {
+		} else if (KEY(p, GOS_RECORD_CGROUP_MEMORY)) {
 			/* Root's own path (under /sys/fs/cgroup), from root's record. */
-			if (p[14] == '/' && !strstr(p + 14, "/../"))
-				snprintf(r->cgroup_memory, sizeof(r->cgroup_memory), "%s", p + 14);
-		} else if (!strncmp(p, "cgroup_cpuset=", 14)) {
-			if (p[14] == '/' && !strstr(p + 14, "/../"))
-				snprintf(r->cgroup_cpuset, sizeof(r->cgroup_cpuset), "%s", p + 14);
-		} else if (!strncmp(p, "env=", 4)) {
-			if (strchr(p + 4, '=') && push(&r->env, &r->nenv, p + 4))
+			const char *v = VAL(p, GOS_RECORD_CGROUP_MEMORY);
+
+			if (v[0] == '/' && !strstr(v, "/../"))
+				snprintf(r->cgroup_memory, sizeof(r->cgroup_memory), "%s", v);
+		} else if (KEY(p, GOS_RECORD_CGROUP_CPUSET)) {
+			const char *v = VAL(p, GOS_RECORD_CGROUP_CPUSET);
+
+			if (v[0] == '/' && !strstr(v, "/../"))
+				snprintf(r->cgroup_cpuset, sizeof(r->cgroup_cpuset), "%s", v);
+		} else if (KEY(p, GOS_RECORD_ENV)) {
+			const char *v = VAL(p, GOS_RECORD_ENV);
+
+			if (strchr(v, '=') && push(&r->env, &r->nenv, v))
 				rc = -1;
-		} else if (!strncmp(p, "unset=", 6)) {
-			if (push(&r->unset, &r->nunset, p + 6))
+		} else if (KEY(p, GOS_RECORD_UNSET)) {
+			if (push(&r->unset, &r->nunset, VAL(p, GOS_RECORD_UNSET)))
 				rc = -1;
 		}
 	}

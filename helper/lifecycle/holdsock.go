@@ -139,7 +139,7 @@ func (s *holdServer) answer(c *net.UnixConn) {
 		return
 	}
 	line, err := bufio.NewReaderSize(&limitedReader{c, holdRequestMax}, 16).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "sampled" {
+	if err != nil || strings.TrimSpace(line) != contract.HoldQuestion {
 		return
 	}
 	t := s.targets.Load()

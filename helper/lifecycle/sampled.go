@@ -13,6 +13,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // sampledMax bounds the bytes read from metrics.jsonl per poll; the rest is
@@ -159,7 +160,7 @@ func (f *sampleFollower) sampledAt() time.Time {
 // sampledText is the hold socket's answer (holdsock.go); ms is unix ms,
 // 0 for not yet.
 func sampledText(targets int, ms int64) []byte {
-	return fmt.Appendf(nil, "targets=%d\nsampled_ms=%d\n", targets, ms)
+	return fmt.Appendf(nil, "%s=%d\n%s=%d\n", contract.HoldTargets, targets, contract.HoldSampledMs, ms)
 }
 
 // followSamples keeps srv's answer up to date from metricsPath until ctx

@@ -106,29 +106,29 @@ func oneLine(s string) string {
 // or NUL are refused.
 func (r *Record) Marshal() ([]byte, error) {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "status=%s\n", r.Status)
-	fmt.Fprintf(&b, "on_failure=%s\n", r.OnFailure)
-	fmt.Fprintf(&b, "reason=%s\n", oneLine(r.Reason))
-	fmt.Fprintf(&b, "final_wait=%d\n", r.FinalWait)
+	fmt.Fprintf(&b, "%s=%s\n", contract.RecordStatus, r.Status)
+	fmt.Fprintf(&b, "%s=%s\n", contract.RecordOnFailure, r.OnFailure)
+	fmt.Fprintf(&b, "%s=%s\n", contract.RecordReason, oneLine(r.Reason))
+	fmt.Fprintf(&b, "%s=%d\n", contract.RecordFinalWait, r.FinalWait)
 	fmt.Fprintf(&b, "drain_timeout=%d\n", r.DrainTimeout)
-	fmt.Fprintf(&b, "supervisor_pid=%d\n", r.SupervisorPID)
-	fmt.Fprintf(&b, "supervisor_start=%d\n", r.SupervisorStart)
+	fmt.Fprintf(&b, "%s=%d\n", contract.RecordSupervisorPID, r.SupervisorPID)
+	fmt.Fprintf(&b, "%s=%d\n", contract.RecordSupervisorStart, r.SupervisorStart)
 	fmt.Fprintf(&b, "uid=%d\n", r.UID)
 	fmt.Fprintf(&b, "cgroup=%s\n", oneLine(r.Cgroup))
-	fmt.Fprintf(&b, "cgroup_memory=%s\n", oneLine(r.CgroupMemory))
-	fmt.Fprintf(&b, "cgroup_cpuset=%s\n", oneLine(r.CgroupCpuset))
-	fmt.Fprintf(&b, "hold_socket=%s\n", oneLine(r.HoldSocket))
+	fmt.Fprintf(&b, "%s=%s\n", contract.RecordCgroupMemory, oneLine(r.CgroupMemory))
+	fmt.Fprintf(&b, "%s=%s\n", contract.RecordCgroupCpuset, oneLine(r.CgroupCpuset))
+	fmt.Fprintf(&b, "%s=%s\n", contract.RecordHoldSocket, oneLine(r.HoldSocket))
 	for _, kv := range r.Env {
 		if !EnvName(kv.Key) || strings.ContainsAny(kv.Value, "\n\r\x00") {
 			return nil, fmt.Errorf("record: env %q: not a name or a one-line value", kv.Key)
 		}
-		fmt.Fprintf(&b, "env=%s=%s\n", kv.Key, kv.Value)
+		fmt.Fprintf(&b, "%s=%s=%s\n", contract.RecordEnv, kv.Key, kv.Value)
 	}
 	for _, n := range r.Unset {
 		if !EnvName(n) {
 			return nil, fmt.Errorf("record: unset %q: not a variable name", n)
 		}
-		fmt.Fprintf(&b, "unset=%s\n", n)
+		fmt.Fprintf(&b, "%s=%s\n", contract.RecordUnset, n)
 	}
 	return b.Bytes(), nil
 }
@@ -145,19 +145,19 @@ func Parse(data []byte) (*Record, error) {
 		}
 		var err error
 		switch k {
-		case "status":
+		case contract.RecordStatus:
 			r.Status = v
-		case "on_failure":
+		case contract.RecordOnFailure:
 			r.OnFailure = v
-		case "reason":
+		case contract.RecordReason:
 			r.Reason = v
-		case "final_wait":
+		case contract.RecordFinalWait:
 			r.FinalWait, err = strconv.Atoi(v)
 		case "drain_timeout":
 			r.DrainTimeout, err = strconv.Atoi(v)
-		case "supervisor_pid":
+		case contract.RecordSupervisorPID:
 			r.SupervisorPID, err = strconv.Atoi(v)
-		case "supervisor_start":
+		case contract.RecordSupervisorStart:
 			r.SupervisorStart, err = strconv.ParseUint(v, 10, 64)
 		case "uid":
 			var u uint64
@@ -165,16 +165,16 @@ func Parse(data []byte) (*Record, error) {
 			r.UID = uint32(u)
 		case "cgroup":
 			r.Cgroup = v
-		case "cgroup_memory":
+		case contract.RecordCgroupMemory:
 			r.CgroupMemory = v
-		case "cgroup_cpuset":
+		case contract.RecordCgroupCpuset:
 			r.CgroupCpuset = v
-		case "hold_socket":
+		case contract.RecordHoldSocket:
 			r.HoldSocket = v
-		case "env":
+		case contract.RecordEnv:
 			ek, ev, _ := strings.Cut(v, "=")
 			r.Env = append(r.Env, KV{ek, ev})
-		case "unset":
+		case contract.RecordUnset:
 			r.Unset = append(r.Unset, v)
 		}
 		if err != nil {

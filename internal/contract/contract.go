@@ -1,5 +1,6 @@
 // Package contract holds the names and bounds the C front shares with the
-// Go side (file names, environment names, bounds) and writes them into
+// Go side (file names, environment names, the record's and the hold
+// socket's keys, bounds) and writes them into
 // include/gym_otel_contract.h, so that the two cannot drift. It is a leaf:
 // the Go packages that use a name import it from here. Regenerate the
 // header with `go generate ./internal/contract`; TestHeaderCurrent fails
@@ -42,6 +43,31 @@ const (
 	JobControlToken = "GYM_OTEL_TOKEN"
 )
 
+// The keys of root's record (helper/record writes it, spank/record.c
+// reads it in every step): one "key=value" line each.
+const (
+	RecordStatus          = "status"           // "ready" or "failed"
+	RecordOnFailure       = "on_failure"       // "fail" or "continue"
+	RecordReason          = "reason"           // why there is no collector, one line
+	RecordFinalWait       = "final_wait"       // the batch step's hold, whole seconds
+	RecordSupervisorPID   = "supervisor_pid"   // the job's supervisor on the node
+	RecordSupervisorStart = "supervisor_start" // its start time, clock ticks since boot
+	RecordCgroupMemory    = "cgroup_memory"    // the collector cgroup's memory bound file
+	RecordCgroupCpuset    = "cgroup_cpuset"    // the collector cgroup's cpuset.cpus file
+	RecordHoldSocket      = "hold_socket"      // the supervisor's abstract hold socket name
+	RecordEnv             = "env"              // one task variable, "NAME=value"
+	RecordUnset           = "unset"            // one variable the steps take out
+)
+
+// The hold socket's question and the keys of its answer (helper/lifecycle
+// answers, spank/holdsock.c asks): the question is one line, the answer
+// "key=<digits>" lines.
+const (
+	HoldQuestion  = "sampled"    // has every target a sample after the script's end?
+	HoldTargets   = "targets"    // the node's scrape targets
+	HoldSampledMs = "sampled_ms" // unix ms: every target has a sample at or after it; 0: not yet
+)
+
 // define is one #define: a C macro name, its Go source, and its value
 // (a string or an int).
 type define struct {
@@ -58,6 +84,20 @@ func defines() []define {
 		{"GOS_ENV_IN_JOB", "EnvInJob", EnvInJob},
 		{"GOS_JOB_CONTROL_SPEC", "JobControlSpec", JobControlSpec},
 		{"GOS_JOB_CONTROL_TOKEN", "JobControlToken", JobControlToken},
+		{"GOS_RECORD_STATUS", "RecordStatus", RecordStatus},
+		{"GOS_RECORD_ON_FAILURE", "RecordOnFailure", RecordOnFailure},
+		{"GOS_RECORD_REASON", "RecordReason", RecordReason},
+		{"GOS_RECORD_FINAL_WAIT", "RecordFinalWait", RecordFinalWait},
+		{"GOS_RECORD_SUPERVISOR_PID", "RecordSupervisorPID", RecordSupervisorPID},
+		{"GOS_RECORD_SUPERVISOR_START", "RecordSupervisorStart", RecordSupervisorStart},
+		{"GOS_RECORD_CGROUP_MEMORY", "RecordCgroupMemory", RecordCgroupMemory},
+		{"GOS_RECORD_CGROUP_CPUSET", "RecordCgroupCpuset", RecordCgroupCpuset},
+		{"GOS_RECORD_HOLD_SOCKET", "RecordHoldSocket", RecordHoldSocket},
+		{"GOS_RECORD_ENV", "RecordEnv", RecordEnv},
+		{"GOS_RECORD_UNSET", "RecordUnset", RecordUnset},
+		{"GOS_HOLD_QUESTION", "HoldQuestion", HoldQuestion},
+		{"GOS_HOLD_TARGETS", "HoldTargets", HoldTargets},
+		{"GOS_HOLD_SAMPLED_MS", "HoldSampledMs", HoldSampledMs},
 	}
 }
 

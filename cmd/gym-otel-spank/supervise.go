@@ -78,16 +78,16 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	opt := lifecycle.Options{}
 	if *fromEnv {
 		var st syscall.Stat_t
-		if syscall.Fstat(lifecycle.ReportFD, &st) == nil {
+		if syscall.Fstat(lifecycle.ReadinessFD, &st) == nil {
 			// The report channel reaches this process only: never the
 			// collector or anything else it starts.
-			syscall.CloseOnExec(lifecycle.ReportFD)
-			opt.Report = os.NewFile(lifecycle.ReportFD, "report")
+			syscall.CloseOnExec(lifecycle.ReadinessFD)
+			opt.Readiness = os.NewFile(lifecycle.ReadinessFD, "report")
 		}
 		opt.LogToOutputDir = true
 		if err := optionsFromEnv(&opt); err != nil {
-			if opt.Report != nil {
-				lifecycle.WriteReport(opt.Report, lifecycle.Report{Status: lifecycle.StatusFailed, Error: err.Error(), SupervisorPID: os.Getpid()})
+			if opt.Readiness != nil {
+				lifecycle.WriteReadiness(opt.Readiness, lifecycle.Readiness{Status: lifecycle.StatusFailed, Error: err.Error(), SupervisorPID: os.Getpid()})
 			}
 			return err
 		}
@@ -108,7 +108,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 		if u := os.Getenv("USER"); u != "" {
 			opt.Facts.User = u
 		}
-		opt.Report = stdout
+		opt.Readiness = stdout
 	}
 	if err := takeToken(&opt); err != nil {
 		return err

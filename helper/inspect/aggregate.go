@@ -536,3 +536,14 @@ var (
 	posInf = math.Inf(1)
 	negInf = math.Inf(-1)
 )
+
+// byMetric returns the tracked series of a metric, in first-seen order.
+func (a *aggregator) byMetric(name string) []*series {
+	var out []*series
+	for _, s := range a.order {
+		if s.key.metric == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,12 +1,8 @@
 package inspect
 
 import (
-	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 )
 
 // minMax is the smallest and largest observation of a histogram point or
@@ -140,157 +136,83 @@ func (c *counter) window() float64 {
 	return float64(c.lastMs-c.firstMs) / 1000
 }
 
-// maxProducerNames bounds the metric names kept per producer for the
-// reasons of missing sections.
-const maxProducerNames = 20
-
-// noteName keeps a metric name a producer sent (bounded per producer).
-func (a *aggregator) noteName(producer, name string) {
-	if a.prodNames == nil {
-		a.prodNames, a.scraped = map[string][]string{}, map[string]bool{}
-	}
-	if name == mUp {
-		a.scraped[producer] = true // the Prometheus receiver's own series
-		return
-	}
-	ns := a.prodNames[producer]
-	if len(ns) >= maxProducerNames || contains(ns, name) {
-		return
-	}
-	a.prodNames[producer] = append(ns, name)
+func unknownQ() Quantiles {
+	n := Value(math.NaN())
+	return Quantiles{Count: 0, Mean: n, P50: n, P90: n, P99: n, Min: n, Max: n}
 }
 
-// Reasons for a missing section or an unknown figure, in a word.
-const (
-	// WhyNotScraped: the job's collector.yaml has no such scrape target.
-	WhyNotScraped = "not scraped"
-	// WhyNothing: the source was there but sent nothing of it.
-	WhyNothing = "nothing there"
-	// WhyNames: data came, but under names the report does not know.
-	WhyNames = "names not recognised"
-	// WhyTwoScrapes: a rate or share needs two points and there was one.
-	WhyTwoScrapes = "needs two scrapes"
-)
-
-// Absence is a section of the report that has no data, and why.
-type Absence struct {
-	// Section is "gym", "model servers", "GPUs", "hosts" or "spans".
-	Section string `json:"section"`
-	// Why is WhyNotScraped, WhyNothing or WhyNames.
-	Why string `json:"why"`
-	// Detail says what was looked for and, for WhyNames, names seen.
-	Detail string `json:"detail"`
+func sampleQuantiles(vs []float64, count int, total, min, max float64) Quantiles {
+	q := unknownQ()
+	q.Count = Value(count)
+	if count > 0 {
+		q.Mean = Value(total / float64(count))
+		q.Min, q.Max = Value(min), Value(max)
+	}
+	cp := append([]float64(nil), vs...)
+	q.P50 = Value(SampleQuantile(0.5, cp))
+	q.P90 = Value(SampleQuantile(0.9, cp))
+	q.P99 = Value(SampleQuantile(0.99, cp))
+	return q
 }
 
-// absences fills r.Absent from the targets (Health, read before) and what
-// the aggregator saw.
-func (r *Report) absences(a *aggregator) {
-	r.Absent = []Absence{}
-	var targets []TargetHealth
-	configs := 0 // dirs with a collector.yaml, which says what was scraped
-	for _, d := range r.Health.Dirs {
-		targets = append(targets, d.Targets...)
-		if _, err := os.Stat(filepath.Join(d.Dir, "collector.yaml")); err == nil {
-			configs++
+// spanQuantiles are the quantiles of every producer's spans of one name
+// (exact while each producer's samples are all kept, from its uniform
+// reservoir of 4096 beyond that).
+func spanQuantiles(sts []*spanStat) Quantiles {
+	var vs []float64
+	n, total, min, max := 0, 0.0, math.Inf(1), 0.0
+	for _, st := range sts {
+		vs = append(vs, st.sample...)
+		n += st.count
+		total += st.totalMs
+		max = math.Max(max, st.maxMs)
+		if st.count > 0 {
+			min = math.Min(min, st.minMs)
 		}
 	}
-	scrape := func(section string, have bool, isJob func(string) bool, want string) {
-		if have {
-			return
+	return sampleQuantiles(vs, n, total, min, max)
+}
+
+// histFigures merges the histograms of one server (several series of one
+// metric: engines) into quantiles and chart buckets.
+func histFigures(hs []*histogram) (Quantiles, HistogramBuckets) {
+	var sets [][]Bucket
+	var sum histSummary
+	hb := HistogramBuckets{Bounds: []float64{}, Counts: []float64{}}
+	for _, h := range hs {
+		if h == nil || h.n == 0 {
+			continue
 		}
-		var ts []TargetHealth
-		for _, t := range targets {
-			if isJob(t.Job) {
-				ts = append(ts, t)
+		sets = append(sets, h.cumulative())
+		sum.add(h)
+		if len(hb.Counts) == 0 {
+			hb.Bounds = append(hb.Bounds, h.bounds...)
+			hb.Counts = append(hb.Counts, h.inc...)
+		} else if sameBounds(hb.Bounds, h.bounds) {
+			for i := range h.inc {
+				hb.Counts[i] += h.inc[i]
 			}
 		}
-		var seen []string
-		for p, names := range a.prodNames {
-			if isJob(p) {
-				seen = append(seen, names...)
-			}
-		}
-		sort.Strings(seen)
-		answered, scrapes := 0, 0
-		for _, t := range ts {
-			answered += t.Answered
-			scrapes += t.Scrapes
-		}
-		ab := Absence{Section: section}
-		switch {
-		case len(ts) == 0 && len(seen) == 0 && configs == 0:
-			// A backend's files: no collector.yaml says what was scraped.
-			ab.Why, ab.Detail = WhyNothing, "no "+want+" metric in the files, and no collector.yaml to say what was scraped"
-		case len(ts) == 0 && len(seen) == 0:
-			ab.Why, ab.Detail = WhyNotScraped, "no "+want+" target in collector.yaml"
-		case len(seen) > 0 && (len(ts) == 0 || answered > 0):
-			ab.Why, ab.Detail = WhyNames, "no "+want+" metric among: "+strings.Join(seen, ", ")
-		case answered > 0:
-			ab.Why, ab.Detail = WhyNothing, fmt.Sprintf("%d %s, %d answered, without any %s metric", scrapes, plural(scrapes, "scrape"), answered, want)
-		default:
-			ab.Why, ab.Detail = WhyNothing, fmt.Sprintf("%d %s, %d answered", scrapes, plural(scrapes, "scrape"), answered)
-		}
-		r.Absent = append(r.Absent, ab)
 	}
-	isModel := func(j string) bool {
-		return j != "dcgm" && j != "node" && strings.Contains(j, "/") && !isOTLPProducer(a, j)
+	if len(sets) == 0 {
+		return unknownQ(), hb
 	}
-	scrape("model servers", len(r.ModelServers) > 0, isModel, "vLLM (vllm:*)")
-	scrape("GPUs", len(r.GPUs) > 0, func(j string) bool { return j == "dcgm" }, "dcgm-exporter (DCGM_FI_*)")
-	scrape("hosts", len(r.Hosts) > 0, func(j string) bool { return j == "node" }, "node_exporter (node_*)")
-
-	g := r.Gym
-	if g.RolloutSpans.Count == 0 && g.RolloutHistogram.Count == 0 && len(g.Verify) == 0 && len(g.VerifySpans) == 0 {
-		var seen []string
-		for k := range a.spans {
-			seen = append(seen, "span "+k[0])
-		}
-		for p, names := range a.prodNames {
-			if isOTLPProducer(a, p) {
-				seen = append(seen, names...)
-			}
-		}
-		sort.Strings(seen)
-		if len(seen) > 8 {
-			seen = append(seen[:8], "...")
-		}
-		if len(seen) == 0 {
-			r.Absent = append(r.Absent, Absence{Section: "gym", Why: WhyNothing, Detail: "no spans or OTLP metrics from the job's programs"})
-		} else {
-			r.Absent = append(r.Absent, Absence{Section: "gym", Why: WhyNames,
-				Detail: "no " + spanRollout + " or " + spanVerify + " spans, no gym.* metrics among: " + strings.Join(seen, ", ")})
-		}
-	}
-	if r.Spans.Total == 0 && len(r.Spans.SpanMetrics) == 0 {
-		r.Absent = append(r.Absent, Absence{Section: "spans", Why: WhyNothing, Detail: "traces.jsonl holds no spans"})
-	}
+	return histQuantiles(mergeBuckets(sets...), sum), hb
 }
 
-// isOTLPProducer reports whether a producer is a program sending OTLP,
-// not a scrape target: it sent spans, or metrics without any `up`.
-func isOTLPProducer(a *aggregator, p string) bool {
-	for k := range a.spans {
-		if k[1] == p {
-			return true
-		}
+func maxV(v Value, x float64) Value {
+	if math.IsNaN(x) || (v.Known() && float64(v) >= x) {
+		return v
 	}
-	_, sent := a.prodNames[p]
-	return sent && !a.scraped[p]
+	return Value(x)
 }
 
-// absent returns the report's reason a section is empty, or nil.
-func (r *Report) absent(section string) *Absence {
-	for i := range r.Absent {
-		if r.Absent[i].Section == section {
-			return &r.Absent[i]
-		}
+func addV(v Value, x float64) Value {
+	if math.IsNaN(x) {
+		return v
 	}
-	return nil
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return word
+	if !v.Known() {
+		return Value(x)
 	}
-	return word + "s"
+	return v + Value(x)
 }

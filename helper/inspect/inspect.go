@@ -9,8 +9,10 @@
 // (aggregate.go, model.go): counters as totals and rates with resets,
 // gauges as statistics and thinned time series, histograms as bucket
 // increases whose quantiles are computed as Prometheus' histogram_quantile
-// does (quantile.go). report.go turns that state into a Report (the
-// schema of `inspect --json`); text.go and html.go render it.
+// does (quantile.go). build.go reads a job dir into a Report (the schema
+// of `inspect --json`, schema.go), one file per section turning that state
+// into figures (gym.go, servers.go, hardware.go, spans.go, energy.go,
+// absent.go; figures.go the quantiles); text.go and html.go render it.
 package inspect
 
 // identityKeys are the resource attributes the report lists as the run's

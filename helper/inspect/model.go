@@ -42,6 +42,14 @@ func (tl *timeline) add(ms int64, v float64) {
 	tl.pts = append(tl.pts, [2]float64{float64(ms), v})
 }
 
+func points(pts [][2]float64) []Point {
+	out := make([]Point, len(pts))
+	for i, p := range pts {
+		out[i] = Point(p)
+	}
+	return out
+}
+
 // counter is a monotonic cumulative sum over the run. A value below the
 // previous one is a reset (a restarted server or SDK), as Prometheus'
 // rate() counts it: the count goes on from the value before the reset.

@@ -62,7 +62,7 @@ func TestContainerRuntimeTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no report: %v\n%s", err, stderr.String())
 	}
-	var r lifecycle.Report
+	var r lifecycle.Readiness
 	if err := json.Unmarshal([]byte(line), &r); err != nil || r.Status != lifecycle.StatusReady {
 		t.Fatalf("report %q: %v\n%s", line, err, stderr.String())
 	}

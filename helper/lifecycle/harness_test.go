@@ -389,7 +389,7 @@ type sup struct {
 	job     job
 	dir     string // the job's shared dir
 	out     string // output dir
-	report  lifecycle.Report
+	report  lifecycle.Readiness
 	started time.Time
 	// reportAfter is the time from start to the Report line.
 	reportAfter time.Duration
@@ -540,7 +540,7 @@ func startSup(t testing.TB, j job) *sup {
 		if !ok {
 			t.Fatalf("the supervisor exited without a report (%v); output:\n%s", p.err, p.out.String())
 		}
-		r, err := lifecycle.ReadReport([]byte(line))
+		r, err := lifecycle.ReadReadiness([]byte(line))
 		if err != nil {
 			t.Fatalf("report %q: %v", line, err)
 		}

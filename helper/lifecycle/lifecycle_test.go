@@ -811,7 +811,7 @@ func TestTwoSupervisors(t *testing.T) {
 	a := startSup(t, job{JobID: "1001", VLLMPort: vllm}).mustReady(t)
 	b := startSup(t, job{JobID: "1002", VLLMPort: vllm}).mustReady(t)
 	seen := map[int]string{}
-	for name, p := range map[string]lifecycle.Report{"a": a.report, "b": b.report} {
+	for name, p := range map[string]lifecycle.Readiness{"a": a.report, "b": b.report} {
 		for _, port := range []int{p.Ports.OTLPGRPC, p.Ports.OTLPHTTP, p.Ports.Health, p.Ports.Telemetry} {
 			if port == 0 || seen[port] != "" {
 				t.Errorf("port %d of %s is zero or shared with %s", port, name, seen[port])

@@ -83,8 +83,8 @@ type Options struct {
 	// still bounds the wait for an epilog that never comes (a slurmd
 	// started without the plugin). nil: never adopted.
 	NewSlurmd func() func() bool
-	// Report receives the one Report line (nil: none).
-	Report io.Writer
+	// Readiness receives the one Readiness line (nil: none).
+	Readiness io.Writer
 	// Log receives the supervisor's own log lines (nil: logrus standard).
 	Log *logrus.Logger
 	// HealthPoll, RecordPoll, SlurmPoll and MaxRestarts default to the
@@ -123,7 +123,7 @@ type supervisor struct {
 	// writeFailSeen: the log said that the files cannot be written.
 	writeFailSeen bool
 	started       time.Time
-	reported      bool
+	readinessSent bool
 	launchArgs    launchSpec
 
 	// The receipt's figures (see receipt.go).
@@ -381,18 +381,18 @@ func lastLine(s string) string {
 func (s *supervisor) fail(err error) {
 	s.log.Errorf("collector not started: %v", err)
 	s.writeState(StatusFailed, err.Error())
-	s.report(Report{Status: StatusFailed, Error: err.Error(), OutputDir: s.out, SupervisorPID: os.Getpid()})
+	s.sendReadiness(Readiness{Status: StatusFailed, Error: err.Error(), OutputDir: s.out, SupervisorPID: os.Getpid()})
 }
 
-func (s *supervisor) report(r Report) {
-	if s.reported || s.opt.Report == nil {
+func (s *supervisor) sendReadiness(r Readiness) {
+	if s.readinessSent || s.opt.Readiness == nil {
 		return
 	}
-	s.reported = true
-	if err := WriteReport(s.opt.Report, r); err != nil {
+	s.readinessSent = true
+	if err := WriteReadiness(s.opt.Readiness, r); err != nil {
 		s.log.Warnf("report: %v", err)
 	}
-	if c, ok := s.opt.Report.(io.Closer); ok {
+	if c, ok := s.opt.Readiness.(io.Closer); ok {
 		c.Close()
 	}
 }
@@ -404,7 +404,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	s.log.Infof("collector ready in %d ms: pid %d, OTLP gRPC %d, HTTP %d, health %d, output %s",
 		ready.Milliseconds(), s.coll.pid, s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health, s.out)
 	s.writeState(StatusReady, "")
-	s.report(Report{
+	s.sendReadiness(Readiness{
 		Status: StatusReady, Ports: s.ports, ReceiverToken: s.rtoken,
 		SupervisorPID: os.Getpid(), CollectorPID: s.coll.pid, CollectorStart: s.coll.start,
 		OutputDir: s.out, ReadyMillis: ready.Milliseconds(), HoldSocket: s.holdName(),

@@ -20,22 +20,23 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
-// MaxReportBytes bounds what the prolog reads of the supervisor's report
-// (one JSON line; the user's program could otherwise write without end).
-const MaxReportBytes = 64 * 1024
+// MaxReadinessBytes bounds what the prolog reads of the supervisor's
+// readiness line (lifecycle.Readiness: one JSON line; the user's program
+// could otherwise write without end).
+const MaxReadinessBytes = 64 * 1024
 
 // supervisor is a started `<cli> supervise --from-env`.
 type supervisor struct {
-	cmd    *exec.Cmd
-	pid    int
-	report *os.File
-	group  *cgroup.Group // nil on a node without cgroups
-	exited chan struct{}
+	cmd       *exec.Cmd
+	pid       int
+	readiness *os.File
+	group     *cgroup.Group // nil on a node without cgroups
+	exited    chan struct{}
 }
 
 // startSupervisor starts the supervisor as the job's user (uid, gid,
 // groups), in its own session, with exactly env, fd 3 the write end of the
-// report pipe and no other descriptor of this process, and with what a
+// readiness pipe and no other descriptor of this process, and with what a
 // job's process gets rather than what slurmd has:
 //   - born inside group g (when not nil; cgroup.Group.StartInside): on v2
 //     placed there by clone3 (CLONE_INTO_CGROUP), on v1 forked by a thread
@@ -61,7 +62,7 @@ func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32,
 	cmd := exec.Command(cli, "supervise", "--from-env")
 	cmd.Env = env
 	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{w} // fd 3 = lifecycle.ReportFD
+	cmd.ExtraFiles = []*os.File{w} // fd 3 = lifecycle.ReadinessFD
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups},
 		Setsid:     true,
@@ -78,7 +79,7 @@ func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32,
 		r.Close()
 		return nil, err
 	}
-	s := &supervisor{cmd: cmd, pid: cmd.Process.Pid, report: r, group: g, exited: make(chan struct{})}
+	s := &supervisor{cmd: cmd, pid: cmd.Process.Pid, readiness: r, group: g, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(s.exited) }()
 	return s, nil
 }
@@ -154,34 +155,34 @@ func readBounded(path string, max int64) (string, error) {
 	return string(b), err
 }
 
-// wait reads the one-line report (at most MaxReportBytes), bounded by
+// wait reads the readiness line (at most MaxReadinessBytes), bounded by
 // timeout.
-func (s *supervisor) wait(timeout time.Duration) (lifecycle.Report, error) {
+func (s *supervisor) wait(timeout time.Duration) (lifecycle.Readiness, error) {
 	type result struct {
 		line []byte
 		err  error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		line, err := bufio.NewReaderSize(io.LimitReader(s.report, MaxReportBytes+1), MaxReportBytes).ReadSlice('\n')
+		line, err := bufio.NewReaderSize(io.LimitReader(s.readiness, MaxReadinessBytes+1), MaxReadinessBytes).ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
-			line, err = nil, fmt.Errorf("the supervisor's report is longer than %d bytes", MaxReportBytes)
+			line, err = nil, fmt.Errorf("the supervisor's report is longer than %d bytes", MaxReadinessBytes)
 		}
 		ch <- result{append([]byte(nil), line...), err}
 	}()
 	select {
 	case res := <-ch:
-		s.report.Close()
+		s.readiness.Close()
 		if res.err != nil && len(res.line) == 0 {
 			if errors.Is(res.err, io.EOF) {
-				return lifecycle.Report{}, fmt.Errorf("the supervisor exited without a report")
+				return lifecycle.Readiness{}, fmt.Errorf("the supervisor exited without a report")
 			}
-			return lifecycle.Report{}, res.err
+			return lifecycle.Readiness{}, res.err
 		}
-		return lifecycle.ReadReport(res.line)
+		return lifecycle.ReadReadiness(res.line)
 	case <-time.After(timeout):
-		s.report.Close()
-		return lifecycle.Report{}, fmt.Errorf("no report from the supervisor within %s (health_check_timeout_seconds + 5, within the prolog's deadline: plugstack prolog_timeout, below Slurm's PrologEpilogTimeout)", timeout.Round(100*time.Millisecond))
+		s.readiness.Close()
+		return lifecycle.Readiness{}, fmt.Errorf("no report from the supervisor within %s (health_check_timeout_seconds + 5, within the prolog's deadline: plugstack prolog_timeout, below Slurm's PrologEpilogTimeout)", timeout.Round(100*time.Millisecond))
 	}
 }
 

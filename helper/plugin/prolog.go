@@ -71,7 +71,8 @@ func indexByte(s string, c byte) int {
 // collector) unless the record dir itself cannot be made; the returned error
 // is for the log only: the prolog always returns 0 to Slurm.
 func Prolog(in PrologInput, log logrus.FieldLogger) error {
-	// One deadline for everything below (see deadline.go).
+	// One deadline for everything below (timing.Policy; why it is the
+	// plugstack's prolog_timeout: timeoutwarn.go).
 	slurmBounds := slurm.ReadTimeouts(in.Getenv("SLURM_CONF"))
 	bounds := timing.Bounds{PrologTimeout: time.Duration(in.Args.PrologTimeout) * time.Second, SlurmProlog: slurmBounds.Prolog, SlurmEpilog: slurmBounds.Epilog}
 	ctx, cancel := context.WithTimeout(context.Background(), timing.Deadline(bounds.PrologTimeout, bounds.SlurmProlog))

@@ -15,16 +15,17 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
-// Status values of Report: state.json's words (jobdir.State).
+// Status values of Readiness: state.json's words (jobdir.State).
 const (
 	StatusReady  = jobdir.StatusReady
 	StatusFailed = jobdir.StatusFailed
 )
 
-// Report is what the supervisor tells whoever started it, exactly once, as
-// one JSON line on the report descriptor (fd 3 when started by the plugin's
-// prolog; see ReportFD).
-type Report struct {
+// Readiness is what the supervisor tells whoever started it, exactly once:
+// ready or failed, as one JSON line on the readiness descriptor (fd 3 when
+// started by the plugin's prolog; see ReadinessFD). Not inspect.Report (the
+// analysis of a run).
+type Readiness struct {
 	// Status is StatusReady or StatusFailed.
 	Status string `json:"status"`
 	// Error is the reason when failed: it names the key or path at fault
@@ -52,9 +53,9 @@ type Report struct {
 	HoldSocket string `json:"hold_socket,omitempty"`
 }
 
-// ReportFD is the descriptor the plugin's prolog passes the supervisor for
-// its Report (the write end of a pipe, given as the first extra file).
-const ReportFD = 3
+// ReadinessFD is the descriptor the plugin's prolog passes the supervisor
+// for its Readiness line (the write end of a pipe, given as the first extra file).
+const ReadinessFD = 3
 
 // The environment of `gym-otel-spank supervise --from-env`, which the
 // plugin's prolog sets (besides otel.token_env, SLURM_CONF, PATH, HOME, USER
@@ -65,8 +66,8 @@ const (
 	EnvRecord = "GYM_OTEL_RECORD" // root's record of the job on this node; gone = the job ended
 )
 
-// WriteReport writes r as one JSON line.
-func WriteReport(w io.Writer, r Report) error {
+// WriteReadiness writes r as one JSON line.
+func WriteReadiness(w io.Writer, r Readiness) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -75,10 +76,10 @@ func WriteReport(w io.Writer, r Report) error {
 	return err
 }
 
-// ReadReport reads the one JSON line a supervisor wrote. An empty stream
+// ReadReadiness reads the one JSON line a supervisor wrote. An empty stream
 // (the supervisor died before reporting) is an error.
-func ReadReport(data []byte) (Report, error) {
-	var r Report
+func ReadReadiness(data []byte) (Readiness, error) {
+	var r Readiness
 	if len(data) == 0 {
 		return r, fmt.Errorf("the supervisor exited without a report")
 	}

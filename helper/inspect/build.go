@@ -1,0 +1,215 @@
+package inspect
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+)
+
+func unixMs(ms int64) time.Time {
+	if ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+// Build reads every node dir of the job whose otel/ dir (or job dir) is
+// dir, streaming, and returns its report. A node dir without any jsonl file
+// is an error naming it; lines that do not parse are counted, not fatal.
+func Build(dir string) (*Report, error) {
+	srcs := Sources(dir)
+	a := newAggregator()
+	for _, src := range srcs {
+		d := &dirStat{src: src, lines: map[string]int{}, bad: map[string]int{}, firstBad: map[string]string{}, up: map[[2]string]*scrapeLog{}}
+		a.dirs = append(a.dirs, d)
+		a.cur = d
+		found := 0
+		for _, sig := range signals {
+			path := filepath.Join(src.Dir, jobdir.SignalFile(sig))
+			err := readFile(path, func(dl decoded) {
+				d.lines[sig]++
+				if dl.err != nil {
+					d.bad[sig]++
+					if d.firstBad[sig] == "" {
+						d.firstBad[sig] = fmt.Sprintf("line %d: %v", d.lines[sig], dl.err)
+					}
+					return
+				}
+				a.metrics(dl.line)
+				a.traces(dl.line)
+				a.logs(dl.line)
+			})
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			found++
+		}
+		if found == 0 {
+			return nil, fmt.Errorf("%s: no metrics.jsonl, traces.jsonl or logs.jsonl", src.Dir)
+		}
+	}
+	r := a.report()
+	r.Dir = srcs[0].Dir
+	if err := r.health(a); err != nil {
+		return nil, err
+	}
+	r.absences(a)
+	r.receipts(srcs)
+	r.summarise()
+	return r, nil
+}
+
+func (a *aggregator) report() *Report {
+	r := &Report{Version: ReportVersion}
+	for k, v := range a.identity {
+		sort.Strings(v)
+		a.identity[k] = v
+	}
+	r.Job = Job{Identity: a.identity, Start: unixMs(a.firstMs), End: unixMs(a.lastMs),
+		DurationSeconds: Value(math.NaN()), Producers: a.producers, MetricNames: a.metricNames}
+	if a.firstMs > 0 {
+		r.Job.DurationSeconds = Value(float64(a.lastMs-a.firstMs) / 1000)
+	}
+	for _, d := range a.dirs {
+		if d.node != "" && !contains(r.Job.Nodes, d.node) {
+			r.Job.Nodes = append(r.Job.Nodes, d.node)
+		}
+	}
+	r.Gym = a.gym()
+	r.ModelServers = a.modelServers()
+	r.Routers = a.routers()
+	r.GPUs = a.gpus()
+	r.GPUSharing = a.gpuSharing()
+	r.Energy = a.energy(r)
+	r.Hosts = a.hosts(r.Job.Nodes)
+	r.Spans = a.spanReport()
+	r.Errors = Errors{Spans: a.errorSpans, SpanExamples: a.errorSpanEx, Logs: a.errorLogs,
+		LogExamples: a.errorLogEx, LogsBySeverity: a.logsBySev}
+	if r.Errors.SpanExamples == nil {
+		r.Errors.SpanExamples = []ErrorSpan{}
+	}
+	if r.Errors.LogExamples == nil {
+		r.Errors.LogExamples = []ErrorLog{}
+	}
+	return r
+}
+
+// health fills Health from the dirs read, their collector.yaml targets and
+// state.json.
+func (r *Report) health(a *aggregator) error {
+	r.Health = Health{Dirs: []DirHealth{}, FailedTargets: []TargetHealth{}, DroppedSeries: a.droppedSer, SkippedPoints: a.skipped}
+	for _, d := range a.dirs {
+		dh := DirHealth{Source: d.src, NodeName: d.node, Lines: d.lines, BadLines: d.bad, Points: d.points, Spans: d.spans,
+			Logs: d.logs, Targets: []TargetHealth{}}
+		if len(d.firstBad) > 0 {
+			dh.FirstBad = d.firstBad
+		}
+		for _, n := range d.bad {
+			r.Health.BadLines += n
+		}
+		// The targets of collector.yaml, their scrapes counted from the
+		// up points read (no second pass over metrics.jsonl).
+		ts, _, err := configTargets(d.src.Dir)
+		switch {
+		case errors.Is(err, os.ErrNotExist): // no collector.yaml: a backend's files
+		case err != nil:
+			return err
+		}
+		for _, t := range ts {
+			th := TargetHealth{Dir: d.src.Dir, Job: t.Job, Instance: t.Instance}
+			if c := d.up[[2]string{t.Job, t.Instance}]; c != nil {
+				th.Scrapes, th.Answered, th.WarmingUp, th.Ended = c.counts()
+			}
+			if s := d.scrape[[2]string{t.Job, t.Instance}]; s != nil {
+				th.LimitHits = s.LimitHits
+			}
+			dh.Targets = append(dh.Targets, th)
+			if th.Failed() > 0 || th.Scrapes == 0 {
+				r.Health.FailedTargets = append(r.Health.FailedTargets, th)
+			}
+		}
+		if st, err := jobdir.ReadState(d.src.Dir); err == nil {
+			dh.State = &DirState{Status: st.Status, Error: st.Error, Restarts: st.Restarts, ExportProblems: st.ExportProblems}
+		}
+		r.Health.Dirs = append(r.Health.Dirs, dh)
+	}
+	return nil
+}
+
+// receipts reads each node dir's receipt.json and puts what went wrong in
+// Trouble.
+func (r *Report) receipts(srcs []Source) {
+	r.Receipts, r.Trouble = []NodeReceipt{}, []string{}
+	missing := 0
+	var lost, other []string
+	replay := ""
+	for _, s := range srcs {
+		if _, err := os.Stat(filepath.Join(s.Dir, jobdir.ConfigFile)); err != nil {
+			continue // not a collector's dir
+		}
+		nr := NodeReceipt{Dir: s.Dir}
+		rc, err := receipt.Read(s.Dir)
+		if err != nil {
+			nr.Missing = err.Error()
+			missing++
+		} else {
+			nr.Receipt, nr.Summary = rc, rc.Summary()
+			if rc.Trouble() || !rc.Complete() {
+				for _, l := range nr.Summary {
+					t := strings.TrimSpace(l)
+					switch {
+					case strings.HasPrefix(t, "LOST:"):
+						lost = append(lost, fmt.Sprintf("%s: %s", rc.Node, t))
+					case strings.HasPrefix(t, "UNKNOWN:") || strings.Contains(l, "INCOMPLETE") || strings.Contains(l, "NO FIGURES"):
+						other = append(other, fmt.Sprintf("%s: %s", rc.Node, t))
+					case strings.Contains(t, "replay"):
+						replay = t
+					}
+				}
+			}
+		}
+		r.Receipts = append(r.Receipts, nr)
+	}
+	// What the backend lost first, then what to do about it, then what is
+	// not known.
+	r.Trouble = append(r.Trouble, lost...)
+	if len(lost) > 0 && replay != "" {
+		r.Trouble = append(r.Trouble, replay)
+	}
+	r.Trouble = append(r.Trouble, other...)
+	// A final receipt counts everything the state's export problems say:
+	// said once, from the receipt.
+	final := map[string]bool{}
+	for _, nr := range r.Receipts {
+		if nr.Receipt != nil && nr.Receipt.Complete() {
+			final[filepath.Clean(nr.Dir)] = true
+		}
+	}
+	for _, d := range r.Health.Dirs {
+		if d.State != nil && d.State.ExportProblems != "" && !final[filepath.Clean(d.Dir)] {
+			r.Trouble = append(r.Trouble, fmt.Sprintf("%s: the collector reported export problems: %s", nodeOr(d), d.State.ExportProblems))
+		}
+	}
+	if missing > 0 {
+		r.Trouble = append(r.Trouble, fmt.Sprintf("no receipt.json in %d of %d node dirs: what reached the backend is unknown there "+
+			"(the receipt is written at the collector's drain; a job still running, or a collector killed before its drain, has none)", missing, len(r.Receipts)))
+	}
+}
+
+func nodeOr(d DirHealth) string {
+	if d.NodeName != "" {
+		return d.NodeName
+	}
+	return d.Dir
+}

@@ -96,16 +96,12 @@ func RealUID(pid int) (uint32, error) {
 // SessionMembers returns the pids of the live (not zombie) processes of
 // session sid whose real uid is uid, in /proc order.
 func SessionMembers(sid int, uid uint32) []int {
-	ents, err := os.ReadDir("/proc")
+	pids, err := Pids()
 	if err != nil {
 		return nil
 	}
 	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range pids {
 		st, err := ReadStat(pid)
 		if err != nil || st.State == 'Z' || st.Session != sid {
 			continue

@@ -113,6 +113,18 @@ func SessionMembers(sid int, uid uint32) []int {
 	return out
 }
 
+// KillSession SIGKILLs the live processes of session sid whose real uid
+// is uid (SessionMembers) and returns their pids. The caller vouches that
+// sid still names the session it means: a session id is not reused while
+// the session has members.
+func KillSession(sid int, uid uint32) []int {
+	left := SessionMembers(sid, uid)
+	for _, p := range left {
+		_ = unix.Kill(p, unix.SIGKILL)
+	}
+	return left
+}
+
 // SupplementaryGroups are u's groups from NSS (getgrouplist), its primary
 // group among them.
 func SupplementaryGroups(u *user.User) ([]uint32, error) {

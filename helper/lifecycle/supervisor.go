@@ -17,6 +17,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/atomicfile"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
@@ -295,7 +296,7 @@ func (s *supervisor) writeConfig() error {
 	if err != nil {
 		return err
 	}
-	return jobdir.WriteFile(s.configPath(), y, 0o600)
+	return atomicfile.Write(s.configPath(), y, 0o600)
 }
 
 // collectorEnv is the collector's whole environment: the two tokens, a

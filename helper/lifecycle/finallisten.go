@@ -100,8 +100,8 @@ func tcpPeerUID(c net.Conn) (uint32, bool) {
 	hex := func(a *net.TCPAddr) string {
 		return fmt.Sprintf("%08X:%04X", binary.NativeEndian.Uint32(a.IP.To4()), a.Port)
 	}
-	local, remote := hex(ra), hex(la)        // the peer socket's view
-	rows, _ := proc.ReadTCP("/proc/net/tcp") // what was read before an error
+	local, remote := hex(ra), hex(la)    // the peer socket's view
+	rows, _ := proc.ReadTCP(proc.NetTCP) // what was read before an error
 	for _, row := range rows {
 		if row.Local == local && row.Remote == remote {
 			return row.UID, true

@@ -30,11 +30,11 @@ func (e errForeignListener) Error() string {
 // be answered by another user.
 func verifyListeners(pgid int, ports []int) error {
 	ours := groupSockets(pgid)
-	listen, err := tcpListeners("/proc/net/tcp")
+	listen, err := tcpListeners(proc.NetTCP)
 	if err != nil {
 		return fmt.Errorf("reading the node's listeners: %w", err)
 	}
-	if six, err := tcpListeners("/proc/net/tcp6"); err == nil {
+	if six, err := tcpListeners(proc.NetTCP6); err == nil {
 		for p, socks := range six {
 			listen[p] = append(listen[p], socks...)
 		}

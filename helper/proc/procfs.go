@@ -114,6 +114,12 @@ type TCPSocket struct {
 	Inode uint64
 }
 
+// The node's TCP socket tables, IPv4 and IPv6 (for ReadTCP).
+const (
+	NetTCP  = "/proc/net/tcp"
+	NetTCP6 = "/proc/net/tcp6"
+)
+
 // MaxTCPTable bounds what ReadTCP reads of one table, bytes.
 const MaxTCPTable = 64 << 20
 

@@ -54,7 +54,7 @@ func TestParseTCP(t *testing.T) {
 	if !slices.Equal(rows, want) {
 		t.Fatalf("%+v", rows)
 	}
-	if _, err := ReadTCP("/proc/net/tcp"); err != nil {
+	if _, err := ReadTCP(NetTCP); err != nil {
 		t.Fatal(err)
 	}
 }

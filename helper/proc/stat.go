@@ -1,7 +1,6 @@
 package proc
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -69,28 +68,10 @@ func StartTime(pid int) (uint64, error) {
 }
 
 // RealUID is the real uid of pid, the first field of the Uid: line of
-// /proc/<pid>/status.
+// /proc/<pid>/status (UIDs).
 func RealUID(pid int) (uint32, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "Uid:"); ok {
-			fs := strings.Fields(rest)
-			if len(fs) == 0 {
-				break
-			}
-			u, err := strconv.ParseUint(fs[0], 10, 32)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/status: Uid %q", pid, fs[0])
-			}
-			return uint32(u), nil
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/status: no Uid line", pid)
+	ids, err := UIDs(pid)
+	return ids[0], err
 }
 
 // SessionMembers returns the pids of the live (not zombie) processes of

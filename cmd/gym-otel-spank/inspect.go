@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/atomicfile"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
 )
 
@@ -84,22 +84,7 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 // writeHTML writes the page to a temporary file beside path and renames it
 // into place, so a reader never sees half a page.
 func writeHTML(path string, r *inspect.Report, js []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".inspect-*.html")
-	if err != nil {
-		return fmt.Errorf("--html %s: %w", path, err)
-	}
-	err = r.WriteHTML(tmp, js)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	if err := atomicfile.WriteFrom(path, 0o644, func(w io.Writer) error { return r.WriteHTML(w, js) }); err != nil {
 		return fmt.Errorf("--html %s: %w", path, err)
 	}
 	return nil

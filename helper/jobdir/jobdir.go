@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/atomicfile"
 )
 
 // The dirs of the layout, relative to a job dir.
@@ -228,32 +230,5 @@ func WriteState(dir string, st State) error {
 	if err != nil {
 		return err
 	}
-	return WriteFile(filepath.Join(dir, StateFile), append(b, '\n'), 0o600)
-}
-
-// WriteFile writes path through a temporary file of a random name in the
-// same dir (never a fixed name another user could have planted as a link),
-// given mode and renamed into place: a reader sees the old file or the new
-// one, never half. Errors: the file system's (the temporary file is
-// removed).
-func WriteFile(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, mode)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
+	return atomicfile.Write(filepath.Join(dir, StateFile), append(b, '\n'), 0o600)
 }

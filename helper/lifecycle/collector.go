@@ -24,11 +24,9 @@ import (
 
 // collector is one running collector process.
 type collector struct {
-	cmd     *exec.Cmd
-	pid     int
-	start   uint64 // /proc/<pid>/stat starttime, clock ticks since boot
-	exited  chan struct{}
-	waitErr error
+	*proc.Child
+	pid   int
+	start uint64 // /proc/<pid>/stat starttime, clock ticks since boot
 	// killed: stop's bound passed and the collector was killed.
 	killed bool
 }
@@ -92,22 +90,9 @@ func start(ls launchSpec) (*collector, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c := &collector{cmd: cmd, pid: cmd.Process.Pid, exited: make(chan struct{})}
+	c := &collector{Child: proc.Watch(cmd), pid: cmd.Process.Pid}
 	c.start, _ = proc.StartTime(c.pid)
-	go func() {
-		c.waitErr = cmd.Wait()
-		close(c.exited)
-	}()
 	return c, nil
-}
-
-func (c *collector) running() bool {
-	select {
-	case <-c.exited:
-		return false
-	default:
-		return true
-	}
 }
 
 // stop sends SIGTERM to the collector's process group and waits up to bound
@@ -117,67 +102,14 @@ func (c *collector) running() bool {
 // the stop was clean: the group gone within the bound, and the direct child
 // exited 0 or by the SIGTERM it was sent.
 func (c *collector) stop(bound time.Duration) (clean bool) {
-	if !c.running() {
-		return c.waitErr == nil
+	if !c.Running() {
+		return c.Err() == nil
 	}
-	if syscall.Kill(-c.pid, syscall.SIGTERM) != nil {
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	deadline := time.Now().Add(bound)
-	select {
-	case <-c.exited:
-	case <-time.After(bound):
-	}
-	for c.running() || groupAlive(c.pid) {
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(-c.pid, syscall.SIGKILL)
-			_ = c.cmd.Process.Kill()
-			<-c.exited
-			reapOrphans()
-			c.killed = true
-			return false
-		}
-		reapOrphans()
-		time.Sleep(20 * time.Millisecond)
-	}
-	return c.waitErr == nil || terminatedBy(c.waitErr, syscall.SIGTERM)
-}
-
-// groupAlive reports whether a live (not zombie) process is left in process
-// group pgid, reaping orphaned zombies it finds.
-func groupAlive(pgid int) bool {
-	if syscall.Kill(-pgid, 0) != nil {
+	if c.StopGroup(bound, true) {
+		c.killed = true
 		return false
 	}
-	reapOrphans()
-	return syscall.Kill(-pgid, 0) == nil
-}
-
-// reapOrphans collects exited descendants that were reparented to this
-// process (the subreaper), without blocking. The collector itself is reaped
-// by its exec.Cmd, and only after it has exited is this called.
-func reapOrphans() {
-	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if pid <= 0 || err != nil {
-			return
-		}
-	}
-}
-
-// terminatedBy reports whether err is an exit by signal sig (or the shell
-// convention 128+sig).
-func terminatedBy(err error, sig syscall.Signal) bool {
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		return false
-	}
-	ws, ok := ee.Sys().(syscall.WaitStatus)
-	if !ok {
-		return false
-	}
-	return (ws.Signaled() && ws.Signal() == sig) || (ws.Exited() && ws.ExitStatus() == 128+int(sig))
+	return c.Err() == nil || proc.TerminatedBy(c.Err(), syscall.SIGTERM)
 }
 
 // waitHealthy polls the health endpoint every poll until it answers 200,
@@ -198,7 +130,7 @@ func waitHealthy(ctx context.Context, c *collector, port int, poll time.Duration
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-c.exited:
+		case <-c.Exited():
 			return errExited
 		case <-t.C:
 		}

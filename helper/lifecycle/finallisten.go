@@ -1,15 +1,14 @@
 package lifecycle
 
 import (
-	"bufio"
 	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 )
 
 // Bounds of the final-figures server (finalSink). The only client is the
@@ -101,23 +100,12 @@ func tcpPeerUID(c net.Conn) (uint32, bool) {
 	hex := func(a *net.TCPAddr) string {
 		return fmt.Sprintf("%08X:%04X", binary.NativeEndian.Uint32(a.IP.To4()), a.Port)
 	}
-	local, remote := hex(ra), hex(la) // the peer socket's view
-	f, err := os.Open("/proc/net/tcp")
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 8 || fs[1] != local || fs[2] != remote {
-			continue
+	local, remote := hex(ra), hex(la)    // the peer socket's view
+	rows, _ := proc.ReadTCP(proc.NetTCP) // what was read before an error
+	for _, row := range rows {
+		if row.Local == local && row.Remote == remote {
+			return row.UID, true
 		}
-		u, err := strconv.ParseUint(fs[7], 10, 32)
-		if err != nil {
-			return 0, false
-		}
-		return uint32(u), true
 	}
 	return 0, false
 }

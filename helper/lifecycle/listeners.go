@@ -1,11 +1,9 @@
 package lifecycle
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -32,11 +30,11 @@ func (e errForeignListener) Error() string {
 // be answered by another user.
 func verifyListeners(pgid int, ports []int) error {
 	ours := groupSockets(pgid)
-	listen, err := tcpListeners("/proc/net/tcp")
+	listen, err := tcpListeners(proc.NetTCP)
 	if err != nil {
 		return fmt.Errorf("reading the node's listeners: %w", err)
 	}
-	if six, err := tcpListeners("/proc/net/tcp6"); err == nil {
+	if six, err := tcpListeners(proc.NetTCP6); err == nil {
 		for p, socks := range six {
 			listen[p] = append(listen[p], socks...)
 		}
@@ -59,26 +57,13 @@ func verifyListeners(pgid int, ports []int) error {
 // group pgid (that this user may read).
 func groupSockets(pgid int) map[uint64]bool {
 	out := map[uint64]bool{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	pids, _ := proc.Pids()
+	for _, pid := range pids {
 		if st, err := proc.ReadStat(pid); err != nil || st.Pgid != pgid {
 			continue
 		}
-		fds, _ := os.ReadDir(filepath.Join("/proc", e.Name(), "fd"))
-		for _, fd := range fds {
-			link, err := os.Readlink(filepath.Join("/proc", e.Name(), "fd", fd.Name()))
-			if err != nil {
-				continue
-			}
-			if s, ok := strings.CutPrefix(link, "socket:["); ok {
-				if ino, err := strconv.ParseUint(strings.TrimSuffix(s, "]"), 10, 64); err == nil {
-					out[ino] = true
-				}
-			}
+		for _, ino := range proc.SocketInodes(pid) {
+			out[ino] = true
 		}
 	}
 	return out
@@ -90,25 +75,27 @@ type socket struct {
 	uid   uint32
 }
 
+// tcpListeners reads the table at path (/proc/net/tcp or tcp6) into
+// loopbackListeners.
 func tcpListeners(path string) (map[int][]socket, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return parseTCP(io.LimitReader(f, 64<<20))
+	rows, err := proc.ReadTCP(path)
+	return loopbackListeners(rows), err
 }
 
 func parseTCP(r io.Reader) (map[int][]socket, error) {
+	rows, err := proc.ParseTCP(r)
+	return loopbackListeners(rows), err
+}
+
+// loopbackListeners maps each port listened on at 127.0.0.1 or every
+// address (v4 or v6) to its sockets.
+func loopbackListeners(rows []proc.TCPSocket) map[int][]socket {
 	out := map[int][]socket{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		// sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
-		f := strings.Fields(sc.Text())
-		if len(f) < 10 || f[3] != "0A" {
+	for _, row := range rows {
+		if row.State != "0A" {
 			continue
 		}
-		addr, port, ok := strings.Cut(f[1], ":")
+		addr, port, ok := strings.Cut(row.Local, ":")
 		switch {
 		case !ok:
 			continue
@@ -117,13 +104,11 @@ func parseTCP(r io.Reader) (map[int][]socket, error) {
 		default:
 			continue
 		}
-		p, err1 := strconv.ParseUint(port, 16, 16)
-		ino, err2 := strconv.ParseUint(f[9], 10, 64)
-		uid, err3 := strconv.ParseUint(f[7], 10, 32)
-		if err1 != nil || err2 != nil || err3 != nil {
+		p, err := strconv.ParseUint(port, 16, 16)
+		if err != nil {
 			continue
 		}
-		out[int(p)] = append(out[int(p)], socket{ino, uint32(uid)})
+		out[int(p)] = append(out[int(p)], socket{row.Inode, row.UID})
 	}
-	return out, sc.Err()
+	return out
 }

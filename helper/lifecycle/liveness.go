@@ -34,11 +34,11 @@ const (
 // an error when pid is not a running slurmd: named slurmd
 // (/proc/<pid>/comm) and run by root (every uid 0).
 func SlurmdAnchor(pid int) (string, error) {
-	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	c, err := proc.Comm(pid)
 	if err != nil {
 		return "", err
 	}
-	if c := strings.TrimSpace(string(comm)); c != "slurmd" {
+	if c != "slurmd" {
 		return "", fmt.Errorf("process %d is %q, not slurmd", pid, c)
 	}
 	if !proc.RunsAsRoot(pid) {
@@ -107,7 +107,7 @@ func TheSlurmd(exe string) func() bool {
 	if exe == "" {
 		return nil
 	}
-	ents, err := os.ReadDir("/proc")
+	pids, err := proc.Pids()
 	if err != nil {
 		return nil
 	}
@@ -116,8 +116,8 @@ func TheSlurmd(exe string) func() bool {
 		name = name[:15]
 	}
 	isSlurmd := func(pid int) bool {
-		c, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
-		if err != nil || strings.TrimSpace(string(c)) != name || !proc.RunsAsRoot(pid) {
+		c, err := proc.Comm(pid)
+		if err != nil || c != name || !proc.RunsAsRoot(pid) {
 			return false
 		}
 		p, err := proc.ExePath(pid)
@@ -131,9 +131,8 @@ func TheSlurmd(exe string) func() bool {
 		}
 	}
 	found := ""
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || !isSlurmd(pid) {
+	for _, pid := range pids {
+		if !isSlurmd(pid) {
 			continue
 		}
 		st, err := proc.ReadStat(pid)

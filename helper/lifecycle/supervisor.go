@@ -17,9 +17,11 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/atomicfile"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
@@ -294,7 +296,7 @@ func (s *supervisor) writeConfig() error {
 	if err != nil {
 		return err
 	}
-	return jobdir.WriteFile(s.configPath(), y, 0o600)
+	return atomicfile.Write(s.configPath(), y, 0o600)
 }
 
 // collectorEnv is the collector's whole environment: the two tokens, a
@@ -355,7 +357,7 @@ func (s *supervisor) launch(ctx context.Context) error {
 		key = "otel.container"
 	}
 	if errors.Is(err, errExited) {
-		return fmt.Errorf("%s: the collector exited before it was healthy (%v); last lines of %s:\n%s", key, c.waitErr, s.logPath, tail)
+		return fmt.Errorf("%s: the collector exited before it was healthy (%v); last lines of %s:\n%s", key, c.Err(), s.logPath, tail)
 	}
 	return fmt.Errorf("otel.health_check_timeout_seconds: the collector was not healthy within %ds; last lines of %s:\n%s", s.o.HealthCheckTimeoutSeconds, s.logPath, tail)
 }
@@ -427,7 +429,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			return s.drain()
 		case <-ctx.Done():
 			return s.drain()
-		case <-s.coll.exited:
+		case <-s.coll.Exited():
 			if err := s.restart(ctx); err != nil {
 				s.writeState(StatusFailed, err.Error())
 				s.writeReceipt()
@@ -522,14 +524,14 @@ func (s *supervisor) pollSelf() {
 func (s *supervisor) restart(ctx context.Context) error {
 	tail := tailFile(s.logPath, 5)
 	if s.restarts >= s.opt.MaxRestarts {
-		s.endRun(nil, fmt.Sprintf("collector run %d exited unexpectedly (%v)", s.runs+1, s.coll.waitErr))
+		s.endRun(nil, fmt.Sprintf("collector run %d exited unexpectedly (%v)", s.runs+1, s.coll.Err()))
 		return fmt.Errorf("the collector died %d times; giving up. Last lines of %s:\n%s", s.restarts+1, s.logPath, tail)
 	}
-	s.endRun(nil, fmt.Sprintf("collector run %d exited unexpectedly (%v)", s.runs+1, s.coll.waitErr))
+	s.endRun(nil, fmt.Sprintf("collector run %d exited unexpectedly (%v)", s.runs+1, s.coll.Err()))
 	s.restarts++
 	s.lastSpans = 0 // the new collector counts from zero
-	s.log.Warnf("the collector exited unexpectedly (%v); restart %d of %d on the same ports", s.coll.waitErr, s.restarts, s.opt.MaxRestarts)
-	appendLog(s.logPath, fmt.Sprintf("gym-otel: the collector exited unexpectedly (%v); restart %d of %d", s.coll.waitErr, s.restarts, s.opt.MaxRestarts))
+	s.log.Warnf("the collector exited unexpectedly (%v); restart %d of %d on the same ports", s.coll.Err(), s.restarts, s.opt.MaxRestarts)
+	appendLog(s.logPath, fmt.Sprintf("gym-otel: the collector exited unexpectedly (%v); restart %d of %d", s.coll.Err(), s.restarts, s.opt.MaxRestarts))
 	s.cutPartialLines()
 	c, err := start(s.launchArgs)
 	if err != nil {
@@ -621,19 +623,19 @@ func (s *supervisor) drain() error {
 	}
 	s.pollSelf()
 	start := time.Now()
-	wasRunning := s.coll.running()
+	wasRunning := s.coll.Running()
 	clean := s.coll.stop(s.pol.CollectorStop)
 	s.log.Infof("collector stopped in %d ms (clean: %v)", time.Since(start).Milliseconds(), clean)
 	final := s.final.since(start)
 	switch {
 	case !wasRunning:
-		s.endRun(nil, fmt.Sprintf("collector run %d had exited (%v) before the drain", s.runs+1, s.coll.waitErr))
+		s.endRun(nil, fmt.Sprintf("collector run %d had exited (%v) before the drain", s.runs+1, s.coll.Err()))
 	case s.coll.killed:
 		s.endRun(nil, fmt.Sprintf("collector run %d did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.runs+1, s.o.ShutdownTimeoutSeconds))
-	case !clean && terminatedBy(s.coll.waitErr, syscall.SIGKILL):
+	case !clean && proc.TerminatedBy(s.coll.Err(), syscall.SIGKILL):
 		// Killed by someone else (the OOM killer, a user) as the drain
 		// began, before the supervisor saw it exit.
-		s.endRun(nil, fmt.Sprintf("collector run %d was killed (%v) as the drain began", s.runs+1, s.coll.waitErr))
+		s.endRun(nil, fmt.Sprintf("collector run %d was killed (%v) as the drain began", s.runs+1, s.coll.Err()))
 	case final == nil:
 		s.endRun(nil, fmt.Sprintf("collector run %d sent no final figures at its shutdown (see collector.log)", s.runs+1))
 	default:
@@ -670,14 +672,14 @@ func (s *supervisor) drain() error {
 		var err error
 		switch {
 		case !wasRunning:
-			err = fmt.Errorf("the collector had exited (%v) before the drain", s.coll.waitErr)
+			err = fmt.Errorf("the collector had exited (%v) before the drain", s.coll.Err())
 		case s.coll.killed:
 			err = fmt.Errorf("the collector did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.o.ShutdownTimeoutSeconds)
 		default:
 			// In time, but its shutdown failed: a file exporter that
 			// could not flush its last writes (a full file system),
 			// counted in the receipt.
-			err = fmt.Errorf("the collector's shutdown ended with an error (%v); see collector.log", s.coll.waitErr)
+			err = fmt.Errorf("the collector's shutdown ended with an error (%v); see collector.log", s.coll.Err())
 		}
 		s.writeState(jobdir.StatusDrained, err.Error())
 		return err
@@ -705,7 +707,7 @@ func (s *supervisor) writeState(status, errText string) {
 		Restarts: s.restarts, ExportProblems: s.problems, UpdatedAt: time.Now().UTC().Format(time.RFC3339Nano),
 		JobID: s.opt.Facts.JobID, RestartCount: s.opt.Facts.RestartCount, SLUID: s.opt.Facts.SLUID,
 	}
-	if s.coll != nil && s.coll.running() {
+	if s.coll != nil && s.coll.Running() {
 		st.CollectorPID = s.coll.pid
 	}
 	if err := jobdir.WriteState(s.out, st); err != nil {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
@@ -122,16 +121,14 @@ func collectorToken(dir, tokenEnv string) (string, error) {
 	if jerr != nil || st.CollectorPID <= 0 {
 		return "", live(fmt.Errorf("%s/%s names no collector (status %q)", dir, jobdir.StateFile, st.Status))
 	}
-	proc := filepath.Join("/proc", strconv.Itoa(st.CollectorPID))
-	var fi syscall.Stat_t
-	if err := syscall.Stat(proc, &fi); err != nil || int(fi.Uid) != os.Getuid() {
+	if uid, err := proc.Owner(st.CollectorPID); err != nil || int(uid) != os.Getuid() {
 		return "", live(fmt.Errorf("its collector (pid %d) is not running as this user here", st.CollectorPID))
 	}
-	cmdline, err := os.ReadFile(filepath.Join(proc, "cmdline"))
+	cmdline, err := proc.Cmdline(st.CollectorPID)
 	if err != nil || !bytes.Contains(cmdline, []byte(filepath.Join(dir, jobdir.ConfigFile))) {
 		return "", fmt.Errorf("pid %d is not the collector of %s", st.CollectorPID, dir)
 	}
-	environ, err := os.ReadFile(filepath.Join(proc, "environ"))
+	environ, err := proc.Environ(st.CollectorPID)
 	if err != nil {
 		return "", fmt.Errorf("the environment of its collector (pid %d): %v", st.CollectorPID, err)
 	}

@@ -139,10 +139,7 @@ func stopSupervisor(ctx context.Context, rec *record.Record, g *cgroup.Group, jo
 	// pid, and it was ours when the epilog began: a session id is not
 	// reused while the session has members, so whatever is left with that
 	// session id and the job's uid is the supervisor's.
-	left := proc.SessionMembers(pid, rec.UID)
-	for _, p := range left {
-		_ = syscall.Kill(p, syscall.SIGKILL)
-	}
+	left := proc.KillSession(pid, rec.UID)
 	if len(left) > 0 {
 		log.Warnf("job %d: supervisor (pid %d) not done after %s: killed %d processes of its session", jobID, pid, bound, len(left))
 	} else {

@@ -7,52 +7,37 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // MaxReadinessBytes bounds what the prolog reads of the supervisor's
-// readiness line (lifecycle.Readiness: one JSON line; the user's program
-// could otherwise write without end).
+// readiness line (lifecycle.Readiness: one JSON line; the user's program could otherwise write without end).
 const MaxReadinessBytes = 64 * 1024
 
 // supervisor is a started `<cli> supervise --from-env`.
 type supervisor struct {
-	cmd       *exec.Cmd
+	*proc.Child
 	pid       int
 	readiness *os.File
 	group     *cgroup.Group // nil on a node without cgroups
-	exited    chan struct{}
 }
 
 // startSupervisor starts the supervisor as the job's user (uid, gid,
-// groups), in its own session, with exactly env, fd 3 the write end of the
-// readiness pipe and no other descriptor of this process, and with what a
-// job's process gets rather than what slurmd has:
-//   - born inside group g (when not nil; cgroup.Group.StartInside): on v2
-//     placed there by clone3 (CLONE_INTO_CGROUP), on v1 forked by a thread
-//     of its own that alone joins g around the fork and is discarded
-//     after; this process never enters the user's group, and no instant
-//     exists in which the supervisor, or anything it starts, is outside
-//     it. A thread that cannot leave g again fails the start;
-//   - (the supervisor lowers its resource limits to the node's ordinary
-//     ones itself, first thing: see proc.LowerToNodeLimits);
-//   - oom_score_adj 0 (slurmd's is often -1000), set with privilege so the
-//     user cannot lower it again;
-//   - no_new_privs: no setuid or file capability can raise it again.
-//
-// Everything this process changes on itself for the fork is restored
-// before it returns (later SPANK plugins run their job prolog in the same
-// process).
+// groups; proc.StartAsUser: its own session, no_new_privs, no descriptor
+// of this process, oom_score_adj 0), with exactly env, fd 3 the write end
+// of the readiness pipe, born inside group g when not nil
+// (cgroup.Group.StartInside): on v2 placed there by clone3
+// (CLONE_INTO_CGROUP), on v1 forked by a thread of its own that alone
+// joins g around the fork and is discarded after; this process never
+// enters the user's group, and no instant exists in which the supervisor,
+// or anything it starts, is outside it. A thread that cannot leave g
+// again fails the start. The supervisor lowers its resource limits to the
+// node's ordinary ones itself, first thing (see proc.LowerToNodeLimits).
 func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32, g *cgroup.Group) (*supervisor, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -63,85 +48,15 @@ func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32,
 	cmd.Env = env
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{w} // fd 3 = lifecycle.ReadinessFD
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups},
-		Setsid:     true,
+	var inside func(*exec.Cmd) error
+	if g != nil {
+		inside = g.StartInside
 	}
-	errc := make(chan error, 1)
-	go func() {
-		// no_new_privs is a thread attribute the child inherits from the
-		// thread that forks: set it on a thread of its own, which is
-		// never unlocked, so it ends with this goroutine.
-		runtime.LockOSThread()
-		errc <- forkContained(cmd, g)
-	}()
-	if err := <-errc; err != nil {
+	if err := proc.StartAsUser(cmd, proc.Credential{UID: uid, GID: gid, Groups: groups}, inside); err != nil {
 		r.Close()
 		return nil, err
 	}
-	s := &supervisor{cmd: cmd, pid: cmd.Process.Pid, readiness: r, group: g, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(s.exited) }()
-	return s, nil
-}
-
-// forkContained starts cmd with this process's attributes set aside for
-// the child (see startSupervisor) and restores them.
-func forkContained(cmd *exec.Cmd, g *cgroup.Group) error {
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
-	}
-	undoFDs := closeOnExecAll()
-	defer undoFDs()
-	undoOOM, err := setOOMScoreAdj("0")
-	if err != nil {
-		return err
-	}
-	defer undoOOM()
-	if g != nil {
-		return g.StartInside(cmd)
-	}
-	return cmd.Start()
-}
-
-// closeOnExecAll marks every descriptor above 2 close-on-exec (slurmstepd
-// may hold some without it) and returns how to undo that.
-func closeOnExecAll() (undo func()) {
-	ents, _ := os.ReadDir("/proc/self/fd")
-	var changed []int
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil || fd <= 2 {
-			continue
-		}
-		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
-		if err != nil || flags&unix.FD_CLOEXEC != 0 {
-			continue
-		}
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags|unix.FD_CLOEXEC); err == nil {
-			changed = append(changed, fd)
-		}
-	}
-	return func() {
-		for _, fd := range changed {
-			if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
-				_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags&^unix.FD_CLOEXEC)
-			}
-		}
-	}
-}
-
-// setOOMScoreAdj sets this process's oom_score_adj and returns how to
-// restore it.
-func setOOMScoreAdj(v string) (undo func(), err error) {
-	const p = "/proc/self/oom_score_adj"
-	old, err := readBounded(p, 64)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(p, []byte(v), 0); err != nil {
-		return nil, fmt.Errorf("oom_score_adj: %w", err)
-	}
-	return func() { _ = os.WriteFile(p, []byte(strings.TrimSpace(old)), 0) }, nil
+	return &supervisor{Child: proc.Watch(cmd), pid: cmd.Process.Pid, readiness: r, group: g}, nil
 }
 
 // readBounded reads at most max bytes of path.
@@ -193,12 +108,8 @@ func (s *supervisor) kill() {
 	if s.group != nil {
 		_, _ = s.group.Kill(timing.GroupKillBound)
 	}
-	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
-	_ = s.cmd.Process.Kill()
-	select {
-	case <-s.exited:
-	case <-time.After(timing.GroupKillBound):
-	}
+	s.KillGroup()
+	s.WaitExit(timing.GroupKillBound)
 	if s.group != nil {
 		_ = s.group.Remove()
 	}

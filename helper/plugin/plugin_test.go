@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
@@ -94,7 +95,7 @@ func TestUsesArrayIDs(t *testing.T) {
 // A record last written before the node's boot is over without asking
 // Slurm; one written since is not, and neither is a dir without a record.
 func TestBeforeBoot(t *testing.T) {
-	boot := bootTime()
+	boot := proc.BootTime()
 	if boot.IsZero() {
 		t.Fatal("no btime in /proc/stat")
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
@@ -69,7 +70,11 @@ func indexByte(s string, c byte) int {
 // It is only called when the job carries a spec. Whatever happens, it leaves
 // a record (status=failed with the reason when it could not start a ready
 // collector) unless the record dir itself cannot be made; the returned error
-// is for the log only: the prolog always returns 0 to Slurm.
+// is for the log only: the prolog always returns 0 to Slurm. Its steps, in
+// order: the deadline, the node's housekeeping (tidyNode), the job's spec
+// (acceptSpec), the job's user (jobAccount), the job's facts, the
+// supervisor's environment (supervisorEnv), its cgroup (collectorGroup),
+// its start and report (launch), and the ready record (recordReady).
 func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	// One deadline for everything below (timing.Policy; why it is the
 	// plugstack's prolog_timeout: timeoutwarn.go).
@@ -83,11 +88,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return err
 	}
-	warnTimeouts(in.Args.RecordDir, node, in.Args.PrologTimeout, slurmBounds, log)
-	warnSubmitFilter(in.Args.RecordDir, node, in.Getenv("SLURM_CONF"), log)
-	sweepCtx, sweepDone := context.WithDeadline(ctx, deadline.Add(-timing.KillReserve-timing.QueryBound))
-	SweepStale(sweepCtx, in.Args.RecordDir, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, log)
-	sweepDone()
+	tidyNode(ctx, in, node, slurmBounds, log)
 	rec := &record.Record{Status: "failed", OnFailure: "continue", UID: in.UID}
 	fail := func(err error) error {
 		// A failed record carries no task env: nothing of what failed
@@ -102,53 +103,13 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		}
 		return err
 	}
-	spec, err := config.Decode(in.Encoded)
+	spec, pol, err := acceptSpec(in, bounds, node, rec, log)
 	if err != nil {
 		return fail(err)
 	}
-	if spec.Otel.OnFailure == "fail" {
-		rec.OnFailure = "fail"
-	}
-	if in.ArgsErr != nil {
-		return fail(fmt.Errorf("the collector is off for this job: %w", in.ArgsErr))
-	}
-	// The node's own site file decides the keys it pins: a user value, or
-	// a spec set by hand through libslurm, never chooses them here.
-	pinned, err := config.EnforcePins(spec, in.Args.Site, in.Args.SiteItems)
+	u, groups, err := jobAccount(ctx, in, log)
 	if err != nil {
 		return fail(err)
-	}
-	for _, line := range pinned {
-		log.Warnf("job %d: %s", in.JobID, line)
-	}
-	rec.Unset = unsetNames(spec.Otel.TokenEnv)
-	if _, err := spec.Validate(nil); err != nil {
-		return fail(fmt.Errorf("the job's spec does not validate on node %s: %w", node, err))
-	}
-	if in.Token == "" {
-		return fail(fmt.Errorf("the job carries no token (GYM_OTEL_TOKEN): was %s set in the submitting shell?", spec.Otel.TokenEnv))
-	}
-	pol := timing.For(spec.Otel, bounds)
-	rec.FinalWait = timing.Seconds(pol.FinalWait)
-	rec.DrainTimeout = timing.Seconds(pol.DrainWait)
-	if in.UID == 0 {
-		return fail(fmt.Errorf("jobs of root (uid 0) get no collector: it runs as the job's user, and root's would run with every privilege"))
-	}
-
-	// The ids are SPANK's (in.UID, in.GID); name, home and supplementary
-	// groups come from NSS, bounded (a hung LDAP or sssd cannot be
-	// cancelled): past the bound the collector starts with the job's
-	// primary group only.
-	nssBound := min(NSSBound, time.Until(deadline)-timing.KillReserve-time.Second)
-	u, err := boundedAccount(ctx, in.UID, in.Getenv("SLURM_JOB_USER"), max(nssBound, 0))
-	if errors.Is(err, errNSSTimeout) {
-		log.Warnf("job %d: %v: the collector runs as uid %d with group %d only (no supplementary groups, no HOME)", in.JobID, err, in.UID, in.GID)
-	} else if err != nil {
-		return fail(err)
-	}
-	groups := u.Groups
-	if groups == nil {
-		groups = []uint32{in.GID}
 	}
 	facts, err := prologFacts(ctx, in, spec, node, u.Name, log)
 	if err != nil {
@@ -162,10 +123,115 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if timeout <= 0 {
 		return fail(fmt.Errorf("no time left for the collector within the prolog's deadline (plugstack prolog_timeout=%d)", in.Args.PrologTimeout))
 	}
+	env, err := supervisorEnv(in, spec, factsJSON, dir, u, log)
+	if err != nil {
+		return fail(err)
+	}
+	group, err := collectorGroup(in, spec, node, rec, log)
+	if err != nil {
+		return fail(err)
+	}
+	sup, rep, err := launch(in, env, groups, group, timeout)
+	if err != nil {
+		return fail(err)
+	}
+	if err := recordReady(dir, rec, sup, rep, spec, facts); err != nil {
+		return fail(err)
+	}
+	where := "no cgroup"
+	if group != nil {
+		where = "cgroup " + group.Rel
+	}
+	log.Infof("job %d: collector ready on %s (supervisor pid %d, OTLP http 127.0.0.1:%d, output %s, %d ms, %s)",
+		in.JobID, node, sup.pid, rep.Ports.OTLPHTTP, rep.OutputDir, rep.ReadyMillis, where)
+	return nil
+}
+
+// tidyNode is the prolog's care of the node, whatever the job: the
+// once-per-node warnings about the deadline's settings and the submit
+// filter, and the sweep of stale records and orphaned groups of earlier
+// jobs, stopped where the prolog's own kill and one query to Slurm still
+// fit before ctx's deadline.
+func tidyNode(ctx context.Context, in PrologInput, node string, slurmBounds slurm.Timeouts, log logrus.FieldLogger) {
+	deadline, _ := ctx.Deadline()
+	warnTimeouts(in.Args.RecordDir, node, in.Args.PrologTimeout, slurmBounds, log)
+	warnSubmitFilter(in.Args.RecordDir, node, in.Getenv("SLURM_CONF"), log)
+	sweepCtx, sweepDone := context.WithDeadline(ctx, deadline.Add(-timing.KillReserve-timing.QueryBound))
+	SweepStale(sweepCtx, in.Args.RecordDir, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, log)
+	sweepDone()
+}
+
+// acceptSpec decodes the job's spec and decides whether this node starts
+// a collector for it: the node's pins applied (logged), the spec valid
+// here, a token present, the job not root's. It fills what the record
+// says of the job whatever the outcome (on_failure, the variables to
+// unset, the final wait and drain bounds) and returns the spec and its
+// timing policy.
+func acceptSpec(in PrologInput, bounds timing.Bounds, node string, rec *record.Record, log logrus.FieldLogger) (*config.Resolved, timing.Policy, error) {
+	spec, err := config.Decode(in.Encoded)
+	if err != nil {
+		return nil, timing.Policy{}, err
+	}
+	if spec.Otel.OnFailure == "fail" {
+		rec.OnFailure = "fail"
+	}
+	if in.ArgsErr != nil {
+		return nil, timing.Policy{}, fmt.Errorf("the collector is off for this job: %w", in.ArgsErr)
+	}
+	// The node's own site file decides the keys it pins: a user value, or
+	// a spec set by hand through libslurm, never chooses them here.
+	pinned, err := config.EnforcePins(spec, in.Args.Site, in.Args.SiteItems)
+	if err != nil {
+		return nil, timing.Policy{}, err
+	}
+	for _, line := range pinned {
+		log.Warnf("job %d: %s", in.JobID, line)
+	}
+	rec.Unset = unsetNames(spec.Otel.TokenEnv)
+	if _, err := spec.Validate(nil); err != nil {
+		return nil, timing.Policy{}, fmt.Errorf("the job's spec does not validate on node %s: %w", node, err)
+	}
+	if in.Token == "" {
+		return nil, timing.Policy{}, fmt.Errorf("the job carries no token (GYM_OTEL_TOKEN): was %s set in the submitting shell?", spec.Otel.TokenEnv)
+	}
+	pol := timing.For(spec.Otel, bounds)
+	rec.FinalWait = timing.Seconds(pol.FinalWait)
+	rec.DrainTimeout = timing.Seconds(pol.DrainWait)
+	if in.UID == 0 {
+		return nil, timing.Policy{}, fmt.Errorf("jobs of root (uid 0) get no collector: it runs as the job's user, and root's would run with every privilege")
+	}
+	return spec, pol, nil
+}
+
+// jobAccount is the job's user as the supervisor runs: the ids are
+// SPANK's (in.UID, in.GID); name, home and supplementary groups come from
+// NSS, bounded (a hung LDAP or sssd cannot be cancelled): past the bound
+// the collector starts with the job's primary group only (logged).
+func jobAccount(ctx context.Context, in PrologInput, log logrus.FieldLogger) (account, []uint32, error) {
+	deadline, _ := ctx.Deadline()
+	nssBound := min(NSSBound, time.Until(deadline)-timing.KillReserve-time.Second)
+	u, err := boundedAccount(ctx, in.UID, in.Getenv("SLURM_JOB_USER"), max(nssBound, 0))
+	if errors.Is(err, errNSSTimeout) {
+		log.Warnf("job %d: %v: the collector runs as uid %d with group %d only (no supplementary groups, no HOME)", in.JobID, err, in.UID, in.GID)
+	} else if err != nil {
+		return u, nil, err
+	}
+	groups := u.Groups
+	if groups == nil {
+		groups = []uint32{in.GID}
+	}
+	return u, groups, nil
+}
+
+// supervisorEnv is the supervisor's whole environment: the spec as this
+// node decided it, the token, the job's facts, the record's path, PATH and
+// the user's names, SLURM_CONF, and what the node knows of the job's end
+// (the slurmd that ran the prolog, its binary, the job's end time).
+func supervisorEnv(in PrologInput, spec *config.Resolved, factsJSON []byte, dir string, u account, log logrus.FieldLogger) ([]string, error) {
 	// The supervisor gets the spec as this node decided it (pins applied).
 	nodeSpec, err := spec.Encode()
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	env := []string{
 		lifecycle.EnvSpec + "=" + nodeSpec,
@@ -198,6 +264,13 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if end := lifecycle.ParseJobEnd(in.Getenv("SLURM_JOB_END_TIME")); !end.IsZero() {
 		env = append(env, lifecycle.EnvJobEnd+"="+strconv.FormatInt(end.Unix(), 10))
 	}
+	return env, nil
+}
+
+// collectorGroup makes the job's collector cgroup on this node (nil when
+// the node has none), its memory bounded (logged when at the site's cap),
+// and names it in the record.
+func collectorGroup(in PrologInput, spec *config.Resolved, node string, rec *record.Record, log logrus.FieldLogger) (*cgroup.Group, error) {
 	memBytes, capped := cgroupMemoryBytes(spec.Otel.MemoryLimitMiB, in.Args.CgroupMemoryMaxMiB)
 	if capped && in.Args.Cgroup != CgroupOff {
 		log.Infof("job %d: the collector's cgroup is bounded at the site's cap, %d MiB (plugstack cgroup_memory_max_mib), below %d x otel.memory_limit_mib=%d",
@@ -205,19 +278,26 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	}
 	group, err := jobGroup(in.Args, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, memBytes, log)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	if group != nil {
 		rec.Cgroup = group.Rel
 		rec.CgroupMemory = group.MemoryLimitFile()
 		rec.CgroupCpuset = group.CpusetFile()
 	}
+	return group, nil
+}
+
+// launch starts the supervisor as the job's user inside group and waits
+// up to timeout for its report: a ready one, or an error (the supervisor
+// and its group ended, or the group removed when the start failed).
+func launch(in PrologInput, env []string, groups []uint32, group *cgroup.Group, timeout time.Duration) (*supervisor, lifecycle.Readiness, error) {
 	sup, err := startSupervisor(in.Args.CLI, env, in.UID, in.GID, groups, group)
 	if err != nil {
 		if group != nil {
 			_ = group.Remove()
 		}
-		return fail(fmt.Errorf("starting %s supervise: %w", in.Args.CLI, err))
+		return nil, lifecycle.Readiness{}, fmt.Errorf("starting %s supervise: %w", in.Args.CLI, err)
 	}
 	rep, err := sup.wait(timeout)
 	if err == nil && rep.Status != lifecycle.StatusReady {
@@ -225,12 +305,19 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	}
 	if err != nil {
 		sup.kill()
-		return fail(err)
+		return nil, rep, err
 	}
+	return sup, rep, nil
+}
+
+// recordReady writes the ready record: the supervisor's pid and start
+// time (checked to be alive after its report), the task env, the hold
+// socket. On an error the supervisor is ended.
+func recordReady(dir string, rec *record.Record, sup *supervisor, rep lifecycle.Readiness, spec *config.Resolved, facts jobfacts.Facts) error {
 	ps, err := proc.ReadStat(sup.pid)
 	if err != nil {
 		sup.kill()
-		return fail(fmt.Errorf("the supervisor (pid %d) is gone after its report: %w", sup.pid, err))
+		return fmt.Errorf("the supervisor (pid %d) is gone after its report: %w", sup.pid, err)
 	}
 	rec.Status = "ready"
 	rec.SupervisorPID = sup.pid
@@ -241,14 +328,8 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	}
 	if err := record.Write(dir, rec); err != nil {
 		sup.kill()
-		return fail(err)
+		return err
 	}
-	where := "no cgroup"
-	if group != nil {
-		where = "cgroup " + group.Rel
-	}
-	log.Infof("job %d: collector ready on %s (supervisor pid %d, OTLP http 127.0.0.1:%d, output %s, %d ms, %s)",
-		in.JobID, node, sup.pid, rep.Ports.OTLPHTTP, rep.OutputDir, rep.ReadyMillis, where)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
@@ -47,7 +48,7 @@ func sweepStaleRecords(ctx context.Context, recordDir, cluster, node string, cur
 	if err != nil {
 		return
 	}
-	boot := bootTime()
+	boot := proc.BootTime()
 	queries := 0
 	for _, e := range ents {
 		id, err := strconv.ParseUint(e.Name(), 10, 32)
@@ -136,22 +137,6 @@ func sweepOrphanGroups(ctx context.Context, recordDir, cluster, node string, cur
 		}
 		log.Warnf("job %d: %d orphaned cgroups (jobs %s) left for a later prolog or epilog on this node: the deadline is near", current, len(left), ids)
 	}
-}
-
-// bootTime is when this node booted (/proc/stat's btime); zero when unknown.
-func bootTime() time.Time {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return time.Time{}
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "btime "); ok {
-			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n > 0 {
-				return time.Unix(n, 0)
-			}
-		}
-	}
-	return time.Time{}
 }
 
 // beforeBoot reports whether the record in dir was last written before

@@ -105,9 +105,10 @@ func NoCoreDumps() error {
 	return unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{Cur: 0, Max: 0})
 }
 
-// BecomeUser switches this process (all threads) to the user called name,
-// with its primary group and supplementary groups from NSS. Only root can;
-// it is a no-op when already running as that user.
+// BecomeUser switches this process (all threads) to the user called name
+// (or with that uid), with its primary group and supplementary groups
+// from NSS (Credential.Become), and sets HOME and USER. Only root can; it
+// is a no-op when already running as that user.
 func BecomeUser(name string) error {
 	u, err := user.Lookup(name)
 	if err != nil {
@@ -124,26 +125,35 @@ func BecomeUser(name string) error {
 	if err != nil {
 		return err
 	}
-	groups := make([]int, 0, len(gids))
-	for _, g := range gids {
-		groups = append(groups, int(g))
-	}
-	if err := syscall.Setgroups(groups); err != nil {
-		return fmt.Errorf("setgroups: %w", err)
-	}
-	if err := syscall.Setgid(gid); err != nil {
-		return fmt.Errorf("setgid %d: %w", gid, err)
-	}
-	if err := syscall.Setuid(uid); err != nil {
-		return fmt.Errorf("setuid %d: %w", uid, err)
-	}
-	if os.Getuid() != uid || os.Geteuid() != uid {
-		return fmt.Errorf("still uid %d after setuid %d", os.Geteuid(), uid)
+	if err := (Credential{UID: uint32(uid), GID: uint32(gid), Groups: gids}).Become(); err != nil {
+		return err
 	}
 	if home := u.HomeDir; home != "" {
 		os.Setenv("HOME", home)
 	}
 	os.Setenv("USER", u.Username)
+	return nil
+}
+
+// Become switches this process (all threads) to c: supplementary groups,
+// then gid, then uid, and checks that the uid took. Only root can.
+func (c Credential) Become() error {
+	groups := make([]int, 0, len(c.Groups))
+	for _, g := range c.Groups {
+		groups = append(groups, int(g))
+	}
+	if err := syscall.Setgroups(groups); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setgid(int(c.GID)); err != nil {
+		return fmt.Errorf("setgid %d: %w", c.GID, err)
+	}
+	if err := syscall.Setuid(int(c.UID)); err != nil {
+		return fmt.Errorf("setuid %d: %w", c.UID, err)
+	}
+	if os.Getuid() != int(c.UID) || os.Geteuid() != int(c.UID) {
+		return fmt.Errorf("still uid %d after setuid %d", os.Geteuid(), c.UID)
+	}
 	return nil
 }
 

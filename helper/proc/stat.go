@@ -1,7 +1,6 @@
 package proc
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -69,43 +68,21 @@ func StartTime(pid int) (uint64, error) {
 }
 
 // RealUID is the real uid of pid, the first field of the Uid: line of
-// /proc/<pid>/status.
+// /proc/<pid>/status (UIDs).
 func RealUID(pid int) (uint32, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "Uid:"); ok {
-			fs := strings.Fields(rest)
-			if len(fs) == 0 {
-				break
-			}
-			u, err := strconv.ParseUint(fs[0], 10, 32)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/status: Uid %q", pid, fs[0])
-			}
-			return uint32(u), nil
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/status: no Uid line", pid)
+	ids, err := UIDs(pid)
+	return ids[0], err
 }
 
 // SessionMembers returns the pids of the live (not zombie) processes of
 // session sid whose real uid is uid, in /proc order.
 func SessionMembers(sid int, uid uint32) []int {
-	ents, err := os.ReadDir("/proc")
+	pids, err := Pids()
 	if err != nil {
 		return nil
 	}
 	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range pids {
 		st, err := ReadStat(pid)
 		if err != nil || st.State == 'Z' || st.Session != sid {
 			continue
@@ -115,6 +92,18 @@ func SessionMembers(sid int, uid uint32) []int {
 		}
 	}
 	return out
+}
+
+// KillSession SIGKILLs the live processes of session sid whose real uid
+// is uid (SessionMembers) and returns their pids. The caller vouches that
+// sid still names the session it means: a session id is not reused while
+// the session has members.
+func KillSession(sid int, uid uint32) []int {
+	left := SessionMembers(sid, uid)
+	for _, p := range left {
+		_ = unix.Kill(p, unix.SIGKILL)
+	}
+	return left
 }
 
 // SupplementaryGroups are u's groups from NSS (getgrouplist), its primary

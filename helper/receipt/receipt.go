@@ -20,6 +20,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/atomicfile"
 )
 
 // FileName is the receipt's name in a node's output dir.
@@ -185,23 +187,7 @@ func (r *Receipt) Write(dir string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+FileName+".*")
-	if err != nil {
-		return fmt.Errorf("receipt: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(append(b, '\n'))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, FileName))
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.Write(filepath.Join(dir, FileName), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("receipt: %w", err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/atomicfile"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
@@ -262,28 +263,7 @@ func Write(dir string, r *Record) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".record.*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, contract.RecordFile))
+	return atomicfile.WriteSynced(filepath.Join(dir, contract.RecordFile), data, 0o600)
 }
 
 // Read reads dir's record, checking it is root's and not writable by

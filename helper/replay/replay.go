@@ -29,6 +29,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
@@ -294,9 +295,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer c.kill()
+	defer killCollector(c)
 	defer func() { res.Cause = exportCause(logPath) }()
-	fmt.Fprintf(opt.Out, "replay: %d file(s) from %d dir(s) to %s (collector pid %d)\n", len(files), len(dirs), res.Endpoint, c.cmd.Process.Pid)
+	fmt.Fprintf(opt.Out, "replay: %d file(s) from %d dir(s) to %s (collector pid %d)\n", len(files), len(dirs), res.Endpoint, c.Cmd.Process.Pid)
 
 	ctx, cancel := context.WithTimeout(ctx, opt.Timeout)
 	defer cancel()
@@ -316,9 +317,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 				return res, fmt.Errorf("--timeout: not everything was read and sent within %v; last lines of the collector's log:\n%s", opt.Timeout, tail(logPath, 3))
 			}
 			return res, fmt.Errorf("interrupted: %w", ctx.Err())
-		case <-c.exited:
+		case <-c.Exited():
 			res.Took = time.Since(start)
-			return res, fmt.Errorf("the collector %s exited (%v); last lines of its log:\n%s", opt.Binary, c.err, tail(logPath, 8))
+			return res, fmt.Errorf("the collector %s exited (%v); last lines of its log:\n%s", opt.Binary, c.Err(), tail(logPath, 8))
 		case <-tick.C:
 		}
 		m, err := scrape(port)
@@ -350,7 +351,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		if done && queue == 0 && stable >= 2 {
 			res.Done = true
 			res.Took = time.Since(start)
-			c.stop(stopBound)
+			c.StopGroup(stopBound, false)
 			return res, nil
 		}
 		if time.Since(lastProgress) >= opt.Progress {
@@ -484,16 +485,9 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// proc is the running replay collector.
-type proc struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error
-}
-
 // startCollector starts the collector in its own process group, its output
 // appended to logPath, killed (SIGKILL) if this process dies first.
-func startCollector(binary, cfgPath, logPath string, env []string) (*proc, error) {
+func startCollector(binary, cfgPath, logPath string, env []string) (*proc.Child, error) {
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -506,30 +500,16 @@ func startCollector(binary, cfgPath, logPath string, env []string) (*proc, error
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("--binary: starting the collector %s: %w", binary, err)
 	}
-	p := &proc{cmd: cmd, exited: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); close(p.exited) }()
-	return p, nil
+	return proc.Watch(cmd), nil
 }
 
-// stop sends SIGTERM to the group and waits up to bound, then kills.
-func (p *proc) stop(bound time.Duration) {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(bound):
-		p.kill()
+// killCollector SIGKILLs the collector's group and waits for its exit
+// (idempotent).
+func killCollector(c *proc.Child) {
+	if c.Running() {
+		c.KillGroup()
+		<-c.Exited()
 	}
-}
-
-// kill SIGKILLs the group and waits for the exit (idempotent).
-func (p *proc) kill() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.exited
 }
 
 // collectorStatus is the status in dir/state.json ("" when there is none

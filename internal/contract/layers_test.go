@@ -17,6 +17,8 @@ import (
 // of its own) by level: a package imports only packages of lower levels.
 // A new package gets a level here, as low as what it imports allows.
 var layers = map[string]int{
+	// 0: writing a file whole, under the leaves that own files.
+	"helper/atomicfile": 0,
 	// 1: leaves: the names shared with C, the otel: block, the job's files,
 	// processes, receipts, Slurm's commands; and the test kit.
 	"internal/contract": 1,

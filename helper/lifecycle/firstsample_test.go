@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 )
 
 // TestFirstSample measures, with the real collector, how long each scrape
@@ -65,13 +67,13 @@ func TestFirstSample(t *testing.T) {
 // firstUp returns, per scrape job (service.name.override), the time of its
 // first `up` point in dir/metrics.jsonl.
 func firstUp(t testing.TB, dir string) map[string]time.Time {
-	d, err := parseJSONL(filepath.Join(dir, "metrics.jsonl"))
+	d, err := otlptest.Read(filepath.Join(dir, "metrics.jsonl"))
 	if err != nil {
 		return nil // a line being written: try again
 	}
 	out := map[string]time.Time{}
-	for _, m := range d.named("up") {
-		name, _ := m.resource.str("service.name.override")
+	for _, m := range d.Named("up") {
+		name, _ := m.Resource.Str("service.name.override")
 		if m.Gauge == nil {
 			continue
 		}

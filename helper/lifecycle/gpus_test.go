@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -75,11 +76,11 @@ func TestGPUAttribution(t *testing.T) {
 
 			m := mustParse(t, s.out, "metrics")
 			seen := map[string]bool{}
-			for _, mt := range m.metrics {
+			for _, mt := range m.Metrics {
 				if !strings.HasPrefix(mt.Name, "DCGM_FI_") {
 					continue
 				}
-				var dps []numberDP
+				var dps []otlptest.NumberPoint
 				if mt.Gauge != nil {
 					dps = mt.Gauge.DataPoints
 				}
@@ -87,9 +88,9 @@ func TestGPUAttribution(t *testing.T) {
 					dps = append(dps, mt.Sum.DataPoints...)
 				}
 				for _, dp := range dps {
-					gpu, _ := dp.Attributes.str("gpu")
-					gi, _ := dp.Attributes.str("GPU_I_ID")
-					at, _ := dp.Attributes.str("gpu_attribution")
+					gpu, _ := dp.Attributes.Str("gpu")
+					gi, _ := dp.Attributes.Str("GPU_I_ID")
+					at, _ := dp.Attributes.Str("gpu_attribution")
 					seen[gpu+"/"+gi+"="+at] = true
 				}
 			}

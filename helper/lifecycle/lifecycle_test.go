@@ -28,6 +28,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -172,7 +173,7 @@ func assertDrainWithinEpilogWait(t testing.TB, s *sup, took time.Duration) {
 func assertAllParse(t testing.TB, dir string) {
 	t.Helper()
 	for _, sig := range []string{"metrics", "traces", "logs"} {
-		if _, err := parseJSONL(filepath.Join(dir, sig+".jsonl")); err != nil {
+		if _, err := otlptest.Read(filepath.Join(dir, sig+".jsonl")); err != nil {
 			t.Error(err)
 		}
 	}
@@ -219,56 +220,56 @@ func TestFullJob(t *testing.T) {
 	lg := mustParse(t, s.out, "logs")
 
 	// vLLM: types survive the rename.
-	for _, mt := range m.metrics {
+	for _, mt := range m.Metrics {
 		if strings.Contains(mt.Name, "vllm:") {
 			t.Errorf("metric %q still contains vllm:", mt.Name)
 		}
 	}
-	hist := m.named("vllm_e2e_request_latency_seconds")
+	hist := m.Named("vllm_e2e_request_latency_seconds")
 	if len(hist) == 0 {
 		t.Fatal("no vllm_e2e_request_latency_seconds")
 	}
 	for _, h := range hist {
 		if h.Histogram == nil || len(h.Histogram.DataPoints) == 0 {
-			t.Fatalf("vllm_e2e_request_latency_seconds is not a histogram: %+v", h.otlpMetric)
+			t.Fatalf("vllm_e2e_request_latency_seconds is not a histogram: %+v", h)
 		}
 		dp := h.Histogram.DataPoints[0]
 		if !reflect.DeepEqual(dp.ExplicitBounds, vllmBounds) || len(dp.BucketCounts) != len(vllmBounds)+1 {
 			t.Errorf("histogram bounds %v (%d buckets), want %v", dp.ExplicitBounds, len(dp.BucketCounts), vllmBounds)
 		}
-		if o, _ := h.resource.str("service.name.override"); o != "gym-vllm/policy" {
+		if o, _ := h.Resource.Str("service.name.override"); o != "gym-vllm/policy" {
 			t.Errorf("vLLM histogram: service.name.override %q", o)
 		}
 	}
-	for _, c := range m.named("vllm_prompt_tokens_total") {
+	for _, c := range m.Named("vllm_prompt_tokens_total") {
 		if c.Sum == nil || !c.Sum.IsMonotonic || c.Sum.AggregationTemporality != 2 {
-			t.Errorf("vllm_prompt_tokens_total is not a monotonic cumulative sum: %+v", c.otlpMetric)
+			t.Errorf("vllm_prompt_tokens_total is not a monotonic cumulative sum: %+v", c)
 		}
 	}
-	gauges := m.named("vllm_num_requests_running")
-	if len(m.named("vllm_prompt_tokens_total")) == 0 || len(gauges) == 0 {
+	gauges := m.Named("vllm_num_requests_running")
+	if len(m.Named("vllm_prompt_tokens_total")) == 0 || len(gauges) == 0 {
 		t.Fatal("vllm_prompt_tokens_total or vllm_num_requests_running missing")
 	}
 	for _, g := range gauges {
-		if g.Gauge == nil || len(g.Gauge.DataPoints) == 0 || !g.Gauge.DataPoints[0].Attributes.has("engine") {
-			t.Errorf("vllm_num_requests_running is not a gauge with an engine label: %+v", g.otlpMetric)
+		if g.Gauge == nil || len(g.Gauge.DataPoints) == 0 || !g.Gauge.DataPoints[0].Attributes.Has("engine") {
+			t.Errorf("vllm_num_requests_running is not a gauge with an engine label: %+v", g)
 		}
 	}
 	// dcgm and node.
-	dcgm := m.named("DCGM_FI_DEV_GPU_UTIL")
-	if len(dcgm) == 0 || dcgm[0].Gauge == nil || !dcgm[0].Gauge.DataPoints[0].Attributes.has("gpu") || !dcgm[0].Gauge.DataPoints[0].Attributes.has("UUID") {
+	dcgm := m.Named("DCGM_FI_DEV_GPU_UTIL")
+	if len(dcgm) == 0 || dcgm[0].Gauge == nil || !dcgm[0].Gauge.DataPoints[0].Attributes.Has("gpu") || !dcgm[0].Gauge.DataPoints[0].Attributes.Has("UUID") {
 		t.Errorf("DCGM_FI_DEV_GPU_UTIL missing or without gpu/UUID: %+v", dcgm)
 	}
 	for _, d := range dcgm {
-		if o, _ := d.resource.str("service.name.override"); o != "dcgm" {
+		if o, _ := d.Resource.Str("service.name.override"); o != "dcgm" {
 			t.Errorf("dcgm series with service.name.override %q", o)
 		}
 	}
 	nodeSeen := false
-	for _, mt := range m.metrics {
+	for _, mt := range m.Metrics {
 		if strings.HasPrefix(mt.Name, "node_") {
 			nodeSeen = true
-			if o, _ := mt.resource.str("service.name.override"); o != "node" {
+			if o, _ := mt.Resource.Str("service.name.override"); o != "node" {
 				t.Errorf("node_exporter series %s with service.name.override %q", mt.Name, o)
 			}
 		}
@@ -277,12 +278,12 @@ func TestFullJob(t *testing.T) {
 		t.Error("no node_exporter series")
 	}
 	// The Gym stand-in's own histogram.
-	if len(m.named("gym.rollout.duration_ms")) == 0 {
+	if len(m.Named("gym.rollout.duration_ms")) == 0 {
 		t.Error("no gym.rollout.duration_ms")
 	}
 	// Span metrics: dimensions and the last counts.
-	calls := m.named("traces.span.metrics.calls")
-	if len(calls) == 0 || len(m.named("traces.span.metrics.duration")) == 0 {
+	calls := m.Named("traces.span.metrics.calls")
+	if len(calls) == 0 || len(m.Named("traces.span.metrics.duration")) == 0 {
 		t.Fatal("no span metrics (traces.span.metrics.calls / .duration)")
 	}
 	last := map[string]float64{}
@@ -291,20 +292,20 @@ func TestFullJob(t *testing.T) {
 			t.Fatalf("traces.span.metrics.calls is not a sum")
 		}
 		for _, dp := range c.Sum.DataPoints {
-			name, ok := dp.Attributes.str("span.name")
+			name, ok := dp.Attributes.Str("span.name")
 			if !ok {
 				t.Errorf("span metrics point without span.name: %+v", dp.Attributes)
 				continue
 			}
-			if o, _ := dp.Attributes.str("service.name.override"); o != "nemo-gym/agent" {
+			if o, _ := dp.Attributes.Str("service.name.override"); o != "nemo-gym/agent" {
 				t.Errorf("span metrics %s: service.name.override %q, want nemo-gym/agent", name, o)
 			}
 			if name == "sandbox.exec" {
-				if p, _ := dp.Attributes.str("nemo.gym.sandbox.provider"); p != "e2b-test" {
+				if p, _ := dp.Attributes.Str("nemo.gym.sandbox.provider"); p != "e2b-test" {
 					t.Errorf("sandbox.exec span metrics: nemo.gym.sandbox.provider %q", p)
 				}
 			}
-			last[name] = max(last[name], dp.value())
+			last[name] = max(last[name], dp.Value())
 		}
 	}
 	for _, name := range []string{"gym.rollout", "gym.verify", "sandbox.exec"} {
@@ -312,19 +313,19 @@ func TestFullJob(t *testing.T) {
 			t.Errorf("span metrics calls of %s = %v, want 3 (sent 1 s before the drain)", name, last[name])
 		}
 	}
-	for _, d := range m.named("traces.span.metrics.duration") {
+	for _, d := range m.Named("traces.span.metrics.duration") {
 		if d.Histogram == nil {
 			t.Errorf("traces.span.metrics.duration is not a histogram")
 		}
 	}
 	// Traces and logs complete.
 	for _, name := range []string{"gym.rollout", "gym.verify", "sandbox.exec"} {
-		if n := tr.spanCount(name); n != 3 {
+		if n := tr.SpanCount(name); n != 3 {
 			t.Errorf("traces.jsonl: %d %s spans, want 3", n, name)
 		}
 	}
-	if len(lg.logs) != 3 {
-		t.Errorf("logs.jsonl: %d records, want 3", len(lg.logs))
+	if len(lg.Logs) != 3 {
+		t.Errorf("logs.jsonl: %d records, want 3", len(lg.Logs))
 	}
 
 	// Identity on every resource of every file.
@@ -333,23 +334,23 @@ func TestFullJob(t *testing.T) {
 	checkIdentity(t, "metrics.jsonl", m, id)
 	checkIdentity(t, "traces.jsonl", tr, id)
 	checkIdentity(t, "logs.jsonl", lg, id)
-	if seen := m.overridesSeen(); len(seen) != 4 {
+	if seen := overridesSeen(m); len(seen) != 4 {
 		t.Errorf("metrics.jsonl overrides %v, want all of %v", keys(seen), keys(id.overrides))
 	}
 
 	// The backend got all three signals, with the same identity.
 	be.stop(t)
 	bm, bt, bl := mustParse(t, be.dir, "metrics"), mustParse(t, be.dir, "traces"), mustParse(t, be.dir, "logs")
-	if len(bm.metrics) == 0 || len(bt.spans) == 0 || len(bl.logs) == 0 {
-		t.Fatalf("backend: %d metrics, %d spans, %d logs; want all three signals", len(bm.metrics), len(bt.spans), len(bl.logs))
+	if len(bm.Metrics) == 0 || len(bt.Spans) == 0 || len(bl.Logs) == 0 {
+		t.Fatalf("backend: %d metrics, %d spans, %d logs; want all three signals", len(bm.Metrics), len(bt.Spans), len(bl.Logs))
 	}
 	checkIdentity(t, "backend metrics", bm, id)
 	checkIdentity(t, "backend traces", bt, id)
 	checkIdentity(t, "backend logs", bl, id)
-	if bt.spanCount("gym.rollout") != 3 || len(bl.logs) != 3 {
-		t.Errorf("backend: %d gym.rollout spans, %d logs; want 3 and 3", bt.spanCount("gym.rollout"), len(bl.logs))
+	if bt.SpanCount("gym.rollout") != 3 || len(bl.Logs) != 3 {
+		t.Errorf("backend: %d gym.rollout spans, %d logs; want 3 and 3", bt.SpanCount("gym.rollout"), len(bl.Logs))
 	}
-	if len(bm.named("vllm_e2e_request_latency_seconds")) == 0 || len(bm.named("traces.span.metrics.calls")) == 0 {
+	if len(bm.Named("vllm_e2e_request_latency_seconds")) == 0 || len(bm.Named("traces.span.metrics.calls")) == 0 {
 		t.Error("backend: vLLM or span metrics missing")
 	}
 
@@ -364,7 +365,7 @@ func TestFullJob(t *testing.T) {
 	if !rc.Complete() || rc.Collectors != 1 || len(rc.Unknown) != 0 || rc.Trouble() || rc.JobID != j.JobID || rc.Node != j.Node {
 		t.Errorf("receipt %+v: want final figures of one collector run without trouble", rc)
 	}
-	files := map[string][2]int{"traces": {len(tr.spans), len(bt.spans)}, "metrics": {m.points(), bm.points()}, "logs": {len(lg.logs), len(bl.logs)}}
+	files := map[string][2]int{"traces": {len(tr.Spans), len(bt.Spans)}, "metrics": {m.Points(), bm.Points()}, "logs": {len(lg.Logs), len(bl.Logs)}}
 	for sig, n := range files {
 		c := rc.Signals[sig]
 		if c.Written != int64(n[0]) || c.Sent != c.Written || c.Sent != int64(n[1]) || c.Lost() != 0 {
@@ -404,8 +405,8 @@ func TestTokensArriveIntact(t *testing.T) {
 				t.Errorf("export problems with token %q: %s", tok, st.ExportProblems)
 			}
 			be.stop(t)
-			if d := mustParse(t, be.dir, "traces"); d.spanCount("gym.rollout") != 1 {
-				t.Errorf("backend got %d gym.rollout spans, want 1", d.spanCount("gym.rollout"))
+			if d := mustParse(t, be.dir, "traces"); d.SpanCount("gym.rollout") != 1 {
+				t.Errorf("backend got %d gym.rollout spans, want 1", d.SpanCount("gym.rollout"))
 			}
 		})
 	}
@@ -483,8 +484,8 @@ func TestReceiverRequiresToken(t *testing.T) {
 	if _, err := s.drain(t, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if d := mustParse(t, s.out, "traces"); len(d.spans) != 0 {
-		t.Errorf("%d spans were accepted without the token", len(d.spans))
+	if d := mustParse(t, s.out, "traces"); len(d.Spans) != 0 {
+		t.Errorf("%d spans were accepted without the token", len(d.Spans))
 	}
 }
 
@@ -553,7 +554,7 @@ func TestBackendFailures(t *testing.T) {
 			if !rc.Complete() || !rc.Trouble() {
 				t.Errorf("receipt: complete %v, trouble %v; want final figures with trouble", rc.Complete(), rc.Trouble())
 			}
-			files := map[string]int{"traces": len(tr.spans), "metrics": m.points(), "logs": len(lg.logs)}
+			files := map[string]int{"traces": len(tr.Spans), "metrics": m.Points(), "logs": len(lg.Logs)}
 			for sig, n := range files {
 				c := rc.Signals[sig]
 				if c.Written != int64(n) || c.Sent != 0 || c.Lost() != c.Written {
@@ -564,18 +565,18 @@ func TestBackendFailures(t *testing.T) {
 				t.Errorf("the receipt's summary does not say the backend lost data:\n%s", sum)
 			}
 			for _, name := range []string{"gym.rollout", "gym.verify", "sandbox.exec"} {
-				if n := tr.spanCount(name); n != 3 {
+				if n := tr.SpanCount(name); n != 3 {
 					t.Errorf("traces.jsonl: %d %s spans, want 3", n, name)
 				}
 			}
-			if len(lg.logs) != 3 || len(m.named("vllm_prompt_tokens_total")) == 0 || len(m.named("traces.span.metrics.calls")) == 0 {
-				t.Errorf("local files incomplete: %d logs, vLLM %d, span metrics %d", len(lg.logs), len(m.named("vllm_prompt_tokens_total")), len(m.named("traces.span.metrics.calls")))
+			if len(lg.Logs) != 3 || len(m.Named("vllm_prompt_tokens_total")) == 0 || len(m.Named("traces.span.metrics.calls")) == 0 {
+				t.Errorf("local files incomplete: %d logs, vLLM %d, span metrics %d", len(lg.Logs), len(m.Named("vllm_prompt_tokens_total")), len(m.Named("traces.span.metrics.calls")))
 			}
 			if be != nil {
 				be.stop(t)
 				for _, sig := range []string{"traces", "metrics", "logs"} {
-					if d := mustParse(t, be.dir, sig); d.lines != 0 {
-						t.Errorf("the backend accepted %d %s lines with a wrong token", d.lines, sig)
+					if d := mustParse(t, be.dir, sig); d.Lines != 0 {
+						t.Errorf("the backend accepted %d %s lines with a wrong token", d.Lines, sig)
 					}
 				}
 			}
@@ -836,7 +837,7 @@ func TestTwoSupervisors(t *testing.T) {
 			d := mustParse(t, s.out, sig)
 			checkIdentity(t, s.job.JobID+" "+sig, d, id)
 		}
-		if n := mustParse(t, s.out, "traces").spanCount("gym.rollout"); n != 2 {
+		if n := mustParse(t, s.out, "traces").SpanCount("gym.rollout"); n != 2 {
 			t.Errorf("job %s: %d gym.rollout spans, want its own 2", s.job.JobID, n)
 		}
 	}
@@ -913,7 +914,7 @@ func TestCrashRestart(t *testing.T) {
 	}
 	// The killed run's file exporter counted what it had buffered but not
 	// flushed, so the file may hold less than counted; the unknown says so.
-	points := mustParse(t, s.out, "metrics").points()
+	points := mustParse(t, s.out, "metrics").Points()
 	if c := rc.Signals["metrics"]; c.Written == 0 || points == 0 || !strings.Contains(rc.Unknown[0], "may be missing from the files") {
 		t.Errorf("receipt metrics written %d, the file's points %d, unknown %q", c.Written, points, rc.Unknown[0])
 	}

@@ -70,7 +70,7 @@ func TestMeasure(t *testing.T) {
 		t.Fatal(err)
 	}
 	gym.wait(t, 30*time.Second)
-	spans := mustParse(t, s.out, "traces").spanCount("gym.rollout")
+	spans := mustParse(t, s.out, "traces").SpanCount("gym.rollout")
 	say("drain under load (gym-standin 3000 rollouts x 3 spans, SIGTERM 3 s in): %v total, of which the span-metrics wait %s and the collector stop %s; %d gym.rollout spans in traces.jsonl; RSS under load %s",
 		took.Round(time.Millisecond), spanWaitOf(s.out2()), stopMillis(s.out2()), spans, loadRSS)
 	assertAllParse(t, s.out)
@@ -97,10 +97,10 @@ func TestMeasure(t *testing.T) {
 			}
 		}
 		m := mustParse(t, s.out, "metrics")
-		scrapes := len(m.named("vllm_e2e_request_latency_seconds"))
+		scrapes := len(m.Named("vllm_e2e_request_latency_seconds"))
 		perScrape := float64(total) / float64(max(scrapes, 1))
 		say("jsonl volume, one vLLM target at %d s for %v: %d bytes in %d lines, %d scrapes, %.0f bytes/scrape -> %.2f MiB/hour at a 15 s interval (240 scrapes/hour)",
-			interval, d, total, m.lines, scrapes, perScrape, perScrape*240/(1<<20))
+			interval, d, total, m.Lines, scrapes, perScrape, perScrape*240/(1<<20))
 	}
 	fmt.Println("MEASURE:\n  " + strings.Join(report, "\n  "))
 }

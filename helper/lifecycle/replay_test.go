@@ -70,9 +70,9 @@ func TestReplayAfterOutage(t *testing.T) {
 		}
 	}
 	tr, m, lg := mustParse(t, s.out, "traces"), mustParse(t, s.out, "metrics"), mustParse(t, s.out, "logs")
-	want := map[string]int{"traces": 2 * len(tr.spans), "metrics": 2 * m.points(), "logs": 2 * len(lg.logs)}
-	if len(tr.spans) < 12 || m.points() == 0 || len(lg.logs) != 4 {
-		t.Fatalf("the job's files: %d spans, %d points, %d log records", len(tr.spans), m.points(), len(lg.logs))
+	want := map[string]int{"traces": 2 * len(tr.Spans), "metrics": 2 * m.Points(), "logs": 2 * len(lg.Logs)}
+	if len(tr.Spans) < 12 || m.Points() == 0 || len(lg.Logs) != 4 {
+		t.Fatalf("the job's files: %d spans, %d points, %d log records", len(tr.Spans), m.Points(), len(lg.Logs))
 	}
 
 	// The receipt says the backend got nothing; inspect's first lines say so.
@@ -103,7 +103,7 @@ func TestReplayAfterOutage(t *testing.T) {
 		t.Fatalf("replay exit %d:\n%s", code, out)
 	}
 	be.stop(t)
-	checkBackendHas(t, be.dir, want, 2*tr.spanCount("gym.rollout"))
+	checkBackendHas(t, be.dir, want, 2*tr.SpanCount("gym.rollout"))
 
 	// A second backend, named on the command line, with the token under
 	// another variable.
@@ -114,7 +114,7 @@ func TestReplayAfterOutage(t *testing.T) {
 		t.Fatalf("replay to a second backend: exit %d:\n%s", code, out)
 	}
 	be2.stop(t)
-	checkBackendHas(t, be2.dir, want, 2*tr.spanCount("gym.rollout"))
+	checkBackendHas(t, be2.dir, want, 2*tr.SpanCount("gym.rollout"))
 
 	// A wrong token: the backend refuses, replay says so and exits 1.
 	be3 := startBackend(t, "right-"+randHex(6))
@@ -134,13 +134,13 @@ func TestReplayAfterOutage(t *testing.T) {
 func checkBackendHas(t *testing.T, dir string, n map[string]int, rollouts int) {
 	t.Helper()
 	bt, bm, bl := mustParse(t, dir, "traces"), mustParse(t, dir, "metrics"), mustParse(t, dir, "logs")
-	got := map[string]int{"traces": len(bt.spans), "metrics": bm.points(), "logs": len(bl.logs)}
+	got := map[string]int{"traces": len(bt.Spans), "metrics": bm.Points(), "logs": len(bl.Logs)}
 	for sig, w := range n {
 		if got[sig] != w {
 			t.Errorf("backend %s: %d items, want %d (every item of the files)", sig, got[sig], w)
 		}
 	}
-	if r := bt.spanCount("gym.rollout"); r != rollouts {
+	if r := bt.SpanCount("gym.rollout"); r != rollouts {
 		t.Errorf("backend: %d gym.rollout spans, want %d", r, rollouts)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -119,7 +120,7 @@ func lastUp(t testing.TB, dir string) map[string]time.Time {
 
 // newestUp returns, per scrape job, its newest up point in
 // dir/metrics.jsonl, read up to its last complete line.
-func newestUp(t testing.TB, dir string) map[string]numberDP {
+func newestUp(t testing.TB, dir string) map[string]otlptest.NumberPoint {
 	data, _ := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
 	i := bytes.LastIndexByte(data, '\n')
 	if i < 0 {
@@ -129,13 +130,13 @@ func newestUp(t testing.TB, dir string) map[string]numberDP {
 	if err := os.WriteFile(tmp, data[:i+1], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d, err := parseJSONL(tmp)
+	d, err := otlptest.Read(tmp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]numberDP{}
-	for _, m := range d.named("up") {
-		name, _ := m.resource.str("service.name.override")
+	out := map[string]otlptest.NumberPoint{}
+	for _, m := range d.Named("up") {
+		name, _ := m.Resource.Str("service.name.override")
 		if m.Gauge == nil {
 			continue
 		}
@@ -181,24 +182,24 @@ func TestFailedScrapeNoStaleMarker(t *testing.T) {
 	// Failed scrapes: the target's newest up point in the files is 0.
 	waitFor(t, 15*time.Second, "a failed scrape of the killed stand-in in metrics.jsonl", func() bool {
 		dp, ok := newestUp(t, s.out)["gym-vllm/policy"]
-		return ok && dp.value() == 0
+		return ok && dp.Value() == 0
 	})
 	if _, err := s.drain(t, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	d := mustParse(t, s.out, "metrics")
-	var ups []numberDP
-	for _, m := range d.named("up") {
+	var ups []otlptest.NumberPoint
+	for _, m := range d.Named("up") {
 		if m.Gauge != nil {
 			ups = append(ups, m.Gauge.DataPoints...)
 		}
 	}
-	if len(ups) == 0 || ups[len(ups)-1].value() != 0 {
+	if len(ups) == 0 || ups[len(ups)-1].Value() != 0 {
 		t.Fatalf("no failed scrape recorded (up points %v): the test did not kill the target in time", ups)
 	}
 	for _, name := range []string{"vllm_prompt_tokens_total", "vllm_num_requests_running"} {
-		for _, m := range d.named(name) {
-			var dps []numberDP
+		for _, m := range d.Named(name) {
+			var dps []otlptest.NumberPoint
 			if m.Sum != nil {
 				dps = m.Sum.DataPoints
 			} else if m.Gauge != nil {
@@ -211,7 +212,7 @@ func TestFailedScrapeNoStaleMarker(t *testing.T) {
 			}
 		}
 	}
-	for _, m := range d.named("vllm_e2e_request_latency_seconds") {
+	for _, m := range d.Named("vllm_e2e_request_latency_seconds") {
 		if m.Histogram == nil {
 			continue
 		}
@@ -226,7 +227,7 @@ func TestFailedScrapeNoStaleMarker(t *testing.T) {
 // counterValues lists the values of Sum metric name in dir/metrics.jsonl,
 // read up to its last complete line.
 func counterValues(t testing.TB, dir, name string) []float64 {
-	ps, err := testenv.SumPoints(filepath.Join(dir, "metrics.jsonl"), name)
+	ps, err := otlptest.SumPoints(filepath.Join(dir, "metrics.jsonl"), name)
 	if err != nil {
 		t.Fatal(err)
 	}

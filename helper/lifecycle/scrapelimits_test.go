@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 )
 
 // Pages of the hostile targets (hostilePages).
@@ -43,13 +44,13 @@ func TestScrapeLimitsHostileTargets(t *testing.T) {
 	// Six failed scrapes of each target (about 30 s).
 	var out string
 	waitFor(t, 90*time.Second, "six scrapes of each hostile target in metrics.jsonl", func() bool {
-		d, err := parseJSONL(filepath.Join(s.out, "metrics.jsonl"))
+		d, err := otlptest.Read(filepath.Join(s.out, "metrics.jsonl"))
 		if err != nil {
 			return false
 		}
 		n := map[string]int{}
-		for _, m := range d.named("up") {
-			name, _ := m.resource.str("service.name.override")
+		for _, m := range d.Named("up") {
+			name, _ := m.Resource.Str("service.name.override")
 			if m.Gauge != nil {
 				n[name] += len(m.Gauge.DataPoints)
 			}
@@ -90,12 +91,12 @@ func TestScrapeLimitsHostileTargets(t *testing.T) {
 			t.Errorf("inspect lacks %q:\n%s", want, out)
 		}
 	}
-	d, err := parseJSONL(filepath.Join(s.out, "metrics.jsonl"))
+	d, err := otlptest.Read(filepath.Join(s.out, "metrics.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"huge_0", "many_0", "labelled"} {
-		if len(d.named(name)) > 0 {
+		if len(d.Named(name)) > 0 {
 			t.Errorf("a sample of a page over a limit (%s) reached metrics.jsonl", name)
 		}
 	}

@@ -21,6 +21,7 @@ var layers = map[string]int{
 	// processes, receipts, Slurm's commands; and the test kit.
 	"internal/contract": 1,
 	"internal/testenv":  1,
+	"internal/otlptest": 1,
 	"helper/config":     1,
 	"helper/jobdir":     1,
 	"helper/proc":       1,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 )
 
@@ -29,20 +30,20 @@ func TestFirstSample(t *testing.T) {
 	if v := os.Getenv("GYM_OTEL_MEASURE_RUNS"); v != "" {
 		runs, _ = strconv.Atoi(v)
 	}
-	vllm := startVLLM(t)
-	node := startNodeExporter(t)
+	vllm := harness.StartVLLM(t)
+	node := harness.StartNodeExporter(t)
 	var report []string
 	for _, interval := range []int{5, 15} {
 		delays := map[string][]float64{}
 		for i := 0; i < runs; i++ {
-			s := startSup(t, job{JobID: strconv.Itoa(700 + i), VLLMPort: vllm, NodePort: node, Scrape: interval}).mustReady(t)
-			ready := s.started.Add(s.reportAfter)
+			s := harness.StartSup(t, harness.Job{JobID: strconv.Itoa(700 + i), VLLMPort: vllm, NodePort: node, Scrape: interval}).MustReady(t)
+			ready := s.Started.Add(s.ReportAfter)
 			var first map[string]time.Time
-			waitFor(t, time.Duration(2*interval+10)*time.Second, "a sample of every target", func() bool {
-				first = firstUp(t, s.out)
+			harness.WaitFor(t, time.Duration(2*interval+10)*time.Second, "a sample of every target", func() bool {
+				first = firstUp(t, s.Out)
 				return len(first) == 2
 			})
-			if _, err := s.drain(t, 30*time.Second); err != nil {
+			if _, err := s.Drain(t, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			for name, at := range first {

@@ -5,22 +5,12 @@ package lifecycle_test
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 )
-
-// mustParse parses dir/<sig>.jsonl or fails the test.
-func mustParse(t testing.TB, dir, sig string) otlptest.Data {
-	t.Helper()
-	d, err := otlptest.Read(filepath.Join(dir, sig+".jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
 
 // identity is what every resource must carry.
 type identity struct {
@@ -37,7 +27,7 @@ func checkIdentity(t testing.TB, where string, d otlptest.Data, id identity) {
 	bad := 0
 	for _, r := range d.Resources {
 		var problems []string
-		want := map[string]string{"user": id.user, "run_id": id.jobID, "slurm_job_id": id.jobID, "service.name": serviceName, "host.name": id.node}
+		want := map[string]string{"user": id.user, "run_id": id.jobID, "slurm_job_id": id.jobID, "service.name": harness.ServiceName, "host.name": id.node}
 		for k, v := range want {
 			if got, ok := r.Str(k); !ok || got != v {
 				problems = append(problems, fmt.Sprintf("%s=%q (string %v), want %q", k, got, ok, v))

@@ -13,8 +13,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -419,4 +421,15 @@ func (d Data) Points() int {
 		n += m.Points()
 	}
 	return n
+}
+
+// MustRead reads dir/<signal>.jsonl (signal: traces, metrics or logs)
+// with Read or fails the test.
+func MustRead(t testing.TB, dir, signal string) Data {
+	t.Helper()
+	d, err := Read(filepath.Join(dir, signal+".jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 )
 
 // mountTmpfs mounts a tmpfs of size (mount's size=, e.g. "2m") on a new
@@ -27,7 +29,7 @@ func mountTmpfs(t *testing.T, size string) string {
 	if os.Getuid() != 0 {
 		t.Skip("needs root: mounts a tmpfs")
 	}
-	dir := sharedDir(t)
+	dir := harness.SharedDir(t)
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0755", "gym-otel-full", dir).CombinedOutput(); err != nil {
 		t.Fatalf("mount tmpfs on %s: %v: %s", dir, err, out)
 	}
@@ -42,9 +44,9 @@ func mountTmpfs(t *testing.T, size string) string {
 }
 
 // realBackend is a backend that works: a real collector.
-var realBackend = outageKind{"backend", func(t *testing.T, token string) (string, *backend) {
-	be := startBackend(t, token)
-	return be.url, be
+var realBackend = outageKind{"backend", func(t *testing.T, token string) (string, *harness.Backend) {
+	be := harness.StartBackend(t, token)
+	return be.URL, be
 }}
 
 // completeSpans counts loadgen's spans in the complete (newline-ended)
@@ -78,7 +80,7 @@ func TestMeasureFullFileSystem(t *testing.T) {
 		t.Skip("set GYM_OTEL_MEASURE=diskfull to measure")
 	}
 	fs := mountTmpfs(t, "2m")
-	r := runLoad(t, realBackend, 2000, 10*time.Second, job{JobID: "2424", Output: filepath.Join(fs, "out")})
+	r := runLoad(t, realBackend, 2000, 10*time.Second, harness.Job{JobID: "2424", Output: filepath.Join(fs, "out")})
 	spans, partial := completeSpans(t, filepath.Join(r.out, "traces.jsonl"))
 	t.Log(r.line())
 	t.Logf("traces.jsonl: %d spans in complete lines, %d bytes after the last newline", spans, partial)
@@ -109,7 +111,7 @@ func tailString(s string, n int) string {
 func TestFullFileSystem(t *testing.T) {
 	t.Parallel()
 	fs := mountTmpfs(t, "2m")
-	r := runLoad(t, realBackend, 2000, 10*time.Second, job{JobID: "2424", Output: filepath.Join(fs, "out")})
+	r := runLoad(t, realBackend, 2000, 10*time.Second, harness.Job{JobID: "2424", Output: filepath.Join(fs, "out")})
 	spans, partial := completeSpans(t, filepath.Join(r.out, "traces.jsonl"))
 	t.Log(r.line())
 	t.Logf("traces.jsonl: %d spans in complete lines, %d bytes after the last newline", spans, partial)
@@ -151,7 +153,7 @@ func TestFullFileSystem(t *testing.T) {
 		t.Errorf("the supervisor said %d times that the files cannot be written, want once:\n%s", n, tailString(r.supLog, 3000))
 	}
 	// inspect puts what the files miss first, with the reason.
-	ins, err := exec.Command(cli(t), "inspect", r.out).CombinedOutput()
+	ins, err := exec.Command(harness.CLI(t), "inspect", r.out).CombinedOutput()
 	if err != nil {
 		t.Fatalf("inspect: %v\n%s", err, ins)
 	}

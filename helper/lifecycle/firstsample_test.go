@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 )
 
 // TestFirstSample measures, with the real collector, how long each scrape
@@ -27,20 +30,20 @@ func TestFirstSample(t *testing.T) {
 	if v := os.Getenv("GYM_OTEL_MEASURE_RUNS"); v != "" {
 		runs, _ = strconv.Atoi(v)
 	}
-	vllm := startVLLM(t)
-	node := startNodeExporter(t)
+	vllm := harness.StartVLLM(t)
+	node := harness.StartNodeExporter(t)
 	var report []string
 	for _, interval := range []int{5, 15} {
 		delays := map[string][]float64{}
 		for i := 0; i < runs; i++ {
-			s := startSup(t, job{JobID: strconv.Itoa(700 + i), VLLMPort: vllm, NodePort: node, Scrape: interval}).mustReady(t)
-			ready := s.started.Add(s.reportAfter)
+			s := harness.StartSup(t, harness.Job{JobID: strconv.Itoa(700 + i), VLLMPort: vllm, NodePort: node, Scrape: interval}).MustReady(t)
+			ready := s.Started.Add(s.ReportAfter)
 			var first map[string]time.Time
-			waitFor(t, time.Duration(2*interval+10)*time.Second, "a sample of every target", func() bool {
-				first = firstUp(t, s.out)
+			harness.WaitFor(t, time.Duration(2*interval+10)*time.Second, "a sample of every target", func() bool {
+				first = firstUp(t, s.Out)
 				return len(first) == 2
 			})
-			if _, err := s.drain(t, 30*time.Second); err != nil {
+			if _, err := s.Drain(t, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			for name, at := range first {
@@ -65,13 +68,13 @@ func TestFirstSample(t *testing.T) {
 // firstUp returns, per scrape job (service.name.override), the time of its
 // first `up` point in dir/metrics.jsonl.
 func firstUp(t testing.TB, dir string) map[string]time.Time {
-	d, err := parseJSONL(filepath.Join(dir, "metrics.jsonl"))
+	d, err := otlptest.Read(filepath.Join(dir, "metrics.jsonl"))
 	if err != nil {
 		return nil // a line being written: try again
 	}
 	out := map[string]time.Time{}
-	for _, m := range d.named("up") {
-		name, _ := m.resource.str("service.name.override")
+	for _, m := range d.Named("up") {
+		name, _ := m.Resource.Str("service.name.override")
 		if m.Gauge == nil {
 			continue
 		}

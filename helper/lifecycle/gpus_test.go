@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -55,31 +57,31 @@ func TestGPUAttribution(t *testing.T) {
 			if c.mig {
 				argv = append(argv, "--mig", "1:3g.40gb,2:3g.40gb")
 			}
-			port := freePort(t)
-			startProc(t, "dcgm-standin", nil, append(argv, "--port", strconv.Itoa(port))...)
-			waitFor(t, 10*time.Second, "dcgm-standin", func() bool { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/metrics", port)) })
-			tok := "gpu-token-" + randHex(4)
-			be := startBackend(t, tok)
-			s := startSup(t, job{DCGMPort: port, VLLMPort: startVLLM(t), Args: c.args, Token: tok, Endpoint: be.url}).mustReady(t)
-			s.runGym(t, "agent", 4, "local")
+			port := harness.FreePort(t)
+			harness.StartProc(t, "dcgm-standin", nil, append(argv, "--port", strconv.Itoa(port))...)
+			harness.WaitFor(t, 10*time.Second, "dcgm-standin", func() bool { return harness.HTTPOK(fmt.Sprintf("http://127.0.0.1:%d/metrics", port)) })
+			tok := "gpu-token-" + harness.RandHex(4)
+			be := harness.StartBackend(t, tok)
+			s := harness.StartSup(t, harness.Job{DCGMPort: port, VLLMPort: harness.StartVLLM(t), Args: c.args, Token: tok, Endpoint: be.URL}).MustReady(t)
+			s.RunGym(t, "agent", 4, "local")
 			// Three scrapes of each target after the rollouts.
-			metrics := filepath.Join(s.out, "metrics.jsonl")
-			waitFor(t, patience, "3 dcgm scrapes", func() bool {
+			metrics := filepath.Join(s.Out, "metrics.jsonl")
+			harness.WaitFor(t, harness.Patience, "3 dcgm scrapes", func() bool {
 				b, _ := os.ReadFile(metrics)
 				return strings.Count(string(b), "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION") >= 3 && strings.Count(string(b), "vllm_generation_tokens_total") >= 3
 			})
-			if _, err := s.drain(t, 30*time.Second); err != nil {
-				t.Fatalf("drain: %v\n%s", err, s.out2())
+			if _, err := s.Drain(t, 30*time.Second); err != nil {
+				t.Fatalf("drain: %v\n%s", err, s.Output())
 			}
-			s.assertGone(t)
+			s.AssertGone(t)
 
-			m := mustParse(t, s.out, "metrics")
+			m := otlptest.MustRead(t, s.Out, "metrics")
 			seen := map[string]bool{}
-			for _, mt := range m.metrics {
+			for _, mt := range m.Metrics {
 				if !strings.HasPrefix(mt.Name, "DCGM_FI_") {
 					continue
 				}
-				var dps []numberDP
+				var dps []otlptest.NumberPoint
 				if mt.Gauge != nil {
 					dps = mt.Gauge.DataPoints
 				}
@@ -87,9 +89,9 @@ func TestGPUAttribution(t *testing.T) {
 					dps = append(dps, mt.Sum.DataPoints...)
 				}
 				for _, dp := range dps {
-					gpu, _ := dp.Attributes.str("gpu")
-					gi, _ := dp.Attributes.str("GPU_I_ID")
-					at, _ := dp.Attributes.str("gpu_attribution")
+					gpu, _ := dp.Attributes.Str("gpu")
+					gi, _ := dp.Attributes.Str("GPU_I_ID")
+					at, _ := dp.Attributes.Str("gpu_attribution")
 					seen[gpu+"/"+gi+"="+at] = true
 				}
 			}
@@ -102,8 +104,8 @@ func TestGPUAttribution(t *testing.T) {
 				t.Errorf("dcgm series kept %q, want %q", got, c.kept)
 			}
 
-			be.stop(t)
-			r, err := inspect.Build(s.out)
+			be.Stop(t)
+			r, err := inspect.Build(s.Out)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,7 +143,7 @@ func TestGPUAttribution(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, f := range []string{"metrics.jsonl", "traces.jsonl", "logs.jsonl", "collector.yaml", "receipt.json"} {
-					b, err := os.ReadFile(filepath.Join(s.out, f))
+					b, err := os.ReadFile(filepath.Join(s.Out, f))
 					if err != nil {
 						t.Fatal(err)
 					}

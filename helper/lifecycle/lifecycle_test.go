@@ -8,8 +8,6 @@ package lifecycle_test
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"io/fs"
@@ -28,84 +26,13 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // vllmBounds are the vLLM stand-in's histogram buckets (tests/standins).
 var vllmBounds = []float64{0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// waitMetricNames waits until metrics.jsonl of s names every one of names.
-func waitMetricNames(t testing.TB, s *sup, d time.Duration, names ...string) {
-	t.Helper()
-	waitFor(t, d, fmt.Sprintf("metrics %v in metrics.jsonl", names), func() bool {
-		data, _ := os.ReadFile(filepath.Join(s.out, "metrics.jsonl"))
-		for _, n := range names {
-			if !bytes.Contains(data, []byte(`"name":"`+n+`"`)) {
-				return false
-			}
-		}
-		return true
-	})
-}
-
-// assertNoLeak fails if secret occurs in any file under dir, in out, or in
-// the argv of any process.
-func assertNoLeak(t testing.TB, secret, dir string, extra map[string]string) {
-	t.Helper()
-	if len(secret) < 8 {
-		t.Fatalf("secret %q too short to search for", secret)
-	}
-	files := 0
-	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return nil
-		}
-		files++
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Errorf("reading %s: %v", path, err)
-			return nil
-		}
-		for _, form := range []string{secret, strings.ReplaceAll(secret, "$", "$$")} {
-			if bytes.Contains(data, []byte(form)) {
-				t.Errorf("the backend token appears in %s", path)
-			}
-		}
-		return nil
-	})
-	if files < 5 {
-		t.Errorf("only %d files under %s; expected collector.yaml, collector.log, state.json and the jsonl files", files, dir)
-	}
-	for what, text := range extra {
-		if strings.Contains(text, secret) {
-			t.Errorf("the backend token appears in %s", what)
-		}
-	}
-	ents, _ := os.ReadDir("/proc")
-	n := 0
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		n++
-		if bytes.Contains(data, []byte(secret)) || bytes.Contains(data, []byte(strings.ReplaceAll(secret, "$", "$$"))) {
-			t.Errorf("the backend token appears in the argv of pid %s: %q", e.Name(), bytes.ReplaceAll(data, []byte{0}, []byte{' '}))
-		}
-	}
-	if n < 5 {
-		t.Errorf("read only %d /proc/*/cmdline", n)
-	}
-}
 
 // signalsClear reports whether pid runs with no signal ignored (SigIgn 0,
 // process-wide) and no signal blocked (SigBlk 0) on some thread, sampling
@@ -159,9 +86,9 @@ func assertSignalsClear(t testing.TB, pid int) {
 // and the supervisor's slack): past it the epilog kills the supervisor and
 // the receipt is lost. The supervisor's own steps are bounded by timers,
 // so this holds on a loaded machine too.
-func assertDrainWithinEpilogWait(t testing.TB, s *sup, took time.Duration) {
+func assertDrainWithinEpilogWait(t testing.TB, s *harness.Sup, took time.Duration) {
 	t.Helper()
-	bound := s.policy().DrainWait
+	bound := s.Policy().DrainWait
 	t.Logf("drain took %v (the epilog waits %v)", took.Round(time.Millisecond), bound)
 	if took > bound {
 		t.Errorf("drain took %v: past the epilog's wait of %v", took, bound)
@@ -172,7 +99,7 @@ func assertDrainWithinEpilogWait(t testing.TB, s *sup, took time.Duration) {
 func assertAllParse(t testing.TB, dir string) {
 	t.Helper()
 	for _, sig := range []string{"metrics", "traces", "logs"} {
-		if _, err := parseJSONL(filepath.Join(dir, sig+".jsonl")); err != nil {
+		if _, err := otlptest.Read(filepath.Join(dir, sig+".jsonl")); err != nil {
 			t.Error(err)
 		}
 	}
@@ -184,91 +111,91 @@ func TestFullJob(t *testing.T) {
 	t.Parallel()
 	// $, { and } in the token: a collector that expanded the value again
 	// would send something else, and the backend would refuse it.
-	token := "t$k{n}}${env:HOME}$$-" + randHex(8)
-	be := startBackend(t, token)
-	j := job{
-		JobID: "90017", Node: "gn7", Token: token, Endpoint: be.url,
-		VLLMPort: startVLLM(t), DCGMPort: startDCGM(t), NodePort: startNodeExporter(t),
+	token := "t$k{n}}${env:HOME}$$-" + harness.RandHex(8)
+	be := harness.StartBackend(t, token)
+	j := harness.Job{
+		JobID: "90017", Node: "gn7", Token: token, Endpoint: be.URL,
+		VLLMPort: harness.StartVLLM(t), DCGMPort: harness.StartDCGM(t), NodePort: harness.StartNodeExporter(t),
 	}
-	s := startSup(t, j).mustReady(t)
-	assertSignalsClear(t, s.report.CollectorPID)
-	if s.report.ReceiverToken == "" || s.report.ReceiverToken == token {
-		t.Fatalf("receiver token %q: want a per-job token distinct from the backend token", s.report.ReceiverToken)
+	s := harness.StartSup(t, j).MustReady(t)
+	assertSignalsClear(t, s.Report.CollectorPID)
+	if s.Report.ReceiverToken == "" || s.Report.ReceiverToken == token {
+		t.Fatalf("receiver token %q: want a per-job token distinct from the backend token", s.Report.ReceiverToken)
 	}
-	waitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds", "DCGM_FI_DEV_GPU_UTIL", "node_load1")
-	gymOut := s.runGym(t, "agent", 3, "e2b-test")
+	harness.WaitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds", "DCGM_FI_DEV_GPU_UTIL", "node_load1")
+	gymOut := s.RunGym(t, "agent", 3, "e2b-test")
 
 	// While everything runs: the token in no argv, no file.
-	assertNoLeak(t, token, s.out, map[string]string{"the supervisor's output": s.out2(), "the Gym stand-in's output": gymOut})
+	harness.AssertNoLeak(t, token, s.Out, map[string]string{"the supervisor's output": s.Output(), "the Gym stand-in's output": gymOut})
 
 	// 3 rollouts (3 spans each name) sent 1 s before the drain.
 	time.Sleep(time.Second)
-	took, err := s.drain(t, 30*time.Second)
+	took, err := s.Drain(t, 30*time.Second)
 	if err != nil {
-		t.Fatalf("drain: %v\n%s", err, s.out2())
+		t.Fatalf("drain: %v\n%s", err, s.Output())
 	}
 	assertDrainWithinEpilogWait(t, s, took)
-	s.assertGone(t)
-	assertNoLeak(t, token, s.out, map[string]string{"the supervisor's output": s.out2()})
-	if st := s.state(t); st.Status != jobdir.StatusDrained || st.ExportProblems != "" {
+	s.AssertGone(t)
+	harness.AssertNoLeak(t, token, s.Out, map[string]string{"the supervisor's output": s.Output()})
+	if st := s.State(t); st.Status != jobdir.StatusDrained || st.ExportProblems != "" {
 		t.Errorf("state.json: %+v; want drained without export problems", st)
 	}
 
-	m := mustParse(t, s.out, "metrics")
-	tr := mustParse(t, s.out, "traces")
-	lg := mustParse(t, s.out, "logs")
+	m := otlptest.MustRead(t, s.Out, "metrics")
+	tr := otlptest.MustRead(t, s.Out, "traces")
+	lg := otlptest.MustRead(t, s.Out, "logs")
 
 	// vLLM: types survive the rename.
-	for _, mt := range m.metrics {
+	for _, mt := range m.Metrics {
 		if strings.Contains(mt.Name, "vllm:") {
 			t.Errorf("metric %q still contains vllm:", mt.Name)
 		}
 	}
-	hist := m.named("vllm_e2e_request_latency_seconds")
+	hist := m.Named("vllm_e2e_request_latency_seconds")
 	if len(hist) == 0 {
 		t.Fatal("no vllm_e2e_request_latency_seconds")
 	}
 	for _, h := range hist {
 		if h.Histogram == nil || len(h.Histogram.DataPoints) == 0 {
-			t.Fatalf("vllm_e2e_request_latency_seconds is not a histogram: %+v", h.otlpMetric)
+			t.Fatalf("vllm_e2e_request_latency_seconds is not a histogram: %+v", h)
 		}
 		dp := h.Histogram.DataPoints[0]
 		if !reflect.DeepEqual(dp.ExplicitBounds, vllmBounds) || len(dp.BucketCounts) != len(vllmBounds)+1 {
 			t.Errorf("histogram bounds %v (%d buckets), want %v", dp.ExplicitBounds, len(dp.BucketCounts), vllmBounds)
 		}
-		if o, _ := h.resource.str("service.name.override"); o != "gym-vllm/policy" {
+		if o, _ := h.Resource.Str("service.name.override"); o != "gym-vllm/policy" {
 			t.Errorf("vLLM histogram: service.name.override %q", o)
 		}
 	}
-	for _, c := range m.named("vllm_prompt_tokens_total") {
+	for _, c := range m.Named("vllm_prompt_tokens_total") {
 		if c.Sum == nil || !c.Sum.IsMonotonic || c.Sum.AggregationTemporality != 2 {
-			t.Errorf("vllm_prompt_tokens_total is not a monotonic cumulative sum: %+v", c.otlpMetric)
+			t.Errorf("vllm_prompt_tokens_total is not a monotonic cumulative sum: %+v", c)
 		}
 	}
-	gauges := m.named("vllm_num_requests_running")
-	if len(m.named("vllm_prompt_tokens_total")) == 0 || len(gauges) == 0 {
+	gauges := m.Named("vllm_num_requests_running")
+	if len(m.Named("vllm_prompt_tokens_total")) == 0 || len(gauges) == 0 {
 		t.Fatal("vllm_prompt_tokens_total or vllm_num_requests_running missing")
 	}
 	for _, g := range gauges {
-		if g.Gauge == nil || len(g.Gauge.DataPoints) == 0 || !g.Gauge.DataPoints[0].Attributes.has("engine") {
-			t.Errorf("vllm_num_requests_running is not a gauge with an engine label: %+v", g.otlpMetric)
+		if g.Gauge == nil || len(g.Gauge.DataPoints) == 0 || !g.Gauge.DataPoints[0].Attributes.Has("engine") {
+			t.Errorf("vllm_num_requests_running is not a gauge with an engine label: %+v", g)
 		}
 	}
 	// dcgm and node.
-	dcgm := m.named("DCGM_FI_DEV_GPU_UTIL")
-	if len(dcgm) == 0 || dcgm[0].Gauge == nil || !dcgm[0].Gauge.DataPoints[0].Attributes.has("gpu") || !dcgm[0].Gauge.DataPoints[0].Attributes.has("UUID") {
+	dcgm := m.Named("DCGM_FI_DEV_GPU_UTIL")
+	if len(dcgm) == 0 || dcgm[0].Gauge == nil || !dcgm[0].Gauge.DataPoints[0].Attributes.Has("gpu") || !dcgm[0].Gauge.DataPoints[0].Attributes.Has("UUID") {
 		t.Errorf("DCGM_FI_DEV_GPU_UTIL missing or without gpu/UUID: %+v", dcgm)
 	}
 	for _, d := range dcgm {
-		if o, _ := d.resource.str("service.name.override"); o != "dcgm" {
+		if o, _ := d.Resource.Str("service.name.override"); o != "dcgm" {
 			t.Errorf("dcgm series with service.name.override %q", o)
 		}
 	}
 	nodeSeen := false
-	for _, mt := range m.metrics {
+	for _, mt := range m.Metrics {
 		if strings.HasPrefix(mt.Name, "node_") {
 			nodeSeen = true
-			if o, _ := mt.resource.str("service.name.override"); o != "node" {
+			if o, _ := mt.Resource.Str("service.name.override"); o != "node" {
 				t.Errorf("node_exporter series %s with service.name.override %q", mt.Name, o)
 			}
 		}
@@ -277,12 +204,12 @@ func TestFullJob(t *testing.T) {
 		t.Error("no node_exporter series")
 	}
 	// The Gym stand-in's own histogram.
-	if len(m.named("gym.rollout.duration_ms")) == 0 {
+	if len(m.Named("gym.rollout.duration_ms")) == 0 {
 		t.Error("no gym.rollout.duration_ms")
 	}
 	// Span metrics: dimensions and the last counts.
-	calls := m.named("traces.span.metrics.calls")
-	if len(calls) == 0 || len(m.named("traces.span.metrics.duration")) == 0 {
+	calls := m.Named("traces.span.metrics.calls")
+	if len(calls) == 0 || len(m.Named("traces.span.metrics.duration")) == 0 {
 		t.Fatal("no span metrics (traces.span.metrics.calls / .duration)")
 	}
 	last := map[string]float64{}
@@ -291,20 +218,20 @@ func TestFullJob(t *testing.T) {
 			t.Fatalf("traces.span.metrics.calls is not a sum")
 		}
 		for _, dp := range c.Sum.DataPoints {
-			name, ok := dp.Attributes.str("span.name")
+			name, ok := dp.Attributes.Str("span.name")
 			if !ok {
 				t.Errorf("span metrics point without span.name: %+v", dp.Attributes)
 				continue
 			}
-			if o, _ := dp.Attributes.str("service.name.override"); o != "nemo-gym/agent" {
+			if o, _ := dp.Attributes.Str("service.name.override"); o != "nemo-gym/agent" {
 				t.Errorf("span metrics %s: service.name.override %q, want nemo-gym/agent", name, o)
 			}
 			if name == "sandbox.exec" {
-				if p, _ := dp.Attributes.str("nemo.gym.sandbox.provider"); p != "e2b-test" {
+				if p, _ := dp.Attributes.Str("nemo.gym.sandbox.provider"); p != "e2b-test" {
 					t.Errorf("sandbox.exec span metrics: nemo.gym.sandbox.provider %q", p)
 				}
 			}
-			last[name] = max(last[name], dp.value())
+			last[name] = max(last[name], dp.Value())
 		}
 	}
 	for _, name := range []string{"gym.rollout", "gym.verify", "sandbox.exec"} {
@@ -312,59 +239,59 @@ func TestFullJob(t *testing.T) {
 			t.Errorf("span metrics calls of %s = %v, want 3 (sent 1 s before the drain)", name, last[name])
 		}
 	}
-	for _, d := range m.named("traces.span.metrics.duration") {
+	for _, d := range m.Named("traces.span.metrics.duration") {
 		if d.Histogram == nil {
 			t.Errorf("traces.span.metrics.duration is not a histogram")
 		}
 	}
 	// Traces and logs complete.
 	for _, name := range []string{"gym.rollout", "gym.verify", "sandbox.exec"} {
-		if n := tr.spanCount(name); n != 3 {
+		if n := tr.SpanCount(name); n != 3 {
 			t.Errorf("traces.jsonl: %d %s spans, want 3", n, name)
 		}
 	}
-	if len(lg.logs) != 3 {
-		t.Errorf("logs.jsonl: %d records, want 3", len(lg.logs))
+	if len(lg.Logs) != 3 {
+		t.Errorf("logs.jsonl: %d records, want 3", len(lg.Logs))
 	}
 
 	// Identity on every resource of every file.
-	id := identity{user: currentUser(), jobID: j.JobID, node: j.Node,
+	id := identity{user: harness.CurrentUser(), jobID: j.JobID, node: j.Node,
 		overrides: map[string]bool{"nemo-gym/agent": true, "gym-vllm/policy": true, "dcgm": true, "node": true}}
 	checkIdentity(t, "metrics.jsonl", m, id)
 	checkIdentity(t, "traces.jsonl", tr, id)
 	checkIdentity(t, "logs.jsonl", lg, id)
-	if seen := m.overridesSeen(); len(seen) != 4 {
+	if seen := overridesSeen(m); len(seen) != 4 {
 		t.Errorf("metrics.jsonl overrides %v, want all of %v", keys(seen), keys(id.overrides))
 	}
 
 	// The backend got all three signals, with the same identity.
-	be.stop(t)
-	bm, bt, bl := mustParse(t, be.dir, "metrics"), mustParse(t, be.dir, "traces"), mustParse(t, be.dir, "logs")
-	if len(bm.metrics) == 0 || len(bt.spans) == 0 || len(bl.logs) == 0 {
-		t.Fatalf("backend: %d metrics, %d spans, %d logs; want all three signals", len(bm.metrics), len(bt.spans), len(bl.logs))
+	be.Stop(t)
+	bm, bt, bl := otlptest.MustRead(t, be.Dir, "metrics"), otlptest.MustRead(t, be.Dir, "traces"), otlptest.MustRead(t, be.Dir, "logs")
+	if len(bm.Metrics) == 0 || len(bt.Spans) == 0 || len(bl.Logs) == 0 {
+		t.Fatalf("backend: %d metrics, %d spans, %d logs; want all three signals", len(bm.Metrics), len(bt.Spans), len(bl.Logs))
 	}
 	checkIdentity(t, "backend metrics", bm, id)
 	checkIdentity(t, "backend traces", bt, id)
 	checkIdentity(t, "backend logs", bl, id)
-	if bt.spanCount("gym.rollout") != 3 || len(bl.logs) != 3 {
-		t.Errorf("backend: %d gym.rollout spans, %d logs; want 3 and 3", bt.spanCount("gym.rollout"), len(bl.logs))
+	if bt.SpanCount("gym.rollout") != 3 || len(bl.Logs) != 3 {
+		t.Errorf("backend: %d gym.rollout spans, %d logs; want 3 and 3", bt.SpanCount("gym.rollout"), len(bl.Logs))
 	}
-	if len(bm.named("vllm_e2e_request_latency_seconds")) == 0 || len(bm.named("traces.span.metrics.calls")) == 0 {
+	if len(bm.Named("vllm_e2e_request_latency_seconds")) == 0 || len(bm.Named("traces.span.metrics.calls")) == 0 {
 		t.Error("backend: vLLM or span metrics missing")
 	}
 
 	// The receipt: final figures, everything written was sent, and the
 	// counts are those of the files and of the backend's files.
-	rc, err := receipt.Read(s.out)
+	rc, err := receipt.Read(s.Out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("receipt:\n%s", strings.Join(rc.Summary(), "\n"))
-	logFinalGain(t, s.out2())
+	logFinalGain(t, s.Output())
 	if !rc.Complete() || rc.Collectors != 1 || len(rc.Unknown) != 0 || rc.Trouble() || rc.JobID != j.JobID || rc.Node != j.Node {
 		t.Errorf("receipt %+v: want final figures of one collector run without trouble", rc)
 	}
-	files := map[string][2]int{"traces": {len(tr.spans), len(bt.spans)}, "metrics": {m.points(), bm.points()}, "logs": {len(lg.logs), len(bl.logs)}}
+	files := map[string][2]int{"traces": {len(tr.Spans), len(bt.Spans)}, "metrics": {m.Points(), bm.Points()}, "logs": {len(lg.Logs), len(bl.Logs)}}
 	for sig, n := range files {
 		c := rc.Signals[sig]
 		if c.Written != int64(n[0]) || c.Sent != c.Written || c.Sent != int64(n[1]) || c.Lost() != 0 {
@@ -386,26 +313,26 @@ func TestTokensArriveIntact(t *testing.T) {
 	for _, tok := range []string{"123", "true", "[a]", "{b}:c", "p$q{r}s${env:PATH}$$"} {
 		t.Run(tok, func(t *testing.T) {
 			t.Parallel()
-			be := startBackend(t, tok)
-			s := startSup(t, job{JobID: "555", Token: tok, Endpoint: be.url}).mustReady(t)
-			s.runGym(t, "agent", 1, "local")
-			waitFor(t, 20*time.Second, "all three signals at the backend", func() bool {
+			be := harness.StartBackend(t, tok)
+			s := harness.StartSup(t, harness.Job{JobID: "555", Token: tok, Endpoint: be.URL}).MustReady(t)
+			s.RunGym(t, "agent", 1, "local")
+			harness.WaitFor(t, 20*time.Second, "all three signals at the backend", func() bool {
 				for _, sig := range []string{"traces", "metrics", "logs"} {
-					if fi, err := os.Stat(filepath.Join(be.dir, sig+".jsonl")); err != nil || fi.Size() == 0 {
+					if fi, err := os.Stat(filepath.Join(be.Dir, sig+".jsonl")); err != nil || fi.Size() == 0 {
 						return false
 					}
 				}
 				return true
 			})
-			if _, err := s.drain(t, 30*time.Second); err != nil {
-				t.Fatalf("drain: %v\n%s", err, s.out2())
+			if _, err := s.Drain(t, 30*time.Second); err != nil {
+				t.Fatalf("drain: %v\n%s", err, s.Output())
 			}
-			if st := s.state(t); st.ExportProblems != "" {
+			if st := s.State(t); st.ExportProblems != "" {
 				t.Errorf("export problems with token %q: %s", tok, st.ExportProblems)
 			}
-			be.stop(t)
-			if d := mustParse(t, be.dir, "traces"); d.spanCount("gym.rollout") != 1 {
-				t.Errorf("backend got %d gym.rollout spans, want 1", d.spanCount("gym.rollout"))
+			be.Stop(t)
+			if d := otlptest.MustRead(t, be.Dir, "traces"); d.SpanCount("gym.rollout") != 1 {
+				t.Errorf("backend got %d gym.rollout spans, want 1", d.SpanCount("gym.rollout"))
 			}
 		})
 	}
@@ -457,34 +384,34 @@ func httpExport(t testing.TB, port int, auth string) int {
 // wrong one, is refused on both receivers.
 func TestReceiverRequiresToken(t *testing.T) {
 	t.Parallel()
-	s := startSup(t, job{JobID: "777"}).mustReady(t)
-	good := "Bearer " + s.report.ReceiverToken
-	for _, auth := range []string{"", "Bearer wrong-" + randHex(4), "Bearer " + s.report.ReceiverToken + "x", s.report.ReceiverToken} {
-		if code := httpExport(t, s.report.Ports.OTLPHTTP, auth); code != http.StatusUnauthorized {
+	s := harness.StartSup(t, harness.Job{JobID: "777"}).MustReady(t)
+	good := "Bearer " + s.Report.ReceiverToken
+	for _, auth := range []string{"", "Bearer wrong-" + harness.RandHex(4), "Bearer " + s.Report.ReceiverToken + "x", s.Report.ReceiverToken} {
+		if code := httpExport(t, s.Report.Ports.OTLPHTTP, auth); code != http.StatusUnauthorized {
 			t.Errorf("OTLP/HTTP with Authorization %q: HTTP %d, want 401", auth, code)
 		}
-		if st := grpcExport(t, s.report.Ports.OTLPGRPC, auth); st != "16" {
+		if st := grpcExport(t, s.Report.Ports.OTLPGRPC, auth); st != "16" {
 			t.Errorf("OTLP/gRPC with authorization %q: grpc-status %q, want 16 (Unauthenticated)", auth, st)
 		}
 	}
 	// The control: the right token is accepted on both.
-	if code := httpExport(t, s.report.Ports.OTLPHTTP, good); code != http.StatusOK {
+	if code := httpExport(t, s.Report.Ports.OTLPHTTP, good); code != http.StatusOK {
 		t.Errorf("OTLP/HTTP with the receiver token: HTTP %d, want 200", code)
 	}
-	if st := grpcExport(t, s.report.Ports.OTLPGRPC, good); st != "0" {
+	if st := grpcExport(t, s.Report.Ports.OTLPGRPC, good); st != "0" {
 		t.Errorf("OTLP/gRPC with the receiver token: grpc-status %q, want 0", st)
 	}
 	// A real SDK client without the token gets nothing in.
-	p := startProc(t, "gym-standin", s.gymEnv("-"), testenv.Standin(t, "gym-standin"), "--rollouts", "1", "--flush-timeout", "5s")
-	p.wait(t, 30*time.Second)
-	if !strings.Contains(p.out.String(), "flush=failed") {
-		t.Errorf("gym-standin without the token: %s; want flush=failed", p.out.String())
+	p := harness.StartProc(t, "gym-standin", s.GymEnv("-"), testenv.Standin(t, "gym-standin"), "--rollouts", "1", "--flush-timeout", "5s")
+	p.Wait(t, 30*time.Second)
+	if !strings.Contains(p.Out.String(), "flush=failed") {
+		t.Errorf("gym-standin without the token: %s; want flush=failed", p.Out.String())
 	}
-	if _, err := s.drain(t, 30*time.Second); err != nil {
+	if _, err := s.Drain(t, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if d := mustParse(t, s.out, "traces"); len(d.spans) != 0 {
-		t.Errorf("%d spans were accepted without the token", len(d.spans))
+	if d := otlptest.MustRead(t, s.Out, "traces"); len(d.Spans) != 0 {
+		t.Errorf("%d spans were accepted without the token", len(d.Spans))
 	}
 }
 
@@ -493,67 +420,69 @@ func TestReceiverRequiresToken(t *testing.T) {
 // is bounded and the refusal is reported.
 func TestBackendFailures(t *testing.T) {
 	t.Parallel()
-	vllm := startVLLM(t)
+	vllm := harness.StartVLLM(t)
 	cases := []struct {
 		name     string
-		endpoint func(t *testing.T) (string, *backend)
+		endpoint func(t *testing.T) (string, *harness.Backend)
 	}{
-		{"wrong-token", func(t *testing.T) (string, *backend) {
-			be := startBackend(t, "the-right-token-"+randHex(4))
-			return be.url, be
+		{"wrong-token", func(t *testing.T) (string, *harness.Backend) {
+			be := harness.StartBackend(t, "the-right-token-"+harness.RandHex(4))
+			return be.URL, be
 		}},
-		{"down", func(t *testing.T) (string, *backend) { return fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), nil }},
-		{"hang", func(t *testing.T) (string, *backend) { return startBlackhole(t, "hang"), nil }},
-		{"401", func(t *testing.T) (string, *backend) { return startBlackhole(t, "401"), nil }},
+		{"down", func(t *testing.T) (string, *harness.Backend) {
+			return fmt.Sprintf("http://127.0.0.1:%d", harness.FreePort(t)), nil
+		}},
+		{"hang", func(t *testing.T) (string, *harness.Backend) { return harness.StartBlackhole(t, "hang"), nil }},
+		{"401", func(t *testing.T) (string, *harness.Backend) { return harness.StartBlackhole(t, "401"), nil }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			ep, be := c.endpoint(t)
-			j := job{JobID: "31337", Endpoint: ep, VLLMPort: vllm, Token: "wrong-" + randHex(6)}
-			s := startSup(t, j).mustReady(t)
-			waitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds")
-			s.runGym(t, "agent", 3, "local")
+			j := harness.Job{JobID: "31337", Endpoint: ep, VLLMPort: vllm, Token: "wrong-" + harness.RandHex(6)}
+			s := harness.StartSup(t, j).MustReady(t)
+			harness.WaitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds")
+			s.RunGym(t, "agent", 3, "local")
 			// The exporter tries and fails (a refusal at once, a backend
 			// down or hanging after its retries): the supervisor's read
 			// of the collector's counters says so in state.json while the
 			// collector runs.
-			waitFor(t, 60*time.Second, "export problems in state.json while the collector runs", func() bool {
-				st, err := jobdir.ReadState(s.out)
+			harness.WaitFor(t, 60*time.Second, "export problems in state.json while the collector runs", func() bool {
+				st, err := jobdir.ReadState(s.Out)
 				return err == nil && st.Status == jobdir.StatusReady && st.ExportProblems != ""
 			})
-			if !httpOK(s.healthURL()) {
+			if !harness.HTTPOK(s.HealthURL()) {
 				t.Error("health is not 200 while the backend fails")
 			}
-			took, err := s.drain(t, 60*time.Second)
+			took, err := s.Drain(t, 60*time.Second)
 			t.Logf("exit %v", err)
 			assertDrainWithinEpilogWait(t, s, took)
 			if err != nil {
-				t.Errorf("the drain did not exit 0: %v\n%s", err, s.out2())
+				t.Errorf("the drain did not exit 0: %v\n%s", err, s.Output())
 			}
-			s.assertGone(t)
-			st := s.state(t)
+			s.AssertGone(t)
+			st := s.State(t)
 			if st.ExportProblems == "" {
 				t.Errorf("state.json reports no export problems: %+v", st)
 			}
-			log, _ := os.ReadFile(filepath.Join(s.out, "collector.log"))
+			log, _ := os.ReadFile(filepath.Join(s.Out, "collector.log"))
 			if !bytes.Contains(log, []byte("gym-otel: the backend refused or dropped data")) {
 				t.Error("collector.log has no gym-otel: line about the refusal")
 			}
-			tr, lg, m := mustParse(t, s.out, "traces"), mustParse(t, s.out, "logs"), mustParse(t, s.out, "metrics")
+			tr, lg, m := otlptest.MustRead(t, s.Out, "traces"), otlptest.MustRead(t, s.Out, "logs"), otlptest.MustRead(t, s.Out, "metrics")
 			// The receipt: final figures; nothing reached the backend and
 			// every item the files hold is counted as failed.
-			rc, err := receipt.Read(s.out)
+			rc, err := receipt.Read(s.Out)
 			if err != nil {
 				t.Fatal(err)
 			}
 			sum := strings.Join(rc.Summary(), "\n")
 			t.Logf("receipt:\n%s", sum)
-			logFinalGain(t, s.out2())
+			logFinalGain(t, s.Output())
 			if !rc.Complete() || !rc.Trouble() {
 				t.Errorf("receipt: complete %v, trouble %v; want final figures with trouble", rc.Complete(), rc.Trouble())
 			}
-			files := map[string]int{"traces": len(tr.spans), "metrics": m.points(), "logs": len(lg.logs)}
+			files := map[string]int{"traces": len(tr.Spans), "metrics": m.Points(), "logs": len(lg.Logs)}
 			for sig, n := range files {
 				c := rc.Signals[sig]
 				if c.Written != int64(n) || c.Sent != 0 || c.Lost() != c.Written {
@@ -564,18 +493,18 @@ func TestBackendFailures(t *testing.T) {
 				t.Errorf("the receipt's summary does not say the backend lost data:\n%s", sum)
 			}
 			for _, name := range []string{"gym.rollout", "gym.verify", "sandbox.exec"} {
-				if n := tr.spanCount(name); n != 3 {
+				if n := tr.SpanCount(name); n != 3 {
 					t.Errorf("traces.jsonl: %d %s spans, want 3", n, name)
 				}
 			}
-			if len(lg.logs) != 3 || len(m.named("vllm_prompt_tokens_total")) == 0 || len(m.named("traces.span.metrics.calls")) == 0 {
-				t.Errorf("local files incomplete: %d logs, vLLM %d, span metrics %d", len(lg.logs), len(m.named("vllm_prompt_tokens_total")), len(m.named("traces.span.metrics.calls")))
+			if len(lg.Logs) != 3 || len(m.Named("vllm_prompt_tokens_total")) == 0 || len(m.Named("traces.span.metrics.calls")) == 0 {
+				t.Errorf("local files incomplete: %d logs, vLLM %d, span metrics %d", len(lg.Logs), len(m.Named("vllm_prompt_tokens_total")), len(m.Named("traces.span.metrics.calls")))
 			}
 			if be != nil {
-				be.stop(t)
+				be.Stop(t)
 				for _, sig := range []string{"traces", "metrics", "logs"} {
-					if d := mustParse(t, be.dir, sig); d.lines != 0 {
-						t.Errorf("the backend accepted %d %s lines with a wrong token", d.lines, sig)
+					if d := otlptest.MustRead(t, be.Dir, sig); d.Lines != 0 {
+						t.Errorf("the backend accepted %d %s lines with a wrong token", d.Lines, sig)
 					}
 				}
 			}
@@ -615,28 +544,28 @@ func TestSignalsCleared(t *testing.T) {
 	}
 	// The check sees an inherited mask: a program started through the
 	// wrapper directly is not clear.
-	ctl := startProc(t, "sleep", nil, append(append([]string{}, wrap...), "/bin/sleep", "30")...)
-	waitFor(t, 5*time.Second, "the control's exec", func() bool {
-		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ctl.cmd.Process.Pid))
+	ctl := harness.StartProc(t, "sleep", nil, append(append([]string{}, wrap...), "/bin/sleep", "30")...)
+	harness.WaitFor(t, 5*time.Second, "the control's exec", func() bool {
+		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ctl.Cmd.Process.Pid))
 		return strings.TrimSpace(string(data)) == "sleep"
 	})
-	if ok, _ := signalsClear(ctl.cmd.Process.Pid, 200*time.Millisecond); ok {
+	if ok, _ := signalsClear(ctl.Cmd.Process.Pid, 200*time.Millisecond); ok {
 		t.Fatal("signalsClear does not see the mask the wrapper set")
 	}
-	ctl.kill()
+	ctl.Kill()
 
-	s := startSup(t, job{JobID: "4711", Wrap: wrap, VLLMPort: startVLLM(t)}).mustReady(t)
-	assertSignalsClear(t, s.report.CollectorPID)
+	s := harness.StartSup(t, harness.Job{JobID: "4711", Wrap: wrap, VLLMPort: harness.StartVLLM(t)}).MustReady(t)
+	assertSignalsClear(t, s.Report.CollectorPID)
 	// The supervisor itself (re-executed with a clean mask) too.
-	assertSignalsClear(t, s.cmd.Process.Pid)
-	waitMetricNames(t, s, 20*time.Second, "vllm_prompt_tokens_total")
-	took, err := s.drain(t, 30*time.Second)
+	assertSignalsClear(t, s.Cmd.Process.Pid)
+	harness.WaitMetricNames(t, s, 20*time.Second, "vllm_prompt_tokens_total")
+	took, err := s.Drain(t, 30*time.Second)
 	if err != nil {
-		t.Fatalf("drain: %v\n%s", err, s.out2())
+		t.Fatalf("drain: %v\n%s", err, s.Output())
 	}
 	assertDrainWithinEpilogWait(t, s, took)
-	s.assertGone(t)
-	assertAllParse(t, s.out)
+	s.AssertGone(t)
+	assertAllParse(t, s.Out)
 }
 
 // TestRunsAsUser: started as root with --user, the collector and every file
@@ -650,39 +579,39 @@ func TestRunsAsUser(t *testing.T) {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	// The user's job dir in a 0755 dir, as on a cluster.
-	jobDir := filepath.Join(sharedDir(t), "job")
+	jobDir := filepath.Join(harness.SharedDir(t), "job")
 	if err := os.Mkdir(jobDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chown(jobDir, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-	s := startSup(t, job{JobID: "2001", User: "gymuser", VLLMPort: startVLLM(t), Output: filepath.Join(jobDir, "otel")}).mustReady(t)
-	pid := s.report.CollectorPID
+	s := harness.StartSup(t, harness.Job{JobID: "2001", User: "gymuser", VLLMPort: harness.StartVLLM(t), Output: filepath.Join(jobDir, "otel")}).MustReady(t)
+	pid := s.Report.CollectorPID
 	for _, k := range []string{"Uid", "Gid"} {
 		want := strconv.Itoa(uid)
 		if k == "Gid" {
 			want = strconv.Itoa(gid)
 		}
-		for _, f := range strings.Fields(procStatus(t, pid, k)) {
+		for _, f := range strings.Fields(harness.ProcStatus(t, pid, k)) {
 			if f != want {
-				t.Errorf("collector %s: %q, want all %s", k, procStatus(t, pid, k), want)
+				t.Errorf("collector %s: %q, want all %s", k, harness.ProcStatus(t, pid, k), want)
 				break
 			}
 		}
 	}
-	if f := strings.Fields(procStatus(t, s.cmd.Process.Pid, "Uid")); len(f) == 0 || f[0] != strconv.Itoa(uid) {
+	if f := strings.Fields(harness.ProcStatus(t, s.Cmd.Process.Pid, "Uid")); len(f) == 0 || f[0] != strconv.Itoa(uid) {
 		t.Errorf("supervisor Uid %v, want %d", f, uid)
 	}
 	assertSignalsClear(t, pid)
-	waitMetricNames(t, s, 20*time.Second, "vllm_prompt_tokens_total")
-	s.runGym(t, "agent", 1, "local")
-	if _, err := s.drain(t, 30*time.Second); err != nil {
-		t.Fatalf("drain: %v\n%s", err, s.out2())
+	harness.WaitMetricNames(t, s, 20*time.Second, "vllm_prompt_tokens_total")
+	s.RunGym(t, "agent", 1, "local")
+	if _, err := s.Drain(t, 30*time.Second); err != nil {
+		t.Fatalf("drain: %v\n%s", err, s.Output())
 	}
-	s.assertGone(t)
+	s.AssertGone(t)
 	n := 0
-	filepath.WalkDir(s.out, func(path string, d fs.DirEntry, err error) error {
+	filepath.WalkDir(s.Out, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
@@ -698,9 +627,9 @@ func TestRunsAsUser(t *testing.T) {
 		return nil
 	})
 	if n < 7 { // the dir, collector.yaml, collector.log, state.json, 3 jsonl
-		t.Errorf("only %d entries under %s", n, s.out)
+		t.Errorf("only %d entries under %s", n, s.Out)
 	}
-	d := mustParse(t, s.out, "metrics")
+	d := otlptest.MustRead(t, s.Out, "metrics")
 	checkIdentity(t, "metrics.jsonl", d, identity{user: "gymuser", jobID: "2001", node: "gn7",
 		overrides: map[string]bool{"gym-vllm/policy": true, "nemo-gym/agent": true}})
 }
@@ -743,14 +672,14 @@ func TestStartFailures(t *testing.T) {
 	t.Parallel()
 	t.Run("missing binary", func(t *testing.T) {
 		t.Parallel()
-		bin := "/nonexistent/" + randHex(4) + "/otelcol"
-		s := startSup(t, job{Binary: bin, Health: 2})
+		bin := "/nonexistent/" + harness.RandHex(4) + "/otelcol"
+		s := harness.StartSup(t, harness.Job{Binary: bin, Health: 2})
 		assertFailed(t, s, "otel.binary", bin)
 	})
 	t.Run("unwritable output dir", func(t *testing.T) {
 		t.Parallel()
-		parent := sharedDir(t) // 0755, root's
-		j := job{Health: 2}
+		parent := harness.SharedDir(t) // 0755, root's
+		j := harness.Job{Health: 2}
 		if os.Getuid() == 0 {
 			ensureGymUser(t)
 			j.User = "gymuser"
@@ -758,12 +687,12 @@ func TestStartFailures(t *testing.T) {
 			os.Chmod(parent, 0o555)
 		}
 		j.Output = filepath.Join(parent, "otel")
-		s := startSup(t, j)
+		s := harness.StartSup(t, j)
 		assertFailed(t, s, j.Output)
 	})
 	t.Run("never healthy", func(t *testing.T) {
 		t.Parallel()
-		dir := sharedDir(t)
+		dir := harness.SharedDir(t)
 		marker := strconv.Itoa(100000 + int(time.Now().UnixNano()%800000))
 		bin := filepath.Join(dir, "binary")
 		// Not exec: the shell's child must go with it.
@@ -771,13 +700,13 @@ func TestStartFailures(t *testing.T) {
 		if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		s := startSup(t, job{Binary: bin, Health: 2})
+		s := harness.StartSup(t, harness.Job{Binary: bin, Health: 2})
 		assertFailed(t, s, "otel.health_check_timeout_seconds")
-		waitFor(t, 3*time.Second, "the supervisor's exit", func() bool { return !s.running() })
-		if left := procsMatching("sleep\x00" + marker); len(left) > 0 {
+		harness.WaitFor(t, 3*time.Second, "the supervisor's exit", func() bool { return !s.Running() })
+		if left := harness.ProcsMatching("sleep\x00" + marker); len(left) > 0 {
 			t.Errorf("the never-healthy collector's child is left running: pids %v", left)
 		}
-		if left := procsMatching(bin); len(left) > 0 {
+		if left := harness.ProcsMatching(bin); len(left) > 0 {
 			t.Errorf("the never-healthy collector is left running: pids %v", left)
 		}
 	})
@@ -786,20 +715,20 @@ func TestStartFailures(t *testing.T) {
 // assertFailed checks a failed Report, that it came within the prolog's
 // wait for it (timing.Policy.ReportWait: a later report finds the prolog
 // gone), and the supervisor's exit.
-func assertFailed(t testing.TB, s *sup, mentions ...string) {
+func assertFailed(t testing.TB, s *harness.Sup, mentions ...string) {
 	t.Helper()
-	if s.report.Status != lifecycle.StatusFailed {
-		t.Fatalf("report %+v, want failed", s.report)
+	if s.Report.Status != lifecycle.StatusFailed {
+		t.Fatalf("report %+v, want failed", s.Report)
 	}
 	for _, m := range mentions {
-		if !strings.Contains(s.report.Error, m) {
-			t.Errorf("reason %q does not name %q", s.report.Error, m)
+		if !strings.Contains(s.Report.Error, m) {
+			t.Errorf("reason %q does not name %q", s.Report.Error, m)
 		}
 	}
-	if within := s.policy().ReportWait; s.reportAfter > within {
-		t.Errorf("failed reported after %v, past the prolog's wait of %v", s.reportAfter, within)
+	if within := s.Policy().ReportWait; s.ReportAfter > within {
+		t.Errorf("failed reported after %v, past the prolog's wait of %v", s.ReportAfter, within)
 	}
-	if err := s.wait(t, 5*time.Second); err == nil {
+	if err := s.Wait(t, 5*time.Second); err == nil {
 		t.Error("the supervisor exited 0 after failing")
 	}
 }
@@ -807,11 +736,11 @@ func assertFailed(t testing.TB, s *sup, mentions ...string) {
 // TestTwoSupervisors: two jobs on one node at once.
 func TestTwoSupervisors(t *testing.T) {
 	t.Parallel()
-	vllm := startVLLM(t)
-	a := startSup(t, job{JobID: "1001", VLLMPort: vllm}).mustReady(t)
-	b := startSup(t, job{JobID: "1002", VLLMPort: vllm}).mustReady(t)
+	vllm := harness.StartVLLM(t)
+	a := harness.StartSup(t, harness.Job{JobID: "1001", VLLMPort: vllm}).MustReady(t)
+	b := harness.StartSup(t, harness.Job{JobID: "1002", VLLMPort: vllm}).MustReady(t)
 	seen := map[int]string{}
-	for name, p := range map[string]lifecycle.Readiness{"a": a.report, "b": b.report} {
+	for name, p := range map[string]lifecycle.Readiness{"a": a.Report, "b": b.Report} {
 		for _, port := range []int{p.Ports.OTLPGRPC, p.Ports.OTLPHTTP, p.Ports.Health, p.Ports.Telemetry} {
 			if port == 0 || seen[port] != "" {
 				t.Errorf("port %d of %s is zero or shared with %s", port, name, seen[port])
@@ -819,25 +748,25 @@ func TestTwoSupervisors(t *testing.T) {
 			seen[port] = name
 		}
 	}
-	a.runGym(t, "agent", 2, "local")
-	b.runGym(t, "judge", 2, "local")
-	waitMetricNames(t, a, 20*time.Second, "vllm_prompt_tokens_total")
-	waitMetricNames(t, b, 20*time.Second, "vllm_prompt_tokens_total")
-	for _, s := range []*sup{a, b} {
-		if _, err := s.drain(t, 30*time.Second); err != nil {
-			t.Fatalf("drain %s: %v", s.job.JobID, err)
+	a.RunGym(t, "agent", 2, "local")
+	b.RunGym(t, "judge", 2, "local")
+	harness.WaitMetricNames(t, a, 20*time.Second, "vllm_prompt_tokens_total")
+	harness.WaitMetricNames(t, b, 20*time.Second, "vllm_prompt_tokens_total")
+	for _, s := range []*harness.Sup{a, b} {
+		if _, err := s.Drain(t, 30*time.Second); err != nil {
+			t.Fatalf("drain %s: %v", s.Job.JobID, err)
 		}
-		s.assertGone(t)
+		s.AssertGone(t)
 	}
-	for _, s := range []*sup{a, b} {
-		server := map[string]string{"1001": "nemo-gym/agent", "1002": "nemo-gym/judge"}[s.job.JobID]
-		id := identity{user: currentUser(), jobID: s.job.JobID, node: "gn7", overrides: map[string]bool{server: true, "gym-vllm/policy": true}}
+	for _, s := range []*harness.Sup{a, b} {
+		server := map[string]string{"1001": "nemo-gym/agent", "1002": "nemo-gym/judge"}[s.Job.JobID]
+		id := identity{user: harness.CurrentUser(), jobID: s.Job.JobID, node: "gn7", overrides: map[string]bool{server: true, "gym-vllm/policy": true}}
 		for _, sig := range []string{"metrics", "traces", "logs"} {
-			d := mustParse(t, s.out, sig)
-			checkIdentity(t, s.job.JobID+" "+sig, d, id)
+			d := otlptest.MustRead(t, s.Out, sig)
+			checkIdentity(t, s.Job.JobID+" "+sig, d, id)
 		}
-		if n := mustParse(t, s.out, "traces").spanCount("gym.rollout"); n != 2 {
-			t.Errorf("job %s: %d gym.rollout spans, want its own 2", s.job.JobID, n)
+		if n := otlptest.MustRead(t, s.Out, "traces").SpanCount("gym.rollout"); n != 2 {
+			t.Errorf("job %s: %d gym.rollout spans, want its own 2", s.Job.JobID, n)
 		}
 	}
 }
@@ -846,60 +775,60 @@ func TestTwoSupervisors(t *testing.T) {
 // ports and appends to the files.
 func TestCrashRestart(t *testing.T) {
 	t.Parallel()
-	s := startSup(t, job{JobID: "6006", VLLMPort: startVLLM(t)}).mustReady(t)
-	metrics := filepath.Join(s.out, "metrics.jsonl")
+	s := harness.StartSup(t, harness.Job{JobID: "6006", VLLMPort: harness.StartVLLM(t)}).MustReady(t)
+	metrics := filepath.Join(s.Out, "metrics.jsonl")
 	var before []byte
-	waitFor(t, 20*time.Second, "3 complete lines in metrics.jsonl", func() bool {
+	harness.WaitFor(t, 20*time.Second, "3 complete lines in metrics.jsonl", func() bool {
 		data, _ := os.ReadFile(metrics)
 		if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
 			before = data[:i+1]
 		}
 		return bytes.Count(before, []byte("\n")) >= 3
 	})
-	old := s.report.CollectorPID
+	old := s.Report.CollectorPID
 	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	var st jobdir.State
-	waitFor(t, 15*time.Second, "a restarted, ready collector", func() bool {
+	harness.WaitFor(t, 15*time.Second, "a restarted, ready collector", func() bool {
 		var err error
-		if st, err = jobdir.ReadState(s.out); err != nil {
+		if st, err = jobdir.ReadState(s.Out); err != nil {
 			return false
 		}
 		return st.Restarts == 1 && st.Status == jobdir.StatusReady && st.CollectorPID != 0 && st.CollectorPID != old
 	})
-	if st.Ports != s.report.Ports {
-		t.Errorf("restarted on ports %+v, want the same %+v", st.Ports, s.report.Ports)
+	if st.Ports != s.Report.Ports {
+		t.Errorf("restarted on ports %+v, want the same %+v", st.Ports, s.Report.Ports)
 	}
-	if !httpOK(s.healthURL()) {
+	if !harness.HTTPOK(s.HealthURL()) {
 		t.Error("the restarted collector is not healthy on the same health port")
 	}
 	assertSignalsClear(t, st.CollectorPID)
-	waitFor(t, 20*time.Second, "new lines after the restart", func() bool {
+	harness.WaitFor(t, 20*time.Second, "new lines after the restart", func() bool {
 		data, _ := os.ReadFile(metrics)
 		return bytes.Count(data, []byte("\n")) >= bytes.Count(before, []byte("\n"))+3
 	})
-	if _, err := s.drain(t, 30*time.Second); err != nil {
-		t.Fatalf("drain: %v\n%s", err, s.out2())
+	if _, err := s.Drain(t, 30*time.Second); err != nil {
+		t.Fatalf("drain: %v\n%s", err, s.Output())
 	}
 	after, _ := os.ReadFile(metrics)
 	if !bytes.HasPrefix(after, before) {
 		t.Errorf("metrics.jsonl was truncated or rewritten: %d bytes before the crash no longer a prefix", len(before))
 	}
-	if st := s.state(t); st.Restarts != 1 {
+	if st := s.State(t); st.Restarts != 1 {
 		t.Errorf("state.json restarts = %d, want 1", st.Restarts)
 	}
-	log, _ := os.ReadFile(filepath.Join(s.out, "collector.log"))
+	log, _ := os.ReadFile(filepath.Join(s.Out, "collector.log"))
 	if !bytes.Contains(log, []byte("gym-otel: the collector exited unexpectedly")) {
 		t.Error("the restart is not logged in collector.log")
 	}
-	if procAlive(st.CollectorPID, 0) {
+	if harness.ProcAlive(st.CollectorPID, 0) {
 		t.Errorf("the restarted collector %d is still running", st.CollectorPID)
 	}
-	assertAllParse(t, s.out)
+	assertAllParse(t, s.Out)
 
 	// The receipt: the killed run's figures are lower bounds, said so.
-	rc, err := receipt.Read(s.out)
+	rc, err := receipt.Read(s.Out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -913,7 +842,7 @@ func TestCrashRestart(t *testing.T) {
 	}
 	// The killed run's file exporter counted what it had buffered but not
 	// flushed, so the file may hold less than counted; the unknown says so.
-	points := mustParse(t, s.out, "metrics").points()
+	points := otlptest.MustRead(t, s.Out, "metrics").Points()
 	if c := rc.Signals["metrics"]; c.Written == 0 || points == 0 || !strings.Contains(rc.Unknown[0], "may be missing from the files") {
 		t.Errorf("receipt metrics written %d, the file's points %d, unknown %q", c.Written, points, rc.Unknown[0])
 	}
@@ -929,17 +858,17 @@ func TestCrashRestart(t *testing.T) {
 // what, whichever comes first, the restart or the drain.
 func TestKilledBeforeDrain(t *testing.T) {
 	t.Parallel()
-	s := startSup(t, job{JobID: "6007", VLLMPort: startVLLM(t)}).mustReady(t)
+	s := harness.StartSup(t, harness.Job{JobID: "6007", VLLMPort: harness.StartVLLM(t)}).MustReady(t)
 	// A periodic read of the counters with metric points in them: the
 	// supervisor says so once per collector run.
-	waitFor(t, 20*time.Second, "the supervisor's read of the collector's counters", func() bool {
-		return strings.Contains(s.out2(), "collector run 1: counters read, ")
+	harness.WaitFor(t, 20*time.Second, "the supervisor's read of the collector's counters", func() bool {
+		return strings.Contains(s.Output(), "collector run 1: counters read, ")
 	})
-	if err := syscall.Kill(s.report.CollectorPID, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(s.Report.CollectorPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	s.drain(t, 30*time.Second) // an error (the collector was gone) or not: the receipt counts
-	rc, err := receipt.Read(s.out)
+	s.Drain(t, 30*time.Second) // an error (the collector was gone) or not: the receipt counts
+	rc, err := receipt.Read(s.Out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -973,24 +902,24 @@ func logFinalGain(t *testing.T, out string) {
 // drains and exits by itself.
 func TestLivenessRecordRemoved(t *testing.T) {
 	t.Parallel()
-	rec := filepath.Join(sharedDir(t), "record")
+	rec := filepath.Join(harness.SharedDir(t), "record")
 	if err := os.WriteFile(rec, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := startSup(t, job{JobID: "8080", Record: rec, Env: []string{"GYM_OTEL_RECORD_POLL=200ms"}}).mustReady(t)
+	s := harness.StartSup(t, harness.Job{JobID: "8080", Record: rec, Env: []string{"GYM_OTEL_RECORD_POLL=200ms"}}).MustReady(t)
 	// It keeps running while the record exists (five polls).
 	time.Sleep(time.Second)
-	if !s.running() {
-		t.Fatalf("the supervisor exited with the record present: %s", s.out2())
+	if !s.Running() {
+		t.Fatalf("the supervisor exited with the record present: %s", s.Output())
 	}
 	os.Remove(rec)
 	start := time.Now()
-	if err := s.wait(t, 15*time.Second); err != nil {
-		t.Fatalf("exit after the record was removed: %v\n%s", err, s.out2())
+	if err := s.Wait(t, 15*time.Second); err != nil {
+		t.Fatalf("exit after the record was removed: %v\n%s", err, s.Output())
 	}
 	t.Logf("exited %v after the record was removed", time.Since(start))
-	s.assertGone(t)
-	if st := s.state(t); st.Status != jobdir.StatusDrained {
+	s.AssertGone(t)
+	if st := s.State(t); st.Status != jobdir.StatusDrained {
 		t.Errorf("state.json status %q, want drained", st.Status)
 	}
 }
@@ -1006,24 +935,24 @@ func TestPortSquatterOfAnotherUser(t *testing.T) {
 		testenv.Missing(t, "root (to run the squatter as another user)")
 	}
 	ne := testenv.Binary(t, "prometheus-node-exporter", "/usr/bin/prometheus-node-exporter")
-	squat := freePort(t)
-	p := startProc(t, "squatter", nil, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", ne,
+	squat := harness.FreePort(t)
+	p := harness.StartProc(t, "squatter", nil, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", ne,
 		"--web.listen-address=127.0.0.1:"+strconv.Itoa(squat), "--collector.disable-defaults")
 	_ = p
-	waitFor(t, 10*time.Second, "the squatter", func() bool { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/", squat)) })
-	first := fmt.Sprintf("%d,%d,%d,%d", freePort(t), freePort(t), squat, freePort(t))
-	s := startSup(t, job{JobID: "8181", Env: []string{"GYM_OTEL_FIRST_PORTS=" + first}}).mustReady(t)
-	if s.report.Ports.Health == squat {
+	harness.WaitFor(t, 10*time.Second, "the squatter", func() bool { return harness.HTTPOK(fmt.Sprintf("http://127.0.0.1:%d/", squat)) })
+	first := fmt.Sprintf("%d,%d,%d,%d", harness.FreePort(t), harness.FreePort(t), squat, harness.FreePort(t))
+	s := harness.StartSup(t, harness.Job{JobID: "8181", Env: []string{"GYM_OTEL_FIRST_PORTS=" + first}}).MustReady(t)
+	if s.Report.Ports.Health == squat {
 		t.Fatalf("ready on the squatted health port %d", squat)
 	}
-	out := s.out2()
+	out := s.Output()
 	if !strings.Contains(out, "is held by a process that is not this job's collector") && !strings.Contains(out, "address already in use") {
 		t.Errorf("the supervisor did not say why it chose new ports:\n%s", out)
 	}
-	if !httpOK(s.healthURL()) {
+	if !harness.HTTPOK(s.HealthURL()) {
 		t.Error("the collector on the new ports is not healthy")
 	}
-	t.Logf("first choice %s; ready on %+v", first, s.report.Ports)
+	t.Logf("first choice %s; ready on %+v", first, s.Report.Ports)
 }
 
 // TestSquatterAfterRestart: the collector is killed while its supervisor
@@ -1039,33 +968,33 @@ func TestSquatterAfterRestart(t *testing.T) {
 		testenv.Missing(t, "root (to run the squatter as another user)")
 	}
 	ne := testenv.Binary(t, "prometheus-node-exporter", "/usr/bin/prometheus-node-exporter")
-	s := startSup(t, job{JobID: "8282"}).mustReady(t)
-	health := s.report.Ports.Health
-	if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+	s := harness.StartSup(t, harness.Job{JobID: "8282"}).MustReady(t)
+	health := s.Report.Ports.Health
+	if err := syscall.Kill(s.Cmd.Process.Pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	cont := func() { syscall.Kill(s.cmd.Process.Pid, syscall.SIGCONT) }
+	cont := func() { syscall.Kill(s.Cmd.Process.Pid, syscall.SIGCONT) }
 	t.Cleanup(cont)
-	if err := syscall.Kill(s.report.CollectorPID, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(s.Report.CollectorPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the killed collector's health port freed", func() bool {
-		return !httpOK(s.healthURL())
+	harness.WaitFor(t, 10*time.Second, "the killed collector's health port freed", func() bool {
+		return !harness.HTTPOK(s.HealthURL())
 	})
-	startProc(t, "squatter", nil, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", ne,
+	harness.StartProc(t, "squatter", nil, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", ne,
 		"--web.listen-address=127.0.0.1:"+strconv.Itoa(health), "--collector.disable-defaults")
-	waitFor(t, 10*time.Second, "the squatter on the health port", func() bool { return httpOK(s.healthURL()) })
+	harness.WaitFor(t, 10*time.Second, "the squatter on the health port", func() bool { return harness.HTTPOK(s.HealthURL()) })
 	cont()
-	err := s.wait(t, 30*time.Second)
+	err := s.Wait(t, 30*time.Second)
 	if err == nil {
-		t.Fatalf("the supervisor exited cleanly after its ports were taken:\n%s", s.out2())
+		t.Fatalf("the supervisor exited cleanly after its ports were taken:\n%s", s.Output())
 	}
-	out := s.out2()
+	out := s.Output()
 	if !strings.Contains(out, "is held by a process that is not this job's collector") &&
 		!strings.Contains(out, "the collector does not listen on it") {
 		t.Errorf("the supervisor did not say that a port is not its collector's:\n%s", out)
 	}
-	if st := s.state(t); st.Status != lifecycle.StatusFailed || st.Restarts < 1 {
+	if st := s.State(t); st.Status != lifecycle.StatusFailed || st.Restarts < 1 {
 		t.Errorf("state.json %+v: want failed after a restart", st)
 	}
 	for _, l := range strings.Split(out, "\n") {
@@ -1073,5 +1002,5 @@ func TestSquatterAfterRestart(t *testing.T) {
 			t.Log(l)
 		}
 	}
-	s.assertGone(t)
+	s.AssertGone(t)
 }

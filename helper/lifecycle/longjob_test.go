@@ -12,6 +12,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -43,46 +44,46 @@ func TestLongJobTestdata(t *testing.T) {
 		}
 		secs = n
 	}
-	token := "longjob-" + randHex(8)
-	be := startBackend(t, token)
-	j := job{
-		JobID: "73001", Node: "gn1", Token: token, Endpoint: be.url, Scrape: 1,
-		VLLMPort: startVLLM(t), DCGMPort: startDCGM(t), NodePort: startNodeExporter(t),
+	token := "longjob-" + harness.RandHex(8)
+	be := harness.StartBackend(t, token)
+	j := harness.Job{
+		JobID: "73001", Node: "gn1", Token: token, Endpoint: be.URL, Scrape: 1,
+		VLLMPort: harness.StartVLLM(t), DCGMPort: harness.StartDCGM(t), NodePort: harness.StartNodeExporter(t),
 		// The job's GPUs as Slurm names them (SLURM_JOB_GPUS), so the
 		// report attributes both GPUs to the job and gives its energy.
 		Args: []string{"--gpus", "0,1"},
 	}
-	s := startSup(t, j).mustReady(t)
+	s := harness.StartSup(t, j).MustReady(t)
 	start := time.Now()
-	waitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds", "DCGM_FI_DEV_GPU_UTIL", "node_load1")
+	harness.WaitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds", "DCGM_FI_DEV_GPU_UTIL", "node_load1")
 
 	// Rollouts of 400 ms for all but the last 10 s of the job; every 9th
 	// ends in error.
 	rollouts := max(1, (secs-10-int(time.Since(start).Seconds()))*10/4)
-	gym := startProc(t, "gym-standin", s.gymEnv(""), testenv.Standin(t, "gym-standin"),
+	gym := harness.StartProc(t, "gym-standin", s.GymEnv(""), testenv.Standin(t, "gym-standin"),
 		"--server", "agent", "--names", "gym", "--rollouts", strconv.Itoa(rollouts),
 		"--rollout-duration", "400ms", "--error-every", "9", "--sandbox-provider", "local", "--flush-timeout", "10s")
-	if err := gym.wait(t, time.Duration(secs)*time.Second+time.Minute); err != nil || !strings.Contains(gym.out.String(), "flush=ok") {
-		t.Fatalf("gym-standin: %v\n%s", err, gym.out.String())
+	if err := gym.Wait(t, time.Duration(secs)*time.Second+time.Minute); err != nil || !strings.Contains(gym.Out.String(), "flush=ok") {
+		t.Fatalf("gym-standin: %v\n%s", err, gym.Out.String())
 	}
 	// The rest of the job: only the scrapes.
-	waitFor(t, time.Duration(secs)*time.Second, "the job's length", func() bool { return time.Since(start) >= time.Duration(secs)*time.Second })
-	if _, err := s.drain(t, 30*time.Second); err != nil {
-		t.Fatalf("drain: %v\n%s", err, s.out2())
+	harness.WaitFor(t, time.Duration(secs)*time.Second, "the job's length", func() bool { return time.Since(start) >= time.Duration(secs)*time.Second })
+	if _, err := s.Drain(t, 30*time.Second); err != nil {
+		t.Fatalf("drain: %v\n%s", err, s.Output())
 	}
-	s.assertGone(t)
-	be.stop(t)
-	if st := s.state(t); st.Status != jobdir.StatusDrained || st.ExportProblems != "" {
+	s.AssertGone(t)
+	be.Stop(t)
+	if st := s.State(t); st.Status != jobdir.StatusDrained || st.ExportProblems != "" {
 		t.Fatalf("state.json: %+v; want drained without export problems", st)
 	}
-	rc, err := receipt.Read(s.out)
+	rc, err := receipt.Read(s.Out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rc.Trouble() || !rc.Complete() {
 		t.Fatalf("receipt: %v", rc.Summary())
 	}
-	assertNoLeak(t, token, s.out, nil)
+	harness.AssertNoLeak(t, token, s.Out, nil)
 
 	dst := filepath.Join(testenv.Root(), longJobDir)
 	if err := os.RemoveAll(dst); err != nil {
@@ -92,15 +93,15 @@ func TestLongJobTestdata(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"metrics.jsonl", "traces.jsonl", "logs.jsonl"} {
-		gzipFile(t, filepath.Join(s.out, name), filepath.Join(dst, name+".gz"))
+		gzipFile(t, filepath.Join(s.Out, name), filepath.Join(dst, name+".gz"))
 	}
 	for _, name := range []string{"collector.yaml", "state.json", receipt.FileName} {
-		data, err := os.ReadFile(filepath.Join(s.out, name))
+		data, err := os.ReadFile(filepath.Join(s.Out, name))
 		if err != nil {
 			t.Fatal(err)
 		}
 		// The run's temporary dir stands for the job's otel/ dir.
-		data = []byte(strings.ReplaceAll(string(data), s.out, "/jobs/longjob/otel"))
+		data = []byte(strings.ReplaceAll(string(data), s.Out, "/jobs/longjob/otel"))
 		if err := os.WriteFile(filepath.Join(dst, name), data, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -25,7 +27,7 @@ func TestMeasure(t *testing.T) {
 	if os.Getenv("GYM_OTEL_MEASURE") != "1" {
 		t.Skip("set GYM_OTEL_MEASURE=1 to measure")
 	}
-	vllm := startVLLM(t)
+	vllm := harness.StartVLLM(t)
 	var report []string
 	say := func(format string, a ...any) {
 		line := fmt.Sprintf(format, a...)
@@ -37,10 +39,10 @@ func TestMeasure(t *testing.T) {
 	// line, and the supervisor's own ready_ms.
 	var wall, own []float64
 	for i := 0; i < 10; i++ {
-		s := startSup(t, job{JobID: strconv.Itoa(500 + i), VLLMPort: vllm}).mustReady(t)
-		wall = append(wall, ms(s.reportAfter))
-		own = append(own, float64(s.report.ReadyMillis))
-		if _, err := s.drain(t, 30*time.Second); err != nil {
+		s := harness.StartSup(t, harness.Job{JobID: strconv.Itoa(500 + i), VLLMPort: vllm}).MustReady(t)
+		wall = append(wall, ms(s.ReportAfter))
+		own = append(own, float64(s.Report.ReadyMillis))
+		if _, err := s.Drain(t, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -48,32 +50,32 @@ func TestMeasure(t *testing.T) {
 		median(wall), median(own), minf(wall), maxf(wall))
 
 	// Idle: one vLLM target, no spans. RSS after 10 s, then the drain.
-	s := startSup(t, job{JobID: "600", VLLMPort: vllm}).mustReady(t)
+	s := harness.StartSup(t, harness.Job{JobID: "600", VLLMPort: vllm}).MustReady(t)
 	time.Sleep(10 * time.Second)
-	rss := procStatus(t, s.report.CollectorPID, "VmRSS")
-	took, err := s.drain(t, 30*time.Second)
+	rss := harness.ProcStatus(t, s.Report.CollectorPID, "VmRSS")
+	took, err := s.Drain(t, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	say("collector RSS idle (one vLLM target at 1 s, 10 s after ready): %s", rss)
-	say("drain idle: %v total (SIGTERM to supervisor exit); collector stop %s", took.Round(time.Millisecond), stopMillis(s.out2()))
+	say("drain idle: %v total (SIGTERM to supervisor exit); collector stop %s", took.Round(time.Millisecond), stopMillis(s.Output()))
 
 	// Under load: a Gym stand-in with many rollouts still sending when the
 	// drain starts.
-	s = startSup(t, job{JobID: "601", VLLMPort: vllm}).mustReady(t)
-	gym := startProc(t, "gym-standin", s.gymEnv(""), testenv.Standin(t, "gym-standin"),
+	s = harness.StartSup(t, harness.Job{JobID: "601", VLLMPort: vllm}).MustReady(t)
+	gym := harness.StartProc(t, "gym-standin", s.GymEnv(""), testenv.Standin(t, "gym-standin"),
 		"--rollouts", "3000", "--rollout-duration", "1ms", "--sandbox-provider", "local", "--flush-timeout", "10s")
 	time.Sleep(3 * time.Second)
-	loadRSS := procStatus(t, s.report.CollectorPID, "VmRSS")
-	took, err = s.drain(t, 60*time.Second)
+	loadRSS := harness.ProcStatus(t, s.Report.CollectorPID, "VmRSS")
+	took, err = s.Drain(t, 60*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gym.wait(t, 30*time.Second)
-	spans := mustParse(t, s.out, "traces").spanCount("gym.rollout")
+	gym.Wait(t, 30*time.Second)
+	spans := otlptest.MustRead(t, s.Out, "traces").SpanCount("gym.rollout")
 	say("drain under load (gym-standin 3000 rollouts x 3 spans, SIGTERM 3 s in): %v total, of which the span-metrics wait %s and the collector stop %s; %d gym.rollout spans in traces.jsonl; RSS under load %s",
-		took.Round(time.Millisecond), spanWaitOf(s.out2()), stopMillis(s.out2()), spans, loadRSS)
-	assertAllParse(t, s.out)
+		took.Round(time.Millisecond), spanWaitOf(s.Output()), stopMillis(s.Output()), spans, loadRSS)
+	assertAllParse(t, s.Out)
 
 	// jsonl volume of an idle job with one vLLM target at 15 s.
 	secs := 62
@@ -85,22 +87,22 @@ func TestMeasure(t *testing.T) {
 		if interval == 1 {
 			d = 31 * time.Second
 		}
-		s = startSup(t, job{JobID: "602", VLLMPort: vllm, Scrape: interval}).mustReady(t)
+		s = harness.StartSup(t, harness.Job{JobID: "602", VLLMPort: vllm, Scrape: interval}).MustReady(t)
 		time.Sleep(d)
-		if _, err := s.drain(t, 30*time.Second); err != nil {
+		if _, err := s.Drain(t, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		var total int64
 		for _, sig := range []string{"metrics", "traces", "logs"} {
-			if fi, err := os.Stat(filepath.Join(s.out, sig+".jsonl")); err == nil {
+			if fi, err := os.Stat(filepath.Join(s.Out, sig+".jsonl")); err == nil {
 				total += fi.Size()
 			}
 		}
-		m := mustParse(t, s.out, "metrics")
-		scrapes := len(m.named("vllm_e2e_request_latency_seconds"))
+		m := otlptest.MustRead(t, s.Out, "metrics")
+		scrapes := len(m.Named("vllm_e2e_request_latency_seconds"))
 		perScrape := float64(total) / float64(max(scrapes, 1))
 		say("jsonl volume, one vLLM target at %d s for %v: %d bytes in %d lines, %d scrapes, %.0f bytes/scrape -> %.2f MiB/hour at a 15 s interval (240 scrapes/hour)",
-			interval, d, total, m.lines, scrapes, perScrape, perScrape*240/(1<<20))
+			interval, d, total, m.Lines, scrapes, perScrape, perScrape*240/(1<<20))
 	}
 	fmt.Println("MEASURE:\n  " + strings.Join(report, "\n  "))
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -35,7 +36,7 @@ var (
 // loadgenBin builds tests/bench/loadgen once, beside the CLI.
 func loadgenBin(t testing.TB) string {
 	t.Helper()
-	dir := filepath.Dir(cli(t))
+	dir := filepath.Dir(harness.CLI(t))
 	loadgenOnce.Do(func() {
 		loadgenPath = filepath.Join(dir, "loadgen")
 		cmd := exec.Command("go", "build", "-o", loadgenPath, "./tests/bench/loadgen")
@@ -54,7 +55,7 @@ func loadgenBin(t testing.TB) string {
 // collector exports to and, when one stands behind it, the real backend.
 type outageKind struct {
 	name  string
-	start func(t *testing.T, token string) (string, *backend)
+	start func(t *testing.T, token string) (string, *harness.Backend)
 }
 
 // outageKinds are the backend behaviours; the slow one holds each request
@@ -63,19 +64,19 @@ type outageKind struct {
 // reaches the backend behind the delay).
 func outageKinds(slowDelay time.Duration) []outageKind {
 	return []outageKind{
-		{"hang", func(t *testing.T, _ string) (string, *backend) { return startBlackhole(t, "hang"), nil }},
-		{"refuse", func(t *testing.T, _ string) (string, *backend) {
-			return fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), nil
+		{"hang", func(t *testing.T, _ string) (string, *harness.Backend) { return harness.StartBlackhole(t, "hang"), nil }},
+		{"refuse", func(t *testing.T, _ string) (string, *harness.Backend) {
+			return fmt.Sprintf("http://127.0.0.1:%d", harness.FreePort(t)), nil
 		}},
-		{"429", func(t *testing.T, _ string) (string, *backend) {
-			return startBlackhole(t, "429", "--retry-after", "1"), nil
+		{"429", func(t *testing.T, _ string) (string, *harness.Backend) {
+			return harness.StartBlackhole(t, "429", "--retry-after", "1"), nil
 		}},
-		{"503", func(t *testing.T, _ string) (string, *backend) {
-			return startBlackhole(t, "503", "--retry-after", "1"), nil
+		{"503", func(t *testing.T, _ string) (string, *harness.Backend) {
+			return harness.StartBlackhole(t, "503", "--retry-after", "1"), nil
 		}},
-		{"slow", func(t *testing.T, token string) (string, *backend) {
-			be := startBackend(t, token)
-			return startBlackhole(t, "slow", "--delay", slowDelay.String(), "--upstream", be.url), be
+		{"slow", func(t *testing.T, token string) (string, *harness.Backend) {
+			be := harness.StartBackend(t, token)
+			return harness.StartBlackhole(t, "slow", "--delay", slowDelay.String(), "--upstream", be.URL), be
 		}},
 	}
 }
@@ -117,19 +118,19 @@ type outageRun struct {
 // rate spans/s for dur with loadgen, drains, and returns what was left.
 func runOutage(t *testing.T, kind outageKind, rate int, dur time.Duration, mem, export, shutdown int) outageRun {
 	t.Helper()
-	return runLoad(t, kind, rate, dur, job{JobID: "2323", Memory: mem, Export: export, Shutdown: shutdown})
+	return runLoad(t, kind, rate, dur, harness.Job{JobID: "2323", Memory: mem, Export: export, Shutdown: shutdown})
 }
 
 // runLoad is runOutage for the job j (its Endpoint and Token are set
 // here, from kind).
-func runLoad(t *testing.T, kind outageKind, rate int, dur time.Duration, j job) outageRun {
+func runLoad(t *testing.T, kind outageKind, rate int, dur time.Duration, j harness.Job) outageRun {
 	t.Helper()
 	lg := loadgenBin(t)
-	token := "outage-" + randHex(6)
+	token := "outage-" + harness.RandHex(6)
 	ep, be := kind.start(t, token)
 	j.Endpoint, j.Token = ep, token
 	mem := j.Memory
-	s := startSup(t, j).mustReady(t)
+	s := harness.StartSup(t, j).MustReady(t)
 	run := outageRun{kind: kind.name, rate: rate, backend: -1, memoryLimitMB: mem}
 
 	// The collector's memory every second until the drain is over.
@@ -142,7 +143,7 @@ func runLoad(t *testing.T, kind outageKind, rate int, dur time.Duration, j job) 
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
-			if rss, anon, ok := memOf(s.report.CollectorPID); ok {
+			if rss, anon, ok := memOf(s.Report.CollectorPID); ok {
 				run.mem = append(run.mem, memSample{time.Since(start), rss, anon})
 			}
 			select {
@@ -153,18 +154,18 @@ func runLoad(t *testing.T, kind outageKind, rate int, dur time.Duration, j job) 
 		}
 	}()
 
-	out := filepath.Join(s.dir, "loadgen.json")
+	out := filepath.Join(s.Dir, "loadgen.json")
 	env := []string{
 		"PATH=/usr/bin:/bin",
-		fmt.Sprintf("OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:%d", s.report.Ports.OTLPHTTP),
-		"OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20" + s.report.ReceiverToken,
+		fmt.Sprintf("OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:%d", s.Report.Ports.OTLPHTTP),
+		"OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20" + s.Report.ReceiverToken,
 	}
-	p := startProc(t, "loadgen", env, lg, "--steps", fmt.Sprintf("%d:%s", rate, dur), "--pause", "0s",
+	p := harness.StartProc(t, "loadgen", env, lg, "--steps", fmt.Sprintf("%d:%s", rate, dur), "--pause", "0s",
 		"--tag", "outage-"+kind.name, "--workers", "4", "--batch", "200", "--out", out)
 	select {
-	case <-p.done:
-		if p.err != nil {
-			t.Fatalf("loadgen: %v\n%s", p.err, p.out.String())
+	case <-p.Done:
+		if p.Err != nil {
+			t.Fatalf("loadgen: %v\n%s", p.Err, p.Out.String())
 		}
 		var steps []loadResult
 		data, err := os.ReadFile(out)
@@ -178,23 +179,23 @@ func runLoad(t *testing.T, kind outageKind, rate int, dur time.Duration, j job) 
 	case <-time.After(dur + 90*time.Second):
 		// The collector holds the producer's requests: loadgen cannot
 		// keep its rate and would take far longer than dur.
-		p.kill()
+		p.Kill()
 		run.stalled = true
 	}
 
-	run.drain, run.drainErr = s.drain(t, 3*time.Minute)
+	run.drain, run.drainErr = s.Drain(t, 3*time.Minute)
 	close(stop)
 	samplerDone.Wait()
-	run.out, run.supLog = s.out, s.out2()
-	run.files = countSpans(t, filepath.Join(s.out, "traces.jsonl"))
+	run.out, run.supLog = s.Out, s.Output()
+	run.files = countSpans(t, filepath.Join(s.Out, "traces.jsonl"))
 	if be != nil {
-		be.stop(t)
-		run.backend = countSpans(t, filepath.Join(be.dir, "traces.jsonl"))
+		be.Stop(t)
+		run.backend = countSpans(t, filepath.Join(be.Dir, "traces.jsonl"))
 	}
 	var err error
-	run.rc, err = receipt.Read(s.out)
+	run.rc, err = receipt.Read(s.Out)
 	if err != nil {
-		t.Fatalf("%v\n%s", err, s.out2())
+		t.Fatalf("%v\n%s", err, s.Output())
 	}
 	return run
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -25,19 +27,19 @@ import (
 // supervisor's CPU time with and without the samples to follow.
 func TestSampledHint(t *testing.T) {
 	t.Parallel()
-	vllm := startVLLM(t)
-	node := startNodeExporter(t)
-	dir := sharedDir(t)
+	vllm := harness.StartVLLM(t)
+	node := harness.StartNodeExporter(t)
+	dir := harness.SharedDir(t)
 	rec := filepath.Join(dir, "record")
 	if err := os.WriteFile(rec, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := startSup(t, job{JobID: "8181", VLLMPort: vllm, NodePort: node, Record: rec}).mustReady(t)
-	if !lifecycle.ValidHoldSocket(s.report.HoldSocket) {
-		t.Fatalf("report: hold socket %q", s.report.HoldSocket)
+	s := harness.StartSup(t, harness.Job{JobID: "8181", VLLMPort: vllm, NodePort: node, Record: rec}).MustReady(t)
+	if !lifecycle.ValidHoldSocket(s.Report.HoldSocket) {
+		t.Fatalf("report: hold socket %q", s.Report.HoldSocket)
 	}
 	read := func() (targets int, at time.Time) {
-		c, err := net.DialTimeout("unix", "@"+s.report.HoldSocket, time.Second)
+		c, err := net.DialTimeout("unix", "@"+s.Report.HoldSocket, time.Second)
 		if err != nil {
 			return 0, time.Time{}
 		}
@@ -58,13 +60,13 @@ func TestSampledHint(t *testing.T) {
 		return targets, at
 	}
 	var first time.Time
-	waitFor(t, 10*time.Second, "a sampled time in the hint", func() bool {
+	harness.WaitFor(t, 10*time.Second, "a sampled time in the hint", func() bool {
 		n, at := read()
 		first = at
 		return n == 2 && !at.IsZero()
 	})
 	mark := time.Now()
-	waitFor(t, 10*time.Second, "a sampled time after "+mark.Format(time.RFC3339Nano), func() bool {
+	harness.WaitFor(t, 10*time.Second, "a sampled time after "+mark.Format(time.RFC3339Nano), func() bool {
 		_, at := read()
 		return !at.Before(mark)
 	})
@@ -78,8 +80,8 @@ func TestSampledHint(t *testing.T) {
 	// The hint is never ahead of the files: every target's newest up
 	// point is at or after it.
 	var last map[string]time.Time
-	waitFor(t, 10*time.Second, "metrics.jsonl parsed with both targets", func() bool {
-		last = lastUp(t, s.out)
+	harness.WaitFor(t, 10*time.Second, "metrics.jsonl parsed with both targets", func() bool {
+		last = lastUp(t, s.Out)
 		return len(last) == 2
 	})
 	for name, l := range last {
@@ -89,21 +91,21 @@ func TestSampledHint(t *testing.T) {
 		}
 	}
 	time.Sleep(5 * time.Second)
-	ran := time.Since(s.started)
-	if _, err := s.drain(t, 30*time.Second); err != nil {
+	ran := time.Since(s.Started)
+	if _, err := s.Drain(t, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	withHint := s.cpu(t)
+	withHint := supCPU(t, s)
 	// The same run without a record (no hold socket, no follower), for the cost.
-	b := startSup(t, job{JobID: "8182", VLLMPort: vllm, NodePort: node}).mustReady(t)
-	if b.report.HoldSocket != "" {
-		t.Errorf("a hold socket without a record: %q", b.report.HoldSocket)
+	b := harness.StartSup(t, harness.Job{JobID: "8182", VLLMPort: vllm, NodePort: node}).MustReady(t)
+	if b.Report.HoldSocket != "" {
+		t.Errorf("a hold socket without a record: %q", b.Report.HoldSocket)
 	}
-	time.Sleep(time.Until(b.started.Add(ran)))
-	if _, err := b.drain(t, 30*time.Second); err != nil {
+	time.Sleep(time.Until(b.Started.Add(ran)))
+	if _, err := b.Drain(t, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("supervisor CPU over %v, two targets at 1 s: %v following the samples, %v without", ran.Round(time.Second), withHint, b.cpu(t))
+	t.Logf("supervisor CPU over %v, two targets at 1 s: %v following the samples, %v without", ran.Round(time.Second), withHint, supCPU(t, b))
 }
 
 // lastUp returns, per scrape job, the time of its newest up point in
@@ -119,7 +121,7 @@ func lastUp(t testing.TB, dir string) map[string]time.Time {
 
 // newestUp returns, per scrape job, its newest up point in
 // dir/metrics.jsonl, read up to its last complete line.
-func newestUp(t testing.TB, dir string) map[string]numberDP {
+func newestUp(t testing.TB, dir string) map[string]otlptest.NumberPoint {
 	data, _ := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
 	i := bytes.LastIndexByte(data, '\n')
 	if i < 0 {
@@ -129,13 +131,13 @@ func newestUp(t testing.TB, dir string) map[string]numberDP {
 	if err := os.WriteFile(tmp, data[:i+1], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d, err := parseJSONL(tmp)
+	d, err := otlptest.Read(tmp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]numberDP{}
-	for _, m := range d.named("up") {
-		name, _ := m.resource.str("service.name.override")
+	out := map[string]otlptest.NumberPoint{}
+	for _, m := range d.Named("up") {
+		name, _ := m.Resource.Str("service.name.override")
 		if m.Gauge == nil {
 			continue
 		}
@@ -148,10 +150,10 @@ func newestUp(t testing.TB, dir string) map[string]numberDP {
 	return out
 }
 
-// cpu is the exited supervisor's user+system CPU time.
-func (s *sup) cpu(t testing.TB) time.Duration {
+// supCPU is the exited supervisor's user+system CPU time.
+func supCPU(t testing.TB, s *harness.Sup) time.Duration {
 	t.Helper()
-	ps := s.cmd.ProcessState
+	ps := s.Cmd.ProcessState
 	if ps == nil {
 		t.Fatal("the supervisor has not exited")
 	}
@@ -169,36 +171,36 @@ func (s *sup) cpu(t testing.TB) time.Duration {
 // last point is 0.
 func TestFailedScrapeNoStaleMarker(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
-	vllm := startProc(t, "vllm-standin", nil, testenv.Standin(t, "vllm-standin"), "--port", strconv.Itoa(port), "--model", "standin-model")
-	waitFor(t, 10*time.Second, "vllm-standin", func() bool { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/health", port)) })
-	s := startSup(t, job{JobID: "8282", VLLMPort: port}).mustReady(t)
-	waitFor(t, 15*time.Second, "two scrapes of the stand-in", func() bool {
-		m := lastUp(t, s.out)
-		return !m["gym-vllm/policy"].IsZero() && len(counterValues(t, s.out, "vllm_prompt_tokens_total")) >= 2
+	port := harness.FreePort(t)
+	vllm := harness.StartProc(t, "vllm-standin", nil, testenv.Standin(t, "vllm-standin"), "--port", strconv.Itoa(port), "--model", "standin-model")
+	harness.WaitFor(t, 10*time.Second, "vllm-standin", func() bool { return harness.HTTPOK(fmt.Sprintf("http://127.0.0.1:%d/health", port)) })
+	s := harness.StartSup(t, harness.Job{JobID: "8282", VLLMPort: port}).MustReady(t)
+	harness.WaitFor(t, 15*time.Second, "two scrapes of the stand-in", func() bool {
+		m := lastUp(t, s.Out)
+		return !m["gym-vllm/policy"].IsZero() && len(counterValues(t, s.Out, "vllm_prompt_tokens_total")) >= 2
 	})
-	vllm.kill()
+	vllm.Kill()
 	// Failed scrapes: the target's newest up point in the files is 0.
-	waitFor(t, 15*time.Second, "a failed scrape of the killed stand-in in metrics.jsonl", func() bool {
-		dp, ok := newestUp(t, s.out)["gym-vllm/policy"]
-		return ok && dp.value() == 0
+	harness.WaitFor(t, 15*time.Second, "a failed scrape of the killed stand-in in metrics.jsonl", func() bool {
+		dp, ok := newestUp(t, s.Out)["gym-vllm/policy"]
+		return ok && dp.Value() == 0
 	})
-	if _, err := s.drain(t, 30*time.Second); err != nil {
+	if _, err := s.Drain(t, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	d := mustParse(t, s.out, "metrics")
-	var ups []numberDP
-	for _, m := range d.named("up") {
+	d := otlptest.MustRead(t, s.Out, "metrics")
+	var ups []otlptest.NumberPoint
+	for _, m := range d.Named("up") {
 		if m.Gauge != nil {
 			ups = append(ups, m.Gauge.DataPoints...)
 		}
 	}
-	if len(ups) == 0 || ups[len(ups)-1].value() != 0 {
+	if len(ups) == 0 || ups[len(ups)-1].Value() != 0 {
 		t.Fatalf("no failed scrape recorded (up points %v): the test did not kill the target in time", ups)
 	}
 	for _, name := range []string{"vllm_prompt_tokens_total", "vllm_num_requests_running"} {
-		for _, m := range d.named(name) {
-			var dps []numberDP
+		for _, m := range d.Named(name) {
+			var dps []otlptest.NumberPoint
 			if m.Sum != nil {
 				dps = m.Sum.DataPoints
 			} else if m.Gauge != nil {
@@ -211,7 +213,7 @@ func TestFailedScrapeNoStaleMarker(t *testing.T) {
 			}
 		}
 	}
-	for _, m := range d.named("vllm_e2e_request_latency_seconds") {
+	for _, m := range d.Named("vllm_e2e_request_latency_seconds") {
 		if m.Histogram == nil {
 			continue
 		}
@@ -226,7 +228,7 @@ func TestFailedScrapeNoStaleMarker(t *testing.T) {
 // counterValues lists the values of Sum metric name in dir/metrics.jsonl,
 // read up to its last complete line.
 func counterValues(t testing.TB, dir, name string) []float64 {
-	ps, err := testenv.SumPoints(filepath.Join(dir, "metrics.jsonl"), name)
+	ps, err := otlptest.SumPoints(filepath.Join(dir, "metrics.jsonl"), name)
 	if err != nil {
 		t.Fatal(err)
 	}

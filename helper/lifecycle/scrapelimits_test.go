@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 )
 
 // Pages of the hostile targets (hostilePages).
@@ -36,29 +38,29 @@ func TestScrapeLimitsHostileTargets(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the hostile targets run as another user")
 	}
-	body, samples, labels := freePort(t), freePort(t), freePort(t)
+	body, samples, labels := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
 	startHostilePages(t, body, samples, labels)
-	s := startSup(t, job{JobID: "5151", VLLMPort: body, NodePort: samples, DCGMPort: labels, Scrape: 5}).mustReady(t)
-	pid := s.report.CollectorPID
+	s := harness.StartSup(t, harness.Job{JobID: "5151", VLLMPort: body, NodePort: samples, DCGMPort: labels, Scrape: 5}).MustReady(t)
+	pid := s.Report.CollectorPID
 	// Six failed scrapes of each target (about 30 s).
 	var out string
-	waitFor(t, 90*time.Second, "six scrapes of each hostile target in metrics.jsonl", func() bool {
-		d, err := parseJSONL(filepath.Join(s.out, "metrics.jsonl"))
+	harness.WaitFor(t, 90*time.Second, "six scrapes of each hostile target in metrics.jsonl", func() bool {
+		d, err := otlptest.Read(filepath.Join(s.Out, "metrics.jsonl"))
 		if err != nil {
 			return false
 		}
 		n := map[string]int{}
-		for _, m := range d.named("up") {
-			name, _ := m.resource.str("service.name.override")
+		for _, m := range d.Named("up") {
+			name, _ := m.Resource.Str("service.name.override")
 			if m.Gauge != nil {
 				n[name] += len(m.Gauge.DataPoints)
 			}
 		}
 		return n["gym-vllm/policy"] >= 6 && n["node"] >= 6 && n["dcgm"] >= 6
 	})
-	hwm := procStatus(t, pid, "VmHWM")
-	if _, err := s.drain(t, 30*time.Second); err != nil {
-		t.Logf("the drain: %v\n%s", err, s.out2())
+	hwm := harness.ProcStatus(t, pid, "VmHWM")
+	if _, err := s.Drain(t, 30*time.Second); err != nil {
+		t.Logf("the drain: %v\n%s", err, s.Output())
 	}
 	kib, err := strconv.Atoi(strings.Fields(hwm)[0])
 	if err != nil {
@@ -68,11 +70,11 @@ func TestScrapeLimitsHostileTargets(t *testing.T) {
 	if kib>>10 >= defaultMemMiB {
 		t.Errorf("the collector's peak resident memory %d MiB reached its memory limit %d MiB", kib>>10, defaultMemMiB)
 	}
-	cmd := exec.Command(cli(t), "inspect", s.out)
+	cmd := exec.Command(harness.CLI(t), "inspect", s.Out)
 	b, _ := cmd.CombinedOutput()
 	out = string(b)
 	t.Logf("inspect:\n%s", out)
-	if log, err := os.ReadFile(filepath.Join(s.out, "collector.log")); err == nil {
+	if log, err := os.ReadFile(filepath.Join(s.Out, "collector.log")); err == nil {
 		seen := map[string]bool{}
 		for _, l := range strings.Split(string(log), "\n") {
 			if _, e, ok := strings.Cut(l, `"error": "`); ok && strings.Contains(l, "Failed to scrape") && !seen[e[:min(len(e), 12)]] {
@@ -90,12 +92,12 @@ func TestScrapeLimitsHostileTargets(t *testing.T) {
 			t.Errorf("inspect lacks %q:\n%s", want, out)
 		}
 	}
-	d, err := parseJSONL(filepath.Join(s.out, "metrics.jsonl"))
+	d, err := otlptest.Read(filepath.Join(s.Out, "metrics.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"huge_0", "many_0", "labelled"} {
-		if len(d.named(name)) > 0 {
+		if len(d.Named(name)) > 0 {
 			t.Errorf("a sample of a page over a limit (%s) reached metrics.jsonl", name)
 		}
 	}
@@ -105,7 +107,7 @@ func TestScrapeLimitsHostileTargets(t *testing.T) {
 // pages on the given ports, and waits until it serves.
 func startHostilePages(t *testing.T, body, samples, labels int) {
 	t.Helper()
-	dir := sharedDir(t)
+	dir := harness.SharedDir(t)
 	cp := lifecycle.CopyTestBinary(t, dir)
 	cmd := exec.Command(cp, "-test.run=^TestHostilePagesChild$", "-test.timeout=0")
 	cmd.Env = []string{fmt.Sprintf("GOS_HOSTILE_PORTS=%d,%d,%d", body, samples, labels)}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 )
 
 var stoppedRE = regexp.MustCompile(`collector stopped in (\d+) ms \(clean: (true|false)\)`)
@@ -37,7 +38,7 @@ func TestShutdownBoundAtDefaults(t *testing.T) {
 		t.Fatalf("the defaults do not validate: shutdown %d < %d", d.ShutdownTimeoutSeconds, d.MinShutdownSeconds())
 	}
 	hang := outageKinds(0)[0]
-	r := runLoad(t, hang, 5000, 10*time.Second, job{JobID: "2525", Memory: d.MemoryLimitMiB, Export: d.ExportTimeoutSeconds, Shutdown: d.ShutdownTimeoutSeconds})
+	r := runLoad(t, hang, 5000, 10*time.Second, harness.Job{JobID: "2525", Memory: d.MemoryLimitMiB, Export: d.ExportTimeoutSeconds, Shutdown: d.ShutdownTimeoutSeconds})
 	t.Log(r.line())
 	m := stoppedRE.FindStringSubmatch(r.supLog)
 	if m == nil {
@@ -77,23 +78,23 @@ func TestMeasureRecoveryBurst(t *testing.T) {
 		secs, _ = strconv.Atoi(v)
 	}
 	d := config.Defaults()
-	port := freePort(t)
-	token := "burst-" + randHex(6)
-	s := startSup(t, job{JobID: "2626", Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), Token: token,
-		VLLMPort: startVLLM(t), DCGMPort: startDCGM(t), NodePort: startNodeExporter(t),
-		Scrape: d.ScrapeIntervalSeconds, Export: d.ExportTimeoutSeconds, Shutdown: d.ShutdownTimeoutSeconds}).mustReady(t)
+	port := harness.FreePort(t)
+	token := "burst-" + harness.RandHex(6)
+	s := harness.StartSup(t, harness.Job{JobID: "2626", Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), Token: token,
+		VLLMPort: harness.StartVLLM(t), DCGMPort: harness.StartDCGM(t), NodePort: harness.StartNodeExporter(t),
+		Scrape: d.ScrapeIntervalSeconds, Export: d.ExportTimeoutSeconds, Shutdown: d.ShutdownTimeoutSeconds}).MustReady(t)
 	t.Logf("backend down for %d s (nothing listens on %d)", secs, port)
 	time.Sleep(time.Duration(secs) * time.Second)
 	up := time.Now()
-	be := startBackendOn(t, token, port)
+	be := harness.StartBackendOn(t, token, port)
 	t.Logf("backend up after %v", time.Since(up).Round(time.Millisecond))
 	var lines []string
 	for _, at := range []time.Duration{2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second} {
 		time.Sleep(time.Until(up.Add(at)))
-		lines = append(lines, fmt.Sprintf("%v after it came back: %d requests", at, requestsIn(be.dir)))
+		lines = append(lines, fmt.Sprintf("%v after it came back: %d requests", at, requestsIn(be.Dir)))
 	}
-	s.drain(t, time.Minute)
-	be.stop(t)
+	s.Drain(t, time.Minute)
+	be.Stop(t)
 	t.Logf("requests the backend received (lines of its jsonl files, one per request):\n%s", strings.Join(lines, "\n"))
 }
 

@@ -23,6 +23,7 @@ var layers = map[string]int{
 	// processes, receipts, Slurm's commands; and the test kit.
 	"internal/contract": 1,
 	"internal/testenv":  1,
+	"internal/otlptest": 1,
 	"helper/config":     1,
 	"helper/jobdir":     1,
 	"helper/proc":       1,
@@ -40,10 +41,12 @@ var layers = map[string]int{
 	"helper/taskenv": 3,
 	"helper/inspect": 3,
 	// 4: what runs a collector with a rendered configuration: the
-	// supervisor, replay; 5: the plugin's hooks; 6: the programs.
+	// supervisor, replay; 5: the plugin's hooks, the test harness that
+	// runs the supervisor; 6: the programs.
 	"helper/lifecycle":   4,
 	"helper/replay":      4,
 	"helper/plugin":      5,
+	"internal/harness":   5,
 	"cmd/gym-otel-spank": 6,
 	"spank/core":         6,
 }

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // sumPoints reads the points of Sum metric name in path or fails the test.
-func sumPoints(t testing.TB, path, name string) []testenv.Point {
+func sumPoints(t testing.TB, path, name string) []otlptest.SumPoint {
 	t.Helper()
-	ps, err := testenv.SumPoints(path, name)
+	ps, err := otlptest.SumPoints(path, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestShortJobFinalSample(t *testing.T) {
 				if ts, err := inspect.Targets(dir); err != nil || len(ts) != 1 || ts[0].Instance != fmt.Sprintf("%s:%d", node, tc.port+i) {
 					t.Fatalf("%s: scrape targets %+v (%v), want only %s:%d", node, ts, err, node, tc.port+i)
 				}
-				got, ok := testenv.Latest(sumPoints(t, filepath.Join(dir, "metrics.jsonl"), "vllm_prompt_tokens_total"), node, jobID)
+				got, ok := otlptest.Latest(sumPoints(t, filepath.Join(dir, "metrics.jsonl"), "vllm_prompt_tokens_total"), node, jobID)
 				switch {
 				case !ok:
 					t.Errorf("%s: no vllm_prompt_tokens_total in %s", node, dir)
@@ -152,9 +153,9 @@ func TestShortJobFinalSample(t *testing.T) {
 				default:
 					t.Logf("%s: final counter %v sampled %v after the driver's exit", node, want, got.At.Sub(exit).Round(time.Millisecond))
 				}
-				var be testenv.Point
+				var be otlptest.SumPoint
 				for deadline := time.Now().Add(patience); ; time.Sleep(200 * time.Millisecond) {
-					be, ok = testenv.Latest(sumPoints(t, backend, "vllm_prompt_tokens_total"), node, jobID)
+					be, ok = otlptest.Latest(sumPoints(t, backend, "vllm_prompt_tokens_total"), node, jobID)
 					if ok && be.Value == want || time.Now().After(deadline) {
 						break
 					}

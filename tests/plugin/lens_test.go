@@ -1,8 +1,6 @@
 package plugin_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -20,73 +19,20 @@ import (
 // of job whose items include a span or metric named want.
 func backendResources(t *testing.T, signal, job, want string) []map[string]string {
 	t.Helper()
-	f, err := os.Open(filepath.Join(backendDir, signal+".jsonl"))
+	// The last line may be partial while the backend writes.
+	d, err := otlptest.ReadGrowing(filepath.Join(backendDir, signal+".jsonl"))
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
-	type kv struct {
-		Key   string `json:"key"`
-		Value struct {
-			S string `json:"stringValue"`
-			I string `json:"intValue"`
-		} `json:"value"`
-	}
-	type named struct {
-		Name string `json:"name"`
-	}
-	var line struct {
-		ResourceSpans []struct {
-			Resource struct {
-				Attributes []kv `json:"attributes"`
-			} `json:"resource"`
-			ScopeSpans []struct {
-				Spans []named `json:"spans"`
-			} `json:"scopeSpans"`
-		} `json:"resourceSpans"`
-		ResourceMetrics []struct {
-			Resource struct {
-				Attributes []kv `json:"attributes"`
-			} `json:"resource"`
-			ScopeMetrics []struct {
-				Metrics []named `json:"metrics"`
-			} `json:"scopeMetrics"`
-		} `json:"resourceMetrics"`
-	}
-	attrs := func(as []kv) map[string]string {
-		m := map[string]string{}
-		for _, a := range as {
-			m[a.Key] = a.Value.S + a.Value.I
-		}
-		return m
-	}
 	var out []map[string]string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		line.ResourceSpans, line.ResourceMetrics = nil, nil
-		if json.Unmarshal(sc.Bytes(), &line) != nil {
-			continue // the last line may be partial while the backend writes
+	for _, s := range d.Spans {
+		if m := s.Resource.Text(); m["slurm_job_id"] == job && s.Name == want {
+			out = append(out, m)
 		}
-		for _, rs := range line.ResourceSpans {
-			m := attrs(rs.Resource.Attributes)
-			for _, ss := range rs.ScopeSpans {
-				for _, s := range ss.Spans {
-					if m["slurm_job_id"] == job && s.Name == want {
-						out = append(out, m)
-					}
-				}
-			}
-		}
-		for _, rm := range line.ResourceMetrics {
-			m := attrs(rm.Resource.Attributes)
-			for _, sm := range rm.ScopeMetrics {
-				for _, x := range sm.Metrics {
-					if m["slurm_job_id"] == job && x.Name == want {
-						out = append(out, m)
-					}
-				}
-			}
+	}
+	for _, x := range d.Metrics {
+		if m := x.Resource.Text(); m["slurm_job_id"] == job && x.Name == want {
+			out = append(out, m)
 		}
 	}
 	return out

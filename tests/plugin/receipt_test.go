@@ -1,8 +1,6 @@
 package plugin_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -22,97 +21,32 @@ type items struct{ spans, points, logs int }
 
 func countItems(t *testing.T, path, job string) items {
 	t.Helper()
-	f, err := os.Open(path)
-	if os.IsNotExist(err) {
-		return items{}
-	}
+	d, err := otlptest.Read(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	type kv struct {
-		Key   string `json:"key"`
-		Value struct {
-			S string `json:"stringValue"`
-		} `json:"value"`
-	}
-	type res struct {
-		Attributes []kv `json:"attributes"`
-	}
-	type dps struct {
-		DataPoints []json.RawMessage `json:"dataPoints"`
-	}
-	var line struct {
-		ResourceSpans []struct {
-			Resource   res `json:"resource"`
-			ScopeSpans []struct {
-				Spans []json.RawMessage `json:"spans"`
-			} `json:"scopeSpans"`
-		} `json:"resourceSpans"`
-		ResourceMetrics []struct {
-			Resource     res `json:"resource"`
-			ScopeMetrics []struct {
-				Metrics []struct {
-					Gauge, Sum, Histogram, ExponentialHistogram, Summary *dps
-				} `json:"metrics"`
-			} `json:"scopeMetrics"`
-		} `json:"resourceMetrics"`
-		ResourceLogs []struct {
-			Resource  res `json:"resource"`
-			ScopeLogs []struct {
-				LogRecords []json.RawMessage `json:"logRecords"`
-			} `json:"scopeLogs"`
-		} `json:"resourceLogs"`
-	}
-	ours := func(r res) bool {
+	ours := func(r otlptest.Attrs) bool {
 		if job == "" {
 			return true
 		}
-		for _, a := range r.Attributes {
-			if a.Key == "slurm_job_id" {
-				return a.Value.S == job
-			}
-		}
-		return false
+		id, _ := r.Str("slurm_job_id")
+		return id == job
 	}
 	var n items
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		line.ResourceSpans, line.ResourceMetrics, line.ResourceLogs = nil, nil, nil
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		for _, rs := range line.ResourceSpans {
-			if ours(rs.Resource) {
-				for _, ss := range rs.ScopeSpans {
-					n.spans += len(ss.Spans)
-				}
-			}
-		}
-		for _, rm := range line.ResourceMetrics {
-			if ours(rm.Resource) {
-				for _, sm := range rm.ScopeMetrics {
-					for _, m := range sm.Metrics {
-						for _, d := range []*dps{m.Gauge, m.Sum, m.Histogram, m.ExponentialHistogram, m.Summary} {
-							if d != nil {
-								n.points += len(d.DataPoints)
-							}
-						}
-					}
-				}
-			}
-		}
-		for _, rl := range line.ResourceLogs {
-			if ours(rl.Resource) {
-				for _, sl := range rl.ScopeLogs {
-					n.logs += len(sl.LogRecords)
-				}
-			}
+	for _, s := range d.Spans {
+		if ours(s.Resource) {
+			n.spans++
 		}
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
+	for _, m := range d.Metrics {
+		if ours(m.Resource) {
+			n.points += m.Points()
+		}
+	}
+	for _, l := range d.Logs {
+		if ours(l.Resource) {
+			n.logs++
+		}
 	}
 	return n
 }

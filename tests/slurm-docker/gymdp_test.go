@@ -1,8 +1,6 @@
 package slurmdocker
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 )
 
 // gymDPConfig is a resolved Gym submit config of multi-node data parallel:
@@ -71,56 +70,29 @@ type upPoint struct {
 	value     float64
 }
 
-// readUp reads every up data point of a metrics.jsonl.
+// readUp reads every up data point of a metrics.jsonl; a line that does
+// not parse is skipped, a missing file fails the test.
 func readUp(t *testing.T, path string) []upPoint {
 	t.Helper()
-	f, err := os.Open(path)
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+	d, err := otlptest.ReadGrowing(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	var out []upPoint
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		var l struct {
-			ResourceMetrics []struct {
-				Resource     otlpResource `json:"resource"`
-				ScopeMetrics []struct {
-					Metrics []struct {
-						Name  string `json:"name"`
-						Gauge *struct {
-							DataPoints []struct {
-								AsDouble *float64 `json:"asDouble"`
-								AsInt    *string  `json:"asInt"`
-							} `json:"dataPoints"`
-						} `json:"gauge"`
-					} `json:"metrics"`
-				} `json:"scopeMetrics"`
-			} `json:"resourceMetrics"`
-		}
-		if json.Unmarshal(sc.Bytes(), &l) != nil {
+	for _, m := range d.Named("up") {
+		if m.Gauge == nil {
 			continue
 		}
-		for _, rm := range l.ResourceMetrics {
-			res := attrs(rm.Resource.Attributes)
-			for _, sm := range rm.ScopeMetrics {
-				for _, m := range sm.Metrics {
-					if m.Name != "up" || m.Gauge == nil {
-						continue
-					}
-					for _, p := range m.Gauge.DataPoints {
-						v := -1.0
-						switch {
-						case p.AsDouble != nil:
-							v = *p.AsDouble
-						case p.AsInt != nil:
-							fmt.Sscan(*p.AsInt, &v)
-						}
-						out = append(out, upPoint{res["service.name.override"], res["host.name"], v})
-					}
-				}
+		res := m.Resource.Text()
+		for _, p := range m.Gauge.DataPoints {
+			v := -1.0
+			if p.AsDouble != nil || p.AsInt != nil {
+				v = p.Value()
 			}
+			out = append(out, upPoint{res["service.name.override"], res["host.name"], v})
 		}
 	}
 	return out

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -119,11 +120,11 @@ date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > $D/last
 		if n != "c1" {
 			d = filepath.Join(d, "nodes", n)
 		}
-		ps, err := testenv.SumPoints(filepath.Join(d, "metrics.jsonl"), "vllm_prompt_tokens_total")
+		ps, err := otlptest.SumPoints(filepath.Join(d, "metrics.jsonl"), "vllm_prompt_tokens_total")
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, ok := testenv.Latest(ps, n, jobID)
+		got, ok := otlptest.Latest(ps, n, jobID)
 		switch {
 		case !ok:
 			t.Errorf("%s: no vllm_prompt_tokens_total in %s", n, d)
@@ -136,17 +137,17 @@ date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > $D/last
 		}
 		// Every target of the node (vLLM, node_exporter) answered a
 		// scrape after the script's last line.
-		nodeLast, err := testenv.SumPoints(filepath.Join(d, "metrics.jsonl"), "node_cpu_seconds_total")
+		nodeLast, err := otlptest.SumPoints(filepath.Join(d, "metrics.jsonl"), "node_cpu_seconds_total")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p, ok := testenv.Latest(nodeLast, n, jobID); !ok || !p.At.After(last) {
+		if p, ok := otlptest.Latest(nodeLast, n, jobID); !ok || !p.At.After(last) {
 			t.Errorf("%s: node_exporter's last sample %v (found %v) is not after the script's last line %v", n, p.At, ok, last)
 		}
-		var be testenv.Point
+		var be otlptest.SumPoint
 		for deadline := time.Now().Add(patience); ; time.Sleep(250 * time.Millisecond) {
-			ps, _ := testenv.SumPoints(backend, "vllm_prompt_tokens_total")
-			be, ok = testenv.Latest(ps, n, jobID)
+			ps, _ := otlptest.SumPoints(backend, "vllm_prompt_tokens_total")
+			be, ok = otlptest.Latest(ps, n, jobID)
 			if ok && be.Value == want || time.Now().After(deadline) {
 				break
 			}

@@ -1,4 +1,4 @@
-package lifecycle_test
+package replay_test
 
 import (
 	"bufio"
@@ -15,15 +15,20 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
+
+// TestMain builds the real CLI for the end-to-end tests.
+func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
 
 // runReplay runs `gym-otel-spank replay` with env (and PATH) and returns
 // its output and exit code.
 func runReplay(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
 	argv := append([]string{"replay", "--binary", testenv.Collector(t), "--progress", "1s", "--timeout", "90s"}, args...)
-	cmd := exec.Command(cli(t), argv...)
+	cmd := exec.Command(harness.CLI(t), argv...)
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=/root"}, env...)
 	out, err := cmd.CombinedOutput()
 	code := 0
@@ -43,25 +48,25 @@ func runReplay(t *testing.T, env []string, args ...string) (string, int) {
 // (--endpoint) gets them too; a wrong token exits non-zero.
 func TestReplayAfterOutage(t *testing.T) {
 	t.Parallel()
-	token := "rp$${env:HOME}-" + randHex(8)
-	port := freePort(t)
-	j := job{JobID: "5150", Node: "gn1", Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), Token: token,
-		VLLMPort: startVLLM(t), NodePort: startNodeExporter(t)}
-	s := startSup(t, j).mustReady(t)
-	waitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds", "node_load1")
-	s.runGym(t, "agent", 4, "local")
+	token := "rp$${env:HOME}-" + harness.RandHex(8)
+	port := harness.FreePort(t)
+	j := harness.Job{JobID: "5150", Node: "gn1", Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), Token: token,
+		VLLMPort: harness.StartVLLM(t), NodePort: harness.StartNodeExporter(t)}
+	s := harness.StartSup(t, j).MustReady(t)
+	harness.WaitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds", "node_load1")
+	s.RunGym(t, "agent", 4, "local")
 	time.Sleep(time.Second)
-	if _, err := s.drain(t, 60*time.Second); err != nil {
-		t.Fatalf("drain: %v\n%s", err, s.out2())
+	if _, err := s.Drain(t, 60*time.Second); err != nil {
+		t.Fatalf("drain: %v\n%s", err, s.Output())
 	}
 	// A second node's dir (a copy of this one's files), as a two-node job
 	// leaves it: replay sends every node dir.
-	second := filepath.Join(s.out, "nodes", "gn2")
+	second := filepath.Join(s.Out, "nodes", "gn2")
 	if err := os.MkdirAll(second, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for _, sig := range []string{"traces", "metrics", "logs"} {
-		data, err := os.ReadFile(filepath.Join(s.out, sig+".jsonl"))
+		data, err := os.ReadFile(filepath.Join(s.Out, sig+".jsonl"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,14 +74,14 @@ func TestReplayAfterOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tr, m, lg := mustParse(t, s.out, "traces"), mustParse(t, s.out, "metrics"), mustParse(t, s.out, "logs")
-	want := map[string]int{"traces": 2 * len(tr.spans), "metrics": 2 * m.points(), "logs": 2 * len(lg.logs)}
-	if len(tr.spans) < 12 || m.points() == 0 || len(lg.logs) != 4 {
-		t.Fatalf("the job's files: %d spans, %d points, %d log records", len(tr.spans), m.points(), len(lg.logs))
+	tr, m, lg := otlptest.MustRead(t, s.Out, "traces"), otlptest.MustRead(t, s.Out, "metrics"), otlptest.MustRead(t, s.Out, "logs")
+	want := map[string]int{"traces": 2 * len(tr.Spans), "metrics": 2 * m.Points(), "logs": 2 * len(lg.Logs)}
+	if len(tr.Spans) < 12 || m.Points() == 0 || len(lg.Logs) != 4 {
+		t.Fatalf("the job's files: %d spans, %d points, %d log records", len(tr.Spans), m.Points(), len(lg.Logs))
 	}
 
 	// The receipt says the backend got nothing; inspect's first lines say so.
-	rc, err := receipt.Read(s.out)
+	rc, err := receipt.Read(s.Out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +91,7 @@ func TestReplayAfterOutage(t *testing.T) {
 		}
 	}
 	var insp bytes.Buffer
-	cmd := exec.Command(cli(t), "inspect", s.out)
+	cmd := exec.Command(harness.CLI(t), "inspect", s.Out)
 	cmd.Stdout, cmd.Stderr = &insp, &insp
 	_ = cmd.Run()
 	if first := firstLines(insp.String(), 12); !strings.Contains(first, "LOST: the backend did not get") {
@@ -94,53 +99,53 @@ func TestReplayAfterOutage(t *testing.T) {
 	}
 
 	// The backend comes up where the job sent; replay fills it.
-	be := startBackendOn(t, token, port)
+	be := harness.StartBackendOn(t, token, port)
 	// The endpoint and the token's variable from the site file, as at submit.
-	site := filepath.Join(s.dir, "site.yaml")
-	out, code := runReplay(t, []string{"OTEL_TOKEN=" + token}, "--site", site, s.out)
+	site := filepath.Join(s.Dir, "site.yaml")
+	out, code := runReplay(t, []string{"OTEL_TOKEN=" + token}, "--site", site, s.Out)
 	t.Logf("replay:\n%s", out)
 	if code != 0 || !strings.Contains(out, "replay complete") {
 		t.Fatalf("replay exit %d:\n%s", code, out)
 	}
-	be.stop(t)
-	checkBackendHas(t, be.dir, want, 2*tr.spanCount("gym.rollout"))
+	be.Stop(t)
+	checkBackendHas(t, be.Dir, want, 2*tr.SpanCount("gym.rollout"))
 
 	// A second backend, named on the command line, with the token under
 	// another variable.
-	be2tok := "second-" + randHex(6)
-	be2 := startBackend(t, be2tok)
-	out, code = runReplay(t, []string{"OTHER_TOKEN=" + be2tok}, "--endpoint", be2.url, "--token-env", "OTHER_TOKEN", s.out)
+	be2tok := "second-" + harness.RandHex(6)
+	be2 := harness.StartBackend(t, be2tok)
+	out, code = runReplay(t, []string{"OTHER_TOKEN=" + be2tok}, "--endpoint", be2.URL, "--token-env", "OTHER_TOKEN", s.Out)
 	if code != 0 {
 		t.Fatalf("replay to a second backend: exit %d:\n%s", code, out)
 	}
-	be2.stop(t)
-	checkBackendHas(t, be2.dir, want, 2*tr.spanCount("gym.rollout"))
+	be2.Stop(t)
+	checkBackendHas(t, be2.Dir, want, 2*tr.SpanCount("gym.rollout"))
 
 	// A wrong token: the backend refuses, replay says so and exits 1.
-	be3 := startBackend(t, "right-"+randHex(6))
-	out, code = runReplay(t, []string{"OTEL_TOKEN=wrong"}, "--site", site, "--endpoint", be3.url, s.out)
+	be3 := harness.StartBackend(t, "right-"+harness.RandHex(6))
+	out, code = runReplay(t, []string{"OTEL_TOKEN=wrong"}, "--site", site, "--endpoint", be3.URL, s.Out)
 	if code != 1 || !strings.Contains(out, "LOSSES") {
 		t.Errorf("replay with a wrong token: exit %d, want 1 and LOSSES:\n%s", code, out)
 	}
 	// No token: a clear error naming the variable.
-	out, code = runReplay(t, nil, "--site", site, s.out)
+	out, code = runReplay(t, nil, "--site", site, s.Out)
 	if code != 1 || !strings.Contains(out, "OTEL_TOKEN is not set") {
 		t.Errorf("replay without a token: exit %d:\n%s", code, out)
 	}
-	assertNoLeak(t, token, s.out, map[string]string{"replay's output": out})
+	harness.AssertNoLeak(t, token, s.Out, map[string]string{"replay's output": out})
 }
 
 // checkBackendHas checks a backend's files hold exactly n items per signal.
 func checkBackendHas(t *testing.T, dir string, n map[string]int, rollouts int) {
 	t.Helper()
-	bt, bm, bl := mustParse(t, dir, "traces"), mustParse(t, dir, "metrics"), mustParse(t, dir, "logs")
-	got := map[string]int{"traces": len(bt.spans), "metrics": bm.points(), "logs": len(bl.logs)}
+	bt, bm, bl := otlptest.MustRead(t, dir, "traces"), otlptest.MustRead(t, dir, "metrics"), otlptest.MustRead(t, dir, "logs")
+	got := map[string]int{"traces": len(bt.Spans), "metrics": bm.Points(), "logs": len(bl.Logs)}
 	for sig, w := range n {
 		if got[sig] != w {
 			t.Errorf("backend %s: %d items, want %d (every item of the files)", sig, got[sig], w)
 		}
 	}
-	if r := bt.spanCount("gym.rollout"); r != rollouts {
+	if r := bt.SpanCount("gym.rollout"); r != rollouts {
 		t.Errorf("backend: %d gym.rollout spans, want %d", r, rollouts)
 	}
 }
@@ -157,13 +162,13 @@ func firstLines(s string, n int) string {
 // replay exits non-zero and its collector is gone.
 func TestReplayInterrupted(t *testing.T) {
 	t.Parallel()
-	s := startSup(t, job{JobID: "5151", VLLMPort: startVLLM(t)}).mustReady(t)
-	s.runGym(t, "agent", 2, "local")
-	if _, err := s.drain(t, 60*time.Second); err != nil {
+	s := harness.StartSup(t, harness.Job{JobID: "5151", VLLMPort: harness.StartVLLM(t)}).MustReady(t)
+	s.RunGym(t, "agent", 2, "local")
+	if _, err := s.Drain(t, 60*time.Second); err != nil {
 		t.Fatalf("drain: %v", err)
 	}
-	hang := startBlackhole(t, "hang")
-	cmd := exec.Command(cli(t), "replay", "--binary", testenv.Collector(t), "--progress", "500ms", "--endpoint", hang, "--token-env", "OTEL_TOKEN", s.out)
+	hang := harness.StartBlackhole(t, "hang")
+	cmd := exec.Command(harness.CLI(t), "replay", "--binary", testenv.Collector(t), "--progress", "500ms", "--endpoint", hang, "--token-env", "OTEL_TOKEN", s.Out)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "OTEL_TOKEN=x"}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
@@ -184,7 +189,7 @@ func TestReplayInterrupted(t *testing.T) {
 			break
 		}
 	}
-	if collector == 0 || !procAlive(collector, 0) {
+	if collector == 0 || !harness.ProcAlive(collector, 0) {
 		t.Fatalf("no running collector named in replay's output:\n%s", out.String())
 	}
 	cmd.Process.Signal(syscall.SIGINT)
@@ -198,7 +203,7 @@ func TestReplayInterrupted(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatal("replay did not exit within 15 s of SIGINT")
 	}
-	if procAlive(collector, 0) {
+	if harness.ProcAlive(collector, 0) {
 		syscall.Kill(collector, syscall.SIGKILL)
 		t.Errorf("replay's collector %d outlived it", collector)
 	}

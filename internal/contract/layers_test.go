@@ -18,15 +18,17 @@ import (
 // A new package gets a level here, as low as what it imports allows.
 var layers = map[string]int{
 	// 1: leaves: the names shared with C, the otel: block, the job's files,
-	// processes, receipts, Slurm's commands; and the test kit.
-	"internal/contract": 1,
-	"internal/testenv":  1,
-	"helper/config":     1,
-	"helper/jobdir":     1,
-	"helper/proc":       1,
-	"helper/cgroup":     1,
-	"helper/receipt":    1,
-	"helper/slurm":      1,
+	// processes, receipts, the collector's own telemetry, Slurm's
+	// commands; and the test kit.
+	"internal/contract":  1,
+	"internal/testenv":   1,
+	"helper/config":      1,
+	"helper/jobdir":      1,
+	"helper/proc":        1,
+	"helper/cgroup":      1,
+	"helper/receipt":     1,
+	"helper/selfmetrics": 1,
+	"helper/slurm":       1,
 	// 2: what builds on one leaf or two: root's record, the timing policy,
 	// the job's facts on a node; the header's generator.
 	"helper/record":         2,

@@ -3,16 +3,13 @@ package lifecycle
 import (
 	"compress/gzip"
 	"crypto/subtle"
-	"errors"
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
-	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
-	"google.golang.org/protobuf/proto"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/selfmetrics"
 )
 
 // finalSink is the supervisor's loopback OTLP/HTTP endpoint for the
@@ -29,7 +26,7 @@ type finalSink struct {
 	srv   *http.Server
 
 	mu   sync.Mutex
-	last selfMetrics
+	last selfmetrics.Counters
 	at   time.Time
 }
 
@@ -77,7 +74,7 @@ func (f *finalSink) handle(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	m, err := parseOTLPSelfMetrics(b)
+	m, err := selfmetrics.ParseOTLP(b)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -91,54 +88,11 @@ func (f *finalSink) handle(w http.ResponseWriter, r *http.Request) {
 }
 
 // since returns the last export received after t (nil if none).
-func (f *finalSink) since(t time.Time) selfMetrics {
+func (f *finalSink) since(t time.Time) selfmetrics.Counters {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.last == nil || f.at.Before(t) {
 		return nil
 	}
 	return f.last
-}
-
-// parseOTLPSelfMetrics reads an ExportMetricsServiceRequest (wire-identical
-// to MetricsData): the item counters (monotonic sums) by their receiver or
-// exporter attribute.
-func parseOTLPSelfMetrics(b []byte) (selfMetrics, error) {
-	var md metricsv1.MetricsData
-	if err := proto.Unmarshal(b, &md); err != nil {
-		return nil, err
-	}
-	m := selfMetrics{}
-	seen := false
-	for _, rm := range md.GetResourceMetrics() {
-		for _, sm := range rm.GetScopeMetrics() {
-			for _, met := range sm.GetMetrics() {
-				seen = true
-				if !counted(met.GetName()) || met.GetSum() == nil {
-					continue
-				}
-				key := "receiver"
-				if strings.HasPrefix(met.GetName(), "otelcol_exporter_") {
-					key = "exporter"
-				}
-				for _, dp := range met.GetSum().GetDataPoints() {
-					comp := ""
-					for _, a := range dp.GetAttributes() {
-						if a.GetKey() == key {
-							comp = a.GetValue().GetStringValue()
-						}
-					}
-					v := dp.GetAsDouble()
-					if _, ok := dp.GetValue().(*metricsv1.NumberDataPoint_AsInt); ok {
-						v = float64(dp.GetAsInt())
-					}
-					m[counterKey(met.GetName(), comp)] += v
-				}
-			}
-		}
-	}
-	if !seen {
-		return nil, errors.New("an export without metrics")
-	}
-	return m, nil
 }

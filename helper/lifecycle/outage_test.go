@@ -278,44 +278,18 @@ func (r outageRun) line() string {
 		rss, anon, r.drain.Round(100*time.Millisecond), r.drainErr)
 }
 
-// OutageSummary is one measured run as `make bench` (tests/bench, P8)
-// reads it: counts of spans, memory in MiB, durations in seconds.
-type OutageSummary struct {
-	Kind          string   `json:"kind"`
-	Rate          int      `json:"rate"`
-	Seconds       int      `json:"seconds"`
-	Accepted      int64    `json:"accepted"`
-	Refused       int64    `json:"refused"`
-	Stalled       bool     `json:"stalled"`
-	Files         int64    `json:"files"`
-	Backend       int64    `json:"backend"` // -1: no backend behind
-	Basis         string   `json:"basis"`
-	Received      int64    `json:"received"`
-	Written       int64    `json:"written"`
-	Sent          int64    `json:"sent"`
-	SendFailed    int64    `json:"send_failed"`
-	EnqueueFailed int64    `json:"enqueue_failed"`
-	Unknown       []string `json:"unknown,omitempty"`
-	PeakRSS       float64  `json:"peak_rss_mib"`
-	PeakAnon      float64  `json:"peak_anon_mib"`
-	MemoryLimit   int      `json:"memory_limit_mib"`
-	Drain         float64  `json:"drain_seconds"`
-	DrainErr      string   `json:"drain_error,omitempty"`
-}
-
-// json is the run as one OutageSummary line.
-func (r outageRun) json(secs int) string {
+// summary is the run as `make bench` reads it.
+func (r outageRun) summary(secs int) testenv.OutageSummary {
 	c := r.rc.Signals["traces"]
 	rss, anon := r.peak()
-	s := OutageSummary{Kind: r.kind, Rate: r.rate, Seconds: secs, Accepted: r.load.OK, Refused: r.load.Failed, Stalled: r.stalled,
+	s := testenv.OutageSummary{Kind: r.kind, Rate: r.rate, Seconds: secs, Accepted: r.load.OK, Refused: r.load.Failed, Stalled: r.stalled,
 		Files: r.files, Backend: r.backend, Basis: r.rc.Basis, Received: c.Received, Written: c.Written, Sent: c.Sent,
 		SendFailed: c.SendFailed, EnqueueFailed: c.EnqueueFailed, Unknown: r.rc.Unknown, PeakRSS: rss, PeakAnon: anon,
 		MemoryLimit: r.memoryLimitMB, Drain: r.drain.Seconds()}
 	if r.drainErr != nil {
 		s.DrainErr = r.drainErr.Error()
 	}
-	b, _ := json.Marshal(s)
-	return string(b)
+	return s
 }
 
 // memSeries is the RSS (anon) in MiB every step seconds.
@@ -404,7 +378,7 @@ func TestOutageKeepsFiles(t *testing.T) {
 // (config.Defaults: memory_limit_mib 512, export_timeout_seconds 5,
 // shutdown_timeout_seconds 20). It asserts nothing and runs only with
 // GYM_OTEL_MEASURE=outage (`make bench` runs it as P8, and reads the
-// "outage-json: " line each run prints):
+// testenv.OutageSummary line each run prints):
 //
 //	GYM_OTEL_MEASURE=outage go test -run TestMeasureOutage -v -timeout 60m ./helper/lifecycle
 //
@@ -449,7 +423,7 @@ func TestMeasureOutage(t *testing.T) {
 			t.Run(fmt.Sprintf("%s-%d", kind.name, rate), func(t *testing.T) {
 				d := config.Defaults()
 				r := runOutage(t, kind, rate, time.Duration(secs)*time.Second, d.MemoryLimitMiB, d.ExportTimeoutSeconds, d.ShutdownTimeoutSeconds)
-				fmt.Println("outage-json: " + r.json(secs))
+				fmt.Println(r.summary(secs).Line())
 				lines = append(lines, r.line(), "       memory (MiB RSS (anon)): "+r.memSeries(10*time.Second))
 				if len(r.rc.Unknown) > 0 {
 					lines = append(lines, "       receipt unknown: "+strings.Join(r.rc.Unknown, "; "))

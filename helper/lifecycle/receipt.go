@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/selfmetrics"
 )
 
 // signals are the pipelines of the rendered configuration.
@@ -19,10 +20,10 @@ func (s *supervisor) signals() []string {
 // endRun adds the figures of the collector run that just ended: final (its
 // export at shutdown) when there is one; else its last read counters, which
 // miss what it did after that read, said in why.
-func (s *supervisor) endRun(final selfMetrics, why string) {
+func (s *supervisor) endRun(final selfmetrics.Counters, why string) {
 	s.runs++
 	if final != nil {
-		s.figures = s.figures.add(final)
+		s.figures = s.figures.Add(final)
 		s.lastRead = nil
 		return
 	}
@@ -31,7 +32,7 @@ func (s *supervisor) endRun(final selfMetrics, why string) {
 	if s.lastRead == nil {
 		s.unknown = append(s.unknown, why+": none of its figures were read")
 	} else {
-		s.figures = s.figures.add(s.lastRead)
+		s.figures = s.figures.Add(s.lastRead)
 		s.unknown = append(s.unknown, fmt.Sprintf("%s: what it did after its last read at %s is not counted, and its last second of writes, counted as written, may be missing from the files",
 			why, s.lastReadAt.UTC().Format(time.RFC3339)))
 	}
@@ -40,13 +41,13 @@ func (s *supervisor) endRun(final selfMetrics, why string) {
 
 // logFinalGain logs how much the final figures exceed the last periodic
 // read: what a receipt made from that read would have missed.
-func (s *supervisor) logFinalGain(final selfMetrics) {
+func (s *supervisor) logFinalGain(final selfmetrics.Counters) {
 	if s.lastRead == nil {
 		return
 	}
 	var parts []string
 	for _, sig := range s.signals() {
-		f, l := final.counts(sig), s.lastRead.counts(sig)
+		f, l := counts(final, sig), counts(s.lastRead, sig)
 		parts = append(parts, fmt.Sprintf("%s written +%d sent +%d failed +%d", sig, f.Written-l.Written, f.Sent-l.Sent, f.Lost()-l.Lost()))
 	}
 	{
@@ -68,7 +69,7 @@ func (s *supervisor) writeReceipt() {
 		r.Basis = receipt.BasisLastRead
 	}
 	for _, sig := range s.signals() {
-		c := s.figures.counts(sig)
+		c := counts(s.figures, sig)
 		r.Signals[sig] = c
 		// The file exporter and the backend exporter get the same items.
 		if r.Basis == receipt.BasisFinal && c.Written+c.WriteFailed != c.Sent+c.Lost() {

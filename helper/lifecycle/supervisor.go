@@ -23,6 +23,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/selfmetrics"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
@@ -118,7 +119,7 @@ type supervisor struct {
 	rtoken    string
 	coll      *collector
 	restarts  int
-	lastSpans float64
+	lastSpans int64
 	spansAt   time.Time
 	problems  string
 	trouble   string // why the files could not be written (receipt.Receipt.WriteTrouble)
@@ -129,13 +130,13 @@ type supervisor struct {
 	launchArgs    launchSpec
 
 	// The receipt's figures (see receipt.go).
-	final      *finalSink  // receives the collector's export at shutdown
-	hold       *holdServer // answers the batch step's hold (nil: not started by the plugin)
-	lastRead   selfMetrics // the running collector's last read counters
+	final      *finalSink           // receives the collector's export at shutdown
+	hold       *holdServer          // answers the batch step's hold (nil: not started by the plugin)
+	lastRead   selfmetrics.Counters // the running collector's last read counters
 	lastReadAt time.Time
-	figures    selfMetrics // the ended collector runs' counters, summed
-	runs       int         // collector runs ended (counted in figures)
-	unknown    []string    // what the figures lack, one sentence each
+	figures    selfmetrics.Counters // the ended collector runs' counters, summed
+	runs       int                  // collector runs ended (counted in figures)
+	unknown    []string             // what the figures lack, one sentence each
 }
 
 // Run starts the job's collector, reports, supervises it until a drain
@@ -488,32 +489,32 @@ func (s *supervisor) endWillCome() bool {
 // pollSelf reads the collector's counters: when spans last arrived (the
 // drain waits for their span metrics) and the backend's refusals.
 func (s *supervisor) pollSelf() {
-	m, err := readSelfMetrics(s.ports.Telemetry)
+	m, err := selfmetrics.Scrape(s.ports.Telemetry)
 	if err != nil {
 		return
 	}
-	if c := m.counts("metrics"); c.Received > 0 && (s.lastRead == nil || s.lastRead.counts("metrics").Received == 0) {
+	if c := counts(m, "metrics"); c.Received > 0 && (s.lastRead == nil || counts(s.lastRead, "metrics").Received == 0) {
 		// Once per collector run: from here on a receipt made from the
 		// last read (the run killed) has figures.
 		s.log.Infof("collector run %d: counters read, %d metric points received so far", s.runs+1, c.Received)
 	}
 	s.lastRead, s.lastReadAt = m, time.Now()
-	if n := m.acceptedSpans(); n != s.lastSpans {
+	if n := m.Sum(selfmetrics.ReceiverAccepted, "traces"); n != s.lastSpans {
 		s.lastSpans, s.spansAt = n, time.Now()
 	}
-	all := s.figures.add(m)
+	all := s.figures.Add(m)
 	if !s.writeFailSeen {
 		for _, sig := range s.signals() {
-			if n := all.counts(sig).WriteFailed; n > 0 {
+			if n := counts(all, sig).WriteFailed; n > 0 {
 				// Once per supervisor: the drain says how many in all.
 				s.writeFailSeen = true
 				s.log.Warnf("the collector cannot write the job's files: %d %s not written to %s.jsonl so far: %s; the backend still gets them, the receipt will count them",
-					n, itemWord(sig), sig, writeTrouble(s.out, "now"))
+					n, selfmetrics.Words(sig), sig, writeTrouble(s.out, "now"))
 				break
 			}
 		}
 	}
-	if p := all.problems(s.signals(), "the file system refused the writes"); p != "" && p != s.problems {
+	if p := problems(all, s.signals(), "the file system refused the writes"); p != "" && p != s.problems {
 		s.problems = p
 		s.writeState(StatusReady, "")
 	}
@@ -644,7 +645,7 @@ func (s *supervisor) drain() error {
 	}
 	s.trouble = ""
 	for _, sig := range s.signals() {
-		if s.figures.counts(sig).WriteFailed > 0 {
+		if counts(s.figures, sig).WriteFailed > 0 {
 			s.trouble = writeTrouble(s.out, "at the drain")
 			break
 		}
@@ -656,7 +657,7 @@ func (s *supervisor) drain() error {
 		// A write that failed half-way leaves part of a line.
 		s.cutPartialLines()
 	}
-	s.problems = s.figures.problems(s.signals(), s.trouble)
+	s.problems = problems(s.figures, s.signals(), s.trouble)
 	s.writeReceipt()
 	if p := s.problems; p != "" {
 		appendLog(s.logPath, "gym-otel: "+p)

@@ -16,6 +16,10 @@ import (
 // fileReceiver is the type of the receivers that read the jsonl files.
 const fileReceiver = "otlp_json_file"
 
+// fileReceiverID is the id of the receiver of files[i]:
+// "otlp_json_file/<i>".
+func fileReceiverID(i int) string { return fmt.Sprintf("%s/%d", fileReceiver, i) }
+
 // Backend is what replay takes from a job's collector.yaml: only settings
 // of the exporter that the plugin itself renders and that cannot send
 // anything anywhere else. The endpoint, the headers and the token variable
@@ -129,7 +133,7 @@ func Config(files []File, b *Backend, endpoint, tokenEnv string, telemetryPort i
 		if strings.ContainsAny(f.Path, globChars) {
 			return nil, fmt.Errorf("%s: the path holds one of %s, which the file receiver reads as a pattern; copy the files to a plain path and replay that", f.Path, globChars)
 		}
-		id := fmt.Sprintf("%s/%d", fileReceiver, i)
+		id := fileReceiverID(i)
 		receivers[id] = map[string]any{
 			"include":           []string{f.Path},
 			"start_at":          "beginning",

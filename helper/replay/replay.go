@@ -12,17 +12,14 @@
 package replay
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -31,6 +28,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/selfmetrics"
 )
 
 // Defaults of Options.
@@ -322,15 +320,15 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			return res, fmt.Errorf("the collector %s exited (%v); last lines of its log:\n%s", opt.Binary, c.Err(), tail(logPath, 8))
 		case <-tick.C:
 		}
-		m, err := scrape(port)
+		m, err := selfmetrics.Scrape(port)
 		if err != nil {
 			continue // not up yet
 		}
-		queue := m.update(res, files)
+		queue := update(m, res, files)
 		done := true
 		for i, f := range files {
-			id := fmt.Sprintf("%s/%d", fileReceiver, i)
-			if m.get("receiver_accepted", f.Signal, id)+m.get("receiver_refused", f.Signal, id)+m.get("receiver_failed", f.Signal, id) < f.Items {
+			id := fileReceiverID(i)
+			if m.Of(selfmetrics.ReceiverAccepted, f.Signal, id)+m.Of(selfmetrics.ReceiverRefused, f.Signal, id)+m.Of(selfmetrics.ReceiverFailed, f.Signal, id) < f.Items {
 				done = false
 			}
 		}
@@ -392,88 +390,24 @@ func collectorEnv(tokenEnv, token string) []string {
 	return env
 }
 
-// counters are the replay collector's own counters: "<name>|<signal unit>|<component>".
-type counters map[string]float64
-
-var units = map[string]string{"traces": "spans", "metrics": "metric_points", "logs": "log_records"}
-
-func (m counters) get(name, sig, comp string) int64 {
-	return int64(m[name+"_"+units[sig]+"|"+comp])
-}
-
-// update fills the totals from the counters and returns the backend
-// exporter's queue size.
-func (m counters) update(r *Result, files []File) (queue int64) {
+// update fills the totals from the replay collector's own counters and
+// returns the backend exporter's queue size.
+func update(m selfmetrics.Counters, r *Result, files []File) (queue int64) {
 	for sig, t := range r.Signals {
 		t.Accepted, t.Refused = 0, 0
 		for i, f := range files {
 			if f.Signal != sig {
 				continue
 			}
-			id := fmt.Sprintf("%s/%d", fileReceiver, i)
-			t.Accepted += m.get("receiver_accepted", sig, id)
-			t.Refused += m.get("receiver_refused", sig, id) + m.get("receiver_failed", sig, id)
+			id := fileReceiverID(i)
+			t.Accepted += m.Of(selfmetrics.ReceiverAccepted, sig, id)
+			t.Refused += m.Of(selfmetrics.ReceiverRefused, sig, id) + m.Of(selfmetrics.ReceiverFailed, sig, id)
 		}
-		t.Sent = m.get("exporter_sent", sig, render.BackendExporter)
-		t.SendFailed = m.get("exporter_send_failed", sig, render.BackendExporter)
-		t.EnqueueFailed = m.get("exporter_enqueue_failed", sig, render.BackendExporter)
+		t.Sent = m.Of(selfmetrics.ExporterSent, sig, render.BackendExporter)
+		t.SendFailed = m.Of(selfmetrics.ExporterSendFailed, sig, render.BackendExporter)
+		t.EnqueueFailed = m.Of(selfmetrics.ExporterEnqueueFailed, sig, render.BackendExporter)
 	}
-	return int64(m["exporter_queue_size|"+render.BackendExporter])
-}
-
-// scrape reads the collector's Prometheus text: otelcol_* samples by their
-// receiver or exporter label.
-func scrape(port int) (counters, error) {
-	client := &http.Client{Timeout: 2 * time.Second}
-	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
-	}
-	m := counters{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "otelcol_") {
-			continue
-		}
-		i, j := strings.IndexByte(line, '{'), strings.LastIndexByte(line, '}')
-		if i < 0 || j < i {
-			continue
-		}
-		name := strings.TrimSuffix(strings.TrimPrefix(line[:i], "otelcol_"), "_total")
-		labels := line[i+1 : j]
-		f := strings.Fields(line[j+1:])
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			continue
-		}
-		comp := label(labels, "receiver")
-		if strings.HasPrefix(name, "exporter_") {
-			comp = label(labels, "exporter")
-		}
-		m[name+"|"+comp] += v
-	}
-	return m, sc.Err()
-}
-
-func label(labels, key string) string {
-	i := strings.Index(","+labels, ","+key+`="`)
-	if i < 0 {
-		return ""
-	}
-	rest := labels[i+len(key)+2:]
-	if j := strings.IndexByte(rest, '"'); j >= 0 {
-		return rest[:j]
-	}
-	return ""
+	return m.QueueSize(render.BackendExporter)
 }
 
 func freePort() (int, error) {

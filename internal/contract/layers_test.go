@@ -20,16 +20,18 @@ var layers = map[string]int{
 	// 0: writing a file whole, under the leaves that own files.
 	"helper/atomicfile": 0,
 	// 1: leaves: the names shared with C, the otel: block, the job's files,
-	// processes, receipts, Slurm's commands; and the test kit.
-	"internal/contract": 1,
-	"internal/testenv":  1,
-	"internal/otlptest": 1,
-	"helper/config":     1,
-	"helper/jobdir":     1,
-	"helper/proc":       1,
-	"helper/cgroup":     1,
-	"helper/receipt":    1,
-	"helper/slurm":      1,
+	// processes, receipts, the collector's own telemetry, Slurm's
+	// commands; and the test kit.
+	"internal/contract":  1,
+	"internal/testenv":   1,
+	"internal/otlptest":  1,
+	"helper/config":      1,
+	"helper/jobdir":      1,
+	"helper/proc":        1,
+	"helper/cgroup":      1,
+	"helper/receipt":     1,
+	"helper/selfmetrics": 1,
+	"helper/slurm":       1,
 	// 2: what builds on one leaf or two: root's record, the timing policy,
 	// the job's facts on a node; the header's generator.
 	"helper/record":         2,

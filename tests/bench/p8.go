@@ -13,37 +13,13 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"time"
-)
 
-// outageSummary mirrors helper/lifecycle's OutageSummary.
-type outageSummary struct {
-	Kind          string   `json:"kind"`
-	Rate          int      `json:"rate"`
-	Seconds       int      `json:"seconds"`
-	Accepted      int64    `json:"accepted"`
-	Refused       int64    `json:"refused"`
-	Stalled       bool     `json:"stalled"`
-	Files         int64    `json:"files"`
-	Backend       int64    `json:"backend"`
-	Basis         string   `json:"basis"`
-	Received      int64    `json:"received"`
-	Written       int64    `json:"written"`
-	Sent          int64    `json:"sent"`
-	SendFailed    int64    `json:"send_failed"`
-	EnqueueFailed int64    `json:"enqueue_failed"`
-	Unknown       []string `json:"unknown"`
-	PeakRSS       float64  `json:"peak_rss_mib"`
-	PeakAnon      float64  `json:"peak_anon_mib"`
-	MemoryLimit   int      `json:"memory_limit_mib"`
-	Drain         float64  `json:"drain_seconds"`
-	DrainErr      string   `json:"drain_error"`
-}
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
 
 // runP8 runs each backend behaviour for dur at rate spans/s.
 func runP8(dur time.Duration, rate int) ([]Row, error) {
@@ -61,15 +37,9 @@ func runP8(dur time.Duration, rate int) ([]Row, error) {
 	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
 	sc.Buffer(make([]byte, 1<<16), 1<<22)
 	for sc.Scan() {
-		_, js, ok := strings.Cut(sc.Text(), "outage-json: ")
-		if !ok {
-			continue
+		if s, ok := testenv.ParseOutageLine(sc.Text()); ok {
+			rows = append(rows, outageRow(s))
 		}
-		var s outageSummary
-		if json.Unmarshal([]byte(js), &s) != nil {
-			continue
-		}
-		rows = append(rows, s.row())
 	}
 	if err != nil || len(rows) == 0 {
 		return rows, fmt.Errorf("P8: go test -run TestMeasureOutage ./helper/lifecycle: %v\n%s", err, lastLines(out.String(), 40))
@@ -77,10 +47,10 @@ func runP8(dur time.Duration, rate int) ([]Row, error) {
 	return rows, nil
 }
 
-// row is one run as a line of the table: the figure holds what the
+// outageRow is one run as a line of the table: the figure holds what the
 // producer was told, the files, the backend and the receipt; the spread
 // the peak memory.
-func (s outageSummary) row() Row {
+func outageRow(s testenv.OutageSummary) Row {
 	be := "none behind"
 	if s.Backend >= 0 {
 		be = fmt.Sprint(s.Backend)

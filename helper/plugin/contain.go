@@ -33,6 +33,26 @@ func groupBase(cluster string) string {
 // first step on the node (the extern step with PrologFlags=Contain)
 // lowers it to the job's memory on the node when Slurm knows one
 // (spank/cgroup.c, S_JOB_ALLOC_MEM).
+//
+// The prolog cannot use the job's memory: it has none to read. On Slurm
+// 22.05, 24.11 and 26.05 slurmd's _rpc_prolog (src/slurmd/slurmd/req.c)
+// keeps the job's memory in its own memory (_make_prolog_mem_container:
+// job_mem_limit_register), runs the prolog (prep/script execs `slurmstepd
+// spank prolog` with the environment of prep_script_slurmd.c's _build_env,
+// which holds no memory value; in that job_script context SPANK gives
+// only S_JOB_UID, S_JOB_GID and S_JOB_ID), and only then spawns the extern
+// step (_spawn_prolog_stepd), whose slurmstepd runs this plugin's
+// init_post_opt (the lowering) before task/cgroup makes Slurm's job cgroup
+// and its memory limit (task_g_pre_setuid): no Slurm job cgroup exists
+// while the prolog runs. Under PrologFlags=RunInJob the prolog runs in the
+// extern step after that cgroup exists, but slurmstepd runs no SPANK job
+// prolog there (spank.c sets has_prolog only in slurmd's stack), so no
+// collector starts (refused at submit, spank/submit.c). The window from
+// the collector's start to the extern step is bounded by this bound and
+// the site's cap only; a site closes it by setting cgroup_memory_max_mib
+// at or below the least memory a job gets on a node. Without Contain the
+// window lasts until the node's first step: on a node where the job runs
+// no step, for the job's life.
 const CgroupMemoryFactor = 2
 
 // cgroupMemoryBytes is the memory bound of a job's group at the prolog,

@@ -13,6 +13,8 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -411,4 +413,83 @@ cat /proc/$c/cgroup > $d/after.cgroup
 		t.Errorf("left behind: %v", left)
 	}
 	waitIdle(t)
+}
+
+// TestMemoryWindow, on Slurm's cgroup containment (cgroup v1,
+// CR_CPU_Memory, PrologFlags=Alloc,Contain), measures the one window in
+// which the collector's group is bounded above the job's memory: the job
+// prolog starts the collector before Slurm tells the node the job's memory
+// (slurmd runs the SPANK job prolog, whose environment and SPANK items
+// carry no memory, before it spawns the extern step), so the group starts
+// at 2 x memory_limit_mib (under the site's cap); the extern step, the
+// first process that knows the job's memory on the node, lowers it before
+// any step of the job runs. A --mem=200M job with memory_limit_mib=300:
+// the collector starts under 600 MiB, the bound drops to 200 MiB while the
+// collector runs, and the batch script's first line already sees 200 MiB.
+func TestMemoryWindow(t *testing.T) {
+	if err := upCluster("--cgroup", "--prolog-flags", "Alloc,Contain"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := upCluster(); err != nil {
+			t.Error(err)
+		}
+	})
+	waitIdle(t)
+	mount := ""
+	for _, h := range nodeHierarchies(t) {
+		if h.Version == cgroup.V1 && slices.Contains(h.Controllers, "memory") {
+			mount = h.Mount
+		}
+	}
+	if mount == "" {
+		testenv.Missing(t, "the cgroup v1 memory controller")
+	}
+	d := markerDir(t, "window")
+	// The collector's binary: its group's bound when it starts, then a
+	// watcher in the group that notes when (ms after the start) and to
+	// what the bound changes.
+	bin := filepath.Join(d, "window-collector")
+	body := fmt.Sprintf(`#!/bin/sh
+case "$1" in --version) exec %[1]s --version ;; esac
+o=$(dirname "$2")
+f=%[2]s$(sed -n 's/^[0-9]*:memory:\(.*\)$/\1/p' /proc/$$/cgroup)/memory.limit_in_bytes
+t0=$(date +%%s%%N)
+first=$(cat "$f")
+echo "$f" > "$o/memcg"
+echo "$first" > "$o/bound-at-start"
+(i=0; while [ "$(cat "$f")" = "$first" ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done
+ echo "$(cat "$f") $(( ($(date +%%s%%N) - t0) / 1000000 ))" > "$o/bound-changed") &
+exec %[1]s "$@"
+`, testenv.Collector(t), mount)
+	if err := os.WriteFile(bin, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf("cat \"$(cat %[1]s/run/otel/memcg)\" > %[1]s/bound-at-script\n", d))
+	start := time.Now()
+	r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -w gn1 --mem=200M --gym-otel=binary=%s,memory_limit_mib=300,job_dir=%s/run -o %s/job.out %s", bin, d, d, script))
+	if r.code != 0 {
+		out, _ := os.ReadFile(d + "/job.out")
+		t.Fatalf("job: exit %d: %s\n%s", r.code, r.stderr, out)
+	}
+	id := jobIDOf(t, r)
+	waitNoCollector(t)
+	waitIdle(t)
+	rd := func(p string) string { b, _ := os.ReadFile(p); return strings.TrimSpace(string(b)) }
+	atStart, atScript := rd(d+"/run/otel/bound-at-start"), rd(d+"/bound-at-script")
+	changed := strings.Fields(rd(d + "/run/otel/bound-changed"))
+	t.Logf("job %s (--mem=200M, memory_limit_mib=300, %.1f s): the group's memory.limit_in_bytes %s when the collector started, %v (bound, ms after that start) once the extern step ran, %s at the batch script's first line",
+		id, time.Since(start).Seconds(), atStart, changed, atScript)
+	if want := strconv.Itoa(600 << 20); atStart != want {
+		t.Errorf("the bound when the collector started: %q, want 2 x memory_limit_mib = %s (the prolog knows no job memory)", atStart, want)
+	}
+	if len(changed) != 2 || changed[0] != strconv.Itoa(200<<20) {
+		t.Errorf("the bound while the collector ran changed to %v, want the job's %d", changed, 200<<20)
+	}
+	if want := strconv.Itoa(200 << 20); atScript != want {
+		t.Errorf("the bound at the batch script's first line: %q, want the job's %s (lowered by the extern step before any step runs)", atScript, want)
+	}
+	if left := userProcs("window-collector"); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
 }

@@ -270,7 +270,7 @@ func TestNode(t *testing.T) {
 		t.Errorf("Slurm %q, want 26.05", strings.TrimSpace(sv))
 	}
 	cfg, _ := run("scontrol", "show", "config")
-	for _, want := range []string{`ProctrackType\s*=\s*proctrack/cgroup`, `TaskPlugin\s*=\s*task/cgroup`, `PrologFlags\s*=\s*Alloc,Contain`, `CgroupPlugin\s*=\s*cgroup/v2`, `ConstrainRAMSpace\s*=\s*yes`, `ConstrainDevices\s*=\s*yes`} {
+	for _, want := range []string{`ProctrackType\s*=\s*proctrack/cgroup`, `TaskPlugin\s*=\s*task/cgroup`, `PrologFlags\s*=\s*Alloc,Contain`, `CgroupPlugin\s*=\s*cgroup/v2`, `ConstrainRAMSpace\s*=\s*yes`, `ConstrainDevices\s*=\s*yes`, `ConstrainCores\s*=\s*yes`} {
 		if !regexp.MustCompile(want).MatchString(cfg) {
 			t.Errorf("scontrol show config: no %s", want)
 		}
@@ -679,4 +679,85 @@ func TestSystemdOperations(t *testing.T) {
 		t.Errorf("job %s: its group %s is left after the job", id, group)
 	}
 	t.Logf("job %s: the collector %d stayed in %s through daemon-reload and a slurmd restart; the group went with the job", id, pid, group)
+}
+
+// TestCPUBound: the plugin's group in Slurm's delegated scope gets the
+// cpuset controller (systemd's Delegate=yes enables it in the scope's
+// cgroup.subtree_control, the plugin in each level below), and with
+// ConstrainCores the job's extern step narrows the group to the job's CPUs
+// on the node before the batch script runs: a -c1 job on this 2-CPU node
+// finds the group's cpuset.cpus.effective, and the affinity of every
+// process in it, equal to its own CPUs. It also records the memory window:
+// the group's memory.max when the collector starts (in the prolog, before
+// Slurm tells the node the job's memory) and when the batch script starts
+// (after the extern step lowered it to the job's --mem).
+func TestCPUBound(t *testing.T) {
+	waitIdle(t)
+	d := jobDir(t, "cpu")
+	bin := script(t, filepath.Join(d, "cpu-collector"), fmt.Sprintf(`#!/bin/sh
+case "$1" in --version) exec %[1]s --version ;; esac
+o=$(dirname "$2")
+g=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/$$/cgroup)
+cat "$g/memory.max" > "$o/memory-max-at-start"
+exec %[1]s "$@"
+`, collector))
+	sh := script(t, filepath.Join(d, "job.sh"), fmt.Sprintf(`#!/bin/sh
+sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status > %[1]s/job-cpus.tmp
+mv %[1]s/job-cpus.tmp %[1]s/job-cpus
+i=0; while [ ! -e %[1]s/checked ] && [ $i -lt 1200 ]; do sleep 0.5; i=$((i+1)); done
+`, d))
+	r := asUser(t, patience, fmt.Sprintf("sbatch -c1 --mem=200M --gym-otel=binary=%s,memory_limit_mib=300,job_dir=%s/run -o %s/job.out %s", bin, d, d, sh))
+	if r.code != 0 {
+		t.Fatalf("sbatch: exit %d: %s", r.code, r.stderr)
+	}
+	id := jobIDOf(t, r)
+	defer func() {
+		_ = os.WriteFile(filepath.Join(d, "checked"), nil, 0o644)
+		waitJobsGone(t, []string{id})
+		waitNoCollector(t)
+		waitIdle(t)
+	}()
+	var jobCPUs []byte
+	if !waitFor(patience, func() bool {
+		var err error
+		jobCPUs, err = os.ReadFile(filepath.Join(d, "job-cpus"))
+		return err == nil
+	}) {
+		out, _ := os.ReadFile(d + "/job.out")
+		t.Fatalf("the batch script never ran: %s\nslurmd:\n%s", out, tail(slurmd(t), 40))
+	}
+	want := strings.TrimSpace(string(jobCPUs))
+	g := "/sys/fs/cgroup/" + groupPath(t, id)
+	scope := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(g))))
+	rd := func(p string) string { b, _ := os.ReadFile(p); return strings.TrimSpace(string(b)) }
+	t.Logf("job %s: the batch script's CPUs %q; %s/cgroup.subtree_control %q; the group's cgroup.controllers %q, cpuset.cpus %q, cpuset.cpus.effective %q; all CPUs %q",
+		id, want, scope, rd(scope+"/cgroup.subtree_control"), rd(g+"/cgroup.controllers"), rd(g+"/cpuset.cpus"), rd(g+"/cpuset.cpus.effective"), rd("/sys/fs/cgroup/cpuset.cpus.effective"))
+	start, now := rd(filepath.Join(d, "run", "otel", "memory-max-at-start")), rd(g+"/memory.max")
+	t.Logf("job %s (--mem=200M, memory_limit_mib=300): the group's memory.max %s when the collector started (prolog), %s when the batch script ran", id, start, now)
+	if now != strconv.Itoa(200<<20) {
+		t.Errorf("the group's memory.max when the batch script ran: %s, want the job's %d", now, 200<<20)
+	}
+	if start != strconv.Itoa(600<<20) {
+		t.Errorf("the group's memory.max when the collector started: %q, want 2 x memory_limit_mib, %d", start, 600<<20)
+	}
+	if want == rd("/sys/fs/cgroup/cpuset.cpus.effective") {
+		t.Errorf("the job's CPUs %q are all the node's: Slurm bound nothing (ConstrainCores?)", want)
+	}
+	if !strings.Contains(" "+rd(scope+"/cgroup.subtree_control")+" ", " cpuset ") {
+		t.Fatalf("the scope %s does not enable cpuset for its children", scope)
+	}
+	if got := rd(g + "/cpuset.cpus.effective"); got != want {
+		t.Errorf("the group's cpuset.cpus.effective %q, want the job's %q", got, want)
+	}
+	pids := strings.Fields(rd(g + "/cgroup.procs"))
+	if len(pids) == 0 {
+		t.Errorf("no process in the group %s", g)
+	}
+	for _, p := range pids {
+		st, _ := os.ReadFile("/proc/" + p + "/status")
+		m := regexp.MustCompile(`(?m)^Cpus_allowed_list:\s*(\S+)`).FindSubmatch(st)
+		if m == nil || string(m[1]) != want {
+			t.Errorf("process %s of the group runs on CPUs %q, want the job's %q", p, m, want)
+		}
+	}
 }

@@ -383,34 +383,49 @@ type SlurmJob struct {
 	PID1V2 string
 }
 
-// Find returns the job's group (its directory in each hierarchy of hs
-// that has one) and its steps' groups by step name ("batch", "extern",
-// "0", ...). An empty job group comes with the reason: where it was looked
+// Find returns the job's group: its directory in each hierarchy of hs
+// that has one. An empty group comes with the reason: where it was looked
 // for.
-func (j SlurmJob) Find(hs []Hierarchy) (job StatsDirs, steps map[string]StatsDirs, why string) {
-	steps = map[string]StatsDirs{}
+func (j SlurmJob) Find(hs []Hierarchy) (job StatsDirs, why string) {
 	var looked []string
+	seen := map[Version]bool{}
 	for _, h := range hs {
 		p, l := j.jobDir(h)
-		looked = append(looked, l...)
-		if p == "" {
-			continue
+		if !seen[h.Version] {
+			// The first hierarchy of each version says where.
+			seen[h.Version] = true
+			looked = append(looked, l...)
 		}
-		job = append(job, StatsDir{H: h, Path: p})
-		ents, err := os.ReadDir(p)
+		if p != "" {
+			job = append(job, StatsDir{H: h, Path: p})
+		}
+	}
+	if len(job) == 0 {
+		why = fmt.Sprintf("no Slurm cgroup of job %s on this node (Slurm's cgroup plugins not in use, or the job's first step not started yet); looked for %s (and alike in the other hierarchies)", j.JobID, strings.Join(looked, ", "))
+	}
+	return job, why
+}
+
+// Exists reports whether the group still has its first directory (a
+// job's group goes when the job ends).
+func (ds StatsDirs) Exists() bool { return len(ds) > 0 && isDir(ds[0].Path) }
+
+// Steps returns the step groups below a job's group by step name
+// ("batch", "extern", "0", ...), each in the hierarchies that have it.
+func (ds StatsDirs) Steps() map[string]StatsDirs {
+	steps := map[string]StatsDirs{}
+	for _, d := range ds {
+		ents, err := os.ReadDir(d.Path)
 		if err != nil {
 			continue
 		}
 		for _, e := range ents {
 			if name, ok := strings.CutPrefix(e.Name(), "step_"); ok && e.IsDir() {
-				steps[name] = append(steps[name], StatsDir{H: h, Path: filepath.Join(p, e.Name())})
+				steps[name] = append(steps[name], StatsDir{H: d.H, Path: filepath.Join(d.Path, e.Name())})
 			}
 		}
 	}
-	if len(job) == 0 {
-		why = fmt.Sprintf("no Slurm cgroup of job %s on this node (Slurm's cgroup plugins not in use, or the job's first step not started yet); looked for %s", j.JobID, strings.Join(looked, ", "))
-	}
-	return job, steps, why
+	return steps
 }
 
 // jobDir is the job's directory in h ("" when none) and what was looked for.

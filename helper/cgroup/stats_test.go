@@ -220,10 +220,11 @@ func TestFindSlurmJob(t *testing.T) {
 	}
 	j := SlurmJob{UID: 1000, JobID: "7", Node: "gn1", PID1V2: "/init.scope"}
 	hs := []Hierarchy{v1("memory", "memory"), v1("cpuacct", "cpuacct"), v1("other", "cpu"), v1("twice", "cpu"), {Version: V2, Mount: filepath.Join(root, "v2")}}
-	job, steps, why := j.Find(hs)
+	job, why := j.Find(hs)
 	if why != "" {
 		t.Fatal(why)
 	}
+	steps := job.Steps()
 	var got []string
 	for _, d := range job {
 		got = append(got, strings.TrimPrefix(d.Path, root+"/"))
@@ -240,13 +241,14 @@ func TestFindSlurmJob(t *testing.T) {
 	}
 
 	j.SLUID = "s0123456789ABC"
-	job, steps, _ = j.Find([]Hierarchy{{Version: V2, Mount: filepath.Join(root, "v2sluid")}})
+	job, _ = j.Find([]Hierarchy{{Version: V2, Mount: filepath.Join(root, "v2sluid")}})
+	steps = job.Steps()
 	if len(job) != 1 || filepath.Base(job[0].Path) != "s0123456789ABC" || len(steps["0"]) != 1 {
 		t.Errorf("26.05 SLUID dir: job %v steps %v", job, steps)
 	}
 
 	j.JobID = "8"
-	if _, _, why := j.Find(hs); !strings.Contains(why, "no Slurm cgroup of job 8") || !strings.Contains(why, "slurm_gn1/uid_1000/job_8") {
+	if _, why := j.Find(hs); !strings.Contains(why, "no Slurm cgroup of job 8") || !strings.Contains(why, "slurm_gn1/uid_1000/job_8") {
 		t.Errorf("missing job: %q", why)
 	}
 }

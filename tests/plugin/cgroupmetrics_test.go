@@ -183,6 +183,7 @@ wait
 			}
 		}
 		peak[node] = maxOf(job)
+		t.Logf("%s: %d distinct series of the cgroup scrape over the job", node, cgroupSeries(t, path))
 		t.Logf("%s: job memory peak %.1f MiB over %d points; step peaks: %v", node, peak[node]/(1<<20), len(job), stepPeaks(ps))
 		if own := of(cgroupPoints(t, path, "cgroup_memory_current_bytes"), map[string]string{"cgroup": "collector"}); maxOf(own) <= 0 {
 			t.Errorf("%s: no memory of the collector's own group", node)
@@ -214,6 +215,54 @@ wait
 	if last.value-first.value < 1 {
 		t.Errorf("gn1: the job's CPU time rose %.2f s across the scrapes, want >= 1 s (the batch step spun 5 s)", last.value-first.value)
 	}
+}
+
+// cgroupSeries counts the distinct series (name and point attributes) of
+// the cgroup scrape job in path, the scrape's own (up, scrape_*) included.
+func cgroupSeries(t *testing.T, path string) int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		var l struct {
+			ResourceMetrics []struct {
+				Resource     json.RawMessage `json:"resource"`
+				ScopeMetrics []struct {
+					Metrics []map[string]json.RawMessage `json:"metrics"`
+				} `json:"scopeMetrics"`
+			} `json:"resourceMetrics"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil {
+			continue
+		}
+		for _, rm := range l.ResourceMetrics {
+			if !strings.Contains(string(rm.Resource), `"service.name.override","value":{"stringValue":"cgroup"}`) {
+				continue
+			}
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					var name string
+					_ = json.Unmarshal(m["name"], &name)
+					for _, k := range []string{"gauge", "sum"} {
+						var body struct {
+							DataPoints []struct {
+								Attributes json.RawMessage `json:"attributes"`
+							} `json:"dataPoints"`
+						}
+						if json.Unmarshal(m[k], &body) == nil {
+							for _, d := range body.DataPoints {
+								seen[name+string(d.Attributes)] = true
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return len(seen)
 }
 
 func stepPeaks(ps []cgPoint) map[string]string {

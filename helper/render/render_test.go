@@ -222,7 +222,7 @@ func TestCgroupScrape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(without), "prometheus") || strings.Contains(string(without), render.CgroupScrapeJob) {
+	if strings.Contains(string(without), "scrape_configs") || strings.Contains(string(without), "job_name: "+render.CgroupScrapeJob) {
 		t.Errorf("no targets and no cgroup port: a Prometheus receiver or a cgroup scrape:\n%s", without)
 	}
 	in.Ports.Cgroup = 41006

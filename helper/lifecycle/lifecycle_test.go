@@ -28,6 +28,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -329,11 +330,11 @@ func TestFullJob(t *testing.T) {
 
 	// Identity on every resource of every file.
 	id := identity{user: currentUser(), jobID: j.JobID, node: j.Node,
-		overrides: map[string]bool{"nemo-gym/agent": true, "gym-vllm/policy": true, "dcgm": true, "node": true}}
+		overrides: map[string]bool{"nemo-gym/agent": true, "gym-vllm/policy": true, "dcgm": true, "node": true, render.CgroupScrapeJob: true}}
 	checkIdentity(t, "metrics.jsonl", m, id)
 	checkIdentity(t, "traces.jsonl", tr, id)
 	checkIdentity(t, "logs.jsonl", lg, id)
-	if seen := m.overridesSeen(); len(seen) != 4 {
+	if seen := m.overridesSeen(); len(seen) != 5 {
 		t.Errorf("metrics.jsonl overrides %v, want all of %v", keys(seen), keys(id.overrides))
 	}
 
@@ -702,7 +703,7 @@ func TestRunsAsUser(t *testing.T) {
 	}
 	d := mustParse(t, s.out, "metrics")
 	checkIdentity(t, "metrics.jsonl", d, identity{user: "gymuser", jobID: "2001", node: "gn7",
-		overrides: map[string]bool{"gym-vllm/policy": true, "nemo-gym/agent": true}})
+		overrides: map[string]bool{"gym-vllm/policy": true, "nemo-gym/agent": true, render.CgroupScrapeJob: true}})
 }
 
 // statusField parses a hex field of a /proc/<pid>/status text.
@@ -831,7 +832,7 @@ func TestTwoSupervisors(t *testing.T) {
 	}
 	for _, s := range []*sup{a, b} {
 		server := map[string]string{"1001": "nemo-gym/agent", "1002": "nemo-gym/judge"}[s.job.JobID]
-		id := identity{user: currentUser(), jobID: s.job.JobID, node: "gn7", overrides: map[string]bool{server: true, "gym-vllm/policy": true}}
+		id := identity{user: currentUser(), jobID: s.job.JobID, node: "gn7", overrides: map[string]bool{server: true, "gym-vllm/policy": true, render.CgroupScrapeJob: true}}
 		for _, sig := range []string{"metrics", "traces", "logs"} {
 			d := mustParse(t, s.out, sig)
 			checkIdentity(t, s.job.JobID+" "+sig, d, id)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -136,8 +137,8 @@ func newestUp(t testing.TB, dir string) map[string]numberDP {
 	out := map[string]numberDP{}
 	for _, m := range d.named("up") {
 		name, _ := m.resource.str("service.name.override")
-		if m.Gauge == nil {
-			continue
+		if m.Gauge == nil || name == render.CgroupScrapeJob {
+			continue // the supervisor's own scrape: not the job's target
 		}
 		for _, dp := range m.Gauge.DataPoints {
 			if old, ok := out[name]; !ok || dp.Time > old.Time {
@@ -189,7 +190,7 @@ func TestFailedScrapeNoStaleMarker(t *testing.T) {
 	d := mustParse(t, s.out, "metrics")
 	var ups []numberDP
 	for _, m := range d.named("up") {
-		if m.Gauge != nil {
+		if o, _ := m.resource.str("service.name.override"); m.Gauge != nil && o == "gym-vllm/policy" {
 			ups = append(ups, m.Gauge.DataPoints...)
 		}
 	}

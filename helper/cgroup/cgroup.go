@@ -115,6 +115,13 @@ func Discover(mountinfo string) ([]Hierarchy, error) {
 }
 
 func parseMountinfo(r io.Reader) ([]Hierarchy, error) {
+	return parseMountinfoFor(r, v1Used)
+}
+
+// parseMountinfoFor reads the v2 hierarchy and the v1 ones that bind any
+// of the controllers used (Hierarchy.Controllers: those of used it binds).
+func parseMountinfoFor(r io.Reader, used []string) ([]Hierarchy, error) {
+	r = io.LimitReader(r, 4<<20)
 	var out []Hierarchy
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
@@ -136,7 +143,7 @@ func parseMountinfo(r io.Reader) ([]Hierarchy, error) {
 		case "cgroup":
 			var ctrls []string
 			for _, o := range strings.Split(qf[2], ",") {
-				if slices.Contains(v1Used, o) {
+				if slices.Contains(used, o) {
 					ctrls = append(ctrls, o)
 				}
 			}

@@ -169,6 +169,10 @@ type Ports struct {
 	// the final figures of the receipt, flushed after every pipeline has
 	// shut down. 0 (or Telemetry 0) renders no such reader.
 	Final int `json:"final,omitempty"`
+	// Cgroup is the supervisor's own loopback port that serves the job's
+	// cgroups on this node as Prometheus text at /metrics, scraped as the
+	// job "cgroup"; 0 renders no such scrape.
+	Cgroup int `json:"cgroup,omitempty"`
 }
 
 // State is state.json in a node dir: the supervisor's state, for humans,

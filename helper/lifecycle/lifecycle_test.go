@@ -26,6 +26,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
@@ -256,11 +257,11 @@ func TestFullJob(t *testing.T) {
 
 	// Identity on every resource of every file.
 	id := identity{user: harness.CurrentUser(), jobID: j.JobID, node: j.Node,
-		overrides: map[string]bool{"nemo-gym/agent": true, "gym-vllm/policy": true, "dcgm": true, "node": true}}
+		overrides: map[string]bool{"nemo-gym/agent": true, "gym-vllm/policy": true, "dcgm": true, "node": true, render.CgroupScrapeJob: true}}
 	checkIdentity(t, "metrics.jsonl", m, id)
 	checkIdentity(t, "traces.jsonl", tr, id)
 	checkIdentity(t, "logs.jsonl", lg, id)
-	if seen := overridesSeen(m); len(seen) != 4 {
+	if seen := overridesSeen(m); len(seen) != 5 {
 		t.Errorf("metrics.jsonl overrides %v, want all of %v", keys(seen), keys(id.overrides))
 	}
 
@@ -631,7 +632,7 @@ func TestRunsAsUser(t *testing.T) {
 	}
 	d := otlptest.MustRead(t, s.Out, "metrics")
 	checkIdentity(t, "metrics.jsonl", d, identity{user: "gymuser", jobID: "2001", node: "gn7",
-		overrides: map[string]bool{"gym-vllm/policy": true, "nemo-gym/agent": true}})
+		overrides: map[string]bool{"gym-vllm/policy": true, "nemo-gym/agent": true, render.CgroupScrapeJob: true}})
 }
 
 // statusField parses a hex field of a /proc/<pid>/status text.
@@ -760,7 +761,7 @@ func TestTwoSupervisors(t *testing.T) {
 	}
 	for _, s := range []*harness.Sup{a, b} {
 		server := map[string]string{"1001": "nemo-gym/agent", "1002": "nemo-gym/judge"}[s.Job.JobID]
-		id := identity{user: harness.CurrentUser(), jobID: s.Job.JobID, node: "gn7", overrides: map[string]bool{server: true, "gym-vllm/policy": true}}
+		id := identity{user: harness.CurrentUser(), jobID: s.Job.JobID, node: "gn7", overrides: map[string]bool{server: true, "gym-vllm/policy": true, render.CgroupScrapeJob: true}}
 		for _, sig := range []string{"metrics", "traces", "logs"} {
 			d := otlptest.MustRead(t, s.Out, sig)
 			checkIdentity(t, s.Job.JobID+" "+sig, d, id)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
@@ -138,8 +139,8 @@ func newestUp(t testing.TB, dir string) map[string]otlptest.NumberPoint {
 	out := map[string]otlptest.NumberPoint{}
 	for _, m := range d.Named("up") {
 		name, _ := m.Resource.Str("service.name.override")
-		if m.Gauge == nil {
-			continue
+		if m.Gauge == nil || name == render.CgroupScrapeJob {
+			continue // the supervisor's own scrape: not the job's target
 		}
 		for _, dp := range m.Gauge.DataPoints {
 			if old, ok := out[name]; !ok || dp.Time > old.Time {
@@ -191,7 +192,7 @@ func TestFailedScrapeNoStaleMarker(t *testing.T) {
 	d := otlptest.MustRead(t, s.Out, "metrics")
 	var ups []otlptest.NumberPoint
 	for _, m := range d.Named("up") {
-		if m.Gauge != nil {
+		if o, _ := m.Resource.Str("service.name.override"); m.Gauge != nil && o == "gym-vllm/policy" {
 			ups = append(ups, m.Gauge.DataPoints...)
 		}
 	}

@@ -105,6 +105,9 @@ type Options struct {
 	// <output dir>/supervisor.log once the dir exists (the plugin's prolog
 	// gives the supervisor no stderr).
 	LogToOutputDir bool
+	// NoCgroupMetrics: the supervisor serves no cgroup metrics
+	// (cgroupmetrics.go) and the collector scrapes none.
+	NoCgroupMetrics bool
 }
 
 // supervisor is one run's state.
@@ -131,6 +134,7 @@ type supervisor struct {
 
 	// The receipt's figures (see receipt.go).
 	final      *finalSink           // receives the collector's export at shutdown
+	cgroups    *cgroupServer        // serves the job's cgroups (nil: not served)
 	hold       *holdServer          // answers the batch step's hold (nil: not started by the plugin)
 	lastRead   selfmetrics.Counters // the running collector's last read counters
 	lastReadAt time.Time
@@ -164,6 +168,7 @@ func Run(ctx context.Context, opt Options) error {
 		if s.hold != nil {
 			s.hold.close()
 		}
+		s.cgroups.close()
 	}()
 	if err := s.startUp(ctx, sigs); err != nil {
 		s.fail(err)
@@ -245,6 +250,13 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	if s.final, err = newFinalSink(s.rtoken); err != nil {
 		return fmt.Errorf("a loopback port for the collector's final figures: %w", err)
 	}
+	if !s.opt.NoCgroupMetrics {
+		if r, err := newCgroupReader(s.opt.Facts); err != nil {
+			s.log.Warnf("the job's cgroup metrics are not served: the node's cgroup mounts: %v", err)
+		} else if s.cgroups, err = newCgroupServer(r); err != nil {
+			s.log.Warnf("the job's cgroup metrics are not served: a loopback port: %v", err)
+		}
+	}
 	if s.opt.RecordPath != "" {
 		// Started by the plugin: the batch step may ask how far the
 		// scrapes are (holdsock.go). Without it the step waits its bound.
@@ -287,6 +299,7 @@ func (s *supervisor) choosePorts() error {
 	if s.final != nil {
 		s.ports.Final = s.final.port()
 	}
+	s.ports.Cgroup = s.cgroups.port()
 	return nil
 }
 

@@ -580,8 +580,29 @@ func scrapeJobs(in Input) []omap {
 		}}})
 		jobs = append(jobs, job)
 	}
+	if in.Ports.Cgroup != 0 {
+		// The job's cgroups on this node, served by the supervisor
+		// (Ports.Cgroup): never a model service's target, so not in
+		// Targets (the batch step's final hold does not wait for it).
+		job := omap{
+			{"job_name", CgroupScrapeJob},
+			{"scrape_interval", fmt.Sprintf("%ds", interval)},
+			{"scrape_timeout", fmt.Sprintf("%ds", timeout)},
+			{"metrics_path", "/metrics"},
+		}
+		job = append(job, scrapeLimits(in.Resolved.Otel)...)
+		job = append(job, kv{"static_configs", []omap{{
+			{"targets", []string{"localhost:" + strconv.Itoa(in.Ports.Cgroup)}},
+			{"labels", omap{{"instance", esc(in.Job.Node + ":" + strconv.Itoa(in.Ports.Cgroup))}}},
+		}}})
+		jobs = append(jobs, job)
+	}
 	return jobs
 }
+
+// CgroupScrapeJob is the scrape job of the job's cgroup metrics on the
+// node (Ports.Cgroup), and the service.name.override of its series.
+const CgroupScrapeJob = "cgroup"
 
 // identityStatements are the OTTL resource statements that stamp the run
 // identity. String literals keep slurm_job_id a string (the resource

@@ -6,8 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
@@ -201,5 +204,55 @@ func TestCollectorValidates(t *testing.T) {
 				t.Fatalf("%s validate: %v\n%s", bin, err, out)
 			}
 		})
+	}
+}
+
+// TestCgroupScrape: with the supervisor's cgroup port, the node's
+// collector scrapes it as the job "cgroup" (instance <node>:<port>) into
+// the metrics pipeline, even with no other target; without the port
+// nothing changes. The real collector accepts the configuration.
+func TestCgroupScrape(t *testing.T) {
+	r, err := config.Resolve(config.Inputs{SiteFile: "testdata/site.yaml", WorkDir: "/w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Otel.GPUMetricsPort, r.Otel.NodeMetricsPort = 0, 0
+	in := render.Input{Resolved: r, Job: render.Job{JobID: "77", Node: "gn1", RunID: "r"}, Ports: render.Ports{OTLPGRPC: 1, OTLPHTTP: 2, Health: 3, Telemetry: 4}, OutputDir: "/w/otel"}
+	without, err := render.Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(without), "scrape_configs") || strings.Contains(string(without), "job_name: "+render.CgroupScrapeJob) {
+		t.Errorf("no targets and no cgroup port: a Prometheus receiver or a cgroup scrape:\n%s", without)
+	}
+	in.Ports.Cgroup = 41006
+	y, err := render.Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"job_name: cgroup", "localhost:41006", "instance: gn1:41006"} {
+		if !strings.Contains(string(y), w) {
+			t.Errorf("lacks %q:\n%s", w, y)
+		}
+	}
+	var doc struct {
+		Service struct {
+			Pipelines map[string]struct{ Receivers []string }
+		}
+	}
+	if err := yaml.Unmarshal(y, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if m := doc.Service.Pipelines["metrics"].Receivers; !slices.Contains(m, "prometheus") {
+		t.Errorf("metrics pipeline receivers %v, want prometheus among them", m)
+	}
+	path := filepath.Join(t.TempDir(), "collector.yaml")
+	if err := os.WriteFile(path, y, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testenv.Collector(t), "validate", "--config", path)
+	cmd.Env = append(os.Environ(), "OTEL_TOKEN=t", render.ReceiverTokenEnv+"=r")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("validate: %v\n%s", err, out)
 	}
 }

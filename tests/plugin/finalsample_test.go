@@ -5,12 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
@@ -138,8 +140,11 @@ func TestShortJobFinalSample(t *testing.T) {
 				if i > 0 {
 					dir = filepath.Join(dir, "nodes", node)
 				}
-				// The node scrapes its own stand-in only.
-				if ts, err := inspect.Targets(dir); err != nil || len(ts) != 1 || ts[0].Instance != fmt.Sprintf("%s:%d", node, tc.port+i) {
+				// The node scrapes its own stand-in only (and its
+				// supervisor's cgroup metrics).
+				ts, err := inspect.Targets(dir)
+				ts = slices.DeleteFunc(ts, func(t inspect.Target) bool { return t.Job == render.CgroupScrapeJob })
+				if err != nil || len(ts) != 1 || ts[0].Instance != fmt.Sprintf("%s:%d", node, tc.port+i) {
 					t.Fatalf("%s: scrape targets %+v (%v), want only %s:%d", node, ts, err, node, tc.port+i)
 				}
 				got, ok := otlptest.Latest(sumPoints(t, filepath.Join(dir, "metrics.jsonl"), "vllm_prompt_tokens_total"), node, jobID)

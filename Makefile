@@ -45,7 +45,8 @@ PLUGIN_CFLAGS = $(CFLAGS) $(HARDEN_CFLAGS) -std=gnu11 -Wall -Wextra -Werror -fPI
 PLUGIN_LDFLAGS = -shared -Wl,--version-script=spank/gym_otel.map $(HARDEN_LDFLAGS) -ldl
 
 PLUGIN_SRCS = spank/gym_otel.c spank/args.c spank/core.c spank/submit.c \
-	spank/prolog.c spank/step.c spank/record.c spank/hold.c spank/bound.c
+	spank/prolog.c spank/step.c spank/record.c spank/hold.c spank/bound.c \
+	spank/phase.c
 PLUGIN_HDRS = spank/gym_otel.h spank/compat.h include/gym_otel_core.h
 
 .PHONY: all build install test unit-test plugin-test vet clean FORCE deps collector standins man rpm demo

@@ -20,5 +20,7 @@
 #define GOS_JOB_CONTROL_SPEC "GYM_OTEL_SPEC"
 /* JobControlToken */
 #define GOS_JOB_CONTROL_TOKEN "GYM_OTEL_TOKEN"
+/* EnvPrologStart */
+#define GOS_ENV_PROLOG_START "GYM_OTEL_PROLOG_START_MS"
 
 #endif

@@ -90,6 +90,11 @@ long long gos_now_ms(void);
  * (no answer, a listener that is not the supervisor, not yet). Bounded:
  * 250 ms at most, 256 bytes of answer. */
 int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since_ms);
+/* phase.c: the step's start and end, told to the supervisor (its spans). */
+void gos_phase_step_start(spank_t sp, uint32_t job_id, uint32_t step_id, const struct gos_record *r);
+void gos_phase_task_exit(spank_t sp);
+void gos_phase_task_exit_done(void);
+void gos_phase_step_end(void);
 
 /* Per-context entry points. */
 /* Outcomes of gos_bound_memory (bound.c). */

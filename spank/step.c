@@ -293,6 +293,8 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 				if (r.ready) {
 					snprintf(st.cpuset, sizeof(st.cpuset), "%s", r.cgroup_cpuset);
 					bound_collector_memory(sp, &r);
+					if (gos_supervisor_alive(&r))
+						gos_phase_step_start(sp, st.job_id, st.step_id, &r);
 				}
 				gos_record_free(&r);
 			}
@@ -343,6 +345,7 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	snprintf(st.reason, sizeof(st.reason), "%s", r.reason);
 	snprintf(st.hold_socket, sizeof(st.hold_socket), "%s", r.hold_socket);
 	st.supervisor_pid = r.supervisor_pid;
+	gos_phase_step_start(sp, st.job_id, st.step_id, &r);
 
 	/* The nesting marker: an srun in this job does not submit again. */
 	snprintf(jobbuf, sizeof(jobbuf), "%u", st.job_id);

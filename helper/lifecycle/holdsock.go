@@ -41,7 +41,7 @@ const (
 	// HoldConnTimeout bounds one connection's request and answer.
 	HoldConnTimeout = time.Second
 	// holdRequestMax bounds the request line, bytes.
-	holdRequestMax = 64
+	holdRequestMax = 192
 )
 
 // DefaultSampledPoll is how often the supervisor reads the new lines of
@@ -71,6 +71,7 @@ type holdServer struct {
 	targets atomic.Int64 // -1 until the follower knows
 	at      atomic.Int64 // unix ms, 0: not yet
 	slots   chan struct{}
+	phases  atomic.Pointer[phases] // the steps' phase lines (phases.go); nil until ready
 }
 
 // newHoldServer listens on a fresh abstract name (a few tries: another
@@ -139,7 +140,13 @@ func (s *holdServer) answer(c *net.UnixConn) {
 		return
 	}
 	line, err := bufio.NewReaderSize(&limitedReader{c, holdRequestMax}, 16).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "sampled" {
+	if err != nil {
+		return
+	}
+	if strings.TrimSpace(line) != "sampled" {
+		if p := s.phases.Load(); p != nil {
+			_, _ = c.Write([]byte(p.handle(line)))
+		}
 		return
 	}
 	t := s.targets.Load()

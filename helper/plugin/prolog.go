@@ -178,6 +178,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if u.Home != "" {
 		env = append(env, "HOME="+u.Home)
 	}
+	env = append(env, lifecycle.EnvPrologStart+"="+prologStart(in.Getenv, log))
 	if c := in.Getenv("SLURM_CONF"); c != "" {
 		env = append(env, "SLURM_CONF="+c) // the supervisor's liveness queries
 	}

@@ -40,6 +40,10 @@ const (
 	// spank_job_control_setenv) hands the token to the prolog in; the
 	// prolog sees it with Slurm's SPANK_ prefix.
 	JobControlToken = "GYM_OTEL_TOKEN"
+	// EnvPrologStart is the variable the job prolog (C, spank/prolog.c)
+	// sets to its start (unix ms) before it loads the Go core, which hands
+	// it on to the supervisor: the start of the prolog's phase span.
+	EnvPrologStart = "GYM_OTEL_PROLOG_START_MS"
 )
 
 // define is one #define: a C macro name, its Go source, and its value
@@ -58,6 +62,7 @@ func defines() []define {
 		{"GOS_ENV_IN_JOB", "EnvInJob", EnvInJob},
 		{"GOS_JOB_CONTROL_SPEC", "JobControlSpec", JobControlSpec},
 		{"GOS_JOB_CONTROL_TOKEN", "JobControlToken", JobControlToken},
+		{"GOS_ENV_PROLOG_START", "EnvPrologStart", EnvPrologStart},
 	}
 }
 

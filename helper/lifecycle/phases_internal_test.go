@@ -187,3 +187,47 @@ func attr(s *tracev1.Span, k string) any {
 	}
 	return ""
 }
+
+// The steps' lines reach the phases through the hold socket, which answers
+// "ok"; before the collector is ready (no phases yet) a line gets no
+// answer. The exchange's cost is logged (a step pays two).
+func TestHoldSocketPhaseLines(t *testing.T) {
+	s, err := newHoldServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	say := func(line string) string {
+		c, err := net.Dial("unix", "@"+s.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Write([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(c)
+		return string(b)
+	}
+	if got := say("step start 3 1700000000000\n"); got != "" {
+		t.Fatalf("answered %q before the phases began", got)
+	}
+	p := newPhases(jobfacts.Facts{JobID: "1", Node: "n"}, time.Now(), time.Now())
+	s.phases.Store(p)
+	const n = 200
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		if got := say(fmt.Sprintf("step end %d 1700000000000 1700000001000 0 0 0 0 1\n", i)); got != "ok\n" {
+			t.Fatalf("answer %q", got)
+		}
+	}
+	t.Logf("one phase line on the hold socket: %v (connect, line, answer)", time.Since(t0)/n)
+	if got := say("sampled\n"); got != "" {
+		t.Errorf("sampled before the follower knows: %q", got)
+	}
+	p.end(time.Now())
+	if n := len(byName(p.take(), "slurm.step")); n != MaxStepSpans {
+		t.Errorf("%d step spans", n)
+	}
+}

@@ -130,8 +130,10 @@ type phases struct {
 	agg      aggregate
 	unseen   int // steps not tracked: MaxOpenSteps open at once
 	ended    bool
-	exported int // spans the collector accepted
-	failures int // exports that failed
+	submit   time.Time // the job's submit (the first node only; zero: not known)
+	queueErr string    // why the submit is not known
+	exported int       // spans the collector accepted
+	failures int       // exports that failed
 	lastErr  string
 }
 
@@ -380,10 +382,17 @@ func (p *phases) end(at time.Time) {
 			intAttr("slurm.steps.kept", int64(MaxStepSpans))))
 	}
 	attrs := []*commonv1.KeyValue{strAttr("slurm.job.id", p.facts.JobID), boolAttr("slurm.start_known", !p.guessed)}
+	start := p.start
+	if !p.submit.IsZero() && p.submit.Before(start) {
+		start = p.submit // the first node's span holds the queue wait
+	}
+	if p.queueErr != "" {
+		attrs = append(attrs, strAttr("slurm.queue_wait.unknown", p.queueErr))
+	}
 	if p.unseen > 0 {
 		attrs = append(attrs, intAttr("slurm.steps.untracked", int64(p.unseen)))
 	}
-	p.pending = append(p.pending, p.span("slurm.job", p.root, nil, p.start, at, attrs...))
+	p.pending = append(p.pending, p.span("slurm.job", p.root, nil, start, at, attrs...))
 }
 
 // take returns the spans not exported yet.
@@ -463,6 +472,10 @@ func (s *supervisor) startPhases(ctx context.Context) (stop func()) {
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})
+	if s.opt.Facts.NodeIndex == 0 && s.opt.RecordPath != "" {
+		// Started by the plugin on the job's first node: one query.
+		go s.phases.queueWait(ctx, squeueSubmit)
+	}
 	go func() {
 		defer close(finished)
 		t := time.NewTicker(PhaseFlush)

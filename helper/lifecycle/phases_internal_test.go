@@ -231,3 +231,37 @@ func TestHoldSocketPhaseLines(t *testing.T) {
 		t.Errorf("%d step spans", n)
 	}
 }
+
+// The first node's queue wait: squeue's submit and start (unix seconds)
+// make slurm.queue_wait, and the node's job span starts at the submit; an
+// unanswered query leaves no span and says why on the job's span.
+func TestPhasesQueueWait(t *testing.T) {
+	for _, bad := range []string{"", "x|1", "5|4", "N/A|N/A"} {
+		if _, _, err := parseSubmit(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	t0 := time.Unix(1_700_000_100, 0)
+	p := newPhases(jobfacts.Facts{JobID: "9", Node: "n"}, t0, t0)
+	p.queueWait(context.Background(), func(context.Context, string) (time.Time, time.Time, error) {
+		return parseSubmit("1700000000|1700000099\n")
+	})
+	p.end(t0.Add(time.Minute))
+	spans := p.take()
+	q := byName(spans, "slurm.queue_wait")
+	if len(q) != 1 || time.Duration(q[0].EndTimeUnixNano-q[0].StartTimeUnixNano) != 99*time.Second {
+		t.Fatalf("queue wait: %v", q)
+	}
+	if r := byName(spans, "slurm.job")[0]; r.StartTimeUnixNano != q[0].StartTimeUnixNano {
+		t.Error("the job's span does not start at the submit")
+	}
+	p = newPhases(jobfacts.Facts{JobID: "9", Node: "n"}, t0, t0)
+	p.queueWait(context.Background(), func(context.Context, string) (time.Time, time.Time, error) {
+		return time.Time{}, time.Time{}, fmt.Errorf("squeue: no answer")
+	})
+	p.end(t0.Add(time.Minute))
+	spans = p.take()
+	if len(byName(spans, "slurm.queue_wait")) != 0 || attr(byName(spans, "slurm.job")[0], "slurm.queue_wait.unknown") != "squeue: no answer" {
+		t.Error("an unanswered query is not marked")
+	}
+}

@@ -204,6 +204,9 @@ func TestPhaseSpans(t *testing.T) {
 	if d := b.End.Sub(end); d < -time.Second || d > 2*time.Second {
 		t.Errorf("batch step end %v, slurmctld's EndTime %v (off by %v)", b.End, end, d)
 	}
+	if q := byName["slurm.queue_wait"]; len(q) != 1 || !q[0].End.Equal(start) || q[0].Start.After(start) || q[0].Parent != root.ID || !root.Start.Equal(q[0].Start) {
+		t.Errorf("queue wait %v (want one, ending at StartTime %v, under the job's span, which starts with it)", q, start)
+	}
 	pr := byName["slurm.prolog"][0]
 	if pr.Start.Before(start.Add(-5*time.Second)) || pr.End.After(b.Start.Add(time.Second)) || pr.Attrs["slurm.start_known"] != "true" {
 		t.Errorf("prolog %v .. %v (start known %s), job start %v, batch step %v", pr.Start, pr.End, pr.Attrs["slurm.start_known"], start, b.Start)

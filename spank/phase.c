@@ -43,6 +43,7 @@ static struct {
 	char sock[64];
 	long long start, tasks_end, final_end;
 	int exit, signal, tasks;
+	int waits; /* the last task exited (no signal): the final wait may run */
 } ph;
 
 static long long mono(void)
@@ -127,6 +128,7 @@ void gos_phase_task_exit(spank_t sp)
 		return;
 	ph.tasks++;
 	ph.tasks_end = gos_now_ms();
+	ph.waits = WIFEXITED(status); /* the batch step's final wait follows an exit, never a kill */
 	if (WIFSIGNALED(status)) {
 		if (!ph.signal)
 			ph.signal = WTERMSIG(status);
@@ -137,7 +139,7 @@ void gos_phase_task_exit(spank_t sp)
 
 void gos_phase_task_exit_done(void)
 {
-	if (ph.on && ph.step_id == SLURM_BATCH_SCRIPT && ph.tasks_end)
+	if (ph.on && ph.step_id == SLURM_BATCH_SCRIPT && ph.tasks_end && ph.waits)
 		ph.final_end = gos_now_ms();
 }
 

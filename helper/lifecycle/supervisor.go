@@ -500,7 +500,8 @@ func (s *supervisor) pollSelf() {
 		s.log.Infof("collector run %d: counters read, %d metric points received so far", s.runs+1, c.Received)
 	}
 	s.lastRead, s.lastReadAt = m, time.Now()
-	if n := m.acceptedSpans(); n != s.lastSpans {
+	phaseSpans, busy := s.phaseSpansSent()
+	if n := m.acceptedSpans() - phaseSpans; n != s.lastSpans && !busy {
 		s.lastSpans, s.spansAt = n, time.Now()
 	}
 	all := s.figures.add(m)

@@ -31,7 +31,9 @@ import (
 //	sampled_ms=<unix ms: every target has a sample stamped at or after it; 0: not yet>
 //
 // The answer is a hint: a wrong value can only shorten or keep the job's
-// own wait, never past one scrape interval plus 1 s. The supervisor answers
+// own wait, never past one scrape interval plus 1 s. Every step also
+// sends its start and end here as "step ..." lines (phases.go), answered
+// "ok" once the collector is ready. The supervisor answers
 // only root and its own user (SO_PEERCRED), at most HoldConns connections
 // at a time, each closed within HoldConnTimeout.
 const (

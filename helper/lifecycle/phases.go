@@ -467,10 +467,15 @@ func postTraces(ctx context.Context, port int, token string, req *tracev1.Traces
 	return nil
 }
 
-// startPhases begins the node's phase spans once the collector is ready:
-// the prolog span now, the steps as they come, exported every PhaseFlush
-// until the returned stop.
+// startPhases begins the node's phase spans once the collector is ready,
+// when the plugin's prolog started the supervisor (Options.RecordPath
+// set): the prolog span now, the steps as they come, exported every
+// PhaseFlush until the returned stop.
 func (s *supervisor) startPhases(ctx context.Context) (stop func()) {
+	if s.opt.RecordPath == "" {
+		// Not started by the plugin's prolog: no Slurm phases to tell.
+		return func() {}
+	}
 	s.phases = newPhases(s.opt.Facts, ParsePrologStart(os.Getenv(EnvPrologStart)), s.started)
 	s.phases.ready(time.Now())
 	if s.hold != nil {
@@ -478,8 +483,8 @@ func (s *supervisor) startPhases(ctx context.Context) (stop func()) {
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})
-	if s.opt.Facts.NodeIndex == 0 && s.opt.RecordPath != "" {
-		// Started by the plugin on the job's first node: one query.
+	if s.opt.Facts.NodeIndex == 0 {
+		// The job's first node: one query.
 		go s.phases.queueWait(ctx, squeueSubmit)
 	}
 	go func() {

@@ -48,5 +48,7 @@
 #define GOS_HOLD_TARGETS "targets"
 /* HoldSampledMs */
 #define GOS_HOLD_SAMPLED_MS "sampled_ms"
+/* EnvPrologStart */
+#define GOS_ENV_PROLOG_START "GYM_OTEL_PROLOG_START_MS"
 
 #endif

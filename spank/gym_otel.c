@@ -36,6 +36,7 @@
 #include "args.h"
 #include "compat.h"
 #include "log.h"
+#include "phase.h"
 #include "prolog.h"
 #include "step.h"
 #include "submit.h"
@@ -142,8 +143,11 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 {
 	(void)ac;
 	(void)av;
-	if (spank_context() == S_CTX_REMOTE)
+	if (spank_context() == S_CTX_REMOTE) {
+		gos_phase_task_exit(sp);
 		gos_step_task_exit(sp);
+		gos_phase_task_exit_done();
+	}
 	return 0;
 }
 
@@ -164,8 +168,10 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	(void)sp;
 	(void)ac;
 	(void)av;
-	if (spank_context() == S_CTX_REMOTE)
+	if (spank_context() == S_CTX_REMOTE) {
+		gos_phase_step_end();
 		gos_step_exit();
+	}
 	gos_args_free(&args);
 	free(opt.value);
 	opt.value = NULL;

@@ -20,6 +20,7 @@
 
 #include <slurm/slurm.h>
 
+#include "clock.h"
 #include "compat.h"
 #include "hold.h"
 #include "holdsock.h"
@@ -31,15 +32,6 @@ static long long now_ms(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Wall-clock milliseconds since the epoch, as the samples are stamped. */
-static long long wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -94,7 +86,7 @@ static void final_wait(uint32_t job_id, int seconds, int one, uid_t uid, const c
 		       const char *hold_socket, long supervisor_pid)
 {
 	long long start = now_ms(), end = start + (long long)seconds * 1000, next = start + 1000;
-	long long since = wall_ms();
+	long long since = gos_now_ms();
 	struct timespec slice = { 0, 100 * 1000 * 1000 };
 	const char *why = NULL;
 	pid_t child = -1;

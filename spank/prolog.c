@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "args.h"
+#include "clock.h"
 #include "core.h"
 #include "gym_otel_contract.h"
 #include "log.h"
@@ -48,10 +49,14 @@ int gos_job_prolog(spank_t sp, int ac, char **av)
 	uid_t uid;
 	gid_t gid;
 	sigset_t old;
+	char started[24];
 
 	spec = job_control("SPANK_" GOS_JOB_CONTROL_SPEC);
 	if (!spec)
 		return 0; /* not a gym-otel job: Go is never loaded */
+	/* The prolog's start, handed on to the supervisor (its phase spans). */
+	snprintf(started, sizeof(started), "%lld", gos_now_ms());
+	setenv(GOS_ENV_PROLOG_START, started, 1);
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS ||
 	    spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
 	    spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS) {

@@ -27,6 +27,7 @@
 #include "log.h"
 #include "node.h"
 #include "notice.h"
+#include "phase.h"
 #include "record.h"
 #include "step.h"
 #include "taskenv.h"
@@ -70,6 +71,8 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 				if (r.ready) {
 					snprintf(st.cpuset, sizeof(st.cpuset), "%s", r.cgroup_cpuset);
 					gos_cgroup_bound_memory(sp, &r, st.job_id);
+					if (gos_supervisor_alive(&r))
+						gos_phase_step_start(sp, st.job_id, st.step_id, &r);
 				}
 				gos_record_free(&r);
 			}
@@ -116,6 +119,7 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	snprintf(st.reason, sizeof(st.reason), "%s", r.reason);
 	snprintf(st.hold_socket, sizeof(st.hold_socket), "%s", r.hold_socket);
 	st.supervisor_pid = r.supervisor_pid;
+	gos_phase_step_start(sp, st.job_id, st.step_id, &r);
 
 	/* The nesting marker: an srun in this job does not submit again. */
 	snprintf(jobbuf, sizeof(jobbuf), "%u", st.job_id);

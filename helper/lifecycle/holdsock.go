@@ -31,7 +31,9 @@ import (
 //	sampled_ms=<unix ms: every target has a sample stamped at or after it; 0: not yet>
 //
 // The answer is a hint: a wrong value can only shorten or keep the job's
-// own wait, never past one scrape interval plus 1 s. The supervisor answers
+// own wait, never past one scrape interval plus 1 s. Every step also
+// sends its start and end here as "step ..." lines (phases.go), answered
+// "ok" once the collector is ready. The supervisor answers
 // only root and its own user (SO_PEERCRED), at most HoldConns connections
 // at a time, each closed within HoldConnTimeout.
 const (
@@ -41,7 +43,7 @@ const (
 	// HoldConnTimeout bounds one connection's request and answer.
 	HoldConnTimeout = time.Second
 	// holdRequestMax bounds the request line, bytes.
-	holdRequestMax = 64
+	holdRequestMax = 192
 )
 
 // DefaultSampledPoll is how often the supervisor reads the new lines of
@@ -71,6 +73,7 @@ type holdServer struct {
 	targets atomic.Int64 // -1 until the follower knows
 	at      atomic.Int64 // unix ms, 0: not yet
 	slots   chan struct{}
+	phases  atomic.Pointer[phases] // the steps' phase lines (phases.go); nil until ready
 }
 
 // newHoldServer listens on a fresh abstract name (a few tries: another
@@ -139,7 +142,13 @@ func (s *holdServer) answer(c *net.UnixConn) {
 		return
 	}
 	line, err := bufio.NewReaderSize(&limitedReader{c, holdRequestMax}, 16).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != contract.HoldQuestion {
+	if err != nil {
+		return
+	}
+	if strings.TrimSpace(line) != contract.HoldQuestion {
+		if p := s.phases.Load(); p != nil {
+			_, _ = c.Write([]byte(p.handle(line)))
+		}
 		return
 	}
 	t := s.targets.Load()

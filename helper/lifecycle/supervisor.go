@@ -141,6 +141,9 @@ type supervisor struct {
 	figures    selfmetrics.Counters // the ended collector runs' counters, summed
 	runs       int                  // collector runs ended (counted in figures)
 	unknown    []string             // what the figures lack, one sentence each
+
+	phases     *phases // the job's Slurm phases as spans (phases.go)
+	phasesStop func()
 }
 
 // Run starts the job's collector, reports, supervises it until a drain
@@ -429,6 +432,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 		s.log.Infof("job %s: the epilog of this node's slurmd ends the collector; Slurm is asked only once that slurmd is gone or the job is past its end time", s.opt.Facts.JobID)
 	}
 	defer s.followSampled(ctx)()
+	s.phasesStop = s.startPhases(ctx)
 	selfTick := time.NewTicker(time.Second)
 	defer selfTick.Stop()
 	recordTick := time.NewTicker(s.opt.RecordPoll)
@@ -512,7 +516,8 @@ func (s *supervisor) pollSelf() {
 		s.log.Infof("collector run %d: counters read, %d metric points received so far", s.runs+1, c.Received)
 	}
 	s.lastRead, s.lastReadAt = m, time.Now()
-	if n := m.Sum(selfmetrics.ReceiverAccepted, "traces"); n != s.lastSpans {
+	phaseSpans, busy := s.phaseSpansSent()
+	if n := m.Sum(selfmetrics.ReceiverAccepted, "traces") - phaseSpans; n != s.lastSpans && !busy {
 		s.lastSpans, s.spansAt = n, time.Now()
 	}
 	all := s.figures.Add(m)
@@ -626,6 +631,7 @@ func completeLength(path string) (size, keep int64, err error) {
 // and reports what the backend refused.
 func (s *supervisor) drain() error {
 	s.writeState(jobdir.StatusDraining, "")
+	s.endPhases()
 	s.pollSelf()
 	if !s.spansAt.IsZero() {
 		// A new series is flushed as 0 first and with its count one

@@ -245,6 +245,7 @@ func supervisorEnv(in PrologInput, spec *config.Resolved, factsJSON []byte, dir 
 	if u.Home != "" {
 		env = append(env, "HOME="+u.Home)
 	}
+	env = append(env, lifecycle.EnvPrologStart+"="+prologStart(in.Getenv, log))
 	if c := in.Getenv("SLURM_CONF"); c != "" {
 		env = append(env, "SLURM_CONF="+c) // the supervisor's liveness queries
 	}

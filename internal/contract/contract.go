@@ -41,6 +41,10 @@ const (
 	// spank_job_control_setenv) hands the token to the prolog in; the
 	// prolog sees it with Slurm's SPANK_ prefix.
 	JobControlToken = "GYM_OTEL_TOKEN"
+	// EnvPrologStart is the variable the job prolog (C, spank/prolog.c)
+	// sets to its start (unix ms) before it loads the Go core, which hands
+	// it on to the supervisor: the start of the prolog's phase span.
+	EnvPrologStart = "GYM_OTEL_PROLOG_START_MS"
 )
 
 // The keys of root's record (helper/record writes it, spank/record.c
@@ -98,6 +102,7 @@ func defines() []define {
 		{"GOS_HOLD_QUESTION", "HoldQuestion", HoldQuestion},
 		{"GOS_HOLD_TARGETS", "HoldTargets", HoldTargets},
 		{"GOS_HOLD_SAMPLED_MS", "HoldSampledMs", HoldSampledMs},
+		{"GOS_ENV_PROLOG_START", "EnvPrologStart", EnvPrologStart},
 	}
 }
 

@@ -1,0 +1,285 @@
+package plugin_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+)
+
+// phaseSpan is one span of the job's traces.jsonl, with its resource.
+type phaseSpan struct {
+	Trace, ID, Parent, Name string
+	Start, End              time.Time
+	Attrs, Resource         map[string]string
+	Status                  string // "" or the error's message
+	Error                   bool
+}
+
+// phaseSpans reads the slurm.* spans of traces.jsonl in dir.
+func phaseSpans(t *testing.T, dir string) []phaseSpan {
+	t.Helper()
+	type kv struct {
+		Key   string `json:"key"`
+		Value struct {
+			S string `json:"stringValue"`
+			I string `json:"intValue"`
+			B *bool  `json:"boolValue"`
+		} `json:"value"`
+	}
+	attrs := func(as []kv) map[string]string {
+		m := map[string]string{}
+		for _, a := range as {
+			m[a.Key] = a.Value.S + a.Value.I
+			if a.Value.B != nil {
+				m[a.Key] = strconv.FormatBool(*a.Value.B)
+			}
+		}
+		return m
+	}
+	var line struct {
+		ResourceSpans []struct {
+			Resource struct {
+				Attributes []kv `json:"attributes"`
+			} `json:"resource"`
+			ScopeSpans []struct {
+				Spans []struct {
+					TraceID string `json:"traceId"`
+					SpanID  string `json:"spanId"`
+					Parent  string `json:"parentSpanId"`
+					Name    string `json:"name"`
+					Start   string `json:"startTimeUnixNano"`
+					End     string `json:"endTimeUnixNano"`
+					Attrs   []kv   `json:"attributes"`
+					Status  struct {
+						Message string `json:"message"`
+						Code    int    `json:"code"`
+					} `json:"status"`
+				} `json:"spans"`
+			} `json:"scopeSpans"`
+		} `json:"resourceSpans"`
+	}
+	f, err := os.Open(filepath.Join(dir, "traces.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ns := func(s string) time.Time { n, _ := strconv.ParseInt(s, 10, 64); return time.Unix(0, n) }
+	var out []phaseSpan
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		line.ResourceSpans = nil
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("traces.jsonl: %v", err)
+		}
+		for _, rs := range line.ResourceSpans {
+			res := attrs(rs.Resource.Attributes)
+			for _, ss := range rs.ScopeSpans {
+				for _, s := range ss.Spans {
+					if !strings.HasPrefix(s.Name, "slurm.") {
+						continue
+					}
+					out = append(out, phaseSpan{Trace: s.TraceID, ID: s.SpanID, Parent: s.Parent, Name: s.Name,
+						Start: ns(s.Start), End: ns(s.End), Attrs: attrs(s.Attrs), Resource: res,
+						Status: s.Status.Message, Error: s.Status.Code == 2})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// scontrolTimes are the job's StartTime and EndTime (whole seconds, local
+// time) as slurmctld keeps them.
+func scontrolTimes(t *testing.T, job string) (start, end time.Time) {
+	t.Helper()
+	out, err := run("scontrol", "-o", "show", "job", job)
+	if err != nil {
+		t.Fatalf("scontrol show job %s: %v %s", job, err, out)
+	}
+	get := func(k string) time.Time {
+		m := regexp.MustCompile(k + `=(\S+)`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no %s in %s", k, out)
+		}
+		v, err := time.ParseInLocation("2006-01-02T15:04:05", m[1], time.Local)
+		if err != nil {
+			t.Fatalf("%s=%s: %v", k, m[1], err)
+		}
+		return v
+	}
+	return get("StartTime"), get("EndTime")
+}
+
+// TestPhaseSpans: a job with two steps, one failing, has its Slurm phases
+// as spans in its traces.jsonl: one trace, the node's slurm.job root with
+// slurm.prolog and a slurm.step per step under it (exit codes 0 and 3),
+// the batch script and the final wait under the batch step, every span
+// with the job's identity (slurm_job_id, Lens' nv.dl.job.uuid); the batch
+// step's times agree with slurmctld's StartTime and EndTime, the steps
+// lie inside the batch script.
+func TestPhaseSpans(t *testing.T) {
+	waitIdle(t)
+	d := markerDir(t, "phases")
+	script := writeScript(t, filepath.Base(d)+".sh", "srun -n1 true\nsrun -n1 bash -c 'sleep 1; exit 3'\necho done\n")
+	r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -w gn1 --gym-otel=job_dir=%s/run -o %s/job.out %s", d, d, script))
+	if r.code != 0 {
+		out, _ := os.ReadFile(d + "/job.out")
+		t.Fatalf("exit %d: %s\n%s", r.code, r.stderr, out)
+	}
+	job := jobIDOf(t, r)
+	waitNoCollector(t)
+	start, end := scontrolTimes(t, job)
+	spans := phaseSpans(t, filepath.Join(d, "run", "otel"))
+	byName := map[string][]phaseSpan{}
+	steps := map[string]phaseSpan{}
+	for _, s := range spans {
+		byName[s.Name] = append(byName[s.Name], s)
+		if s.Name == "slurm.step" {
+			steps[s.Attrs["slurm.step.id"]] = s
+		}
+		t.Logf("%-20s step=%-6s %s .. %s (%v) exit=%s signal=%s end_known=%s %s", s.Name, s.Attrs["slurm.step.id"],
+			s.Start.Format("15:04:05.000"), s.End.Format("15:04:05.000"), s.End.Sub(s.Start).Round(time.Millisecond),
+			s.Attrs["slurm.step.exit_code"], s.Attrs["slurm.step.signal"], s.Attrs["slurm.end_known"], s.Status)
+	}
+	for name, n := range map[string]int{"slurm.job": 1, "slurm.prolog": 1, "slurm.batch_script": 1, "slurm.final_wait": 1} {
+		if len(byName[name]) != n {
+			t.Fatalf("%d %s spans, want %d", len(byName[name]), name, n)
+		}
+	}
+	root := byName["slurm.job"][0]
+	want := render.LensUUID("nemo.lens.job/" + clusterName() + "/" + job)
+	for _, s := range spans {
+		if s.Trace != root.Trace {
+			t.Errorf("%s: trace %s, the job's is %s", s.Name, s.Trace, root.Trace)
+		}
+		if s.Resource["slurm_job_id"] != job || s.Resource[render.LensJobUUID] != want || s.Resource["host.name"] != "gn1" {
+			t.Errorf("%s: resource slurm_job_id %q nv.dl.job.uuid %q host.name %q, want %s %s gn1", s.Name,
+				s.Resource["slurm_job_id"], s.Resource[render.LensJobUUID], s.Resource["host.name"], job, want)
+		}
+		if s.End.Before(s.Start) || s.Start.Before(root.Start) || s.End.After(root.End) {
+			t.Errorf("%s (%v .. %v) not inside the job's span (%v .. %v)", s.Name, s.Start, s.End, root.Start, root.End)
+		}
+	}
+	b, s0, s1 := steps["batch"], steps["0"], steps["1"]
+	if b.ID == "" || s0.ID == "" || s1.ID == "" {
+		t.Fatalf("step spans: %v", steps)
+	}
+	for _, s := range []phaseSpan{b, s0, s1, byName["slurm.prolog"][0]} {
+		if s.Parent != root.ID {
+			t.Errorf("%s %s: parent %s, not the job's span %s", s.Name, s.Attrs["slurm.step.id"], s.Parent, root.ID)
+		}
+	}
+	if s0.Attrs["slurm.step.exit_code"] != "0" || s0.Error || s1.Attrs["slurm.step.exit_code"] != "3" || !s1.Error || b.Attrs["slurm.step.exit_code"] != "0" {
+		t.Errorf("exit codes: step 0 %q (error %v), step 1 %q (error %v), batch %q; want 0, 3, 0",
+			s0.Attrs["slurm.step.exit_code"], s0.Error, s1.Attrs["slurm.step.exit_code"], s1.Error, b.Attrs["slurm.step.exit_code"])
+	}
+	bs, fw := byName["slurm.batch_script"][0], byName["slurm.final_wait"][0]
+	if bs.Parent != b.ID || fw.Parent != b.ID || !fw.Start.Equal(bs.End) {
+		t.Errorf("the batch script and the final wait are not the batch step's two parts")
+	}
+	for _, s := range []phaseSpan{s0, s1} {
+		if s.Start.Before(bs.Start) || s.End.After(bs.End) {
+			t.Errorf("step %s (%v .. %v) outside the batch script (%v .. %v)", s.Attrs["slurm.step.id"], s.Start, s.End, bs.Start, bs.End)
+		}
+	}
+	if d := s1.End.Sub(s1.Start); d < time.Second || d > 10*time.Second {
+		t.Errorf("step 1 (sleep 1) took %v", d)
+	}
+	// slurmctld's times are whole seconds. With PrologFlags=Alloc the
+	// prolog starts at the allocation (StartTime, or up to 2 s later) and
+	// the batch step after the prolog; the batch step ends in the second
+	// of EndTime (give or take one).
+	pr := byName["slurm.prolog"][0]
+	if pst := pr.Start.Truncate(time.Second); pst.Before(start) || pst.After(start.Add(2*time.Second)) || pr.Attrs["slurm.start_known"] != "true" {
+		t.Errorf("prolog start %v (known %s), slurmctld's StartTime %v", pr.Start, pr.Attrs["slurm.start_known"], start)
+	}
+	if b.Start.Before(pr.End) {
+		t.Errorf("batch step start %v before the prolog's end %v", b.Start, pr.End)
+	}
+	if d := b.End.Sub(end); d < -time.Second || d > 2*time.Second {
+		t.Errorf("batch step end %v, slurmctld's EndTime %v (off by %v)", b.End, end, d)
+	}
+	if q := byName["slurm.queue_wait"]; len(q) != 1 || !q[0].End.Equal(start) || q[0].Start.After(start) || q[0].Parent != root.ID || !root.Start.Equal(q[0].Start) {
+		t.Errorf("queue wait %v (want one, ending at StartTime %v, under the job's span, which starts with it)", q, start)
+	}
+	// The phase spans do not hold the drain for their span metrics: the
+	// job sent no span of its own.
+	if log, err := os.ReadFile(filepath.Join(d, "run", "otel", "supervisor.log")); err != nil || strings.Contains(string(log), "for the span metrics") {
+		t.Errorf("the drain waited for the phase spans' span metrics (or no log: %v)", err)
+	}
+	t.Logf("job %s: %d phase spans; StartTime %v EndTime %v; prolog %v, batch script %v, final wait %v",
+		job, len(spans), start.Format("15:04:05"), end.Format("15:04:05"), pr.End.Sub(pr.Start).Round(time.Millisecond),
+		bs.End.Sub(bs.Start).Round(time.Millisecond), fw.End.Sub(fw.Start).Round(time.Millisecond))
+	waitIdle(t)
+}
+
+// TestPhaseSpansCancelled: a job cancelled during a step still has its
+// phases ended: the job's span, the killed step's and the batch step's,
+// each marked with the signal or with its end not seen, none left open.
+func TestPhaseSpansCancelled(t *testing.T) {
+	waitIdle(t)
+	d := markerDir(t, "phasescancel")
+	script := writeScript(t, filepath.Base(d)+".sh", "srun -n1 sleep 300\n")
+	r := asUser(t, 60*time.Second, tokenEnv(), fmt.Sprintf("sbatch -w gn1 --gym-otel=job_dir=%s/run -o %s/job.out %s", d, d, script))
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	job := jobIDOf(t, r)
+	waitJobState(t, job, patience, "RUNNING")
+	for deadline := time.Now().Add(patience); len(userProcs("sleep 300")) == 0; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the step never started")
+		}
+	}
+	time.Sleep(time.Second)
+	if out, err := run("scancel", job); err != nil {
+		t.Fatalf("scancel: %v %s", err, out)
+	}
+	waitJobsGone(t, patience, []string{job})
+	waitNoCollector(t)
+	spans := phaseSpans(t, filepath.Join(d, "run", "otel"))
+	var root, step0, batch *phaseSpan
+	for i, s := range spans {
+		t.Logf("%-20s step=%-6s %s .. %s exit=%s signal=%s end_known=%s %s", s.Name, s.Attrs["slurm.step.id"],
+			s.Start.Format("15:04:05.000"), s.End.Format("15:04:05.000"), s.Attrs["slurm.step.exit_code"],
+			s.Attrs["slurm.step.signal"], s.Attrs["slurm.end_known"], s.Status)
+		switch {
+		case s.Name == "slurm.job":
+			root = &spans[i]
+		case s.Name == "slurm.step" && s.Attrs["slurm.step.id"] == "0":
+			step0 = &spans[i]
+		case s.Name == "slurm.step" && s.Attrs["slurm.step.id"] == "batch":
+			batch = &spans[i]
+		}
+	}
+	if root == nil || step0 == nil || batch == nil {
+		t.Fatalf("a cancelled job's spans: job %v, step 0 %v, batch %v", root != nil, step0 != nil, batch != nil)
+	}
+	for _, s := range []*phaseSpan{step0, batch} {
+		if !s.Error || (s.Attrs["slurm.step.signal"] == "" && s.Attrs["slurm.end_known"] != "false") {
+			t.Errorf("step %s of a cancelled job: neither a signal nor its end marked unknown (%v)", s.Attrs["slurm.step.id"], s.Attrs)
+		}
+		if s.End.Before(s.Start) || s.End.After(root.End) {
+			t.Errorf("step %s: %v .. %v, the job's span ends %v", s.Attrs["slurm.step.id"], s.Start, s.End, root.End)
+		}
+	}
+	for _, s := range spans {
+		if s.Name == "slurm.final_wait" {
+			t.Errorf("a final wait for a killed script: %v", s)
+		}
+	}
+	if got := step0.End.Sub(step0.Start); got <= 0 || got > 60*time.Second {
+		t.Errorf("step 0 (sleep 300, cancelled) lasted %v", got)
+	}
+	waitIdle(t)
+}

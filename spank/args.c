@@ -3,10 +3,10 @@
  * (each is another process). C reads only the three it uses: default
  * (submit), record_dir (prolog, epilog, every step) and core (where the Go
  * core is). Every argument, these included, is handed to the Go core,
- * which validates them all (helper/plugin/args.go) with the same rules for
+ * which validates them all (helper/callbacks/args.go) with the same rules for
  * these three: a key given twice is refused, a path must be absolute and is
  * cleaned as Go's filepath.Clean does, an empty argument is skipped.
- * helper/plugin/args_c_test.go compares the two parsers on one set of
+ * helper/callbacks/args_c_test.go compares the two parsers on one set of
  * arguments.
  */
 #include <stdio.h>

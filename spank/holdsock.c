@@ -1,6 +1,6 @@
 /*
  * holdsock.c: the batch step's question to its node's supervisor on the
- * supervisor's hold socket (helper/lifecycle/holdsock.go), pure C in
+ * supervisor's hold socket (helper/supervise/holdsock.go), pure C in
  * slurmstepd: has every scrape target of the node a sample stamped at or
  * after the script's end? hold.c asks it in a one-node job and ends the
  * hold early on a yes.

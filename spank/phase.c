@@ -4,7 +4,7 @@
  *
  * At the step's start (init_post_opt) and end (slurm_spank_exit) the step
  * tells the job's supervisor on the node, on its hold socket (the abstract
- * name from root's record, helper/lifecycle/holdsock.go), one line:
+ * name from root's record, helper/supervise/holdsock.go), one line:
  *
  *   step start <step id> <unix ms>
  *   step end <step id> <start ms> <end ms> <tasks end ms|0> <final wait end ms|0> <exit|-1> <signal|0> <tasks>

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gym-otel-spank/gym-otel-spank/helper/plugin"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/callbacks"
 )
 
 // DefaultSlurmConf is where Slurm's commands read slurm.conf when
@@ -22,7 +22,7 @@ type plugstackLine struct {
 	// Where is "file:line"; Via the files that included it, outermost first.
 	Where string
 	Via   []string
-	Args  plugin.Args
+	Args  callbacks.Args
 }
 
 // maxIncludeDepth bounds nested include directives.
@@ -78,7 +78,7 @@ func findPlugstackLine(path string) (*plugstackLine, error) {
 					continue
 				}
 				where := fmt.Sprintf("%s:%d", path, n)
-				a, err := plugin.ParseArgs(fields[2:])
+				a, err := callbacks.ParseArgs(fields[2:])
 				if err != nil {
 					for _, line := range strings.Split(err.Error(), "\n") {
 						argErrs = append(argErrs, fmt.Errorf("%s: %s", where, line))

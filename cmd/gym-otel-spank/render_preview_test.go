@@ -11,15 +11,15 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/callbacks"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/plugin"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 )
 
 // TestRenderIsTheNodesFile renders a job's settings through `render` and
-// through the supervisor's path (lifecycle.NodeConfig) with the same
+// through the supervisor's path (supervise.NodeConfig) with the same
 // inputs and real node facts: the two documents are identical except for
 // the placeholders the preview lists on top, and each placeholder stands
 // for one value, the node's.
@@ -61,7 +61,7 @@ func TestRenderIsTheNodesFile(t *testing.T) {
 				}
 				return "", false
 			}
-			sub, err := plugin.Submit(plugin.Args{Site: site}, "config="+gym+","+c.spec, wd, env)
+			sub, err := callbacks.Submit(callbacks.Args{Site: site}, "config="+gym+","+c.spec, wd, env)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +75,7 @@ func TestRenderIsTheNodesFile(t *testing.T) {
 			f := jobfacts.Facts{JobID: "1234", Node: "gn7", NodeIndex: c.nodeIndex, User: me.Username,
 				Cluster: "c1", RestartCount: "2", SLUID: "s9"}
 			ports := render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004, Final: 41005}
-			node, err := lifecycle.NodeConfig(r, f, ports, "")
+			node, err := supervise.NodeConfig(r, f, ports, "")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,20 +16,20 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 )
 
 // Environment of `supervise --from-env`, set by the plugin's prolog.
 const (
-	envSpec   = lifecycle.EnvSpec
-	envFacts  = lifecycle.EnvFacts
-	envRecord = lifecycle.EnvRecord
+	envSpec   = supervise.EnvSpec
+	envFacts  = supervise.EnvFacts
+	envRecord = supervise.EnvRecord
 	// envRecordPoll optionally overrides how often the record's presence is
 	// checked (a Go duration such as "200ms"; default
-	// lifecycle.DefaultRecordPoll). A test hook for the liveness check.
+	// supervise.DefaultRecordPoll). A test hook for the liveness check.
 	envRecordPoll = "GYM_OTEL_RECORD_POLL"
-	// envFirstPorts optionally sets lifecycle.Options.FirstPorts
+	// envFirstPorts optionally sets supervise.Options.FirstPorts
 	// ("grpc,http,health,telemetry"). A test hook for a port squatter.
 	envFirstPorts = "GYM_OTEL_FIRST_PORTS"
 )
@@ -75,19 +75,19 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	if err := proc.NoCoreDumps(); err != nil {
 		logrus.Warnf("core dumps: %v", err)
 	}
-	opt := lifecycle.Options{}
+	opt := supervise.Options{}
 	if *fromEnv {
 		var st syscall.Stat_t
-		if syscall.Fstat(lifecycle.ReadinessFD, &st) == nil {
+		if syscall.Fstat(supervise.ReadinessFD, &st) == nil {
 			// The report channel reaches this process only: never the
 			// collector or anything else it starts.
-			syscall.CloseOnExec(lifecycle.ReadinessFD)
-			opt.Readiness = os.NewFile(lifecycle.ReadinessFD, "report")
+			syscall.CloseOnExec(supervise.ReadinessFD)
+			opt.Readiness = os.NewFile(supervise.ReadinessFD, "report")
 		}
 		opt.LogToOutputDir = true
 		if err := optionsFromEnv(&opt); err != nil {
 			if opt.Readiness != nil {
-				lifecycle.WriteReadiness(opt.Readiness, lifecycle.Readiness{Status: lifecycle.StatusFailed, Error: err.Error(), SupervisorPID: os.Getpid()})
+				supervise.WriteReadiness(opt.Readiness, supervise.Readiness{Status: supervise.StatusFailed, Error: err.Error(), SupervisorPID: os.Getpid()})
 			}
 			return err
 		}
@@ -129,11 +129,11 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 			opt.FirstPorts = append(opt.FirstPorts, p)
 		}
 	}
-	return lifecycle.Run(context.Background(), opt)
+	return supervise.Run(context.Background(), opt)
 }
 
 // optionsFromEnv fills opt from the environment the plugin's prolog sets.
-func optionsFromEnv(opt *lifecycle.Options) error {
+func optionsFromEnv(opt *supervise.Options) error {
 	spec, err := config.Decode(os.Getenv(envSpec))
 	if err != nil {
 		return err
@@ -145,10 +145,10 @@ func optionsFromEnv(opt *lifecycle.Options) error {
 		return fmt.Errorf("%s: %w", envFacts, err)
 	}
 	opt.Resolved, opt.RecordPath = spec, os.Getenv(envRecord)
-	opt.SlurmdAlive = lifecycle.SlurmdAliveFunc(os.Getenv(lifecycle.EnvSlurmd))
-	opt.JobEnd = lifecycle.ParseJobEnd(os.Getenv(lifecycle.EnvJobEnd))
-	slurmdExe := os.Getenv(lifecycle.EnvSlurmdExe)
-	opt.NewSlurmd = func() func() bool { return lifecycle.TheSlurmd(slurmdExe) }
+	opt.SlurmdAlive = supervise.SlurmdAliveFunc(os.Getenv(supervise.EnvSlurmd))
+	opt.JobEnd = supervise.ParseJobEnd(os.Getenv(supervise.EnvJobEnd))
+	slurmdExe := os.Getenv(supervise.EnvSlurmdExe)
+	opt.NewSlurmd = func() func() bool { return supervise.TheSlurmd(slurmdExe) }
 	return takeToken(opt)
 }
 
@@ -156,7 +156,7 @@ func optionsFromEnv(opt *lifecycle.Options) error {
 // collector's environment. Unsetenv keeps it from any other child; the
 // kernel's copy in /proc/<pid>/environ stays, readable by the job's user
 // only, as the collector's is.
-func takeToken(opt *lifecycle.Options) error {
+func takeToken(opt *supervise.Options) error {
 	if !opt.Resolved.Otel.Enabled {
 		return fmt.Errorf("otel.enabled is false for this job: nothing to supervise")
 	}

@@ -15,7 +15,7 @@ var updateGPUs = flag.Bool("update-gpus", false, "rewrite the golden files of te
 // TestGPUFilesGolden: files the real collector wrote while scraping the
 // dcgm stand-in (with --energy; with --mig for the MIG cases), a vLLM
 // stand-in and Gym's stand-in (4 rollouts), with the job's GPUs as the
-// prolog sees them (helper/lifecycle TestGPUAttribution -save-gpu-files
+// prolog sees them (helper/supervise TestGPUAttribution -save-gpu-files
 // writes them): the whole GPU's energy per 1,000 tokens and per rollout,
 // and for MIG instances no figure. The text report and the JSON of the GPU
 // and energy sections are compared with their golden files; run with

@@ -19,7 +19,7 @@ import (
 // `gym-otel-spank supervise`, wrote for a job of about 3 minutes scraped
 // every second (vLLM and dcgm stand-ins, node_exporter) while the Gym
 // stand-in ran rollouts of 400 ms under Gym's real names. Its jsonl files
-// are kept gzipped; helper/lifecycle's TestLongJobTestdata regenerates
+// are kept gzipped; helper/supervise's TestLongJobTestdata regenerates
 // them (testdata/longjob/README.md).
 const longJobData = "testdata/longjob/otel"
 
@@ -38,7 +38,7 @@ func longJob(t *testing.T) (job, otel string) {
 	}
 	ents, err := os.ReadDir(longJobData)
 	if err != nil {
-		t.Fatalf("%v (helper/lifecycle's TestLongJobTestdata writes it)", err)
+		t.Fatalf("%v (helper/supervise's TestLongJobTestdata writes it)", err)
 	}
 	for _, e := range ents {
 		in, err := os.Open(filepath.Join(longJobData, e.Name()))

@@ -57,7 +57,7 @@ type Record struct {
 	CgroupCpuset string
 	// HoldSocket is the abstract unix socket name (no leading NUL) the
 	// batch step asks whether every target has been sampled
-	// (lifecycle.ValidHoldSocket), "" when none.
+	// (supervise.ValidHoldSocket), "" when none.
 	HoldSocket string
 	Env        []KV
 	Unset      []string

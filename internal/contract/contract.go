@@ -23,7 +23,7 @@ const (
 	// RecordFile is the record's file name inside the job's record dir.
 	RecordFile = "record"
 	// HoldSocketPrefix starts the abstract name of the supervisor's hold
-	// socket (helper/lifecycle's holdsock.go), which the batch step asks.
+	// socket (helper/supervise's holdsock.go), which the batch step asks.
 	HoldSocketPrefix = "gym-otel-hold-"
 	// MaxFinalWait bounds the batch step's final-scrape wait, below Slurm's
 	// default UnkillableStepTimeout of 60 s. Whole seconds; the steps (C)
@@ -63,7 +63,7 @@ const (
 	RecordUnset           = "unset"            // one variable the steps take out
 )
 
-// The hold socket's question and the keys of its answer (helper/lifecycle
+// The hold socket's question and the keys of its answer (helper/supervise
 // answers, spank/holdsock.c asks): the question is one line, the answer
 // "key=<digits>" lines.
 const (

@@ -45,9 +45,9 @@ var layers = map[string]int{
 	// 4: what runs a collector with a rendered configuration: the
 	// supervisor, replay; 5: the plugin's hooks, the test harness that
 	// runs the supervisor; 6: the programs.
-	"helper/lifecycle":   4,
+	"helper/supervise":   4,
 	"helper/replay":      4,
-	"helper/plugin":      5,
+	"helper/callbacks":   5,
 	"internal/harness":   5,
 	"cmd/gym-otel-spank": 6,
 	"spank/core":         6,

@@ -28,8 +28,8 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/lifecycle"
 	hproc "github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
@@ -411,7 +411,7 @@ type Sup struct {
 	Job     Job
 	Dir     string // the job's shared dir
 	Out     string // output dir
-	Report  lifecycle.Readiness
+	Report  supervise.Readiness
 	Started time.Time
 	// ReportAfter is the time from start to the Report line.
 	ReportAfter time.Duration
@@ -564,7 +564,7 @@ func StartSup(t testing.TB, j Job) *Sup {
 		if !ok {
 			t.Fatalf("the supervisor exited without a report (%v); output:\n%s", p.Err, p.Out.String())
 		}
-		r, err := lifecycle.ReadReadiness([]byte(line))
+		r, err := supervise.ReadReadiness([]byte(line))
 		if err != nil {
 			t.Fatalf("report %q: %v", line, err)
 		}
@@ -578,7 +578,7 @@ func StartSup(t testing.TB, j Job) *Sup {
 // MustReady fails unless the report says ready.
 func (s *Sup) MustReady(t testing.TB) *Sup {
 	t.Helper()
-	if s.Report.Status != lifecycle.StatusReady {
+	if s.Report.Status != supervise.StatusReady {
 		t.Fatalf("supervisor not ready: %+v\noutput:\n%s", s.Report, s.Output())
 	}
 	return s

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// OutageSummary is one run of helper/lifecycle's TestMeasureOutage (the
+// OutageSummary is one run of helper/supervise's TestMeasureOutage (the
 // job's files under a misbehaving backend) as `make bench` (tests/bench,
 // P8) reads it: counts of spans, memory in MiB, durations in seconds. The
 // test prints it with Line, the bench reads it with ParseOutageLine.

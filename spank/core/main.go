@@ -3,7 +3,7 @@
 // The C front (spank/core.c) dlopens it only when a job asked for a
 // collector: at submit with the flag, in the job prolog when the job carries
 // a spec, in the job epilog when a record exists. Its C ABI is declared in
-// include/gym_otel_core.h; the logic lives in helper/plugin.
+// include/gym_otel_core.h; the logic lives in helper/callbacks.
 //
 // Log lines go to Slurm's own log functions (slurm_info, slurm_error,
 // slurm_debug of the host process, found with purego.Dlsym), prefixed
@@ -33,7 +33,7 @@ import (
 	"github.com/ebitengine/purego"
 	"github.com/sirupsen/logrus"
 
-	"github.com/gym-otel-spank/gym-otel-spank/helper/plugin"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/callbacks"
 )
 
 func main() {}
@@ -120,7 +120,7 @@ func gym_otel_core_submit(args, spec, cwd *C.char, out **C.char) C.int {
 			b.WriteString(k + "=" + l + "\n")
 		}
 	}
-	a, err := plugin.ParseArgs(goArgs(args))
+	a, err := callbacks.ParseArgs(goArgs(args))
 	if err != nil {
 		line("error", err.Error())
 		setOut(out, b.String())
@@ -134,7 +134,7 @@ func gym_otel_core_submit(args, spec, cwd *C.char, out **C.char) C.int {
 		setOut(out, b.String())
 		return 1
 	}
-	res, err := plugin.Submit(a, C.GoString(spec), C.GoString(cwd), os.LookupEnv)
+	res, err := callbacks.Submit(a, C.GoString(spec), C.GoString(cwd), os.LookupEnv)
 	for _, w := range res.Warnings {
 		line("warning", w)
 	}
@@ -164,8 +164,8 @@ func gym_otel_core_prolog(args, spec, token *C.char, jobID, uid, gid C.uint) C.i
 	// A bad argument still reaches Prolog, which records the failure, so
 	// the job's steps follow on_failure (C accepted the arguments it
 	// knows; an otel key's value is Go's to check).
-	a, argsErr := plugin.ParseArgs(goArgs(args))
-	err := plugin.Prolog(plugin.PrologInput{
+	a, argsErr := callbacks.ParseArgs(goArgs(args))
+	err := callbacks.Prolog(callbacks.PrologInput{
 		Args:    a,
 		ArgsErr: argsErr,
 		Encoded: C.GoString(spec),
@@ -189,9 +189,9 @@ func gym_otel_core_epilog(args, recordDir, node *C.char, jobID C.uint) C.int {
 	l := log()
 	// A bad argument was logged by C already; the epilog still ends what
 	// a good configuration started, with the valid prolog_timeout if any.
-	a, _ := plugin.ParseArgs(goArgs(args))
+	a, _ := callbacks.ParseArgs(goArgs(args))
 	a.RecordDir = C.GoString(recordDir)
-	if err := plugin.Epilog(a, os.Getenv("SLURM_CLUSTER_NAME"), C.GoString(node), uint32(jobID), l); err != nil {
+	if err := callbacks.Epilog(a, os.Getenv("SLURM_CLUSTER_NAME"), C.GoString(node), uint32(jobID), l); err != nil {
 		l.Errorf("job %d: %s", uint32(jobID), err)
 		return 1
 	}

@@ -6,7 +6,7 @@ package main
 // `gym-otel-spank supervise` with the site's defaults: what the producer
 // was told (accepted, refused), what traces.jsonl and the backend hold,
 // the receipt, and the collector's peak memory. The runs are
-// helper/lifecycle's TestMeasureOutage (the CI test TestOutageKeepsFiles
+// helper/supervise's TestMeasureOutage (the CI test TestOutageKeepsFiles
 // is its short form); the bench runs it and reads its summary lines. No
 // Slurm.
 
@@ -26,7 +26,7 @@ func runP8(dur time.Duration, rate int) ([]Row, error) {
 	secs := int(dur / time.Second)
 	logf("P8: five backend behaviours, %d s each at %d spans/s (about %d min)", secs, rate, 5*(secs+60)/60)
 	cmd := exec.Command("go", "test", "-count=1", "-run", "^TestMeasureOutage$", "-v",
-		"-timeout", fmt.Sprintf("%ds", 5*(secs+600)), "./helper/lifecycle")
+		"-timeout", fmt.Sprintf("%ds", 5*(secs+600)), "./helper/supervise")
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(), "GYM_OTEL_MEASURE=outage", "GYM_OTEL_REQUIRE_REAL=1",
 		fmt.Sprintf("GYM_OTEL_MEASURE_SECONDS=%d", secs), fmt.Sprintf("GYM_OTEL_MEASURE_RATES=%d", rate))
@@ -42,7 +42,7 @@ func runP8(dur time.Duration, rate int) ([]Row, error) {
 		}
 	}
 	if err != nil || len(rows) == 0 {
-		return rows, fmt.Errorf("P8: go test -run TestMeasureOutage ./helper/lifecycle: %v\n%s", err, lastLines(out.String(), 40))
+		return rows, fmt.Errorf("P8: go test -run TestMeasureOutage ./helper/supervise: %v\n%s", err, lastLines(out.String(), 40))
 	}
 	return rows, nil
 }

@@ -369,7 +369,7 @@ func TestStaleRecordSwept(t *testing.T) {
 }
 
 // Three stale records of jobs slurmctld does not know: one prolog asks
-// about two of them (plugin.MaxSweepQueries) and removes those, leaves the
+// about two of them (callbacks.MaxSweepQueries) and removes those, leaves the
 // third for a later prolog and says so; the next job's prolog removes it.
 func TestStaleRecordSweepBounded(t *testing.T) {
 	waitIdle(t)

@@ -1,0 +1,174 @@
+// Package callbacks is the Go side of the gym_otel SPANK plugin's callbacks: what the C
+// front (spank/) hands to the Go core (spank/core) at submit, in the job
+// prolog and in the job epilog. It parses the plugstack.conf arguments,
+// resolves and validates a job's settings at submit, starts the per-node
+// supervisor as the job's user from the prolog and writes root's record that
+// the steps read, and stops the supervisor from the epilog.
+//
+// Nothing here runs in a slurmstepd step process: the steps are pure C and
+// only read the record (see record.Record).
+package callbacks
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+)
+
+// Defaults of the plugstack.conf arguments.
+const (
+	DefaultPrologTimeout = 60 // seconds
+	DefaultCLI           = "/usr/bin/gym-otel-spank"
+	// DefaultCgroupMemoryMaxMiB is the site's cap on the collector
+	// cgroup's memory bound (cgroup_memory_max_mib), MiB: 2 x the default
+	// memory_limit_mib (512) with room for a collector twice that size.
+	DefaultCgroupMemoryMaxMiB = 2048
+	// MaxCgroupMemoryMaxMiB is the largest cgroup_memory_max_mib, MiB (1 TiB).
+	MaxCgroupMemoryMaxMiB = 1 << 20
+)
+
+// ArgNames are the plugin's own plugstack.conf argument names (the rest are
+// otel keys).
+var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir", "core", "cgroup", "cgroup_memory_max_mib"}
+
+// Args are the plugstack.conf arguments of the plugin:
+//
+//	site=PATH            the site file (YAML with an otel: block)
+//	default=off|on       on: every job gets a collector unless --gym-otel=off
+//	prolog_timeout=SECS  cap on the prolog's wait for the supervisor's report
+//	                     (default 60; keep it below PrologEpilogTimeout)
+//	cli=PATH             the gym-otel-spank CLI (default /usr/bin/gym-otel-spank)
+//	record_dir=PATH      root's record dir (default /run/gym-otel)
+//	core=PATH            the Go core (default: gym_otel_core.so beside gym_otel.so)
+//	cgroup=auto|required|off  the collector's own cgroup (default auto: one
+//	                     wherever a writable hierarchy is mounted, and no
+//	                     collector there without it; a warning and none
+//	                     only where none is mounted)
+//	cgroup_memory_max_mib=MIB  the site's cap on the collector cgroup's
+//	                     memory bound (default 2048, 32..1048576): the
+//	                     bound is 2 x otel.memory_limit_mib, never above it
+//	<otel key>=VALUE     inline site overrides, e.g. on_failure=fail
+type Args struct {
+	Site          string
+	DefaultOn     bool
+	PrologTimeout int
+	CLI           string
+	RecordDir     string
+	Core          string
+	// Cgroup is CgroupAuto, CgroupRequired or CgroupOff.
+	Cgroup string
+	// CgroupMemoryMaxMiB caps the collector cgroup's memory bound, MiB.
+	CgroupMemoryMaxMiB int
+	// SiteItems are the inline otel keys, in the order given.
+	SiteItems []config.Item
+}
+
+// ParseArgs parses plugstack.conf arguments. Every bad argument is reported
+// (joined), each naming the argument.
+func ParseArgs(av []string) (Args, error) {
+	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: contract.DefaultRecordDir, Cgroup: CgroupAuto, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB}
+	var errs []error
+	bad := func(arg, format string, v ...any) {
+		errs = append(errs, fmt.Errorf("plugstack.conf argument %q: %s", arg, fmt.Sprintf(format, v...)))
+	}
+	seen := map[string]bool{}
+	for _, arg := range av {
+		if arg == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(arg, "=")
+		if !ok || !validArgKey(k) {
+			bad(arg, "expected key=value (key: lower-case letters and _)")
+			continue
+		}
+		if seen[k] {
+			bad(arg, "%s given twice", k)
+			continue
+		}
+		seen[k] = true
+		switch k {
+		case "site", "cli", "record_dir", "core":
+			if !filepath.IsAbs(v) {
+				bad(arg, "%s wants an absolute path", k)
+				continue
+			}
+			v = filepath.Clean(v)
+			switch k {
+			case "site":
+				a.Site = v
+			case "cli":
+				a.CLI = v
+			case "record_dir":
+				a.RecordDir = v
+			case "core":
+				a.Core = v
+			}
+		case "default":
+			switch v {
+			case "on":
+				a.DefaultOn = true
+			case "off":
+				a.DefaultOn = false
+			default:
+				bad(arg, "default wants on or off")
+			}
+		case "cgroup":
+			switch v {
+			case CgroupAuto, CgroupRequired, CgroupOff:
+				a.Cgroup = v
+			default:
+				bad(arg, "cgroup wants auto, required or off")
+			}
+		case "cgroup_memory_max_mib":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 32 || n > MaxCgroupMemoryMaxMiB {
+				bad(arg, "cgroup_memory_max_mib wants whole MiB, 32..%d", MaxCgroupMemoryMaxMiB)
+				continue
+			}
+			a.CgroupMemoryMaxMiB = n
+		case "prolog_timeout":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 3600 {
+				bad(arg, "prolog_timeout wants whole seconds, 1..3600")
+				continue
+			}
+			a.PrologTimeout = n
+		default:
+			if !config.IsKey(k) {
+				// Neither a plugin argument nor an otel key: suggest from
+				// both, so prolog_timout points at prolog_timeout.
+				if best, ok := config.Closest(k, append(append([]string{}, ArgNames...), config.Keys()...)); ok {
+					bad(arg, "unknown argument (did you mean %q?)", best)
+				} else {
+					bad(arg, "unknown argument (plugin arguments: %s; otel keys: %s)",
+						strings.Join(ArgNames, ", "), strings.Join(config.Keys(), ", "))
+				}
+				continue
+			}
+			a.SiteItems = append(a.SiteItems, config.Item{Key: k, Value: v})
+		}
+	}
+	if len(a.SiteItems) > 0 {
+		if _, err := config.ParseInline("plugstack.conf", a.SiteItems); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return a, errors.Join(errs...)
+}
+
+func validArgKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, c := range k {
+		if !(c >= 'a' && c <= 'z' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

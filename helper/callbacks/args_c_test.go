@@ -1,0 +1,73 @@
+package callbacks
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// TestArgsSameInC: the C front (spank/args.c) and the Go core (ParseArgs)
+// read the three arguments C uses (default, record_dir, core) alike: the
+// same values after path cleaning, and the same arguments refused.
+func TestArgsSameInC(t *testing.T) {
+	bin := testenv.BuildCDriver(t, t.TempDir(), "args", "args.c", `#include <stdio.h>
+#include "args.h"
+int main(int argc, char **argv) {
+	struct gos_args a = {0};
+	if (gos_args_parse(&a, argc - 1, argv + 1)) {
+		printf("error=%s\n", a.err);
+		gos_args_free(&a);
+		return 0;
+	}
+	printf("default=%d record_dir=%s core=%s\n", a.default_on, a.record_dir, a.core ? a.core : "");
+	gos_args_free(&a);
+	return 0;
+}
+`)
+	for _, c := range []struct {
+		args []string
+		want string // the C driver's line: values, or "error" when both refuse
+	}{
+		{nil, "default=0 record_dir=/run/gym-otel core="},
+		{[]string{"default=on", "on_failure=fail"}, "default=1 record_dir=/run/gym-otel core="},
+		{[]string{"", "default=off"}, "default=0 record_dir=/run/gym-otel core="},
+		{[]string{"record_dir=/run//x/./y/../z/"}, "default=0 record_dir=/run/x/z core="},
+		{[]string{"core=/opt/a/../b.so"}, "default=0 record_dir=/run/gym-otel core=/opt/b.so"},
+		{[]string{"record_dir=/.."}, "default=0 record_dir=/ core="},
+		{[]string{"record_dir=/a/b/../../../c"}, "default=0 record_dir=/c core="},
+		{[]string{"record_dir=///"}, "default=0 record_dir=/ core="},
+		{[]string{"record_dir=/a/..b/.c"}, "default=0 record_dir=/a/..b/.c core="},
+		{[]string{"default=maybe"}, "error"},
+		{[]string{"record_dir=run"}, "error"},
+		{[]string{"core=lib.so"}, "error"},
+		{[]string{"record_dir=/a", "record_dir=/b"}, "error"},
+		{[]string{"default=on", "default=on"}, "error"},
+		{[]string{"Default=on"}, "error"},
+		{[]string{"novalue"}, "error"},
+	} {
+		out, err := exec.Command(bin, c.args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", c.args, err, out)
+		}
+		line := strings.TrimSpace(string(out))
+		a, gerr := ParseArgs(c.args)
+		gline := "default=0"
+		if a.DefaultOn {
+			gline = "default=1"
+		}
+		gline += " record_dir=" + a.RecordDir + " core=" + a.Core
+		if c.want == "error" {
+			if !strings.HasPrefix(line, "error=") || gerr == nil {
+				t.Errorf("%q: C %q, Go %v: both must refuse", c.args, line, gerr)
+			} else if !strings.Contains(line, c.args[len(c.args)-1]) {
+				t.Errorf("%q: C's error does not name the argument: %q", c.args, line)
+			}
+			continue
+		}
+		if line != c.want || gerr != nil || gline != c.want {
+			t.Errorf("%q:\n  C  %q\n  Go %q (%v)\n  want %q", c.args, line, gline, gerr, c.want)
+		}
+	}
+}

@@ -1,0 +1,150 @@
+package callbacks
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+)
+
+// parentJob returns the id of the running --gym-otel job this submit runs
+// in ("" when it is not nested in one): GYM_OTEL_JOB and SLURM_JOB_ID agree
+// and are a job id.
+func parentJob(env config.LookupEnv) string {
+	in, _ := env(contract.EnvInJob)
+	id, _ := env("SLURM_JOB_ID")
+	if in == "" || in != id {
+		return ""
+	}
+	if _, err := strconv.ParseUint(id, 10, 32); err != nil {
+		return ""
+	}
+	return id
+}
+
+// parentToken finds the backend token of the running job parent for a
+// nested submit, whose own environment no longer holds it (the job's
+// steps remove it from every task). It reads the token from the
+// environment of that job's collector on this node: the process named by
+// state.json in the job's output dir, checked to be this user's and to run
+// that dir's collector.yaml. spec is the nested job's resolved spec (the
+// same config and job dir as the parent's); tokenEnv names the variable.
+// Errors say why no token was found.
+func parentToken(spec *config.Resolved, parent string, env config.LookupEnv) (string, error) {
+	f := jobfacts.Facts{JobID: parent}
+	f.ArrayJobID, _ = env("SLURM_ARRAY_JOB_ID")
+	f.ArrayTaskID, _ = env("SLURM_ARRAY_TASK_ID")
+	node, _ := env("SLURMD_NODENAME")
+	var dirs []string
+	for _, chained := range []string{"", parent} {
+		s := *spec
+		s.ChainedFrom = chained
+		dirs = append(dirs, jobfacts.OutputDir(&s, f))
+		if node != "" {
+			g := f
+			g.Node, g.NodeIndex = node, 1
+			dirs = append(dirs, jobfacts.OutputDir(&s, g))
+		}
+	}
+	var why []string
+	deadline := time.Now().Add(restartWait)
+	for {
+		why = why[:0]
+		pending := false
+		for _, dir := range dirs {
+			tok, err := collectorToken(dir, spec.Otel.TokenEnv)
+			if err == nil {
+				return tok, nil
+			}
+			var r restarting
+			if errors.As(err, &r) {
+				pending = true
+			}
+			if !os.IsNotExist(err) {
+				why = append(why, err.Error())
+			}
+		}
+		if !pending || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(restartPoll)
+	}
+	if len(why) == 0 {
+		return "", fmt.Errorf("job %s has no collector state on this node (looked in %s)", parent, strings.Join(dirs, ", "))
+	}
+	return "", fmt.Errorf("job %s: %s", parent, strings.Join(why, "; "))
+}
+
+// restartWait bounds how long a nested submit waits for the running job's
+// collector to be back (the supervisor restarts one that exited, on the
+// same ports) before it gives up; restartPoll is how often it looks.
+var (
+	restartWait = 15 * time.Second
+	restartPoll = 250 * time.Millisecond
+)
+
+// restarting is the error of a collector that is not running while its
+// supervisor still is and has not finished: it may be restarting it.
+type restarting struct{ error }
+
+// collectorToken reads the value of tokenEnv from the environment of the
+// collector that state.json in dir names. An error wraps restarting when
+// no collector runs but the supervisor state.json names is still there
+// and has not ended (its status is not drained or failed).
+func collectorToken(dir, tokenEnv string) (string, error) {
+	st, err := jobdir.ReadState(dir)
+	if err != nil && !errors.Is(err, jobdir.ErrFormat) {
+		return "", err
+	}
+	jerr := err
+	// The supervisor is not dumpable, so its /proc files are root's: only
+	// that it has not exited is checked (/proc/<pid>/stat is readable). A
+	// pid reused by another process only makes the submit wait
+	// restartWait before it fails.
+	live := func(err error) error {
+		if jerr == nil && st.SupervisorPID > 0 && notExited(st.SupervisorPID) && st.Status != jobdir.StatusDrained && st.Status != jobdir.StatusFailed {
+			return restarting{err}
+		}
+		return err
+	}
+	if jerr != nil || st.CollectorPID <= 0 {
+		return "", live(fmt.Errorf("%s/%s names no collector (status %q)", dir, jobdir.StateFile, st.Status))
+	}
+	if uid, err := proc.Owner(st.CollectorPID); err != nil || int(uid) != os.Getuid() {
+		return "", live(fmt.Errorf("its collector (pid %d) is not running as this user here", st.CollectorPID))
+	}
+	cmdline, err := proc.Cmdline(st.CollectorPID)
+	if err != nil || !bytes.Contains(cmdline, []byte(filepath.Join(dir, jobdir.ConfigFile))) {
+		return "", fmt.Errorf("pid %d is not the collector of %s", st.CollectorPID, dir)
+	}
+	environ, err := proc.Environ(st.CollectorPID)
+	if err != nil {
+		return "", fmt.Errorf("the environment of its collector (pid %d): %v", st.CollectorPID, err)
+	}
+	for _, kv := range bytes.Split(environ, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte(tokenEnv+"=")); ok && len(v) > 0 {
+			// The supervisor doubles every $ for the collector's ${env:}
+			// expansion (render.Escape in lifecycle's collectorEnv).
+			return render.Unescape(string(v)), nil
+		}
+	}
+	return "", fmt.Errorf("its collector (pid %d) holds no %s", st.CollectorPID, tokenEnv)
+}
+
+// notExited reports whether pid names a process that has not exited (a
+// zombie not yet reaped has).
+func notExited(pid int) bool {
+	st, err := proc.ReadStat(pid)
+	return err == nil && st.State != 'Z'
+}

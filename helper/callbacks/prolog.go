@@ -1,0 +1,414 @@
+package callbacks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/taskenv"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+)
+
+// SupervisorPath is the PATH the supervisor gets.
+const SupervisorPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// PrologInput is what the C front hands the prolog.
+type PrologInput struct {
+	Args Args
+	// ArgsErr is ParseArgs's error for the plugstack arguments (Args then
+	// holds what parsed): the prolog records the failure and starts
+	// nothing.
+	ArgsErr error
+	// Encoded and Token are SPANK_GYM_OTEL_SPEC (the resolved settings,
+	// encoded) and SPANK_GYM_OTEL_TOKEN.
+	Encoded, Token string
+	JobID          uint32
+	UID, GID       uint32
+	// Getenv reads the prolog's environment (SLURMD_NODENAME,
+	// SLURM_JOB_NODELIST, SLURM_ARRAY_*, SLURM_CLUSTER_NAME, SLURM_JOB_GPUS,
+	// CUDA_VISIBLE_DEVICES).
+	Getenv func(string) string
+}
+
+// NodeName is this node's name: SLURMD_NODENAME, else the short host name.
+func NodeName(getenv func(string) string) string {
+	if n := getenv("SLURMD_NODENAME"); n != "" {
+		return n
+	}
+	h, _ := os.Hostname()
+	if i := indexByte(h, '.'); i > 0 {
+		h = h[:i]
+	}
+	return h
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// Prolog starts the job's supervisor on this node and writes root's record.
+// It is only called when the job carries a spec. Whatever happens, it leaves
+// a record (status=failed with the reason when it could not start a ready
+// collector) unless the record dir itself cannot be made; the returned error
+// is for the log only: the prolog always returns 0 to Slurm. Its steps, in
+// order: the deadline, the node's housekeeping (tidyNode), the job's spec
+// (acceptSpec), the job's user (jobAccount), the job's facts, the
+// supervisor's environment (supervisorEnv), its cgroup (collectorGroup),
+// its start and report (launch), and the ready record (recordReady).
+func Prolog(in PrologInput, log logrus.FieldLogger) error {
+	// One deadline for everything below (timing.Policy; why it is the
+	// plugstack's prolog_timeout: timeoutwarn.go).
+	slurmBounds := slurm.ReadTimeouts(in.Getenv("SLURM_CONF"))
+	bounds := timing.Bounds{PrologTimeout: time.Duration(in.Args.PrologTimeout) * time.Second, SlurmProlog: slurmBounds.Prolog, SlurmEpilog: slurmBounds.Epilog}
+	ctx, cancel := context.WithTimeout(context.Background(), timing.Deadline(bounds.PrologTimeout, bounds.SlurmProlog))
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	node := NodeName(in.Getenv)
+	dir, err := record.MakeJobDir(in.Args.RecordDir, node, in.JobID)
+	if err != nil {
+		return err
+	}
+	tidyNode(ctx, in, node, slurmBounds, log)
+	rec := &record.Record{Status: "failed", OnFailure: "continue", UID: in.UID}
+	fail := func(err error) error {
+		// A failed record carries no task env: nothing of what failed
+		// (a value the record format cannot hold) is written again. The
+		// reason may quote the user's collector log: one short line of
+		// printable text, in the record and in slurmd's log.
+		rec.Status, rec.Env = "failed", nil
+		rec.Reason = record.UserText(err.Error(), record.MaxReasonBytes)
+		err = errors.New(rec.Reason)
+		if werr := record.Write(dir, rec); werr != nil {
+			return errors.Join(err, werr)
+		}
+		return err
+	}
+	spec, pol, err := acceptSpec(in, bounds, node, rec, log)
+	if err != nil {
+		return fail(err)
+	}
+	u, groups, err := jobAccount(ctx, in, log)
+	if err != nil {
+		return fail(err)
+	}
+	facts, err := prologFacts(ctx, in, spec, node, u.Name, log)
+	if err != nil {
+		return fail(err)
+	}
+	factsJSON, err := json.Marshal(facts)
+	if err != nil {
+		return fail(err)
+	}
+	timeout := min(pol.ReportWait, time.Until(deadline)-timing.KillReserve)
+	if timeout <= 0 {
+		return fail(fmt.Errorf("no time left for the collector within the prolog's deadline (plugstack prolog_timeout=%d)", in.Args.PrologTimeout))
+	}
+	env, err := supervisorEnv(in, spec, factsJSON, dir, u, log)
+	if err != nil {
+		return fail(err)
+	}
+	group, err := collectorGroup(in, spec, node, rec, log)
+	if err != nil {
+		return fail(err)
+	}
+	sup, rep, err := launch(in, env, groups, group, timeout)
+	if err != nil {
+		return fail(err)
+	}
+	if err := recordReady(dir, rec, sup, rep, spec, facts); err != nil {
+		return fail(err)
+	}
+	where := "no cgroup"
+	if group != nil {
+		where = "cgroup " + group.Rel
+	}
+	log.Infof("job %d: collector ready on %s (supervisor pid %d, OTLP http 127.0.0.1:%d, output %s, %d ms, %s)",
+		in.JobID, node, sup.pid, rep.Ports.OTLPHTTP, rep.OutputDir, rep.ReadyMillis, where)
+	return nil
+}
+
+// tidyNode is the prolog's care of the node, whatever the job: the
+// once-per-node warnings about the deadline's settings and the submit
+// filter, and the sweep of stale records and orphaned groups of earlier
+// jobs, stopped where the prolog's own kill and one query to Slurm still
+// fit before ctx's deadline.
+func tidyNode(ctx context.Context, in PrologInput, node string, slurmBounds slurm.Timeouts, log logrus.FieldLogger) {
+	deadline, _ := ctx.Deadline()
+	warnTimeouts(in.Args.RecordDir, node, in.Args.PrologTimeout, slurmBounds, log)
+	warnSubmitFilter(in.Args.RecordDir, node, in.Getenv("SLURM_CONF"), log)
+	sweepCtx, sweepDone := context.WithDeadline(ctx, deadline.Add(-timing.KillReserve-timing.QueryBound))
+	SweepStale(sweepCtx, in.Args.RecordDir, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, log)
+	sweepDone()
+}
+
+// acceptSpec decodes the job's spec and decides whether this node starts
+// a collector for it: the node's pins applied (logged), the spec valid
+// here, a token present, the job not root's. It fills what the record
+// says of the job whatever the outcome (on_failure, the variables to
+// unset, the final wait and drain bounds) and returns the spec and its
+// timing policy.
+func acceptSpec(in PrologInput, bounds timing.Bounds, node string, rec *record.Record, log logrus.FieldLogger) (*config.Resolved, timing.Policy, error) {
+	spec, err := config.Decode(in.Encoded)
+	if err != nil {
+		return nil, timing.Policy{}, err
+	}
+	if spec.Otel.OnFailure == "fail" {
+		rec.OnFailure = "fail"
+	}
+	if in.ArgsErr != nil {
+		return nil, timing.Policy{}, fmt.Errorf("the collector is off for this job: %w", in.ArgsErr)
+	}
+	// The node's own site file decides the keys it pins: a user value, or
+	// a spec set by hand through libslurm, never chooses them here.
+	pinned, err := config.EnforcePins(spec, in.Args.Site, in.Args.SiteItems)
+	if err != nil {
+		return nil, timing.Policy{}, err
+	}
+	for _, line := range pinned {
+		log.Warnf("job %d: %s", in.JobID, line)
+	}
+	rec.Unset = unsetNames(spec.Otel.TokenEnv)
+	if _, err := spec.Validate(nil); err != nil {
+		return nil, timing.Policy{}, fmt.Errorf("the job's spec does not validate on node %s: %w", node, err)
+	}
+	if in.Token == "" {
+		return nil, timing.Policy{}, fmt.Errorf("the job carries no token (GYM_OTEL_TOKEN): was %s set in the submitting shell?", spec.Otel.TokenEnv)
+	}
+	pol := timing.For(spec.Otel, bounds)
+	rec.FinalWait = timing.Seconds(pol.FinalWait)
+	rec.DrainTimeout = timing.Seconds(pol.DrainWait)
+	if in.UID == 0 {
+		return nil, timing.Policy{}, fmt.Errorf("jobs of root (uid 0) get no collector: it runs as the job's user, and root's would run with every privilege")
+	}
+	return spec, pol, nil
+}
+
+// jobAccount is the job's user as the supervisor runs: the ids are
+// SPANK's (in.UID, in.GID); name, home and supplementary groups come from
+// NSS, bounded (a hung LDAP or sssd cannot be cancelled): past the bound
+// the collector starts with the job's primary group only (logged).
+func jobAccount(ctx context.Context, in PrologInput, log logrus.FieldLogger) (account, []uint32, error) {
+	deadline, _ := ctx.Deadline()
+	nssBound := min(NSSBound, time.Until(deadline)-timing.KillReserve-time.Second)
+	u, err := boundedAccount(ctx, in.UID, in.Getenv("SLURM_JOB_USER"), max(nssBound, 0))
+	if errors.Is(err, errNSSTimeout) {
+		log.Warnf("job %d: %v: the collector runs as uid %d with group %d only (no supplementary groups, no HOME)", in.JobID, err, in.UID, in.GID)
+	} else if err != nil {
+		return u, nil, err
+	}
+	groups := u.Groups
+	if groups == nil {
+		groups = []uint32{in.GID}
+	}
+	return u, groups, nil
+}
+
+// supervisorEnv is the supervisor's whole environment: the spec as this
+// node decided it, the token, the job's facts, the record's path, PATH and
+// the user's names, SLURM_CONF, and what the node knows of the job's end
+// (the slurmd that ran the prolog, its binary, the job's end time).
+func supervisorEnv(in PrologInput, spec *config.Resolved, factsJSON []byte, dir string, u account, log logrus.FieldLogger) ([]string, error) {
+	// The supervisor gets the spec as this node decided it (pins applied).
+	nodeSpec, err := spec.Encode()
+	if err != nil {
+		return nil, err
+	}
+	env := []string{
+		supervise.EnvSpec + "=" + nodeSpec,
+		spec.Otel.TokenEnv + "=" + in.Token,
+		supervise.EnvFacts + "=" + string(factsJSON),
+		supervise.EnvRecord + "=" + filepath.Join(dir, contract.RecordFile),
+		"PATH=" + SupervisorPath,
+		"USER=" + u.Name,
+		"LOGNAME=" + u.Name,
+	}
+	if u.Home != "" {
+		env = append(env, "HOME="+u.Home)
+	}
+	env = append(env, supervise.EnvPrologStart+"="+prologStart(in.Getenv, log))
+	if c := in.Getenv("SLURM_CONF"); c != "" {
+		env = append(env, "SLURM_CONF="+c) // the supervisor's liveness queries
+	}
+	// What the node knows of the job's end: the slurmd that runs this
+	// prolog (its parent on 22.05 to 26.05: prep/script forks slurmd and
+	// execs slurmstepd) runs the epilog too; the supervisor asks Slurm only
+	// once that slurmd is gone or the job's end time is long past.
+	if a, err := supervise.SlurmdAnchor(os.Getppid()); err == nil {
+		env = append(env, supervise.EnvSlurmd+"="+a)
+		// The binary a later slurmd of this node must run to be adopted.
+		if exe, err := supervise.SlurmdExe(os.Getppid()); err == nil {
+			env = append(env, supervise.EnvSlurmdExe+"="+exe)
+		}
+	} else {
+		log.Warnf("job %d: the prolog's parent: %v (the supervisor asks Slurm whether the job runs)", in.JobID, err)
+	}
+	if end := supervise.ParseJobEnd(in.Getenv("SLURM_JOB_END_TIME")); !end.IsZero() {
+		env = append(env, supervise.EnvJobEnd+"="+strconv.FormatInt(end.Unix(), 10))
+	}
+	return env, nil
+}
+
+// collectorGroup makes the job's collector cgroup on this node (nil when
+// the node has none), its memory bounded (logged when at the site's cap),
+// and names it in the record.
+func collectorGroup(in PrologInput, spec *config.Resolved, node string, rec *record.Record, log logrus.FieldLogger) (*cgroup.Group, error) {
+	memBytes, capped := cgroupMemoryBytes(spec.Otel.MemoryLimitMiB, in.Args.CgroupMemoryMaxMiB)
+	if capped && in.Args.Cgroup != CgroupOff {
+		log.Infof("job %d: the collector's cgroup is bounded at the site's cap, %d MiB (plugstack cgroup_memory_max_mib), below %d x otel.memory_limit_mib=%d",
+			in.JobID, in.Args.CgroupMemoryMaxMiB, CgroupMemoryFactor, spec.Otel.MemoryLimitMiB)
+	}
+	group, err := jobGroup(in.Args, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, memBytes, log)
+	if err != nil {
+		return nil, err
+	}
+	if group != nil {
+		rec.Cgroup = group.Rel
+		rec.CgroupMemory = group.MemoryLimitFile()
+		rec.CgroupCpuset = group.CpusetFile()
+	}
+	return group, nil
+}
+
+// launch starts the supervisor as the job's user inside group and waits
+// up to timeout for its report: a ready one, or an error (the supervisor
+// and its group ended, or the group removed when the start failed).
+func launch(in PrologInput, env []string, groups []uint32, group *cgroup.Group, timeout time.Duration) (*supervisor, supervise.Readiness, error) {
+	sup, err := startSupervisor(in.Args.CLI, env, in.UID, in.GID, groups, group)
+	if err != nil {
+		if group != nil {
+			_ = group.Remove()
+		}
+		return nil, supervise.Readiness{}, fmt.Errorf("starting %s supervise: %w", in.Args.CLI, err)
+	}
+	rep, err := sup.wait(timeout)
+	if err == nil && rep.Status != supervise.StatusReady {
+		err = fmt.Errorf("the collector failed to start: %s", rep.Error)
+	}
+	if err != nil {
+		sup.kill()
+		return nil, rep, err
+	}
+	return sup, rep, nil
+}
+
+// recordReady writes the ready record: the supervisor's pid and start
+// time (checked to be alive after its report), the task env, the hold
+// socket. On an error the supervisor is ended.
+func recordReady(dir string, rec *record.Record, sup *supervisor, rep supervise.Readiness, spec *config.Resolved, facts jobfacts.Facts) error {
+	ps, err := proc.ReadStat(sup.pid)
+	if err != nil {
+		sup.kill()
+		return fmt.Errorf("the supervisor (pid %d) is gone after its report: %w", sup.pid, err)
+	}
+	rec.Status = "ready"
+	rec.SupervisorPID = sup.pid
+	rec.SupervisorStart = ps.StartTime
+	rec.Env = taskenv.TaskEnv(spec, facts, rep.Ports, rep.ReceiverToken)
+	if supervise.ValidHoldSocket(rep.HoldSocket) {
+		rec.HoldSocket = rep.HoldSocket
+	}
+	if err := record.Write(dir, rec); err != nil {
+		sup.kill()
+		return err
+	}
+	return nil
+}
+
+// unsetNames are the variables the steps remove from the task env: the
+// token variable and Slurm's copies of the forwarded token.
+func unsetNames(tokenEnv string) []string {
+	out := []string{}
+	if record.EnvName(tokenEnv) {
+		out = append(out, tokenEnv)
+	}
+	return append(out, taskenv.TokenCopies...)
+}
+
+// usesArrayIDs reports whether the job's names depend on its array ids:
+// job_dir or run_id holds %A or %a. Nothing else the collector or the task
+// env carries does.
+func usesArrayIDs(spec *config.Resolved) bool {
+	has := func(pattern string) bool {
+		for i := 0; i+1 < len(pattern); i++ {
+			if pattern[i] != '%' {
+				continue
+			}
+			switch pattern[i+1] {
+			case 'A', 'a':
+				return true
+			}
+			i++ // %% and the other escapes
+		}
+		return false
+	}
+	return has(spec.JobDir) || has(spec.Identity.RunID)
+}
+
+func prologFacts(ctx context.Context, in PrologInput, spec *config.Resolved, node, userName string, log logrus.FieldLogger) (jobfacts.Facts, error) {
+	f := jobfacts.Facts{
+		JobID:       strconv.FormatUint(uint64(in.JobID), 10),
+		ArrayJobID:  in.Getenv("SLURM_ARRAY_JOB_ID"),
+		ArrayTaskID: in.Getenv("SLURM_ARRAY_TASK_ID"),
+		User:        userName,
+		Node:        node,
+		Cluster:     in.Getenv("SLURM_CLUSTER_NAME"),
+		GPUs:        jobfacts.ParseGPUs(in.Getenv("SLURM_JOB_GPUS")),
+		// Slurm's gres code sets it beside SLURM_JOB_GPUS in the
+		// prolog's environment: the MIG UUIDs of MIG devices.
+		GPUDevices: jobfacts.ParseGPUDevices(in.Getenv("CUDA_VISIBLE_DEVICES")),
+		// Which run of the job this is (slurmd's prolog environment).
+		RestartCount: in.Getenv("SLURM_JOB_RESTART_COUNT"),
+		SLUID:        in.Getenv("SLURM_JOB_SLUID"),
+	}
+	if f.ArrayJobID == "" && usesArrayIDs(spec) {
+		// No release's prolog env has SLURM_ARRAY_* (22.05 to 26.05:
+		// prep/script's _build_env) and the SPANK items are not available
+		// there: ask slurmctld, once per node, bounded, and only when a
+		// name needs the ids (job_dir or run_id with %A or %a).
+		qctx, done := context.WithTimeout(ctx, timing.QueryBound)
+		defer done()
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < timing.KillReserve+timing.QueryBound {
+			log.Warnf("job %d: array ids not asked for: too little time left in the prolog", in.JobID)
+		} else if j, known, err := slurm.Query(qctx, in.JobID); err != nil || !known {
+			log.Warnf("job %d: array ids: %v (known to Slurm: %v)", in.JobID, err, known)
+		} else {
+			f.ArrayJobID, f.ArrayTaskID = j.ArrayJobID, j.ArrayTaskID
+		}
+	}
+	nodelist := in.Getenv("SLURM_JOB_NODELIST")
+	if nodelist == "" {
+		nodelist = in.Getenv("SLURM_NODELIST")
+	}
+	if nodelist != "" {
+		idx, err := slurm.NodeIndex(nodelist, node)
+		if err != nil {
+			return f, err
+		}
+		if idx < 0 {
+			log.Warnf("job %d: node %s is not in SLURM_JOB_NODELIST=%s: writing as a non-first node", in.JobID, node, nodelist)
+			idx = 1
+		}
+		f.NodeIndex = idx
+	}
+	return f, nil
+}

@@ -1,0 +1,150 @@
+package callbacks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+)
+
+// MaxSweepQueries bounds the questions to slurmctld of one prolog's sweep:
+// stale records beyond it are left for the next job's prolog on the node.
+const MaxSweepQueries = 2
+
+// SweepStale removes the records of other jobs on this node whose job is
+// over but whose epilog never ran: a node that died mid-job and came back
+// with /run intact (Slurm 24.11 runs no epilog for such a job there). Only
+// records whose supervisor is gone are considered (a live supervisor ends
+// itself when its job is no longer running). A record written before the
+// node's last boot is over without asking (a reboot ended every process of
+// that job here); any other one only when slurmctld says the job is over
+// (squeue: no longer known, or in a final state), at most MaxSweepQueries
+// questions per call. Then it ends orphaned cgroups (sweepOrphanGroups).
+// Called by the prolog; best effort, logged, and done when ctx is: what it
+// did not reach is left for a later prolog or epilog.
+func SweepStale(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
+	sweepStaleRecords(ctx, recordDir, cluster, node, current, log)
+	sweepOrphanGroups(ctx, recordDir, cluster, node, current, log)
+}
+
+func sweepStaleRecords(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
+	base := filepath.Join(recordDir, node)
+	if record.CheckRootDir(base) != nil {
+		return
+	}
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	boot := proc.BootTime()
+	queries := 0
+	for _, e := range ents {
+		id, err := strconv.ParseUint(e.Name(), 10, 32)
+		if err != nil || uint32(id) == current || !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(base, e.Name())
+		if record.CheckRootDir(dir) != nil {
+			continue
+		}
+		group := openJobGroup(cluster, node, uint32(id))
+		if rec, err := record.Read(dir); err == nil && rec.SupervisorPID > 1 && isOurs(rec, group) {
+			continue
+		}
+		if ctx.Err() != nil {
+			log.Warnf("job %d: stale records not all checked: the prolog's deadline is near", current)
+			return
+		}
+		if !beforeBoot(dir, boot) {
+			if queries >= MaxSweepQueries {
+				log.Infof("job %d: the stale record of job %d is left for a later prolog (%d questions to slurmctld per prolog)", current, id, MaxSweepQueries)
+				continue
+			}
+			queries++
+			qctx, done := context.WithTimeout(ctx, timing.QueryBound)
+			j, known, err := slurm.Query(qctx, uint32(id))
+			done()
+			if err != nil || (known && !slurm.Final(j.State)) {
+				continue // no answer, or the job may still run: keep its record
+			}
+		}
+		if err := endJobGroup(ctx, group, uint32(id), log); err != nil {
+			// Left, it is an orphaned group once the record is gone.
+			log.Warnf("job %d: the stale cgroup of job %d: %v", current, id, err)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warnf("job %d: removing the stale record of job %d: %v", current, id, err)
+			continue
+		}
+		log.Infof("job %d: removed the stale record of job %d (the job is over and its epilog never ran here)", current, id)
+	}
+}
+
+// sweepOrphanGroups ends the collector cgroups on this node of jobs that
+// have no record dir (and are not the current job): the record dir is made
+// before a job's group and removed after it, so such a group is left from a
+// job whose epilog did not finish (or ran out of time). Each group's end
+// takes what is left of ctx's deadline (endJobGroup); once ctx is done the
+// groups not reached are left for a later prolog or epilog, counted in one
+// logged line.
+func sweepOrphanGroups(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
+	hs := nodeHierarchies(node)
+	seen := map[uint32]bool{}
+	var left []uint32
+	for _, h := range hs {
+		ents, err := os.ReadDir(filepath.Join(h.GroupRoot(), groupBase(cluster), node))
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			n, ok := strings.CutPrefix(e.Name(), "job_")
+			id, err := strconv.ParseUint(n, 10, 32)
+			if !ok || err != nil || !e.IsDir() || uint32(id) == current || seen[uint32(id)] {
+				continue
+			}
+			seen[uint32(id)] = true
+			if _, err := os.Lstat(record.JobDir(recordDir, node, uint32(id))); !errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if ctx.Err() != nil {
+				left = append(left, uint32(id))
+				continue
+			}
+			if err := endJobGroup(ctx, openJobGroup(cluster, node, uint32(id)), uint32(id), log); err != nil {
+				log.Warnf("job %d: the orphan cgroup of job %d: %v", current, id, err)
+				continue
+			}
+			log.Infof("job %d: removed the cgroup of job %d, which had no record on this node", current, id)
+		}
+	}
+	if len(left) > 0 {
+		const show = 10
+		ids := fmt.Sprint(left[:min(len(left), show)])
+		if len(left) > show {
+			ids = strings.TrimSuffix(ids, "]") + " ...]"
+		}
+		log.Warnf("job %d: %d orphaned cgroups (jobs %s) left for a later prolog or epilog on this node: the deadline is near", current, len(left), ids)
+	}
+}
+
+// beforeBoot reports whether the record in dir was last written before
+// boot (the record file's mtime; a minute's margin for clock steps at boot).
+func beforeBoot(dir string, boot time.Time) bool {
+	if boot.IsZero() {
+		return false
+	}
+	fi, err := os.Stat(filepath.Join(dir, contract.RecordFile))
+	return err == nil && fi.ModTime().Before(boot.Add(-time.Minute))
+}

@@ -1,0 +1,246 @@
+package supervise
+
+// The job's cgroups as metrics.
+//
+// The supervisor serves what the job's cgroups on this node have cost
+// (helper/cgroup's stats.go: Slurm's job and step groups, and the
+// collector's own group) as Prometheus text on a 127.0.0.1 port of its
+// own, read afresh at every request; the collector scrapes it as the
+// scrape job "cgroup" at scrape_interval_seconds (render: Ports.Cgroup),
+// so the series carry the run's identity like every other scrape.
+//
+// Why here and not in a collector receiver: no receiver of the collector
+// (core or contrib) reads a given cgroup directory. hostmetrics reads the
+// host and processes (a process's cgroup only as a label), docker_stats,
+// podman_stats and kubeletstats ask a container runtime, and Splunk's
+// cgroups monitor (not in contrib) reads v1 only. Slurm's groups move by
+// release, plugin and cgroup.conf (slurm_<node>, uid_<uid>, job_<id> or
+// the SLUID on 26.05), which a static configuration cannot follow, and
+// "not kept here" needs a reason a receiver would not give. The
+// supervisor is already there for the job's whole life, as the job's
+// user (every file read is world-readable), and costs nothing to a job
+// without the flag: it exists only for flagged jobs.
+//
+// What is not kept on this node (cgroup v1 has no pressure, memory.peak
+// needs Linux 5.19, PSI may be off, Slurm makes no cpu-controller group
+// on v1, the job's group does not exist before its first step) is never
+// a 0: the series is absent, and cgroup_not_kept{cgroup, step, family,
+// reason} 1 says why.
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+)
+
+// MaxCgroupSteps bounds the step groups read per scrape (a job's steps
+// on a node at one time; ended steps' groups are gone). The rest are
+// counted in one cgroup_not_kept series.
+const MaxCgroupSteps = 64
+
+// maxReasonBytes bounds a reason label (below the scrape's
+// label_value_length_limit).
+const maxReasonBytes = 512
+
+// cgroupMetric is one metric family of the text.
+type cgroupMetric struct {
+	stat, name, typ, help string
+}
+
+// cgroupMetricFamilies are the families served, in order: the stat read
+// (cgroup.Stats.Values key), the Prometheus name, type and help.
+var cgroupMetricFamilies = []cgroupMetric{
+	{cgroup.CPUSeconds, "cgroup_cpu_usage_seconds_total", "counter", "CPU time used by the group, seconds."},
+	{cgroup.CPUPeriods, "cgroup_cpu_periods_total", "counter", "CFS bandwidth periods of the group."},
+	{cgroup.CPUThrottledPeriods, "cgroup_cpu_throttled_periods_total", "counter", "CFS bandwidth periods in which the group was throttled."},
+	{cgroup.CPUThrottledSeconds, "cgroup_cpu_throttled_seconds_total", "counter", "Time the group was throttled, seconds."},
+	{cgroup.MemoryCurrentBytes, "cgroup_memory_current_bytes", "gauge", "Memory charged to the group now, bytes."},
+	{cgroup.MemoryPeakBytes, "cgroup_memory_peak_bytes", "gauge", "Highest memory charged to the group, bytes."},
+	{cgroup.MemoryLimitBytes, "cgroup_memory_limit_bytes", "gauge", "The group's hard memory bound, bytes (absent: none)."},
+	{cgroup.OOMKills, "cgroup_oom_kills_total", "counter", "Processes the kernel killed at the group's memory bound."},
+	{cgroup.CPUPressureSome, "cgroup_cpu_pressure_some_seconds_total", "counter", "Time some of the group's tasks stalled on CPU, seconds (PSI)."},
+	{cgroup.CPUPressureFull, "cgroup_cpu_pressure_full_seconds_total", "counter", "Time all of the group's tasks stalled on CPU, seconds (PSI)."},
+	{cgroup.MemoryPressureSome, "cgroup_memory_pressure_some_seconds_total", "counter", "Time some of the group's tasks stalled on memory, seconds (PSI)."},
+	{cgroup.MemoryPressureFull, "cgroup_memory_pressure_full_seconds_total", "counter", "Time all of the group's tasks stalled on memory, seconds (PSI)."},
+	{cgroup.IOPressureSome, "cgroup_io_pressure_some_seconds_total", "counter", "Time some of the group's tasks stalled on IO, seconds (PSI)."},
+	{cgroup.IOPressureFull, "cgroup_io_pressure_full_seconds_total", "counter", "Time all of the group's tasks stalled on IO, seconds (PSI)."},
+}
+
+// CgroupNotKept is the name of the series that says what is not kept.
+const CgroupNotKept = "cgroup_not_kept"
+
+// cgroupReader reads one node's groups of one job.
+type cgroupReader struct {
+	hs      []cgroup.Hierarchy
+	job     cgroup.SlurmJob
+	own     cgroup.StatsDirs
+	ownWhy  string
+	kernel  string
+	stepMax int
+	// The job's group once found (Find globs directories: at most once
+	// per jobSearchEvery while it is not found).
+	jobDirs    cgroup.StatsDirs
+	jobWhy     string
+	searchedAt time.Time
+}
+
+// jobSearchEvery is how often a job group not found is looked for again.
+const jobSearchEvery = 5 * time.Second
+
+// newCgroupReader finds the node's hierarchies and the supervisor's own
+// group (the collector's) for job f; Slurm's groups are looked up at
+// every read (they appear with the job's first step).
+func newCgroupReader(f jobfacts.Facts) (*cgroupReader, error) {
+	hs, err := cgroup.DiscoverStats("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	r := &cgroupReader{hs: hs, kernel: cgroup.KernelRelease(), stepMax: MaxCgroupSteps,
+		job: cgroup.SlurmJob{UID: os.Getuid(), JobID: f.JobID, SLUID: f.SLUID, Node: f.Node}}
+	if pid1, err := cgroup.ProcCgroups("1"); err == nil {
+		r.job.PID1V2 = pid1.V2
+	}
+	self, err := cgroup.ProcCgroups("self")
+	if err != nil {
+		r.ownWhy = "the supervisor's own cgroup: " + err.Error()
+	} else {
+		r.own, r.ownWhy = cgroup.Own(hs, self, f.JobID)
+	}
+	return r, nil
+}
+
+// group is one group's place in the text and its reading (why: the whole
+// group is not kept).
+type cgroupGroup struct {
+	kind, step string
+	st         cgroup.Stats
+	why        string
+}
+
+// read reads every group now.
+func (r *cgroupReader) read() []cgroupGroup {
+	var gs []cgroupGroup
+	if !r.jobDirs.Exists() && time.Since(r.searchedAt) >= jobSearchEvery {
+		r.jobDirs, r.jobWhy = r.job.Find(r.hs)
+		r.searchedAt = time.Now()
+	}
+	if !r.jobDirs.Exists() {
+		why := r.jobWhy
+		if why == "" {
+			why = fmt.Sprintf("the Slurm cgroup of job %s on this node is gone (the job is ending)", r.job.JobID)
+		}
+		gs = append(gs, cgroupGroup{kind: "job", why: why})
+	} else {
+		gs = append(gs, cgroupGroup{kind: "job", st: r.jobDirs.Read(r.kernel)})
+		steps := r.jobDirs.Steps()
+		names := cgroup.SortedSteps(steps)
+		for i, n := range names {
+			if i == r.stepMax {
+				gs = append(gs, cgroupGroup{kind: "step", why: fmt.Sprintf("%d more step groups than %d on this node now: not read", len(names)-r.stepMax, r.stepMax)})
+				break
+			}
+			gs = append(gs, cgroupGroup{kind: "step", step: n, st: steps[n].Read(r.kernel)})
+		}
+	}
+	if r.ownWhy != "" {
+		gs = append(gs, cgroupGroup{kind: "collector", why: r.ownWhy})
+	} else {
+		gs = append(gs, cgroupGroup{kind: "collector", st: r.own.Read(r.kernel)})
+	}
+	return gs
+}
+
+// writeCgroupText writes gs as Prometheus text (version 0.0.4).
+func writeCgroupText(w io.Writer, gs []cgroupGroup) error {
+	var b bytes.Buffer
+	for _, m := range cgroupMetricFamilies {
+		head := false
+		for _, g := range gs {
+			v, ok := g.st.Values[m.stat]
+			if !ok {
+				continue
+			}
+			if !head {
+				fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)
+				head = true
+			}
+			fmt.Fprintf(&b, "%s{%s} %s\n", m.name, groupLabels(g), strconv.FormatFloat(v, 'g', -1, 64))
+		}
+	}
+	fmt.Fprintf(&b, "# HELP %s What this node does not keep for the group (family \"all\": the whole group), and why; 1 per family.\n# TYPE %s gauge\n", CgroupNotKept, CgroupNotKept)
+	for _, g := range gs {
+		if g.why != "" {
+			fmt.Fprintf(&b, "%s{%s,family=\"all\",reason=%s} 1\n", CgroupNotKept, groupLabels(g), quoteLabel(g.why))
+			continue
+		}
+		for _, fam := range cgroup.FamilyNames() {
+			if why, ok := g.st.NotKept[fam]; ok {
+				fmt.Fprintf(&b, "%s{%s,family=%q,reason=%s} 1\n", CgroupNotKept, groupLabels(g), fam, quoteLabel(why))
+			}
+		}
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+func groupLabels(g cgroupGroup) string {
+	if g.kind == "step" && g.step != "" {
+		return fmt.Sprintf("cgroup=%q,step=%s", g.kind, quoteLabel(g.step))
+	}
+	return fmt.Sprintf("cgroup=%q", g.kind)
+}
+
+// quoteLabel quotes a label value as the text format wants (\\, \", \n),
+// at most maxReasonBytes.
+func quoteLabel(s string) string {
+	if len(s) > maxReasonBytes {
+		s = s[:maxReasonBytes]
+	}
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	return `"` + r.Replace(s) + `"`
+}
+
+// cgroupServer serves a cgroupReader on a 127.0.0.1 port.
+type cgroupServer struct {
+	ln  net.Listener
+	srv *http.Server
+}
+
+// newCgroupServer listens on a free 127.0.0.1 port and serves r at
+// /metrics.
+func newCgroupServer(r *cgroupReader) (*cgroupServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		_ = writeCgroupText(w, r.read())
+	})
+	s := &cgroupServer{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+func (s *cgroupServer) port() int {
+	if s == nil {
+		return 0
+	}
+	return s.ln.Addr().(*net.TCPAddr).Port
+}
+
+func (s *cgroupServer) close() {
+	if s != nil {
+		_ = s.srv.Close()
+	}
+}

@@ -1,0 +1,231 @@
+package supervise
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+)
+
+// collector is one running collector process.
+type collector struct {
+	*proc.Child
+	pid   int
+	start uint64 // /proc/<pid>/stat starttime, clock ticks since boot
+	// killed: stop's bound passed and the collector was killed.
+	killed bool
+}
+
+// launchSpec is how to start the collector: argv and explicit environment.
+type launchSpec struct {
+	argv []string
+	env  []string
+	log  string // collector.log path
+}
+
+// commandFor builds the collector's argv: the host binary, or the container
+// runtime template with its placeholders replaced. Placeholders, each
+// replaced inside one argument (no shell is involved): {image} the
+// otel.container image, {config} the collector.yaml path, {output} the
+// output dir, {binary} otel.binary.
+func commandFor(o config.Otel, configPath, outputDir string) ([]string, error) {
+	if o.Container == "" {
+		return []string{o.Binary, "--config", configPath}, nil
+	}
+	fields := strings.Fields(o.ContainerRuntime)
+	if len(fields) == 0 {
+		return nil, fmt.Errorf("otel.container_runtime is empty")
+	}
+	r := strings.NewReplacer("{image}", o.Container, "{config}", configPath, "{output}", outputDir, "{binary}", o.Binary)
+	for i, f := range fields {
+		fields[i] = r.Replace(f)
+	}
+	return fields, nil
+}
+
+// start starts the collector in its own session with stdout and stderr
+// appended to the log, no other inherited descriptor, the signal mask and
+// dispositions the supervisor itself has (cleared at its start, see
+// ClearSignals), and exactly env as its environment. SIGTERM reaches it if
+// the supervisor dies (Pdeathsig; the supervisor's main thread is locked).
+func start(ls launchSpec) (*collector, error) {
+	logf, err := os.OpenFile(ls.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("collector log %s: %w", ls.log, err)
+	}
+	defer logf.Close()
+	path := ls.argv[0]
+	if !strings.Contains(path, "/") {
+		if path, err = exec.LookPath(path); err != nil {
+			return nil, err
+		}
+	}
+	cmd := &exec.Cmd{
+		Path:   path,
+		Args:   ls.argv,
+		Env:    ls.env,
+		Stdout: logf,
+		Stderr: logf,
+		Dir:    filepath.Dir(ls.log),
+		SysProcAttr: &syscall.SysProcAttr{
+			Setsid:    true,
+			Pdeathsig: syscall.SIGTERM,
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &collector{Child: proc.Watch(cmd), pid: cmd.Process.Pid}
+	c.start, _ = proc.StartTime(c.pid)
+	return c, nil
+}
+
+// stop sends SIGTERM to the collector's process group and waits up to bound
+// until every process of the group is gone (a container runtime's collector
+// may outlive the runtime process; the supervisor is their subreaper, see
+// BecomeSubreaper); past the bound the group is SIGKILLed. It reports whether
+// the stop was clean: the group gone within the bound, and the direct child
+// exited 0 or by the SIGTERM it was sent.
+func (c *collector) stop(bound time.Duration) (clean bool) {
+	if !c.Running() {
+		return c.Err() == nil
+	}
+	if c.StopGroup(bound, true) {
+		c.killed = true
+		return false
+	}
+	return c.Err() == nil || proc.TerminatedBy(c.Err(), syscall.SIGTERM)
+}
+
+// waitHealthy polls the health endpoint every poll until it answers 200,
+// the collector exits, or ctx ends.
+func waitHealthy(ctx context.Context, c *collector, port int, poll time.Duration) error {
+	client := &http.Client{Timeout: time.Second}
+	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.Exited():
+			return errExited
+		case <-t.C:
+		}
+	}
+}
+
+var errExited = errors.New("the collector exited before it was healthy")
+
+// freePorts returns n distinct free TCP ports on 127.0.0.1, none of them a
+// collector default (4317, 4318, 13133, 8888, 55679, 1777).
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("choosing a loopback port: %w", err)
+		}
+		ls = append(ls, l)
+		p := l.Addr().(*net.TCPAddr).Port
+		switch p {
+		case 4317, 4318, 13133, 8888, 55679, 1777:
+			continue
+		}
+		ports = append(ports, p)
+	}
+	return ports, nil
+}
+
+// tailFile returns the last n lines of path ("" when unreadable).
+func tailFile(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+var versionRE = regexp.MustCompile(`version v?(\d+)\.(\d+)\.(\d+)`)
+
+// checkVersion runs `<binary> --version` within bound and refuses a
+// collector older than render.MinCollectorVersion. The bound is the start's
+// own (health_check_timeout_seconds): a loaded or slow node may take
+// seconds to load a large binary, and the start as a whole is bounded
+// anyway. Errors name otel.binary.
+func checkVersion(ctx context.Context, binary string, env []string, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "--version")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
+			return fmt.Errorf("otel.binary: %s does not exist on this node", binary)
+		}
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("otel.binary: %s: %v", binary, pe.Err)
+		}
+		return fmt.Errorf("otel.binary: %s --version failed: %v: %s", binary, err, firstLine(out))
+	}
+	m := versionRE.FindSubmatch(out)
+	if m == nil {
+		return fmt.Errorf("otel.binary: %s --version printed no version: %s", binary, firstLine(out))
+	}
+	have := [3]int{}
+	for i := range have {
+		have[i], _ = strconv.Atoi(string(m[i+1]))
+	}
+	var want [3]int
+	fmt.Sscanf(render.MinCollectorVersion, "%d.%d.%d", &want[0], &want[1], &want[2])
+	for i := range have {
+		if have[i] != want[i] {
+			if have[i] < want[i] {
+				return fmt.Errorf("otel.binary: %s is version %d.%d.%d; gym-otel-spank needs %s or newer", binary, have[0], have[1], have[2], render.MinCollectorVersion)
+			}
+			break
+		}
+	}
+	return nil
+}
+
+func firstLine(b []byte) string {
+	s := bufio.NewScanner(bytes.NewReader(b))
+	if s.Scan() {
+		return s.Text()
+	}
+	return ""
+}

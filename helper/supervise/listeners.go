@@ -1,0 +1,114 @@
+package supervise
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+)
+
+// errForeignListener: a port the supervisor chose is listened on by a
+// process that is not this job's collector (another user on a shared node
+// bound it between the choice and the collector's bind).
+type errForeignListener struct{ port int }
+
+func (e errForeignListener) Error() string {
+	return fmt.Sprintf("port %d on 127.0.0.1 is held by a process that is not this job's collector", e.port)
+}
+
+// verifyListeners proves that every one of ports is listened on, on
+// 127.0.0.1, by a socket of the collector's process group (the collector,
+// or the container runtime and its children): the socket inodes of
+// /proc/net/tcp against the descriptors of those processes. A socket of
+// this same user that is not in the group (a runtime that started the
+// collector in a session of its own) is the job's user's, not a foreign
+// one, and passes. Any other listener on such a port, or a port nobody
+// listens on, is an error: the health check or the job's telemetry could
+// be answered by another user.
+func verifyListeners(pgid int, ports []int) error {
+	ours := groupSockets(pgid)
+	listen, err := tcpListeners(proc.NetTCP)
+	if err != nil {
+		return fmt.Errorf("reading the node's listeners: %w", err)
+	}
+	if six, err := tcpListeners(proc.NetTCP6); err == nil {
+		for p, socks := range six {
+			listen[p] = append(listen[p], socks...)
+		}
+	}
+	for _, p := range ports {
+		inodes := listen[p]
+		if len(inodes) == 0 {
+			return fmt.Errorf("port %d on 127.0.0.1: the collector does not listen on it", p)
+		}
+		for _, sk := range inodes {
+			if !ours[sk.inode] && sk.uid != uint32(os.Getuid()) {
+				return errForeignListener{p}
+			}
+		}
+	}
+	return nil
+}
+
+// groupSockets returns the socket inodes held by the processes of process
+// group pgid (that this user may read).
+func groupSockets(pgid int) map[uint64]bool {
+	out := map[uint64]bool{}
+	pids, _ := proc.Pids()
+	for _, pid := range pids {
+		if st, err := proc.ReadStat(pid); err != nil || st.Pgid != pgid {
+			continue
+		}
+		for _, ino := range proc.SocketInodes(pid) {
+			out[ino] = true
+		}
+	}
+	return out
+}
+
+// socket is one listening socket: its inode and owner.
+type socket struct {
+	inode uint64
+	uid   uint32
+}
+
+// tcpListeners reads the table at path (/proc/net/tcp or tcp6) into
+// loopbackListeners.
+func tcpListeners(path string) (map[int][]socket, error) {
+	rows, err := proc.ReadTCP(path)
+	return loopbackListeners(rows), err
+}
+
+func parseTCP(r io.Reader) (map[int][]socket, error) {
+	rows, err := proc.ParseTCP(r)
+	return loopbackListeners(rows), err
+}
+
+// loopbackListeners maps each port listened on at 127.0.0.1 or every
+// address (v4 or v6) to its sockets.
+func loopbackListeners(rows []proc.TCPSocket) map[int][]socket {
+	out := map[int][]socket{}
+	for _, row := range rows {
+		if row.State != "0A" {
+			continue
+		}
+		addr, port, ok := strings.Cut(row.Local, ":")
+		switch {
+		case !ok:
+			continue
+		case addr == "0100007F", addr == "00000000": // 127.0.0.1, 0.0.0.0
+		case addr == "00000000000000000000000000000000", addr == "0000000000000000FFFF00000100007F": // ::, ::ffff:127.0.0.1
+		default:
+			continue
+		}
+		p, err := strconv.ParseUint(port, 16, 16)
+		if err != nil {
+			continue
+		}
+		out[int(p)] = append(out[int(p)], socket{row.Inode, row.UID})
+	}
+	return out
+}

@@ -1,0 +1,539 @@
+package supervise
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	commonv1 "go.opentelemetry.io/proto/otlp/common/v1"
+	resourcev1 "go.opentelemetry.io/proto/otlp/resource/v1"
+	tracev1 "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+)
+
+// The job's Slurm phases as spans (issue 28), emitted by the supervisor
+// (the job's user) to its own collector's OTLP/HTTP receiver, which stamps
+// the run's identity (transform/identity: the seed's keys and Lens' join
+// key nv.dl.job.uuid) on them as on every span of the job.
+//
+// Root's side only hands facts on: the prolog's start time comes in the
+// supervisor's environment (EnvPrologStart, taken by the plugin's C prolog
+// before it loads the Go core); each step's slurmstepd (spank/phase.c, C
+// only, never in a forked task) tells the supervisor on its hold socket
+// (holdsock.go) one line at the step's start and one at its end:
+//
+//	step start <step id> <unix ms>
+//	step end <step id> <start ms> <end ms> <tasks end ms|0> <final wait end ms|0> <exit code|-1> <signal|0> <tasks>
+//
+// and reads "ok". The supervisor trusts the lines as far as its own job's
+// telemetry goes: only root and the job's user may connect.
+//
+// One trace per job run: its trace id is a hash of the run's identity
+// (cluster, job id, restart count, SLUID), the same on every node, so
+// every node's spans sit in one trace. On each node one root span,
+// slurm.job, runs from the prolog's start to the drain; under it
+// slurm.prolog (the prolog's start to the collector's ready) and one
+// slurm.step per step (the extern step too); under the batch step
+// slurm.batch_script (to its task's exit) and slurm.final_wait (to the end
+// of the plugin's final-scrape hold). Spans the node cannot finish (a step
+// whose end never came: a cancelled job, a lost node) are ended at the
+// drain and carry slurm.end_known=false with a status saying so.
+//
+// Bounds: at most MaxStepSpans step spans per node; later steps are
+// counted into one slurm.steps.aggregated span (count, failures, worst
+// exit code, summed duration), and at most MaxOpenSteps steps are tracked
+// open at once (more are counted as unseen).
+const (
+	// EnvPrologStart is the supervisor's environment variable with the
+	// prolog's start (unix ms), set by the plugin's prolog.
+	EnvPrologStart = contract.EnvPrologStart
+	// MaxStepSpans bounds the step spans of one node.
+	MaxStepSpans = 100
+	// MaxOpenSteps bounds the steps tracked between start and end.
+	MaxOpenSteps = 1024
+	// PhaseFlush is how often ended spans are exported.
+	PhaseFlush = time.Second
+	// PhaseExportTimeout bounds one export to the collector.
+	PhaseExportTimeout = 2 * time.Second
+	// phaseScope names the instrumentation scope of the phase spans.
+	phaseScope = "gym-otel-spank/slurm-phases"
+)
+
+// Slurm's special step ids (slurm.h).
+const (
+	stepBatch       = 0xfffffffb
+	stepExtern      = 0xfffffffc
+	stepInteractive = 0xfffffffa
+	stepPending     = 0xfffffffd
+)
+
+// StepName names a Slurm step id as Slurm's tools do ("batch", "extern",
+// "interactive" or the number).
+func StepName(id uint32) string {
+	switch id {
+	case stepBatch:
+		return "batch"
+	case stepExtern:
+		return "extern"
+	case stepInteractive:
+		return "interactive"
+	case stepPending:
+		return "pending"
+	}
+	return strconv.FormatUint(uint64(id), 10)
+}
+
+// ParsePrologStart reads EnvPrologStart's value (unix ms); zero when empty
+// or not a plausible time.
+func ParsePrologStart(v string) time.Time {
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+type openStep struct {
+	start time.Time
+}
+
+// aggregate is the steps past MaxStepSpans, folded.
+type aggregate struct {
+	count, failed int
+	worstExit     int
+	first, last   time.Time
+	total         time.Duration
+}
+
+// phases records the node's phases and exports them as spans.
+type phases struct {
+	facts   jobfacts.Facts
+	trace   []byte
+	root    []byte
+	start   time.Time // the prolog's start (or the supervisor's, marked)
+	guessed bool      // start is the supervisor's own start: the prolog's was not handed on
+
+	mu       sync.Mutex
+	open     map[uint32]openStep
+	pending  []*tracev1.Span
+	spans    int // step spans made
+	agg      aggregate
+	unseen   int // steps not tracked: MaxOpenSteps open at once
+	ended    bool
+	submit   time.Time // the job's submit (the first node only; zero: not known)
+	queueErr string    // why the submit is not known
+	exported int       // spans the collector accepted
+	busy     bool      // an export is under way: exported is about to change
+	failures int       // exports that failed
+	lastErr  string
+}
+
+// newPhases starts the node's record; start is the prolog's start (zero:
+// unknown, the supervisor's start is used and marked).
+func newPhases(f jobfacts.Facts, prologStart, supervisorStart time.Time) *phases {
+	p := &phases{facts: f, open: map[uint32]openStep{}, start: prologStart}
+	if p.start.IsZero() {
+		p.start, p.guessed = supervisorStart, true
+	}
+	p.trace = JobTraceID(f)
+	h := sha256.Sum256(append(append([]byte{}, p.trace...), []byte("/node/"+f.Node)...))
+	p.root = h[:8]
+	return p
+}
+
+// JobTraceID is the trace id of one run of a job: the first 16 bytes of
+// SHA-256 over its cluster, job id, restart count and SLUID, the same on
+// every node of the run.
+func JobTraceID(f jobfacts.Facts) []byte {
+	h := sha256.Sum256([]byte("gym-otel-spank/job/" + f.Cluster + "/" + f.JobID + "/" + f.RestartCount + "/" + f.SLUID))
+	return h[:16]
+}
+
+func (p *phases) spanID(kind string) []byte {
+	h := sha256.Sum256(append(append([]byte{}, p.root...), []byte(kind)...))
+	return h[:8]
+}
+
+func strAttr(k, v string) *commonv1.KeyValue {
+	return &commonv1.KeyValue{Key: k, Value: &commonv1.AnyValue{Value: &commonv1.AnyValue_StringValue{StringValue: v}}}
+}
+
+func intAttr(k string, v int64) *commonv1.KeyValue {
+	return &commonv1.KeyValue{Key: k, Value: &commonv1.AnyValue{Value: &commonv1.AnyValue_IntValue{IntValue: v}}}
+}
+
+func boolAttr(k string, v bool) *commonv1.KeyValue {
+	return &commonv1.KeyValue{Key: k, Value: &commonv1.AnyValue{Value: &commonv1.AnyValue_BoolValue{BoolValue: v}}}
+}
+
+func (p *phases) span(name string, id, parent []byte, start, end time.Time, attrs ...*commonv1.KeyValue) *tracev1.Span {
+	if end.Before(start) {
+		end = start
+	}
+	return &tracev1.Span{
+		TraceId: p.trace, SpanId: id, ParentSpanId: parent, Name: name, Kind: tracev1.Span_SPAN_KIND_INTERNAL,
+		StartTimeUnixNano: uint64(start.UnixNano()), EndTimeUnixNano: uint64(end.UnixNano()),
+		Attributes: append([]*commonv1.KeyValue{strAttr("slurm.node", p.facts.Node)}, attrs...),
+	}
+}
+
+func errStatus(msg string) *tracev1.Status {
+	return &tracev1.Status{Code: tracev1.Status_STATUS_CODE_ERROR, Message: msg}
+}
+
+// ready records the prolog span: its start to the collector's ready.
+func (p *phases) ready(at time.Time) {
+	attrs := []*commonv1.KeyValue{boolAttr("slurm.start_known", !p.guessed)}
+	s := p.span("slurm.prolog", p.spanID("prolog"), p.root, p.start, at, attrs...)
+	if p.guessed {
+		s.Status = &tracev1.Status{Message: "the prolog's start was not handed on: the span starts at the supervisor's start"}
+	}
+	p.mu.Lock()
+	p.pending = append(p.pending, s)
+	p.mu.Unlock()
+}
+
+// handle serves one line of the hold socket other than "sampled": the
+// answer, or "" when line is not a phase line.
+func (p *phases) handle(line string) string {
+	f := strings.Fields(line)
+	if len(f) < 4 || f[0] != "step" {
+		return ""
+	}
+	num := func(s string) (int64, bool) {
+		v, err := strconv.ParseInt(s, 10, 64)
+		return v, err == nil
+	}
+	id64, err := strconv.ParseUint(f[2], 10, 32)
+	if err != nil {
+		return "bad step id\n"
+	}
+	id := uint32(id64)
+	ms := func(v int64) time.Time {
+		if v <= 0 {
+			return time.Time{}
+		}
+		return time.UnixMilli(v)
+	}
+	switch {
+	case f[1] == "start" && len(f) == 4:
+		t, ok := num(f[3])
+		if !ok || t <= 0 {
+			return "bad time\n"
+		}
+		p.stepStart(id, ms(t))
+	case f[1] == "end" && len(f) == 10:
+		var v [7]int64
+		for i := range v {
+			n, ok := num(f[3+i])
+			if !ok {
+				return "bad field\n"
+			}
+			v[i] = n
+		}
+		p.stepEnd(stepEnd{id: id, start: ms(v[0]), end: ms(v[1]), tasksEnd: ms(v[2]), finalEnd: ms(v[3]),
+			exit: int(v[4]), signal: int(v[5]), tasks: int(v[6])})
+	default:
+		return "bad line\n"
+	}
+	return "ok\n"
+}
+
+func (p *phases) stepStart(id uint32, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return
+	}
+	if len(p.open) >= MaxOpenSteps {
+		p.unseen++
+		return
+	}
+	p.open[id] = openStep{start: at}
+}
+
+// stepEnd is one step's end as slurmstepd saw it.
+type stepEnd struct {
+	id                  uint32
+	start, end          time.Time
+	tasksEnd, finalEnd  time.Time // zero: not the batch step, or not known
+	exit, signal, tasks int       // exit -1: no task's status known
+	known               bool      // false: ended at the drain, its end not seen
+}
+
+func (p *phases) stepEnd(e stepEnd) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if o, ok := p.open[e.id]; ok {
+		if e.start.IsZero() {
+			e.start = o.start
+		}
+		delete(p.open, e.id)
+	}
+	if e.end.IsZero() {
+		e.end = time.Now()
+	} else {
+		e.known = true
+	}
+	if e.start.IsZero() {
+		e.start = e.end
+	}
+	p.addStep(e)
+}
+
+// addStep makes the step's spans, or folds the step into the aggregate
+// past MaxStepSpans (the batch and extern steps are always kept).
+func (p *phases) addStep(e stepEnd) {
+	failed := e.signal != 0 || e.exit > 0 || !e.known
+	special := e.id == stepBatch || e.id == stepExtern
+	if !special && p.spans >= MaxStepSpans {
+		a := &p.agg
+		a.count++
+		if failed {
+			a.failed++
+		}
+		a.worstExit = max(a.worstExit, e.exit)
+		if a.first.IsZero() || e.start.Before(a.first) {
+			a.first = e.start
+		}
+		if e.end.After(a.last) {
+			a.last = e.end
+		}
+		a.total += e.end.Sub(e.start)
+		return
+	}
+	if !special {
+		p.spans++
+	}
+	name := StepName(e.id)
+	sid := p.spanID("step/" + name + "/" + strconv.FormatInt(e.start.UnixMilli(), 10))
+	attrs := []*commonv1.KeyValue{strAttr("slurm.step.id", name), boolAttr("slurm.end_known", e.known)}
+	if e.tasks > 0 {
+		attrs = append(attrs, intAttr("slurm.step.tasks", int64(e.tasks)))
+	}
+	switch {
+	case e.signal != 0:
+		attrs = append(attrs, intAttr("slurm.step.signal", int64(e.signal)))
+	case e.exit >= 0:
+		attrs = append(attrs, intAttr("slurm.step.exit_code", int64(e.exit)))
+	}
+	s := p.span("slurm.step", sid, p.root, e.start, e.end, attrs...)
+	switch {
+	case !e.known:
+		s.Status = errStatus("the step's end was not seen on this node (the job was cancelled, timed out or lost the node): ended at the drain")
+	case e.signal != 0:
+		s.Status = errStatus(fmt.Sprintf("a task was killed by signal %d", e.signal))
+	case e.exit > 0:
+		s.Status = errStatus(fmt.Sprintf("exit code %d", e.exit))
+	}
+	p.pending = append(p.pending, s)
+	if e.id != stepBatch {
+		return
+	}
+	scriptEnd, scriptKnown := e.tasksEnd, !e.tasksEnd.IsZero()
+	if !scriptKnown {
+		scriptEnd = e.end
+	}
+	bs := p.span("slurm.batch_script", p.spanID("batch_script/"+strconv.FormatInt(e.start.UnixMilli(), 10)), sid, e.start, scriptEnd,
+		boolAttr("slurm.end_known", scriptKnown))
+	bs.Status = s.Status
+	if !scriptKnown {
+		bs.Status = errStatus("the script's end was not seen: ended with its step")
+	}
+	p.pending = append(p.pending, bs)
+	if scriptKnown && !e.finalEnd.IsZero() {
+		p.pending = append(p.pending, p.span("slurm.final_wait", p.spanID("final_wait/"+strconv.FormatInt(e.start.UnixMilli(), 10)), sid,
+			scriptEnd, e.finalEnd))
+	}
+}
+
+// end ends what is still open at the drain: the open steps (marked), the
+// aggregate, and the node's root span.
+func (p *phases) end(at time.Time) {
+	p.mu.Lock()
+	if p.ended {
+		p.mu.Unlock()
+		return
+	}
+	open := p.open
+	p.open = map[uint32]openStep{}
+	p.mu.Unlock()
+	for id, o := range open {
+		p.mu.Lock()
+		p.addStep(stepEnd{id: id, start: o.start, end: at, exit: -1})
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ended = true
+	if a := p.agg; a.count > 0 {
+		p.pending = append(p.pending, p.span("slurm.steps.aggregated", p.spanID("aggregated"), p.root, a.first, a.last,
+			intAttr("slurm.steps.count", int64(a.count)), intAttr("slurm.steps.failed", int64(a.failed)),
+			intAttr("slurm.steps.worst_exit_code", int64(a.worstExit)), intAttr("slurm.steps.total_ms", a.total.Milliseconds()),
+			intAttr("slurm.steps.kept", int64(MaxStepSpans))))
+	}
+	attrs := []*commonv1.KeyValue{strAttr("slurm.job.id", p.facts.JobID), boolAttr("slurm.start_known", !p.guessed)}
+	start := p.start
+	if !p.submit.IsZero() && p.submit.Before(start) {
+		start = p.submit // the first node's span holds the queue wait
+	}
+	if p.queueErr != "" {
+		attrs = append(attrs, strAttr("slurm.queue_wait.unknown", p.queueErr))
+	}
+	if p.unseen > 0 {
+		attrs = append(attrs, intAttr("slurm.steps.untracked", int64(p.unseen)))
+	}
+	p.pending = append(p.pending, p.span("slurm.job", p.root, nil, start, at, attrs...))
+}
+
+// take returns the spans not exported yet.
+func (p *phases) take() []*tracev1.Span {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.pending
+	p.pending = nil
+	return s
+}
+
+// request wraps spans in one export request with the node's resource
+// (TracesData: wire-identical to ExportTraceServiceRequest).
+func (p *phases) request(spans []*tracev1.Span) *tracev1.TracesData {
+	return &tracev1.TracesData{ResourceSpans: []*tracev1.ResourceSpans{{
+		Resource: &resourcev1.Resource{Attributes: []*commonv1.KeyValue{
+			strAttr("service.name", "slurm"), strAttr("host.name", p.facts.Node)}},
+		ScopeSpans: []*tracev1.ScopeSpans{{Scope: &commonv1.InstrumentationScope{Name: phaseScope}, Spans: spans}},
+	}}}
+}
+
+// export sends the pending spans to the collector's OTLP/HTTP receiver
+// (port, with the receiver token); it returns how many were accepted. A
+// failed export keeps the spans for the next try.
+func (p *phases) export(ctx context.Context, port int, token string) (int, error) {
+	p.mu.Lock()
+	spans := p.pending
+	p.pending = nil
+	p.busy = len(spans) > 0
+	p.mu.Unlock()
+	if len(spans) == 0 {
+		return 0, nil
+	}
+	err := postTraces(ctx, port, token, p.request(spans))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.busy = false
+	if err != nil {
+		p.failures++
+		p.lastErr = err.Error()
+		if len(p.pending)+len(spans) <= 4*MaxStepSpans {
+			p.pending = append(spans, p.pending...)
+		}
+		return 0, err
+	}
+	p.exported += len(spans)
+	return len(spans), nil
+}
+
+func postTraces(ctx context.Context, port int, token string, req *tracev1.TracesData) error {
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, PhaseExportTimeout)
+	defer cancel()
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/traces", port), bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	r.Header.Set("Content-Type", "application/x-protobuf")
+	r.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the collector's receiver answered HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// startPhases begins the node's phase spans once the collector is ready,
+// when the plugin's prolog started the supervisor (Options.RecordPath
+// set): the prolog span now, the steps as they come, exported every
+// PhaseFlush until the returned stop.
+func (s *supervisor) startPhases(ctx context.Context) (stop func()) {
+	if s.opt.RecordPath == "" {
+		// Not started by the plugin's prolog: no Slurm phases to tell.
+		return func() {}
+	}
+	s.phases = newPhases(s.opt.Facts, ParsePrologStart(os.Getenv(EnvPrologStart)), s.started)
+	s.phases.ready(time.Now())
+	if s.hold != nil {
+		s.hold.phases.Store(s.phases)
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	if s.opt.Facts.NodeIndex == 0 {
+		// The job's first node: one query.
+		go s.phases.queueWait(ctx, squeueSubmit)
+	}
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(PhaseFlush)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if _, err := s.phases.export(ctx, s.ports.OTLPHTTP, s.rtoken); err != nil {
+					s.log.Debugf("phase spans: %v", err)
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// endPhases ends the node's phase spans at the drain and exports them
+// before the collector stops.
+func (s *supervisor) endPhases() {
+	if s.phases == nil {
+		return
+	}
+	if s.phasesStop != nil {
+		s.phasesStop()
+		s.phasesStop = nil
+	}
+	s.phases.end(time.Now())
+	if _, err := s.phases.export(context.Background(), s.ports.OTLPHTTP, s.rtoken); err != nil {
+		s.log.Warnf("the job's phase spans on this node could not be sent to the collector: %v", err)
+	}
+	s.log.Infof("phase spans: %d sent to the collector (%d failed exports)", s.phases.exported, s.phases.failures)
+}
+
+// phaseSpansSent is how many phase spans the collector accepted, and
+// whether an export is under way (the collector's counter may already
+// hold spans the count does not: pollSelf then reads again at its next
+// tick). The drain does not wait for the phase spans' span metrics
+// (pollSelf leaves them out of the spans it waits for), so a job without
+// spans of its own drains as fast as before. After a collector restart
+// the count includes the earlier runs' (one needless wait at most).
+func (s *supervisor) phaseSpansSent() (int64, bool) {
+	if s.phases == nil {
+		return 0, false
+	}
+	s.phases.mu.Lock()
+	defer s.phases.mu.Unlock()
+	return int64(s.phases.exported), s.phases.busy
+}

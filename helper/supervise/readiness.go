@@ -1,0 +1,93 @@
+// Package supervise runs one job's collector on one node: it chooses
+// loopback ports, writes collector.yaml, starts the collector as the job's
+// user, gates on its health check, reports ready or failed once, restarts it
+// if it dies mid-job, notices when the job is gone, and drains it on SIGTERM.
+// `gym-otel-spank supervise` is this package's command; the SPANK plugin's
+// prolog starts it and its epilog stops it.
+package supervise
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+)
+
+// Status values of Readiness: state.json's words (jobdir.State).
+const (
+	StatusReady  = jobdir.StatusReady
+	StatusFailed = jobdir.StatusFailed
+)
+
+// Readiness is what the supervisor tells whoever started it, exactly once:
+// ready or failed, as one JSON line on the readiness descriptor (fd 3 when
+// started by the plugin's prolog; see ReadinessFD). Not inspect.Report (the
+// analysis of a run).
+type Readiness struct {
+	// Status is StatusReady or StatusFailed.
+	Status string `json:"status"`
+	// Error is the reason when failed: it names the key or path at fault
+	// and ends with the last lines of collector.log when there are any.
+	Error string `json:"error,omitempty"`
+	// Ports are the collector's loopback ports when ready.
+	Ports render.Ports `json:"ports"`
+	// ReceiverToken is the per-job bearer token the OTLP receivers require;
+	// tasks get it as OTEL_EXPORTER_OTLP_HEADERS. Not the backend token.
+	ReceiverToken string `json:"receiver_token,omitempty"`
+	// SupervisorPID is the supervisor's own pid.
+	SupervisorPID int `json:"supervisor_pid"`
+	// CollectorPID is the collector's pid when ready.
+	CollectorPID int `json:"collector_pid,omitempty"`
+	// CollectorStart is the collector's start time in clock ticks since
+	// boot (field 22 of /proc/<pid>/stat), to re-check the pid later.
+	CollectorStart uint64 `json:"collector_start,omitempty"`
+	// OutputDir is the directory of the jsonl files.
+	OutputDir string `json:"output_dir"`
+	// ReadyMillis is the time from the supervisor's start to ready, in ms.
+	ReadyMillis int64 `json:"ready_ms,omitempty"`
+	// HoldSocket is the abstract unix socket name (without the leading
+	// NUL) on which the supervisor answers the batch step's hold question
+	// (holdsock.go); "" when it serves none.
+	HoldSocket string `json:"hold_socket,omitempty"`
+}
+
+// ReadinessFD is the descriptor the plugin's prolog passes the supervisor
+// for its Readiness line (the write end of a pipe, given as the first extra file).
+const ReadinessFD = 3
+
+// The environment of `gym-otel-spank supervise --from-env`, which the
+// plugin's prolog sets (besides otel.token_env, SLURM_CONF, PATH, HOME, USER
+// and LOGNAME): the supervisor's launch contract, one source for both sides.
+const (
+	EnvSpec   = "GYM_OTEL_SPEC"   // the encoded resolved spec (config.Resolved.Encode)
+	EnvFacts  = "GYM_OTEL_FACTS"  // JSON of jobfacts.Facts
+	EnvRecord = "GYM_OTEL_RECORD" // root's record of the job on this node; gone = the job ended
+)
+
+// WriteReadiness writes r as one JSON line.
+func WriteReadiness(w io.Writer, r Readiness) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// ReadReadiness reads the one JSON line a supervisor wrote. An empty stream
+// (the supervisor died before reporting) is an error.
+func ReadReadiness(data []byte) (Readiness, error) {
+	var r Readiness
+	if len(data) == 0 {
+		return r, fmt.Errorf("the supervisor exited without a report")
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return r, fmt.Errorf("the supervisor's report is not JSON: %w", err)
+	}
+	if r.Status != StatusReady && r.Status != StatusFailed {
+		return r, fmt.Errorf("the supervisor's report has status %q", r.Status)
+	}
+	return r, nil
+}

@@ -1,0 +1,787 @@
+package supervise
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/atomicfile"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/selfmetrics"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
+)
+
+// Defaults of Options.
+const (
+	// DefaultHealthPoll is how often the health endpoint is polled at start.
+	DefaultHealthPoll = 25 * time.Millisecond
+	// DefaultRecordPoll is how often the root record's presence is checked.
+	DefaultRecordPoll = 5 * time.Second
+	// DefaultSlurmPoll is how often the supervisor checks, on the node,
+	// whether its job's end will reach it (Options.SlurmdAlive), and the
+	// first interval of the questions to Slurm when it cannot tell.
+	DefaultSlurmPoll = 30 * time.Second
+	// MaxSlurmPoll bounds the interval between two questions to Slurm
+	// (each one doubles it, from SlurmPoll).
+	MaxSlurmPoll = 10 * time.Minute
+	// JobEndGrace is how long past the job's end time (Options.JobEnd) the
+	// node still waits for the epilog before asking Slurm.
+	JobEndGrace = 2 * time.Minute
+	// DefaultMaxRestarts bounds the restarts of a collector that died mid-job.
+	DefaultMaxRestarts = 3
+	// bindRetries bounds the new port choices after a lost bind race.
+	bindRetries = 3
+)
+
+// Options configure one supervisor run.
+type Options struct {
+	// Resolved is the job's validated resolved settings.
+	Resolved *config.Resolved
+	// Facts are the job's facts on this node.
+	Facts jobfacts.Facts
+	// Token is the backend bearer token (the value of otel.token_env); it
+	// goes into the collector's environment only.
+	Token string
+	// OutputDir defaults to jobfacts.OutputDir(Spec, Facts).
+	OutputDir string
+	// RecordPath is root's record of this job on this node; when it
+	// disappears the job has ended and the supervisor drains ("" disables).
+	RecordPath string
+	// JobRunning asks Slurm whether the job still runs; nil uses squeue
+	// when it is on PATH. An error means "unknown" and changes nothing.
+	// It is called only when SlurmdAlive cannot vouch for the job's end
+	// (nil, false, or past JobEnd + JobEndGrace), first after SlurmPoll,
+	// then at intervals doubling up to MaxSlurmPoll.
+	JobRunning func(ctx context.Context, jobID string) (bool, error)
+	// SlurmdAlive reports whether the slurmd that ran the job's prolog on
+	// this node still runs (the same pid and start time): that slurmd runs
+	// the epilog, which ends the supervisor, so nothing needs to be asked.
+	// nil: unknown (Slurm is asked).
+	SlurmdAlive func() bool
+	// JobEnd is the job's end time as of its start (the prolog's
+	// SLURM_JOB_END_TIME, Slurm 23.02 and later); zero when unknown.
+	JobEnd time.Time
+	// NewSlurmd finds the node's slurmd after the one that ran the prolog
+	// is gone (TheSlurmd): when Slurm then says the job still runs and
+	// JobEnd is known, a non-nil result replaces SlurmdAlive, so a slurmd
+	// restart or a `scontrol reconfigure` (which starts a new slurmd on
+	// 23.11 and later) costs one question per node; JobEnd + JobEndGrace
+	// still bounds the wait for an epilog that never comes (a slurmd
+	// started without the plugin). nil: never adopted.
+	NewSlurmd func() func() bool
+	// Readiness receives the one Readiness line (nil: none).
+	Readiness io.Writer
+	// Log receives the supervisor's own log lines (nil: logrus standard).
+	Log *logrus.Logger
+	// HealthPoll, RecordPoll, SlurmPoll and MaxRestarts default to the
+	// Default* constants.
+	HealthPoll, RecordPoll, SlurmPoll time.Duration
+	MaxRestarts                       int
+	// Signals delivers the drain request (nil: SIGTERM and SIGINT).
+	Signals <-chan os.Signal
+	// FirstPorts, when it holds 4 ports, is the first choice of ports
+	// (OTLP gRPC, OTLP HTTP, health, telemetry) instead of free ones: a
+	// test hook to put a port another user holds in the way. Later choices
+	// are free ports as always.
+	FirstPorts []int
+	// LogToOutputDir also appends the supervisor's log lines to
+	// <output dir>/supervisor.log once the dir exists (the plugin's prolog
+	// gives the supervisor no stderr).
+	LogToOutputDir bool
+	// NoCgroupMetrics: the supervisor serves no cgroup metrics
+	// (cgroupmetrics.go) and the collector scrapes none.
+	NoCgroupMetrics bool
+}
+
+// supervisor is one run's state.
+type supervisor struct {
+	opt       Options
+	o         config.Otel
+	pol       timing.Policy
+	log       *logrus.Logger
+	out       string
+	logPath   string
+	ports     render.Ports
+	rtoken    string
+	coll      *collector
+	restarts  int
+	lastSpans int64
+	spansAt   time.Time
+	problems  string
+	trouble   string // why the files could not be written (receipt.Receipt.WriteTrouble)
+	// writeFailSeen: the log said that the files cannot be written.
+	writeFailSeen bool
+	started       time.Time
+	readinessSent bool
+	launchArgs    launchSpec
+
+	// The receipt's figures (see receipt.go).
+	final      *finalSink           // receives the collector's export at shutdown
+	cgroups    *cgroupServer        // serves the job's cgroups (nil: not served)
+	hold       *holdServer          // answers the batch step's hold (nil: not started by the plugin)
+	lastRead   selfmetrics.Counters // the running collector's last read counters
+	lastReadAt time.Time
+	figures    selfmetrics.Counters // the ended collector runs' counters, summed
+	runs       int                  // collector runs ended (counted in figures)
+	unknown    []string             // what the figures lack, one sentence each
+
+	phases     *phases // the job's Slurm phases as spans (phases.go)
+	phasesStop func()
+}
+
+// Run starts the job's collector, reports, supervises it until a drain
+// request (Options.Signals), the job's end, or a fatal error, then drains.
+// It returns nil after a clean drain; an error when the collector could not
+// be made ready (after reporting failed) or did not shut down cleanly.
+func Run(ctx context.Context, opt Options) error {
+	s := &supervisor{opt: opt, o: opt.Resolved.Otel, pol: timing.For(opt.Resolved.Otel, timing.Bounds{}), log: opt.Log, started: time.Now()}
+	if s.log == nil {
+		s.log = logrus.StandardLogger()
+	}
+	s.defaults()
+	sigs := opt.Signals
+	if sigs == nil {
+		c := make(chan os.Signal, 2)
+		signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
+		defer signal.Stop(c)
+		sigs = c
+	}
+	defer func() {
+		s.release()
+		if s.final != nil {
+			s.final.close()
+		}
+		if s.hold != nil {
+			s.hold.close()
+		}
+		s.cgroups.close()
+	}()
+	if err := s.startUp(ctx, sigs); err != nil {
+		s.fail(err)
+		return err
+	}
+	return s.monitor(ctx, sigs)
+}
+
+func (s *supervisor) defaults() {
+	if s.opt.HealthPoll == 0 {
+		s.opt.HealthPoll = DefaultHealthPoll
+	}
+	if s.opt.RecordPoll == 0 {
+		s.opt.RecordPoll = DefaultRecordPoll
+	}
+	if s.opt.SlurmPoll == 0 {
+		s.opt.SlurmPoll = DefaultSlurmPoll
+	}
+	if s.opt.MaxRestarts == 0 {
+		s.opt.MaxRestarts = DefaultMaxRestarts
+	}
+	if s.opt.JobRunning == nil {
+		s.opt.JobRunning = squeueRunning
+	}
+	s.out = s.opt.OutputDir
+	if s.out == "" {
+		s.out = jobfacts.OutputDir(s.opt.Resolved, s.opt.Facts)
+	}
+	s.logPath = filepath.Join(s.out, jobdir.LogFile)
+}
+
+// startUp makes the output dir, checks the binary, chooses ports and starts
+// the collector until it is healthy, within health_check_timeout_seconds.
+func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
+	ctx, cancel := context.WithTimeout(ctx, s.pol.HealthWait)
+	defer cancel()
+	go func() {
+		select {
+		case <-sigs: // a drain request during start-up: give up
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	mode, _ := strconv.ParseUint(s.o.OutputDirMode, 8, 32)
+	if err := os.MkdirAll(s.out, os.FileMode(mode)); err != nil {
+		return fmt.Errorf("output dir %s (from job_dir %s): %w", s.out, s.opt.Resolved.JobDir, unwrapPath(err))
+	}
+	if err := ownDir(s.out); err != nil {
+		return fmt.Errorf("output dir %s: %w", s.out, err)
+	}
+	if err := os.Chmod(s.out, os.FileMode(mode)); err != nil {
+		return fmt.Errorf("output dir %s: %w", s.out, unwrapPath(err))
+	}
+	if s.opt.LogToOutputDir {
+		if f, err := os.OpenFile(filepath.Join(s.out, jobdir.SupervisorLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600); err == nil {
+			s.log.SetOutput(io.MultiWriter(s.log.Out, f))
+		}
+	}
+	if f, err := os.CreateTemp(s.out, ".gym-otel-write-test.*"); err != nil {
+		return fmt.Errorf("output dir %s is not writable by %s: %w", s.out, s.opt.Facts.User, unwrapPath(err))
+	} else {
+		f.Close()
+		os.Remove(f.Name())
+	}
+	keepPreviousRun(s.out, s.opt.Facts, s.logPath, s.log)
+	s.reserve()
+	s.writeState(jobdir.StatusStarting, "")
+	if s.o.Container == "" {
+		if err := checkVersion(ctx, s.o.Binary, []string{"PATH=/usr/bin:/bin"}, time.Duration(s.o.HealthCheckTimeoutSeconds)*time.Second); err != nil {
+			return err
+		}
+	}
+	tok := make([]byte, 24)
+	var err error
+	if _, err = rand.Read(tok); err != nil {
+		return err
+	}
+	s.rtoken = "gos_" + hex.EncodeToString(tok)
+	if s.final, err = newFinalSink(s.rtoken); err != nil {
+		return fmt.Errorf("a loopback port for the collector's final figures: %w", err)
+	}
+	if !s.opt.NoCgroupMetrics {
+		if r, err := newCgroupReader(s.opt.Facts); err != nil {
+			s.log.Warnf("the job's cgroup metrics are not served: the node's cgroup mounts: %v", err)
+		} else if s.cgroups, err = newCgroupServer(r); err != nil {
+			s.log.Warnf("the job's cgroup metrics are not served: a loopback port: %v", err)
+		}
+	}
+	if s.opt.RecordPath != "" {
+		// Started by the plugin: the batch step may ask how far the
+		// scrapes are (holdsock.go). Without it the step waits its bound.
+		if s.hold, err = newHoldServer(); err != nil {
+			s.log.Warnf("the hold socket (the batch step waits its full bound): %v", err)
+		}
+	}
+	var last error
+	for attempt := 0; attempt < bindRetries; attempt++ {
+		if err := s.choosePorts(); err != nil {
+			return err
+		}
+		if err := s.writeConfig(); err != nil {
+			return err
+		}
+		err := s.launch(ctx)
+		if err == nil {
+			return nil
+		}
+		last = err
+		if !errors.Is(err, errBindRace) {
+			return err
+		}
+		s.log.Warnf("a port was taken before the collector bound it; choosing new ports (%v)", err)
+	}
+	return last
+}
+
+var errBindRace = errors.New("address already in use")
+
+func (s *supervisor) choosePorts() error {
+	p, err := freePorts(4)
+	if err != nil {
+		return err
+	}
+	if len(s.opt.FirstPorts) == 4 && s.ports == (render.Ports{}) {
+		p = s.opt.FirstPorts // a test's first choice (Options.FirstPorts)
+	}
+	s.ports = render.Ports{OTLPGRPC: p[0], OTLPHTTP: p[1], Health: p[2], Telemetry: p[3]}
+	if s.final != nil {
+		s.ports.Final = s.final.port()
+	}
+	s.ports.Cgroup = s.cgroups.port()
+	return nil
+}
+
+func (s *supervisor) configPath() string { return filepath.Join(s.out, jobdir.ConfigFile) }
+
+func (s *supervisor) writeConfig() error {
+	y, err := NodeConfig(s.opt.Resolved, s.opt.Facts, s.ports, s.out)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(s.configPath(), y, 0o600)
+}
+
+// collectorEnv is the collector's whole environment: the two tokens, a
+// memory limit for the Go runtime, PATH and HOME. Nothing else is secret.
+//
+// The backend token is referenced inside a larger string ("Bearer
+// ${env:X}"), and there the collector (v0.161.0) expands the substituted value once more:
+// "${env:HOME}" in a token would become the home directory and "$$" a
+// single "$". Doubling every "$" (render.Escape) makes the value arrive byte for
+// byte (tested with "$", "$$", "${", "${env:HOME}" in a token).
+func (s *supervisor) collectorEnv() []string {
+	env := []string{
+		s.o.TokenEnv + "=" + render.Escape(s.opt.Token),
+		render.ReceiverTokenEnv + "=" + s.rtoken, // hex: nothing to escape; referenced as a whole value
+		fmt.Sprintf("GOMEMLIMIT=%dMiB", s.o.MemoryLimitMiB*4/5),
+		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+	}
+	if h := os.Getenv("HOME"); h != "" {
+		env = append(env, "HOME="+h)
+	}
+	return env
+}
+
+// launch starts the collector and waits until it is healthy.
+func (s *supervisor) launch(ctx context.Context) error {
+	argv, err := commandFor(s.o, s.configPath(), s.out)
+	if err != nil {
+		return err
+	}
+	s.launchArgs = launchSpec{argv: argv, env: s.collectorEnv(), log: s.logPath}
+	c, err := start(s.launchArgs)
+	if err != nil {
+		if s.o.Container == "" {
+			return fmt.Errorf("otel.binary: starting %s: %w", s.o.Binary, unwrapPath(err))
+		}
+		return fmt.Errorf("otel.container_runtime: starting %s: %w", argv[0], unwrapPath(err))
+	}
+	s.coll = c
+	err = waitHealthy(ctx, c, s.ports.Health, s.opt.HealthPoll)
+	if err == nil {
+		// Healthy by whom? Fail closed unless every port is the collector's.
+		if err = s.provePorts(c); err == nil {
+			return nil
+		}
+		// A listener of another user, or a port the collector does not
+		// hold although something answered its health check: someone
+		// else was faster. Choose new ports.
+		c.stop(2 * time.Second)
+		return fmt.Errorf("%w: %v", errBindRace, err)
+	}
+	c.stop(2 * time.Second)
+	tail := tailFile(s.logPath, 8)
+	if strings.Contains(tail, "address already in use") {
+		return fmt.Errorf("%w: %s", errBindRace, lastLine(tail))
+	}
+	key := "otel.binary"
+	if s.o.Container != "" {
+		key = "otel.container"
+	}
+	if errors.Is(err, errExited) {
+		return fmt.Errorf("%s: the collector exited before it was healthy (%v); last lines of %s:\n%s", key, c.Err(), s.logPath, tail)
+	}
+	return fmt.Errorf("otel.health_check_timeout_seconds: the collector was not healthy within %ds; last lines of %s:\n%s", s.o.HealthCheckTimeoutSeconds, s.logPath, tail)
+}
+
+// provePorts proves that every port of the job is listened on by collector
+// c's process group (verifyListeners): at the first start and after every
+// restart, since whatever answers on a port is trusted with the job's
+// telemetry and its receiver token.
+func (s *supervisor) provePorts(c *collector) error {
+	ports := []int{s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health}
+	if s.ports.Telemetry != 0 {
+		ports = append(ports, s.ports.Telemetry)
+	}
+	return verifyListeners(c.pid, ports)
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// fail reports failed once and records the reason.
+func (s *supervisor) fail(err error) {
+	s.log.Errorf("collector not started: %v", err)
+	s.writeState(StatusFailed, err.Error())
+	s.sendReadiness(Readiness{Status: StatusFailed, Error: err.Error(), OutputDir: s.out, SupervisorPID: os.Getpid()})
+}
+
+func (s *supervisor) sendReadiness(r Readiness) {
+	if s.readinessSent || s.opt.Readiness == nil {
+		return
+	}
+	s.readinessSent = true
+	if err := WriteReadiness(s.opt.Readiness, r); err != nil {
+		s.log.Warnf("report: %v", err)
+	}
+	if c, ok := s.opt.Readiness.(io.Closer); ok {
+		c.Close()
+	}
+}
+
+// monitor reports ready, then waits for a drain request, the job's end or
+// the collector's death (restarted a bounded number of times).
+func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
+	ready := time.Since(s.started)
+	s.log.Infof("collector ready in %d ms: pid %d, OTLP gRPC %d, HTTP %d, health %d, output %s",
+		ready.Milliseconds(), s.coll.pid, s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health, s.out)
+	s.writeState(StatusReady, "")
+	s.sendReadiness(Readiness{
+		Status: StatusReady, Ports: s.ports, ReceiverToken: s.rtoken,
+		SupervisorPID: os.Getpid(), CollectorPID: s.coll.pid, CollectorStart: s.coll.start,
+		OutputDir: s.out, ReadyMillis: ready.Milliseconds(), HoldSocket: s.holdName(),
+	})
+	if s.opt.SlurmdAlive != nil {
+		s.log.Infof("job %s: the epilog of this node's slurmd ends the collector; Slurm is asked only once that slurmd is gone or the job is past its end time", s.opt.Facts.JobID)
+	}
+	defer s.followSampled(ctx)()
+	s.phasesStop = s.startPhases(ctx)
+	selfTick := time.NewTicker(time.Second)
+	defer selfTick.Stop()
+	recordTick := time.NewTicker(s.opt.RecordPoll)
+	defer recordTick.Stop()
+	slurmTick := time.NewTicker(s.opt.SlurmPoll)
+	defer slurmTick.Stop()
+	askEvery, nextAsk := s.opt.SlurmPoll, time.Time{}
+	for {
+		select {
+		case sig := <-sigs:
+			s.log.Infof("%v: draining", sig)
+			return s.drain()
+		case <-ctx.Done():
+			return s.drain()
+		case <-s.coll.Exited():
+			if err := s.restart(ctx); err != nil {
+				s.writeState(StatusFailed, err.Error())
+				s.writeReceipt()
+				return err
+			}
+		case <-selfTick.C:
+			s.pollSelf()
+		case <-recordTick.C:
+			if s.opt.RecordPath == "" {
+				continue
+			}
+			if _, err := os.Stat(s.opt.RecordPath); errors.Is(err, os.ErrNotExist) {
+				s.log.Infof("job record %s is gone: the job has ended; draining", s.opt.RecordPath)
+				return s.drain()
+			}
+		case <-slurmTick.C:
+			if s.endWillCome() || time.Now().Before(nextAsk) {
+				continue
+			}
+			running, err := s.opt.JobRunning(ctx, s.opt.Facts.JobID)
+			nextAsk = time.Now().Add(askEvery - s.opt.SlurmPoll/2)
+			askEvery = min(2*askEvery, MaxSlurmPoll)
+			gone := s.opt.SlurmdAlive == nil || !s.opt.SlurmdAlive()
+			if err == nil && running && gone && s.opt.NewSlurmd != nil && !s.opt.JobEnd.IsZero() {
+				if f := s.opt.NewSlurmd(); f != nil && f() {
+					s.log.Infof("job %s still runs: the epilog of the node's new slurmd ends the collector (Slurm is asked again after the job's end time)", s.opt.Facts.JobID)
+					s.opt.SlurmdAlive, askEvery, nextAsk = f, s.opt.SlurmPoll, time.Time{}
+				}
+			}
+			if err == nil && !running {
+				s.log.Infof("Slurm no longer runs job %s; draining", s.opt.Facts.JobID)
+				return s.drain()
+			}
+		}
+	}
+}
+
+// holdName is the hold socket's name, "" without one.
+func (s *supervisor) holdName() string {
+	if s.hold == nil {
+		return ""
+	}
+	return s.hold.name
+}
+
+// endWillCome reports whether the node itself will end this supervisor:
+// the slurmd that ran the prolog still runs (it runs the epilog) and the
+// job's end time, when known, is not long past. Then Slurm is not asked.
+func (s *supervisor) endWillCome() bool {
+	if s.opt.SlurmdAlive == nil || !s.opt.SlurmdAlive() {
+		return false
+	}
+	return s.opt.JobEnd.IsZero() || time.Now().Before(s.opt.JobEnd.Add(JobEndGrace))
+}
+
+// pollSelf reads the collector's counters: when spans last arrived (the
+// drain waits for their span metrics) and the backend's refusals.
+func (s *supervisor) pollSelf() {
+	m, err := selfmetrics.Scrape(s.ports.Telemetry)
+	if err != nil {
+		return
+	}
+	if c := counts(m, "metrics"); c.Received > 0 && (s.lastRead == nil || counts(s.lastRead, "metrics").Received == 0) {
+		// Once per collector run: from here on a receipt made from the
+		// last read (the run killed) has figures.
+		s.log.Infof("collector run %d: counters read, %d metric points received so far", s.runs+1, c.Received)
+	}
+	s.lastRead, s.lastReadAt = m, time.Now()
+	phaseSpans, busy := s.phaseSpansSent()
+	if n := m.Sum(selfmetrics.ReceiverAccepted, "traces") - phaseSpans; n != s.lastSpans && !busy {
+		s.lastSpans, s.spansAt = n, time.Now()
+	}
+	all := s.figures.Add(m)
+	if !s.writeFailSeen {
+		for _, sig := range s.signals() {
+			if n := counts(all, sig).WriteFailed; n > 0 {
+				// Once per supervisor: the drain says how many in all.
+				s.writeFailSeen = true
+				s.log.Warnf("the collector cannot write the job's files: %d %s not written to %s.jsonl so far: %s; the backend still gets them, the receipt will count them",
+					n, selfmetrics.Words(sig), sig, writeTrouble(s.out, "now"))
+				break
+			}
+		}
+	}
+	if p := problems(all, s.signals(), "the file system refused the writes"); p != "" && p != s.problems {
+		s.problems = p
+		s.writeState(StatusReady, "")
+	}
+}
+
+// restart starts the collector again on the same ports, appending to the
+// same files, up to MaxRestarts times.
+func (s *supervisor) restart(ctx context.Context) error {
+	tail := tailFile(s.logPath, 5)
+	if s.restarts >= s.opt.MaxRestarts {
+		s.endRun(nil, fmt.Sprintf("collector run %d exited unexpectedly (%v)", s.runs+1, s.coll.Err()))
+		return fmt.Errorf("the collector died %d times; giving up. Last lines of %s:\n%s", s.restarts+1, s.logPath, tail)
+	}
+	s.endRun(nil, fmt.Sprintf("collector run %d exited unexpectedly (%v)", s.runs+1, s.coll.Err()))
+	s.restarts++
+	s.lastSpans = 0 // the new collector counts from zero
+	s.log.Warnf("the collector exited unexpectedly (%v); restart %d of %d on the same ports", s.coll.Err(), s.restarts, s.opt.MaxRestarts)
+	appendLog(s.logPath, fmt.Sprintf("gym-otel: the collector exited unexpectedly (%v); restart %d of %d", s.coll.Err(), s.restarts, s.opt.MaxRestarts))
+	s.cutPartialLines()
+	c, err := start(s.launchArgs)
+	if err != nil {
+		return err
+	}
+	s.coll = c
+	hctx, cancel := context.WithTimeout(ctx, s.pol.HealthWait)
+	defer cancel()
+	if err := waitHealthy(hctx, c, s.ports.Health, s.opt.HealthPoll); err != nil {
+		if errors.Is(err, errExited) {
+			return s.restart(ctx)
+		}
+		c.stop(2 * time.Second)
+		return err
+	}
+	// The ports were free while the collector was down: another user may
+	// hold one now and answer the health check. The tasks' env names these
+	// ports, so new ones cannot help: give up (the supervisor exits, and
+	// the steps that start from now on, seeing it gone, set no env).
+	if err := s.provePorts(c); err != nil {
+		c.stop(2 * time.Second)
+		s.endRun(nil, fmt.Sprintf("collector run %d was stopped: after restart %d %v", s.runs+1, s.restarts, err))
+		return fmt.Errorf("after restart %d of the collector: %w; giving up (the job's later steps get no collector env on this node)", s.restarts, err)
+	}
+	s.writeState(StatusReady, "")
+	return nil
+}
+
+// cutPartialLines truncates each jsonl file back to its last complete line.
+// A collector killed mid-write leaves half a batch at the end; the restarted
+// one appends, and the half line would glue onto its first line, making a
+// line that does not parse. The half batch is lost either way.
+func (s *supervisor) cutPartialLines() {
+	for _, sig := range []string{"metrics", "traces", "logs"} {
+		path := filepath.Join(s.out, jobdir.SignalFile(sig))
+		size, keep, err := completeLength(path)
+		if err != nil || keep == size {
+			continue
+		}
+		if err := os.Truncate(path, keep); err != nil {
+			s.log.Warnf("%s: cutting the partial last line: %v", path, err)
+			continue
+		}
+		appendLog(s.logPath, fmt.Sprintf("gym-otel: removed a partial last line (%d bytes) from %s left by the collector's exit", size-keep, path))
+	}
+}
+
+// completeLength returns the size of path and the length of its complete
+// lines (up to and including the last newline), reading backwards from the
+// end in 64 KiB chunks (the files can be large).
+func completeLength(path string) (size, keep int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, 0, err
+	}
+	size = fi.Size()
+	buf := make([]byte, 64*1024)
+	for end := size; end > 0; {
+		n := min(int64(len(buf)), end)
+		if _, err := f.ReadAt(buf[:n], end-n); err != nil {
+			return size, size, err
+		}
+		if i := strings.LastIndexByte(string(buf[:n]), '\n'); i >= 0 {
+			return size, end - n + int64(i) + 1, nil
+		}
+		end -= n
+	}
+	return size, 0, nil
+}
+
+// drain waits for the span metrics of the last spans to be flushed, reads
+// the backend counters, stops the collector within shutdown_timeout_seconds
+// and reports what the backend refused.
+func (s *supervisor) drain() error {
+	s.writeState(jobdir.StatusDraining, "")
+	s.endPhases()
+	s.pollSelf()
+	if !s.spansAt.IsZero() {
+		// A new series is flushed as 0 first and with its count one
+		// interval later: wait two intervals after the last spans.
+		if wait := time.Until(s.spansAt.Add(s.pol.SpanMetricsSettle)); wait > 0 {
+			s.log.Infof("waiting %v for the span metrics of the last spans", wait.Round(time.Millisecond))
+			time.Sleep(wait)
+		}
+	}
+	s.pollSelf()
+	start := time.Now()
+	wasRunning := s.coll.Running()
+	clean := s.coll.stop(s.pol.CollectorStop)
+	s.log.Infof("collector stopped in %d ms (clean: %v)", time.Since(start).Milliseconds(), clean)
+	final := s.final.since(start)
+	switch {
+	case !wasRunning:
+		s.endRun(nil, fmt.Sprintf("collector run %d had exited (%v) before the drain", s.runs+1, s.coll.Err()))
+	case s.coll.killed:
+		s.endRun(nil, fmt.Sprintf("collector run %d did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.runs+1, s.o.ShutdownTimeoutSeconds))
+	case !clean && proc.TerminatedBy(s.coll.Err(), syscall.SIGKILL):
+		// Killed by someone else (the OOM killer, a user) as the drain
+		// began, before the supervisor saw it exit.
+		s.endRun(nil, fmt.Sprintf("collector run %d was killed (%v) as the drain began", s.runs+1, s.coll.Err()))
+	case final == nil:
+		s.endRun(nil, fmt.Sprintf("collector run %d sent no final figures at its shutdown (see collector.log)", s.runs+1))
+	default:
+		s.logFinalGain(final)
+		s.endRun(final, "")
+	}
+	s.trouble = ""
+	for _, sig := range s.signals() {
+		if counts(s.figures, sig).WriteFailed > 0 {
+			s.trouble = writeTrouble(s.out, "at the drain")
+			break
+		}
+	}
+	// The collector has exited: the reserve's room is for the receipt,
+	// state.json and the last log lines.
+	s.release()
+	if s.trouble != "" {
+		// A write that failed half-way leaves part of a line.
+		s.cutPartialLines()
+	}
+	s.problems = problems(s.figures, s.signals(), s.trouble)
+	s.writeReceipt()
+	if p := s.problems; p != "" {
+		appendLog(s.logPath, "gym-otel: "+p)
+		s.log.Warn(p)
+	} else if strings.Contains(tailFile(s.logPath, 200), render.BackendExporter) && logHasExportFailure(s.logPath) {
+		s.problems = "the backend refused or dropped data (see collector.log); the local jsonl files are complete"
+		appendLog(s.logPath, "gym-otel: "+s.problems)
+	}
+	if !clean && s.trouble == "" {
+		s.cutPartialLines()
+	}
+	if !clean {
+		var err error
+		switch {
+		case !wasRunning:
+			err = fmt.Errorf("the collector had exited (%v) before the drain", s.coll.Err())
+		case s.coll.killed:
+			err = fmt.Errorf("the collector did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.o.ShutdownTimeoutSeconds)
+		default:
+			// In time, but its shutdown failed: a file exporter that
+			// could not flush its last writes (a full file system),
+			// counted in the receipt.
+			err = fmt.Errorf("the collector's shutdown ended with an error (%v); see collector.log", s.coll.Err())
+		}
+		s.writeState(jobdir.StatusDrained, err.Error())
+		return err
+	}
+	s.writeState(jobdir.StatusDrained, "")
+	return nil
+}
+
+func logHasExportFailure(path string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, render.BackendExporter) && (strings.Contains(line, "Exporting failed") || strings.Contains(line, "dropped")) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *supervisor) writeState(status, errText string) {
+	st := jobdir.State{
+		Status: status, Error: errText, Ports: s.ports, SupervisorPID: os.Getpid(),
+		Restarts: s.restarts, ExportProblems: s.problems, UpdatedAt: time.Now().UTC().Format(time.RFC3339Nano),
+		JobID: s.opt.Facts.JobID, RestartCount: s.opt.Facts.RestartCount, SLUID: s.opt.Facts.SLUID,
+	}
+	if s.coll != nil && s.coll.Running() {
+		st.CollectorPID = s.coll.pid
+	}
+	if err := jobdir.WriteState(s.out, st); err != nil {
+		s.log.Debugf("%s: %v", jobdir.StateFile, err)
+	}
+}
+
+func appendLog(path, line string) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), line)
+}
+
+// ownDir checks that dir is a directory of this process's user and not a
+// symbolic link: the output dir sits in the job's dir, which others may be
+// able to write.
+func ownDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return unwrapPath(err)
+	}
+	if fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
+		return errors.New("not a directory (a symbolic link?): refusing to write the job's telemetry through it")
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != uint32(os.Getuid()) {
+		return fmt.Errorf("owned by uid %d, not by the job's user (uid %d)", st.Uid, os.Getuid())
+	}
+	return nil
+}
+
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// squeueRunning asks Slurm (helper/slurm: squeue, timing.LivenessQueryBound) whether the
+// job may still run: known and not in a final state. No answer is an
+// error, which changes nothing.
+func squeueRunning(ctx context.Context, jobID string) (bool, error) {
+	id, err := strconv.ParseUint(jobID, 10, 32)
+	if err != nil {
+		return true, fmt.Errorf("job id %q: %w", jobID, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timing.LivenessQueryBound)
+	defer cancel()
+	j, known, err := slurm.Query(ctx, uint32(id))
+	if err != nil {
+		return true, err
+	}
+	return known && !slurm.Final(j.State), nil
+}

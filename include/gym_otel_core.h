@@ -37,13 +37,14 @@ int gym_otel_core_submit(const char *args, const char *spec, const char *cwd,
 /*
  * Job prolog (root, `slurmstepd spank prolog`): start the job's supervisor
  * on this node as the job's user and write root's record (see
- * helper/record/record.go and spank/record.c). spec and token are the
- * forwarded SPANK_GYM_OTEL_SPEC and SPANK_GYM_OTEL_TOKEN. Logs through
- * Slurm's log functions. Returns 0, or 1 when it failed (already logged);
- * the prolog returns 0 to Slurm either way.
+ * helper/record/record.go and spank/record.c). encoded and token are the
+ * forwarded SPANK_GYM_OTEL_SPEC (the job's settings, encoded) and
+ * SPANK_GYM_OTEL_TOKEN. Logs through Slurm's log functions. Returns 0, or 1
+ * when it failed (already logged); the prolog returns 0 to Slurm either way.
  */
-int gym_otel_core_prolog(const char *args, const char *spec, const char *token,
-			 unsigned int job_id, unsigned int uid, unsigned int gid);
+int gym_otel_core_prolog(const char *args, const char *encoded,
+			 const char *token, unsigned int job_id,
+			 unsigned int uid, unsigned int gid);
 
 /*
  * Job epilog (root): stop the supervisor recorded in

@@ -3,8 +3,9 @@
  * `slurmstepd spank prolog|epilog` process (slurm_spank_init is not called
  * there: the plugstack arguments are parsed again here).
  *
- * The Go core is loaded only for a job that carries a spec (prolog) or has
- * a record dir on this node (epilog). Both always return 0 to Slurm.
+ * The Go core is loaded only for a job that carries encoded settings
+ * (prolog) or has a record dir on this node (epilog). Both always return 0
+ * to Slurm.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -44,15 +45,15 @@ int gos_job_prolog(spank_t sp, int ac, char **av)
 {
 	struct gos_args a = { 0 };
 	struct gos_core core;
-	const char *spec, *token;
+	const char *encoded, *token;
 	uint32_t job_id = 0;
 	uid_t uid;
 	gid_t gid;
 	sigset_t old;
 	char started[24];
 
-	spec = job_control("SPANK_" GOS_JOB_CONTROL_SPEC);
-	if (!spec)
+	encoded = job_control("SPANK_" GOS_JOB_CONTROL_SPEC);
+	if (!encoded)
 		return 0; /* not a gym-otel job: Go is never loaded */
 	/* The prolog's start, handed on to the supervisor (its phase spans). */
 	snprintf(started, sizeof(started), "%lld", gos_now_ms());
@@ -71,7 +72,7 @@ int gos_job_prolog(spank_t sp, int ac, char **av)
 	gos_debug("job %u: prolog: the job carries a spec", job_id);
 	unblock_all(&old);
 	if (gos_core_open(&a, &core) == 0)
-		core.prolog(a.joined, spec, token ? token : "", job_id, uid, gid);
+		core.prolog(a.joined, encoded, token ? token : "", job_id, uid, gid);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 out:
 	gos_args_free(&a);

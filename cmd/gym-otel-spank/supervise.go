@@ -22,9 +22,9 @@ import (
 
 // Environment of `supervise --from-env`, set by the plugin's prolog.
 const (
-	envSpec   = supervise.EnvSpec
-	envFacts  = supervise.EnvFacts
-	envRecord = supervise.EnvRecord
+	envEncoded = supervise.EnvEncoded
+	envFacts   = supervise.EnvFacts
+	envRecord  = supervise.EnvRecord
 	// envRecordPoll optionally overrides how often the record's presence is
 	// checked (a Go duration such as "200ms"; default
 	// supervise.DefaultRecordPoll). A test hook for the liveness check.
@@ -40,7 +40,7 @@ func init() {
 
 func runSupervise(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("supervise", "--from-env | [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH] [--gpus LIST] [--gpu-devices LIST]", stderr)
-	fromEnv := fs.Bool("from-env", false, "read the spec from $"+envSpec+", the job facts from $"+envFacts+", the record from $"+envRecord+" and report on fd 3 (how the plugin's prolog starts it)")
+	fromEnv := fs.Bool("from-env", false, "read the encoded settings from $"+envEncoded+", the job facts from $"+envFacts+", the record from $"+envRecord+" and report on fd 3 (how the plugin's prolog starts it)")
 	var in inputFlags
 	in.register(fs)
 	jobID := fs.String("job-id", "", "Slurm job `ID`")
@@ -92,14 +92,14 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	} else {
-		spec, err := in.resolve(stderr, true)
+		resolved, err := in.resolve(stderr, true)
 		if err != nil {
 			return err
 		}
 		if *jobID == "" {
 			return usageError{"--job-id is required (or --from-env)"}
 		}
-		opt.Resolved, opt.RecordPath, opt.OutputDir = spec, *record, *output
+		opt.Resolved, opt.RecordPath, opt.OutputDir = resolved, *record, *output
 		opt.Facts = jobfacts.Facts{JobID: *jobID, Node: *node, NodeIndex: *nodeIndex, Cluster: os.Getenv("SLURM_CLUSTER_NAME"),
 			GPUs: jobfacts.ParseGPUs(*gpus), GPUDevices: jobfacts.ParseGPUDevices(*devices)}
 		if opt.Facts.Node == "" {
@@ -134,17 +134,17 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 
 // optionsFromEnv fills opt from the environment the plugin's prolog sets.
 func optionsFromEnv(opt *supervise.Options) error {
-	spec, err := config.Decode(os.Getenv(envSpec))
+	resolved, err := config.Decode(os.Getenv(envEncoded))
 	if err != nil {
 		return err
 	}
-	if _, err := spec.Validate(nil); err != nil {
+	if _, err := resolved.Validate(nil); err != nil {
 		return err
 	}
 	if err := json.Unmarshal([]byte(os.Getenv(envFacts)), &opt.Facts); err != nil {
 		return fmt.Errorf("%s: %w", envFacts, err)
 	}
-	opt.Resolved, opt.RecordPath = spec, os.Getenv(envRecord)
+	opt.Resolved, opt.RecordPath = resolved, os.Getenv(envRecord)
 	opt.SlurmdAlive = supervise.SlurmdAliveFunc(os.Getenv(supervise.EnvSlurmd))
 	opt.JobEnd = supervise.ParseJobEnd(os.Getenv(supervise.EnvJobEnd))
 	slurmdExe := os.Getenv(supervise.EnvSlurmdExe)

@@ -38,17 +38,17 @@ func parentJob(env config.LookupEnv) string {
 // steps remove it from every task). It reads the token from the
 // environment of that job's collector on this node: the process named by
 // state.json in the job's output dir, checked to be this user's and to run
-// that dir's collector.yaml. spec is the nested job's resolved spec (the
+// that dir's collector.yaml. resolved is the nested job's resolved settings (the
 // same config and job dir as the parent's); tokenEnv names the variable.
 // Errors say why no token was found.
-func parentToken(spec *config.Resolved, parent string, env config.LookupEnv) (string, error) {
+func parentToken(resolved *config.Resolved, parent string, env config.LookupEnv) (string, error) {
 	f := jobfacts.Facts{JobID: parent}
 	f.ArrayJobID, _ = env("SLURM_ARRAY_JOB_ID")
 	f.ArrayTaskID, _ = env("SLURM_ARRAY_TASK_ID")
 	node, _ := env("SLURMD_NODENAME")
 	var dirs []string
 	for _, chained := range []string{"", parent} {
-		s := *spec
+		s := *resolved
 		s.ChainedFrom = chained
 		dirs = append(dirs, jobfacts.OutputDir(&s, f))
 		if node != "" {
@@ -63,7 +63,7 @@ func parentToken(spec *config.Resolved, parent string, env config.LookupEnv) (st
 		why = why[:0]
 		pending := false
 		for _, dir := range dirs {
-			tok, err := collectorToken(dir, spec.Otel.TokenEnv)
+			tok, err := collectorToken(dir, resolved.Otel.TokenEnv)
 			if err == nil {
 				return tok, nil
 			}

@@ -62,22 +62,22 @@ func TestParentTokenFromCollector(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	spec := &config.Resolved{JobDir: jobDir, Otel: config.Otel{TokenEnv: "OTEL_TOKEN"}}
+	resolved := &config.Resolved{JobDir: jobDir, Otel: config.Otel{TokenEnv: "OTEL_TOKEN"}}
 	env := lookup(map[string]string{"GYM_OTEL_JOB": "41", "SLURM_JOB_ID": "41"})
 
 	state(start(filepath.Join(out, "collector.yaml")).Process.Pid)
-	tok, err := parentToken(spec, "41", env)
+	tok, err := parentToken(resolved, "41", env)
 	if err != nil || tok != "tok$en" {
 		t.Fatalf("token %q, %v; want tok$en", tok, err)
 	}
 	// A pid that is not this dir's collector is refused.
 	state(start("/elsewhere/collector.yaml").Process.Pid)
-	if _, err := parentToken(spec, "41", env); err == nil || !strings.Contains(err.Error(), "is not the collector of") {
+	if _, err := parentToken(resolved, "41", env); err == nil || !strings.Contains(err.Error(), "is not the collector of") {
 		t.Errorf("a foreign process accepted: %v", err)
 	}
 	// No state: a clear reason.
 	os.Remove(filepath.Join(out, "state.json"))
-	if _, err := parentToken(spec, "41", env); err == nil || !strings.Contains(err.Error(), "no collector state on this node") {
+	if _, err := parentToken(resolved, "41", env); err == nil || !strings.Contains(err.Error(), "no collector state on this node") {
 		t.Errorf("no state: %v", err)
 	}
 }
@@ -103,7 +103,7 @@ func TestParentTokenWaitsForRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	spec := &config.Resolved{JobDir: jobDir, Otel: config.Otel{TokenEnv: "OTEL_TOKEN"}}
+	resolved := &config.Resolved{JobDir: jobDir, Otel: config.Otel{TokenEnv: "OTEL_TOKEN"}}
 	env := lookup(map[string]string{"GYM_OTEL_JOB": "41", "SLURM_JOB_ID": "41"})
 
 	// The collector died; this process stands for its live supervisor,
@@ -127,7 +127,7 @@ func TestParentTokenWaitsForRestart(t *testing.T) {
 		state("ready", cmd.Process.Pid, os.Getpid())
 	}()
 	start := time.Now()
-	tok, err := parentToken(spec, "41", env)
+	tok, err := parentToken(resolved, "41", env)
 	if err != nil || tok != "restarted" {
 		t.Fatalf("token %q, %v; want the restarted collector's", tok, err)
 	}
@@ -150,7 +150,7 @@ func TestParentTokenWaitsForRestart(t *testing.T) {
 		}
 		state(c.status, pid, c.supervisor)
 		start := time.Now()
-		if _, err := parentToken(spec, "41", env); err == nil {
+		if _, err := parentToken(resolved, "41", env); err == nil {
 			t.Errorf("%s: a token was found", c.name)
 		}
 		if d := time.Since(start); d > 2*time.Second {

@@ -56,7 +56,7 @@ func groupBase(cluster string) string {
 const CgroupMemoryFactor = 2
 
 // cgroupMemoryBytes is the memory bound of a job's group at the prolog,
-// bytes: CgroupMemoryFactor x memMiB (the spec's memory_limit_mib, already
+// bytes: CgroupMemoryFactor x memMiB (the settings' memory_limit_mib, already
 // validated), at most capMiB; capped says the cap decided it.
 func cgroupMemoryBytes(memMiB, capMiB int) (n int64, capped bool) {
 	n = int64(memMiB) * CgroupMemoryFactor << 20

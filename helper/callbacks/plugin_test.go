@@ -84,9 +84,9 @@ func TestUsesArrayIDs(t *testing.T) {
 		{"/j/100%%A", "r%%a", false},
 		{"/j/%", "%", false},
 	} {
-		spec := &config.Resolved{JobDir: c.dir}
-		spec.Identity.RunID = c.run
-		if got := usesArrayIDs(spec); got != c.want {
+		resolved := &config.Resolved{JobDir: c.dir}
+		resolved.Identity.RunID = c.run
+		if got := usesArrayIDs(resolved); got != c.want {
 			t.Errorf("job_dir %q run_id %q: %v, want %v", c.dir, c.run, got, c.want)
 		}
 	}

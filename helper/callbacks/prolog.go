@@ -67,14 +67,15 @@ func indexByte(s string, c byte) int {
 }
 
 // Prolog starts the job's supervisor on this node and writes root's record.
-// It is only called when the job carries a spec. Whatever happens, it leaves
-// a record (status=failed with the reason when it could not start a ready
-// collector) unless the record dir itself cannot be made; the returned error
-// is for the log only: the prolog always returns 0 to Slurm. Its steps, in
-// order: the deadline, the node's housekeeping (tidyNode), the job's spec
-// (acceptSpec), the job's user (jobAccount), the job's facts, the
-// supervisor's environment (supervisorEnv), its cgroup (collectorGroup),
-// its start and report (launch), and the ready record (recordReady).
+// It is only called when the job carries encoded settings. Whatever happens,
+// it leaves a record (status=failed with the reason when it could not start
+// a ready collector) unless the record dir itself cannot be made; the
+// returned error is for the log only: the prolog always returns 0 to Slurm.
+// Its steps, in order: the deadline, the node's housekeeping (tidyNode), the
+// job's settings (acceptSettings), the job's user (jobAccount), the job's
+// facts, the supervisor's environment (supervisorEnv), its cgroup
+// (collectorGroup), its start and report (launch), and the ready record
+// (recordReady).
 func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	// One deadline for everything below (timing.Policy; why it is the
 	// plugstack's prolog_timeout: timeoutwarn.go).
@@ -103,7 +104,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		}
 		return err
 	}
-	spec, pol, err := acceptSpec(in, bounds, node, rec, log)
+	resolved, pol, err := acceptSettings(in, bounds, node, rec, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -111,7 +112,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return fail(err)
 	}
-	facts, err := prologFacts(ctx, in, spec, node, u.Name, log)
+	facts, err := prologFacts(ctx, in, resolved, node, u.Name, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -123,11 +124,11 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if timeout <= 0 {
 		return fail(fmt.Errorf("no time left for the collector within the prolog's deadline (plugstack prolog_timeout=%d)", in.Args.PrologTimeout))
 	}
-	env, err := supervisorEnv(in, spec, factsJSON, dir, u, log)
+	env, err := supervisorEnv(in, resolved, factsJSON, dir, u, log)
 	if err != nil {
 		return fail(err)
 	}
-	group, err := collectorGroup(in, spec, node, rec, log)
+	group, err := collectorGroup(in, resolved, node, rec, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -135,7 +136,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return fail(err)
 	}
-	if err := recordReady(dir, rec, sup, rep, spec, facts); err != nil {
+	if err := recordReady(dir, rec, sup, rep, resolved, facts); err != nil {
 		return fail(err)
 	}
 	where := "no cgroup"
@@ -161,46 +162,46 @@ func tidyNode(ctx context.Context, in PrologInput, node string, slurmBounds slur
 	sweepDone()
 }
 
-// acceptSpec decodes the job's spec and decides whether this node starts
-// a collector for it: the node's pins applied (logged), the spec valid
-// here, a token present, the job not root's. It fills what the record
-// says of the job whatever the outcome (on_failure, the variables to
-// unset, the final wait and drain bounds) and returns the spec and its
-// timing policy.
-func acceptSpec(in PrologInput, bounds timing.Bounds, node string, rec *record.Record, log logrus.FieldLogger) (*config.Resolved, timing.Policy, error) {
-	spec, err := config.Decode(in.Encoded)
+// acceptSettings decodes the job's encoded settings and decides whether this
+// node starts a collector for it: the node's pins applied (logged), the
+// settings valid here, a token present, the job not root's. It fills what
+// the record says of the job whatever the outcome (on_failure, the variables
+// to unset, the final wait and drain bounds) and returns the settings and
+// its timing policy.
+func acceptSettings(in PrologInput, bounds timing.Bounds, node string, rec *record.Record, log logrus.FieldLogger) (*config.Resolved, timing.Policy, error) {
+	resolved, err := config.Decode(in.Encoded)
 	if err != nil {
 		return nil, timing.Policy{}, err
 	}
-	if spec.Otel.OnFailure == "fail" {
+	if resolved.Otel.OnFailure == "fail" {
 		rec.OnFailure = "fail"
 	}
 	if in.ArgsErr != nil {
 		return nil, timing.Policy{}, fmt.Errorf("the collector is off for this job: %w", in.ArgsErr)
 	}
 	// The node's own site file decides the keys it pins: a user value, or
-	// a spec set by hand through libslurm, never chooses them here.
-	pinned, err := config.EnforcePins(spec, in.Args.Site, in.Args.SiteItems)
+	// encoded settings set by hand through libslurm, never chooses them here.
+	pinned, err := config.EnforcePins(resolved, in.Args.Site, in.Args.SiteItems)
 	if err != nil {
 		return nil, timing.Policy{}, err
 	}
 	for _, line := range pinned {
 		log.Warnf("job %d: %s", in.JobID, line)
 	}
-	rec.Unset = unsetNames(spec.Otel.TokenEnv)
-	if _, err := spec.Validate(nil); err != nil {
+	rec.Unset = unsetNames(resolved.Otel.TokenEnv)
+	if _, err := resolved.Validate(nil); err != nil {
 		return nil, timing.Policy{}, fmt.Errorf("the job's spec does not validate on node %s: %w", node, err)
 	}
 	if in.Token == "" {
-		return nil, timing.Policy{}, fmt.Errorf("the job carries no token (GYM_OTEL_TOKEN): was %s set in the submitting shell?", spec.Otel.TokenEnv)
+		return nil, timing.Policy{}, fmt.Errorf("the job carries no token (GYM_OTEL_TOKEN): was %s set in the submitting shell?", resolved.Otel.TokenEnv)
 	}
-	pol := timing.For(spec.Otel, bounds)
+	pol := timing.For(resolved.Otel, bounds)
 	rec.FinalWait = timing.Seconds(pol.FinalWait)
 	rec.DrainTimeout = timing.Seconds(pol.DrainWait)
 	if in.UID == 0 {
 		return nil, timing.Policy{}, fmt.Errorf("jobs of root (uid 0) get no collector: it runs as the job's user, and root's would run with every privilege")
 	}
-	return spec, pol, nil
+	return resolved, pol, nil
 }
 
 // jobAccount is the job's user as the supervisor runs: the ids are
@@ -223,19 +224,20 @@ func jobAccount(ctx context.Context, in PrologInput, log logrus.FieldLogger) (ac
 	return u, groups, nil
 }
 
-// supervisorEnv is the supervisor's whole environment: the spec as this
+// supervisorEnv is the supervisor's whole environment: the settings as this
 // node decided it, the token, the job's facts, the record's path, PATH and
 // the user's names, SLURM_CONF, and what the node knows of the job's end
 // (the slurmd that ran the prolog, its binary, the job's end time).
-func supervisorEnv(in PrologInput, spec *config.Resolved, factsJSON []byte, dir string, u account, log logrus.FieldLogger) ([]string, error) {
-	// The supervisor gets the spec as this node decided it (pins applied).
-	nodeSpec, err := spec.Encode()
+func supervisorEnv(in PrologInput, resolved *config.Resolved, factsJSON []byte, dir string, u account, log logrus.FieldLogger) ([]string, error) {
+	// The supervisor gets the settings, encoded, as this node decided them
+	// (pins applied).
+	encoded, err := resolved.Encode()
 	if err != nil {
 		return nil, err
 	}
 	env := []string{
-		supervise.EnvSpec + "=" + nodeSpec,
-		spec.Otel.TokenEnv + "=" + in.Token,
+		supervise.EnvEncoded + "=" + encoded,
+		resolved.Otel.TokenEnv + "=" + in.Token,
 		supervise.EnvFacts + "=" + string(factsJSON),
 		supervise.EnvRecord + "=" + filepath.Join(dir, contract.RecordFile),
 		"PATH=" + SupervisorPath,
@@ -271,11 +273,11 @@ func supervisorEnv(in PrologInput, spec *config.Resolved, factsJSON []byte, dir 
 // collectorGroup makes the job's collector cgroup on this node (nil when
 // the node has none), its memory bounded (logged when at the site's cap),
 // and names it in the record.
-func collectorGroup(in PrologInput, spec *config.Resolved, node string, rec *record.Record, log logrus.FieldLogger) (*cgroup.Group, error) {
-	memBytes, capped := cgroupMemoryBytes(spec.Otel.MemoryLimitMiB, in.Args.CgroupMemoryMaxMiB)
+func collectorGroup(in PrologInput, resolved *config.Resolved, node string, rec *record.Record, log logrus.FieldLogger) (*cgroup.Group, error) {
+	memBytes, capped := cgroupMemoryBytes(resolved.Otel.MemoryLimitMiB, in.Args.CgroupMemoryMaxMiB)
 	if capped && in.Args.Cgroup != CgroupOff {
 		log.Infof("job %d: the collector's cgroup is bounded at the site's cap, %d MiB (plugstack cgroup_memory_max_mib), below %d x otel.memory_limit_mib=%d",
-			in.JobID, in.Args.CgroupMemoryMaxMiB, CgroupMemoryFactor, spec.Otel.MemoryLimitMiB)
+			in.JobID, in.Args.CgroupMemoryMaxMiB, CgroupMemoryFactor, resolved.Otel.MemoryLimitMiB)
 	}
 	group, err := jobGroup(in.Args, in.Getenv("SLURM_CLUSTER_NAME"), node, in.JobID, memBytes, log)
 	if err != nil {
@@ -314,7 +316,7 @@ func launch(in PrologInput, env []string, groups []uint32, group *cgroup.Group, 
 // recordReady writes the ready record: the supervisor's pid and start
 // time (checked to be alive after its report), the task env, the hold
 // socket. On an error the supervisor is ended.
-func recordReady(dir string, rec *record.Record, sup *supervisor, rep supervise.Readiness, spec *config.Resolved, facts jobfacts.Facts) error {
+func recordReady(dir string, rec *record.Record, sup *supervisor, rep supervise.Readiness, resolved *config.Resolved, facts jobfacts.Facts) error {
 	ps, err := proc.ReadStat(sup.pid)
 	if err != nil {
 		sup.kill()
@@ -323,7 +325,7 @@ func recordReady(dir string, rec *record.Record, sup *supervisor, rep supervise.
 	rec.Status = "ready"
 	rec.SupervisorPID = sup.pid
 	rec.SupervisorStart = ps.StartTime
-	rec.Env = taskenv.TaskEnv(spec, facts, rep.Ports, rep.ReceiverToken)
+	rec.Env = taskenv.TaskEnv(resolved, facts, rep.Ports, rep.ReceiverToken)
 	if supervise.ValidHoldSocket(rep.HoldSocket) {
 		rec.HoldSocket = rep.HoldSocket
 	}
@@ -347,7 +349,7 @@ func unsetNames(tokenEnv string) []string {
 // usesArrayIDs reports whether the job's names depend on its array ids:
 // job_dir or run_id holds %A or %a. Nothing else the collector or the task
 // env carries does.
-func usesArrayIDs(spec *config.Resolved) bool {
+func usesArrayIDs(resolved *config.Resolved) bool {
 	has := func(pattern string) bool {
 		for i := 0; i+1 < len(pattern); i++ {
 			if pattern[i] != '%' {
@@ -361,10 +363,10 @@ func usesArrayIDs(spec *config.Resolved) bool {
 		}
 		return false
 	}
-	return has(spec.JobDir) || has(spec.Identity.RunID)
+	return has(resolved.JobDir) || has(resolved.Identity.RunID)
 }
 
-func prologFacts(ctx context.Context, in PrologInput, spec *config.Resolved, node, userName string, log logrus.FieldLogger) (jobfacts.Facts, error) {
+func prologFacts(ctx context.Context, in PrologInput, resolved *config.Resolved, node, userName string, log logrus.FieldLogger) (jobfacts.Facts, error) {
 	f := jobfacts.Facts{
 		JobID:       strconv.FormatUint(uint64(in.JobID), 10),
 		ArrayJobID:  in.Getenv("SLURM_ARRAY_JOB_ID"),
@@ -380,7 +382,7 @@ func prologFacts(ctx context.Context, in PrologInput, spec *config.Resolved, nod
 		RestartCount: in.Getenv("SLURM_JOB_RESTART_COUNT"),
 		SLUID:        in.Getenv("SLURM_JOB_SLUID"),
 	}
-	if f.ArrayJobID == "" && usesArrayIDs(spec) {
+	if f.ArrayJobID == "" && usesArrayIDs(resolved) {
 		// No release's prolog env has SLURM_ARRAY_* (22.05 to 26.05:
 		// prep/script's _build_env) and the SPANK items are not available
 		// there: ask slurmctld, once per node, bounded, and only when a

@@ -12,8 +12,8 @@ import (
 // single environment string exceeds 128 KiB (MAX_ARG_STRLEN), and a prolog
 // that cannot start drains the node. The bounds keep every job far below.
 const (
-	// MaxSpecBytes bounds the encoded spec (GYM_OTEL_SPEC), bytes.
-	MaxSpecBytes = 32 * 1024
+	// MaxEncodedBytes bounds the encoded settings (GYM_OTEL_SPEC), bytes.
+	MaxEncodedBytes = 32 * 1024
 	// MaxTokenBytes bounds the backend token (GYM_OTEL_TOKEN), bytes.
 	MaxTokenBytes = 16 * 1024
 	// MaxNameBytes bounds names and labels: service_name, component,
@@ -27,7 +27,7 @@ const (
 	MaxServices = 64
 )
 
-// boundedText is one string the spec carries, with its key and bound.
+// boundedText is one string the settings carry, with its key and bound.
 type boundedText struct {
 	key, value string
 	max        int
@@ -62,7 +62,7 @@ func (r *Resolved) texts() []boundedText {
 // checkBounds returns an error per string over its bound or holding a
 // control character (a newline would break the line formats of root's
 // record and of the logs), per list over its bound, and for the encoded
-// spec over MaxSpecBytes. Each names the key and the bound.
+// settings over MaxEncodedBytes. Each names the key and the bound.
 func (r *Resolved) checkBounds() []error {
 	var errs []error
 	for _, t := range r.texts() {
@@ -77,8 +77,8 @@ func (r *Resolved) checkBounds() []error {
 		errs = append(errs, fmt.Errorf("services: %d model services, more than the %d a job's collector scrapes", len(r.Services), MaxServices))
 	}
 	if len(errs) == 0 {
-		if enc, err := r.Encode(); err == nil && len(enc) > MaxSpecBytes {
-			errs = append(errs, fmt.Errorf("the job's settings encode to %d bytes (GYM_OTEL_SPEC), more than the %d allowed: shorten the longest values (services, names, paths)", len(enc), MaxSpecBytes))
+		if enc, err := r.Encode(); err == nil && len(enc) > MaxEncodedBytes {
+			errs = append(errs, fmt.Errorf("the job's settings encode to %d bytes (GYM_OTEL_SPEC), more than the %d allowed: shorten the longest values (services, names, paths)", len(enc), MaxEncodedBytes))
 		}
 	}
 	return errs

@@ -6,7 +6,7 @@ import (
 )
 
 func validSpec() *Resolved {
-	r := &Resolved{Version: SpecVersion, Otel: Defaults(), JobDir: "/jobs/x"}
+	r := &Resolved{Version: EncodedVersion, Otel: Defaults(), JobDir: "/jobs/x"}
 	r.Otel.Endpoint, r.Otel.ServiceName = "https://otlp.example.com", "svc"
 	return r
 }

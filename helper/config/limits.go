@@ -8,7 +8,7 @@ var scrapeLimitKeys = []string{"scrape_sample_limit", "scrape_body_size_limit_mi
 
 // checkScrapeLimits returns an error per scrape limit outside its key's
 // range, naming the key. Values parsed from YAML or items are checked at
-// parse; this catches a forwarded spec that carries none (0, which
+// parse; this catches forwarded settings that carry none (0, which
 // Prometheus reads as "no limit") or a forged one.
 func (o *Otel) checkScrapeLimits() []error {
 	vals := []int{o.ScrapeSampleLimit, o.ScrapeBodySizeLimitMiB, o.ScrapeLabelLimit,

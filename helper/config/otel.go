@@ -1,9 +1,9 @@
 // Package config owns the otel: block of gym-otel-spank: its keys and
-// defaults, strict YAML loading, the layers a job's settings come from (built-in
-// defaults, the site file, inline plugstack overrides, the job's NeMo Gym
-// submit config, inline SPEC items), the SPEC grammar of --gym-otel=, the
-// validation run before anything is submitted, and the resolved spec the
-// SPANK plugin forwards to the job's nodes.
+// defaults, strict YAML loading, the layers a job's settings come from
+// (built-in defaults, the site file, inline plugstack overrides, the job's
+// NeMo Gym submit config, inline SPEC items), the SPEC grammar of
+// --gym-otel=, the validation run before anything is submitted, and the
+// resolved settings the SPANK plugin forwards to the job's nodes.
 //
 // Every error names the key it is about as otel.<key> (or the SPEC item, or
 // the Gym config path such as services.policy.port), so a user knows what to

@@ -135,9 +135,9 @@ func fieldText(o Otel, key string) string {
 }
 
 // EnforcePins re-applies the pins of this node's site (siteFile and the
-// plugstack items) to a forwarded spec, so a user's value or a forged spec
-// never chooses a pinned key on the node. It returns one line per key it
-// changed, for the node's log.
+// plugstack items) to forwarded settings, so a user's value or forged
+// settings never choose a pinned key on the node. It returns one line per
+// key it changed, for the node's log.
 func EnforcePins(r *Resolved, siteFile string, items []Item) ([]string, error) {
 	site, keys, err := SiteOtel(siteFile, items)
 	if err != nil {

@@ -78,7 +78,7 @@ func TestPinnedListErrors(t *testing.T) {
 func TestEnforcePinsOnAForgedSpec(t *testing.T) {
 	dir := t.TempDir()
 	site := writeFile(t, dir, "site.yaml", pinSite)
-	forged := &Resolved{Version: SpecVersion, Otel: Defaults()}
+	forged := &Resolved{Version: EncodedVersion, Otel: Defaults()}
 	forged.Otel.Binary, forged.Otel.Container, forged.Otel.Endpoint = "/tmp/x", "img", "https://otlp.example.com"
 	lines, err := EnforcePins(forged, site, []Item{{Key: "container_runtime", Value: "apptainer run {image}"}})
 	if err != nil {

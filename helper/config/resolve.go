@@ -9,17 +9,17 @@ import (
 	"strings"
 )
 
-// SpecVersion is the version of the resolved spec's JSON. A node refuses a
-// spec of another version (the plugin on the submit host and on the node
-// must be of one release).
-const SpecVersion = 2
+// EncodedVersion is the version of the encoded settings' JSON. A node
+// refuses encoded settings of another version (the plugin on the submit host
+// and on the node must be of one release).
+const EncodedVersion = 2
 
-// Resolved is a job's resolved spec: everything a node needs to run the
+// Resolved is a job's resolved settings: everything a node needs to run the
 // job's collector, decided at submit. It travels to the job's nodes as the
 // job-control variable GYM_OTEL_SPEC (compact JSON, base64url; see Encode).
 // It never holds the backend token.
 type Resolved struct {
-	// Version is SpecVersion.
+	// Version is EncodedVersion.
 	Version int `json:"v"`
 	// Otel is the merged otel: block.
 	Otel Otel `json:"otel"`
@@ -84,7 +84,7 @@ func Resolve(in Inputs) (*Resolved, error) {
 	add(err)
 	site := o
 	var user []Layer // the layers a job's user writes, lowest first
-	r := &Resolved{Version: SpecVersion, Identity: spec.Identity}
+	r := &Resolved{Version: EncodedVersion, Identity: spec.Identity}
 	if spec.ConfigPath != "" {
 		path := absUnder(in.WorkDir, spec.ConfigPath)
 		r.GymConfig = path
@@ -165,7 +165,7 @@ func absUnder(dir, p string) string {
 	return filepath.Join(dir, p)
 }
 
-// Encode returns the spec as base64url (unpadded) of its compact JSON: the
+// Encode returns the settings as base64url (unpadded) of their compact JSON: the
 // value of the job-control variable GYM_OTEL_SPEC.
 func (r *Resolved) Encode() (string, error) {
 	b, err := json.Marshal(r)
@@ -178,8 +178,8 @@ func (r *Resolved) Encode() (string, error) {
 // Decode parses a value made by Encode. It refuses another version and
 // unknown fields. The result is not validated: call Validate.
 func Decode(s string) (*Resolved, error) {
-	if len(s) > MaxSpecBytes {
-		return nil, fmt.Errorf("GYM_OTEL_SPEC: %d bytes, more than the %d a submit ever forwards", len(s), MaxSpecBytes)
+	if len(s) > MaxEncodedBytes {
+		return nil, fmt.Errorf("GYM_OTEL_SPEC: %d bytes, more than the %d a submit ever forwards", len(s), MaxEncodedBytes)
 	}
 	b, err := base64.RawURLEncoding.DecodeString(strings.TrimSpace(s))
 	if err != nil {
@@ -191,8 +191,8 @@ func Decode(s string) (*Resolved, error) {
 	if err := dec.Decode(&r); err != nil {
 		return nil, fmt.Errorf("GYM_OTEL_SPEC: %w", err)
 	}
-	if r.Version != SpecVersion {
-		return nil, fmt.Errorf("GYM_OTEL_SPEC: version %d, this node understands %d: install one release of gym-otel-spank on submit hosts and nodes", r.Version, SpecVersion)
+	if r.Version != EncodedVersion {
+		return nil, fmt.Errorf("GYM_OTEL_SPEC: version %d, this node understands %d: install one release of gym-otel-spank on submit hosts and nodes", r.Version, EncodedVersion)
 	}
 	return &r, nil
 }

@@ -11,7 +11,7 @@ import (
 // suffice.
 func TestShutdownFitsExports(t *testing.T) {
 	spec := func(shutdown, export int, logs bool) *Resolved {
-		r := &Resolved{Version: SpecVersion, Otel: Defaults(), JobDir: "/j"}
+		r := &Resolved{Version: EncodedVersion, Otel: Defaults(), JobDir: "/j"}
 		r.Otel.Endpoint, r.Otel.ServiceName = "https://otel.example", "s"
 		if shutdown > 0 {
 			r.Otel.ShutdownTimeoutSeconds = shutdown

@@ -15,7 +15,7 @@ type LookupEnv func(name string) (string, bool)
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// Validate checks a resolved spec before anything runs and normalises the
+// Validate checks resolved settings before anything runs and normalises the
 // endpoint (see NormalizeEndpoint). It returns warnings (the job still runs)
 // and every error joined, one per line, each naming its key. env, when not
 // nil, is the submitting environment: the variable named by otel.token_env

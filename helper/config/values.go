@@ -7,11 +7,11 @@ import (
 	"strconv"
 )
 
-// checkValues re-checks every value of the spec against what the otel:
+// checkValues re-checks every value of the settings against what the otel:
 // block's keys allow when a user writes them (ranges, enums, modes) and
 // what Resolve ever makes (service ports and node indexes, the chain's
-// job id, the Gym config's path). A spec made by Resolve always passes; a
-// node runs it (through Validate) on the spec it is handed, which anyone
+// job id, the Gym config's path). Settings made by Resolve always pass; a
+// node runs it (through Validate) on the settings it is handed, which anyone
 // can set by hand through libslurm, so that a forged value, such as a
 // memory_limit_mib of 0 or one that overflows the cgroup's bound, is
 // refused by name instead of meaning "no bound". One error per value,

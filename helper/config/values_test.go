@@ -13,7 +13,7 @@ import (
 // the field.
 func TestForgedValuesRefusedByName(t *testing.T) {
 	good := func() *Resolved {
-		r := &Resolved{Version: SpecVersion, Otel: Defaults(), JobDir: "/j"}
+		r := &Resolved{Version: EncodedVersion, Otel: Defaults(), JobDir: "/j"}
 		r.Otel.Endpoint, r.Otel.ServiceName = "https://otel.example", "s"
 		return r
 	}
@@ -61,7 +61,7 @@ func TestForgedValuesRefusedByName(t *testing.T) {
 		}
 	}
 	// Past int64: Decode names the field.
-	raw := fmt.Sprintf(`{"v":%d,"otel":{"enabled":true,"memory_limit_mib":1e30},"identity":{},"job_dir":"/j"}`, SpecVersion)
+	raw := fmt.Sprintf(`{"v":%d,"otel":{"enabled":true,"memory_limit_mib":1e30},"identity":{},"job_dir":"/j"}`, EncodedVersion)
 	if _, err := Decode(base64.RawURLEncoding.EncodeToString([]byte(raw))); err == nil || !strings.Contains(err.Error(), "memory_limit_mib") {
 		t.Errorf("1e30: %v", err)
 	}

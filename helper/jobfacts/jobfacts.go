@@ -86,23 +86,23 @@ func ExpandJobDir(pattern string, f Facts) string {
 
 // OutputDir is where this node's collector writes: <job dir>/otel on the
 // job's first node, <job dir>/otel/nodes/<node> on every other node. A
-// link of a chain (spec.ChainedFrom set: submitted from inside another
+// link of a chain (resolved.ChainedFrom set: submitted from inside another
 // --gym-otel job, as Gym's auto-resume does, sharing its job dir) writes
 // under <job dir>/otel/links/<job id> instead, so that every link keeps
 // its own files.
-func OutputDir(spec *config.Resolved, f Facts) string {
+func OutputDir(resolved *config.Resolved, f Facts) string {
 	link := ""
-	if spec.ChainedFrom != "" {
+	if resolved.ChainedFrom != "" {
 		link = f.JobID
 	}
-	return jobdir.OutputDir(ExpandJobDir(spec.JobDir, f), link, f.NodeIndex, f.Node)
+	return jobdir.OutputDir(ExpandJobDir(resolved.JobDir, f), link, f.NodeIndex, f.Node)
 }
 
-// RunID is the run identity: the spec's run_id (with %j/%A/%a expanded),
+// RunID is the run identity: the settings' run_id (with %j/%A/%a expanded),
 // else the job id.
-func RunID(spec *config.Resolved, f Facts) string {
-	if spec.Identity.RunID != "" {
-		return ExpandJobDir(spec.Identity.RunID, f)
+func RunID(resolved *config.Resolved, f Facts) string {
+	if resolved.Identity.RunID != "" {
+		return ExpandJobDir(resolved.Identity.RunID, f)
 	}
 	return f.JobID
 }

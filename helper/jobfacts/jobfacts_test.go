@@ -29,13 +29,13 @@ func TestExpandJobDir(t *testing.T) {
 }
 
 func TestOutputDir(t *testing.T) {
-	spec := &config.Resolved{JobDir: "/runs/%j"}
+	resolved := &config.Resolved{JobDir: "/runs/%j"}
 	first := Facts{JobID: "7", Node: "gn1", NodeIndex: 0}
 	other := Facts{JobID: "7", Node: "gn2", NodeIndex: 1}
-	if got := OutputDir(spec, first); got != "/runs/7/otel" {
+	if got := OutputDir(resolved, first); got != "/runs/7/otel" {
 		t.Errorf("first node: %s", got)
 	}
-	if got := OutputDir(spec, other); got != "/runs/7/otel/nodes/gn2" {
+	if got := OutputDir(resolved, other); got != "/runs/7/otel/nodes/gn2" {
 		t.Errorf("other node: %s", got)
 	}
 	// A link of a chain shares the first link's job dir and writes under links/<its id>.
@@ -44,20 +44,20 @@ func TestOutputDir(t *testing.T) {
 		t.Errorf("link: %s", got)
 	}
 	// A node or job id with a slash cannot leave the job dir.
-	if got := OutputDir(spec, Facts{JobID: "7", Node: "x/../../etc", NodeIndex: 2}); got != "/runs/7/otel/nodes/etc" {
+	if got := OutputDir(resolved, Facts{JobID: "7", Node: "x/../../etc", NodeIndex: 2}); got != "/runs/7/otel/nodes/etc" {
 		t.Errorf("node with slashes: %s", got)
 	}
 }
 
 func TestRunID(t *testing.T) {
-	spec := &config.Resolved{}
+	resolved := &config.Resolved{}
 	f := Facts{JobID: "9", User: "u", Node: "gn1", Cluster: "c1", GPUs: []string{"0"}}
-	if RunID(spec, f) != "9" {
-		t.Errorf("no run_id: %s", RunID(spec, f))
+	if RunID(resolved, f) != "9" {
+		t.Errorf("no run_id: %s", RunID(resolved, f))
 	}
-	spec.Identity.RunID = "eval-%j"
-	if RunID(spec, f) != "eval-9" {
-		t.Errorf("run_id eval-%%j: %s", RunID(spec, f))
+	resolved.Identity.RunID = "eval-%j"
+	if RunID(resolved, f) != "eval-9" {
+		t.Errorf("run_id eval-%%j: %s", RunID(resolved, f))
 	}
 }
 

@@ -10,16 +10,16 @@ import (
 )
 
 func TestJobOf(t *testing.T) {
-	spec := &config.Resolved{}
+	resolved := &config.Resolved{}
 	f := jobfacts.Facts{JobID: "9", User: "u", Node: "gn1", Cluster: "c1", GPUs: []string{"0"}}
-	spec.Identity.RunID = "eval-%j"
-	spec.Identity.Benchmark = "gsm8k"
-	j := render.JobOf(spec, f)
+	resolved.Identity.RunID = "eval-%j"
+	resolved.Identity.Benchmark = "gsm8k"
+	j := render.JobOf(resolved, f)
 	if j.RunID != "eval-9" || j.Cluster != "c1" || j.Benchmark != "gsm8k" || j.User != "u" || !reflect.DeepEqual(j.GPUs, []string{"0"}) {
 		t.Errorf("%+v", j)
 	}
-	spec.Identity.Cluster = "site-name"
-	if render.JobOf(spec, f).Cluster != "site-name" {
+	resolved.Identity.Cluster = "site-name"
+	if render.JobOf(resolved, f).Cluster != "site-name" {
 		t.Error("identity.cluster does not win over SLURM_CLUSTER_NAME")
 	}
 }

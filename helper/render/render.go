@@ -1,6 +1,6 @@
-// Package render turns a job's resolved spec, its identity on one node, the
-// chosen loopback ports and the output directory into the collector's YAML
-// configuration. Render is a pure function: same input, same bytes.
+// Package render turns a job's resolved settings, its identity on one node,
+// the chosen loopback ports and the output directory into the collector's
+// YAML configuration. Render is a pure function: same input, same bytes.
 //
 // What the configuration does (the seed's "What is exported"):
 //   - receivers: OTLP gRPC and HTTP on 127.0.0.1 at per-job ports, requiring a
@@ -79,7 +79,7 @@ type Job struct {
 	SLUID string
 	// RunID is the run identity: the Gym run id, else the job id.
 	RunID string
-	// Benchmark, Model and Cluster come from the spec's identity; Cluster
+	// Benchmark, Model and Cluster come from the settings' identity; Cluster
 	// defaults to SLURM_CLUSTER_NAME on the node.
 	Benchmark, Model, Cluster string
 	// Node is this node's name (host.name).
@@ -108,9 +108,9 @@ type Job struct {
 }
 
 // JobOf is the Job of one node: the facts Slurm gave its prolog (f) and the
-// spec's identity (identity.cluster wins over SLURM_CLUSTER_NAME).
-func JobOf(spec *config.Resolved, f jobfacts.Facts) Job {
-	cluster := spec.Identity.Cluster
+// settings' identity (identity.cluster wins over SLURM_CLUSTER_NAME).
+func JobOf(resolved *config.Resolved, f jobfacts.Facts) Job {
+	cluster := resolved.Identity.Cluster
 	if cluster == "" {
 		cluster = f.Cluster
 	}
@@ -119,9 +119,9 @@ func JobOf(spec *config.Resolved, f jobfacts.Facts) Job {
 		JobID:        f.JobID,
 		RestartCount: f.RestartCount,
 		SLUID:        f.SLUID,
-		RunID:        jobfacts.RunID(spec, f),
-		Benchmark:    spec.Identity.Benchmark,
-		Model:        spec.Identity.Model,
+		RunID:        jobfacts.RunID(resolved, f),
+		Benchmark:    resolved.Identity.Benchmark,
+		Model:        resolved.Identity.Model,
 		Cluster:      cluster,
 		Node:         f.Node,
 		NodeIndex:    f.NodeIndex,

@@ -31,8 +31,8 @@ type collector struct {
 	killed bool
 }
 
-// launchSpec is how to start the collector: argv and explicit environment.
-type launchSpec struct {
+// launchCmd is how to start the collector: argv and explicit environment.
+type launchCmd struct {
 	argv []string
 	env  []string
 	log  string // collector.log path
@@ -63,7 +63,7 @@ func commandFor(o config.Otel, configPath, outputDir string) ([]string, error) {
 // dispositions the supervisor itself has (cleared at its start, see
 // ClearSignals), and exactly env as its environment. SIGTERM reaches it if
 // the supervisor dies (Pdeathsig; the supervisor's main thread is locked).
-func start(ls launchSpec) (*collector, error) {
+func start(ls launchCmd) (*collector, error) {
 	logf, err := os.OpenFile(ls.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("collector log %s: %w", ls.log, err)

@@ -12,7 +12,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 )
 
-// The liveness part of the supervisor's launch contract (besides EnvSpec,
+// The liveness part of the supervisor's launch contract (besides EnvEncoded,
 // EnvFacts and EnvRecord): what the node knows of the job's end, so that the
 // supervisor asks Slurm nothing while it can rely on the epilog.
 const (

@@ -61,9 +61,9 @@ const ReadinessFD = 3
 // plugin's prolog sets (besides otel.token_env, SLURM_CONF, PATH, HOME, USER
 // and LOGNAME): the supervisor's launch contract, one source for both sides.
 const (
-	EnvSpec   = "GYM_OTEL_SPEC"   // the encoded resolved spec (config.Resolved.Encode)
-	EnvFacts  = "GYM_OTEL_FACTS"  // JSON of jobfacts.Facts
-	EnvRecord = "GYM_OTEL_RECORD" // root's record of the job on this node; gone = the job ended
+	EnvEncoded = "GYM_OTEL_SPEC"   // the encoded settings (config.Resolved.Encode)
+	EnvFacts   = "GYM_OTEL_FACTS"  // JSON of jobfacts.Facts
+	EnvRecord  = "GYM_OTEL_RECORD" // root's record of the job on this node; gone = the job ended
 )
 
 // WriteReadiness writes r as one JSON line.

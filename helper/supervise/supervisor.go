@@ -130,7 +130,7 @@ type supervisor struct {
 	writeFailSeen bool
 	started       time.Time
 	readinessSent bool
-	launchArgs    launchSpec
+	launchArgs    launchCmd
 
 	// The receipt's figures (see receipt.go).
 	final      *finalSink           // receives the collector's export at shutdown
@@ -343,7 +343,7 @@ func (s *supervisor) launch(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.launchArgs = launchSpec{argv: argv, env: s.collectorEnv(), log: s.logPath}
+	s.launchArgs = launchCmd{argv: argv, env: s.collectorEnv(), log: s.logPath}
 	c, err := start(s.launchArgs)
 	if err != nil {
 		if s.o.Container == "" {

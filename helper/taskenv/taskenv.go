@@ -16,7 +16,7 @@ import (
 // pointing at this node's collector on 127.0.0.1 (ports, as the supervisor
 // reported them), with the per-job receiver token (receiverToken, from the
 // same report) as the exporter's Authorization header.
-func TaskEnv(spec *config.Resolved, f jobfacts.Facts, ports jobdir.Ports, receiverToken string) []record.KV {
+func TaskEnv(resolved *config.Resolved, f jobfacts.Facts, ports jobdir.Ports, receiverToken string) []record.KV {
 	b01 := func(b bool) string {
 		if b {
 			return "1"
@@ -26,17 +26,17 @@ func TaskEnv(spec *config.Resolved, f jobfacts.Facts, ports jobdir.Ports, receiv
 	env := []record.KV{
 		// gym_telemetry: false keeps the collector for engine and node
 		// metrics only: Gym's own instrumentation stays off.
-		{Key: "NEMO_GYM_OTEL_ENABLED", Value: b01(spec.Otel.GymTelemetry)},
-		{Key: "NEMO_GYM_OTEL_RUN_ID", Value: jobfacts.RunID(spec, f)},
-		{Key: "NEMO_GYM_OTEL_SPAN_GROUPS", Value: spec.Otel.GymSpanGroups},
-		{Key: "NEMO_GYM_OTEL_LOGS_ENABLED", Value: b01(spec.Otel.GymLogs)},
+		{Key: "NEMO_GYM_OTEL_ENABLED", Value: b01(resolved.Otel.GymTelemetry)},
+		{Key: "NEMO_GYM_OTEL_RUN_ID", Value: jobfacts.RunID(resolved, f)},
+		{Key: "NEMO_GYM_OTEL_SPAN_GROUPS", Value: resolved.Otel.GymSpanGroups},
+		{Key: "NEMO_GYM_OTEL_LOGS_ENABLED", Value: b01(resolved.Otel.GymLogs)},
 		{Key: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://127.0.0.1:" + strconv.Itoa(ports.OTLPHTTP)},
 		{Key: "OTEL_EXPORTER_OTLP_PROTOCOL", Value: "http/protobuf"},
 		// The OTEL_EXPORTER_OTLP_HEADERS value is a W3C baggage-style list:
 		// the space of "Bearer <token>" is percent-encoded.
 		{Key: "OTEL_EXPORTER_OTLP_HEADERS", Value: "Authorization=" + url.PathEscape("Bearer "+receiverToken)},
 	}
-	if spec.Otel.GymTelemetry {
+	if resolved.Otel.GymTelemetry {
 		env = append(env,
 			record.KV{Key: "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", Value: "http://127.0.0.1:" + strconv.Itoa(ports.OTLPGRPC)},
 			record.KV{Key: "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", Value: "grpc"},

@@ -10,10 +10,10 @@ import (
 )
 
 func TestTaskEnv(t *testing.T) {
-	spec := &config.Resolved{Otel: config.Defaults(), JobDir: "/j"}
-	spec.Identity.RunID = "run-%j"
+	resolved := &config.Resolved{Otel: config.Defaults(), JobDir: "/j"}
+	resolved.Identity.RunID = "run-%j"
 	ports := jobdir.Ports{OTLPGRPC: 4001, OTLPHTTP: 4002}
-	env := TaskEnv(spec, jobfacts.Facts{JobID: "12"}, ports, "abc")
+	env := TaskEnv(resolved, jobfacts.Facts{JobID: "12"}, ports, "abc")
 	m := map[string]string{}
 	for _, kv := range env {
 		m[kv.Key] = kv.Value
@@ -27,9 +27,9 @@ func TestTaskEnv(t *testing.T) {
 	if !reflect.DeepEqual(m, want) {
 		t.Fatalf("got %v\nwant %v", m, want)
 	}
-	spec.Otel.GymTelemetry, spec.Otel.GymLogs = false, false
+	resolved.Otel.GymTelemetry, resolved.Otel.GymLogs = false, false
 	m = map[string]string{}
-	for _, kv := range TaskEnv(spec, jobfacts.Facts{JobID: "12"}, ports, "abc") {
+	for _, kv := range TaskEnv(resolved, jobfacts.Facts{JobID: "12"}, ports, "abc") {
 		m[kv.Key] = kv.Value
 	}
 	if _, ok := m["OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"]; ok || m["NEMO_GYM_OTEL_LOGS_ENABLED"] != "0" || m["NEMO_GYM_OTEL_ENABLED"] != "0" {

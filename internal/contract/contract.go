@@ -34,7 +34,7 @@ const (
 	// SLURM_JOB_ID the same, is a nested sbatch from inside that job.
 	EnvInJob = "GYM_OTEL_JOB"
 	// JobControlSpec is the job-control variable the submit side (C,
-	// spank_job_control_setenv) hands the encoded spec to the prolog in;
+	// spank_job_control_setenv) hands the encoded settings to the prolog in;
 	// the prolog sees it with Slurm's SPANK_ prefix.
 	JobControlSpec = "GYM_OTEL_SPEC"
 	// JobControlToken is the job-control variable the submit side (C,

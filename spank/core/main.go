@@ -2,8 +2,8 @@
 // -buildmode=c-shared into gym_otel_core.so and linked with -z nodelete.
 // The C front (spank/core.c) dlopens it only when a job asked for a
 // collector: at submit with the flag, in the job prolog when the job carries
-// a spec, in the job epilog when a record exists. Its C ABI is declared in
-// include/gym_otel_core.h; the logic lives in helper/callbacks.
+// encoded settings, in the job epilog when a record exists. Its C ABI is
+// declared in include/gym_otel_core.h; the logic lives in helper/callbacks.
 //
 // Log lines go to Slurm's own log functions (slurm_info, slurm_error,
 // slurm_debug of the host process, found with purego.Dlsym), prefixed
@@ -159,7 +159,7 @@ func gym_otel_core_submit(args, spec, cwd *C.char, out **C.char) C.int {
 // gym_otel_core_prolog: see include/gym_otel_core.h.
 //
 //export gym_otel_core_prolog
-func gym_otel_core_prolog(args, spec, token *C.char, jobID, uid, gid C.uint) C.int {
+func gym_otel_core_prolog(args, encoded, token *C.char, jobID, uid, gid C.uint) C.int {
 	l := log()
 	// A bad argument still reaches Prolog, which records the failure, so
 	// the job's steps follow on_failure (C accepted the arguments it
@@ -168,7 +168,7 @@ func gym_otel_core_prolog(args, spec, token *C.char, jobID, uid, gid C.uint) C.i
 	err := callbacks.Prolog(callbacks.PrologInput{
 		Args:    a,
 		ArgsErr: argsErr,
-		Encoded: C.GoString(spec),
+		Encoded: C.GoString(encoded),
 		Token:   C.GoString(token),
 		JobID:   uint32(jobID),
 		UID:     uint32(uid),

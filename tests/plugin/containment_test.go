@@ -165,7 +165,7 @@ func TestForgedValuesRefused(t *testing.T) {
 		{0, "otel.memory_limit_mib: 0 is out of range 32..65536"},
 		{1 << 50, "otel.memory_limit_mib: 1125899906842624 is out of range 32..65536"},
 	} {
-		forged := &config.Resolved{Version: config.SpecVersion, Otel: config.Defaults(), JobDir: fmt.Sprintf("%s/run-%d", d, c.mib)}
+		forged := &config.Resolved{Version: config.EncodedVersion, Otel: config.Defaults(), JobDir: fmt.Sprintf("%s/run-%d", d, c.mib)}
 		forged.Otel.Endpoint, forged.Otel.ServiceName, forged.Otel.Binary = "http://127.0.0.1:"+backendPort, "forged", bin
 		forged.Otel.GPUMetricsPort, forged.Otel.NodeMetricsPort = 0, 0
 		forged.Otel.MemoryLimitMiB = c.mib

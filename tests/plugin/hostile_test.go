@@ -320,7 +320,7 @@ func TestPinnedBinary(t *testing.T) {
 	jsonlLines(t, filepath.Join(d, "run", "otel"))
 	// A spec forged by hand: srun without --gym-otel, with the job-control
 	// variables set through SLURM_SPANK_* (libslurm forwards them).
-	forged := &config.Resolved{Version: config.SpecVersion, Otel: config.Defaults(), JobDir: d + "/forged"}
+	forged := &config.Resolved{Version: config.EncodedVersion, Otel: config.Defaults(), JobDir: d + "/forged"}
 	forged.Otel.Endpoint, forged.Otel.ServiceName, forged.Otel.Binary = "http://127.0.0.1:"+backendPort, "forged", bin
 	forged.Otel.GPUMetricsPort, forged.Otel.NodeMetricsPort = 0, 0
 	enc, err := forged.Encode()

@@ -87,13 +87,14 @@ type cgroupReader struct {
 	kernel  string
 	stepMax int
 	// The job's group once found (Find globs directories: at most once
-	// per jobSearchEvery while it is not found).
+	// per jobSearchEvery while it is not found in every hierarchy).
 	jobDirs    cgroup.StatsDirs
 	jobWhy     string
 	searchedAt time.Time
 }
 
-// jobSearchEvery is how often a job group not found is looked for again.
+// jobSearchEvery is how often a job group not found (in every hierarchy)
+// is looked for again.
 const jobSearchEvery = 5 * time.Second
 
 // newCgroupReader finds the node's hierarchies and the supervisor's own
@@ -129,8 +130,16 @@ type cgroupGroup struct {
 // read reads every group now.
 func (r *cgroupReader) read() []cgroupGroup {
 	var gs []cgroupGroup
-	if !r.jobDirs.Exists() && time.Since(r.searchedAt) >= jobSearchEvery {
-		r.jobDirs, r.jobWhy = r.job.Find(r.hs)
+	// Looked for again while not found, and while found in fewer
+	// hierarchies than the node has: Slurm makes the job's directory in
+	// each hierarchy on its own (task/cgroup's memory one at the first
+	// step, jobacct_gather's cpuacct one a moment later), so a group first
+	// seen in one may appear in another after.
+	if (!r.jobDirs.Exists() || len(r.jobDirs) < len(r.hs)) && time.Since(r.searchedAt) >= jobSearchEvery {
+		dirs, why := r.job.Find(r.hs)
+		if !r.jobDirs.Exists() || len(dirs) >= len(r.jobDirs) {
+			r.jobDirs, r.jobWhy = dirs, why
+		}
 		r.searchedAt = time.Now()
 	}
 	if !r.jobDirs.Exists() {

@@ -506,17 +506,22 @@ func (s *supervisor) endWillCome() bool {
 // pollSelf reads the collector's counters: when spans last arrived (the
 // drain waits for their span metrics) and the backend's refusals.
 func (s *supervisor) pollSelf() {
+	// The phase spans' count is read before and after the counters: an
+	// export that ends between the two would otherwise read as spans
+	// of the job's own (the counters without them, the count with).
+	phaseSpans, busyBefore := s.phaseSpansSent()
 	m, err := selfmetrics.Scrape(s.ports.Telemetry)
 	if err != nil {
 		return
 	}
+	phaseSpansAfter, busyAfter := s.phaseSpansSent()
+	busy := busyBefore || busyAfter || phaseSpansAfter != phaseSpans
 	if c := counts(m, "metrics"); c.Received > 0 && (s.lastRead == nil || counts(s.lastRead, "metrics").Received == 0) {
 		// Once per collector run: from here on a receipt made from the
 		// last read (the run killed) has figures.
 		s.log.Infof("collector run %d: counters read, %d metric points received so far", s.runs+1, c.Received)
 	}
 	s.lastRead, s.lastReadAt = m, time.Now()
-	phaseSpans, busy := s.phaseSpansSent()
 	if n := m.Sum(selfmetrics.ReceiverAccepted, "traces") - phaseSpans; n != s.lastSpans && !busy {
 		s.lastSpans, s.spansAt = n, time.Now()
 	}

@@ -133,7 +133,7 @@ func stopSupervisor(ctx context.Context, rec *record.Record, g *cgroup.Group, jo
 		// a cgroup is removed only once no process is in it (systemd's
 		// stop of Slurm's scope, which kills the scope's processes and
 		// removes its subtree, or a reboot).
-		log.Warnf("job %d: supervisor (pid %d) and the collector's cgroup %s were gone before the epilog (Slurm's scope stopped?): nothing of the collector's is left in it", jobID, pid, rec.Cgroup)
+		log.Warnf("job %d: supervisor (pid %d) and the collector's cgroup %s were gone before the epilog (Slurm's scope stopped, or the node rebooted): nothing of the collector's is left in it", jobID, pid, rec.Cgroup)
 		return
 	}
 	if !ours {

@@ -128,6 +128,14 @@ func stopSupervisor(ctx context.Context, rec *record.Record, g *cgroup.Group, jo
 		log.Infof("job %d: supervisor (pid %d) stopped in %d ms", jobID, pid, time.Since(start).Milliseconds())
 		return // the group's kill ends the rest
 	}
+	if !ours && rec.Cgroup != "" {
+		// The prolog made the group, and it is gone with the supervisor:
+		// a cgroup is removed only once no process is in it (systemd's
+		// stop of Slurm's scope, which kills the scope's processes and
+		// removes its subtree, or a reboot).
+		log.Warnf("job %d: supervisor (pid %d) and the collector's cgroup %s were gone before the epilog (Slurm's scope stopped, or the node rebooted): nothing of the collector's is left in it", jobID, pid, rec.Cgroup)
+		return
+	}
 	if !ours {
 		// Gone before the epilog (or its pid reused): its session id may
 		// name another session by now. Without a cgroup, nothing proves

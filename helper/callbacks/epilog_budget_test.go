@@ -308,3 +308,36 @@ func TestEpilogBudgetManyOrphans(t *testing.T) {
 		t.Errorf("the prolog's sweep does not say what it left:\n%s", buf)
 	}
 }
+
+// A supervisor gone before the epilog, and the group the record names gone
+// too (systemd's stop of Slurm's scope kills its processes and removes its
+// subtree): the log names the group as gone, not the node as having none;
+// with no group in the record, the log says the node has none.
+func TestEpilogGroupGoneWithSupervisor(t *testing.T) {
+	fakeHierarchies(t) // hierarchies, but no group of the job's
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	_ = cmd.Wait() // pid is gone
+	for _, c := range []struct {
+		id     uint32
+		cgroup string
+		want   string
+	}{
+		{302, "gym_otel/c/n1/job_302", "and the collector's cgroup gym_otel/c/n1/job_302 were gone before the epilog"},
+		{303, "", "the node has no cgroup for the collector"},
+	} {
+		recordDir := t.TempDir()
+		dir := jobRecord(t, recordDir, c.id, &record.Record{Status: "ready", OnFailure: "continue", DrainTimeout: 1,
+			SupervisorPID: pid, SupervisorStart: 1, UID: uint32(os.Getuid()), Cgroup: c.cgroup})
+		_, log := runEpilog(t, recordDir, c.id, 10*time.Second)
+		if !strings.Contains(log, c.want) {
+			t.Errorf("job %d: the log does not say %q:\n%s", c.id, c.want, log)
+		}
+		if !gone(t, dir) {
+			t.Errorf("job %d: the record %s is left", c.id, dir)
+		}
+	}
+}

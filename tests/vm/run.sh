@@ -10,7 +10,12 @@
 # libslurm), and puts them with the collector and the configs on a second
 # disk (ext4, mkfs.ext4 -d). The guest's unit runs the suite from it and
 # powers off; the results come back on that disk (debugfs rdump, no mount)
-# and the serial console is printed as it runs. Exits non-zero when the
+# and the serial console is printed as it runs. The guest resets itself
+# once, hard, mid-job (sysrq b) after the suite and runs a second phase at
+# the next boot: qemu runs without -no-reboot, so a reset boots the same
+# disks again (-snapshot's overlay of the cached image lives as long as the
+# qemu process, so the second boot finds the first one's writes, as a node
+# finds its disk). Exits non-zero when the
 # suite fails, when the guest does not finish within GYM_OTEL_VM_TIMEOUT
 # seconds (default 3600), or when it leaves no exit code.
 #
@@ -78,7 +83,7 @@ timeout "${GYM_OTEL_VM_TIMEOUT:-3600}" qemu-system-x86_64 -M q35 -accel "$accel"
 	-append 'root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 panic=-1 quiet' \
 	-drive file="$image/root.img",if=virtio,format=raw,snapshot=on \
 	-drive file="$work/payload.img",if=virtio,format=raw \
-	-nic none -nographic -no-reboot </dev/null 2>&1 | tee "$work/console.log"
+	-nic none -nographic </dev/null 2>&1 | tee "$work/console.log"
 qrc=${PIPESTATUS[0]}
 set -e
 t_qemu=$(( $(date +%s) - t2 ))
@@ -88,7 +93,9 @@ debugfs -R "rdump /out $work" "$work/payload.img" >/dev/null 2>&1 || true
 rc=$(cat "$work/out/rc" 2>/dev/null || echo none)
 boot=$(sed -n 's/^boot_seconds=//p' "$work/out/node" 2>/dev/null)
 suite=$(sed -n 's/^suite_seconds=//p' "$work/out/node" 2>/dev/null)
+boot2=$(sed -n 's/^boot2_seconds=//p' "$work/out/node" 2>/dev/null)
+phase2=$(sed -n 's/^phase2_seconds=//p' "$work/out/node" 2>/dev/null)
 log "ran on: $(grep -E '^(kernel|cgroupfs|systemd|slurm)=' "$work/out/node" 2>/dev/null | tr '\n' ' ')"
-log "image ${t_image} s ($( [ "$t_image" -lt 30 ] && echo cached || echo built)), payload ${t_payload} s, qemu ${t_qemu} s ($accel): boot to the suite ${boot:-?} s, tests ${suite:-?} s; results in $work/out"
+log "image ${t_image} s ($( [ "$t_image" -lt 30 ] && echo cached || echo built)), payload ${t_payload} s, qemu ${t_qemu} s ($accel): boot to the suite ${boot:-?} s, tests ${suite:-?} s; after the reset mid-job: boot to the suite ${boot2:-?} s, phase 2 ${phase2:-?} s; results in $work/out"
 [ "$rc" = 0 ] || { log "FAILED: the guest suite's exit code is $rc (see $work/out/*.log)"; exit 1; }
 log "passed"

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // Metric names the report reads, as they are in the files: the collector
@@ -409,6 +411,11 @@ func (a *aggregator) traces(l *otlpLine) {
 		a.cur.spans += n
 		node, producer, _ := a.resourceInfo(rs.Resource, n)
 		for _, ss := range rs.ScopeSpans {
+			if ss.Scope.Name == contract.PhaseScope {
+				// The job's Slurm phases: counted as items, not
+				// ranked with the job's own spans.
+				continue
+			}
 			for i := range ss.Spans {
 				a.span(&ss.Spans[i], node, producer)
 			}

@@ -195,6 +195,9 @@ type otlpLine struct {
 	ResourceSpans []struct {
 		Resource   resource `json:"resource"`
 		ScopeSpans []struct {
+			Scope struct {
+				Name string `json:"name"`
+			} `json:"scope"`
 			Spans []span `json:"spans"`
 		} `json:"scopeSpans"`
 	} `json:"resourceSpans"`

@@ -66,7 +66,7 @@ const (
 	// PhaseExportTimeout bounds one export to the collector.
 	PhaseExportTimeout = 2 * time.Second
 	// phaseScope names the instrumentation scope of the phase spans.
-	phaseScope = "gym-otel-spank/slurm-phases"
+	phaseScope = contract.PhaseScope
 )
 
 // Slurm's special step ids (slurm.h).

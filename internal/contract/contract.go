@@ -47,6 +47,11 @@ const (
 	EnvPrologStart = "GYM_OTEL_PROLOG_START_MS"
 )
 
+// PhaseScope is the instrumentation scope of the job's Slurm phase spans
+// (the supervisor, helper/supervise, writes them; inspect tells them from
+// the job's own spans by it).
+const PhaseScope = "gym-otel-spank/slurm-phases"
+
 // The keys of root's record (helper/record writes it, spank/record.c
 // reads it in every step): one "key=value" line each.
 const (

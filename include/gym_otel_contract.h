@@ -48,6 +48,8 @@
 #define GOS_HOLD_TARGETS "targets"
 /* HoldSampledMs */
 #define GOS_HOLD_SAMPLED_MS "sampled_ms"
+/* HoldFinal */
+#define GOS_HOLD_FINAL "final"
 /* EnvPrologStart */
 #define GOS_ENV_PROLOG_START "GYM_OTEL_PROLOG_START_MS"
 

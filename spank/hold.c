@@ -10,6 +10,9 @@
  * once the node's supervisor says every target has a sample stamped at or
  * after the script's end (holdsock.c). Other nodes' supervisors are not
  * reachable from here, so a multi-node job holds the full window.
+ * In a one-node job the step first tells the supervisor that the script
+ * has ended (gos_hold_final): it scrapes every target at once, and the
+ * samples are in the files within about a second, not the next interval.
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -79,8 +82,9 @@ static int one_node(spank_t sp, uid_t *uid)
  * retries) is killed and reaped; no second one is started meanwhile. A
  * step callback blocked past a scancel would arm Slurm's unkillable-step
  * timeout, which drains the node: this callback returns at its deadline.
- * In a one-node job (one), the wait also ends once the node's collector
- * says every target has a sample after the script's end (holdsock.c).
+ * In a one-node job (one), the supervisor is first asked for the final
+ * scrape now, and the wait ends once the node's collector says every
+ * target has a sample after the script's end (holdsock.c).
  */
 static void final_wait(uint32_t job_id, int seconds, int one, uid_t uid, const char *node,
 		       const char *hold_socket, long supervisor_pid)
@@ -92,6 +96,9 @@ static void final_wait(uint32_t job_id, int seconds, int one, uid_t uid, const c
 	pid_t child = -1;
 	int status, sampled;
 
+	if (one && !gos_hold_final(hold_socket, (pid_t)supervisor_pid, uid))
+		gos_info("job %u: the supervisor on %s did not take the final-scrape request: "
+			 "waiting for every target's next scrape", job_id, node);
 	while (!why && now_ms() < end) {
 		nanosleep(&slice, NULL);
 		if (one && (sampled = gos_hold_sampled(hold_socket, (pid_t)supervisor_pid, uid, since))) {

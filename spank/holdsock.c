@@ -3,7 +3,10 @@
  * supervisor's hold socket (helper/supervise/holdsock.go), pure C in
  * slurmstepd: has every scrape target of the node a sample stamped at or
  * after the script's end? hold.c asks it in a one-node job and ends the
- * hold early on a yes.
+ * hold early on a yes. Before the first question, hold.c tells the
+ * supervisor that the script has ended ("final"): the supervisor then
+ * scrapes every target at once (helper/supervise/finalscrape.go) instead
+ * of at each target's next interval.
  *
  * The socket is abstract (no file: nothing of the user's in root's
  * directories). The listener is trusted only when SO_PEERCRED names the
@@ -62,31 +65,37 @@ static long long field(const char *text, const char *key)
 	return -1;
 }
 
-int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since_ms)
+/*
+ * One exchange with the record's supervisor on its hold socket: sends
+ * line, reads its whole answer into buf (at most GOS_HOLD_MAX bytes within
+ * GOS_HOLD_MS). Returns the answer's length, or -1: no such listener, not
+ * the record's supervisor (SO_PEERCRED: pid and uid), no complete answer
+ * in time, or more than an answer can be.
+ */
+static ssize_t exchange(const char *sock, pid_t sup_pid, uid_t uid, const char *line,
+			char buf[GOS_HOLD_MAX + 1])
 {
 	struct sockaddr_un a;
 	struct ucred cr;
 	socklen_t crl = sizeof(cr);
-	char buf[GOS_HOLD_MAX + 1];
-	size_t nl = sock ? strlen(sock) : 0;
-	long long targets, at, end = mono_ms() + GOS_HOLD_MS;
-	ssize_t got = 0, n;
-	int fd, rc = 0;
+	size_t nl = sock ? strlen(sock) : 0, ll = strlen(line);
+	long long end = mono_ms() + GOS_HOLD_MS;
+	ssize_t got = 0, n, rc = -1;
+	int fd;
 
 	if (nl == 0 || nl + 1 > sizeof(a.sun_path) || sup_pid <= 1)
-		return 0;
+		return -1;
 	memset(&a, 0, sizeof(a));
 	a.sun_family = AF_UNIX;
 	memcpy(a.sun_path + 1, sock, nl); /* abstract: a leading NUL */
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
-		return 0;
+		return -1;
 	if (connect(fd, (struct sockaddr *)&a, offsetof(struct sockaddr_un, sun_path) + 1 + nl))
 		goto out;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) || cr.pid != sup_pid || cr.uid != uid)
 		goto out;
-	if (send(fd, GOS_HOLD_QUESTION "\n", sizeof(GOS_HOLD_QUESTION), MSG_NOSIGNAL) !=
-	    sizeof(GOS_HOLD_QUESTION))
+	if (send(fd, line, ll, MSG_NOSIGNAL) != (ssize_t)ll)
 		goto out;
 	while (got < GOS_HOLD_MAX) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -101,16 +110,32 @@ int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since
 			break; /* the answer is complete */
 		got += n;
 	}
-	if (got == 0 || got >= GOS_HOLD_MAX)
-		goto out; /* none, or more than an answer can be */
+	if (got >= GOS_HOLD_MAX)
+		goto out; /* more than an answer can be */
 	buf[got] = 0;
-	targets = field(buf, GOS_HOLD_TARGETS);
-	at = field(buf, GOS_HOLD_SAMPLED_MS);
-	if (targets == 0)
-		rc = 2; /* no scrape target on the node: nothing to wait for */
-	else
-		rc = targets > 0 && at >= since_ms;
+	rc = got;
 out:
 	close(fd);
 	return rc;
+}
+
+int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since_ms)
+{
+	char buf[GOS_HOLD_MAX + 1];
+	long long targets, at;
+
+	if (exchange(sock, sup_pid, uid, GOS_HOLD_QUESTION "\n", buf) <= 0)
+		return 0; /* no answer (none yet, or not the supervisor's) */
+	targets = field(buf, GOS_HOLD_TARGETS);
+	at = field(buf, GOS_HOLD_SAMPLED_MS);
+	if (targets == 0)
+		return 2; /* no scrape target on the node: nothing to wait for */
+	return targets > 0 && at >= since_ms;
+}
+
+int gos_hold_final(const char *sock, pid_t sup_pid, uid_t uid)
+{
+	char buf[GOS_HOLD_MAX + 1];
+
+	return exchange(sock, sup_pid, uid, GOS_HOLD_FINAL "\n", buf) > 0 && !strcmp(buf, "ok\n");
 }

@@ -15,4 +15,9 @@
  * 250 ms at most, 256 bytes of answer. */
 int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since_ms);
 
+/* Tells the job's supervisor (the same checks and bounds) that the batch
+ * script has ended, so that it scrapes every target now: 1 when it
+ * answered "ok", else 0. */
+int gos_hold_final(const char *sock, pid_t sup_pid, uid_t uid);
+
 #endif

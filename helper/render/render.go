@@ -143,6 +143,10 @@ type Input struct {
 	Ports Ports
 	// OutputDir is the absolute directory of the jsonl files.
 	OutputDir string
+	// ScrapeOnShutdown sets the Prometheus receiver's scrape_on_shutdown:
+	// the collector scrapes every target once more when it is stopped
+	// (the supervisor's final scrape at the batch script's end).
+	ScrapeOnShutdown bool
 }
 
 // Render returns the collector YAML for in. Errors: a missing port or a
@@ -192,10 +196,12 @@ func receivers(in Input, scrapes []omap) omap {
 		// receiver, not after the scrape manager's first 5 s reload tick,
 		// so each target's first scrape comes within one interval of the
 		// collector's start (at its hash offset) and every interval after.
-		receivers = append(receivers, kv{"prometheus", omap{
-			{"discovery_reload_on_startup", true},
-			{"config", omap{{"scrape_configs", scrapes}}},
-		}})
+		prom := omap{{"discovery_reload_on_startup", true}}
+		if in.ScrapeOnShutdown {
+			// Every scrape loop scrapes once more as it stops.
+			prom = append(prom, kv{"scrape_on_shutdown", true})
+		}
+		receivers = append(receivers, kv{"prometheus", append(prom, kv{"config", omap{{"scrape_configs", scrapes}}})})
 	}
 	return receivers
 }

@@ -31,7 +31,16 @@ import (
 //	sampled_ms=<unix ms: every target has a sample stamped at or after it; 0: not yet>
 //
 // The answer is a hint: a wrong value can only shorten or keep the job's
-// own wait, never past one scrape interval plus 1 s. Every step also
+// own wait, never past one scrape interval plus 1 s.
+//
+// Once the script has ended, the batch step first sends the line "final"
+// (contract.HoldFinal) and reads "ok": the supervisor then scrapes every
+// target once at once (final.go: the collector is stopped with
+// scrape_on_shutdown, which scrapes each target as it stops, and started
+// again without it), so the hold's "sampled" answer turns yes within about
+// a second instead of the next interval. Only root (slurmstepd) may ask
+// it, and only the first request counts: anyone else's line is not
+// answered. Every step also
 // sends its start and end here as "step ..." lines (phases.go), answered
 // "ok" once the collector is ready. The supervisor answers
 // only root and its own user (SO_PEERCRED), at most HoldConns connections
@@ -74,6 +83,9 @@ type holdServer struct {
 	at      atomic.Int64 // unix ms, 0: not yet
 	slots   chan struct{}
 	phases  atomic.Pointer[phases] // the steps' phase lines (phases.go); nil until ready
+	// finals receives the batch step's final-scrape request (one slot:
+	// requests beyond a pending one are dropped).
+	finals chan struct{}
 }
 
 // newHoldServer listens on a fresh abstract name (a few tries: another
@@ -91,7 +103,7 @@ func newHoldServer() (*holdServer, error) {
 			last = err
 			continue
 		}
-		s := &holdServer{ln: ln, name: name, slots: make(chan struct{}, HoldConns)}
+		s := &holdServer{ln: ln, name: name, slots: make(chan struct{}, HoldConns), finals: make(chan struct{}, 1)}
 		s.targets.Store(-1)
 		go s.serve()
 		return s, nil
@@ -138,11 +150,23 @@ func (s *holdServer) serve() {
 func (s *holdServer) answer(c *net.UnixConn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(HoldConnTimeout))
-	if uid, ok := peerUID(c); !ok || (uid != 0 && uid != uint32(os.Getuid())) {
+	uid, ok := peerUID(c)
+	if !ok || (uid != 0 && uid != uint32(os.Getuid())) {
 		return
 	}
 	line, err := bufio.NewReaderSize(&limitedReader{c, holdRequestMax}, 16).ReadString('\n')
 	if err != nil {
+		return
+	}
+	if strings.TrimSpace(line) == contract.HoldFinal {
+		if uid != 0 {
+			return // slurmstepd's line only
+		}
+		select {
+		case s.finals <- struct{}{}:
+		default: // one is pending already
+		}
+		_, _ = c.Write([]byte("ok\n"))
 		return
 	}
 	if strings.TrimSpace(line) != contract.HoldQuestion {

@@ -527,13 +527,25 @@ func (s *supervisor) endPhases() {
 // hold spans the count does not: pollSelf then reads again at its next
 // tick). The drain does not wait for the phase spans' span metrics
 // (pollSelf leaves them out of the spans it waits for), so a job without
-// spans of its own drains as fast as before. After a collector restart
-// the count includes the earlier runs' (one needless wait at most).
+// spans of its own drains as fast as before. Spans exported to earlier
+// collector runs (phaseBase, taken while no collector ran) are left out.
 func (s *supervisor) phaseSpansSent() (int64, bool) {
 	if s.phases == nil {
 		return 0, false
 	}
 	s.phases.mu.Lock()
 	defer s.phases.mu.Unlock()
-	return int64(s.phases.exported), s.phases.busy
+	return int64(s.phases.exported) - s.phaseBase, s.phases.busy
+}
+
+// newRunBase takes the phase spans exported so far as the earlier runs'
+// (phaseSpansSent); called between two collector runs, when no export can
+// reach a collector.
+func (s *supervisor) newRunBase() {
+	if s.phases == nil {
+		return
+	}
+	s.phases.mu.Lock()
+	defer s.phases.mu.Unlock()
+	s.phaseBase = int64(s.phases.exported)
 }

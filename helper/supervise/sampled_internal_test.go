@@ -81,10 +81,14 @@ func holdDriver(t *testing.T) string {
 	t.Helper()
 	return testenv.BuildCDriver(t, t.TempDir(), "hold", "holdsock.c", `#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "holdsock.h"
 int main(int argc, char **argv) {
 	(void)argc;
-	printf("%d\n", gos_hold_sampled(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3]), atoll(argv[4])));
+	if (!strcmp(argv[4], "final"))
+		printf("%d\n", gos_hold_final(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3])));
+	else
+		printf("%d\n", gos_hold_sampled(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3]), atoll(argv[4])));
 	return 0;
 }
 `)
@@ -93,7 +97,8 @@ int main(int argc, char **argv) {
 // TestHoldServer: the supervisor's hold socket, asked by the batch step's
 // C code (spank/holdsock.c): it answers the number of targets and the time of
 // the follower, targets=0 when the node has none; it answers only root and
-// its own user (another user gets nothing); while HoldConns connections
+// its own user (another user gets nothing); it takes the final-scrape
+// request from root only, one pending at most; while HoldConns connections
 // are open, more get no answer, and an idle connection is closed within
 // HoldConnTimeout.
 func TestHoldServer(t *testing.T) {
@@ -149,6 +154,18 @@ func TestHoldServer(t *testing.T) {
 		// it 0 here.)
 		if got := ask("9999999999999", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"); got != "0" {
 			t.Errorf("another user got an answer: %s", got)
+		}
+	}
+	// The final-scrape request: root's is taken (one pending at most),
+	// anyone else's is not answered and queues nothing.
+	if os.Geteuid() == 0 {
+		if got := ask("final", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"); got != "0" || len(srv.finals) != 0 {
+			t.Errorf("another user's final request: %s, %d pending", got, len(srv.finals))
+		}
+		for i := 0; i < 2; i++ {
+			if got := ask("final"); got != "1" || len(srv.finals) != 1 {
+				t.Errorf("root's final request %d: %s, %d pending; want 1, 1", i+1, got, len(srv.finals))
+			}
 		}
 	}
 	// The connection cap: HoldConns idle connections, then one more asks.

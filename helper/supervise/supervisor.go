@@ -144,6 +144,12 @@ type supervisor struct {
 
 	phases     *phases // the job's Slurm phases as spans (phases.go)
 	phasesStop func()
+	phaseBase  int64 // phase spans exported to the ended collector runs
+
+	// The final scrape at the batch script's end (finalscrape.go).
+	scrapeOnShutdown bool // the configuration of the next start sets scrape_on_shutdown
+	finalDone        bool // the batch step asked for the final scrape
+	collGone         bool // no collector after the final scrape (its next run did not start)
 }
 
 // Run starts the job's collector, reports, supervises it until a drain
@@ -267,6 +273,9 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 			s.log.Warnf("the hold socket (the batch step waits its full bound): %v", err)
 		}
 	}
+	// With a hold socket the batch step asks for the final scrape at the
+	// script's end: the first run scrapes every target as it stops.
+	s.scrapeOnShutdown = s.hold != nil
 	var last error
 	for attempt := 0; attempt < bindRetries; attempt++ {
 		if err := s.choosePorts(); err != nil {
@@ -309,7 +318,10 @@ func (s *supervisor) choosePorts() error {
 func (s *supervisor) configPath() string { return filepath.Join(s.out, jobdir.ConfigFile) }
 
 func (s *supervisor) writeConfig() error {
-	y, err := NodeConfig(s.opt.Resolved, s.opt.Facts, s.ports, s.out)
+	y, err := render.Render(render.Input{
+		Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts),
+		Ports: s.ports, OutputDir: s.out, ScrapeOnShutdown: s.scrapeOnShutdown,
+	})
 	if err != nil {
 		return err
 	}
@@ -441,13 +453,19 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	defer slurmTick.Stop()
 	askEvery, nextAsk := s.opt.SlurmPoll, time.Time{}
 	for {
+		exited := s.coll.Exited()
+		if s.collGone {
+			exited = nil // no collector after the final scrape: nothing to restart
+		}
 		select {
 		case sig := <-sigs:
 			s.log.Infof("%v: draining", sig)
 			return s.drain()
 		case <-ctx.Done():
 			return s.drain()
-		case <-s.coll.Exited():
+		case <-s.finalRequests():
+			s.finalScrape(ctx)
+		case <-exited:
 			if err := s.restart(ctx); err != nil {
 				s.writeState(StatusFailed, err.Error())
 				s.writeReceipt()
@@ -557,6 +575,7 @@ func (s *supervisor) restart(ctx context.Context) error {
 	s.log.Warnf("the collector exited unexpectedly (%v); restart %d of %d on the same ports", s.coll.Err(), s.restarts, s.opt.MaxRestarts)
 	appendLog(s.logPath, fmt.Sprintf("gym-otel: the collector exited unexpectedly (%v); restart %d of %d", s.coll.Err(), s.restarts, s.opt.MaxRestarts))
 	s.cutPartialLines()
+	s.newRunBase()
 	c, err := start(s.launchArgs)
 	if err != nil {
 		return err
@@ -649,10 +668,15 @@ func (s *supervisor) drain() error {
 	s.pollSelf()
 	start := time.Now()
 	wasRunning := s.coll.Running()
-	clean := s.coll.stop(s.pol.CollectorStop)
-	s.log.Infof("collector stopped in %d ms (clean: %v)", time.Since(start).Milliseconds(), clean)
+	clean := true
+	if !s.collGone {
+		clean = s.coll.stop(s.pol.CollectorStop)
+		s.log.Infof("collector stopped in %d ms (clean: %v)", time.Since(start).Milliseconds(), clean)
+	}
 	final := s.final.since(start)
 	switch {
+	case s.collGone:
+		// The last run ended at the final scrape and is counted.
 	case !wasRunning:
 		s.endRun(nil, fmt.Sprintf("collector run %d had exited (%v) before the drain", s.runs+1, s.coll.Err()))
 	case s.coll.killed:

@@ -75,6 +75,10 @@ const (
 	HoldQuestion  = "sampled"    // has every target a sample after the script's end?
 	HoldTargets   = "targets"    // the node's scrape targets
 	HoldSampledMs = "sampled_ms" // unix ms: every target has a sample at or after it; 0: not yet
+	// HoldFinal is the batch step's line once its script has ended (root
+	// only): the supervisor scrapes every target once now, while the
+	// job's services still run, and answers "ok" at once.
+	HoldFinal = "final"
 )
 
 // define is one #define: a C macro name, its Go source, and its value
@@ -107,6 +111,7 @@ func defines() []define {
 		{"GOS_HOLD_QUESTION", "HoldQuestion", HoldQuestion},
 		{"GOS_HOLD_TARGETS", "HoldTargets", HoldTargets},
 		{"GOS_HOLD_SAMPLED_MS", "HoldSampledMs", HoldSampledMs},
+		{"GOS_HOLD_FINAL", "HoldFinal", HoldFinal},
 		{"GOS_ENV_PROLOG_START", "EnvPrologStart", EnvPrologStart},
 	}
 }

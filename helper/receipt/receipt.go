@@ -106,7 +106,8 @@ type Receipt struct {
 	// Basis is BasisFinal, BasisLastRead or BasisNone.
 	Basis string `json:"basis"`
 	// Collectors is how many collector processes the figures cover (1 +
-	// the restarts within the run).
+	// the restarts within the run, + 1 after the final scrape at the
+	// batch script's end, which stops one run and starts the next).
 	Collectors int `json:"collectors"`
 	// Unknown says, one sentence each, what is not known and why (empty
 	// when Basis is BasisFinal, but for items the two exporters of a

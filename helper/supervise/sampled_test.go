@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
@@ -238,4 +239,98 @@ func counterValues(t testing.TB, dir, name string) []float64 {
 		v = append(v, p.Value)
 	}
 	return v
+}
+
+// TestFinalScrapeNow: with the real collector scraping a vLLM stand-in and
+// node_exporter at a 60 s interval, root's "final" line on the hold socket
+// (the batch step's, at the script's end) is answered "ok", and the
+// supervisor stops the collector run, which scrapes both targets as it
+// stops: the hold's answer then says every target has a sample at or
+// after the request, every target's newest up point in metrics.jsonl is
+// at or after it, a new collector run serves the same ports with a
+// configuration without scrape_on_shutdown, a second request changes
+// nothing, and the drain's receipt has the final figures of both runs.
+func TestFinalScrapeNow(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("the final-scrape request is root's (slurmstepd's): run as root")
+	}
+	vllm := harness.StartVLLM(t)
+	node := harness.StartNodeExporter(t)
+	dir := harness.SharedDir(t)
+	rec := filepath.Join(dir, "record")
+	if err := os.WriteFile(rec, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := harness.StartSup(t, harness.Job{JobID: "8183", VLLMPort: vllm, NodePort: node, Record: rec, Scrape: 60}).MustReady(t)
+	cfg := func() string {
+		b, err := os.ReadFile(filepath.Join(s.Out, "collector.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if !strings.Contains(cfg(), "scrape_on_shutdown: true") {
+		t.Fatalf("the first run's collector.yaml does not set scrape_on_shutdown:\n%s", cfg())
+	}
+	say := func(line string) string {
+		c, err := net.DialTimeout("unix", "@"+s.Report.HoldSocket, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		c.Write([]byte(line + "\n"))
+		data, _ := io.ReadAll(io.LimitReader(c, 256))
+		return string(data)
+	}
+	time.Sleep(time.Second)
+	mark := time.Now()
+	if got := say("final"); got != "ok\n" {
+		t.Fatalf("final: answer %q, want ok", got)
+	}
+	harness.WaitFor(t, 30*time.Second, "the hold's answer: every target sampled after the request", func() bool {
+		a := say("sampled")
+		var ms int64
+		for _, line := range strings.Split(a, "\n") {
+			if v, ok := strings.CutPrefix(line, "sampled_ms="); ok {
+				ms, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		return strings.Contains(a, "targets=2\n") && ms >= mark.UnixMilli()
+	})
+	for name, l := range lastUp(t, s.Out) {
+		if l.Before(mark.Truncate(time.Millisecond)) {
+			t.Errorf("%s: newest up point %v is before the final-scrape request %v", name, l, mark)
+		}
+	}
+	var pid int
+	harness.WaitFor(t, 30*time.Second, "a new collector run", func() bool {
+		st := s.State(t)
+		pid = st.CollectorPID
+		return pid != 0 && pid != s.Report.CollectorPID
+	})
+	if strings.Contains(cfg(), "scrape_on_shutdown") {
+		t.Errorf("the next run's collector.yaml still sets scrape_on_shutdown")
+	}
+	if !harness.HTTPOK(s.HealthURL()) {
+		t.Errorf("the next run does not answer on the health port")
+	}
+	if got := say("final"); got != "ok\n" {
+		t.Errorf("a second final: answer %q, want ok", got)
+	}
+	time.Sleep(2 * time.Second)
+	if st := s.State(t); st.CollectorPID != pid {
+		t.Errorf("a second final request restarted the collector again (pid %d, then %d)", pid, st.CollectorPID)
+	}
+	if _, err := s.Drain(t, 40*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := receipt.Read(s.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rc.Complete() || rc.Collectors != 2 {
+		t.Errorf("receipt: %s; want final figures of 2 collector runs", strings.Join(rc.Summary(), "; "))
+	}
 }

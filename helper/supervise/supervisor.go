@@ -274,8 +274,9 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		}
 	}
 	// With a hold socket the batch step asks for the final scrape at the
-	// script's end: the first run scrapes every target as it stops.
-	s.scrapeOnShutdown = s.hold != nil
+	// script's end: the first run scrapes every target as it stops. A
+	// node without targets (the hold ends at once) has none to do.
+	s.scrapeOnShutdown = s.hold != nil && len(render.Targets(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)})) > 0
 	var last error
 	for attempt := 0; attempt < bindRetries; attempt++ {
 		if err := s.choosePorts(); err != nil {

@@ -26,6 +26,11 @@ type variant struct {
 	job  func(*render.Job) // changes to the first run's job facts, or nil
 }
 
+// scrapeOnShutdown names the variant rendered as the first collector run
+// of a plugin-started supervisor (Input.ScrapeOnShutdown), which the final
+// scrape at the batch script's end stops.
+const scrapeOnShutdown = "scrape-on-shutdown"
+
 var variants = []variant{
 	{"no-model-service", "", nil},
 	{"two-services", "config=testdata/gym-two-services.yaml,benchmark=gsm8k", nil},
@@ -51,6 +56,8 @@ var variants = []variant{
 	{"mig-instances", "", func(j *render.Job) {
 		j.GPUDevices = []string{"MIG-GPU-5fd4c1a0-0000-4000-8000-000000000000/1/0", "MIG-GPU-5fd4c1a0-0000-4000-8000-000000000000/2/0"}
 	}},
+	// The first run, stopped at the batch script's end for the final scrape.
+	{scrapeOnShutdown, "config=testdata/gym-two-services.yaml", nil},
 }
 
 func renderVariant(t *testing.T, v variant, gpus []string) []byte {
@@ -69,10 +76,11 @@ func renderVariant(t *testing.T, v variant, gpus []string) []byte {
 		v.job(&job)
 	}
 	y, err := render.Render(render.Input{
-		Resolved:  r,
-		Job:       job,
-		Ports:     render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004, Final: 41005},
-		OutputDir: "/home/alice/runs/gym-otel-1234/otel",
+		Resolved:         r,
+		Job:              job,
+		Ports:            render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004, Final: 41005},
+		OutputDir:        "/home/alice/runs/gym-otel-1234/otel",
+		ScrapeOnShutdown: v.name == scrapeOnShutdown,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
@@ -55,7 +56,11 @@ now > $D.last
 // in its files and at the backend, in a sample taken after the driver's
 // exit; the two-node job's batch step holds the full interval plus 1 s
 // after the script's last line and ends it by that bound, the one-node
-// job's ends its hold once its collector has the sample or by the bound.
+// job's batch step asks its supervisor for the final scrape at once (the
+// first collector run stopped with scrape_on_shutdown, a second one to the
+// drain) and ends its hold once its collector has the sample or by the
+// bound. Every node's receipt has final figures (nothing lost at the
+// collectors' shutdowns).
 // How long the job took after its last line is logged, not asserted: on a
 // loaded machine the epilogs take longer, and what the hold is for (every
 // final counter in the files) is asserted.
@@ -167,6 +172,26 @@ func TestShortJobFinalSample(t *testing.T) {
 				}
 				if !ok || be.Value != want {
 					t.Errorf("%s: the backend's last vllm_prompt_tokens_total of job %s is %v (found %v), want %v", node, jobID, be.Value, ok, want)
+				}
+				// Nothing lost at the shutdowns: the receipt has every
+				// run's final figures. A one-node job's batch step asked
+				// for the final scrape: its first collector run was
+				// stopped then (scrape_on_shutdown) and a second one ran
+				// to the drain.
+				rc, err := receipt.Read(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !rc.Complete() || rc.Trouble() {
+					t.Errorf("%s: receipt: %s; want final figures without trouble", node, strings.Join(rc.Summary(), "; "))
+				}
+				clog, _ := os.ReadFile(filepath.Join(dir, "collector.log"))
+				finalScrape := strings.Contains(string(clog), "gym-otel: final scrape at the batch script's end")
+				switch {
+				case tc.nodes == 1 && (!finalScrape || rc.Collectors != 2):
+					t.Errorf("%s: final scrape at the script's end logged %v, %d collector runs; want it, and 2 runs", node, finalScrape, rc.Collectors)
+				case tc.nodes > 1 && (finalScrape || rc.Collectors != 1):
+					t.Errorf("%s: a %d-node job's final scrape logged %v, %d collector runs; want none, 1 run", node, tc.nodes, finalScrape, rc.Collectors)
 				}
 			}
 			waitNoCollector(t)

@@ -8,14 +8,18 @@
  * on every node while the job's services are still alive. It is cut short
  * when the job is cancelled or times out meanwhile, and in a one-node job
  * once the node's supervisor says every target has a sample stamped at or
- * after the script's end (holdsock.c). Other nodes' supervisors are not
- * reachable from here, so a multi-node job holds the full window.
- * In a one-node job the step first tells the supervisor that the script
- * has ended (gos_hold_final): it scrapes every target at once, and the
- * samples are in the files within about a second, not the next interval.
+ * after the script's end (holdsock.c). The step first tells the
+ * supervisor that the script has ended (gos_hold_final, with the job's
+ * node count): it scrapes every target at once, and the samples are in
+ * the files within about a second, not the next interval. Other nodes'
+ * supervisors are not reachable from here: in a job on several nodes the
+ * batch node's supervisor asks them (helper/supervise/peers.go) and says
+ * yes only once every node has its samples; where it cannot reach them
+ * the job holds the full window.
  */
 #define _GNU_SOURCE
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -59,19 +63,24 @@ static int job_ending(uint32_t job_id)
 }
 
 /*
- * Whether the job has one node (SLURM_JOB_NUM_NODES of the batch env, set
- * by Slurm) and the job's uid: only then can the hold end early (holdsock.c).
+ * The job's node count (SLURM_JOB_NUM_NODES of the batch env, set by
+ * Slurm) and the job's uid; 0 when either is unknown: then the hold waits
+ * its bound without asking the supervisor.
  */
-static int one_node(spank_t sp, uid_t *uid)
+static int job_nodes(spank_t sp, uid_t *uid)
 {
-	char buf[32];
+	char buf[32], *end;
+	long n;
 
 	if (spank_get_item(sp, S_JOB_UID, uid) != ESPANK_SUCCESS)
 		return 0;
 	if (spank_getenv(sp, "SLURM_JOB_NUM_NODES", buf, sizeof(buf)) != ESPANK_SUCCESS &&
 	    spank_getenv(sp, "SLURM_NNODES", buf, sizeof(buf)) != ESPANK_SUCCESS)
 		return 0;
-	return !strcmp(buf, "1");
+	n = strtol(buf, &end, 10);
+	if (end == buf || *end || n < 1 || n > 100000)
+		return 0;
+	return (int)n;
 }
 
 /*
@@ -82,11 +91,11 @@ static int one_node(spank_t sp, uid_t *uid)
  * retries) is killed and reaped; no second one is started meanwhile. A
  * step callback blocked past a scancel would arm Slurm's unkillable-step
  * timeout, which drains the node: this callback returns at its deadline.
- * In a one-node job (one), the supervisor is first asked for the final
- * scrape now, and the wait ends once the node's collector says every
- * target has a sample after the script's end (holdsock.c).
+ * With the job's node count known (nodes), the supervisor is first asked
+ * for the final scrape now, and the wait ends once it says every target
+ * (on every node) has a sample after the script's end (holdsock.c).
  */
-static void final_wait(uint32_t job_id, int seconds, int one, uid_t uid, const char *node,
+static void final_wait(uint32_t job_id, int seconds, int nodes, uid_t uid, const char *node,
 		       const char *hold_socket, long supervisor_pid)
 {
 	long long start = now_ms(), end = start + (long long)seconds * 1000, next = start + 1000;
@@ -96,14 +105,14 @@ static void final_wait(uint32_t job_id, int seconds, int one, uid_t uid, const c
 	pid_t child = -1;
 	int status, sampled;
 
-	if (one && !gos_hold_final(hold_socket, (pid_t)supervisor_pid, uid))
+	if (nodes && !gos_hold_final(hold_socket, (pid_t)supervisor_pid, uid, nodes))
 		gos_info("job %u: the supervisor on %s did not take the final-scrape request: "
 			 "waiting for every target's next scrape", job_id, node);
 	while (!why && now_ms() < end) {
 		nanosleep(&slice, NULL);
-		if (one && (sampled = gos_hold_sampled(hold_socket, (pid_t)supervisor_pid, uid, since))) {
+		if (nodes && (sampled = gos_hold_sampled(hold_socket, (pid_t)supervisor_pid, uid, since))) {
 			gos_info("job %u: %s %s%s: final-scrape wait ended after %lld ms", job_id,
-				 sampled == 2 ? "no scrape target on" : "every target on", node,
+				 sampled == 2 ? "no scrape target on" : "every target on", nodes > 1 ? "every node" : node,
 				 sampled == 2 ? "" : " has a sample after the script's last line",
 				 now_ms() - start);
 			why = "sampled";
@@ -140,14 +149,14 @@ static void final_wait(uint32_t job_id, int seconds, int one, uid_t uid, const c
 void gos_hold(spank_t sp, uint32_t job_id, int seconds, const char *node,
 	      const char *hold_socket, long supervisor_pid)
 {
-	int status = 0, one;
+	int status = 0, nodes;
 	uid_t uid = 0;
 
 	if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS ||
 	    !WIFEXITED(status))
 		return; /* signalled (scancel, time limit): no wait */
-	one = one_node(sp, &uid);
+	nodes = job_nodes(sp, &uid);
 	gos_info("job %u: batch script done, waiting %d s for the collector's final scrape%s",
-		 job_id, seconds, one ? " (less once every target has a sample)" : "");
-	final_wait(job_id, seconds, one, uid, node, hold_socket, supervisor_pid);
+		 job_id, seconds, nodes ? " (less once every target has a sample)" : "");
+	final_wait(job_id, seconds, nodes, uid, node, hold_socket, supervisor_pid);
 }

@@ -133,9 +133,10 @@ int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since
 	return targets > 0 && at >= since_ms;
 }
 
-int gos_hold_final(const char *sock, pid_t sup_pid, uid_t uid)
+int gos_hold_final(const char *sock, pid_t sup_pid, uid_t uid, int nodes)
 {
-	char buf[GOS_HOLD_MAX + 1];
+	char buf[GOS_HOLD_MAX + 1], line[48];
 
-	return exchange(sock, sup_pid, uid, GOS_HOLD_FINAL "\n", buf) > 0 && !strcmp(buf, "ok\n");
+	snprintf(line, sizeof(line), GOS_HOLD_FINAL " %d\n", nodes);
+	return exchange(sock, sup_pid, uid, line, buf) > 0 && !strcmp(buf, "ok\n");
 }

@@ -16,8 +16,9 @@
 int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since_ms);
 
 /* Tells the job's supervisor (the same checks and bounds) that the batch
- * script has ended, so that it scrapes every target now: 1 when it
+ * script of a job on nodes nodes has ended, so that it scrapes every
+ * target now (and has the other nodes' supervisors do so): 1 when it
  * answered "ok", else 0. */
-int gos_hold_final(const char *sock, pid_t sup_pid, uid_t uid);
+int gos_hold_final(const char *sock, pid_t sup_pid, uid_t uid, int nodes);
 
 #endif

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -86,6 +87,13 @@ type holdServer struct {
 	// finals receives the batch step's final-scrape request (one slot:
 	// requests beyond a pending one are dropped).
 	finals chan struct{}
+	// nodes is the job's node count the batch step's request named (0:
+	// none yet, or a one-node job's request without it).
+	nodes atomic.Int64
+	// peerTargets and peersAt are the other nodes' part of the answer in
+	// a job on several nodes (peers.go): -1 until every node answered.
+	peerTargets atomic.Int64
+	peersAt     atomic.Int64
 }
 
 // newHoldServer listens on a fresh abstract name (a few tries: another
@@ -105,6 +113,7 @@ func newHoldServer() (*holdServer, error) {
 		}
 		s := &holdServer{ln: ln, name: name, slots: make(chan struct{}, HoldConns), finals: make(chan struct{}, 1)}
 		s.targets.Store(-1)
+		s.peerTargets.Store(-1)
 		go s.serve()
 		return s, nil
 	}
@@ -158,9 +167,12 @@ func (s *holdServer) answer(c *net.UnixConn) {
 	if err != nil {
 		return
 	}
-	if strings.TrimSpace(line) == contract.HoldFinal {
+	if req, nodes, ok := finalRequest(line); ok && req {
 		if uid != 0 {
 			return // slurmstepd's line only
+		}
+		if nodes > 1 {
+			s.nodes.CompareAndSwap(0, int64(nodes))
 		}
 		select {
 		case s.finals <- struct{}{}:
@@ -175,11 +187,50 @@ func (s *holdServer) answer(c *net.UnixConn) {
 		}
 		return
 	}
-	t := s.targets.Load()
+	t, at := s.targets.Load(), s.at.Load()
 	if t < 0 {
 		return // not known yet: the step keeps waiting
 	}
-	_, _ = c.Write(sampledText(int(t), s.at.Load()))
+	if s.nodes.Load() > 1 {
+		// The whole job's answer: none until every other node has
+		// answered (peers.go).
+		pt, pat := s.peerTargets.Load(), s.peersAt.Load()
+		if pt < 0 {
+			return
+		}
+		switch {
+		case t == 0:
+			at = pat
+		case pt > 0:
+			at = min(at, pat)
+		}
+		t += pt
+	}
+	_, _ = c.Write(sampledText(int(t), at))
+}
+
+// setPeers records the other nodes' part of the answer: their number of
+// targets, each sampled after at.
+func (s *holdServer) setPeers(targets int64, at time.Time) {
+	s.peersAt.Store(at.UnixMilli())
+	s.peerTargets.Store(targets)
+}
+
+// finalRequest parses the batch step's request line: "final" or "final
+// <job's node count>" (1..maxPeers+1). req is false for any other line.
+func finalRequest(line string) (req bool, nodes int, ok bool) {
+	f := strings.Fields(line)
+	if len(f) == 0 || f[0] != contract.HoldFinal || len(f) > 2 {
+		return false, 0, false
+	}
+	if len(f) == 1 {
+		return true, 1, true
+	}
+	n, err := strconv.Atoi(f[1])
+	if err != nil || n < 1 || n > maxPeers+1 {
+		return false, 0, false
+	}
+	return true, n, true
 }
 
 // limitedReader reads at most n bytes from r in all.

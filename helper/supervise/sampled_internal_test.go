@@ -86,7 +86,7 @@ func holdDriver(t *testing.T) string {
 int main(int argc, char **argv) {
 	(void)argc;
 	if (!strcmp(argv[4], "final"))
-		printf("%d\n", gos_hold_final(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3])));
+		printf("%d\n", gos_hold_final(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3]), 1));
 	else
 		printf("%d\n", gos_hold_sampled(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3]), atoll(argv[4])));
 	return 0;

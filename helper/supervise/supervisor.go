@@ -150,6 +150,8 @@ type supervisor struct {
 	scrapeOnShutdown bool // the configuration of the next start sets scrape_on_shutdown
 	finalDone        bool // the batch step asked for the final scrape
 	collGone         bool // no collector after the final scrape (its next run did not start)
+	peer             *peerServer // a non-batch node's listener for the batch node's request (peers.go)
+	peersAsked       bool
 }
 
 // Run starts the job's collector, reports, supervises it until a drain
@@ -176,6 +178,10 @@ func Run(ctx context.Context, opt Options) error {
 		}
 		if s.hold != nil {
 			s.hold.close()
+		}
+		if s.peer != nil {
+			s.peer.close()
+			os.Remove(filepath.Join(s.out, PeerFile))
 		}
 		s.cgroups.close()
 	}()
@@ -277,6 +283,13 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	// script's end: the first run scrapes every target as it stops. A
 	// node without targets (the hold ends at once) has none to do.
 	s.scrapeOnShutdown = s.hold != nil && len(render.Targets(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)})) > 0
+	if s.hold != nil && s.opt.Facts.NodeIndex > 0 {
+		// The batch node's supervisor asks this one for its final
+		// scrape through the job dir (peers.go).
+		if s.peer, err = newPeerServer(s.out, s.opt.Facts.JobID, s.opt.Facts.RestartCount, s.hold); err != nil {
+			s.log.Warnf("no final-scrape listener for the batch node (the batch step waits its full bound): %v", err)
+		}
+	}
 	var last error
 	for attempt := 0; attempt < bindRetries; attempt++ {
 		if err := s.choosePorts(); err != nil {
@@ -465,6 +478,10 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 		case <-ctx.Done():
 			return s.drain()
 		case <-s.finalRequests():
+			if n := s.hold.nodes.Load(); n > 1 && s.opt.Facts.NodeIndex == 0 && !s.peersAsked {
+				s.peersAsked = true
+				go s.askPeers(int(n), time.Now())
+			}
 			s.finalScrape(ctx)
 		case <-exited:
 			if err := s.restart(ctx); err != nil {

@@ -54,12 +54,11 @@ now > $D.last
 // driver of 2 s on each node, a vLLM stand-in on each node whose counters
 // change until the driver exits. Every node's final counter value arrives
 // in its files and at the backend, in a sample taken after the driver's
-// exit; the two-node job's batch step holds the full interval plus 1 s
-// after the script's last line and ends it by that bound, the one-node
-// job's batch step asks its supervisor for the final scrape at once (the
-// first collector run stopped with scrape_on_shutdown, a second one to the
-// drain) and ends its hold once its collector has the sample or by the
-// bound. Every node's receipt has final figures (nothing lost at the
+// exit. The batch step asks its supervisor for the final scrape at once,
+// which asks the other node's supervisor (the nodes share the job dir
+// here): on every node the first collector run is stopped with
+// scrape_on_shutdown, a second one runs to the drain, and the hold ends
+// once every node's collector has the sample, or by its bound. Every node's receipt has final figures (nothing lost at the
 // collectors' shutdowns).
 // How long the job took after its last line is logged, not asserted: on a
 // loaded machine the epilogs take longer, and what the hold is for (every
@@ -100,16 +99,18 @@ func TestShortJobFinalSample(t *testing.T) {
 			last := testenv.ReadTime(t, base+".last")
 			hold := ended.Sub(last)
 			logs := slurmdLogs(t)
-			early := regexp.MustCompile(`job ` + jobID + `: every target on gn1 has a sample after the script's last line: final-scrape wait ended after (\d+) ms`).FindStringSubmatch(logs)
+			on := "gn1"
+			if tc.nodes > 1 {
+				on = "every node"
+			}
+			early := regexp.MustCompile(`job ` + jobID + `: every target on ` + on + ` has a sample after the script's last line: final-scrape wait ended after (\d+) ms`).FindStringSubmatch(logs)
 			full := regexp.MustCompile(`job ` + jobID + `: final-scrape wait done after (\d+) ms`).FindStringSubmatch(logs)
 			if !strings.Contains(logs, "job "+jobID+": batch script done, waiting 16 s") {
 				t.Errorf("no final-scrape wait of 16 s logged for job %s", jobID)
 			}
 			switch {
-			case tc.nodes > 1 && early != nil:
-				t.Errorf("a %d-node job ended its hold early (%s ms): other nodes' collectors cannot say they have the sample", tc.nodes, early[1])
 			case early != nil:
-				t.Logf("one node: the batch step's hold ended after %s ms", early[1])
+				t.Logf("%d nodes: the batch step's hold ended after %s ms", tc.nodes, early[1])
 			case full != nil:
 				if ms, _ := strconv.Atoi(full[1]); ms < 16000 {
 					t.Errorf("the batch step's hold ended after %d ms, before its bound of 16 s, with no reason logged", ms)
@@ -174,10 +175,12 @@ func TestShortJobFinalSample(t *testing.T) {
 					t.Errorf("%s: the backend's last vllm_prompt_tokens_total of job %s is %v (found %v), want %v", node, jobID, be.Value, ok, want)
 				}
 				// Nothing lost at the shutdowns: the receipt has every
-				// run's final figures. A one-node job's batch step asked
-				// for the final scrape: its first collector run was
-				// stopped then (scrape_on_shutdown) and a second one ran
-				// to the drain.
+				// run's final figures. The batch step asked for the final
+				// scrape (the batch node's supervisor asked the other
+				// node's, through the job dir, which the nodes share
+				// here): every node's first collector run was stopped
+				// then (scrape_on_shutdown) and a second one ran to the
+				// drain.
 				rc, err := receipt.Read(dir)
 				if err != nil {
 					t.Fatal(err)
@@ -187,11 +190,8 @@ func TestShortJobFinalSample(t *testing.T) {
 				}
 				clog, _ := os.ReadFile(filepath.Join(dir, "collector.log"))
 				finalScrape := strings.Contains(string(clog), "gym-otel: final scrape at the batch script's end")
-				switch {
-				case tc.nodes == 1 && (!finalScrape || rc.Collectors != 2):
+				if !finalScrape || rc.Collectors != 2 {
 					t.Errorf("%s: final scrape at the script's end logged %v, %d collector runs; want it, and 2 runs", node, finalScrape, rc.Collectors)
-				case tc.nodes > 1 && (finalScrape || rc.Collectors != 1):
-					t.Errorf("%s: a %d-node job's final scrape logged %v, %d collector runs; want none, 1 run", node, tc.nodes, finalScrape, rc.Collectors)
 				}
 			}
 			waitNoCollector(t)

@@ -147,9 +147,9 @@ type supervisor struct {
 	phaseBase  int64 // phase spans exported to the ended collector runs
 
 	// The final scrape at the batch script's end (finalscrape.go).
-	scrapeOnShutdown bool // the configuration of the next start sets scrape_on_shutdown
-	finalDone        bool // the batch step asked for the final scrape
-	collGone         bool // no collector after the final scrape (its next run did not start)
+	scrapeOnShutdown bool        // the configuration of the next start sets scrape_on_shutdown
+	finalDone        bool        // the batch step asked for the final scrape
+	collGone         bool        // no collector after the final scrape (its next run did not start)
 	peer             *peerServer // a non-batch node's listener for the batch node's request (peers.go)
 	peersAsked       bool
 }

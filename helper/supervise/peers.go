@@ -299,6 +299,9 @@ func askPeer(pe peer, job, restart string) (int64, error) {
 func (s *supervisor) askPeers(nodes int, since time.Time) {
 	peers, why := readPeers(s.out)
 	if len(peers) != nodes-1 || len(peers) > maxPeers {
+		if len(why) == 0 {
+			why = []string{"the job dir is not shared with them?"}
+		}
 		s.log.Infof("final scrape on every node: %d of the job's %d other nodes have a peer file in %s (%s); the batch step waits its full bound",
 			len(peers), nodes-1, filepath.Join(s.out, jobdir.Nodes), strings.Join(why, "; "))
 		return

@@ -14,6 +14,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
@@ -72,7 +73,10 @@ func TestShortJobFinalSample(t *testing.T) {
 		name  string
 		nodes int
 		port  int
-	}{{"two-nodes", 2, 18141}, {"one-node", 1, 18151}} {
+		// apart: the script removes the other node's peer file, as if
+		// the job dir were not shared: the hold falls back to its bound.
+		apart bool
+	}{{"two-nodes", 2, 18141, false}, {"one-node", 1, 18151, false}, {"two-nodes-apart", 2, 18161, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			waitIdle(t)
 			tag := strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -88,7 +92,11 @@ func TestShortJobFinalSample(t *testing.T) {
 			if err := os.WriteFile(base+".gym.yaml", []byte(cfg), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			script := writeScript(t, "short-"+tag+".sh", shortJobScript(base, tc.nodes, tc.port))
+			body := shortJobScript(base, tc.nodes, tc.port)
+			if tc.apart {
+				body = fmt.Sprintf("rm %s.run/otel/nodes/gn2/%s || exit 7\n", base, supervise.PeerFile) + body
+			}
+			script := writeScript(t, "short-"+tag+".sh", body)
 			r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch -N%d --wait --gym-otel=config=%s.gym.yaml -o %s.out %s", tc.nodes, base, base, script))
 			ended := time.Now()
 			if r.code != 0 {
@@ -109,6 +117,8 @@ func TestShortJobFinalSample(t *testing.T) {
 				t.Errorf("no final-scrape wait of 16 s logged for job %s", jobID)
 			}
 			switch {
+			case tc.apart && early != nil:
+				t.Errorf("the hold ended early (%s ms) without the other node's peer file", early[1])
 			case early != nil:
 				t.Logf("%d nodes: the batch step's hold ended after %s ms", tc.nodes, early[1])
 			case full != nil:
@@ -190,8 +200,14 @@ func TestShortJobFinalSample(t *testing.T) {
 				}
 				clog, _ := os.ReadFile(filepath.Join(dir, "collector.log"))
 				finalScrape := strings.Contains(string(clog), "gym-otel: final scrape at the batch script's end")
-				if !finalScrape || rc.Collectors != 2 {
+				switch {
+				case tc.apart && i > 0 && (finalScrape || rc.Collectors != 1):
+					t.Errorf("%s: unreachable, yet its final scrape logged %v, %d collector runs; want none, 1 run", node, finalScrape, rc.Collectors)
+				case (!tc.apart || i == 0) && (!finalScrape || rc.Collectors != 2):
 					t.Errorf("%s: final scrape at the script's end logged %v, %d collector runs; want it, and 2 runs", node, finalScrape, rc.Collectors)
+				}
+				if slog, _ := os.ReadFile(filepath.Join(dir, "supervisor.log")); tc.apart && i == 0 && !strings.Contains(string(slog), "other nodes have a peer file") {
+					t.Errorf("%s: the supervisor's log does not say why the hold waits its bound:\n%s", node, slog)
 				}
 			}
 			waitNoCollector(t)

@@ -44,9 +44,10 @@ import (
 // with the HMAC-SHA256, under the node's secret, of the job id, the
 // restart count and the nonce; the listener checks it in constant time,
 // asks its own supervisor for the final scrape (finalscrape.go) and
-// answers "done <targets>" once every target of its node has a sample at
-// or after the request (both times of its own clock), or "notyet" at
-// PeerAnswerWait.
+// answers "done <targets> <hmac>" once every target of its node has a
+// sample at or after the request (both times of its own clock; the HMAC,
+// of the answer and the nonce, shows the answer is the node's), or
+// "notyet" at PeerAnswerWait.
 //
 // Anyone on the network can connect. Without the secret a connection
 // gets a nonce and is closed: at most PeerConns at a time, each within
@@ -179,7 +180,7 @@ func (p *peerServer) answer(c net.Conn) {
 		// This node's clock on both sides: the samples came after the
 		// request, which came after the script's end.
 		if targets, at := p.hold.targets.Load(), p.hold.at.Load(); targets == 0 || targets > 0 && at >= asked.UnixMilli() {
-			_, _ = fmt.Fprintf(c, "done %d\n", targets)
+			_, _ = fmt.Fprintf(c, "done %d %s\n", targets, peerMAC(p.secret, p.job, p.run, fmt.Sprintf("done %d %s", targets, nonce)))
 			return
 		}
 	}
@@ -284,8 +285,12 @@ func askPeer(pe peer, job, restart string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("no answer: %w", err)
 	}
+	// The answer is the node's too: whatever took its port after it
+	// ended cannot end the hold.
 	var targets int64
-	if n, err := fmt.Sscanf(line, "done %d\n", &targets); n != 1 || err != nil || targets < 0 {
+	var mac string
+	if n, err := fmt.Sscanf(line, "done %d %s\n", &targets, &mac); n != 2 || err != nil || targets < 0 ||
+		!hmac.Equal([]byte(mac), []byte(peerMAC(pe.secret, job, restart, fmt.Sprintf("done %d %s", targets, nonce)))) {
 		return 0, fmt.Errorf("answer %q", strings.TrimSpace(line))
 	}
 	return targets, nil

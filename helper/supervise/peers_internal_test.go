@@ -37,7 +37,8 @@ func holdSay(t *testing.T, srv *holdServer, line string) string {
 // nothing and gets nothing but the nonce, an idle one is closed within
 // PeerRequestWait; the batch node's request with the secret triggers the
 // node's final scrape and is answered "done <targets>" once the node's
-// samples are newer than the request. The batch node's hold then answers
+// samples are newer than the request (an answer without the secret's
+// HMAC is not taken). The batch node's hold then answers
 // for the whole job only after every other node has answered.
 func TestPeerFinal(t *testing.T) {
 	out := t.TempDir()
@@ -103,6 +104,27 @@ func TestPeerFinal(t *testing.T) {
 	n, err := askPeer(peers[0], "77", "0")
 	if err != nil || n != 2 {
 		t.Fatalf("askPeer: %d %v, want 2 targets", n, err)
+	}
+	// Whatever holds a node's port without its secret cannot end the hold.
+	fake, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	go func() {
+		c, err := fake.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.Write([]byte(strings.Repeat("a", 32) + "\n"))
+		bufio.NewReader(c).ReadString('\n')
+		c.Write([]byte("done 5 " + strings.Repeat("cd", 32) + "\n"))
+	}()
+	forged := peers[0]
+	forged.host, forged.port = "127.0.0.1", fake.Addr().(*net.TCPAddr).Port
+	if n, err := askPeer(forged, "77", "0"); err == nil {
+		t.Errorf("a listener without the secret answered for the node: %d targets", n)
 	}
 	// A peer file that is not the user's 0600 file is not read.
 	os.Chmod(filepath.Join(nodeOut, PeerFile), 0o644)

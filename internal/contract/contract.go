@@ -75,9 +75,10 @@ const (
 	HoldQuestion  = "sampled"    // has every target a sample after the script's end?
 	HoldTargets   = "targets"    // the node's scrape targets
 	HoldSampledMs = "sampled_ms" // unix ms: every target has a sample at or after it; 0: not yet
-	// HoldFinal is the batch step's line once its script has ended (root
-	// only): the supervisor scrapes every target once now, while the
-	// job's services still run, and answers "ok" at once.
+	// HoldFinal starts the batch step's line once its script has ended
+	// ("final <the job's node count>", root only): the supervisor scrapes
+	// every target once now, while the job's services still run (and asks
+	// the other nodes' supervisors to), and answers "ok" at once.
 	HoldFinal = "final"
 )
 

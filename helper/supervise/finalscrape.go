@@ -12,8 +12,10 @@ import (
 // The final scrape at the batch script's end (issue 29).
 //
 // The job's services die with the batch step, and the batch step holds
-// the job after the script's last line until every target of the node
-// has a sample taken after that line (spank/hold.c). Waiting for each
+// the job after the script's last line until every target of the job
+// has a sample taken after that line (spank/hold.c). The request reaches
+// the batch node's supervisor on its hold socket and every other node's
+// from the batch node's supervisor (peers.go). Waiting for each
 // target's next scrape costs up to one interval. Instead, the batch step
 // tells its node's supervisor on the hold socket that the script has
 // ended (contract.HoldFinal, root only) and the supervisor makes the

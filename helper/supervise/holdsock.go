@@ -34,14 +34,16 @@ import (
 // The answer is a hint: a wrong value can only shorten or keep the job's
 // own wait, never past one scrape interval plus 1 s.
 //
-// Once the script has ended, the batch step first sends the line "final"
-// (contract.HoldFinal) and reads "ok": the supervisor then scrapes every
-// target once at once (final.go: the collector is stopped with
-// scrape_on_shutdown, which scrapes each target as it stops, and started
-// again without it), so the hold's "sampled" answer turns yes within about
-// a second instead of the next interval. Only root (slurmstepd) may ask
-// it, and only the first request counts: anyone else's line is not
-// answered. Every step also
+// Once the script has ended, the batch step first sends the line "final
+// <the job's node count>" (contract.HoldFinal) and reads "ok": the
+// supervisor then scrapes every target at once (finalscrape.go: the
+// collector is stopped with scrape_on_shutdown, which scrapes each target
+// as it stops, and started again without it), so the hold's "sampled"
+// answer turns yes within about a second instead of the next interval. In
+// a job on several nodes the batch node's supervisor asks the other
+// nodes' (peers.go) and answers "sampled" for the whole job, and not at
+// all until every node has answered. Only root (slurmstepd) may send the
+// line, and only the first request counts: anyone else's is not answered. Every step also
 // sends its start and end here as "step ..." lines (phases.go), answered
 // "ok" once the collector is ready. The supervisor answers
 // only root and its own user (SO_PEERCRED), at most HoldConns connections

@@ -35,7 +35,7 @@ import (
 )
 
 // scrapeInterval is the site's scrape_interval_seconds in the bench, in
-// seconds: P3's target is this plus 2 s.
+// seconds.
 const scrapeInterval = 5
 
 // Row is one line of the result table.

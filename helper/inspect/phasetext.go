@@ -1,0 +1,260 @@
+package inspect
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// maxPhasesShown bounds the phases the text shows per node (--json lists
+// every one kept).
+const maxPhasesShown = 24
+
+// phaseOrigin is the earliest phase start of the report (the submit where
+// the queue wait is known): the timeline's zero.
+func (r *Report) phaseOrigin() time.Time {
+	var o time.Time
+	for _, np := range r.Phases {
+		for _, p := range np.Phases {
+			if !p.SpanStart.IsZero() && (o.IsZero() || p.SpanStart.Before(o)) {
+				o = p.SpanStart
+			}
+		}
+	}
+	return o
+}
+
+// offset is t as seconds since the origin ("+12.345", "+1234.5").
+func offset(t, origin time.Time) string {
+	s := t.Sub(origin).Seconds()
+	if math.Abs(s) < 100 {
+		return fmt.Sprintf("%+.3f", s)
+	}
+	return fmt.Sprintf("%+.1f", s)
+}
+
+// phaseNote is what the text says after a phase's times.
+func phaseNote(p Phase, origin time.Time) string {
+	var n []string
+	if p.Start == nil {
+		n = append(n, "start not handed on (span from "+offset(p.SpanStart, origin)+")")
+	}
+	if p.End == nil {
+		n = append(n, "end not seen (span cut at the drain, "+offset(p.SpanEnd, origin)+")")
+	}
+	switch {
+	case p.Signal != nil:
+		n = append(n, fmt.Sprintf("killed by signal %d", *p.Signal))
+	case p.ExitCode != nil:
+		n = append(n, fmt.Sprintf("exit %d", *p.ExitCode))
+	}
+	if p.Precision == "1s" {
+		n = append(n, "whole seconds")
+	}
+	if p.Name == phaseProlog {
+		n = append([]string{"to the collector's ready"}, n...)
+	}
+	if a := p.Aggregated; a != nil {
+		n = append(n, fmt.Sprintf("%d steps folded, %d failed, worst exit %d, %.1f s in all", a.Count, a.Failed, a.WorstExitCode, a.TotalSeconds))
+	}
+	return strings.Join(n, "; ")
+}
+
+// phaseLines writes the Slurm phases per node and the time from submit to
+// the first rollout, when the files hold phase spans.
+func (t *textOut) phaseLines(r *Report) {
+	if len(r.Phases) == 0 {
+		return
+	}
+	origin := r.phaseOrigin()
+	what := "the first phase's start"
+	if s := r.FirstRollout.Submit; s != nil && s.Equal(origin) {
+		what = "the submit"
+	}
+	t.section(fmt.Sprintf("Slurm phases (s since %s, %s UTC)", what, origin.Format("2006-01-02 15:04:05.000")))
+	t.line("    %-18s %9s %9s %10s  %s", "phase", "start", "end", "duration", "")
+	for _, np := range r.Phases {
+		head := np.Node
+		if np.JobID != "" {
+			head += " (job " + np.JobID + ")"
+		}
+		if np.Link != "" {
+			head += " (chain link " + np.Link + ")"
+		}
+		t.line("  %s", head)
+		for i, p := range np.Phases {
+			if i == maxPhasesShown {
+				t.line("    ... %d more phases (--json lists them)", len(np.Phases)-maxPhasesShown)
+				break
+			}
+			start, end, d := offset(p.SpanStart, origin), offset(p.SpanEnd, origin), f(p.DurationSeconds, 3)+" s"
+			if p.Start == nil {
+				start = "?"
+			}
+			if p.End == nil {
+				end = "?"
+			}
+			if !p.DurationSeconds.Known() {
+				d = "?"
+			}
+			t.wrap(fmt.Sprintf("    %-18s %9s %9s %10s  ", cut(phaseLabel(p), 18), start, end, d), phaseNote(p, origin))
+		}
+		if np.Dropped > 0 {
+			t.line("    %d more phase spans not kept (over the bound of %d a node)", np.Dropped, maxNodePhases)
+		}
+		if np.QueueWaitUnknown != "" {
+			t.wrap("    queue wait not known: ", np.QueueWaitUnknown)
+		}
+	}
+	t.firstRolloutLines(r.FirstRollout)
+}
+
+// firstRolloutLines writes where the time went between the submit and the
+// first rollout.
+func (t *textOut) firstRolloutLines(fr FirstRollout) {
+	head := "submit to first rollout"
+	if fr.Node != "" {
+		head += " (batch node " + fr.Node
+		if fr.RolloutNode != "" && fr.RolloutNode != fr.Node {
+			head += ", first rollout on " + fr.RolloutNode
+		}
+		head += ")"
+	}
+	t.section(head)
+	for _, p := range fr.Parts {
+		note := ""
+		if p.Precision == "1s" && p.Seconds.Known() {
+			note = "  (slurmctld's whole seconds)"
+		}
+		t.line("  %-34s %10s%s", p.Name, secs3(p.Seconds), note)
+	}
+	total := "- (no first rollout)"
+	if fr.TotalSeconds.Known() {
+		total = secs3(fr.TotalSeconds)
+		if fr.TotalFrom != "submit" {
+			total += " (from the " + fr.TotalFrom + ": the earlier times are not known)"
+		}
+	}
+	t.line("  %-34s %10s", "submit to first rollout", total)
+	for _, w := range fr.Why {
+		t.wrap("  - ", w)
+	}
+}
+
+func secs3(v Value) string {
+	if !v.Known() {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f s", float64(v))
+}
+
+// cgroupLines writes the job's cgroups per node: usage, pressure and what
+// is not kept.
+func (t *textOut) cgroupLines(r *Report) {
+	if len(r.Cgroups) == 0 {
+		return
+	}
+	t.section("cgroups (scrape job cgroup; totals since each group was made)")
+	steps := map[string]int{}
+	for _, u := range r.Cgroups {
+		name := u.Node + " " + u.Group
+		if u.Link != "" {
+			name = u.Node + " (link " + u.Link + ") " + u.Group
+		}
+		if u.Group == "step" {
+			k := u.Link + "\x00" + u.Node
+			steps[k]++
+			if steps[k] > maxCgroupStepsShown {
+				if steps[k] == maxCgroupStepsShown+1 {
+					n := 0
+					for _, x := range r.Cgroups {
+						if x.Group == "step" && x.Node == u.Node && x.Link == u.Link {
+							n++
+						}
+					}
+					t.line("  %s: %d more step groups (--json lists them)", u.Node, n-maxCgroupStepsShown)
+				}
+				continue
+			}
+			if u.Step == "" {
+				name += "s (more)"
+			} else {
+				name += " " + u.Step
+			}
+		}
+		t.cgroupGroupLines(cut(name, 24), u)
+	}
+}
+
+// notKeptOr is v in its unit, or "not kept" where the node does not keep
+// the family, or "-" (not sent).
+func notKeptOr(u CgroupUsage, fam string, v Value, show func(Value) string) string {
+	if v.Known() {
+		return show(v)
+	}
+	if _, ok := u.NotKept[fam]; ok {
+		return "not kept"
+	}
+	if _, ok := u.NotKept[cgFamilyAll]; ok {
+		return "not kept"
+	}
+	return "-"
+}
+
+func (t *textOut) cgroupGroupLines(name string, u CgroupUsage) {
+	s3 := func(v Value) string { return fmt.Sprintf("%.2f s", float64(v)) }
+	n0 := func(v Value) string { return f(v, 0) }
+	if why, ok := u.NotKept[cgFamilyAll]; ok && u.Scrapes == 0 {
+		t.wrap(fmt.Sprintf("  %-24s not kept: ", name), why)
+		return
+	}
+	thr := notKeptOr(u, "cpu_throttling", u.CPUThrottledSeconds, s3)
+	if u.CPUPeriods.Known() && u.CPUThrottledPeriods.Known() {
+		thr += fmt.Sprintf(" (%s of %s periods)", f(u.CPUThrottledPeriods, 0), f(u.CPUPeriods, 0))
+	}
+	mem := notKeptOr(u, "memory_peak", u.MemoryPeakBytes, bytesH)
+	if !u.MemoryPeakBytes.Known() && u.MemoryCurrentMaxBytes.Known() {
+		mem += ", highest scraped " + bytesH(u.MemoryCurrentMaxBytes)
+	}
+	if u.MemoryLimitBytes.Known() {
+		mem += " of " + bytesH(u.MemoryLimitBytes)
+	}
+	t.wrap(fmt.Sprintf("  %-24s ", name), fmt.Sprintf("CPU %s, throttled %s; memory peak %s; OOM kills %s",
+		notKeptOr(u, "cpu_usage", u.CPUSeconds, s3), thr, mem, notKeptOr(u, "oom_kills", u.OOMKills, n0)))
+	for _, x := range []struct {
+		res string
+		p   Pressure
+	}{{"cpu", u.CPUPressure}, {"memory", u.MemoryPressure}, {"io", u.IOPressure}} {
+		if !x.p.SomeSeconds.Known() {
+			continue
+		}
+		s := fmt.Sprintf("some %.2f s", float64(x.p.SomeSeconds))
+		if x.p.SomeShare.Known() {
+			s += " (" + pct(x.p.SomeShare) + ")"
+		}
+		if x.p.FullSeconds.Known() {
+			s += fmt.Sprintf(", full %.2f s", float64(x.p.FullSeconds))
+			if x.p.FullShare.Known() {
+				s += " (" + pct(x.p.FullShare) + ")"
+			}
+		}
+		t.wrap(fmt.Sprintf("  %-24s %s pressure: ", "", x.res), s)
+	}
+	// What is not kept, one line per reason.
+	byWhy := map[string][]string{}
+	var whys []string
+	for fam, why := range u.NotKept {
+		if byWhy[why] == nil {
+			whys = append(whys, why)
+		}
+		byWhy[why] = append(byWhy[why], fam)
+	}
+	sort.Strings(whys)
+	for _, why := range whys {
+		fams := byWhy[why]
+		sort.Strings(fams)
+		t.wrap(fmt.Sprintf("  %-24s not kept: ", ""), strings.Join(fams, ", ")+" ("+why+")")
+	}
+}

@@ -141,7 +141,6 @@ func writePhaseJob(t *testing.T) string {
 	return job
 }
 
-
 // TestPhases: each node's phases, in order, with what the node did not
 // know marked so (no start, no end, no duration), and the step's exit
 // codes; the phase spans are not ranked with the job's own spans.

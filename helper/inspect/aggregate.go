@@ -436,8 +436,9 @@ func (a *aggregator) traces(l *otlpLine) {
 				// The job's Slurm phases: counted as items, shown
 				// as the phase timeline (phases.go), not ranked with
 				// the job's own spans.
+				restart := rs.Resource.Attributes.get("slurm_job_restart_count")
 				for i := range ss.Spans {
-					a.phase(&ss.Spans[i], node)
+					a.phase(&ss.Spans[i], node, restart)
 				}
 				continue
 			}

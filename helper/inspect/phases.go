@@ -41,9 +41,11 @@ type NodePhases struct {
 	Node string `json:"node"`
 	// Link is the chain link's job id ("" for the job itself).
 	Link string `json:"link,omitempty"`
-	// JobID is slurm.job's slurm.job.id; TraceID the phases' trace (the
-	// same on every node of one run).
+	// JobID is slurm.job's slurm.job.id; Restart the run's
+	// slurm_job_restart_count (a requeued job's runs are entries of their
+	// own); TraceID the run's trace (the same on every node of one run).
 	JobID   string `json:"job_id,omitempty"`
+	Restart string `json:"restart_count,omitempty"`
 	TraceID string `json:"trace_id"`
 	// Phases are the node's phases: slurm.job first, then by start.
 	Phases []Phase `json:"phases"`
@@ -139,33 +141,35 @@ type TimePart struct {
 	Precision string `json:"precision,omitempty"`
 }
 
-// phaseKey names one node dir's phases.
-type phaseKey struct{ link, node string }
+// phaseKey names one node's phases of one run (its trace: a requeued
+// job's runs write to the same dirs under their own traces).
+type phaseKey struct{ link, node, trace string }
 
 // phaseRec is one phase span as read.
 type phaseRec struct {
 	Phase
-	id, parent, trace string
-	jobID, queueErr   string
+	id, parent      string
+	jobID, queueErr string
 }
 
 // phaseNode collects one node's phase spans.
 type phaseNode struct {
 	key     phaseKey
+	restart string
 	recs    []phaseRec
 	dropped int
 }
 
 // phase keeps one phase span (bounded per node and in nodes).
-func (a *aggregator) phase(sp *span, node string) {
-	k := phaseKey{a.cur.src.Link, node}
+func (a *aggregator) phase(sp *span, node, restart string) {
+	k := phaseKey{a.cur.src.Link, node, sp.TraceID}
 	pn := a.phaseNodes[k]
 	if pn == nil {
 		if len(a.phaseNodes) >= maxPhaseNodes {
 			a.phasesDropped++
 			return
 		}
-		pn = &phaseNode{key: k}
+		pn = &phaseNode{key: k, restart: restart}
 		a.phaseNodes[k] = pn
 		a.phaseOrder = append(a.phaseOrder, pn)
 	}
@@ -194,7 +198,7 @@ func (a *aggregator) phase(sp *span, node string) {
 		return int(n), err == nil
 	}
 	st, en := unixNano(int64(sp.Start)), unixNano(int64(sp.End))
-	r := phaseRec{id: sp.SpanID, parent: sp.ParentSpanID, trace: sp.TraceID}
+	r := phaseRec{id: sp.SpanID, parent: sp.ParentSpanID}
 	r.Name, r.SpanStart, r.SpanEnd, r.DurationSeconds = sp.Name, st, en, Value(math.NaN())
 	if sp.Name == phaseStep {
 		v, _ := get("slurm.step.id")
@@ -262,12 +266,9 @@ var phaseRank = map[string]int{phaseJob: 0, phaseQueueWait: 1, phaseProlog: 2, p
 func (a *aggregator) phases() []NodePhases {
 	out := []NodePhases{}
 	for _, pn := range a.phaseOrder {
-		np := NodePhases{Node: pn.key.node, Link: pn.key.link, Dropped: pn.dropped, Phases: []Phase{}}
+		np := NodePhases{Node: pn.key.node, Link: pn.key.link, Restart: pn.restart, TraceID: pn.key.trace, Dropped: pn.dropped, Phases: []Phase{}}
 		recs := orderPhases(pn.recs)
 		for _, r := range recs {
-			if np.TraceID == "" || r.Name == phaseJob {
-				np.TraceID = r.trace
-			}
 			if r.jobID != "" {
 				np.JobID = r.jobID
 			}
@@ -334,13 +335,22 @@ func (np *NodePhases) find(name, step string) *Phase {
 }
 
 // firstRollout answers where the time went between the submit and the
-// first rollout, from the first run's batch node.
+// first rollout, from the batch node of the job's first run read (a later
+// link of a chain is not; of a requeued job's runs, the first in the
+// files).
 func (a *aggregator) firstRollout(phases []NodePhases) FirstRollout {
 	fr := FirstRollout{Parts: []TimePart{}, TotalSeconds: Value(math.NaN())}
 	var batch, first *NodePhases
+	trace := ""
 	for i := range phases {
 		np := &phases[i]
-		if np.Link != "" {
+		if np.Link == "" && trace == "" && (np.find(phaseStep, "batch") != nil || np.find(phaseQueueWait, "") != nil) {
+			trace = np.TraceID // the first run with a batch step or a queue wait
+		}
+	}
+	for i := range phases {
+		np := &phases[i]
+		if np.Link != "" || np.TraceID != trace {
 			continue
 		}
 		if batch == nil && np.find(phaseStep, "batch") != nil {

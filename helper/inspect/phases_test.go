@@ -365,3 +365,45 @@ func TestHTMLPhases(t *testing.T) {
 		}
 	}
 }
+
+// TestPhasesRequeued: a requeued job's second run writes its phases into
+// the same dirs under a trace of its own: an entry of its own, and the
+// submit to first rollout stays the first run's.
+func TestPhasesRequeued(t *testing.T) {
+	job := writePhaseJob(t)
+	tr := filepath.Join(job, "otel", "traces.jsonl")
+	data, err := os.ReadFile(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again []string
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if strings.Contains(l, "slurm-phases") {
+			l = strings.ReplaceAll(l, "5c4b0f2a9d3e4c1b8a7f6e5d4c3b2a19", "6d5c1f3b0e4f5d2c9b8a7f6e5d4c3b2a")
+			l = strings.Replace(l, `{"key":"slurm_job_id","value":{"stringValue":"42"}}`,
+				`{"key":"slurm_job_id","value":{"stringValue":"42"}},{"key":"slurm_job_restart_count","value":{"intValue":"1"}}`, 1)
+			again = append(again, l)
+		}
+	}
+	if err := os.WriteFile(tr, []byte(string(data)+strings.Join(again, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Build(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Phases) != 3 || r.Phases[0].TraceID == r.Phases[1].TraceID || r.Phases[1].Restart != "1" || r.Phases[1].Node != "gn1" ||
+		len(r.Phases[1].Phases) != len(r.Phases[0].Phases) {
+		t.Fatalf("phases %+v", r.Phases)
+	}
+	if fr := r.FirstRollout; !near(fr.TotalSeconds, 7) || !near(fr.Parts[0].Seconds, 2) {
+		t.Errorf("first rollout %+v", fr)
+	}
+	var b strings.Builder
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "  gn1 (job 42) (restart 1)\n") {
+		t.Errorf("the second run is not named:\n%s", b.String())
+	}
+}

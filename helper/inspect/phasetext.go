@@ -80,6 +80,9 @@ func (t *textOut) phaseLines(r *Report) {
 		if np.JobID != "" {
 			head += " (job " + np.JobID + ")"
 		}
+		if np.Restart != "" && np.Restart != "0" {
+			head += " (restart " + np.Restart + ")"
+		}
 		if np.Link != "" {
 			head += " (chain link " + np.Link + ")"
 		}

@@ -153,18 +153,54 @@ func secs3(v Value) string {
 	return fmt.Sprintf("%.3f s", float64(v))
 }
 
-// cgroupLines writes the job's cgroups per node: usage, pressure and what
-// is not kept.
+// cgroupLines writes the job's cgroups per node: a row of usage per
+// group, its pressure where kept, then what is not kept and why, each
+// reason once with the groups it holds for.
 func (t *textOut) cgroupLines(r *Report) {
 	if len(r.Cgroups) == 0 {
 		return
 	}
-	t.section("cgroups (scrape job cgroup; totals since each group was made)")
+	t.section("cgroups (scrape job cgroup; the kernel's totals since each group was made)")
+	t.line("  %-22s %8s %11s %11s %11s %9s", "node group", "CPU s", "throttled s", "memory peak", "bound", "OOM kills")
 	steps := map[string]int{}
+	var whys []string
+	where := map[string][]string{}     // reason -> the family lists it holds for, in order
+	groups := map[[2]string][]string{} // (reason, families) -> groups
 	for _, u := range r.Cgroups {
 		name := u.Node + " " + u.Group
 		if u.Link != "" {
 			name = u.Node + " (link " + u.Link + ") " + u.Group
+		}
+		if u.Group == "step" {
+			if u.Step == "" {
+				name += "s (more)"
+			} else {
+				name += " " + u.Step
+			}
+		}
+		var fams []string
+		for fam := range u.NotKept {
+			fams = append(fams, fam)
+		}
+		sort.Strings(fams)
+		byWhy := map[string][]string{}
+		var order []string
+		for _, fam := range fams {
+			why := u.NotKept[fam]
+			if byWhy[why] == nil {
+				order = append(order, why)
+			}
+			byWhy[why] = append(byWhy[why], fam)
+		}
+		for _, why := range order {
+			if where[why] == nil {
+				whys = append(whys, why)
+			}
+			k := [2]string{why, strings.Join(byWhy[why], ", ")}
+			if groups[k] == nil {
+				where[why] = append(where[why], k[1])
+			}
+			groups[k] = append(groups[k], name)
 		}
 		if u.Group == "step" {
 			k := u.Link + "\x00" + u.Node
@@ -181,13 +217,19 @@ func (t *textOut) cgroupLines(r *Report) {
 				}
 				continue
 			}
-			if u.Step == "" {
-				name += "s (more)"
-			} else {
-				name += " " + u.Step
-			}
 		}
-		t.cgroupGroupLines(cut(name, 24), u)
+		t.cgroupRow(cut(name, 22), u)
+	}
+	if len(whys) > 0 {
+		t.line("  not kept here, and why:")
+	}
+	for _, why := range whys {
+		var of []string
+		for _, fams := range where[why] {
+			of = append(of, fams+" of "+strings.Join(groups[[2]string{why, fams}], ", "))
+		}
+		t.wrap("    ", strings.Join(of, "; ")+":")
+		t.wrap("      ", why)
 	}
 }
 
@@ -206,26 +248,27 @@ func notKeptOr(u CgroupUsage, fam string, v Value, show func(Value) string) stri
 	return "-"
 }
 
-func (t *textOut) cgroupGroupLines(name string, u CgroupUsage) {
-	s3 := func(v Value) string { return fmt.Sprintf("%.2f s", float64(v)) }
+// cgroupRow writes one group's row and its pressure line.
+func (t *textOut) cgroupRow(name string, u CgroupUsage) {
+	s2 := func(v Value) string { return f(v, 2) }
 	n0 := func(v Value) string { return f(v, 0) }
-	if why, ok := u.NotKept[cgFamilyAll]; ok && u.Scrapes == 0 {
-		t.wrap(fmt.Sprintf("  %-24s not kept: ", name), why)
+	if _, ok := u.NotKept[cgFamilyAll]; ok && u.Scrapes == 0 {
+		t.line("  %-22s %8s", name, "not kept")
 		return
 	}
-	thr := notKeptOr(u, "cpu_throttling", u.CPUThrottledSeconds, s3)
-	if u.CPUPeriods.Known() && u.CPUThrottledPeriods.Known() {
-		thr += fmt.Sprintf(" (%s of %s periods)", f(u.CPUThrottledPeriods, 0), f(u.CPUPeriods, 0))
-	}
-	mem := notKeptOr(u, "memory_peak", u.MemoryPeakBytes, bytesH)
+	peak := notKeptOr(u, "memory_peak", u.MemoryPeakBytes, bytesH)
 	if !u.MemoryPeakBytes.Known() && u.MemoryCurrentMaxBytes.Known() {
-		mem += ", highest scraped " + bytesH(u.MemoryCurrentMaxBytes)
+		peak = ">=" + bytesH(u.MemoryCurrentMaxBytes) // the highest scraped current
 	}
+	bound := "none"
 	if u.MemoryLimitBytes.Known() {
-		mem += " of " + bytesH(u.MemoryLimitBytes)
+		bound = bytesH(u.MemoryLimitBytes)
+	} else if _, ok := u.NotKept["memory_current"]; ok {
+		bound = "-"
 	}
-	t.wrap(fmt.Sprintf("  %-24s ", name), fmt.Sprintf("CPU %s, throttled %s; memory peak %s; OOM kills %s",
-		notKeptOr(u, "cpu_usage", u.CPUSeconds, s3), thr, mem, notKeptOr(u, "oom_kills", u.OOMKills, n0)))
+	t.line("  %-22s %8s %11s %11s %11s %9s", name, notKeptOr(u, "cpu_usage", u.CPUSeconds, s2),
+		notKeptOr(u, "cpu_throttling", u.CPUThrottledSeconds, s2), peak, bound, notKeptOr(u, "oom_kills", u.OOMKills, n0))
+	var psi []string
 	for _, x := range []struct {
 		res string
 		p   Pressure
@@ -233,31 +276,13 @@ func (t *textOut) cgroupGroupLines(name string, u CgroupUsage) {
 		if !x.p.SomeSeconds.Known() {
 			continue
 		}
-		s := fmt.Sprintf("some %.2f s", float64(x.p.SomeSeconds))
+		s := fmt.Sprintf("%s %s/%s s", x.res, f(x.p.SomeSeconds, 2), f(x.p.FullSeconds, 2))
 		if x.p.SomeShare.Known() {
-			s += " (" + pct(x.p.SomeShare) + ")"
+			s += fmt.Sprintf(" (%s/%s)", pct(x.p.SomeShare), pct(x.p.FullShare))
 		}
-		if x.p.FullSeconds.Known() {
-			s += fmt.Sprintf(", full %.2f s", float64(x.p.FullSeconds))
-			if x.p.FullShare.Known() {
-				s += " (" + pct(x.p.FullShare) + ")"
-			}
-		}
-		t.wrap(fmt.Sprintf("  %-24s %s pressure: ", "", x.res), s)
+		psi = append(psi, s)
 	}
-	// What is not kept, one line per reason.
-	byWhy := map[string][]string{}
-	var whys []string
-	for fam, why := range u.NotKept {
-		if byWhy[why] == nil {
-			whys = append(whys, why)
-		}
-		byWhy[why] = append(byWhy[why], fam)
-	}
-	sort.Strings(whys)
-	for _, why := range whys {
-		fams := byWhy[why]
-		sort.Strings(fams)
-		t.wrap(fmt.Sprintf("  %-24s not kept: ", ""), strings.Join(fams, ", ")+" ("+why+")")
+	if len(psi) > 0 {
+		t.wrap("    pressure some/full (share of the time scraped): ", strings.Join(psi, ", "))
 	}
 }

@@ -310,13 +310,16 @@ func TestPhasesText(t *testing.T) {
 		"  queue wait                            2.000 s  (slurmctld's whole seconds)",
 		"  batch script to first rollout         4.000 s",
 		"  submit to first rollout               7.000 s",
-		"  gn1 job                  CPU 4.50 s, throttled -; memory peak 250.0 MiB of 500.0 MiB; OOM kills 0",
-		"                           not kept: cpu_pressure, io_pressure, memory_pressure (cgroup v1 keeps no",
-		"                           cpu pressure: some 2.00 s (25.0%), full 0.50 s (0.0%)",
-		"                           memory pressure: some 0.00 s (0.0%)",
-		"  gn1 collector            CPU 0.60 s, throttled 0.20 s (10 of 200 periods); memory peak not kept,",
-		"                           highest scraped 30.0 MiB; OOM kills -",
-		"  gn2 job                  CPU not kept, throttled -; memory peak 300.0 MiB; OOM kills -",
+		"  node group                CPU s throttled s memory peak       bound OOM kills\n" +
+			"  gn1 job                    4.50           -   250.0 MiB   500.0 MiB         0\n" +
+			"  gn1 step 0                 1.40           -    80.0 MiB        none         -\n" +
+			"  gn1 collector              0.60        0.20  >=30.0 MiB        none         -\n" +
+			"    pressure some/full (share of the time scraped): cpu 2.00/0.50 s (25.0%/0.0%), memory 0.00/- s\n",
+		"  gn2 job                not kept           -   300.0 MiB        none         -\n" +
+			"  not kept here, and why:\n" +
+			"    cpu_pressure, io_pressure, memory_pressure of gn1 job:\n" +
+			"      cgroup v1 keeps no pressure (PSI is per cgroup on v2 only), and this group has no v2 directory\n" +
+			"    memory_peak of gn1 collector:\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q", want)

@@ -260,11 +260,13 @@ func (t *textOut) cgroupRow(name string, u CgroupUsage) {
 	if !u.MemoryPeakBytes.Known() && u.MemoryCurrentMaxBytes.Known() {
 		peak = ">=" + bytesH(u.MemoryCurrentMaxBytes) // the highest scraped current
 	}
-	bound := "none"
-	if u.MemoryLimitBytes.Known() {
+	// No bound series where the group's memory is read: unbounded.
+	bound := "-"
+	switch {
+	case u.MemoryLimitBytes.Known():
 		bound = bytesH(u.MemoryLimitBytes)
-	} else if _, ok := u.NotKept["memory_current"]; ok {
-		bound = "-"
+	case u.MemoryCurrentMaxBytes.Known() || u.MemoryPeakBytes.Known():
+		bound = "none"
 	}
 	t.line("  %-22s %8s %11s %11s %11s %9s", name, notKeptOr(u, "cpu_usage", u.CPUSeconds, s2),
 		notKeptOr(u, "cpu_throttling", u.CPUThrottledSeconds, s2), peak, bound, notKeptOr(u, "oom_kills", u.OOMKills, n0))

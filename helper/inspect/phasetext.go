@@ -133,7 +133,7 @@ func (t *textOut) firstRolloutLines(fr FirstRollout) {
 		}
 		t.line("  %-34s %10s%s", p.Name, secs3(p.Seconds), note)
 	}
-	total := "- (no first rollout)"
+	total := "-"
 	if fr.TotalSeconds.Known() {
 		total = secs3(fr.TotalSeconds)
 		if fr.TotalFrom != "submit" {

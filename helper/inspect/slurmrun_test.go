@@ -215,6 +215,31 @@ func TestSlurmRunCgroupV1(t *testing.T) {
 	slurmRunGolden(t, "cgroup-v1", r, otel)
 }
 
+// TestSlurmRunCancelled: a one-node job cancelled during its step
+// (tests/plugin TestPhaseSpansCancelled): the steps' spans say the signal
+// (the node saw their ends), the script has no final wait, and nothing
+// claims a first rollout.
+func TestSlurmRunCancelled(t *testing.T) {
+	r, otel := slurmRun(t, "cancelled")
+	if len(r.Phases) != 1 {
+		t.Fatalf("phases %+v", r.Phases)
+	}
+	np := r.Phases[0]
+	for _, step := range []string{"batch", "0"} {
+		p := np.find(phaseStep, step)
+		if p == nil || p.Signal == nil || *p.Signal != 15 || p.Error == "" || p.End == nil || !p.DurationSeconds.Known() {
+			t.Errorf("step %s of the cancelled job: %+v", step, p)
+		}
+	}
+	if np.find(phaseFinalWait, "") != nil {
+		t.Error("a final wait for a script the signal killed")
+	}
+	if fr := r.FirstRollout; fr.TotalSeconds.Known() || fr.FirstRollout != nil || fr.Parts[4].Seconds.Known() || !fr.Parts[0].Seconds.Known() {
+		t.Errorf("first rollout %+v", fr)
+	}
+	slurmRunGolden(t, "cancelled", r, otel)
+}
+
 // checkSlurmRunPhases: every node's phases inside its job span, every time
 // known (the job ended normally), the first node with the queue wait, the
 // batch step and its two parts, exit codes 0.
@@ -255,13 +280,14 @@ func checkSlurmRunPhases(t *testing.T, r *Report, nodes int) {
 }
 
 // TestSlurmRunHTML: the real runs' pages in Chromium draw the phase
-// timeline with a bar per phase (every one known: one series) and, for the
-// run with rollouts, the first rollout's mark; the tables are there.
+// timeline with a bar per phase (every time known: the phases, and the
+// cancelled job's failed ones, in series of their own) and, for the run
+// with rollouts, the first rollout's mark; the tables are there.
 func TestSlurmRunHTML(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		series int
-	}{{"gym-two-nodes", 2}, {"cgroup-v1", 1}} {
+	}{{"gym-two-nodes", 2}, {"cgroup-v1", 1}, {"cancelled", 2}} {
 		t.Run(c.name, func(t *testing.T) {
 			r, _ := slurmRun(t, c.name)
 			html, page := writeReportPage(t, r)
@@ -288,7 +314,16 @@ func TestSlurmRunHTML(t *testing.T) {
 					continue
 				}
 				found = true
-				if len(f.Series) != c.series || f.Series[0].Points != phases || f.Series[0].Drawn != phases || len(f.Y) != phases+c.series-1 {
+				drawn, points := 0, 0
+				for _, s := range f.Series {
+					drawn += s.Drawn
+					points += s.Points
+				}
+				marks := 0
+				if r.FirstRollout.FirstRollout != nil {
+					marks = 1
+				}
+				if len(f.Series) != c.series || points != phases+marks || drawn != points || len(f.Y) != phases+marks {
 					t.Errorf("phase chart %+v: want %d series, %d phases drawn", f, c.series, phases)
 				}
 			}

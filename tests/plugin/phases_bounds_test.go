@@ -437,9 +437,9 @@ func TestHoldSocketForgedLines(t *testing.T) {
 // job's step runs, another local user who reads the port from the
 // supervisor's listeners gets the connection closed and no cgroup text;
 // the job's own user gets the page, and the collector's scrape still
-// lands in the job's files. The same numbers stay readable to anyone in
-// Slurm's job cgroup (its files are world-readable: logged, the reason
-// the page is no secret but not anyone's to poll).
+// lands in the job's files. The same numbers stay readable to the other
+// user in Slurm's job cgroup (cgroupfs files are world-readable): the
+// page is no secret, only not anyone's to poll.
 func TestCgroupPortAnotherUser(t *testing.T) {
 	if err := upCluster("--cgroup", "--prolog-flags", "Alloc,Contain"); err != nil {
 		t.Fatal(err)
@@ -488,9 +488,17 @@ func TestCgroupPortAnotherUser(t *testing.T) {
 	}
 	// The decision's ground: Slurm's job group is world-readable anyway.
 	files, _ := filepath.Glob("/sys/fs/cgroup/memory/slurm*/uid_*/job_" + job + "/memory.usage_in_bytes")
+	v2, _ := filepath.Glob("/sys/fs/cgroup/system.slice/*slurmstepd.scope/job_" + job + "/memory.current")
+	files = append(files, v2...)
+	if len(files) == 0 {
+		t.Errorf("no memory group of job %s under /sys/fs/cgroup", job)
+	}
 	for _, f := range files {
 		c := asOther(t, other, 30*time.Second, nil, "cat "+f)
 		t.Logf("another user reads %s: exit %d %q", f, c.code, strings.TrimSpace(c.stdout))
+		if _, err := strconv.ParseInt(strings.TrimSpace(c.stdout), 10, 64); c.code != 0 || err != nil {
+			t.Errorf("another user cannot read %s (exit %d): the page's numbers would be news to them; revisit the doc", f, c.code)
+		}
 	}
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 )
 
 // Where the benchmark's own Slurm lives: a cluster separate from the plugin
@@ -58,17 +60,25 @@ func slurmEnv() []string {
 	}
 }
 
+// kit is the bench's Slurm: every node is this host.
+var kit = &slurmkit.Cluster{Runner: slurmkit.Local{Env: slurmEnv()}, Nodes: benchNodes(), User: benchUser, Dir: jobsDir}
+
+// benchNodes are the bench cluster's nodes, gn1 to gn<nodeCount>.
+func benchNodes() []string {
+	var n []string
+	for i := 1; i <= nodeCount; i++ {
+		n = append(n, "gn"+strconv.Itoa(i))
+	}
+	return n
+}
+
 // sh runs a command as root with the bench's Slurm environment.
 func sh(name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), slurmEnv()...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	out, err := kit.On("", append([]string{name}, args...)...)
 	if err != nil {
-		return out.String(), fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, lastLines(out.String(), 15))
+		return out, fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, lastLines(out, 15))
 	}
-	return out.String(), nil
+	return out, nil
 }
 
 func lastLines(s string, n int) string {
@@ -82,20 +92,18 @@ func lastLines(s string, n int) string {
 // asUser runs a bash command line as the bench user in the jobs dir. The
 // token travels in the environment only when withToken is set.
 func asUser(cmdline string, withToken bool, timeout time.Duration) (string, error) {
-	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/" + benchUser, "USER=" + benchUser,
-		"LOGNAME=" + benchUser, "LANG=C.UTF-8", "SLURM_CONF=" + slurmState + "/slurm.conf"}
+	var env []string
 	if withToken {
 		env = append(env, "OTEL_TOKEN="+benchToken)
 	}
-	cmd := exec.Command("timeout", strconv.Itoa(int(timeout.Seconds())), "setpriv", "--reuid="+benchUser,
-		"--regid="+benchUser, "--init-groups", "/bin/bash", "-c", "cd "+jobsDir+" && "+cmdline)
-	cmd.Env = env
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	if err := cmd.Run(); err != nil {
-		return so.String(), fmt.Errorf("%s: %v: %s", cmdline, err, lastLines(se.String(), 10))
+	r, err := kit.As("", benchUser, jobsDir, env, timeout, cmdline)
+	if err == nil && r.Code != 0 {
+		err = fmt.Errorf("exit status %d", r.Code)
 	}
-	return so.String(), nil
+	if err != nil {
+		return r.Stdout, fmt.Errorf("%s: %v: %s", cmdline, err, lastLines(r.Stderr, 10))
+	}
+	return r.Stdout, nil
 }
 
 // setup installs the plugin, the CLI, the collector, the load generator and
@@ -178,27 +186,9 @@ func usePlugin(on bool) error {
 	return err
 }
 
-// waitIdle waits (bounded) until the queue is empty and every node idle.
-func waitIdle(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		q, _ := sh("squeue", "-h", "-o", "%i")
-		st, _ := sh("sinfo", "-h", "-N", "-o", "%T")
-		busy := strings.TrimSpace(q) != ""
-		for _, s := range strings.Fields(st) {
-			if s != "idle" {
-				busy = true
-			}
-		}
-		if !busy {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not idle after %v: queue %q, nodes %q", limit, strings.TrimSpace(q), strings.TrimSpace(st))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+// waitIdle waits (bounded) until the queue is empty and every node idle;
+// a drained or down node is an error at once.
+func waitIdle(limit time.Duration) error { return kit.AwaitIdle(limit) }
 
 // waitGone polls squeue every `every` until job id has left it (the job
 // and its epilogs are done); it returns the time it saw that.
@@ -288,11 +278,8 @@ func readNanos(p string) (time.Time, error) {
 
 // writeScript writes an executable job script into the jobs dir.
 func writeScript(name, body string) (string, error) {
-	p := filepath.Join(jobsDir, name)
-	return p, os.WriteFile(p, []byte("#!/bin/bash\n"+body), 0o755)
+	return slurmkit.WriteScript(filepath.Join(jobsDir, name), body)
 }
-
-var submitted = regexp.MustCompile(`^(\d+)`)
 
 // sbatch submits as the bench user and returns the job id and the moment
 // sbatch returned.
@@ -302,11 +289,11 @@ func sbatch(args string, withToken bool) (string, time.Time, error) {
 	if err != nil {
 		return "", ret, err
 	}
-	m := submitted.FindStringSubmatch(strings.TrimSpace(out))
-	if m == nil {
+	id, ok := slurmkit.JobID(out)
+	if !ok {
 		return "", ret, fmt.Errorf("sbatch %s: %q", args, out)
 	}
-	return m[1], ret, nil
+	return id, ret, nil
 }
 
 // countIn counts the occurrences of pat in file p, streaming.

@@ -73,20 +73,6 @@ func notInGroup(hs []cgroup.Hierarchy, procCgroup, rel string) string {
 	return strings.Join(miss, " ")
 }
 
-// waitJobsGone waits until none of ids is in the queue.
-func waitJobsGone(t *testing.T, within time.Duration, ids []string) {
-	t.Helper()
-	for deadline := time.Now().Add(within); ; time.Sleep(500 * time.Millisecond) {
-		out, _ := run("squeue", "-h", "-o", "%i", "-j", strings.Join(ids, ","))
-		if strings.TrimSpace(out) == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("jobs still queued or running after %v: %s", within, strings.Join(strings.Fields(out), " "))
-		}
-	}
-}
-
 // TestManyShortJobsContained: 16 short --gym-otel jobs submitted at once
 // to one node with 8 CPUs: two waves, the first wave's epilogs removing
 // their groups while the second wave's prologs create theirs. Every

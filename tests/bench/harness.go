@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -46,7 +45,8 @@ var (
 	logf    = func(format string, a ...any) {
 		fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", a...)
 	}
-	backendP string
+	backend = slurmkit.Backend{Port: backendPort, HealthPort: backendHealth, Token: benchToken, Dir: backendDir,
+		Collector: installDir + "/otelcol-gym"}
 )
 
 // slurmEnv is the environment of every harness script and Slurm client.
@@ -116,10 +116,9 @@ func setup() error {
 		}
 		_ = os.Chmod(d, 0o755)
 	}
-	for _, f := range []string{"build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank", "build/otelcol-gym", "build/bench/loadgen", "build/standins/vllm-standin"} {
-		if _, err := sh("install", "-m", "0755", filepath.Join(repo, f), filepath.Join(installDir, filepath.Base(f))); err != nil {
-			return fmt.Errorf("%v (run make build collector standins, and build tests/bench/loadgen)", err)
-		}
+	if err := slurmkit.Install(repo, installDir, "build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank",
+		"build/otelcol-gym", "build/bench/loadgen", "build/standins/vllm-standin"); err != nil {
+		return fmt.Errorf("%v (run make build collector standins, and build tests/bench/loadgen)", err)
 	}
 	site := fmt.Sprintf(`otel:
   endpoint: http://127.0.0.1:%s
@@ -133,23 +132,16 @@ func setup() error {
 	if err := os.WriteFile(filepath.Join(installDir, "site.yaml"), []byte(site), 0o644); err != nil {
 		return err
 	}
-	line := fmt.Sprintf("required %[1]s/gym_otel.so site=%[1]s/site.yaml cli=%[1]s/gym-otel-spank record_dir=%[2]s prolog_timeout=30\n", installDir, recordDir)
-	if err := os.WriteFile(conf, []byte(line), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(slurmkit.PlugstackLine(installDir, recordDir)), 0o644); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(installDir, "gym-style.yaml"), []byte(gymStyleConfig), 0o644); err != nil {
 		return err
 	}
-	_ = os.RemoveAll(backendDir)
-	cmd := exec.Command(filepath.Join(repo, "tests/backend/run.sh"))
-	cmd.Env = append(os.Environ(), "BACKEND_PORT="+backendPort, "BACKEND_TOKEN="+benchToken,
-		"BACKEND_DIR="+backendDir, "BACKEND_HEALTH_PORT="+backendHealth, "OTELCOL="+installDir+"/otelcol-gym")
-	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("backend: %v", err)
+	if err := backend.Start(repo); err != nil {
+		return err
 	}
-	backendP = strings.TrimSpace(string(out))
-	if _, err := sh(filepath.Join(repo, "tests/slurm/up.sh"), "--nodes", strconv.Itoa(nodeCount), "--prolog-flags", "Alloc",
+	if _, err := slurmkit.UpLocal(repo, slurmEnv(), "--nodes", strconv.Itoa(nodeCount), "--prolog-flags", "Alloc",
 		"--no-plugstack", "--plugstack", conf); err != nil {
 		return err
 	}
@@ -159,10 +151,7 @@ func setup() error {
 // teardown stops the backend and the bench's Slurm (jobs, daemons, munged).
 func teardown() {
 	stopNodeExporter()
-	if backendP != "" {
-		_, _ = sh(filepath.Join(repo, "tests/backend/stop.sh"), backendP)
-		backendP = ""
-	}
+	backend.Stop(repo)
 	if _, err := sh(filepath.Join(repo, "tests/slurm/down.sh")); err != nil {
 		logf("down.sh: %v", err)
 	}

@@ -142,14 +142,7 @@ func maxOf(ps []cgPoint) float64 {
 // across the scrapes; pressure, which v1 does not keep, is absent and
 // said so; the collector's own group is there too.
 func TestCgroupMetrics(t *testing.T) {
-	if err := upCluster("--cgroup", "--prolog-flags", "Alloc,Contain"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := upCluster(); err != nil {
-			t.Error(err)
-		}
-	})
+	withCluster(t, "--cgroup", "--prolog-flags", "Alloc,Contain")
 	waitIdle(t)
 	d := markerDir(t, "cgmetrics")
 	const holdMiB = 200

@@ -304,14 +304,7 @@ if kill -0 "$h" 2>/dev/null; then echo alive; else echo gone; fi > %[1]s/hog.sta
 // never in pids or the v2 one; the epilog kills it there, and nothing
 // survives the job.
 func TestMovedOutKilled(t *testing.T) {
-	if err := upCluster("--cgroup", "--prolog-flags", "Alloc,Contain"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := upCluster(); err != nil {
-			t.Error(err)
-		}
-	})
+	withCluster(t, "--cgroup", "--prolog-flags", "Alloc,Contain")
 	waitIdle(t)
 	hs := nodeHierarchies(t)
 	d := markerDir(t, "moveout")
@@ -413,14 +406,7 @@ cat /proc/$c/cgroup > $d/after.cgroup
 // the collector starts under 600 MiB, the bound drops to 200 MiB while the
 // collector runs, and the batch script's first line already sees 200 MiB.
 func TestMemoryWindow(t *testing.T) {
-	if err := upCluster("--cgroup", "--prolog-flags", "Alloc,Contain"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := upCluster(); err != nil {
-			t.Error(err)
-		}
-	})
+	withCluster(t, "--cgroup", "--prolog-flags", "Alloc,Contain")
 	waitIdle(t)
 	mount := ""
 	for _, h := range nodeHierarchies(t) {

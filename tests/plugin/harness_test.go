@@ -81,15 +81,15 @@ func init() {
 }
 
 var (
-	root      = testenv.Root()
-	slurmEnv  = map[string]string{}
-	jobsDir   string
-	stateDir  string
-	plugDir   = "/var/lib/gym-otel-test" + instance + "/plugin"
-	snippet   string
-	goodConf  string
-	setupErr  error
-	backendPI string
+	root     = testenv.Root()
+	slurmEnv = map[string]string{}
+	jobsDir  string
+	stateDir string
+	plugDir  = "/var/lib/gym-otel-test" + instance + "/plugin"
+	snippet  string
+	goodConf string
+	setupErr error
+	backend  slurmkit.Backend
 )
 
 func TestMain(m *testing.M) {
@@ -142,13 +142,8 @@ func setup() error {
 		return fmt.Errorf("collector %s missing: run make collector", col)
 	}
 	// Install as an admin would: root-owned copies readable by everyone.
-	if err := os.MkdirAll(plugDir, 0o755); err != nil {
+	if err := slurmkit.Install(root, plugDir, "build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank"); err != nil {
 		return err
-	}
-	for _, f := range []string{"gym_otel.so", "gym_otel_core.so", "gym-otel-spank"} {
-		if out, err := run("install", "-m", "0755", filepath.Join(root, "build", f), filepath.Join(plugDir, f)); err != nil {
-			return fmt.Errorf("install %s: %v: %s", f, err, out)
-		}
 	}
 	site := fmt.Sprintf(`otel:
   endpoint: http://127.0.0.1:%s
@@ -165,28 +160,16 @@ func setup() error {
 	if err := os.WriteFile(filepath.Join(plugDir, "site.yaml"), []byte(site), 0o644); err != nil {
 		return err
 	}
-	goodConf = fmt.Sprintf("required %s/gym_otel.so site=%s/site.yaml cli=%s/gym-otel-spank record_dir=%s prolog_timeout=30\n",
-		plugDir, plugDir, plugDir, recordDir)
+	goodConf = slurmkit.PlugstackLine(plugDir, recordDir)
 	clusterConf = filepath.Join(os.TempDir(), "gym-otel"+instance+".conf")
 	if err := os.WriteFile(clusterConf, []byte(goodConf), 0o644); err != nil {
 		return err
 	}
 	// The backend: a collector with bearer auth writing jsonl files.
-	beDir := backendDir
-	_ = os.RemoveAll(beDir)
-	cmd := exec.Command(filepath.Join(root, "tests/backend/run.sh"))
-	cmd.Env = append(os.Environ(), "BACKEND_PORT="+backendPort, "BACKEND_TOKEN="+backendToken,
-		"BACKEND_DIR="+beDir, "BACKEND_HEALTH_PORT="+backendHC, "OTELCOL="+col)
-	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("backend: %v", err)
+	backend = slurmkit.Backend{Port: backendPort, HealthPort: backendHC, Token: backendToken, Dir: backendDir, Collector: col}
+	if err := backend.Start(root); err != nil {
+		return err
 	}
-	backendPI = strings.TrimSpace(string(out))
-
-	// The plugin needs PrologFlags=Alloc for the job prolog to see the
-	// job's spec on every node (without it, a node other than the batch
-	// node runs the prolog at its first srun step, with srun's own
-	// job-control env: no spec there).
 	if err := upCluster(); err != nil {
 		return err
 	}
@@ -194,7 +177,7 @@ func setup() error {
 	kit.User, kit.Dir = slurmEnv["GOS_SLURM_USER"], jobsDir
 	snippet = filepath.Join(slurmEnv["GOS_SLURM_PLUGSTACK_D"], filepath.Base(clusterConf)) // up.sh installs it under its own name
 	if jobsDir == "" || stateDir == "" {
-		return fmt.Errorf("up.sh printed no GOS_SLURM_JOBS/GOS_SLURM_STATE: %s", out)
+		return fmt.Errorf("up.sh printed no GOS_SLURM_JOBS/GOS_SLURM_STATE: %v", slurmEnv)
 	}
 	return nil
 }
@@ -226,28 +209,33 @@ func upCluster(extra ...string) error {
 		clusterConf = filepath.Join(os.TempDir(), "gym-otel"+instance+".conf")
 	}
 	args := append([]string{"--nodes", "2", "--prolog-flags", flags, "--no-plugstack", "--plugstack", clusterConf}, extra...)
-	cmd := exec.Command(filepath.Join(root, "tests/slurm/up.sh"), args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	exports, err := slurmkit.UpLocal(root, nil, args...)
 	if err != nil {
-		return fmt.Errorf("tests/slurm/up.sh %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		return err
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if kv, ok := strings.CutPrefix(line, "export "); ok {
-			k, v, _ := strings.Cut(kv, "=")
-			v = strings.Trim(v, `"`)
-			slurmEnv[k] = v
-			os.Setenv(k, v)
-		}
+	for k, v := range exports {
+		slurmEnv[k] = v
+		os.Setenv(k, v)
 	}
 	return nil
 }
 
-func teardown() {
-	if backendPI != "" {
-		_, _ = run(filepath.Join(root, "tests/backend/stop.sh"), backendPI)
+// withCluster brings the test cluster up with extra up.sh arguments
+// (upCluster) for one test and back to the default at its end.
+func withCluster(t testing.TB, extra ...string) {
+	t.Helper()
+	if err := upCluster(extra...); err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := upCluster(); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+func teardown() {
+	backend.Stop(root)
 	if os.Getenv("GYM_OTEL_KEEP_SLURM") == "1" {
 		return
 	}

@@ -125,14 +125,7 @@ func TestHostileCollector(t *testing.T) {
 		{"cgroup", []string{"--cgroup", "--prolog-flags", "Alloc,Contain"}, 300},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
-			if err := upCluster(mode.up...); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := upCluster(); err != nil {
-					t.Error(err)
-				}
-			})
+			withCluster(t, mode.up...)
 			waitIdle(t)
 			hostileJob(t, mode.bound)
 		})

@@ -98,7 +98,7 @@ func load() (*cluster, error) {
 	c.token = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(sec)), "BACKEND_TOKEN="))
 	c.kit = &slurmkit.Cluster{Runner: slurmkit.Docker{Project: c.project}, Login: "ctl", Nodes: []string{"c1", "c2"},
 		User: jobUser, SlurmdLog: func(n string) string { return filepath.Join(c.work, "log", n, "slurmd.log") }}
-	if out, err := run("docker", "exec", c.project+"-ctl", "scontrol", "ping"); err != nil || !strings.Contains(out, "UP") {
+	if out, err := c.on("ctl", "scontrol", "ping"); err != nil || !strings.Contains(out, "UP") {
 		return nil, fmt.Errorf("%s-ctl: scontrol ping: %v %s", c.project, err, out)
 	}
 	return c, nil

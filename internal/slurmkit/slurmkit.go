@@ -1,8 +1,8 @@
 // Package slurmkit is the tests' one Slurm kit: a cluster behind one
 // interface that runs a command on one of its nodes (here, on this host;
 // or in the node's container, by `docker exec`), and the helpers the Slurm
-// suites (tests/plugin, tests/slurm-docker) and the benchmark (tests/bench)
-// share, written once on it: running a command line as the job user,
+// suites (tests/plugin, tests/slurm-docker, the qemu guest's tests/vm/guest)
+// and the benchmark (tests/bench) share, written once on it: running a command line as the job user,
 // waiting for an idle cluster, node and job states, the job id sbatch
 // printed, waiting for a file or for processes to go, the job user's
 // processes, slurmd's logs; and the assertion blocks the suites share

@@ -81,15 +81,15 @@ func init() {
 }
 
 var (
-	root     = testenv.Root()
-	slurmEnv = map[string]string{}
-	jobsDir  string
-	stateDir string
-	plugDir  = "/var/lib/gym-otel-test" + instance + "/plugin"
-	snippet  string
-	goodConf string
-	setupErr error
-	backend  slurmkit.Backend
+	root        = testenv.Root()
+	slurmEnv    = map[string]string{}
+	jobsDir     string
+	stateDir    string
+	plugDir     = "/var/lib/gym-otel-test" + instance + "/plugin"
+	snippet     string
+	goodConf    string
+	setupErr    error
+	otlpBackend slurmkit.Backend // the tests' OTLP backend
 )
 
 func TestMain(m *testing.M) {
@@ -166,8 +166,8 @@ func setup() error {
 		return err
 	}
 	// The backend: a collector with bearer auth writing jsonl files.
-	backend = slurmkit.Backend{Port: backendPort, HealthPort: backendHC, Token: backendToken, Dir: backendDir, Collector: col}
-	if err := backend.Start(root); err != nil {
+	otlpBackend = slurmkit.Backend{Port: backendPort, HealthPort: backendHC, Token: backendToken, Dir: backendDir, Collector: col}
+	if err := otlpBackend.Start(root); err != nil {
 		return err
 	}
 	if err := upCluster(); err != nil {
@@ -235,7 +235,7 @@ func withCluster(t testing.TB, extra ...string) {
 }
 
 func teardown() {
-	backend.Stop(root)
+	otlpBackend.Stop(root)
 	if os.Getenv("GYM_OTEL_KEEP_SLURM") == "1" {
 		return
 	}

@@ -146,14 +146,7 @@ func maxOf(ps []cgPoint) float64 {
 // Slurm's own times and nest in each node's job span
 // (checkTwoNodePhases).
 func TestCgroupMetrics(t *testing.T) {
-	if err := upCluster("--cgroup", "--prolog-flags", "Alloc,Contain"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := upCluster(); err != nil {
-			t.Error(err)
-		}
-	})
+	withCluster(t, "--cgroup", "--prolog-flags", "Alloc,Contain")
 	waitIdle(t)
 	d := markerDir(t, "cgmetrics")
 	const holdMiB = 200

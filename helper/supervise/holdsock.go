@@ -35,7 +35,9 @@ import (
 // sends its start and end here as "step ..." lines (phases.go), answered
 // "ok" once the collector is ready. The supervisor answers
 // only root and its own user (SO_PEERCRED), at most HoldConns connections
-// at a time, each closed within HoldConnTimeout.
+// at a time, each closed within HoldConnTimeout. A "step" line counts only
+// from root (slurmstepd, where spank/phase.c sends it): a process of the
+// job's user cannot forge its job's Slurm phases; its line gets no answer.
 const (
 	// HoldConns bounds the connections served at once; more are closed
 	// unanswered.
@@ -74,6 +76,9 @@ type holdServer struct {
 	at      atomic.Int64 // unix ms, 0: not yet
 	slots   chan struct{}
 	phases  atomic.Pointer[phases] // the steps' phase lines (phases.go); nil until ready
+	// stepUID is the only peer uid whose "step" lines count: root
+	// (slurmstepd); tests set their own.
+	stepUID uint32
 }
 
 // newHoldServer listens on a fresh abstract name (a few tries: another
@@ -138,7 +143,8 @@ func (s *holdServer) serve() {
 func (s *holdServer) answer(c *net.UnixConn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(HoldConnTimeout))
-	if uid, ok := peerUID(c); !ok || (uid != 0 && uid != uint32(os.Getuid())) {
+	uid, ok := peerUID(c)
+	if !ok || (uid != 0 && uid != uint32(os.Getuid())) {
 		return
 	}
 	line, err := bufio.NewReaderSize(&limitedReader{c, holdRequestMax}, 16).ReadString('\n')
@@ -146,7 +152,7 @@ func (s *holdServer) answer(c *net.UnixConn) {
 		return
 	}
 	if strings.TrimSpace(line) != contract.HoldQuestion {
-		if p := s.phases.Load(); p != nil {
+		if p := s.phases.Load(); p != nil && uid == s.stepUID {
 			_, _ = c.Write([]byte(p.handle(line)))
 		}
 		return

@@ -35,8 +35,10 @@ import (
 //	step start <step id> <unix ms>
 //	step end <step id> <start ms> <end ms> <tasks end ms|0> <final wait end ms|0> <exit code|-1> <signal|0> <tasks>
 //
-// and reads "ok". The supervisor trusts the lines as far as its own job's
-// telemetry goes: only root and the job's user may connect.
+// and reads "ok". Only root's lines count (slurmstepd's; holdsock.go):
+// another user is not answered at all, and a step line of the job's own
+// user gets no answer and makes no span, so no process of the job can add
+// a step that never ran.
 //
 // One trace per job run: its trace id is a hash of the run's identity
 // (cluster, job id, restart count, SLUID), the same on every node, so

@@ -1,7 +1,6 @@
 package plugin_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -141,25 +141,8 @@ wait
 	waitNoCollector(t)
 
 	cli := filepath.Join(root, "build", "gym-otel-spank")
-	art := testenv.Artifacts(t)
+	rep, text, art := slurmkit.Inspect(t, cli, base+".run")
 	html := filepath.Join(art, "report.html")
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(cli, "inspect", "--json", "--html", html, base+".run")
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("inspect --json: %v %s", err, stderr.String())
-	}
-	os.WriteFile(filepath.Join(art, "report.json"), stdout.Bytes(), 0o644)
-	var rep inspect.Report
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		t.Fatal(err)
-	}
-	text, err := exec.Command(cli, "inspect", base+".run").CombinedOutput()
-	if err != nil {
-		t.Fatalf("inspect: %v %s", err, text)
-	}
-	os.WriteFile(filepath.Join(art, "report.txt"), text, 0o644)
-	t.Logf("job %s, inspect:\n%s", jobID, text)
 
 	near := func(v inspect.Value, want float64) bool { return math.Abs(float64(v)-want) < 1e-6 }
 	if strings.Join(rep.Job.Nodes, ",") != "gn1,gn2" || strings.Join(rep.Job.Identity["slurm_job_id"], ",") != jobID {

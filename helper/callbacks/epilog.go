@@ -14,6 +14,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
@@ -119,6 +120,7 @@ func stopSupervisor(ctx context.Context, rec *record.Record, g *cgroup.Group, jo
 	}
 	ours := isOurs(rec, g)
 	if ours {
+		tellEpilogStart(rec, jobID, log)
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 		for isOurs(rec, g) && time.Since(start) < bound {
 			time.Sleep(20 * time.Millisecond)
@@ -152,5 +154,23 @@ func stopSupervisor(ctx context.Context, rec *record.Record, g *cgroup.Group, jo
 		log.Warnf("job %d: supervisor (pid %d) not done after %s: killed %d processes of its session", jobID, pid, bound, len(left))
 	} else {
 		log.Infof("job %d: supervisor (pid %d) stopped in %d ms", jobID, pid, time.Since(start).Milliseconds())
+	}
+}
+
+// tellEpilogStart tells the supervisor, on its hold socket, when the epilog
+// started (the C epilog's stamp, supervise.EnvEpilogStart, else now), for
+// its slurm.epilog span: the supervisor writes the span, root writes
+// nothing of the user's. Bounded by supervise.TellEpilogStart (half a
+// second at most); a failure loses only the span (logged at debug level).
+func tellEpilogStart(rec *record.Record, jobID uint32, log logrus.FieldLogger) {
+	if rec.HoldSocket == "" {
+		return
+	}
+	at := supervise.ParsePrologStart(os.Getenv(supervise.EnvEpilogStart))
+	if at.IsZero() || time.Since(at) < 0 || time.Since(at) > time.Hour {
+		at = time.Now()
+	}
+	if err := supervise.TellEpilogStart(rec.HoldSocket, rec.SupervisorPID, rec.UID, at); err != nil {
+		log.Debugf("job %d: the epilog's start was not told to the supervisor (no slurm.epilog span): %v", jobID, err)
 	}
 }

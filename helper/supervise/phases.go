@@ -136,6 +136,8 @@ type phases struct {
 	busy     bool      // an export is under way: exported is about to change
 	failures int       // exports that failed
 	lastErr  string
+	// epilogStart is the epilog's start as it told it (zero: not told).
+	epilogStart time.Time
 }
 
 // newPhases starts the node's record; start is the prolog's start (zero:
@@ -207,6 +209,9 @@ func (p *phases) ready(at time.Time) {
 // answer, or "" when line is not a phase line.
 func (p *phases) handle(line string) string {
 	f := strings.Fields(line)
+	if len(f) == 3 && f[0]+" "+f[1]+" " == epilogLine {
+		return p.epilogStarted(f[2])
+	}
 	if len(f) < 4 || f[0] != "step" {
 		return ""
 	}

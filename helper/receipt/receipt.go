@@ -315,6 +315,9 @@ func (r *Receipt) Summary() []string {
 			lines = append(lines, "  the files hold what the backend missed: `gym-otel-spank replay DIR` sends them again")
 		}
 	}
+	for _, a := range r.Appended {
+		lines = append(lines, fmt.Sprintf("  appended after the collector's exit: %d phase spans (the drain, the epilog) in %s, not sent to the backend: `gym-otel-spank replay --appended DIR` sends them", a.Spans, a.File))
+	}
 	for _, u := range r.Unknown {
 		lines = append(lines, "  UNKNOWN: "+u)
 	}

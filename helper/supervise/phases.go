@@ -47,7 +47,9 @@ import (
 // slurm.batch_script (to its task's exit) and slurm.final_wait (to the end
 // of the plugin's final-scrape hold). Spans the node cannot finish (a step
 // whose end never came: a cancelled job, a lost node) are ended at the
-// drain and carry slurm.end_known=false with a status saying so.
+// drain and carry slurm.end_known=false with a status saying so. The
+// drain and the epilog end after the collector has stopped: the
+// supervisor appends them to traces.jsonl itself (afterdrain.go).
 //
 // Bounds: at most MaxStepSpans step spans per node; later steps are
 // counted into one slurm.steps.aggregated span (count, failures, worst

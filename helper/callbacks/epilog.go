@@ -38,7 +38,10 @@ import (
 // is left, logged, for the next prolog's or epilog's sweep of orphaned
 // groups; the record dir is removed anyway. The returned error is for the
 // log only: the epilog always returns 0 to Slurm.
-func Epilog(a Args, cluster, node string, jobID uint32, log logrus.FieldLogger) error {
+//
+// getenv reads the epilog's environment as the C front left it (its start
+// stamp, supervise.EnvEpilogStart; nil: os.Getenv).
+func Epilog(a Args, cluster, node string, jobID uint32, getenv func(string) string, log logrus.FieldLogger) error {
 	pt := a.PrologTimeout
 	if pt <= 0 {
 		pt = DefaultPrologTimeout
@@ -46,6 +49,10 @@ func Epilog(a Args, cluster, node string, jobID uint32, log logrus.FieldLogger) 
 	budget := timing.Deadline(time.Duration(pt)*time.Second, slurm.ReadTimeouts(os.Getenv("SLURM_CONF")).Epilog)
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	epilogStart = supervise.ParsePrologStart(getenv(supervise.EnvEpilogStart))
 	return epilog(ctx, a.RecordDir, cluster, node, jobID, log)
 }
 
@@ -157,6 +164,10 @@ func stopSupervisor(ctx context.Context, rec *record.Record, g *cgroup.Group, jo
 	}
 }
 
+// epilogStart is the epilog's start as the C front stamped it (Epilog; zero:
+// not stamped). One epilog runs per process.
+var epilogStart time.Time
+
 // tellEpilogStart tells the supervisor, on its hold socket, when the epilog
 // started (the C epilog's stamp, supervise.EnvEpilogStart, else now), for
 // its slurm.epilog span: the supervisor writes the span, root writes
@@ -166,7 +177,7 @@ func tellEpilogStart(rec *record.Record, jobID uint32, log logrus.FieldLogger) {
 	if rec.HoldSocket == "" {
 		return
 	}
-	at := supervise.ParsePrologStart(os.Getenv(supervise.EnvEpilogStart))
+	at := epilogStart
 	if at.IsZero() || time.Since(at) < 0 || time.Since(at) > time.Hour {
 		at = time.Now()
 	}

@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -192,5 +193,37 @@ func TestTellEpilogStart(t *testing.T) {
 	}
 	if p.epilogStart.UnixMilli() != at.UnixMilli() {
 		t.Errorf("epilog start %v, told %v", p.epilogStart, at)
+	}
+}
+
+// A listener that takes the line and never answers (a stopped or hostile
+// supervisor) costs the epilog a bounded wait and an error, not a hang.
+func TestTellEpilogStartSilent(t *testing.T) {
+	name := contract.HoldSocketPrefix + "00112233445566ff"
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: "@" + name, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	done := make(chan error, 1)
+	t0 := time.Now()
+	go func() { done <- TellEpilogStart(name, os.Getpid(), uint32(os.Getuid()), time.Now()) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a silent listener counted as told")
+		}
+		t.Logf("a silent listener: %v after %v", err, time.Since(t0).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("TellEpilogStart waits on a silent listener")
 	}
 }

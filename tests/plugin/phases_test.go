@@ -388,3 +388,37 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 		t.Errorf("after replay --appended the backend holds %d drain and epilog spans of job %s, want 2", n, job)
 	}
 }
+
+// TestDrainSpanNoFollow: the job's user swaps its traces.jsonl for a
+// symbolic link (to a file of its own) while the collector runs. The
+// supervisor appends the drain's spans as the user and never through a
+// link: the link's target stays empty, the receipt lists no appended
+// line, the supervisor's log says why, and the job and its drain end as
+// usual.
+func TestDrainSpanNoFollow(t *testing.T) {
+	waitIdle(t)
+	d := markerDir(t, "drainlink")
+	otel := filepath.Join(d, "run", "otel")
+	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf("srun -n1 true\n: > %[1]s/target\nrm -f %[2]s/traces.jsonl\nln -s %[1]s/target %[2]s/traces.jsonl\n", d, otel))
+	r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -w gn1 --gym-otel=job_dir=%s/run -o %s/job.out %s", d, d, script))
+	if r.code != 0 {
+		out, _ := os.ReadFile(d + "/job.out")
+		t.Fatalf("exit %d: %s\n%s", r.code, r.stderr, out)
+	}
+	waitNoCollector(t)
+	if fi, err := os.Lstat(filepath.Join(otel, "traces.jsonl")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("traces.jsonl is not the job's symbolic link any more: %v %v", fi, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(d, "target")); err != nil || len(b) != 0 {
+		t.Errorf("the link's target holds %d bytes (%v): the supervisor wrote through the link", len(b), err)
+	}
+	rb, err := os.ReadFile(filepath.Join(otel, "receipt.json"))
+	if err != nil || strings.Contains(string(rb), `"appended"`) {
+		t.Errorf("receipt.json (%v) lists an appended line: %s", err, rb)
+	}
+	log, _ := os.ReadFile(filepath.Join(otel, "supervisor.log"))
+	if !strings.Contains(string(log), "the drain's phase spans could not be written to traces.jsonl") {
+		t.Errorf("the supervisor's log does not say the drain's spans were not written:\n%s", log)
+	}
+	waitIdle(t)
+}

@@ -30,8 +30,10 @@ import (
 // exporter's format) to the node's traces.jsonl, as the job's user, with
 // the resource the collector would have given them (render.Identity: the
 // run's identity and Lens' keys), and records the line's place in the
-// receipt (receipt.Appended). The collector never sent them to the
-// backend: `gym-otel-spank replay --appended DIR` sends just these lines.
+// receipt (receipt.Appended). Phase spans the collector did not accept at
+// the drain (a hung or killed collector) go into the same line. The
+// collector never sent them to the backend: `gym-otel-spank replay
+// --appended DIR` sends just these lines.
 //
 //   - slurm.drain: from the supervisor's stop (the epilog's SIGTERM, the
 //     record gone, Slurm saying the job ended) to the collector's exit,
@@ -331,7 +333,11 @@ func (s *supervisor) appendAfterCollector(d drainEnd) {
 		return
 	}
 	now := time.Now()
-	spans := s.phases.afterSpans(d, now)
+	// The phase spans the collector did not accept at the drain (an
+	// export that failed: a hung or killed collector, the node's root
+	// span among them) go into the same line.
+	left := s.phases.take()
+	spans := append(left, s.phases.afterSpans(d, now)...)
 	id := render.Identity(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)}, "slurm")
 	line, err := TracesLine(id, phaseScope, spans)
 	if err == nil {
@@ -339,6 +345,9 @@ func (s *supervisor) appendAfterCollector(d drainEnd) {
 		path := filepath.Join(s.out, jobdir.SignalFile("traces"))
 		if off, n, err = AppendLine(path, line); err == nil {
 			s.appended = append(s.appended, receipt.Appended{File: jobdir.SignalFile("traces"), Offset: off, Length: n, Spans: len(spans)})
+			if len(left) > 0 {
+				s.log.Infof("%d phase spans the collector did not accept are appended with the drain's", len(left))
+			}
 			s.log.Infof("the drain's phase spans (%d) appended to %s after the collector's exit (offset %d, %d bytes): `gym-otel-spank replay --appended` sends them to the backend", len(spans), path, off, n)
 			return
 		}

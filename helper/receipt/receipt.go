@@ -316,7 +316,7 @@ func (r *Receipt) Summary() []string {
 		}
 	}
 	for _, a := range r.Appended {
-		lines = append(lines, fmt.Sprintf("  appended after the collector's exit: %d phase spans (the drain, the epilog) in %s, not sent to the backend: `gym-otel-spank replay --appended DIR` sends them", a.Spans, a.File))
+		lines = append(lines, fmt.Sprintf("  appended after the collector's exit: %d phase spans (the drain's, the epilog's, any the collector did not take) in %s, not sent to the backend: `gym-otel-spank replay --appended DIR` sends them", a.Spans, a.File))
 	}
 	for _, u := range r.Unknown {
 		lines = append(lines, "  UNKNOWN: "+u)

@@ -31,7 +31,9 @@ import (
 // the resource the collector would have given them (render.Identity: the
 // run's identity and Lens' keys), and records the line's place in the
 // receipt (receipt.Appended). Phase spans the collector did not accept at
-// the drain (a hung or killed collector) go into the same line. The
+// the drain (a hung or killed collector) go into the same line (one whose
+// export timed out after the collector took it is then in the file twice,
+// with the same span id). The
 // collector never sent them to the backend: `gym-otel-spank replay
 // --appended DIR` sends just these lines.
 //

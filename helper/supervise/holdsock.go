@@ -33,7 +33,8 @@ import (
 // The answer is a hint: a wrong value can only shorten or keep the job's
 // own wait, never past one scrape interval plus 1 s. Every step also
 // sends its start and end here as "step ..." lines (phases.go), answered
-// "ok" once the collector is ready. The supervisor answers
+// "ok" once the collector is ready, and the job epilog (Go, root) its
+// start, "epilog start <unix ms>" (afterdrain.go). The supervisor answers
 // only root and its own user (SO_PEERCRED), at most HoldConns connections
 // at a time, each closed within HoldConnTimeout. A "step" line counts only
 // from root (slurmstepd, where spank/phase.c sends it): a process of the

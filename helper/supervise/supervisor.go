@@ -22,6 +22,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/selfmetrics"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
@@ -144,6 +145,8 @@ type supervisor struct {
 
 	phases     *phases // the job's Slurm phases as spans (phases.go)
 	phasesStop func()
+	drainCause string             // what began the drain (the slurm.drain span's slurm.drain.cause)
+	appended   []receipt.Appended // lines written after the collector's exit (afterdrain.go)
 }
 
 // Run starts the job's collector, reports, supervises it until a drain
@@ -444,8 +447,10 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 		select {
 		case sig := <-sigs:
 			s.log.Infof("%v: draining", sig)
+			s.drainCause = "signal " + sig.String()
 			return s.drain()
 		case <-ctx.Done():
+			s.drainCause = "stopped"
 			return s.drain()
 		case <-s.coll.Exited():
 			if err := s.restart(ctx); err != nil {
@@ -461,6 +466,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			}
 			if _, err := os.Stat(s.opt.RecordPath); errors.Is(err, os.ErrNotExist) {
 				s.log.Infof("job record %s is gone: the job has ended; draining", s.opt.RecordPath)
+				s.drainCause = "record gone"
 				return s.drain()
 			}
 		case <-slurmTick.C:
@@ -479,6 +485,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			}
 			if err == nil && !running {
 				s.log.Infof("Slurm no longer runs job %s; draining", s.opt.Facts.JobID)
+				s.drainCause = "job ended (Slurm)"
 				return s.drain()
 			}
 		}
@@ -635,6 +642,7 @@ func completeLength(path string) (size, keep int64, err error) {
 // the backend counters, stops the collector within shutdown_timeout_seconds
 // and reports what the backend refused.
 func (s *supervisor) drain() error {
+	drainStart := time.Now()
 	s.writeState(jobdir.StatusDraining, "")
 	s.endPhases()
 	s.pollSelf()
@@ -650,6 +658,7 @@ func (s *supervisor) drain() error {
 	start := time.Now()
 	wasRunning := s.coll.Running()
 	clean := s.coll.stop(s.pol.CollectorStop)
+	collectorExit := time.Now()
 	s.log.Infof("collector stopped in %d ms (clean: %v)", time.Since(start).Milliseconds(), clean)
 	final := s.final.since(start)
 	switch {
@@ -682,6 +691,11 @@ func (s *supervisor) drain() error {
 		s.cutPartialLines()
 	}
 	s.problems = problems(s.figures, s.signals(), s.trouble)
+	if !clean {
+		s.cutPartialLines() // before the drain's line: a killed collector's half line
+	}
+	s.appendAfterCollector(drainEnd{start: drainStart, exit: collectorExit, cause: s.drainCause, exitKnown: wasRunning,
+		killed: s.coll.killed, clean: clean})
 	s.writeReceipt()
 	if p := s.problems; p != "" {
 		appendLog(s.logPath, "gym-otel: "+p)

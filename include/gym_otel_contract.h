@@ -52,5 +52,7 @@
 #define GOS_HOLD_FINAL "final"
 /* EnvPrologStart */
 #define GOS_ENV_PROLOG_START "GYM_OTEL_PROLOG_START_MS"
+/* EnvEpilogStart */
+#define GOS_ENV_EPILOG_START "GYM_OTEL_EPILOG_START_MS"
 
 #endif

@@ -84,10 +84,11 @@ int gos_job_epilog(spank_t sp, int ac, char **av)
 	struct gos_args a = { 0 };
 	struct gos_core core;
 	struct stat st;
-	char node[256], dir[4400];
+	char node[256], dir[4400], started[24];
 	uint32_t job_id = 0;
 	sigset_t old;
 
+	snprintf(started, sizeof(started), "%lld", gos_now_ms());
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS)
 		return 0;
 	if (gos_args_parse(&a, ac, av)) {
@@ -104,6 +105,8 @@ int gos_job_epilog(spank_t sp, int ac, char **av)
 	if (lstat(dir, &st))
 		goto out; /* no record: nothing to do, Go is never loaded */
 	gos_debug("job %u: epilog: record dir %s", job_id, dir);
+	/* The epilog's start, told to the supervisor (its phase spans). */
+	setenv(GOS_ENV_EPILOG_START, started, 1);
 	unblock_all(&old);
 	if (gos_core_open(&a, &core) == 0)
 		core.epilog(a.joined ? a.joined : "", a.record_dir, node, job_id);

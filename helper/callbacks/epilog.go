@@ -14,6 +14,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
@@ -37,7 +38,10 @@ import (
 // is left, logged, for the next prolog's or epilog's sweep of orphaned
 // groups; the record dir is removed anyway. The returned error is for the
 // log only: the epilog always returns 0 to Slurm.
-func Epilog(a Args, cluster, node string, jobID uint32, log logrus.FieldLogger) error {
+//
+// getenv reads the epilog's environment as the C front left it (its start
+// stamp, supervise.EnvEpilogStart; nil: os.Getenv).
+func Epilog(a Args, cluster, node string, jobID uint32, getenv func(string) string, log logrus.FieldLogger) error {
 	pt := a.PrologTimeout
 	if pt <= 0 {
 		pt = DefaultPrologTimeout
@@ -45,6 +49,10 @@ func Epilog(a Args, cluster, node string, jobID uint32, log logrus.FieldLogger) 
 	budget := timing.Deadline(time.Duration(pt)*time.Second, slurm.ReadTimeouts(os.Getenv("SLURM_CONF")).Epilog)
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	epilogStart = supervise.ParsePrologStart(getenv(supervise.EnvEpilogStart))
 	return epilog(ctx, a.RecordDir, cluster, node, jobID, log)
 }
 
@@ -119,6 +127,7 @@ func stopSupervisor(ctx context.Context, rec *record.Record, g *cgroup.Group, jo
 	}
 	ours := isOurs(rec, g)
 	if ours {
+		tellEpilogStart(rec, jobID, log)
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 		for isOurs(rec, g) && time.Since(start) < bound {
 			time.Sleep(20 * time.Millisecond)
@@ -152,5 +161,27 @@ func stopSupervisor(ctx context.Context, rec *record.Record, g *cgroup.Group, jo
 		log.Warnf("job %d: supervisor (pid %d) not done after %s: killed %d processes of its session", jobID, pid, bound, len(left))
 	} else {
 		log.Infof("job %d: supervisor (pid %d) stopped in %d ms", jobID, pid, time.Since(start).Milliseconds())
+	}
+}
+
+// epilogStart is the epilog's start as the C front stamped it (Epilog; zero:
+// not stamped). One epilog runs per process.
+var epilogStart time.Time
+
+// tellEpilogStart tells the supervisor, on its hold socket, when the epilog
+// started (the C epilog's stamp, supervise.EnvEpilogStart, else now), for
+// its slurm.epilog span: the supervisor writes the span, root writes
+// nothing of the user's. Bounded by supervise.TellEpilogStart (half a
+// second at most); a failure loses only the span (logged at debug level).
+func tellEpilogStart(rec *record.Record, jobID uint32, log logrus.FieldLogger) {
+	if rec.HoldSocket == "" {
+		return
+	}
+	at := epilogStart
+	if at.IsZero() || time.Since(at) < 0 || time.Since(at) > time.Hour {
+		at = time.Now()
+	}
+	if err := supervise.TellEpilogStart(rec.HoldSocket, rec.SupervisorPID, rec.UID, at); err != nil {
+		log.Debugf("job %d: the epilog's start was not told to the supervisor (no slurm.epilog span): %v", jobID, err)
 	}
 }

@@ -15,27 +15,12 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
-// holdDriver compiles spank/holdsock.c (the batch step's question to the
-// supervisor's hold socket) with a small driver: hold <sock> <pid> <uid> <since_ms>.
-func holdDriver(t *testing.T) string {
-	t.Helper()
-	return testenv.BuildCDriver(t, t.TempDir(), "hold", "holdsock.c", `#include <stdio.h>
-#include <stdlib.h>
-#include "holdsock.h"
-int main(int argc, char **argv) {
-	(void)argc;
-	printf("%d\n", gos_hold_sampled(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3]), atoll(argv[4])));
-	return 0;
-}
-`)
-}
-
 // TestHoldSampledC: the C side of the hold socket against a listener this
 // test plays (the listener's pid is this process's): what ends the hold and
 // what does not, including a listener that is not the supervisor and
 // hostile answers (garbage, too long, none at all: bounded).
 func TestHoldSampledC(t *testing.T) {
-	bin := holdDriver(t)
+	bin := testenv.HoldDriver(t)
 	name := fmt.Sprintf("gym-otel-hold-%016x", rand.Uint64())
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: "@" + name, Net: "unix"})
 	if err != nil {

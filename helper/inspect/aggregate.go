@@ -148,6 +148,13 @@ type aggregator struct {
 	scraped      map[string]bool       // producers with `up` points (scrape targets)
 	power        map[*series]*integral // DCGM_FI_DEV_POWER_USAGE series' energy (energy.go)
 	rng          *rand.Rand
+
+	rolloutFirstNode string                  // the node of the first gym.rollout span
+	phaseNodes       map[phaseKey]*phaseNode // the Slurm phase spans by node (phases.go)
+	phaseOrder       []*phaseNode
+	phasesDropped    int                // phase spans of nodes past maxPhaseNodes
+	cgGroups         map[cgKey]*cgGroup // the cgroup scrape job's groups (cgroups.go)
+	cgDropped        int                // cgroup points of groups past maxCgroupGroups
 }
 
 func newAggregator() *aggregator {
@@ -155,6 +162,7 @@ func newAggregator() *aggregator {
 		series: map[seriesKey]*series{}, metricNames: map[string]int{}, identity: map[string][]string{},
 		producers: map[string]int{}, spans: map[[2]string]*spanStat{}, verifySpans: map[string]int{},
 		logsBySev: map[string]int{}, rng: rand.New(rand.NewPCG(1, 2)),
+		phaseNodes: map[phaseKey]*phaseNode{}, cgGroups: map[cgKey]*cgGroup{},
 	}
 }
 
@@ -306,6 +314,19 @@ func pointCount(m metric) int {
 }
 
 func (a *aggregator) metric(name string, m metric, node, producer, instance string) {
+	if producer == cgroupJob && strings.HasPrefix(name, "cgroup_") {
+		// The job's cgroups (cgroups.go).
+		if m.Gauge != nil {
+			for _, p := range m.Gauge.DataPoints {
+				a.cgroupPoint(name, node, p)
+			}
+		}
+		if m.Sum != nil {
+			for _, p := range m.Sum.DataPoints {
+				a.cgroupPoint(name, node, p)
+			}
+		}
+	}
 	if m.Gauge != nil {
 		for _, p := range m.Gauge.DataPoints {
 			if v, ok := p.value(); ok {
@@ -412,8 +433,13 @@ func (a *aggregator) traces(l *otlpLine) {
 		node, producer, _ := a.resourceInfo(rs.Resource, n)
 		for _, ss := range rs.ScopeSpans {
 			if ss.Scope.Name == contract.PhaseScope {
-				// The job's Slurm phases: counted as items, not
-				// ranked with the job's own spans.
+				// The job's Slurm phases: counted as items, shown
+				// as the phase timeline (phases.go), not ranked with
+				// the job's own spans.
+				restart := rs.Resource.Attributes.get("slurm_job_restart_count")
+				for i := range ss.Spans {
+					a.phase(&ss.Spans[i], node, restart)
+				}
 				continue
 			}
 			for i := range ss.Spans {
@@ -456,7 +482,7 @@ func (a *aggregator) span(sp *span, node, producer string) {
 	if sp.Name == spanRollout {
 		if st, en := sp.Start.ms(), sp.End.ms(); st > 0 && en >= st {
 			if a.rolloutFirst == 0 || st < a.rolloutFirst {
-				a.rolloutFirst = st
+				a.rolloutFirst, a.rolloutFirstNode = st, node
 			}
 			if en > a.rolloutLast {
 				a.rolloutLast = en

@@ -94,6 +94,9 @@ func (a *aggregator) report() *Report {
 	r.Energy = a.energy(r)
 	r.Hosts = a.hosts(r.Job.Nodes)
 	r.Spans = a.spanReport()
+	r.Phases = a.phases()
+	r.FirstRollout = a.firstRollout(r.Phases)
+	r.Cgroups = a.cgroups()
 	r.Errors = Errors{Spans: a.errorSpans, SpanExamples: a.errorSpanEx, Logs: a.errorLogs,
 		LogExamples: a.errorLogEx, LogsBySeverity: a.logsBySev}
 	if r.Errors.SpanExamples == nil {
@@ -108,7 +111,11 @@ func (a *aggregator) report() *Report {
 // health fills Health from the dirs read, their collector.yaml targets and
 // state.json.
 func (r *Report) health(a *aggregator) error {
-	r.Health = Health{Dirs: []DirHealth{}, FailedTargets: []TargetHealth{}, DroppedSeries: a.droppedSer, SkippedPoints: a.skipped}
+	r.Health = Health{Dirs: []DirHealth{}, FailedTargets: []TargetHealth{}, DroppedSeries: a.droppedSer, SkippedPoints: a.skipped,
+		DroppedPhaseSpans: a.phasesDropped, DroppedCgroupPoints: a.cgDropped}
+	for _, pn := range a.phaseOrder {
+		r.Health.DroppedPhaseSpans += pn.dropped
+	}
 	for _, d := range a.dirs {
 		dh := DirHealth{Source: d.src, NodeName: d.node, Lines: d.lines, BadLines: d.bad, Points: d.points, Spans: d.spans,
 			Logs: d.logs, Targets: []TargetHealth{}}

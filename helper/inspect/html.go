@@ -64,11 +64,47 @@ func (r *Report) WriteHTML(w io.Writer, chartJS []byte) error {
 		return err
 	}
 	return pageTemplate.Execute(w, struct {
-		R       *Report
-		Text    string
-		Data    template.JS
-		ChartJS template.JS
-	}{r, r.textString(), template.JS(data), template.JS(chartJS)})
+		R         *Report
+		Text      string
+		Data      template.JS
+		ChartJS   template.JS
+		PhaseRows []phaseRow
+		Origin    string
+	}{r, r.textString(), template.JS(data), template.JS(chartJS), r.phaseRows(), r.phaseOrigin().Format("2006-01-02 15:04:05.000")})
+}
+
+// phaseRow is one row of the page's table of Slurm phases.
+type phaseRow struct {
+	Node, Phase, Start, End, Duration, Note string
+	Error                                   bool
+}
+
+// phaseRows are the phases as the page's table shows them (times in s
+// since the first phase's start, "?" where not known).
+func (r *Report) phaseRows() []phaseRow {
+	origin := r.phaseOrigin()
+	var rows []phaseRow
+	for _, np := range r.Phases {
+		node := np.Node
+		if np.Link != "" {
+			node += " (link " + np.Link + ")"
+		}
+		for _, p := range np.Phases {
+			row := phaseRow{Node: node, Phase: strings.TrimSpace(phaseLabel(p)), Start: "?", End: "?", Duration: "?",
+				Note: phaseNote(p, origin), Error: p.Error != "" && p.End != nil}
+			if p.Start != nil {
+				row.Start = offset(p.SpanStart, origin)
+			}
+			if p.End != nil {
+				row.End = offset(p.SpanEnd, origin)
+			}
+			if p.DurationSeconds.Known() {
+				row.Duration = f(p.DurationSeconds, 3)
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows
 }
 
 func (r *Report) textString() string {
@@ -89,6 +125,32 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	},
 	"dur":  func(v Value) string { return dur(v) },
 	"join": strings.Join,
+	"s3":   secs3,
+	"nk": func(u CgroupUsage, fam string, v Value, unit string) string {
+		switch unit {
+		case "bytes":
+			return notKeptOr(u, fam, v, bytesH)
+		case "s":
+			return notKeptOr(u, fam, v, func(v Value) string { return fmt.Sprintf("%.2f s", float64(v)) })
+		}
+		return notKeptOr(u, fam, v, func(v Value) string { return f(v, 0) })
+	},
+	"psi": func(u CgroupUsage, fam string, p Pressure) string {
+		if !p.SomeSeconds.Known() {
+			return notKeptOr(u, fam, p.SomeSeconds, nil)
+		}
+		s := fmt.Sprintf("some %.2f s", float64(p.SomeSeconds))
+		if p.SomeShare.Known() {
+			s += " (" + pct(p.SomeShare) + ")"
+		}
+		if p.FullSeconds.Known() {
+			s += fmt.Sprintf(", full %.2f s", float64(p.FullSeconds))
+			if p.FullShare.Known() {
+				s += " (" + pct(p.FullShare) + ")"
+			}
+		}
+		return s
+	},
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
@@ -120,7 +182,8 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 12px; }
 <div class="fig" id="sum-rollouts"><b>{{f .Rollouts 0}}</b><span>rollouts{{if not .Rollouts.Known}} (no gym.rollout spans or histogram){{end}}</span></div>
 <div class="fig" id="sum-pass"><b>{{pct .PassRate}}</b><span>pass rate{{if .Verified.Known}} of {{f .Verified 0}} verified{{else}} (no verify results){{end}}</span></div>
 <div class="fig" id="sum-errors"><b>{{.ErrorSpans}} / {{.ErrorLogs}}</b><span>error spans / error log records</span></div>
-<div class="fig" id="sum-throughput"><b>{{if .Throughput}}{{f $.R.Gym.RolloutsPerMinute 1}}{{else}}-{{end}}</b><span>{{if .Throughput}}rollouts per minute: {{f $.R.Gym.RolloutsCounted 0}} in {{dur $.R.Gym.RolloutsWindowSeconds}}{{else}}rollouts per minute (no rollouts with a time span){{end}}</span></div>
+{{if $.R.Phases}}<div class="fig" id="sum-firstrollout"><b>{{if $.R.FirstRollout.TotalSeconds.Known}}{{dur $.R.FirstRollout.TotalSeconds}}{{else}}-{{end}}</b><span>{{if $.R.FirstRollout.TotalSeconds.Known}}from the {{$.R.FirstRollout.TotalFrom}} to the first rollout{{else}}to the first rollout (not known: see "Submit to first rollout"){{end}}</span></div>
+{{end}}<div class="fig" id="sum-throughput"><b>{{if .Throughput}}{{f $.R.Gym.RolloutsPerMinute 1}}{{else}}-{{end}}</b><span>{{if .Throughput}}rollouts per minute: {{f $.R.Gym.RolloutsCounted 0}} in {{dur $.R.Gym.RolloutsWindowSeconds}}{{else}}rollouts per minute (no rollouts with a time span){{end}}</span></div>
 </div>{{end}}
 {{if .R.Trouble}}<div class="trouble" id="trouble">{{range .R.Trouble}}<p>{{.}}</p>{{end}}</div>{{end}}
 {{range .R.Absent}}<p class="absent">{{.Section}}: {{.Why}} ({{.Detail}})</p>{{end}}
@@ -128,6 +191,21 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 12px; }
 <h2>Charts</h2>
 <p class="absent">x: time since the job's first item; a series of few points is drawn with its points.</p>
 <div class="charts" id="charts"></div>
+{{if .R.Phases}}<h2>Submit to first rollout</h2>
+<table id="firstrollout"><tr><th class="l">part</th><th>seconds</th></tr>
+{{range .R.FirstRollout.Parts}}<tr><td>{{.Name}}</td><td>{{if .Seconds.Known}}{{printf "%.3f" .Seconds}}{{if eq .Precision "1s"}} (whole seconds){{end}}{{else}}-{{end}}</td></tr>
+{{end}}<tr><td><b>submit to first rollout</b></td><td><b>{{if .R.FirstRollout.TotalSeconds.Known}}{{printf "%.3f" .R.FirstRollout.TotalSeconds}}{{if ne .R.FirstRollout.TotalFrom "submit"}} (from the {{.R.FirstRollout.TotalFrom}}){{end}}{{else}}-{{end}}</b></td></tr></table>
+{{range .R.FirstRollout.Why}}<p class="absent">{{.}}</p>{{end}}
+<h2>Slurm phases</h2>
+<p class="absent">Seconds since {{.Origin}} UTC; ? where the node did not know the time (the span was cut at the drain, or started at the supervisor's start).</p>
+<table id="phases"><tr><th class="l">node</th><th class="l">phase</th><th>start</th><th>end</th><th>duration (s)</th><th class="l">note</th></tr>
+{{range .PhaseRows}}<tr><td>{{.Node}}</td><td class="l">{{if .Error}}<b>{{.Phase}}</b>{{else}}{{.Phase}}{{end}}</td><td>{{.Start}}</td><td>{{.End}}</td><td>{{.Duration}}</td><td class="l">{{.Note}}</td></tr>
+{{end}}</table>{{end}}
+{{if .R.Cgroups}}<h2>Cgroups</h2>
+<p class="absent">From the scrape job cgroup: totals since each group was made; "not kept" where the node does not keep the figure (the reason is in the last column).</p>
+<table id="cgroups"><tr><th class="l">node</th><th class="l">group</th><th>CPU</th><th>throttled</th><th>memory peak</th><th>OOM kills</th><th class="l">cpu pressure</th><th class="l">memory pressure</th><th class="l">io pressure</th><th class="l">not kept</th></tr>
+{{range .R.Cgroups}}<tr><td>{{.Node}}</td><td class="l">{{.Group}} {{.Step}}</td><td>{{nk . "cpu_usage" .CPUSeconds "s"}}</td><td>{{nk . "cpu_throttling" .CPUThrottledSeconds "s"}}</td><td>{{nk . "memory_peak" .MemoryPeakBytes "bytes"}}</td><td>{{nk . "oom_kills" .OOMKills ""}}</td><td class="l">{{psi . "cpu_pressure" .CPUPressure}}</td><td class="l">{{psi . "memory_pressure" .MemoryPressure}}</td><td class="l">{{psi . "io_pressure" .IOPressure}}</td><td class="l">{{range $fam, $why := .NotKept}}{{$fam}}: {{$why}}<br>{{end}}</td></tr>
+{{end}}</table>{{end}}
 {{if .R.ModelServers}}<h2>Model servers</h2>
 <table id="servers"><tr><th>server</th><th>requests</th><th>prompt tokens</th><th>generation tokens</th><th>prompt tok/s</th><th>gen tok/s</th><th>over (s)</th><th class="l">e2e latency (s)</th><th class="l">time to first token (s)</th></tr>
 {{range .R.ModelServers}}<tr><td>{{.Node}} {{.Producer}} {{.Model}}</td><td>{{f .Requests 0}}</td><td>{{f .PromptTokens 0}}</td><td>{{f .GenerationTokens 0}}</td><td>{{f .PromptTokensPerSecond 1}}</td><td>{{f .GenerationTokensPerSecond 1}}</td><td>{{f .RateWindowSeconds 1}}</td><td class="l">{{q .E2ELatency 3}}</td><td class="l">{{q .TTFT 3}}</td></tr>
@@ -245,6 +323,63 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 12px; }
       add(id + '-' + i, title + ' (s): ' + srvName(m), 'bar', [{ label: 'requests', data: b.counts }], { labels: labels, counts: true });
     });
   }
+  // The Slurm phases per node: a bar from each phase's start to its end,
+  // in seconds since the first phase's start. A phase whose start or end
+  // the node did not know is drawn as the span was cut (from the
+  // supervisor's start, to the drain) in grey, said so in its legend.
+  (function () {
+    const nodes = R.phases || [];
+    let o = Infinity, last = -Infinity;
+    nodes.forEach(n => n.phases.forEach(p => { o = Math.min(o, Date.parse(p.span_start)); last = Math.max(last, Date.parse(p.span_end)); }));
+    const rows = [], sets = { ok: [], failed: [], unknown: [] };
+    const label = p => p.name === 'slurm.step' ? 'step ' + p.step : p.name.replace(/^slurm\./, '').replace('_', ' ');
+    nodes.forEach(n => n.phases.slice(0, 40).forEach(p => {
+      const s = (Date.parse(p.span_start) - o) / 1000, e = (Date.parse(p.span_end) - o) / 1000;
+      rows.push(n.node + (n.link ? ' (link ' + n.link + ')' : '') + ' ' + label(p));
+      const kind = p.start === null || p.end === null ? 'unknown' : p.error ? 'failed' : 'ok';
+      Object.keys(sets).forEach(k => sets[k].push(k === kind ? [s, Math.max(e, s)] : null));
+    }));
+    if (!rows.length) return;
+    // The first rollout (the first gym.rollout span's start): a mark on
+    // its own row.
+    const fr = R.first_rollout && R.first_rollout.first_rollout;
+    const marks = rows.map(() => null);
+    if (fr) {
+      const at = (Date.parse(fr) - o) / 1000;
+      rows.push('first rollout' + (R.first_rollout.rollout_node ? ' (' + R.first_rollout.rollout_node + ')' : ''));
+      Object.keys(sets).forEach(k => sets[k].push(null));
+      marks.push([at, at]);
+      last = Math.max(last, Date.parse(fr));
+    }
+    const pspan = (last - o) / 1000;
+    const fmt = s => pspan < 2 ? s.toFixed(2) + ' s' : pspan < 120 ? (Math.round(s * 10) / 10) + ' s'
+      : Math.floor(s / 60) + ':' + pad(Math.round(s) % 60);
+    const ds = [
+      { label: 'phase', data: sets.ok, backgroundColor: '#1f77b4' },
+      { label: 'failed (exit code or signal)', data: sets.failed, backgroundColor: '#d62728' },
+      { label: 'start or end not known: the span as the node cut it', data: sets.unknown, backgroundColor: 'rgba(150,150,150,0.45)', borderColor: '#666', borderWidth: 1 },
+      { label: 'first rollout (gym.rollout span start)', data: marks, backgroundColor: '#2ca02c' },
+    ].filter(d => d.data.some(v => v !== null));
+    ds.forEach(d => { d.minBarLength = 3; d.grouped = false; d.barPercentage = 0.8; });
+    const div = document.createElement('div'); div.className = 'chart';
+    div.style.height = (100 + 22 * rows.length) + 'px'; div.style.gridColumn = '1 / -1';
+    const c = document.createElement('canvas'); c.id = 'chart-phases'; div.appendChild(c); box.appendChild(div);
+    const chart = new Chart(c, {
+      type: 'bar',
+      data: { labels: rows, datasets: ds },
+      options: {
+        indexAxis: 'y', animation: false, responsive: true, maintainAspectRatio: false,
+        plugins: { title: { display: true, text: 'Slurm phases per node (time since ' + new Date(o).toISOString().replace('T', ' ').replace('Z', ' UTC') + ')' } },
+        scales: { x: { type: 'linear', min: 0, title: { display: true, text: 'time since the first phase\'s start' }, ticks: { callback: fmt, maxTicksLimit: 10 } },
+          y: { ticks: { autoSkip: false } } }
+      }
+    });
+    facts.push({ id: 'chart-phases', counts: false,
+      series: ds.map((d, i) => ({ points: d.data.filter(v => v !== null).length, radius: 1,
+        drawn: chart.getDatasetMeta(i).data.filter((el, j) => d.data[j] !== null && Number.isFinite(el.x) && Number.isFinite(el.base)).length })),
+      x: chart.scales.x.ticks.map(t => t.label), y: chart.scales.y.ticks.map(t => t.value) });
+    drawn++;
+  })();
   hist('chart-e2e', 'e2e latency', 'e2e_buckets');
   hist('chart-ttft', 'time to first token', 'ttft_buckets');
   document.body.dataset.chartFacts = JSON.stringify(facts);

@@ -2,8 +2,10 @@
 // (<job dir>/otel/{metrics,traces,logs}.jsonl on the first node,
 // otel/nodes/<node>/ on the others, otel/links/<job id>/ for later links of
 // a chain) and answers how the run went, without backend access: identity
-// and time span, rollouts and verify, the model servers, GPUs, CPU and
-// memory per node, spans, errors, and the telemetry's own health.
+// and time span, the job's Slurm phases per node and the time from its
+// submit to its first rollout, rollouts and verify, the model servers,
+// GPUs, CPU and memory per node, the job's cgroups per node, spans,
+// errors, and the telemetry's own health.
 //
 // The files are streamed (stream.go) into bounded per-series state
 // (aggregate.go, model.go): counters as totals and rates with resets,
@@ -12,7 +14,8 @@
 // does (quantile.go). build.go reads a job dir into a Report (the schema
 // of `inspect --json`, schema.go), one file per section turning that state
 // into figures (gym.go, servers.go, hardware.go, spans.go, energy.go,
-// absent.go; figures.go the quantiles); text.go and html.go render it.
+// phases.go, cgroups.go, absent.go; figures.go the quantiles); text.go,
+// phasetext.go and html.go render it.
 package inspect
 
 // identityKeys are the resource attributes the report lists as the run's

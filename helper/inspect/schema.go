@@ -70,8 +70,16 @@ type Report struct {
 	Energy Energy `json:"energy"`
 	Hosts  []Host `json:"hosts"`
 	Spans  Spans  `json:"spans"`
-	Errors Errors `json:"errors"`
-	Health Health `json:"health"`
+	// Phases are the job's Slurm phases per node, from the phase spans
+	// the supervisor sends (phases.go); FirstRollout is where the time
+	// went between the job's submit and its first rollout.
+	Phases       []NodePhases `json:"phases"`
+	FirstRollout FirstRollout `json:"first_rollout"`
+	// Cgroups are the job's cgroups' usage and pressure per node and
+	// group, from the cgroup scrape job (cgroups.go).
+	Cgroups []CgroupUsage `json:"cgroups"`
+	Errors  Errors        `json:"errors"`
+	Health  Health        `json:"health"`
 	// Absent are the sections without data, each with why.
 	Absent []Absence `json:"absent"`
 	// Summary is how the run went, in a few figures.
@@ -343,6 +351,11 @@ type Health struct {
 	// SkippedPoints histogram points whose bounds changed.
 	DroppedSeries int `json:"dropped_series"`
 	SkippedPoints int `json:"skipped_points"`
+	// DroppedPhaseSpans counts the Slurm phase spans past the bounds (256
+	// a node, 1024 nodes); DroppedCgroupPoints the cgroup points of
+	// groups past the bound of 4096.
+	DroppedPhaseSpans   int `json:"dropped_phase_spans,omitempty"`
+	DroppedCgroupPoints int `json:"dropped_cgroup_points,omitempty"`
 }
 
 // DirHealth is one node dir: its files and its collector's state.json.

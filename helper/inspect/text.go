@@ -13,18 +13,22 @@ const Width = 100
 
 // WriteText prints the report for a person, in sections, every line at
 // most Width columns: first what went wrong on the way to the backend
-// (receipts), then the job, Gym, the model servers, GPUs, hosts, spans,
-// errors and the telemetry's health. Sections without data are left out.
+// (receipts), then the job, its Slurm phases per node and the time from
+// submit to the first rollout, Gym, the model servers, GPUs, hosts, the
+// job's cgroups, spans, errors and the telemetry's health. Sections
+// without data are left out.
 func (r *Report) WriteText(w io.Writer) error {
 	t := &textOut{w: w}
 	t.receiptLines(r)
 	t.jobLines(r.Job)
+	t.phaseLines(r)
 	t.gymLines(r)
 	t.modelServerLines(r)
 	t.routerLines(r.Routers)
 	t.gpuLines(r)
 	t.energyLines(r)
 	t.hostLines(r)
+	t.cgroupLines(r)
 	t.spanLines(r)
 	t.errorLines(r.Errors)
 	t.healthLines(r.Health)

@@ -121,6 +121,24 @@ type Receipt struct {
 	// output dir full at the drain, or refusing writes for another reason
 	// (a quota). Set whenever a signal's WriteFailed is not 0.
 	WriteTrouble string `json:"write_trouble,omitempty"`
+	// Appended lists the lines the supervisor appended to the jsonl files
+	// after the collector had exited (the drain's and the epilog's phase
+	// spans): they are in the files, but no collector sent them to the
+	// backend; `gym-otel-spank replay --appended DIR` sends just these.
+	Appended []Appended `json:"appended,omitempty"`
+}
+
+// Appended is one line the supervisor appended to a jsonl file after the
+// collector had exited.
+type Appended struct {
+	// File is the jsonl file's name in the node dir ("traces.jsonl").
+	File string `json:"file"`
+	// Offset is the line's first byte in the file; Length its bytes, the
+	// newline included.
+	Offset int64 `json:"offset"`
+	Length int64 `json:"length"`
+	// Spans counts the line's spans.
+	Spans int `json:"spans"`
 }
 
 // Complete reports whether the figures are exact (BasisFinal).
@@ -150,6 +168,11 @@ func (r *Receipt) Validate() error {
 	}
 	if r.Basis != BasisFinal && len(r.Unknown) == 0 {
 		return fmt.Errorf("basis %q without a word on what is unknown", r.Basis)
+	}
+	for i, a := range r.Appended {
+		if !isSignal(strings.TrimSuffix(a.File, ".jsonl")) || !strings.HasSuffix(a.File, ".jsonl") || a.Offset < 0 || a.Length <= 0 || a.Spans < 0 {
+			return fmt.Errorf("appended[%d]: file %q offset %d length %d: not a line of a jsonl file", i, a.File, a.Offset, a.Length)
+		}
 	}
 	for sig, c := range r.Signals {
 		if !isSignal(sig) {
@@ -292,6 +315,9 @@ func (r *Receipt) Summary() []string {
 		case lost:
 			lines = append(lines, "  the files hold what the backend missed: `gym-otel-spank replay DIR` sends them again")
 		}
+	}
+	for _, a := range r.Appended {
+		lines = append(lines, fmt.Sprintf("  appended after the collector's exit: %d phase spans (the drain's, the epilog's, any the collector did not take) in %s, not sent to the backend: `gym-otel-spank replay --appended DIR` sends them", a.Spans, a.File))
 	}
 	for _, u := range r.Unknown {
 		lines = append(lines, "  UNKNOWN: "+u)

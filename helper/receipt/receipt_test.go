@@ -110,3 +110,24 @@ func TestSummarySaysWhyNotWritten(t *testing.T) {
 		t.Errorf("summary:\n%s\nwant %q and no replay hint", s, want)
 	}
 }
+
+// The lines appended after the collector's exit survive a write and a
+// read; a listed line that names no jsonl file of the dir is refused.
+func TestAppendedValidate(t *testing.T) {
+	dir := t.TempDir()
+	r := &Receipt{JobID: "1", Node: "n", Basis: BasisFinal, Signals: map[string]Counts{},
+		Appended: []Appended{{File: "traces.jsonl", Offset: 10, Length: 20, Spans: 2}}}
+	if err := r.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Read(dir)
+	if err != nil || len(back.Appended) != 1 || back.Appended[0] != r.Appended[0] {
+		t.Fatalf("read back %+v %v", back, err)
+	}
+	for _, a := range []Appended{{File: "../x.jsonl", Length: 1}, {File: "traces.jsonl", Offset: -1, Length: 1}, {File: "traces.jsonl"}, {File: "traces", Length: 1}} {
+		r.Appended = []Appended{a}
+		if err := r.Write(dir); err == nil {
+			t.Errorf("%+v taken", a)
+		}
+	}
+}

@@ -616,11 +616,31 @@ const CgroupScrapeJob = "cgroup"
 // is an Int literal. What tells two runs of one job id apart:
 // slurm_job_restart_count everywhere, slurm_job_sluid on Slurm 25.11+.
 func identityStatements(in Input) []string {
-	j := in.Job
 	st := []string{
 		`set(attributes["service.name.override"], attributes["service.name"]) where attributes["service.name.override"] == nil and attributes["service.name"] != nil`,
 		fmt.Sprintf(`set(attributes["service.name"], %s)`, ottlString(in.Resolved.Otel.ServiceName)),
 	}
+	for _, a := range runIdentity(in.Job) {
+		v := ottlString(a.Value)
+		if a.Int {
+			v = a.Value
+		}
+		st = append(st, fmt.Sprintf(`set(attributes[%q], %s)`, a.Key, v))
+	}
+	return append(st, lensStatements(in.Job)...)
+}
+
+// Attr is one resource attribute of the run's identity: a string, or an
+// Int (Value in decimal) when Int is set.
+type Attr struct {
+	Key, Value string
+	Int        bool
+}
+
+// runIdentity is the seed's identity of job j, in the order
+// transform/identity sets it; empty values are left out.
+func runIdentity(j Job) []Attr {
+	var out []Attr
 	for _, a := range []struct{ key, val string }{
 		{"user", j.User},
 		{"run_id", j.RunID},
@@ -632,15 +652,34 @@ func identityStatements(in Input) []string {
 		{"host.name", j.Node},
 	} {
 		if a.val != "" {
-			st = append(st, fmt.Sprintf(`set(attributes[%q], %s)`, a.key, ottlString(a.val)))
+			out = append(out, Attr{Key: a.key, Value: a.val})
 		}
 		if a.key == "slurm_job_id" {
 			if n, err := strconv.ParseUint(j.RestartCount, 10, 16); err == nil {
-				st = append(st, fmt.Sprintf(`set(attributes["slurm_job_restart_count"], %d)`, n))
+				out = append(out, Attr{Key: "slurm_job_restart_count", Value: strconv.FormatUint(n, 10), Int: true})
 			}
 		}
 	}
-	return append(st, lensStatements(j)...)
+	return out
+}
+
+// Identity is the resource a producer's resource becomes in the node's
+// collector (transform/identity) when it carries only service.name
+// (service): service.name.override=service, service.name=the settings'
+// otel.service_name, the run's identity and Lens' keys. It is for spans
+// the supervisor writes itself after the collector has exited (the drain
+// and the epilog), so that they carry what the collector would have
+// stamped on them.
+func Identity(in Input, service string) []Attr {
+	out := []Attr{{Key: "service.name", Value: in.Resolved.Otel.ServiceName}}
+	if service != "" {
+		out = append(out, Attr{Key: "service.name.override", Value: service})
+	}
+	out = append(out, runIdentity(in.Job)...)
+	for _, a := range lensIdentity(in.Job) {
+		out = append(out, Attr{Key: a.key, Value: a.val, Int: a.isInt})
+	}
+	return out
 }
 
 // ottlString quotes s as an OTTL string literal, with $ escaped for the

@@ -10,8 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 )
 
 // Signals are the jsonl files of a node dir, by signal.
@@ -32,6 +34,92 @@ type File struct {
 	Exported int64
 	// MaxLine is the longest line in bytes.
 	MaxLine int
+	// Source is the job's file the lines were copied from when Path is a
+	// copy (ScanAppended), "" when Path is the job's file itself.
+	Source string
+}
+
+// source is the job's file the lines come from.
+func (f File) source() string {
+	if f.Source != "" {
+		return f.Source
+	}
+	return f.Path
+}
+
+// MaxAppended bounds one appended line ScanAppended copies, bytes.
+const MaxAppended = 1 << 20
+
+// ScanAppended copies, into tmp, the lines each node dir's receipt lists as
+// appended after the collector's exit (receipt.Appended), one file per
+// line, and counts them. A dir without a receipt adds nothing (said on
+// out). Errors: a receipt that does not read, a listed line that is not
+// in its file (beyond its end, not ending in a newline, more than one
+// line, longer than MaxAppended), the file a symbolic link.
+func ScanAppended(dirs []string, tmp string, out io.Writer) ([]File, error) {
+	var files []File
+	for _, d := range dirs {
+		r, err := receipt.Read(d)
+		if errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(out, "replay: note: %s has no receipt: nothing appended there is known\n", d)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range r.Appended {
+			src, err := filepath.Abs(filepath.Join(d, a.File))
+			if err != nil {
+				return nil, err
+			}
+			line, err := readLine(src, a.Offset, a.Length)
+			if err != nil {
+				return nil, fmt.Errorf("%s: the line the receipt lists at offset %d: %w", src, a.Offset, err)
+			}
+			sig := strings.TrimSuffix(a.File, ".jsonl")
+			p := filepath.Join(tmp, fmt.Sprintf("appended-%d.%s", len(files), a.File))
+			if err := os.WriteFile(p, line, 0o600); err != nil {
+				return nil, err
+			}
+			f, err := countFile(p, sig)
+			if err != nil {
+				return nil, err
+			}
+			f.Source = src
+			files = append(files, f)
+		}
+	}
+	return files, nil
+}
+
+// readLine reads the one line of length bytes at offset in path (not
+// through a symbolic link).
+func readLine(path string, offset, length int64) ([]byte, error) {
+	if length <= 0 || length > MaxAppended || offset < 0 {
+		return nil, fmt.Errorf("length %d: not a line of at most %d bytes", length, MaxAppended)
+	}
+	fh, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	if fi, err := fh.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%v)", err)
+	}
+	b := make([]byte, length)
+	if _, err := fh.ReadAt(b, offset); err != nil {
+		return nil, fmt.Errorf("beyond the file's end: %w", err)
+	}
+	if b[len(b)-1] != '\n' || bytes.IndexByte(b, '\n') != len(b)-1 || (offset > 0 && !newlineBefore(fh, offset)) {
+		return nil, errors.New("not one whole line")
+	}
+	return b, nil
+}
+
+func newlineBefore(fh *os.File, offset int64) bool {
+	b := make([]byte, 1)
+	_, err := fh.ReadAt(b, offset-1)
+	return err == nil && b[0] == '\n'
 }
 
 // Dirs returns the node dirs of a job: dir's otel/ (or dir itself when it

@@ -73,6 +73,12 @@ type Options struct {
 	Timeout, Progress time.Duration
 	// Out receives the progress lines (nil: none).
 	Out io.Writer
+	// Appended, when set, sends only the lines each node's supervisor
+	// appended to its files after the collector had exited (the drain's
+	// and the epilog's phase spans, listed in the node dir's receipt.json:
+	// receipt.Appended), which no collector sent to the backend; a node
+	// dir without a receipt or without such lines adds nothing.
+	Appended bool
 }
 
 // Totals are one signal's figures of a replay.
@@ -209,16 +215,29 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	all, err := Scan(dirs)
+	tmp, err := os.MkdirTemp("", "gym-otel-replay.")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	var all []File
+	if opt.Appended {
+		all, err = ScanAppended(dirs, tmp, opt.Out)
+		if err == nil && len(all) == 0 {
+			err = fmt.Errorf("--appended: no node dir of %s lists lines appended after its collector's exit (receipt.json)", dirs[0])
+		}
+	} else {
+		all, err = Scan(dirs)
+	}
 	if err != nil {
 		return nil, err
 	}
 	var files []File
 	for _, f := range all {
-		if Inside(root, f.Path) {
+		if Inside(root, f.source()) {
 			files = append(files, f)
 		} else {
-			fmt.Fprintf(opt.Out, "replay: warning: %s leads outside %s: not replayed\n", f.Path, dirs[0])
+			fmt.Fprintf(opt.Out, "replay: warning: %s leads outside %s: not replayed\n", f.source(), dirs[0])
 		}
 	}
 	cfgFile := filepath.Join(dirs[0], jobdir.ConfigFile)
@@ -280,11 +299,6 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp("", "gym-otel-replay.")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
 	cfgPath, logPath := filepath.Join(tmp, "collector.yaml"), filepath.Join(tmp, "collector.log")
 	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package replay
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 )
 
 const traceLine = `{"resourceSpans":[{"resource":{},"scopeSpans":[{"spans":[{"name":"a"},{"name":"b"}]},{"spans":[{"name":"c"}]}]}]}`
@@ -302,5 +305,62 @@ func TestRunRelativeDir(t *testing.T) {
 		LookupEnv: func(string) (string, bool) { return "tok", true }})
 	if err == nil || !strings.Contains(err.Error(), "--binary") || strings.Contains(out.String(), "outside") {
 		t.Errorf("err %v, output %q", err, out.String())
+	}
+}
+
+// ScanAppended takes only the lines each node's receipt lists as appended
+// after its collector's exit, copied whole; a dir without a receipt adds
+// nothing; a listed range that is not one whole line of its file, or a
+// file behind a symbolic link, is an error.
+func TestScanAppended(t *testing.T) {
+	dir := t.TempDir()
+	otel := filepath.Join(dir, "otel")
+	drain := `{"resourceSpans":[{"resource":{},"scopeSpans":[{"spans":[{"name":"slurm.drain"},{"name":"slurm.epilog"}]}]}]}` + "\n"
+	body := traceLine + "\n" + traceLine + "\n" + drain
+	write(t, filepath.Join(otel, "traces.jsonl"), body)
+	write(t, filepath.Join(otel, "nodes", "n2", "traces.jsonl"), traceLine+"\n")
+	rec := func(dir string, off, n int64) {
+		r := &receipt.Receipt{JobID: "1", Node: "n1", Basis: receipt.BasisFinal, Signals: map[string]receipt.Counts{},
+			Appended: []receipt.Appended{{File: "traces.jsonl", Offset: off, Length: n, Spans: 2}}}
+		if err := r.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	off := int64(len(body) - len(drain))
+	rec(otel, off, int64(len(drain)))
+	dirs, _, err := Dirs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	files, err := ScanAppended(dirs, t.TempDir(), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 1 || files[0].Items != 2 || files[0].Lines != 1 || files[0].Signal != "traces" ||
+		files[0].Source != filepath.Join(otel, "traces.jsonl") {
+		t.Fatalf("files %+v", files)
+	}
+	if b, _ := os.ReadFile(files[0].Path); string(b) != drain {
+		t.Errorf("copied %q", b)
+	}
+	if !strings.Contains(out.String(), "n2 has no receipt") {
+		t.Errorf("out %q", out.String())
+	}
+	for _, c := range []struct{ off, n int64 }{{off + 1, int64(len(drain)) - 1}, {off, int64(len(drain)) - 1}, {0, int64(len(body))}, {off, 1 << 30}, {off, int64(len(drain)) + 1}} {
+		rec(otel, c.off, c.n)
+		if _, err := ScanAppended(dirs, t.TempDir(), io.Discard); err == nil {
+			t.Errorf("offset %d length %d: taken", c.off, c.n)
+		}
+	}
+	rec(otel, off, int64(len(drain)))
+	real := filepath.Join(dir, "elsewhere.jsonl")
+	write(t, real, body)
+	os.Remove(filepath.Join(otel, "traces.jsonl"))
+	if err := os.Symlink(real, filepath.Join(otel, "traces.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ScanAppended(dirs, t.TempDir(), io.Discard); err == nil {
+		t.Error("a file behind a symbolic link taken")
 	}
 }

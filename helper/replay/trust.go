@@ -57,7 +57,7 @@ func checkOwner(paths []string, uid int) error {
 func filePaths(files []File) []string {
 	out := make([]string, len(files))
 	for i, f := range files {
-		out[i] = f.Path
+		out[i] = f.source()
 	}
 	return out
 }

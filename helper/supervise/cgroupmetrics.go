@@ -218,25 +218,40 @@ func quoteLabel(s string) string {
 	return `"` + r.Replace(s) + `"`
 }
 
+// CgroupMaxConns caps the connections the cgroup page serves at once (its
+// one client is the job's collector, one scrape per interval).
+const CgroupMaxConns = 4
+
 // cgroupServer serves a cgroupReader on a 127.0.0.1 port.
+//
+// Only the job's user is served (its collector scrapes the page): a
+// connection whose peer socket belongs to another uid (/proc/net/tcp) is
+// closed at accept, as on the final-figures port (guardedListener). The
+// numbers are no secret (cgroupfs files are world-readable, and Slurm's
+// job directories are open to all on a node), but the page is the job's
+// and every read of it costs the supervisor a walk of the job's groups;
+// another user gets neither.
 type cgroupServer struct {
-	ln  net.Listener
+	ln  *guardedListener
 	srv *http.Server
 }
 
 // newCgroupServer listens on a free 127.0.0.1 port and serves r at
-// /metrics.
+// /metrics to the supervisor's own user, at most CgroupMaxConns
+// connections at once.
 func newCgroupServer(r *cgroupReader) (*cgroupServer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
+	ln := newGuardedListener(l, CgroupMaxConns)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		_ = writeCgroupText(w, r.read())
 	})
-	s := &cgroupServer{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	s := &cgroupServer{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second}}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
 }

@@ -1,9 +1,11 @@
 package supervise
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -110,4 +112,43 @@ func BenchmarkCgroupScrape(b *testing.B) {
 	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
 	b.ReportMetric(float64(wall.Microseconds())/float64(b.N), "wall-µs/scrape")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/scrape")
+}
+
+// The attack: another local user holds connections to the job's cgroup
+// page. Each is closed at accept (its peer is not the supervisor's uid),
+// and the page is served to the supervisor's own user meanwhile.
+func TestCgroupServerAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the attacker runs as another user")
+	}
+	srv, err := newCgroupServer(hostReader(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.close()
+	const n = 40
+	dir := openDir(t)
+	cmd := exec.Command(CopyTestBinary(t, dir), "-test.run=^TestFinalSinkAttackerChild$")
+	cmd.Env = []string{"GOS_FINAL_PORT=" + strconv.Itoa(srv.port()), "GOS_FINAL_CONNS=" + strconv.Itoa(n)}
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the attacker: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), fmt.Sprintf("CLOSED=%d", n)) {
+		t.Errorf("attacker: %s, want all %d connections closed by the server", out, n)
+	}
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(srv.port()) + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), CgroupNotKept) {
+		t.Errorf("the page to the supervisor's own user: %q", b)
+	}
+	if f := srv.ln.Foreign(); f != n {
+		t.Errorf("%d connections closed for their uid, want %d", f, n)
+	}
 }

@@ -45,9 +45,12 @@ import (
 // all until every node has answered. Only root (slurmstepd) may send the
 // line, and only the first request counts: anyone else's is not answered. Every step also
 // sends its start and end here as "step ..." lines (phases.go), answered
-// "ok" once the collector is ready. The supervisor answers
+// "ok" once the collector is ready, and the job epilog (Go, root) its
+// start, "epilog start <unix ms>" (afterdrain.go). The supervisor answers
 // only root and its own user (SO_PEERCRED), at most HoldConns connections
-// at a time, each closed within HoldConnTimeout.
+// at a time, each closed within HoldConnTimeout. A "step" line counts only
+// from root (slurmstepd, where spank/phase.c sends it): a process of the
+// job's user cannot forge its job's Slurm phases; its line gets no answer.
 const (
 	// HoldConns bounds the connections served at once; more are closed
 	// unanswered.
@@ -96,6 +99,9 @@ type holdServer struct {
 	// a job on several nodes (peers.go): -1 until every node answered.
 	peerTargets atomic.Int64
 	peersAt     atomic.Int64
+	// stepUID is the only peer uid whose "step" and "final" lines count: root
+	// (slurmstepd); tests set their own.
+	stepUID uint32
 }
 
 // newHoldServer listens on a fresh abstract name (a few tries: another
@@ -170,7 +176,7 @@ func (s *holdServer) answer(c *net.UnixConn) {
 		return
 	}
 	if req, nodes, ok := finalRequest(line); ok && req {
-		if uid != 0 {
+		if uid != s.stepUID {
 			return // slurmstepd's line only
 		}
 		if nodes > 1 {
@@ -184,7 +190,7 @@ func (s *holdServer) answer(c *net.UnixConn) {
 		return
 	}
 	if strings.TrimSpace(line) != contract.HoldQuestion {
-		if p := s.phases.Load(); p != nil {
+		if p := s.phases.Load(); p != nil && uid == s.stepUID {
 			_, _ = c.Write([]byte(p.handle(line)))
 		}
 		return

@@ -35,8 +35,10 @@ import (
 //	step start <step id> <unix ms>
 //	step end <step id> <start ms> <end ms> <tasks end ms|0> <final wait end ms|0> <exit code|-1> <signal|0> <tasks>
 //
-// and reads "ok". The supervisor trusts the lines as far as its own job's
-// telemetry goes: only root and the job's user may connect.
+// and reads "ok". Only root's lines count (slurmstepd's; holdsock.go):
+// another user is not answered at all, and a step line of the job's own
+// user gets no answer and makes no span, so no process of the job can add
+// a step that never ran.
 //
 // One trace per job run: its trace id is a hash of the run's identity
 // (cluster, job id, restart count, SLUID), the same on every node, so
@@ -47,7 +49,9 @@ import (
 // slurm.batch_script (to its task's exit) and slurm.final_wait (to the end
 // of the plugin's final-scrape hold). Spans the node cannot finish (a step
 // whose end never came: a cancelled job, a lost node) are ended at the
-// drain and carry slurm.end_known=false with a status saying so.
+// drain and carry slurm.end_known=false with a status saying so. The
+// drain and the epilog end after the collector has stopped: the
+// supervisor appends them to traces.jsonl itself (afterdrain.go).
 //
 // Bounds: at most MaxStepSpans step spans per node; later steps are
 // counted into one slurm.steps.aggregated span (count, failures, worst
@@ -136,6 +140,8 @@ type phases struct {
 	busy     bool      // an export is under way: exported is about to change
 	failures int       // exports that failed
 	lastErr  string
+	// epilogStart is the epilog's start as it told it (zero: not told).
+	epilogStart time.Time
 }
 
 // newPhases starts the node's record; start is the prolog's start (zero:
@@ -207,6 +213,9 @@ func (p *phases) ready(at time.Time) {
 // answer, or "" when line is not a phase line.
 func (p *phases) handle(line string) string {
 	f := strings.Fields(line)
+	if len(f) == 3 && f[0]+" "+f[1]+" " == epilogLine {
+		return p.epilogStarted(f[2])
+	}
 	if len(f) < 4 || f[0] != "step" {
 		return ""
 	}

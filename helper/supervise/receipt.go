@@ -60,7 +60,7 @@ func (s *supervisor) writeReceipt() {
 	r := &receipt.Receipt{
 		JobID: s.opt.Facts.JobID, Node: s.opt.Facts.Node, RestartCount: s.opt.Facts.RestartCount,
 		Basis: receipt.BasisFinal, Collectors: s.runs, Unknown: s.unknown, Signals: map[string]receipt.Counts{},
-		WriteTrouble: s.trouble,
+		WriteTrouble: s.trouble, Appended: s.appended,
 	}
 	switch {
 	case s.figures == nil && len(s.unknown) > 0:

@@ -75,25 +75,6 @@ func TestSampleFollower(t *testing.T) {
 	}
 }
 
-// holdDriver compiles spank/holdsock.c (the batch step's side of the hold
-// socket) with a driver: hold <sock> <pid> <uid> <since_ms>.
-func holdDriver(t *testing.T) string {
-	t.Helper()
-	return testenv.BuildCDriver(t, t.TempDir(), "hold", "holdsock.c", `#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include "holdsock.h"
-int main(int argc, char **argv) {
-	(void)argc;
-	if (!strcmp(argv[4], "final"))
-		printf("%d\n", gos_hold_final(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3]), 1));
-	else
-		printf("%d\n", gos_hold_sampled(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3]), atoll(argv[4])));
-	return 0;
-}
-`)
-}
-
 // TestHoldServer: the supervisor's hold socket, asked by the batch step's
 // C code (spank/holdsock.c): it answers the number of targets and the time of
 // the follower, targets=0 when the node has none; it answers only root and
@@ -102,7 +83,7 @@ int main(int argc, char **argv) {
 // are open, more get no answer, and an idle connection is closed within
 // HoldConnTimeout.
 func TestHoldServer(t *testing.T) {
-	bin := holdDriver(t)
+	bin := testenv.HoldDriver(t)
 	dir := t.TempDir()
 	metrics := filepath.Join(dir, "metrics.jsonl")
 	os.WriteFile(metrics, []byte(upLine("node", "n1:9100", 1700000000123456789)), 0o600)

@@ -22,6 +22,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/selfmetrics"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
@@ -152,6 +153,8 @@ type supervisor struct {
 	collGone         bool        // no collector after the final scrape (its next run did not start)
 	peer             *peerServer // a non-batch node's listener for the batch node's request (peers.go)
 	peersAsked       bool
+	drainCause       string             // what began the drain (the slurm.drain span's slurm.drain.cause)
+	appended         []receipt.Appended // lines written after the collector's exit (afterdrain.go)
 }
 
 // Run starts the job's collector, reports, supervises it until a drain
@@ -474,8 +477,10 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 		select {
 		case sig := <-sigs:
 			s.log.Infof("%v: draining", sig)
+			s.drainCause = "signal " + sig.String()
 			return s.drain()
 		case <-ctx.Done():
+			s.drainCause = "stopped"
 			return s.drain()
 		case <-s.finalRequests():
 			if n := s.hold.nodes.Load(); n > 1 && s.opt.Facts.NodeIndex == 0 && !s.peersAsked {
@@ -497,6 +502,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			}
 			if _, err := os.Stat(s.opt.RecordPath); errors.Is(err, os.ErrNotExist) {
 				s.log.Infof("job record %s is gone: the job has ended; draining", s.opt.RecordPath)
+				s.drainCause = "record gone"
 				return s.drain()
 			}
 		case <-slurmTick.C:
@@ -515,6 +521,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			}
 			if err == nil && !running {
 				s.log.Infof("Slurm no longer runs job %s; draining", s.opt.Facts.JobID)
+				s.drainCause = "job ended (Slurm)"
 				return s.drain()
 			}
 		}
@@ -672,6 +679,7 @@ func completeLength(path string) (size, keep int64, err error) {
 // the backend counters, stops the collector within shutdown_timeout_seconds
 // and reports what the backend refused.
 func (s *supervisor) drain() error {
+	drainStart := time.Now()
 	s.writeState(jobdir.StatusDraining, "")
 	s.endPhases()
 	s.pollSelf()
@@ -691,6 +699,7 @@ func (s *supervisor) drain() error {
 		clean = s.coll.stop(s.pol.CollectorStop)
 		s.log.Infof("collector stopped in %d ms (clean: %v)", time.Since(start).Milliseconds(), clean)
 	}
+	collectorExit := time.Now()
 	final := s.final.since(start)
 	switch {
 	case s.collGone:
@@ -724,6 +733,11 @@ func (s *supervisor) drain() error {
 		s.cutPartialLines()
 	}
 	s.problems = problems(s.figures, s.signals(), s.trouble)
+	if !clean {
+		s.cutPartialLines() // before the drain's line: a killed collector's half line
+	}
+	s.appendAfterCollector(drainEnd{start: drainStart, exit: collectorExit, cause: s.drainCause, exitKnown: wasRunning,
+		killed: s.coll.killed, clean: clean})
 	s.writeReceipt()
 	if p := s.problems; p != "" {
 		appendLog(s.logPath, "gym-otel: "+p)

@@ -45,6 +45,11 @@ const (
 	// sets to its start (unix ms) before it loads the Go core, which hands
 	// it on to the supervisor: the start of the prolog's phase span.
 	EnvPrologStart = "GYM_OTEL_PROLOG_START_MS"
+	// EnvEpilogStart is the variable the job epilog (C, spank/prolog.c)
+	// sets to its start (unix ms) before it loads the Go core, which tells
+	// it to the supervisor on its hold socket before stopping it: the
+	// start of the epilog's phase span.
+	EnvEpilogStart = "GYM_OTEL_EPILOG_START_MS"
 )
 
 // PhaseScope is the instrumentation scope of the job's Slurm phase spans
@@ -114,6 +119,7 @@ func defines() []define {
 		{"GOS_HOLD_SAMPLED_MS", "HoldSampledMs", HoldSampledMs},
 		{"GOS_HOLD_FINAL", "HoldFinal", HoldFinal},
 		{"GOS_ENV_PROLOG_START", "EnvPrologStart", EnvPrologStart},
+		{"GOS_ENV_EPILOG_START", "EnvEpilogStart", EnvEpilogStart},
 	}
 }
 

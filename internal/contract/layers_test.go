@@ -43,10 +43,12 @@ var layers = map[string]int{
 	"helper/taskenv": 3,
 	"helper/inspect": 3,
 	// 4: what runs a collector with a rendered configuration: the
-	// supervisor, replay; 5: the plugin's hooks, the test harness that
-	// runs the supervisor; 6: the programs.
+	// supervisor, replay; the Slurm test kit (it reads inspect's report);
+	// 5: the plugin's hooks, the test harness that runs the supervisor;
+	// 6: the programs.
 	"helper/supervise":   4,
 	"helper/replay":      4,
+	"internal/slurmkit":  4,
 	"helper/callbacks":   5,
 	"internal/harness":   5,
 	"cmd/gym-otel-spank": 6,

@@ -261,31 +261,41 @@ type Log struct {
 	Attributes Attrs  `json:"attributes"`
 }
 
+// resource is a resource's attributes, as the files write them.
+type resource struct {
+	Attributes Attrs `json:"attributes"`
+}
+
+// The scopes of the three signals, each with the list of its items.
+type (
+	scopeMetrics struct {
+		Metrics []Metric `json:"metrics"`
+	}
+	scopeSpans struct {
+		Spans []Span `json:"spans"`
+	}
+	scopeLogs struct {
+		LogRecords []Log `json:"logRecords"`
+	}
+)
+
+func (s scopeMetrics) list() []Metric { return s.Metrics }
+func (s scopeSpans) list() []Span     { return s.Spans }
+func (s scopeLogs) list() []Log       { return s.LogRecords }
+
 // line is one line of any of the three files.
 type line struct {
 	ResourceMetrics []struct {
-		Resource struct {
-			Attributes Attrs `json:"attributes"`
-		} `json:"resource"`
-		ScopeMetrics []struct {
-			Metrics []Metric `json:"metrics"`
-		} `json:"scopeMetrics"`
+		Resource     resource       `json:"resource"`
+		ScopeMetrics []scopeMetrics `json:"scopeMetrics"`
 	} `json:"resourceMetrics"`
 	ResourceSpans []struct {
-		Resource struct {
-			Attributes Attrs `json:"attributes"`
-		} `json:"resource"`
-		ScopeSpans []struct {
-			Spans []Span `json:"spans"`
-		} `json:"scopeSpans"`
+		Resource   resource     `json:"resource"`
+		ScopeSpans []scopeSpans `json:"scopeSpans"`
 	} `json:"resourceSpans"`
 	ResourceLogs []struct {
-		Resource struct {
-			Attributes Attrs `json:"attributes"`
-		} `json:"resource"`
-		ScopeLogs []struct {
-			LogRecords []Log `json:"logRecords"`
-		} `json:"scopeLogs"`
+		Resource  resource    `json:"resource"`
+		ScopeLogs []scopeLogs `json:"scopeLogs"`
 	} `json:"resourceLogs"`
 }
 
@@ -299,38 +309,36 @@ type Data struct {
 	Logs      []Log
 }
 
+// The items of the three signals, each given its resource's attributes.
+func (m Metric) of(r Attrs) Metric { m.Resource = r; return m }
+func (s Span) of(r Attrs) Span     { s.Resource = r; return s }
+func (g Log) of(r Attrs) Log       { g.Resource = r; return g }
+
+// flatten appends every item of every scope, given the attributes r of
+// their resource, to out.
+func flatten[S interface{ list() []I }, I interface{ of(Attrs) I }](out []I, r Attrs, scopes []S) []I {
+	for _, s := range scopes {
+		for _, it := range s.list() {
+			out = append(out, it.of(r))
+		}
+	}
+	return out
+}
+
 // add appends one parsed line.
 func (d *Data) add(l *line) {
 	d.Lines++
-	for _, rm := range l.ResourceMetrics {
-		r := rm.Resource.Attributes
-		d.Resources = append(d.Resources, r)
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				m.Resource = r
-				d.Metrics = append(d.Metrics, m)
-			}
-		}
+	for _, x := range l.ResourceMetrics {
+		d.Resources = append(d.Resources, x.Resource.Attributes)
+		d.Metrics = flatten(d.Metrics, x.Resource.Attributes, x.ScopeMetrics)
 	}
-	for _, rs := range l.ResourceSpans {
-		r := rs.Resource.Attributes
-		d.Resources = append(d.Resources, r)
-		for _, ss := range rs.ScopeSpans {
-			for _, s := range ss.Spans {
-				s.Resource = r
-				d.Spans = append(d.Spans, s)
-			}
-		}
+	for _, x := range l.ResourceSpans {
+		d.Resources = append(d.Resources, x.Resource.Attributes)
+		d.Spans = flatten(d.Spans, x.Resource.Attributes, x.ScopeSpans)
 	}
-	for _, rl := range l.ResourceLogs {
-		r := rl.Resource.Attributes
-		d.Resources = append(d.Resources, r)
-		for _, sl := range rl.ScopeLogs {
-			for _, g := range sl.LogRecords {
-				g.Resource = r
-				d.Logs = append(d.Logs, g)
-			}
-		}
+	for _, x := range l.ResourceLogs {
+		d.Resources = append(d.Resources, x.Resource.Attributes)
+		d.Logs = flatten(d.Logs, x.Resource.Attributes, x.ScopeLogs)
 	}
 }
 

@@ -14,6 +14,7 @@ const (
 		`{"name":"h","histogram":{"dataPoints":[{"count":"4","bucketCounts":["1","3"],"explicitBounds":[0.5]}]}},` +
 		`{"name":"e","exponentialHistogram":{"dataPoints":[{},{}]}},{"name":"s","summary":{"dataPoints":[{}]}}]}]}]}`
 	spansLine = `{"resourceSpans":[{"resource":{"attributes":[{"key":"slurm_job_id","value":{"intValue":"7"}}]},"scopeSpans":[{"spans":[{"name":"a","traceId":"t1"},{"name":"a"},{"name":"b"}]}]}]}`
+	logsLine  = `{"resourceLogs":[{"resource":{"attributes":[{"key":"host.name","value":{"stringValue":"gn2"}}]},"scopeLogs":[{"logRecords":[{"body":{"stringValue":"hi"},"traceId":"t2"}]},{"logRecords":[{"body":{"intValue":"4"}}]}]}]}`
 )
 
 func write(t *testing.T, name, data string) string {
@@ -25,15 +26,19 @@ func write(t *testing.T, name, data string) string {
 	return p
 }
 
-// TestRead: the typed model of metric and span lines: resources, every
-// point type, exact nanosecond times, NaN, string and int attributes.
+// TestRead: the typed model of metric, span and log lines: resources,
+// every point type, exact nanosecond times, NaN, string and int
+// attributes, records of several scopes.
 func TestRead(t *testing.T) {
-	d, err := Read(write(t, "m.jsonl", metricsLine+"\n"+spansLine+"\n"))
+	d, err := Read(write(t, "m.jsonl", metricsLine+"\n"+spansLine+"\n"+logsLine+"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Lines != 2 || len(d.Resources) != 2 || len(d.Metrics) != 4 || len(d.Spans) != 3 {
-		t.Fatalf("lines %d, resources %d, metrics %d, spans %d; want 2, 2, 4, 3", d.Lines, len(d.Resources), len(d.Metrics), len(d.Spans))
+	if d.Lines != 3 || len(d.Resources) != 3 || len(d.Metrics) != 4 || len(d.Spans) != 3 || len(d.Logs) != 2 {
+		t.Fatalf("lines %d, resources %d, metrics %d, spans %d, logs %d; want 3, 3, 4, 3, 2", d.Lines, len(d.Resources), len(d.Metrics), len(d.Spans), len(d.Logs))
+	}
+	if h, _ := d.Logs[1].Resource.Str("host.name"); h != "gn2" || d.Logs[0].Body.Text() != "hi" || d.Logs[0].TraceID != "t2" || d.Logs[1].Body.Text() != "4" {
+		t.Errorf("logs %+v", d.Logs)
 	}
 	if got := d.Points(); got != 6 {
 		t.Errorf("points %d, want 6 (2 sum, 1 histogram, 2 exponential, 1 summary)", got)

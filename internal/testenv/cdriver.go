@@ -35,3 +35,23 @@ func BuildCDriver(t *testing.T, dir, name, source, driver string) string {
 	}
 	return bin
 }
+
+// HoldDriver compiles spank/holdsock.c (the batch step's question to the
+// supervisor's hold socket) with BuildCDriver and a driver that prints
+// gos_hold_sampled's answer: hold <sock> <pid> <uid> <since_ms>.
+func HoldDriver(t *testing.T) string {
+	t.Helper()
+	return BuildCDriver(t, t.TempDir(), "hold", "holdsock.c", `#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "holdsock.h"
+int main(int argc, char **argv) {
+	(void)argc;
+	if (!strcmp(argv[4], "final"))
+		printf("%d\n", gos_hold_final(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3]), 1));
+	else
+		printf("%d\n", gos_hold_sampled(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3]), atoll(argv[4])));
+	return 0;
+}
+`)
+}

@@ -38,6 +38,20 @@ import (
 
 func main() {}
 
+// getenv reads the process's environment as C sees it (getenv(3)). The Go
+// runtime of a c-shared library takes its environment from the process's
+// start (the stack after argv), so os.Getenv never sees what the C front
+// set with setenv(3) before it loaded the core: the prolog's and the
+// epilog's own start stamps (contract.EnvPrologStart, EnvEpilogStart).
+func getenv(name string) string {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	if v := C.getenv(cs); v != nil {
+		return C.GoString(v)
+	}
+	return ""
+}
+
 // slurmHook forwards logrus entries to Slurm's log functions.
 type slurmHook struct {
 	info, err, debug unsafe.Pointer
@@ -173,7 +187,7 @@ func gym_otel_core_prolog(args, encoded, token *C.char, jobID, uid, gid C.uint) 
 		JobID:   uint32(jobID),
 		UID:     uint32(uid),
 		GID:     uint32(gid),
-		Getenv:  os.Getenv,
+		Getenv:  getenv,
 	}, l)
 	if err != nil {
 		l.Errorf("job %d: %s", uint32(jobID), err)
@@ -191,7 +205,7 @@ func gym_otel_core_epilog(args, recordDir, node *C.char, jobID C.uint) C.int {
 	// a good configuration started, with the valid prolog_timeout if any.
 	a, _ := callbacks.ParseArgs(goArgs(args))
 	a.RecordDir = C.GoString(recordDir)
-	if err := callbacks.Epilog(a, os.Getenv("SLURM_CLUSTER_NAME"), C.GoString(node), uint32(jobID), l); err != nil {
+	if err := callbacks.Epilog(a, os.Getenv("SLURM_CLUSTER_NAME"), C.GoString(node), uint32(jobID), getenv, l); err != nil {
 		l.Errorf("job %d: %s", uint32(jobID), err)
 		return 1
 	}

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 )
 
 // Where the benchmark's own Slurm lives: a cluster separate from the plugin
@@ -44,7 +45,8 @@ var (
 	logf    = func(format string, a ...any) {
 		fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", a...)
 	}
-	backendP string
+	backend = slurmkit.Backend{Port: backendPort, HealthPort: backendHealth, Token: benchToken, Dir: backendDir,
+		Collector: installDir + "/otelcol-gym"}
 )
 
 // slurmEnv is the environment of every harness script and Slurm client.
@@ -58,17 +60,25 @@ func slurmEnv() []string {
 	}
 }
 
+// kit is the bench's Slurm: every node is this host.
+var kit = &slurmkit.Cluster{Runner: slurmkit.Local{Env: slurmEnv()}, Nodes: benchNodes(), User: benchUser, Dir: jobsDir}
+
+// benchNodes are the bench cluster's nodes, gn1 to gn<nodeCount>.
+func benchNodes() []string {
+	var n []string
+	for i := 1; i <= nodeCount; i++ {
+		n = append(n, "gn"+strconv.Itoa(i))
+	}
+	return n
+}
+
 // sh runs a command as root with the bench's Slurm environment.
 func sh(name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), slurmEnv()...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	out, err := kit.On("", append([]string{name}, args...)...)
 	if err != nil {
-		return out.String(), fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, lastLines(out.String(), 15))
+		return out, fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, lastLines(out, 15))
 	}
-	return out.String(), nil
+	return out, nil
 }
 
 func lastLines(s string, n int) string {
@@ -82,20 +92,18 @@ func lastLines(s string, n int) string {
 // asUser runs a bash command line as the bench user in the jobs dir. The
 // token travels in the environment only when withToken is set.
 func asUser(cmdline string, withToken bool, timeout time.Duration) (string, error) {
-	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/" + benchUser, "USER=" + benchUser,
-		"LOGNAME=" + benchUser, "LANG=C.UTF-8", "SLURM_CONF=" + slurmState + "/slurm.conf"}
+	var env []string
 	if withToken {
 		env = append(env, "OTEL_TOKEN="+benchToken)
 	}
-	cmd := exec.Command("timeout", strconv.Itoa(int(timeout.Seconds())), "setpriv", "--reuid="+benchUser,
-		"--regid="+benchUser, "--init-groups", "/bin/bash", "-c", "cd "+jobsDir+" && "+cmdline)
-	cmd.Env = env
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	if err := cmd.Run(); err != nil {
-		return so.String(), fmt.Errorf("%s: %v: %s", cmdline, err, lastLines(se.String(), 10))
+	r, err := kit.As("", benchUser, jobsDir, env, timeout, cmdline)
+	if err == nil && r.Code != 0 {
+		err = fmt.Errorf("exit status %d", r.Code)
 	}
-	return so.String(), nil
+	if err != nil {
+		return r.Stdout, fmt.Errorf("%s: %v: %s", cmdline, err, lastLines(r.Stderr, 10))
+	}
+	return r.Stdout, nil
 }
 
 // setup installs the plugin, the CLI, the collector, the load generator and
@@ -108,10 +116,9 @@ func setup() error {
 		}
 		_ = os.Chmod(d, 0o755)
 	}
-	for _, f := range []string{"build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank", "build/otelcol-gym", "build/bench/loadgen", "build/standins/vllm-standin"} {
-		if _, err := sh("install", "-m", "0755", filepath.Join(repo, f), filepath.Join(installDir, filepath.Base(f))); err != nil {
-			return fmt.Errorf("%v (run make build collector standins, and build tests/bench/loadgen)", err)
-		}
+	if err := slurmkit.Install(repo, installDir, "build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank",
+		"build/otelcol-gym", "build/bench/loadgen", "build/standins/vllm-standin"); err != nil {
+		return fmt.Errorf("%v (run make build collector standins, and build tests/bench/loadgen)", err)
 	}
 	site := fmt.Sprintf(`otel:
   endpoint: http://127.0.0.1:%s
@@ -125,23 +132,16 @@ func setup() error {
 	if err := os.WriteFile(filepath.Join(installDir, "site.yaml"), []byte(site), 0o644); err != nil {
 		return err
 	}
-	line := fmt.Sprintf("required %[1]s/gym_otel.so site=%[1]s/site.yaml cli=%[1]s/gym-otel-spank record_dir=%[2]s prolog_timeout=30\n", installDir, recordDir)
-	if err := os.WriteFile(conf, []byte(line), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(slurmkit.PlugstackLine(installDir, recordDir)), 0o644); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(installDir, "gym-style.yaml"), []byte(gymStyleConfig), 0o644); err != nil {
 		return err
 	}
-	_ = os.RemoveAll(backendDir)
-	cmd := exec.Command(filepath.Join(repo, "tests/backend/run.sh"))
-	cmd.Env = append(os.Environ(), "BACKEND_PORT="+backendPort, "BACKEND_TOKEN="+benchToken,
-		"BACKEND_DIR="+backendDir, "BACKEND_HEALTH_PORT="+backendHealth, "OTELCOL="+installDir+"/otelcol-gym")
-	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("backend: %v", err)
+	if err := backend.Start(repo); err != nil {
+		return err
 	}
-	backendP = strings.TrimSpace(string(out))
-	if _, err := sh(filepath.Join(repo, "tests/slurm/up.sh"), "--nodes", strconv.Itoa(nodeCount), "--prolog-flags", "Alloc",
+	if _, err := slurmkit.UpLocal(repo, slurmEnv(), "--nodes", strconv.Itoa(nodeCount), "--prolog-flags", "Alloc",
 		"--no-plugstack", "--plugstack", conf); err != nil {
 		return err
 	}
@@ -151,10 +151,7 @@ func setup() error {
 // teardown stops the backend and the bench's Slurm (jobs, daemons, munged).
 func teardown() {
 	stopNodeExporter()
-	if backendP != "" {
-		_, _ = sh(filepath.Join(repo, "tests/backend/stop.sh"), backendP)
-		backendP = ""
-	}
+	backend.Stop(repo)
 	if _, err := sh(filepath.Join(repo, "tests/slurm/down.sh")); err != nil {
 		logf("down.sh: %v", err)
 	}
@@ -178,27 +175,9 @@ func usePlugin(on bool) error {
 	return err
 }
 
-// waitIdle waits (bounded) until the queue is empty and every node idle.
-func waitIdle(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		q, _ := sh("squeue", "-h", "-o", "%i")
-		st, _ := sh("sinfo", "-h", "-N", "-o", "%T")
-		busy := strings.TrimSpace(q) != ""
-		for _, s := range strings.Fields(st) {
-			if s != "idle" {
-				busy = true
-			}
-		}
-		if !busy {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not idle after %v: queue %q, nodes %q", limit, strings.TrimSpace(q), strings.TrimSpace(st))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+// waitIdle waits (bounded) until the queue is empty and every node idle;
+// a drained or down node is an error at once.
+func waitIdle(limit time.Duration) error { return kit.AwaitIdle(limit) }
 
 // waitGone polls squeue every `every` until job id has left it (the job
 // and its epilogs are done); it returns the time it saw that.
@@ -288,11 +267,8 @@ func readNanos(p string) (time.Time, error) {
 
 // writeScript writes an executable job script into the jobs dir.
 func writeScript(name, body string) (string, error) {
-	p := filepath.Join(jobsDir, name)
-	return p, os.WriteFile(p, []byte("#!/bin/bash\n"+body), 0o755)
+	return slurmkit.WriteScript(filepath.Join(jobsDir, name), body)
 }
-
-var submitted = regexp.MustCompile(`^(\d+)`)
 
 // sbatch submits as the bench user and returns the job id and the moment
 // sbatch returned.
@@ -302,11 +278,11 @@ func sbatch(args string, withToken bool) (string, time.Time, error) {
 	if err != nil {
 		return "", ret, err
 	}
-	m := submitted.FindStringSubmatch(strings.TrimSpace(out))
-	if m == nil {
+	id, ok := slurmkit.JobID(out)
+	if !ok {
 		return "", ret, fmt.Errorf("sbatch %s: %q", args, out)
 	}
-	return m[1], ret, nil
+	return id, ret, nil
 }
 
 // countIn counts the occurrences of pat in file p, streaming.

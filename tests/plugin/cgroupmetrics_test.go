@@ -140,16 +140,13 @@ func maxOf(ps []cgPoint) float64 {
 // job group) at 200 MiB or more, with the run's identity and host gn2;
 // gn1's job peak stays below it; gn1's job CPU time rises by seconds
 // across the scrapes; pressure, which v1 does not keep, is absent and
-// said so; the collector's own group is there too.
+// said so; the collector's own group is there too. The hungry step's own
+// group (step 0) shows the peak on gn2 and is absent from gn1, where a
+// small step 1 runs. The job's phase spans on both nodes agree with
+// Slurm's own times and nest in each node's job span
+// (checkTwoNodePhases).
 func TestCgroupMetrics(t *testing.T) {
-	if err := upCluster("--cgroup", "--prolog-flags", "Alloc,Contain"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := upCluster(); err != nil {
-			t.Error(err)
-		}
-	})
+	withCluster(t, "--cgroup", "--prolog-flags", "Alloc,Contain")
 	waitIdle(t)
 	d := markerDir(t, "cgmetrics")
 	const holdMiB = 200
@@ -158,6 +155,7 @@ srun -N1 -n1 -w gn2 --mem=400M bash -c '(head -c %[1]dM /dev/zero; sleep 5) | ta
 sleep 3
 while read -r -a st < /proc/$BASHPID/stat && [ $((st[13] + st[14])) -lt 200 ] && [ $SECONDS -lt 100 ]; do :; done
 sleep 3
+srun -N1 -n1 -w gn1 --mem=50M sleep 1
 wait
 `, holdMiB))
 	runID := "rcg-" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -203,6 +201,15 @@ wait
 			t.Errorf("%s: a memory pressure value for Slurm's v1 job group", node)
 		}
 	}
+	stepPeak := map[string]float64{}
+	for node, dir := range dirs {
+		stepPeak[node] = maxOf(of(cgroupPoints(t, filepath.Join(dir, "metrics.jsonl"), "cgroup_memory_peak_bytes"), map[string]string{"cgroup": "step", "step": "0"}))
+	}
+	if stepPeak["gn2"] < holdMiB<<20 || stepPeak["gn1"] != 0 {
+		t.Errorf("the hungry step 0's own peak: gn2 %.1f MiB (want >= %d), gn1 %.1f MiB (want none: it ran on gn2)",
+			stepPeak["gn2"]/(1<<20), holdMiB, stepPeak["gn1"]/(1<<20))
+	}
+	checkTwoNodePhases(t, jobID, dirs)
 	if peak["gn2"] < holdMiB<<20 {
 		t.Errorf("gn2's job memory peak %.1f MiB, want >= %d MiB (its step held that)", peak["gn2"]/(1<<20), holdMiB)
 	}

@@ -73,20 +73,6 @@ func notInGroup(hs []cgroup.Hierarchy, procCgroup, rel string) string {
 	return strings.Join(miss, " ")
 }
 
-// waitJobsGone waits until none of ids is in the queue.
-func waitJobsGone(t *testing.T, within time.Duration, ids []string) {
-	t.Helper()
-	for deadline := time.Now().Add(within); ; time.Sleep(500 * time.Millisecond) {
-		out, _ := run("squeue", "-h", "-o", "%i", "-j", strings.Join(ids, ","))
-		if strings.TrimSpace(out) == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("jobs still queued or running after %v: %s", within, strings.Join(strings.Fields(out), " "))
-		}
-	}
-}
-
 // TestManyShortJobsContained: 16 short --gym-otel jobs submitted at once
 // to one node with 8 CPUs: two waves, the first wave's epilogs removing
 // their groups while the second wave's prologs create theirs. Every
@@ -318,14 +304,7 @@ if kill -0 "$h" 2>/dev/null; then echo alive; else echo gone; fi > %[1]s/hog.sta
 // never in pids or the v2 one; the epilog kills it there, and nothing
 // survives the job.
 func TestMovedOutKilled(t *testing.T) {
-	if err := upCluster("--cgroup", "--prolog-flags", "Alloc,Contain"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := upCluster(); err != nil {
-			t.Error(err)
-		}
-	})
+	withCluster(t, "--cgroup", "--prolog-flags", "Alloc,Contain")
 	waitIdle(t)
 	hs := nodeHierarchies(t)
 	d := markerDir(t, "moveout")
@@ -427,14 +406,7 @@ cat /proc/$c/cgroup > $d/after.cgroup
 // the collector starts under 600 MiB, the bound drops to 200 MiB while the
 // collector runs, and the batch script's first line already sees 200 MiB.
 func TestMemoryWindow(t *testing.T) {
-	if err := upCluster("--cgroup", "--prolog-flags", "Alloc,Contain"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := upCluster(); err != nil {
-			t.Error(err)
-		}
-	})
+	withCluster(t, "--cgroup", "--prolog-flags", "Alloc,Contain")
 	waitIdle(t)
 	mount := ""
 	for _, h := range nodeHierarchies(t) {

@@ -16,6 +16,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -59,8 +60,10 @@ now > $D.last
 // which asks the other node's supervisor (the nodes share the job dir
 // here): on every node the first collector run is stopped with
 // scrape_on_shutdown, a second one runs to the drain, and the hold ends
-// once every node's collector has the sample, or by its bound. Every node's receipt has final figures (nothing lost at the
-// collectors' shutdowns).
+// once every node's collector has the sample, or by its bound (without
+// the other node's peer file, as if the job dir were not shared). Every
+// node's receipt has final figures (nothing lost at the collectors'
+// shutdowns).
 // How long the job took after its last line is logged, not asserted: on a
 // loaded machine the epilogs take longer, and what the hold is for (every
 // final counter in the files) is asserted.
@@ -143,15 +146,6 @@ func TestShortJobFinalSample(t *testing.T) {
 			backend := filepath.Join(backendDir, "metrics.jsonl")
 			for i := 0; i < tc.nodes; i++ {
 				node := fmt.Sprintf("gn%d", i+1)
-				final, err := os.ReadFile(base + ".final." + node)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, err := strconv.ParseFloat(strings.TrimSpace(string(final)), 64)
-				if err != nil || want <= 0 {
-					t.Fatalf("%s: final counter %q", node, final)
-				}
-				exit := testenv.ReadTime(t, base+".exit."+node)
 				dir := filepath.Join(base+".run", "otel")
 				if i > 0 {
 					dir = filepath.Join(dir, "nodes", node)
@@ -163,27 +157,9 @@ func TestShortJobFinalSample(t *testing.T) {
 				if err != nil || len(ts) != 1 || ts[0].Instance != fmt.Sprintf("%s:%d", node, tc.port+i) {
 					t.Fatalf("%s: scrape targets %+v (%v), want only %s:%d", node, ts, err, node, tc.port+i)
 				}
-				got, ok := otlptest.Latest(sumPoints(t, filepath.Join(dir, "metrics.jsonl"), "vllm_prompt_tokens_total"), node, jobID)
-				switch {
-				case !ok:
-					t.Errorf("%s: no vllm_prompt_tokens_total in %s", node, dir)
-				case got.Value != want:
-					t.Errorf("%s: the files' last vllm_prompt_tokens_total is %v (flags %d) at %v, the stand-in's final value %v (driver exit %v)", node, got.Value, got.Flags, got.At, want, exit)
-				case !got.At.After(exit):
-					t.Errorf("%s: the last sample (%v) is not after the driver's exit (%v)", node, got.At, exit)
-				default:
-					t.Logf("%s: final counter %v sampled %v after the driver's exit", node, want, got.At.Sub(exit).Round(time.Millisecond))
-				}
-				var be otlptest.SumPoint
-				for deadline := time.Now().Add(patience); ; time.Sleep(200 * time.Millisecond) {
-					be, ok = otlptest.Latest(sumPoints(t, backend, "vllm_prompt_tokens_total"), node, jobID)
-					if ok && be.Value == want || time.Now().After(deadline) {
-						break
-					}
-				}
-				if !ok || be.Value != want {
-					t.Errorf("%s: the backend's last vllm_prompt_tokens_total of job %s is %v (found %v), want %v", node, jobID, be.Value, ok, want)
-				}
+				slurmkit.CheckFinalSample(t, slurmkit.FinalSample{Node: node, Job: jobID,
+					Final: base + ".final." + node, Exit: base + ".exit." + node,
+					Metrics: filepath.Join(dir, "metrics.jsonl"), BackendMetrics: backend})
 				// Nothing lost at the shutdowns: the receipt has every
 				// run's final figures. The batch step asked for the final
 				// scrape (the batch node's supervisor asked the other

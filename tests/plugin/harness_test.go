@@ -15,13 +15,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -82,15 +81,15 @@ func init() {
 }
 
 var (
-	root      = testenv.Root()
-	slurmEnv  = map[string]string{}
-	jobsDir   string
-	stateDir  string
-	plugDir   = "/var/lib/gym-otel-test" + instance + "/plugin"
-	snippet   string
-	goodConf  string
-	setupErr  error
-	backendPI string
+	root        = testenv.Root()
+	slurmEnv    = map[string]string{}
+	jobsDir     string
+	stateDir    string
+	plugDir     = "/var/lib/gym-otel-test" + instance + "/plugin"
+	snippet     string
+	goodConf    string
+	setupErr    error
+	otlpBackend slurmkit.Backend // the tests' OTLP backend
 )
 
 func TestMain(m *testing.M) {
@@ -143,13 +142,8 @@ func setup() error {
 		return fmt.Errorf("collector %s missing: run make collector", col)
 	}
 	// Install as an admin would: root-owned copies readable by everyone.
-	if err := os.MkdirAll(plugDir, 0o755); err != nil {
+	if err := slurmkit.Install(root, plugDir, "build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank"); err != nil {
 		return err
-	}
-	for _, f := range []string{"gym_otel.so", "gym_otel_core.so", "gym-otel-spank"} {
-		if out, err := run("install", "-m", "0755", filepath.Join(root, "build", f), filepath.Join(plugDir, f)); err != nil {
-			return fmt.Errorf("install %s: %v: %s", f, err, out)
-		}
 	}
 	site := fmt.Sprintf(`otel:
   endpoint: http://127.0.0.1:%s
@@ -166,35 +160,24 @@ func setup() error {
 	if err := os.WriteFile(filepath.Join(plugDir, "site.yaml"), []byte(site), 0o644); err != nil {
 		return err
 	}
-	goodConf = fmt.Sprintf("required %s/gym_otel.so site=%s/site.yaml cli=%s/gym-otel-spank record_dir=%s prolog_timeout=30\n",
-		plugDir, plugDir, plugDir, recordDir)
+	goodConf = slurmkit.PlugstackLine(plugDir, recordDir)
 	clusterConf = filepath.Join(os.TempDir(), "gym-otel"+instance+".conf")
 	if err := os.WriteFile(clusterConf, []byte(goodConf), 0o644); err != nil {
 		return err
 	}
 	// The backend: a collector with bearer auth writing jsonl files.
-	beDir := backendDir
-	_ = os.RemoveAll(beDir)
-	cmd := exec.Command(filepath.Join(root, "tests/backend/run.sh"))
-	cmd.Env = append(os.Environ(), "BACKEND_PORT="+backendPort, "BACKEND_TOKEN="+backendToken,
-		"BACKEND_DIR="+beDir, "BACKEND_HEALTH_PORT="+backendHC, "OTELCOL="+col)
-	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("backend: %v", err)
+	otlpBackend = slurmkit.Backend{Port: backendPort, HealthPort: backendHC, Token: backendToken, Dir: backendDir, Collector: col}
+	if err := otlpBackend.Start(root); err != nil {
+		return err
 	}
-	backendPI = strings.TrimSpace(string(out))
-
-	// The plugin needs PrologFlags=Alloc for the job prolog to see the
-	// job's spec on every node (without it, a node other than the batch
-	// node runs the prolog at its first srun step, with srun's own
-	// job-control env: no spec there).
 	if err := upCluster(); err != nil {
 		return err
 	}
 	jobsDir, stateDir = slurmEnv["GOS_SLURM_JOBS"], slurmEnv["GOS_SLURM_STATE"]
+	kit.User, kit.Dir = slurmEnv["GOS_SLURM_USER"], jobsDir
 	snippet = filepath.Join(slurmEnv["GOS_SLURM_PLUGSTACK_D"], filepath.Base(clusterConf)) // up.sh installs it under its own name
 	if jobsDir == "" || stateDir == "" {
-		return fmt.Errorf("up.sh printed no GOS_SLURM_JOBS/GOS_SLURM_STATE: %s", out)
+		return fmt.Errorf("up.sh printed no GOS_SLURM_JOBS/GOS_SLURM_STATE: %v", slurmEnv)
 	}
 	return nil
 }
@@ -226,28 +209,33 @@ func upCluster(extra ...string) error {
 		clusterConf = filepath.Join(os.TempDir(), "gym-otel"+instance+".conf")
 	}
 	args := append([]string{"--nodes", "2", "--prolog-flags", flags, "--no-plugstack", "--plugstack", clusterConf}, extra...)
-	cmd := exec.Command(filepath.Join(root, "tests/slurm/up.sh"), args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	exports, err := slurmkit.UpLocal(root, nil, args...)
 	if err != nil {
-		return fmt.Errorf("tests/slurm/up.sh %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		return err
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if kv, ok := strings.CutPrefix(line, "export "); ok {
-			k, v, _ := strings.Cut(kv, "=")
-			v = strings.Trim(v, `"`)
-			slurmEnv[k] = v
-			os.Setenv(k, v)
-		}
+	for k, v := range exports {
+		slurmEnv[k] = v
+		os.Setenv(k, v)
 	}
 	return nil
 }
 
-func teardown() {
-	if backendPI != "" {
-		_, _ = run(filepath.Join(root, "tests/backend/stop.sh"), backendPI)
+// withCluster brings the test cluster up with extra up.sh arguments
+// (upCluster) for one test and back to the default at its end.
+func withCluster(t testing.TB, extra ...string) {
+	t.Helper()
+	if err := upCluster(extra...); err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := upCluster(); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+func teardown() {
+	otlpBackend.Stop(root)
 	if os.Getenv("GYM_OTEL_KEEP_SLURM") == "1" {
 		return
 	}
@@ -264,105 +252,50 @@ type result struct {
 	took           time.Duration
 }
 
-// patience is the least time a test waits for a condition, a job or a
-// command before it fails: on a loaded machine every step is slower, and a
-// test may be slow but never flaky. A bound that is a property of the
-// product is asserted on its own, from what was measured or logged.
-const patience = 2 * time.Minute
+// patience is the least time a test waits (slurmkit.Patience).
+const patience = slurmkit.Patience
+
+// kit is the local cluster the tests run on: every node is this host.
+var kit = &slurmkit.Cluster{
+	Runner:    slurmkit.Local{},
+	Nodes:     []string{"gn1", "gn2"},
+	SlurmdLog: func(n string) string { return filepath.Join(stateDir, "slurmd-"+n+".log") },
+}
 
 // asUser runs a bash command line as gymuser in the shared jobs dir with
-// SLURM_CONF and the given extra environment. The environment travels as
-// the process environment, never on a command line (it holds the token).
-// The command is killed after timeout (at least patience).
+// SLURM_CONF and the given extra environment (slurmkit.Cluster.AsUser).
 func asUser(t testing.TB, timeout time.Duration, env []string, cmdline string) result {
 	t.Helper()
-	timeout = max(timeout, patience)
-	user := slurmEnv["GOS_SLURM_USER"]
-	cmd := exec.Command("timeout", fmt.Sprint(int(timeout.Seconds())), "setpriv", "--reuid="+user, "--regid="+user,
-		"--init-groups", "/bin/bash", "-c", "cd "+jobsDir+" && "+cmdline)
-	cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "SLURM_CONF=" + os.Getenv("SLURM_CONF"),
-		"HOME=/home/" + user, "USER=" + user, "LOGNAME=" + user, "LANG=C.UTF-8"}, env...)
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	start := time.Now()
-	err := cmd.Run()
-	r := result{so.String(), se.String(), 0, time.Since(start)}
-	if ee, ok := err.(*exec.ExitError); ok {
-		r.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("%s: %v", cmdline, err)
-	}
-	return r
+	r := kit.AsUser(t, timeout, env, "", cmdline)
+	return result{r.Stdout, r.Stderr, r.Code, r.Took}
 }
 
 // writeScript writes an executable job script into the jobs dir.
 func writeScript(t testing.TB, name, body string) string {
 	t.Helper()
-	p := filepath.Join(jobsDir, name)
-	if err := os.WriteFile(p, []byte("#!/bin/bash\n"+body), 0o755); err != nil {
+	p, err := slurmkit.WriteScript(filepath.Join(jobsDir, name), body)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
 // nodeStates returns sinfo's node states, e.g. "gn1=idle gn2=idle".
-func nodeStates(t testing.TB) string {
-	out, err := run("sinfo", "-h", "-N", "-o", "%N=%T")
-	if err != nil {
-		t.Fatalf("sinfo: %v %s", err, out)
-	}
-	f := strings.Fields(out)
-	sort.Strings(f)
-	return strings.Join(f, " ")
-}
+func nodeStates(t testing.TB) string { t.Helper(); return kit.NodeStates(t) }
 
 // waitIdle waits until the queue is empty and every node is idle; a
 // drained or down node fails the test.
-func waitIdle(t testing.TB) {
-	t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
-		q, _ := run("squeue", "-h", "-o", "%i")
-		st := nodeStates(t)
-		if strings.Contains(st, "drain") || strings.Contains(st, "down") || strings.Contains(st, "fail") {
-			t.Fatalf("a node is not healthy: %s", st)
-		}
-		if strings.TrimSpace(q) == "" && st == "gn1=idle gn2=idle" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not idle after %v: queue %q, nodes %s", patience, q, st)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
+func waitIdle(t testing.TB) { t.Helper(); kit.WaitIdle(t, patience) }
 
 // userProcs lists gymuser's processes whose command line contains pat.
 func userProcs(pat string) []string {
-	out, _ := run("pgrep", "-a", "-u", slurmEnv["GOS_SLURM_USER"], "-f", pat)
-	var procs []string
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		if l != "" {
-			procs = append(procs, l)
-		}
-	}
-	return procs
+	return kit.UserProcs("", pat)
 }
 
 // waitNoCollector waits (bounded) until gymuser runs no supervisor or collector.
 func waitNoCollector(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
-		left := append(userProcs("otelcol-gym"), userProcs("supervise --from-env")...)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still running after the job: %v", left)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	slurmkit.WaitNone(t, patience, "still running after the job", func() []string { return kit.CollectorProcs("") })
 }
 
 // withSnippet replaces the plugstack snippet for submit-side tests (sbatch,
@@ -380,17 +313,8 @@ func withSnippet(t testing.TB, content string) {
 	})
 }
 
-func slurmdLogs(t testing.TB) string {
-	var b strings.Builder
-	for _, n := range []string{"gn1", "gn2"} {
-		data, err := os.ReadFile(filepath.Join(stateDir, "slurmd-"+n+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(data)
-	}
-	return b.String()
-}
+// slurmdLogs is gn1's slurmd log, then gn2's.
+func slurmdLogs(t testing.TB) string { t.Helper(); return kit.SlurmdLogs(t) }
 
 func tokenEnv() []string { return []string{"OTEL_TOKEN=" + backendToken} }
 
@@ -420,40 +344,27 @@ func jsonlLines(t testing.TB, dir string) map[string]int {
 }
 
 // waitJobState polls `scontrol show job` every 500 ms until job id is in
-// one of states and returns that state; past within (at least patience)
-// the test fails, naming the last state seen.
+// one of states and returns that state (slurmkit.Cluster.WaitJobState).
 func waitJobState(t testing.TB, id string, within time.Duration, states ...string) string {
 	t.Helper()
-	within = max(within, patience)
-	re := regexp.MustCompile(`JobState=(\S+)`)
-	state := ""
-	for deadline := time.Now().Add(within); ; time.Sleep(500 * time.Millisecond) {
-		out, _ := run("scontrol", "-o", "show", "job", id)
-		if m := re.FindStringSubmatch(out); m != nil {
-			state = m[1]
-		}
-		for _, s := range states {
-			if state == s {
-				return state
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: state %q after %s, want one of %v", id, state, within, states)
-		}
-	}
+	return kit.WaitJobState(t, id, within, states...)
+}
+
+// waitJobsGone waits until none of ids is in the queue.
+func waitJobsGone(t testing.TB, within time.Duration, ids []string) {
+	t.Helper()
+	kit.WaitJobsGone(t, within, ids...)
 }
 
 // waitFile waits, polling every 100 ms, until path exists; past within
 // (at least patience) the test fails.
 func waitFile(t testing.TB, within time.Duration, path string) {
 	t.Helper()
-	within = max(within, patience)
-	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not appear within %v", path, within)
-		}
-	}
+	slurmkit.WaitFile(t, within, path)
+}
+
+// jobIDOf is the job id sbatch printed, or fails the test.
+func jobIDOf(t testing.TB, r result) string {
+	t.Helper()
+	return slurmkit.JobIDOf(t, slurmkit.Result{Stdout: r.stdout, Stderr: r.stderr, Code: r.code})
 }

@@ -81,14 +81,7 @@ func TestSubmitBoundsHostileValues(t *testing.T) {
 // the job at most the capped wait: the node stays idle, the job runs with a
 // one-line, bounded reason.
 func TestNeverHealthyUnderShortPrologTimeout(t *testing.T) {
-	if err := upCluster("--extra-conf", "PrologEpilogTimeout=20"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := upCluster(); err != nil {
-			t.Error(err)
-		}
-	})
+	withCluster(t, "--extra-conf", "PrologEpilogTimeout=20")
 	waitIdle(t)
 	d := markerDir(t, "stall")
 	bin := filepath.Join(d, "stalling-collector")
@@ -271,15 +264,8 @@ func TestJobSubmitFilterCapsForgedSpankEnv(t *testing.T) {
 	if out, err := run("install", "-m", "0644", filepath.Join(root, "packaging/job_submit/gym-otel-cap.lua"), lua); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
-	if err := upCluster("--extra-conf", "JobSubmitPlugins=lua"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := upCluster(); err != nil {
-			t.Error(err)
-		}
-		_ = os.Remove(lua)
-	})
+	t.Cleanup(func() { _ = os.Remove(lua) }) // after the default cluster is back
+	withCluster(t, "--extra-conf", "JobSubmitPlugins=lua")
 	waitIdle(t)
 	d := markerDir(t, "filter")
 	forge := buildForge(t, d)

@@ -16,7 +16,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -82,10 +82,8 @@ func waitGone(t *testing.T, within time.Duration, what string, pids []int) {
 	for {
 		var alive []int
 		for _, pid := range pids {
-			if syscall.Kill(pid, 0) == nil {
-				if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !strings.Contains(string(st), ") Z ") {
-					alive = append(alive, pid)
-				}
+			if slurmkit.Alive(pid) {
+				alive = append(alive, pid)
 			}
 		}
 		if len(alive) == 0 {
@@ -127,14 +125,7 @@ func TestHostileCollector(t *testing.T) {
 		{"cgroup", []string{"--cgroup", "--prolog-flags", "Alloc,Contain"}, 300},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
-			if err := upCluster(mode.up...); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := upCluster(); err != nil {
-					t.Error(err)
-				}
-			})
+			withCluster(t, mode.up...)
 			waitIdle(t)
 			hostileJob(t, mode.bound)
 		})

@@ -1,7 +1,6 @@
 package plugin_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -141,25 +141,8 @@ wait
 	waitNoCollector(t)
 
 	cli := filepath.Join(root, "build", "gym-otel-spank")
-	art := testenv.Artifacts(t)
+	rep, text, art := slurmkit.Inspect(t, cli, base+".run")
 	html := filepath.Join(art, "report.html")
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(cli, "inspect", "--json", "--html", html, base+".run")
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("inspect --json: %v %s", err, stderr.String())
-	}
-	os.WriteFile(filepath.Join(art, "report.json"), stdout.Bytes(), 0o644)
-	var rep inspect.Report
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		t.Fatal(err)
-	}
-	text, err := exec.Command(cli, "inspect", base+".run").CombinedOutput()
-	if err != nil {
-		t.Fatalf("inspect: %v %s", err, text)
-	}
-	os.WriteFile(filepath.Join(art, "report.txt"), text, 0o644)
-	t.Logf("job %s, inspect:\n%s", jobID, text)
 
 	near := func(v inspect.Value, want float64) bool { return math.Abs(float64(v)-want) < 1e-6 }
 	if strings.Join(rep.Job.Nodes, ",") != "gn1,gn2" || strings.Join(rep.Job.Identity["slurm_job_id"], ",") != jobID {
@@ -352,6 +335,41 @@ wait
 		}
 	}
 
+	// The job's Slurm phases, one entry per node, the first node's queue
+	// wait ending at slurmctld's StartTime; where the time went from the
+	// submit to the first rollout, in parts that add up to it; the
+	// collector's own cgroup on each node (no cgroup plugin here: Slurm's
+	// job group is said not to be kept).
+	start, _ := scontrolTimes(t, jobID)
+	if len(rep.Phases) != 2 {
+		t.Fatalf("phases of %d nodes, want 2: %+v", len(rep.Phases), rep.Phases)
+	}
+	fr := rep.FirstRollout
+	sum := 0.0
+	for _, p := range fr.Parts {
+		sum += float64(p.Seconds)
+	}
+	if fr.Start == nil || !fr.Start.Equal(start) || fr.Node != rep.Phases[0].Node || fr.TotalFrom != "submit" ||
+		!fr.TotalSeconds.Known() || math.Abs(sum-float64(fr.TotalSeconds)) > 1e-6 || fr.FirstRollout == nil || fr.FirstRollout.Before(*fr.BatchStart) {
+		t.Errorf("submit to first rollout %+v (parts sum %v s), StartTime %v", fr, sum, start)
+	}
+	for _, np := range rep.Phases {
+		var coll, job bool
+		for _, u := range rep.Cgroups {
+			coll = coll || (u.Node == np.Node && u.Group == "collector" && u.CPUSeconds.Known())
+			job = job || (u.Node == np.Node && u.Group == "job" && u.NotKept["all"] != "")
+		}
+		if !coll || !job {
+			t.Errorf("%s: the collector's cgroup read %v, Slurm's job group said not kept %v: %+v", np.Node, coll, job, rep.Cgroups)
+		}
+	}
+	for _, want := range []string{"== Slurm phases (s since the submit, ", "== submit to first rollout (batch node " + fr.Node + ")",
+		"== cgroups (scrape job cgroup"} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("text lacks %q", want)
+		}
+	}
+
 	// How the run went, the page's first lines: 8 rollouts, 6 of 8
 	// verified passed, 2 error spans and log records, the backend got
 	// everything.
@@ -369,7 +387,7 @@ wait
 
 	// The HTML report in headless Chromium.
 	testenv.CheckPage(t, html, filepath.Join(art, "report.png"), "chart-throughput", "chart-queue", "chart-kvcache", "chart-gpu",
-		"chart-load", "chart-rollouts", "chart-e2e-0", "chart-e2e-1", "chart-ttft-0", "chart-ttft-1")
+		"chart-load", "chart-rollouts", "chart-e2e-0", "chart-e2e-1", "chart-ttft-0", "chart-ttft-1", "chart-phases")
 	waitIdle(t)
 }
 

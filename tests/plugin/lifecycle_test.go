@@ -14,15 +14,6 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
-func jobIDOf(t testing.TB, r result) string {
-	t.Helper()
-	m := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(r.stdout)
-	if m == nil {
-		t.Fatalf("no job id: stdout %q stderr %q", r.stdout, r.stderr)
-	}
-	return m[1]
-}
-
 // The headline job: a vLLM stand-in scraped and a Gym stand-in sending
 // OTLP with the task env only; the collector ready before the script's
 // first line; the final scrape after its last line; data in the job's jsonl

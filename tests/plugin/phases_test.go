@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // phaseSpan is one span of the job's traces.jsonl, with its resource.
@@ -166,6 +167,9 @@ func TestPhaseSpans(t *testing.T) {
 			t.Errorf("%s: resource slurm_job_id %q nv.dl.job.uuid %q host.name %q, want %s %s gn1", s.Name,
 				s.Resource["slurm_job_id"], s.Resource[render.LensJobUUID], s.Resource["host.name"], job, want)
 		}
+		if s.Name == "slurm.drain" || s.Name == "slurm.epilog" {
+			continue // after the job's span: checkAfterSpans
+		}
 		if s.End.Before(s.Start) || s.Start.Before(root.Start) || s.End.After(root.End) {
 			t.Errorf("%s (%v .. %v) not inside the job's span (%v .. %v)", s.Name, s.Start, s.End, root.Start, root.End)
 		}
@@ -217,6 +221,7 @@ func TestPhaseSpans(t *testing.T) {
 	if log, err := os.ReadFile(filepath.Join(d, "run", "otel", "supervisor.log")); err != nil || strings.Contains(string(log), "for the span metrics") {
 		t.Errorf("the drain waited for the phase spans' span metrics (or no log: %v)", err)
 	}
+	checkAfterSpans(t, job, filepath.Join(d, "run"), spans, root, b)
 	t.Logf("job %s: %d phase spans; StartTime %v EndTime %v; prolog %v, batch script %v, final wait %v",
 		job, len(spans), start.Format("15:04:05"), end.Format("15:04:05"), pr.End.Sub(pr.Start).Round(time.Millisecond),
 		bs.End.Sub(bs.Start).Round(time.Millisecond), fw.End.Sub(fw.Start).Round(time.Millisecond))
@@ -291,6 +296,129 @@ func TestPhaseSpansCancelled(t *testing.T) {
 	}
 	if got := step0.End.Sub(step0.Start); got <= 0 || got > 60*time.Second {
 		t.Errorf("step 0 (sleep 300, cancelled) lasted %v", got)
+	}
+	checkAfterSpans(t, job, filepath.Join(d, "run"), spans, *root, *batch)
+	waitIdle(t)
+}
+
+// checkAfterSpans: the drain and the epilog, which end after the collector
+// that would export them, are in the node's traces.jsonl (written by the
+// supervisor after the collector's exit): one slurm.drain and one
+// slurm.epilog under the job's span, the drain begun by the epilog and
+// ended (its end known: the collector's exit), the epilog's start known
+// (after the batch step, before the drain) and its end marked unknown;
+// their resource is the one the collector stamped on the other phase
+// spans (the run's identity and Lens' keys), byte for byte. The receipt
+// lists the line; the backend does not hold them until `replay
+// --appended` sends them, and then holds exactly these two.
+func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, batch phaseSpan) {
+	t.Helper()
+	var drain, epilog []phaseSpan
+	for _, s := range spans {
+		switch s.Name {
+		case "slurm.drain":
+			drain = append(drain, s)
+		case "slurm.epilog":
+			epilog = append(epilog, s)
+		}
+	}
+	if len(drain) != 1 || len(epilog) != 1 {
+		t.Fatalf("%d slurm.drain and %d slurm.epilog spans in traces.jsonl, want one each", len(drain), len(epilog))
+	}
+	dr, ep := drain[0], epilog[0]
+	t.Logf("epilog %s .. %s (%v) end_known=%s; drain %s .. %s (%v) cause %q end_known=%s killed=%s; job span ends %s",
+		ep.Start.Format("15:04:05.000"), ep.End.Format("15:04:05.000"), ep.End.Sub(ep.Start).Round(time.Millisecond), ep.Attrs["slurm.end_known"],
+		dr.Start.Format("15:04:05.000"), dr.End.Format("15:04:05.000"), dr.End.Sub(dr.Start).Round(time.Millisecond),
+		dr.Attrs["slurm.drain.cause"], dr.Attrs["slurm.end_known"], dr.Attrs["slurm.drain.collector_killed"], root.End.Format("15:04:05.000"))
+	for _, s := range []phaseSpan{dr, ep} {
+		if s.Trace != root.Trace || s.Parent != root.ID {
+			t.Errorf("%s: trace %s parent %s, want the job's span (%s %s)", s.Name, s.Trace, s.Parent, root.Trace, root.ID)
+		}
+		if fmt.Sprint(s.Resource) != fmt.Sprint(root.Resource) {
+			t.Errorf("%s: resource\n%v\nthe collector stamped on the job's span\n%v", s.Name, s.Resource, root.Resource)
+		}
+	}
+	if dr.Attrs["slurm.end_known"] != "true" || !strings.HasPrefix(dr.Attrs["slurm.drain.cause"], "epilog") ||
+		dr.Start.After(root.End) || dr.End.Before(root.End) {
+		t.Errorf("drain %v .. %v %v: want begun by the epilog, its end known, around the job span's end %v", dr.Start, dr.End, dr.Attrs, root.End)
+	}
+	if ep.Attrs["slurm.end_known"] != "false" || ep.Attrs["slurm.start_known"] != "true" || ep.Start.Before(batch.End) ||
+		ep.Start.After(dr.Start) || ep.End.Before(dr.End) {
+		t.Errorf("epilog %v .. %v %v: want its start after the batch step's end %v and before the drain %v, its end unknown", ep.Start, ep.End, ep.Attrs, batch.End, dr.Start)
+	}
+	otel := filepath.Join(jobDir, "otel")
+	rb, err := os.ReadFile(filepath.Join(otel, "receipt.json"))
+	var rec struct {
+		Appended []struct {
+			File   string `json:"file"`
+			Offset int64  `json:"offset"`
+			Length int64  `json:"length"`
+			Spans  int    `json:"spans"`
+		} `json:"appended"`
+	}
+	if err != nil || json.Unmarshal(rb, &rec) != nil || len(rec.Appended) != 1 || rec.Appended[0].File != "traces.jsonl" || rec.Appended[0].Spans != 2 {
+		t.Fatalf("receipt.json: %v %s", err, rb)
+	}
+	tb, _ := os.ReadFile(filepath.Join(otel, "traces.jsonl"))
+	if a := rec.Appended[0]; a.Offset+a.Length > int64(len(tb)) || !strings.Contains(string(tb[a.Offset:a.Offset+a.Length]), `"slurm.drain"`) {
+		t.Errorf("the receipt's line (offset %d, %d bytes) is not the drain's in traces.jsonl (%d bytes)", a.Offset, a.Length, len(tb))
+	}
+	inBackend := func() (n int) {
+		for _, s := range phaseSpans(t, backendDir) {
+			if s.Resource["slurm_job_id"] == job && (s.Name == "slurm.drain" || s.Name == "slurm.epilog") {
+				n++
+			}
+		}
+		return n
+	}
+	if n := inBackend(); n != 0 {
+		t.Errorf("the backend holds %d drain or epilog spans of job %s before any replay: no collector could send them", n, job)
+	}
+	r := asUser(t, 90*time.Second, tokenEnv(), fmt.Sprintf("%s/gym-otel-spank replay --appended --binary %s --timeout 60s --endpoint http://127.0.0.1:%s --token-env OTEL_TOKEN %s",
+		plugDir, testenv.Collector(t), backendPort, jobDir))
+	t.Logf("replay --appended: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	if r.code != 0 || !strings.Contains(r.stdout, "replay complete") || !strings.Contains(r.stdout, "read 2 of 2 spans") {
+		t.Fatalf("replay --appended: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for inBackend() < 2 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := inBackend(); n != 2 {
+		t.Errorf("after replay --appended the backend holds %d drain and epilog spans of job %s, want 2", n, job)
+	}
+}
+
+// TestDrainSpanNoFollow: the job's user swaps its traces.jsonl for a
+// symbolic link (to a file of its own) while the collector runs. The
+// supervisor appends the drain's spans as the user and never through a
+// link: the link's target stays empty, the receipt lists no appended
+// line, the supervisor's log says why, and the job and its drain end as
+// usual.
+func TestDrainSpanNoFollow(t *testing.T) {
+	waitIdle(t)
+	d := markerDir(t, "drainlink")
+	otel := filepath.Join(d, "run", "otel")
+	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf("srun -n1 true\n: > %[1]s/target\nrm -f %[2]s/traces.jsonl\nln -s %[1]s/target %[2]s/traces.jsonl\n", d, otel))
+	r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -w gn1 --gym-otel=job_dir=%s/run -o %s/job.out %s", d, d, script))
+	if r.code != 0 {
+		out, _ := os.ReadFile(d + "/job.out")
+		t.Fatalf("exit %d: %s\n%s", r.code, r.stderr, out)
+	}
+	waitNoCollector(t)
+	if fi, err := os.Lstat(filepath.Join(otel, "traces.jsonl")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("traces.jsonl is not the job's symbolic link any more: %v %v", fi, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(d, "target")); err != nil || len(b) != 0 {
+		t.Errorf("the link's target holds %d bytes (%v): the supervisor wrote through the link", len(b), err)
+	}
+	rb, err := os.ReadFile(filepath.Join(otel, "receipt.json"))
+	if err != nil || strings.Contains(string(rb), `"appended"`) {
+		t.Errorf("receipt.json (%v) lists an appended line: %s", err, rb)
+	}
+	log, _ := os.ReadFile(filepath.Join(otel, "supervisor.log"))
+	if !strings.Contains(string(log), "the drain's phase spans could not be written to traces.jsonl") {
+		t.Errorf("the supervisor's log does not say the drain's spans were not written:\n%s", log)
 	}
 	waitIdle(t)
 }

@@ -18,15 +18,14 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -38,6 +37,7 @@ type cluster struct {
 	suite, project, work, net, image, slurmVersion string
 	variant                                        string
 	token                                          string // the backend's bearer token
+	kit                                            *slurmkit.Cluster
 }
 
 var (
@@ -96,24 +96,19 @@ func load() (*cluster, error) {
 		return nil, err
 	}
 	c.token = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(sec)), "BACKEND_TOKEN="))
-	if out, err := run("docker", "exec", c.project+"-ctl", "scontrol", "ping"); err != nil || !strings.Contains(out, "UP") {
+	c.kit = &slurmkit.Cluster{Runner: slurmkit.Docker{Project: c.project}, Login: "ctl", Nodes: []string{"c1", "c2"},
+		User: jobUser, SlurmdLog: func(n string) string { return filepath.Join(c.work, "log", n, "slurmd.log") }}
+	if out, err := c.on("ctl", "scontrol", "ping"); err != nil || !strings.Contains(out, "UP") {
 		return nil, fmt.Errorf("%s-ctl: scontrol ping: %v %s", c.project, err, out)
 	}
 	return c, nil
 }
 
-func run(name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
-}
+// run runs a command on this host and returns its output and error together.
+func run(name string, args ...string) (string, error) { return slurmkit.Run(nil, name, args...) }
 
 // on runs a command as root in a container of the cluster (ctl, c1, c2, backend).
-func (c *cluster) on(node string, args ...string) (string, error) {
-	return run("docker", append([]string{"exec", c.project + "-" + node}, args...)...)
-}
+func (c *cluster) on(node string, args ...string) (string, error) { return c.kit.On(node, args...) }
 
 type result struct {
 	stdout, stderr string
@@ -125,25 +120,8 @@ type result struct {
 // travel as docker's environment (`-e NAME`), never on a command line.
 func (c *cluster) asUser(t testing.TB, timeout time.Duration, env []string, dir, cmdline string) result {
 	t.Helper()
-	timeout = max(timeout, patience)
-	args := []string{"exec", "-u", jobUser, "-w", dir, "-e", "HOME=/home/" + jobUser, "-e", "USER=" + jobUser}
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		args = append(args, "-e", k)
-	}
-	args = append(args, c.project+"-ctl", "timeout", fmt.Sprint(int(timeout.Seconds())), "bash", "-c", cmdline)
-	cmd := exec.Command("docker", args...)
-	cmd.Env = append(os.Environ(), env...)
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	r := result{so.String(), se.String(), 0}
-	if ee, ok := err.(*exec.ExitError); ok {
-		r.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("%s: %v", cmdline, err)
-	}
-	return r
+	r := c.kit.AsUser(t, timeout, env, dir, cmdline)
+	return result{r.Stdout, r.Stderr, r.Code}
 }
 
 func (c *cluster) tokenEnv() []string { return []string{"OTEL_TOKEN=" + c.token} }
@@ -174,78 +152,32 @@ func writeFile(t testing.TB, p, body string, mode os.FileMode) {
 	}
 }
 
-var jobIDRe = regexp.MustCompile(`Submitted batch job (\d+)`)
-
 func jobIDOf(t testing.TB, r result) string {
 	t.Helper()
-	m := jobIDRe.FindStringSubmatch(r.stdout)
-	if m == nil {
-		t.Fatalf("no job id: code %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
-	}
-	return m[1]
+	return slurmkit.JobIDOf(t, slurmkit.Result{Stdout: r.stdout, Stderr: r.stderr, Code: r.code})
 }
 
 // nodeStates is sinfo's view, e.g. "c1=idle c2=idle".
-func (c *cluster) nodeStates(t testing.TB) string {
-	out, err := c.on("ctl", "sinfo", "-h", "-N", "-o", "%N=%T")
-	if err != nil {
-		t.Fatalf("sinfo: %v %s", err, out)
-	}
-	f := strings.Fields(out)
-	sort.Strings(f)
-	return strings.Join(f, " ")
-}
+func (c *cluster) nodeStates(t testing.TB) string { t.Helper(); return c.kit.NodeStates(t) }
 
-// patience is the least time a test waits for a condition, a job or a
-// command before it fails: on a loaded machine every step is slower, and a
-// test may be slow but never flaky. A bound that is a property of the
-// product is asserted on its own, from what was measured or logged.
-const patience = 2 * time.Minute
+// patience is the least time a test waits (slurmkit.Patience).
+const patience = slurmkit.Patience
 
 // waitIdle waits until the queue is empty and both nodes are idle; a
 // drained or down node fails the test at once. within is at least
 // patience.
-func (c *cluster) waitIdle(t testing.TB, within time.Duration) {
-	t.Helper()
-	within = max(within, patience)
-	deadline := time.Now().Add(within)
-	for {
-		q, _ := c.on("ctl", "squeue", "-h", "-o", "%i %T")
-		st := c.nodeStates(t)
-		if strings.Contains(st, "drain") || strings.Contains(st, "down") || strings.Contains(st, "fail") {
-			reason, _ := c.on("ctl", "sinfo", "-R")
-			t.Fatalf("a node is not healthy: %s\n%s", st, reason)
-		}
-		if strings.TrimSpace(q) == "" && st == "c1=idle c2=idle" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not idle after %v: queue %q, nodes %s", within, q, st)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
+func (c *cluster) waitIdle(t testing.TB, within time.Duration) { t.Helper(); c.kit.WaitIdle(t, within) }
 
 // userProcs lists every process of gymuser on a node.
-func (c *cluster) userProcs(node string) []string {
-	out, _ := c.on(node, "pgrep", "-a", "-u", jobUser)
-	var procs []string
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		if l != "" {
-			procs = append(procs, l)
-		}
-	}
-	return procs
-}
+func (c *cluster) userProcs(node string) []string { return c.kit.UserProcs(node, "") }
 
 // waitNothingLeft waits (bounded) until no process of gymuser runs on any
 // compute node and no record of the job is left.
 func (c *cluster) waitNothingLeft(t testing.TB, jobID string) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
+	slurmkit.WaitNone(t, patience, "still there after the job", func() []string {
 		var left []string
-		for _, n := range []string{"c1", "c2"} {
+		for _, n := range c.kit.Nodes {
 			for _, p := range c.userProcs(n) {
 				left = append(left, n+": "+p)
 			}
@@ -255,24 +187,14 @@ func (c *cluster) waitNothingLeft(t testing.TB, jobID string) {
 				}
 			}
 		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still there after the job: %v", left)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return left
+	})
 }
 
 // slurmdLog returns a node's slurmd log.
 func (c *cluster) slurmdLog(t testing.TB, node string) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(c.work, "log", node, "slurmd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(data)
+	return c.kit.SlurmdLogs(t, node)
 }
 
 // logTime finds the first line of a slurmd log matching re (one group
@@ -348,43 +270,13 @@ func owner(fi os.FileInfo) (int, int) {
 // intervals and added up to 30 s to a 13 s job.
 func (c *cluster) sbatch(t testing.TB, env []string, dir, args string) string {
 	t.Helper()
-	r := c.asUser(t, 60*time.Second, env, dir, "sbatch "+args)
-	if r.code != 0 {
-		t.Fatalf("sbatch %s: exit %d: %s%s", args, r.code, r.stdout, r.stderr)
-	}
-	return jobIDOf(t, r)
+	return c.kit.Sbatch(t, env, dir, args)
 }
-
-var (
-	jobStateRe = regexp.MustCompile(`JobState=(\S+)`)
-	exitCodeRe = regexp.MustCompile(`\bExitCode=(\S+)`)
-)
 
 // waitJob waits until job id has ended (a final state, not COMPLETING)
 // and returns its state and ExitCode (e.g. "COMPLETED", "0:0"); past
 // within (at least patience) the test fails.
 func (c *cluster) waitJob(t testing.TB, id string, within time.Duration) (state, exit string) {
 	t.Helper()
-	within = max(within, patience)
-	deadline := time.Now().Add(within)
-	for {
-		out, err := c.on("ctl", "scontrol", "-o", "show", "job", id)
-		if err == nil {
-			st := jobStateRe.FindStringSubmatch(out)
-			ex := exitCodeRe.FindStringSubmatch(out)
-			if st != nil && ex != nil {
-				switch st[1] {
-				case "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING":
-				default:
-					if !strings.Contains(out, "COMPLETING") {
-						return st[1], ex[1]
-					}
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s not done after %v: %s", id, within, out)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	return c.kit.WaitJobEnd(t, id, within)
 }

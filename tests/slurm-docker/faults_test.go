@@ -9,25 +9,14 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 )
 
 // waitFile waits (bounded: within, at least patience) until every path
 // exists.
 func waitFile(t *testing.T, within time.Duration, paths ...string) {
 	t.Helper()
-	within = max(within, patience)
-	deadline := time.Now().Add(within)
-	for _, p := range paths {
-		for {
-			if _, err := os.Stat(p); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s did not appear within %v", p, within)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+	slurmkit.WaitFile(t, within, paths...)
 }
 
 // vllmOnBothNodes is the start of a two-node job script: D is the job dir,

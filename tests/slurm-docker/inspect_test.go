@@ -1,17 +1,16 @@
 package slurmdocker
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -52,25 +51,8 @@ func told(n int, cycle, bounds []float64) []inspect.Bucket {
 func checkInspect(t *testing.T, host, jobID string) {
 	t.Helper()
 	cli := filepath.Join(testenv.Root(), "build", "gym-otel-spank")
-	art := testenv.Artifacts(t)
+	r, text, art := slurmkit.Inspect(t, cli, host)
 	html := filepath.Join(art, "report.html")
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(cli, "inspect", "--json", "--html", html, host)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("inspect --json: %v %s", err, stderr.String())
-	}
-	os.WriteFile(filepath.Join(art, "report.json"), stdout.Bytes(), 0o644)
-	var r inspect.Report
-	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-		t.Fatal(err)
-	}
-	text, err := exec.Command(cli, "inspect", host).CombinedOutput()
-	if err != nil {
-		t.Fatalf("inspect: %v %s", err, text)
-	}
-	os.WriteFile(filepath.Join(art, "report.txt"), text, 0o644)
-	t.Logf("inspect of job %s:\n%s", jobID, text)
 
 	near := func(v inspect.Value, want float64) bool { return math.Abs(float64(v)-want) < 1e-9 }
 	if strings.Join(r.Job.Nodes, ",") != "c1,c2" || strings.Join(r.Job.Identity["slurm_job_id"], ",") != jobID {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -111,34 +112,13 @@ date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > $D/last
 
 	backend := filepath.Join(c.work, "backend", "metrics.jsonl")
 	for _, n := range names {
-		final, err := os.ReadFile(filepath.Join(host, "final."+n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := strconv.ParseFloat(strings.TrimSpace(string(final)), 64)
-		if err != nil || want <= 0 {
-			t.Fatalf("%s: final counter %q", n, final)
-		}
-		exited := testenv.ReadTime(t, filepath.Join(host, "exit."+n))
 		d := filepath.Join(host, "otel")
 		if n != "c1" {
 			d = filepath.Join(d, "nodes", n)
 		}
-		ps, err := otlptest.SumPoints(filepath.Join(d, "metrics.jsonl"), "vllm_prompt_tokens_total")
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, ok := otlptest.Latest(ps, n, jobID)
-		switch {
-		case !ok:
-			t.Errorf("%s: no vllm_prompt_tokens_total in %s", n, d)
-		case got.Value != want:
-			t.Errorf("%s: the files' last vllm_prompt_tokens_total is %v (flags %d) at %v, the stand-in's final value %v (driver exit %v)", n, got.Value, got.Flags, got.At, want, exited)
-		case !got.At.After(exited):
-			t.Errorf("%s: the last sample (%v) is not after the driver's exit (%v)", n, got.At, exited)
-		default:
-			t.Logf("%s: final counter %v sampled %v after the driver's exit", n, want, got.At.Sub(exited).Round(time.Millisecond))
-		}
+		slurmkit.CheckFinalSample(t, slurmkit.FinalSample{Node: n, Job: jobID,
+			Final: filepath.Join(host, "final."+n), Exit: filepath.Join(host, "exit."+n),
+			Metrics: filepath.Join(d, "metrics.jsonl"), BackendMetrics: backend})
 		// Every target of the node (vLLM, node_exporter) answered a
 		// scrape after the script's last line.
 		nodeLast, err := otlptest.SumPoints(filepath.Join(d, "metrics.jsonl"), "node_cpu_seconds_total")
@@ -147,17 +127,6 @@ date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > $D/last
 		}
 		if p, ok := otlptest.Latest(nodeLast, n, jobID); !ok || !p.At.After(last) {
 			t.Errorf("%s: node_exporter's last sample %v (found %v) is not after the script's last line %v", n, p.At, ok, last)
-		}
-		var be otlptest.SumPoint
-		for deadline := time.Now().Add(patience); ; time.Sleep(250 * time.Millisecond) {
-			ps, _ := otlptest.SumPoints(backend, "vllm_prompt_tokens_total")
-			be, ok = otlptest.Latest(ps, n, jobID)
-			if ok && be.Value == want || time.Now().After(deadline) {
-				break
-			}
-		}
-		if !ok || be.Value != want {
-			t.Errorf("%s: the backend's last vllm_prompt_tokens_total of job %s is %v (found %v), want %v", n, jobID, be.Value, ok, want)
 		}
 		// Nothing lost at the collectors' shutdowns, and the node's
 		// final scrape came at the script's end.

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 )
 
 const (
@@ -103,25 +104,20 @@ func script(t *testing.T, path, body string) string {
 	return path
 }
 
+// kit is this node's Slurm for the shared helpers (slurmkit).
+var kit = &slurmkit.Cluster{Runner: slurmkit.Local{}, Nodes: []string{node}, User: jobUser,
+	SlurmdLog: func(string) string { return slurmdLog }}
+
 var submitted = regexp.MustCompile(`Submitted batch job (\d+)`)
 
+// jobIDOf is the job id sbatch printed, or fails the test.
 func jobIDOf(t *testing.T, r result) string {
 	t.Helper()
-	m := submitted.FindStringSubmatch(r.stdout)
-	if m == nil {
-		t.Fatalf("no job id in %q (stderr %q)", r.stdout, r.stderr)
-	}
-	return m[1]
+	return slurmkit.JobIDOf(t, slurmkit.Result{Stdout: r.stdout, Stderr: r.stderr, Code: r.code})
 }
 
-func slurmd(t *testing.T) string {
-	t.Helper()
-	b, err := os.ReadFile(slurmdLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
+// slurmd is the node's slurmd log.
+func slurmd(t *testing.T) string { t.Helper(); return kit.SlurmdLogs(t) }
 
 // jobLines are slurmd's log lines about job id (the plugin's and Slurm's).
 func jobLines(log, id string) string {
@@ -135,16 +131,7 @@ func jobLines(log, id string) string {
 }
 
 // userProcs are the job user's processes whose command line matches pat.
-func userProcs(pat string) []string {
-	out, _ := run("pgrep", "-a", "-u", jobUser, "-f", pat)
-	var procs []string
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		if l != "" {
-			procs = append(procs, l)
-		}
-	}
-	return procs
-}
+func userProcs(pat string) []string { return kit.UserProcs(node, pat) }
 
 // waitFor polls cond every 200 ms until it is true or within has passed.
 func waitFor(within time.Duration, cond func() bool) bool {
@@ -162,7 +149,7 @@ func waitNoCollector(t *testing.T) {
 	t.Helper()
 	var left []string
 	if !waitFor(patience, func() bool {
-		left = append(userProcs("otelcol-gym"), userProcs("supervise --from-env")...)
+		left = kit.CollectorProcs(node)
 		return len(left) == 0
 	}) {
 		t.Errorf("still running after the job: %v", left)
@@ -191,13 +178,7 @@ func waitJobsGone(t *testing.T, ids []string) {
 	}
 }
 
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	st, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	return !strings.Contains(string(st), ") Z ")
-}
+func alive(pid int) bool { return slurmkit.Alive(pid) }
 
 func readPid(t *testing.T, path string) int {
 	t.Helper()

@@ -1,0 +1,359 @@
+package supervise
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	commonv1 "go.opentelemetry.io/proto/otlp/common/v1"
+	tracev1 "go.opentelemetry.io/proto/otlp/trace/v1"
+	"golang.org/x/sys/unix"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+)
+
+// The drain and the epilog as spans. Both end after the collector that
+// would export them has exited, so the supervisor writes them itself: once
+// the collector has exited, it appends one OTLP-JSON line (the file
+// exporter's format) to the node's traces.jsonl, as the job's user, with
+// the resource the collector would have given them (render.Identity: the
+// run's identity and Lens' keys), and records the line's place in the
+// receipt (receipt.Appended). Phase spans the collector did not accept at
+// the drain (a hung or killed collector) go into the same line (one whose
+// export timed out after the collector took it is then in the file twice,
+// with the same span id). The
+// collector never sent them to the backend: `gym-otel-spank replay
+// --appended DIR` sends just these lines.
+//
+//   - slurm.drain: from the supervisor's stop (the epilog's SIGTERM, the
+//     record gone, Slurm saying the job ended) to the collector's exit,
+//     which the supervisor waits for (killed at otel.shutdown_timeout_seconds:
+//     it still ends, marked slurm.drain.collector_killed). A collector that
+//     had exited before the drain gives slurm.end_known=false.
+//   - slurm.epilog: the job epilog tells its start (EnvEpilogStart, taken in
+//     C before the Go core loads) on the hold socket, "epilog start <unix
+//     ms>", before it signals the supervisor (TellEpilogStart: root writes
+//     nothing of the user's). Its end comes after the supervisor has exited
+//     (the epilog then ends the collector's cgroup and removes root's
+//     record), so the span ends at the line's writing and carries
+//     slurm.end_known=false; an epilog that did not tell (an older plugin,
+//     no hold socket, the job ended otherwise) gives no epilog span.
+//
+// Both are children of the node's slurm.job span and end after it (that
+// span is sent before the collector stops).
+
+// EnvEpilogStart is the job epilog's variable with its start (unix ms).
+const EnvEpilogStart = contract.EnvEpilogStart
+
+// epilogLine starts the hold socket line that tells the epilog's start.
+const epilogLine = "epilog start "
+
+// TellEpilogStart tells the job's supervisor on its hold socket (name, as
+// root's record has it) that the epilog started at at: one line, answered
+// "ok", within HoldConnTimeout/4. The listener must be process pid of uid
+// (SO_PEERCRED), or nothing is sent. Errors: no such listener, another
+// listener, no answer in time.
+func TellEpilogStart(name string, pid int, uid uint32, at time.Time) error {
+	if !ValidHoldSocket(name) || pid <= 1 {
+		return fmt.Errorf("hold socket %q of pid %d: not a supervisor's", name, pid)
+	}
+	d := net.Dialer{Timeout: HoldConnTimeout / 4}
+	c, err := d.Dial("unix", "@"+name)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	uc := c.(*net.UnixConn)
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || cerr != nil {
+		return errors.Join(err, cerr)
+	}
+	if int(cred.Pid) != pid || cred.Uid != uid {
+		return fmt.Errorf("the hold socket %s is held by pid %d uid %d, not the supervisor (pid %d uid %d)", name, cred.Pid, cred.Uid, pid, uid)
+	}
+	_ = c.SetDeadline(time.Now().Add(HoldConnTimeout / 4))
+	if _, err := fmt.Fprintf(c, "%s%d\n", epilogLine, at.UnixMilli()); err != nil {
+		return err
+	}
+	buf := make([]byte, 16)
+	n, _ := c.Read(buf)
+	if string(buf[:n]) != "ok\n" {
+		return fmt.Errorf("the supervisor answered %q", buf[:n])
+	}
+	return nil
+}
+
+// epilogStarted records the epilog's start told on the hold socket: a
+// plausible time (after the node's start of the job, not ahead of the
+// clock by more than a minute) once; later lines are refused.
+func (p *phases) epilogStarted(v string) string {
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 {
+		return "bad time\n"
+	}
+	at := time.UnixMilli(ms)
+	if at.Before(p.start) || at.After(time.Now().Add(time.Minute)) {
+		return "bad time\n"
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.epilogStart.IsZero() {
+		return "bad line\n"
+	}
+	p.epilogStart = at
+	return "ok\n"
+}
+
+// drainEnd is what the supervisor knows of its drain once the collector
+// has exited.
+type drainEnd struct {
+	start, exit time.Time
+	cause       string
+	exitKnown   bool // the collector ran at the drain's start: exit is its exit
+	killed      bool // killed at otel.shutdown_timeout_seconds
+	clean       bool
+}
+
+// afterSpans are the spans that end after the collector: slurm.drain, and
+// slurm.epilog when the epilog told its start; now is their writing.
+func (p *phases) afterSpans(d drainEnd, now time.Time) []*tracev1.Span {
+	p.mu.Lock()
+	es := p.epilogStart
+	p.mu.Unlock()
+	if !es.IsZero() && strings.HasPrefix(d.cause, "signal") {
+		d.cause = "epilog (" + d.cause + ")"
+	}
+	attrs := []*commonv1.KeyValue{strAttr("slurm.drain.cause", d.cause), boolAttr("slurm.end_known", d.exitKnown),
+		boolAttr("slurm.drain.clean", d.clean), boolAttr("slurm.drain.collector_killed", d.killed)}
+	ds := p.span("slurm.drain", p.spanID("drain"), p.root, d.start, d.exit, attrs...)
+	switch {
+	case !d.exitKnown:
+		ds.Status = errStatus("the collector had exited before the drain: the drain ends where the supervisor found it gone")
+	case d.killed:
+		ds.Status = errStatus("the collector did not shut down within otel.shutdown_timeout_seconds and was killed")
+	case !d.clean:
+		ds.Status = errStatus("the collector's shutdown ended with an error (see collector.log)")
+	}
+	out := []*tracev1.Span{ds}
+	if !es.IsZero() {
+		e := p.span("slurm.epilog", p.spanID("epilog"), p.root, es, now, boolAttr("slurm.start_known", true), boolAttr("slurm.end_known", false))
+		e.Status = &tracev1.Status{Message: "the epilog goes on after the supervisor has exited (it ends the collector's cgroup and removes root's record): the span ends when the supervisor wrote it"}
+		out = append(out, e)
+	}
+	return out
+}
+
+// OTLP-JSON, as the collector's file exporter writes it: ids in hex, 64-bit
+// integers as strings, enums as numbers, camelCase names.
+type (
+	jsonValue struct {
+		StringValue *string `json:"stringValue,omitempty"`
+		IntValue    *string `json:"intValue,omitempty"`
+		BoolValue   *bool   `json:"boolValue,omitempty"`
+	}
+	jsonKV struct {
+		Key   string    `json:"key"`
+		Value jsonValue `json:"value"`
+	}
+	jsonStatus struct {
+		Message string `json:"message,omitempty"`
+		Code    int32  `json:"code,omitempty"`
+	}
+	jsonSpan struct {
+		TraceID      string      `json:"traceId"`
+		SpanID       string      `json:"spanId"`
+		ParentSpanID string      `json:"parentSpanId,omitempty"`
+		Name         string      `json:"name"`
+		Kind         int32       `json:"kind,omitempty"`
+		Start        string      `json:"startTimeUnixNano"`
+		End          string      `json:"endTimeUnixNano"`
+		Attributes   []jsonKV    `json:"attributes,omitempty"`
+		Status       *jsonStatus `json:"status,omitempty"`
+	}
+	jsonTraces struct {
+		ResourceSpans []struct {
+			Resource struct {
+				Attributes []jsonKV `json:"attributes"`
+			} `json:"resource"`
+			ScopeSpans []struct {
+				Scope struct {
+					Name string `json:"name"`
+				} `json:"scope"`
+				Spans []jsonSpan `json:"spans"`
+			} `json:"scopeSpans"`
+		} `json:"resourceSpans"`
+	}
+)
+
+func jsonAttrs(kvs []*commonv1.KeyValue) []jsonKV {
+	out := make([]jsonKV, 0, len(kvs))
+	for _, kv := range kvs {
+		var v jsonValue
+		switch x := kv.GetValue().GetValue().(type) {
+		case *commonv1.AnyValue_StringValue:
+			v.StringValue = &x.StringValue
+		case *commonv1.AnyValue_IntValue:
+			s := strconv.FormatInt(x.IntValue, 10)
+			v.IntValue = &s
+		case *commonv1.AnyValue_BoolValue:
+			v.BoolValue = &x.BoolValue
+		default:
+			continue
+		}
+		out = append(out, jsonKV{Key: kv.Key, Value: v})
+	}
+	return out
+}
+
+// TracesLine is spans as one OTLP-JSON line (newline included) of one
+// resource (its attributes: identity, strings or Ints) and scope; the
+// spans' attributes may be strings, Ints or bools.
+func TracesLine(identity []render.Attr, scope string, spans []*tracev1.Span) ([]byte, error) {
+	var res []*commonv1.KeyValue
+	for _, a := range identity {
+		if a.Int {
+			n, err := strconv.ParseInt(a.Value, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("resource attribute %s: %q is not an Int", a.Key, a.Value)
+			}
+			res = append(res, intAttr(a.Key, n))
+		} else {
+			res = append(res, strAttr(a.Key, a.Value))
+		}
+	}
+	var t jsonTraces
+	t.ResourceSpans = make([]struct {
+		Resource struct {
+			Attributes []jsonKV `json:"attributes"`
+		} `json:"resource"`
+		ScopeSpans []struct {
+			Scope struct {
+				Name string `json:"name"`
+			} `json:"scope"`
+			Spans []jsonSpan `json:"spans"`
+		} `json:"scopeSpans"`
+	}, 1)
+	rs := &t.ResourceSpans[0]
+	rs.Resource.Attributes = jsonAttrs(res)
+	rs.ScopeSpans = make([]struct {
+		Scope struct {
+			Name string `json:"name"`
+		} `json:"scope"`
+		Spans []jsonSpan `json:"spans"`
+	}, 1)
+	rs.ScopeSpans[0].Scope.Name = scope
+	for _, s := range spans {
+		js := jsonSpan{
+			TraceID: hex.EncodeToString(s.TraceId), SpanID: hex.EncodeToString(s.SpanId), ParentSpanID: hex.EncodeToString(s.ParentSpanId),
+			Name: s.Name, Kind: int32(s.Kind),
+			Start: strconv.FormatUint(s.StartTimeUnixNano, 10), End: strconv.FormatUint(s.EndTimeUnixNano, 10),
+			Attributes: jsonAttrs(s.Attributes),
+		}
+		if st := s.Status; st != nil && (st.Message != "" || st.Code != 0) {
+			js.Status = &jsonStatus{Message: st.Message, Code: int32(st.Code)}
+		}
+		rs.ScopeSpans[0].Spans = append(rs.ScopeSpans[0].Spans, js)
+	}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// AppendLine appends line (one line, its newline included) to the file at
+// path as the calling process's user: never through a symbolic link
+// (O_NOFOLLOW), never into anything but a regular file of this user (a
+// FIFO is not waited on: O_NONBLOCK), created (0600) when missing. A file
+// whose last byte is not a newline (a partial line) gets one first, so the
+// line stays whole. It returns the line's offset and length in the file.
+func AppendLine(path string, line []byte) (offset, length int64, err error) {
+	if len(line) == 0 || line[len(line)-1] != '\n' || bytes.Count(line, []byte{'\n'}) != 1 {
+		return 0, 0, errors.New("not one line")
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, 0, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.Mode().IsRegular() || !ok || st.Uid != uint32(os.Geteuid()) {
+		return 0, 0, fmt.Errorf("%s: not a regular file of uid %d: nothing appended", path, os.Geteuid())
+	}
+	size := fi.Size()
+	if size > 0 {
+		last := make([]byte, 1)
+		r, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return 0, 0, err
+		}
+		_, err = r.ReadAt(last, size-1)
+		r.Close()
+		if err != nil {
+			return 0, 0, err
+		}
+		if last[0] != '\n' {
+			line = append([]byte{'\n'}, line...)
+		}
+	}
+	if _, err := f.Write(line); err != nil {
+		return 0, 0, err
+	}
+	if line[0] == '\n' {
+		return size + 1, int64(len(line)) - 1, nil
+	}
+	return size, int64(len(line)), nil
+}
+
+// appendAfterCollector writes the drain's (and the epilog's) spans to
+// traces.jsonl once the collector has exited, and notes the line for the
+// receipt. It never fails the drain: a refusal is logged (the
+// supervisor's and the collector's log), and the receipt lists no line.
+func (s *supervisor) appendAfterCollector(d drainEnd) {
+	if s.phases == nil {
+		return
+	}
+	now := time.Now()
+	// The phase spans the collector did not accept at the drain (an
+	// export that failed: a hung or killed collector, the node's root
+	// span among them) go into the same line.
+	left := s.phases.take()
+	spans := append(left, s.phases.afterSpans(d, now)...)
+	id := render.Identity(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)}, "slurm")
+	line, err := TracesLine(id, phaseScope, spans)
+	if err == nil {
+		var off, n int64
+		path := filepath.Join(s.out, jobdir.SignalFile("traces"))
+		if off, n, err = AppendLine(path, line); err == nil {
+			s.appended = append(s.appended, receipt.Appended{File: jobdir.SignalFile("traces"), Offset: off, Length: n, Spans: len(spans)})
+			if len(left) > 0 {
+				s.log.Infof("%d phase spans the collector did not accept are appended with the drain's", len(left))
+			}
+			s.log.Infof("the drain's phase spans (%d) appended to %s after the collector's exit (offset %d, %d bytes): `gym-otel-spank replay --appended` sends them to the backend", len(spans), path, off, n)
+			return
+		}
+	}
+	appendLog(s.logPath, fmt.Sprintf("gym-otel: the drain's phase spans could not be written to traces.jsonl: %v", err))
+	s.log.Warnf("the drain's phase spans could not be written to traces.jsonl: %v", err)
+}

@@ -1,0 +1,82 @@
+package supervise_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
+)
+
+// TestDrainSpanCollectorKilled: a supervisor started with a record (as by
+// the plugin's prolog) whose collector hangs at the drain (SIGSTOP) kills
+// it at shutdown_timeout_seconds, and the drain still ends: one
+// slurm.drain span, appended to traces.jsonl after the collector's exit
+// with the run's identity, marked collector_killed with an error status,
+// together with the node's slurm.job span the hung collector did not
+// accept; no slurm.epilog (no epilog told its start); the receipt lists
+// the line.
+func TestDrainSpanCollectorKilled(t *testing.T) {
+	t.Parallel()
+	rec := filepath.Join(harness.SharedDir(t), "record")
+	if err := os.WriteFile(rec, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := harness.StartSup(t, harness.Job{JobID: "8383", Record: rec}).MustReady(t)
+	time.Sleep(1500 * time.Millisecond) // a phase export or two
+	if err := syscall.Kill(s.Report.CollectorPID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	took, err := s.Drain(t, 2*time.Minute)
+	t.Logf("drained in %v: %v", took.Round(time.Millisecond), err)
+	for _, l := range strings.Split(s.Output(), "\n") {
+		if strings.Contains(l, "phase spans") {
+			t.Log(l)
+		}
+	}
+	if err == nil {
+		t.Errorf("a collector killed at the drain gave a clean exit:\n%s", s.Output())
+	}
+	d, rerr := otlptest.Read(filepath.Join(s.Out, "traces.jsonl"))
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	var drain []otlptest.Span
+	jobSpans := 0
+	for _, sp := range d.Spans {
+		switch sp.Name {
+		case "slurm.job":
+			jobSpans++
+		case "slurm.drain":
+			drain = append(drain, sp)
+		case "slurm.epilog":
+			t.Errorf("an epilog span without an epilog: %+v", sp)
+		}
+	}
+	// The job's span is made at the drain; the hung collector does not
+	// take it, so it goes into the appended line (said in the log).
+	refused := strings.Contains(s.Output(), "phase spans the collector did not accept are appended")
+	if len(drain) != 1 || jobSpans > 1 || refused != (jobSpans == 1) {
+		t.Fatalf("%d slurm.drain and %d slurm.job spans in traces.jsonl (refused spans appended: %v), want one drain span and the job's span with the refused ones", len(drain), jobSpans, refused)
+	}
+	a := drain[0].Attributes.Text()
+	if a["slurm.drain.collector_killed"] != "true" || a["slurm.drain.clean"] != "false" || a["slurm.end_known"] != "true" ||
+		a["slurm.drain.cause"] != "signal terminated" {
+		t.Errorf("drain span attributes %v", a)
+	}
+	if id, _ := drain[0].Resource.Str("slurm_job_id"); id != "8383" {
+		t.Errorf("drain span resource %v", drain[0].Resource.Text())
+	}
+	rc, err := receipt.Read(s.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rc.Appended) != 1 || rc.Appended[0].Spans != 1+jobSpans || rc.Appended[0].File != "traces.jsonl" {
+		t.Errorf("receipt appended %+v", rc.Appended)
+	}
+}

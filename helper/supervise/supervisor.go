@@ -164,8 +164,10 @@ type supervisor struct {
 const FirstScrapeLead = 900 * time.Millisecond
 
 // fqdnWait bounds the wait for the host name lookup: without it the phases
-// are left to Prometheus.
-const fqdnWait = time.Second
+// are left to Prometheus. A lookup that slow is the collector's too (it
+// makes the same one before its scrape loops start), which would then miss
+// the phases anyway.
+const fqdnWait = 500 * time.Millisecond
 
 // Run starts the job's collector, reports, supervises it until a drain
 // request (Options.Signals), the job's end, or a fatal error, then drains.

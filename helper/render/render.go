@@ -8,7 +8,8 @@
 //     with one scrape job per model service on this node
 //     (<component>/<service>), plus "dcgm" and "node" when their ports are set,
 //     whose targets are scraped every interval from the collector's start
-//     (discovery_reload_on_startup).
+//     (discovery_reload_on_startup), each at the phase chosen with a
+//     query parameter when Input.FirstScrape asks (phase.go).
 //   - processors: memory_limiter first; filter/stale drops the staleness
 //     markers of failed scrapes (points without a value); filter/dcgm keeps only the job's GPUs
 //     and GPU instances when Slurm named them, and transform/dcgm stamps gpu_attribution on
@@ -31,6 +32,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -147,6 +149,11 @@ type Input struct {
 	// the collector scrapes every target once more when it is stopped
 	// (the supervisor's final scrape at the batch script's end).
 	ScrapeOnShutdown bool
+	// FirstScrape, when set, has every scrape target's first scrape come
+	// at FirstScrape.At (phase.go): each scrape job gets a PhaseParam.
+	// Nil leaves the phases to Prometheus' hash (between 0 and one
+	// interval after the collector's start).
+	FirstScrape *FirstScrape
 }
 
 // Render returns the collector YAML for in. Errors: a missing port or a
@@ -576,15 +583,11 @@ func scrapeJobs(in Input) []omap {
 			{"metrics_path", "/metrics"},
 		}
 		job = append(job, scrapeLimits(in.Resolved.Otel)...)
-		labels := omap{{"instance", esc(t.Instance)}}
+		labels := [][2]string{{"instance", t.Instance}}
 		if t.Role != "" {
-			labels = append(labels, kv{"gym_service", esc(t.Service)}, kv{"role", esc(t.Role)})
+			labels = append(labels, [2]string{"gym_service", t.Service}, [2]string{"role", t.Role})
 		}
-		job = append(job, kv{"static_configs", []omap{{
-			{"targets", []string{"localhost:" + strconv.Itoa(t.Port)}},
-			{"labels", labels},
-		}}})
-		jobs = append(jobs, job)
+		jobs = append(jobs, staticTarget(in, job, t.Job, t.Port, labels))
 	}
 	if in.Ports.Cgroup != 0 {
 		// The job's cgroups on this node, served by the supervisor
@@ -597,13 +600,38 @@ func scrapeJobs(in Input) []omap {
 			{"metrics_path", "/metrics"},
 		}
 		job = append(job, scrapeLimits(in.Resolved.Otel)...)
-		job = append(job, kv{"static_configs", []omap{{
-			{"targets", []string{"localhost:" + strconv.Itoa(in.Ports.Cgroup)}},
-			{"labels", omap{{"instance", esc(in.Job.Node + ":" + strconv.Itoa(in.Ports.Cgroup))}}},
-		}}})
-		jobs = append(jobs, job)
+		labels := [][2]string{{"instance", in.Job.Node + ":" + strconv.Itoa(in.Ports.Cgroup)}}
+		jobs = append(jobs, staticTarget(in, job, CgroupScrapeJob, in.Ports.Cgroup, labels))
 	}
 	return jobs
+}
+
+// staticTarget completes scrape job job (named name) with its one static
+// target, localhost:port with labels, and, when in.FirstScrape asks for
+// it, the PhaseParam that brings its first scrape to in.FirstScrape.At
+// (phase.go).
+func staticTarget(in Input, job omap, name string, port int, labels [][2]string) omap {
+	interval := in.Resolved.Otel.ScrapeIntervalSeconds
+	addr := "localhost:" + strconv.Itoa(port)
+	if fs := in.FirstScrape; fs != nil && !fs.At.IsZero() {
+		v, _ := choosePhase(scrapeTarget{
+			job:         name,
+			interval:    time.Duration(interval) * time.Second,
+			timeout:     time.Duration(min(interval, 10)) * time.Second,
+			address:     addr,
+			metricsPath: "/metrics",
+			labels:      labels,
+		}, *fs)
+		job = append(job, kv{"params", omap{{PhaseParam, []string{v}}}})
+	}
+	ls := omap{}
+	for _, l := range labels {
+		ls = append(ls, kv{l[0], esc(l[1])})
+	}
+	return append(job, kv{"static_configs", []omap{{
+		{"targets", []string{addr}},
+		{"labels", ls},
+	}}})
 }
 
 // CgroupScrapeJob is the scrape job of the job's cgroup metrics on the

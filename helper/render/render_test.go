@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -31,6 +32,10 @@ type variant struct {
 // scrape at the batch script's end stops.
 const scrapeOnShutdown = "scrape-on-shutdown"
 
+// firstScrapeAt asks, for the variants named, for the targets' first
+// scrapes at that instant (render.FirstScrape, host gn1.example.org).
+var firstScrapeAt = map[string]time.Time{"first-scrape": time.Unix(1700000000, 123456789)}
+
 var variants = []variant{
 	{"no-model-service", "", nil},
 	{"two-services", "config=testdata/gym-two-services.yaml,benchmark=gsm8k", nil},
@@ -42,6 +47,9 @@ var variants = []variant{
 	{"hostile-text", `benchmark=a$b"c:d {x},model=m${env:HOME}\\n,component=c$`, nil},
 	// The third run of job 1234 on Slurm 25.11+ (two requeues, a SLUID).
 	{"requeued-sluid", "", func(j *render.Job) { j.RestartCount, j.SLUID = "2", "sEKNKTV3WPV500" }},
+	// Every scrape job with the gym_otel_phase its first scrape at that
+	// instant needs (phase.go).
+	{"first-scrape", "config=testdata/gym-two-services.yaml", nil},
 	// The GPUs as the prolog sees them (gpus.go): none named; whole GPUs
 	// by UUID (Slurm 25.11+); MIG devices by MIG UUID (drivers 470.42.01+:
 	// the instances cannot be told apart); MIG devices by parent UUID and
@@ -75,13 +83,17 @@ func renderVariant(t *testing.T, v variant, gpus []string) []byte {
 	if v.job != nil {
 		v.job(&job)
 	}
-	y, err := render.Render(render.Input{
+	in := render.Input{
 		Resolved:         r,
 		Job:              job,
 		Ports:            render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004, Final: 41005},
 		OutputDir:        "/home/alice/runs/gym-otel-1234/otel",
 		ScrapeOnShutdown: v.name == scrapeOnShutdown,
-	})
+	}
+	if at, ok := firstScrapeAt[v.name]; ok {
+		in.FirstScrape = &render.FirstScrape{At: at, Host: "gn1.example.org"}
+	}
+	y, err := render.Render(in)
 	if err != nil {
 		t.Fatal(err)
 	}

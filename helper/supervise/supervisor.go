@@ -155,7 +155,27 @@ type supervisor struct {
 	peersAsked       bool
 	drainCause       string             // what began the drain (the slurm.drain span's slurm.drain.cause)
 	appended         []receipt.Appended // lines written after the collector's exit (afterdrain.go)
+
+	// fqdn delivers the host name Prometheus hashes into its scrape
+	// offsets (render.PrometheusFQDN), looked up during the start-up.
+	fqdn chan string
+	// firstScrape is what the last written configuration asked of the
+	// first scrapes (nil: nothing).
+	firstScrape *render.FirstScrape
 }
+
+// FirstScrapeLead is how long after the collector's configuration is written
+// each scrape target's first scrape is placed (render.FirstScrape): the
+// collector's start to its scrape loops (0.2-0.7 s measured on 2 busy
+// cores, up to 1.2 s under heavy load) with a margin, since a loop that
+// starts after its target's phase waits a whole interval.
+const FirstScrapeLead = 900 * time.Millisecond
+
+// fqdnWait bounds the wait for the host name lookup: without it the phases
+// are left to Prometheus. A lookup that slow is the collector's too (it
+// makes the same one before its scrape loops start), which would then miss
+// the phases anyway.
+const fqdnWait = 500 * time.Millisecond
 
 // Run starts the job's collector, reports, supervises it until a drain
 // request (Options.Signals), the job's end, or a fatal error, then drains.
@@ -251,6 +271,18 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		f.Close()
 		os.Remove(f.Name())
 	}
+	if s.o.Container == "" {
+		// Inside a container the collector's host name is the
+		// container's: the phases are left to Prometheus there.
+		s.fqdn = make(chan string, 1)
+		go func() {
+			h, err := render.PrometheusFQDN()
+			if err != nil {
+				h = ""
+			}
+			s.fqdn <- h
+		}()
+	}
 	keepPreviousRun(s.out, s.opt.Facts, s.logPath, s.log)
 	s.reserve()
 	s.writeState(jobdir.StatusStarting, "")
@@ -335,9 +367,26 @@ func (s *supervisor) choosePorts() error {
 func (s *supervisor) configPath() string { return filepath.Join(s.out, jobdir.ConfigFile) }
 
 func (s *supervisor) writeConfig() error {
+	s.firstScrape = nil
+	if s.fqdn != nil {
+		select {
+		case h := <-s.fqdn:
+			s.fqdn <- h // for a later attempt
+			if h != "" {
+				s.firstScrape = &render.FirstScrape{At: time.Now().Add(FirstScrapeLead), Host: h}
+			}
+		case <-time.After(fqdnWait):
+			s.fqdn = nil
+			s.log.Warnf("the host name lookup took more than %v: each scrape target's first scrape comes at its hash offset (up to one interval)", fqdnWait)
+		}
+	}
 	y, err := render.Render(render.Input{
-		Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts),
-		Ports: s.ports, OutputDir: s.out, ScrapeOnShutdown: s.scrapeOnShutdown,
+		Resolved:         s.opt.Resolved,
+		Job:              render.JobOf(s.opt.Resolved, s.opt.Facts),
+		Ports:            s.ports,
+		OutputDir:        s.out,
+		FirstScrape:      s.firstScrape,
+		ScrapeOnShutdown: s.scrapeOnShutdown,
 	})
 	if err != nil {
 		return err
@@ -451,6 +500,9 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	ready := time.Since(s.started)
 	s.log.Infof("collector ready in %d ms: pid %d, OTLP gRPC %d, HTTP %d, health %d, output %s",
 		ready.Milliseconds(), s.coll.pid, s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health, s.out)
+	if fs := s.firstScrape; fs != nil {
+		s.log.Infof("first scrapes placed at %s (host %s)", fs.At.UTC().Format("15:04:05.000"), fs.Host)
+	}
 	s.writeState(StatusReady, "")
 	s.sendReadiness(Readiness{
 		Status: StatusReady, Ports: s.ports, ReceiverToken: s.rtoken,

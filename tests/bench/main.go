@@ -13,7 +13,8 @@
 //
 //	GYM_OTEL_BENCH_QUICK=1      fewer rounds and samples, 15 s load steps, 60 s outages (about 14 minutes;
 //	                            default about 35)
-//	GYM_OTEL_BENCH_ONLY=P1,P2   only these (P1 includes P6, P2 includes P3, P4 includes P5; P7, inspect
+//	GYM_OTEL_BENCH_ONLY=P1,P2   only these (P1 includes P6, P2 includes P3, P4 includes P5; P3B is P3 at
+//	                            interval 15 s alone, with each target's wait for its first sample; P7, inspect
 //	                            of 1 GB of jsonl, and P8, the files under five backend outages, run
 //	                            without Slurm when alone)
 //	GYM_OTEL_BENCH_OUTAGE_SECONDS=N  P8's length of each outage run (default 180, quick 60; P8 takes
@@ -116,7 +117,7 @@ func main() {
 	logf("bench: setting up (quick=%v)", quick)
 	var rows []Row
 	// P7 needs no Slurm: alone, it runs without one.
-	slurm := want("P1", "P2", "P3", "P4", "P5", "P6")
+	slurm := want("P1", "P2", "P3", "P3B", "P4", "P5", "P6")
 	var err error
 	if slurm {
 		err = setup()
@@ -132,10 +133,11 @@ func main() {
 		if r, err = runP23(p23Rounds); err == nil {
 			rows = append(rows, r...)
 		}
-		if err == nil {
-			if r, err = runP3At15(p3Rounds); err == nil {
-				rows = append(rows, r...)
-			}
+	}
+	if err == nil && want("P2", "P3", "P3B") {
+		var r []Row
+		if r, err = runP3At15(p3Rounds); err == nil {
+			rows = append(rows, r...)
 		}
 	}
 	if err == nil && want("P4", "P5") {

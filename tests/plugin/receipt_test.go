@@ -132,10 +132,20 @@ func TestReceiptNormalJob(t *testing.T) {
 	}
 	// The drain's and the epilog's spans are appended after the
 	// collector's exit (the receipt lists them): not the collector's to
-	// count or send.
+	// count; the supervisor delivers them to the backend itself, so the
+	// backend holds everything the files hold.
 	files := dirItems(t, otel, "")
-	files.spans -= appendedSpans(t, rc)
 	be := waitBackend(t, id, files)
+	if be != files {
+		t.Errorf("the backend holds %+v of job %s, the files %+v", be, id, files)
+	}
+	for _, a := range rc.Appended {
+		if !a.Delivered || a.Cause != "" || a.HTTPStatus != 0 {
+			t.Errorf("appended line %+v: want delivered by the supervisor", a)
+		}
+	}
+	files.spans -= appendedSpans(t, rc)
+	be.spans -= appendedSpans(t, rc)
 	for sig, n := range map[string][2]int{"traces": {files.spans, be.spans}, "metrics": {files.points, be.points}, "logs": {files.logs, be.logs}} {
 		c := rc.Signals[sig]
 		if c.Written != int64(n[0]) || c.Sent != c.Written || c.Sent != int64(n[1]) || c.Lost() != 0 {
@@ -172,6 +182,13 @@ func TestReceiptBackendDownThenReplay(t *testing.T) {
 		c := rc.Signals[sig]
 		if c.Written != int64(n) || c.Sent != 0 || c.Lost() != c.Written {
 			t.Errorf("receipt %s %+v: want written = failed = %d (the file), sent 0", sig, c, n)
+		}
+	}
+	// The supervisor's delivery of the appended line failed too, and says
+	// why.
+	for _, a := range rc.Appended {
+		if a.Delivered || !strings.Contains(a.Cause, "cannot be reached") {
+			t.Errorf("appended line %+v: want not delivered, the backend unreachable", a)
 		}
 	}
 	r := asUser(t, 30*time.Second, nil, fmt.Sprintf("%s/gym-otel-spank inspect %s", plugDir, otel))

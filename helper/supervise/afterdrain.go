@@ -361,7 +361,7 @@ func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration) {
 			s.log.Infof("the drain's phase spans (%d) appended to %s after the collector's exit (offset %d, %d bytes)", len(spans), path, off, n)
 			// The receipt first: a supervisor ended during the delivery
 			// still leaves the line listed, as not delivered.
-			s.writeReceipt()
+			s.saveReceipt(false)
 			s.deliver(&s.appended[len(s.appended)-1], line, bound)
 			return
 		}

@@ -364,9 +364,9 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 	rb, err := os.ReadFile(filepath.Join(otel, "receipt.json"))
 	var rec struct {
 		Appended []struct {
-			File   string `json:"file"`
-			Offset int64  `json:"offset"`
-			Length int64  `json:"length"`
+			File      string `json:"file"`
+			Offset    int64  `json:"offset"`
+			Length    int64  `json:"length"`
 			Spans     int    `json:"spans"`
 			Delivered bool   `json:"delivered"`
 			Cause     string `json:"cause"`

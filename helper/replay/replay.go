@@ -8,7 +8,10 @@
 // the caller names both. The file receiver never finishes by itself;
 // Run decides from the collector's own counters that everything was read
 // (accepted + refused = the items of each file) and sent (sent + failed =
-// the items, the sending queue empty), then stops the collector.
+// the items, the sending queue empty), then stops the collector. Send is
+// that sending alone: the one sender of OTLP-JSON lines, which the
+// supervisor also uses (with Once: one attempt, bounded) to deliver the
+// line it appends after the collector's exit.
 package replay
 
 import (

@@ -17,14 +17,15 @@ func init() {
 }
 
 func runReplay(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("replay", "[--site FILE] [--endpoint URL] [--token-env NAME] [--binary PATH] [--timeout D] [--progress D] [--appended] DIR   (a job dir, or its otel/ dir; someone else's only with --endpoint and --token-env)", stderr)
+	fs := newFlags("replay", "[--site FILE] [--endpoint URL] [--token-env NAME] [--binary PATH] [--timeout D] [--progress D] [--appended [--force]] DIR   (a job dir, or its otel/ dir; someone else's only with --endpoint and --token-env)", stderr)
 	site := fs.String("site", replay.DefaultSite, "the site `FILE` the endpoint and the token's variable come from, as at submit")
 	endpoint := fs.String("endpoint", "", "send to this OTLP/HTTP `URL` (default: the site file's otel.endpoint; never the replayed dir's)")
 	tokenEnv := fs.String("token-env", "", "the environment variable `NAME` holding the bearer token (default: the site file's otel.token_env)")
 	binary := fs.String("binary", "", "the collector `PATH` (default "+replay.DefaultBinary+", else otelcol-gym beside this program or on PATH)")
 	timeout := durationVar(fs, "timeout", replay.DefaultTimeout, "give up after this `duration` (with a unit: 90s, 10m; the collector is stopped)")
 	every := durationVar(fs, "progress", replay.DefaultProgress, "print progress every `duration` (with a unit: 5s)")
-	appended := fs.Bool("appended", false, "send only the lines the supervisors appended after their collectors' exit (the drain's and the epilog's phase spans, listed in each node's receipt.json), which no collector sent")
+	appended := fs.Bool("appended", false, "send only the lines the supervisors appended after their collectors' exit (the drain's and the epilog's phase spans, listed in each node's receipt.json) that their supervisor did not deliver to the backend at the drain")
+	force := fs.Bool("force", false, "with --appended: also send the lines the supervisors already delivered")
 	rest, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -38,11 +39,14 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	if *every <= 0 {
 		return usageError{fmt.Sprintf("--progress %v: must be positive", *every)}
 	}
+	if *force && !*appended {
+		return usageError{"--force: only with --appended"}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	res, err := replay.Run(ctx, replay.Options{
 		Dir: rest[0], Endpoint: *endpoint, TokenEnv: *tokenEnv, Site: *site, Binary: collectorBinary(*binary),
-		Timeout: *timeout, Progress: *every, Out: stdout, Appended: *appended,
+		Timeout: *timeout, Progress: *every, Out: stdout, Appended: *appended, Force: *force,
 	})
 	if res != nil {
 		for _, l := range res.Summary() {

@@ -13,10 +13,14 @@ import (
 // queuewait.go): slurm.job (the node's root), slurm.queue_wait (the first
 // node only), slurm.prolog, slurm.step (one per step, the extern step
 // too), slurm.batch_script and slurm.final_wait (under the batch step),
-// slurm.steps.aggregated (the steps past the supervisor's bound). What a
-// span marks as not known (slurm.start_known=false, slurm.end_known=false)
-// is shown as not known: the span's own time there is the supervisor's
-// start or the drain, not the phase's.
+// slurm.steps.aggregated (the steps past the supervisor's bound), and
+// slurm.epilog and slurm.drain, which the supervisor appends to
+// traces.jsonl after the collector's exit (helper/supervise/afterdrain.go).
+// What a span marks as not known (slurm.start_known=false,
+// slurm.end_known=false) is shown as not known: the span's own time there
+// is the supervisor's start or the drain, not the phase's. The epilog's
+// end is never known (it goes on after the supervisor has exited): its
+// span ends where the supervisor wrote it.
 
 // Span names of the phase spans.
 const (
@@ -27,6 +31,8 @@ const (
 	phaseBatch      = "slurm.batch_script"
 	phaseFinalWait  = "slurm.final_wait"
 	phaseAggregated = "slurm.steps.aggregated"
+	phaseEpilog     = "slurm.epilog"
+	phaseDrain      = "slurm.drain"
 )
 
 // Bounds on the phases kept, whatever the files hold.
@@ -260,7 +266,7 @@ func unixNano(ns int64) time.Time {
 
 // phaseRank orders phases that start together: the job, then its parts in
 // the order they follow each other.
-var phaseRank = map[string]int{phaseJob: 0, phaseQueueWait: 1, phaseProlog: 2, phaseStep: 3, phaseBatch: 4, phaseFinalWait: 5, phaseAggregated: 6}
+var phaseRank = map[string]int{phaseJob: 0, phaseQueueWait: 1, phaseProlog: 2, phaseStep: 3, phaseBatch: 4, phaseFinalWait: 5, phaseAggregated: 6, phaseEpilog: 7, phaseDrain: 8}
 
 // phases returns the nodes' phases in the order of their dirs.
 func (a *aggregator) phases() []NodePhases {
@@ -445,6 +451,10 @@ func phaseLabel(p Phase) string {
 		return "  batch script"
 	case phaseFinalWait:
 		return "  final wait"
+	case phaseEpilog:
+		return "epilog"
+	case phaseDrain:
+		return "drain"
 	case phaseAggregated:
 		if p.Aggregated != nil {
 			return fmt.Sprintf("steps (%d more)", p.Aggregated.Count)

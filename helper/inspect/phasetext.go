@@ -41,7 +41,12 @@ func phaseNote(p Phase, origin time.Time) string {
 	if p.Start == nil {
 		n = append(n, "start not handed on (span from "+offset(p.SpanStart, origin)+")")
 	}
-	if p.End == nil {
+	switch {
+	case p.End == nil && p.Name == phaseEpilog:
+		n = append(n, "end not known: the epilog goes on after the supervisor (span ends where it was written, "+offset(p.SpanEnd, origin)+")")
+	case p.End == nil && p.Name == phaseDrain:
+		n = append(n, "end not known: the collector had exited before the drain (span ends at "+offset(p.SpanEnd, origin)+")")
+	case p.End == nil:
 		n = append(n, "end not seen (span cut at the drain, "+offset(p.SpanEnd, origin)+")")
 	}
 	switch {
@@ -53,8 +58,14 @@ func phaseNote(p Phase, origin time.Time) string {
 	if p.Precision == "1s" {
 		n = append(n, "whole seconds")
 	}
-	if p.Name == phaseProlog {
+	switch p.Name {
+	case phaseProlog:
 		n = append([]string{"to the collector's ready"}, n...)
+	case phaseDrain:
+		n = append([]string{"to the collector's exit"}, n...)
+		if p.Error != "" {
+			n = append(n, p.Error)
+		}
 	}
 	if a := p.Aggregated; a != nil {
 		n = append(n, fmt.Sprintf("%d steps folded, %d failed, worst exit %d, %.1f s in all", a.Count, a.Failed, a.WorstExitCode, a.TotalSeconds))

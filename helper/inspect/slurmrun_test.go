@@ -217,8 +217,10 @@ func TestSlurmRunCgroupV1(t *testing.T) {
 
 // TestSlurmRunCancelled: a one-node job cancelled during its step
 // (tests/plugin TestPhaseSpansCancelled): the steps' spans say the signal
-// (the node saw their ends), the script has no final wait, and nothing
-// claims a first rollout.
+// (the node saw their ends), the script has no final wait, nothing
+// claims a first rollout; the epilog and the drain (appended by the
+// supervisor after the collector's exit) are in the timeline, the epilog
+// starting first, its end not known, the drain's known.
 func TestSlurmRunCancelled(t *testing.T) {
 	r, otel := slurmRun(t, "cancelled")
 	if len(r.Phases) != 1 {
@@ -233,6 +235,11 @@ func TestSlurmRunCancelled(t *testing.T) {
 	}
 	if np.find(phaseFinalWait, "") != nil {
 		t.Error("a final wait for a script the signal killed")
+	}
+	ep, dr := np.find(phaseEpilog, ""), np.find(phaseDrain, "")
+	if ep == nil || dr == nil || ep.Start == nil || ep.End != nil || ep.DurationSeconds.Known() || dr.Start == nil || dr.End == nil ||
+		ep.Start.After(*dr.Start) || phaseLabel(*ep) != "epilog" || phaseLabel(*dr) != "drain" {
+		t.Errorf("epilog %+v, drain %+v: want both, the epilog first with its end not known", ep, dr)
 	}
 	if fr := r.FirstRollout; fr.TotalSeconds.Known() || fr.FirstRollout != nil || fr.Parts[4].Seconds.Known() || !fr.Parts[0].Seconds.Known() {
 		t.Errorf("first rollout %+v", fr)
@@ -281,13 +288,14 @@ func checkSlurmRunPhases(t *testing.T, r *Report, nodes int) {
 
 // TestSlurmRunHTML: the real runs' pages in Chromium draw the phase
 // timeline with a bar per phase (every time known: the phases, and the
-// cancelled job's failed ones, in series of their own) and, for the run
+// cancelled job's failed ones and its epilog, whose end is not known, in
+// series of their own) and, for the run
 // with rollouts, the first rollout's mark; the tables are there.
 func TestSlurmRunHTML(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		series int
-	}{{"gym-two-nodes", 2}, {"cgroup-v1", 1}, {"cancelled", 2}} {
+	}{{"gym-two-nodes", 2}, {"cgroup-v1", 1}, {"cancelled", 3}} {
 		t.Run(c.name, func(t *testing.T) {
 			r, _ := slurmRun(t, c.name)
 			html, page := writeReportPage(t, r)

@@ -123,8 +123,10 @@ type Receipt struct {
 	WriteTrouble string `json:"write_trouble,omitempty"`
 	// Appended lists the lines the supervisor appended to the jsonl files
 	// after the collector had exited (the drain's and the epilog's phase
-	// spans): they are in the files, but no collector sent them to the
-	// backend; `gym-otel-spank replay --appended DIR` sends just these.
+	// spans): they are in the files, and the supervisor sends each to the
+	// backend itself once (Appended.Delivered says whether the backend
+	// took it); `gym-otel-spank replay --appended DIR` sends those it
+	// did not.
 	Appended []Appended `json:"appended,omitempty"`
 }
 
@@ -139,6 +141,17 @@ type Appended struct {
 	Length int64 `json:"length"`
 	// Spans counts the line's spans.
 	Spans int `json:"spans"`
+	// Delivered reports whether the supervisor sent the line to the
+	// backend itself right after appending it (once, bounded, the backend
+	// accepting every span); a receipt written before the delivery, or by
+	// an older supervisor, reads false.
+	Delivered bool `json:"delivered"`
+	// HTTPStatus is the backend's HTTP status when a delivery failed with
+	// one (0: no answer, or none named).
+	HTTPStatus int `json:"http_status,omitempty"`
+	// Cause says, in one line, why the line was not delivered ("" when
+	// Delivered): no backend configured, the backend's answer, a timeout.
+	Cause string `json:"cause,omitempty"`
 }
 
 // Complete reports whether the figures are exact (BasisFinal).
@@ -172,6 +185,9 @@ func (r *Receipt) Validate() error {
 	for i, a := range r.Appended {
 		if !isSignal(strings.TrimSuffix(a.File, ".jsonl")) || !strings.HasSuffix(a.File, ".jsonl") || a.Offset < 0 || a.Length <= 0 || a.Spans < 0 {
 			return fmt.Errorf("appended[%d]: file %q offset %d length %d: not a line of a jsonl file", i, a.File, a.Offset, a.Length)
+		}
+		if a.HTTPStatus != 0 && (a.HTTPStatus < 100 || a.HTTPStatus > 599) {
+			return fmt.Errorf("appended[%d]: http_status %d is not an HTTP status", i, a.HTTPStatus)
 		}
 	}
 	for sig, c := range r.Signals {
@@ -317,7 +333,17 @@ func (r *Receipt) Summary() []string {
 		}
 	}
 	for _, a := range r.Appended {
-		lines = append(lines, fmt.Sprintf("  appended after the collector's exit: %d phase spans (the drain's, the epilog's, any the collector did not take) in %s, not sent to the backend: `gym-otel-spank replay --appended DIR` sends them", a.Spans, a.File))
+		l := fmt.Sprintf("  appended after the collector's exit: %d phase spans (the drain's, the epilog's, any the collector did not take) in %s", a.Spans, a.File)
+		if a.Delivered {
+			l += ", delivered to the backend by the supervisor"
+		} else {
+			why := a.Cause
+			if why == "" {
+				why = "no delivery recorded"
+			}
+			l += fmt.Sprintf(", NOT delivered to the backend (%s): `gym-otel-spank replay --appended DIR` sends them", why)
+		}
+		lines = append(lines, l)
 	}
 	for _, u := range r.Unknown {
 		lines = append(lines, "  UNKNOWN: "+u)

@@ -124,10 +124,24 @@ func TestAppendedValidate(t *testing.T) {
 	if err != nil || len(back.Appended) != 1 || back.Appended[0] != r.Appended[0] {
 		t.Fatalf("read back %+v %v", back, err)
 	}
-	for _, a := range []Appended{{File: "../x.jsonl", Length: 1}, {File: "traces.jsonl", Offset: -1, Length: 1}, {File: "traces.jsonl"}, {File: "traces", Length: 1}} {
+	for _, a := range []Appended{{File: "../x.jsonl", Length: 1}, {File: "traces.jsonl", Offset: -1, Length: 1}, {File: "traces.jsonl"}, {File: "traces", Length: 1},
+		{File: "traces.jsonl", Length: 1, HTTPStatus: 1000}} {
 		r.Appended = []Appended{a}
 		if err := r.Write(dir); err == nil {
 			t.Errorf("%+v taken", a)
 		}
+	}
+}
+
+// The summary says whether the supervisor delivered each appended line,
+// and for one it did not, why and what sends it.
+func TestAppendedSummary(t *testing.T) {
+	r := &Receipt{JobID: "1", Node: "n", Basis: BasisFinal, Signals: map[string]Counts{},
+		Appended: []Appended{{File: "traces.jsonl", Length: 1, Spans: 2, Delivered: true},
+			{File: "traces.jsonl", Offset: 1, Length: 1, Spans: 2, HTTPStatus: 401, Cause: "HTTP Status Code 401"}}}
+	s := strings.Join(r.Summary(), "\n")
+	if !strings.Contains(s, "in traces.jsonl, delivered to the backend by the supervisor") ||
+		!strings.Contains(s, "NOT delivered to the backend (HTTP Status Code 401): `gym-otel-spank replay --appended DIR` sends them") {
+		t.Errorf("summary:\n%s", s)
 	}
 }

@@ -52,12 +52,13 @@ const MaxAppended = 1 << 20
 
 // ScanAppended copies, into tmp, the lines each node dir's receipt lists as
 // appended after the collector's exit (receipt.Appended), one file per
-// line, and counts them. A dir without a receipt adds nothing (said on
-// out). Errors: a receipt that does not read, a listed line that is not
-// in its file (beyond its end, not ending in a newline, more than one
-// line, longer than MaxAppended), the file a symbolic link.
-func ScanAppended(dirs []string, tmp string, out io.Writer) ([]File, error) {
-	var files []File
+// line, and counts them. Lines the supervisor delivered to the backend at
+// the drain (Appended.Delivered) are skipped unless force, and counted in
+// delivered. A dir without a receipt adds nothing (said on out). Errors:
+// a receipt that does not read, a listed line that is not in its file
+// (beyond its end, not ending in a newline, more than one line, longer
+// than MaxAppended), the file a symbolic link.
+func ScanAppended(dirs []string, tmp string, force bool, out io.Writer) (files []File, delivered int, err error) {
 	for _, d := range dirs {
 		r, err := receipt.Read(d)
 		if errors.Is(err, os.ErrNotExist) {
@@ -65,31 +66,41 @@ func ScanAppended(dirs []string, tmp string, out io.Writer) ([]File, error) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for _, a := range r.Appended {
+			if a.Delivered && !force {
+				delivered++
+				continue
+			}
 			src, err := filepath.Abs(filepath.Join(d, a.File))
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			line, err := readLine(src, a.Offset, a.Length)
 			if err != nil {
-				return nil, fmt.Errorf("%s: the line the receipt lists at offset %d: %w", src, a.Offset, err)
+				return nil, 0, fmt.Errorf("%s: the line the receipt lists at offset %d: %w", src, a.Offset, err)
 			}
-			sig := strings.TrimSuffix(a.File, ".jsonl")
-			p := filepath.Join(tmp, fmt.Sprintf("appended-%d.%s", len(files), a.File))
-			if err := os.WriteFile(p, line, 0o600); err != nil {
-				return nil, err
-			}
-			f, err := countFile(p, sig)
+			f, err := LineFile(tmp, len(files), strings.TrimSuffix(a.File, ".jsonl"), line)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			f.Source = src
 			files = append(files, f)
 		}
 	}
-	return files, nil
+	return files, delivered, nil
+}
+
+// LineFile writes line (one OTLP-JSON line of signal sig, its newline
+// included) to tmp/appended-<i>.<sig>.jsonl and counts it: a File for
+// Send. Errors: the file system's.
+func LineFile(tmp string, i int, sig string, line []byte) (File, error) {
+	p := filepath.Join(tmp, fmt.Sprintf("appended-%d.%s", i, jobdir.SignalFile(sig)))
+	if err := os.WriteFile(p, line, 0o600); err != nil {
+		return File{Path: p, Signal: sig}, err
+	}
+	return countFile(p, sig)
 }
 
 // readLine reads the one line of length bytes at offset in path (not

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,14 +65,28 @@ func Reachable(endpoint string, timeout time.Duration) error {
 // preflight runs before the collector starts: the endpoint must be a URL
 // the exporter takes and its host must accept a connection. A collector
 // binary that is not there is left to the start's error.
-func preflight(endpoint, binary string) error {
+func preflight(endpoint, binary string, dial time.Duration) error {
 	if err := CheckEndpoint("--endpoint (or the job's otel.endpoint)", endpoint); err != nil {
 		return err
 	}
 	if _, err := exec.LookPath(binary); err != nil {
 		return nil
 	}
-	return Reachable(endpoint, DialTimeout)
+	return Reachable(endpoint, dial)
+}
+
+// statusRE finds the HTTP status in the OTLP/HTTP exporter's error.
+var statusRE = regexp.MustCompile(`(?i)HTTP Status Code (\d{3})`)
+
+// HTTPStatus is the HTTP status the backend answered with in a Cause
+// (0: none named: no answer, a timeout, a refused connection).
+func HTTPStatus(cause string) int {
+	m := statusRE.FindStringSubmatch(cause)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
 }
 
 // exportCause is the backend exporter's last failure in the collector's
@@ -107,10 +123,17 @@ func exportCause(logPath string) string {
 		if j := strings.LastIndexByte(msg, '\t'); j >= 0 {
 			msg = msg[j+1:]
 		}
+		// The exporter's advice without retries and queue ("Try enabling
+		// retry_on_failure ...") would push the backend's answer out of
+		// the one line.
+		msg = adviceRE.ReplaceAllString(msg, "")
 		cause = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(msg), ".") + ": " + e)
 	}
 	return oneLine(cause, 300)
 }
+
+// adviceRE matches the exporter's advice sentences in its failure message.
+var adviceRE = regexp.MustCompile(`\s*Try enabling [^.]*\.`)
 
 // oneLine joins s's lines and cuts it to n bytes.
 func oneLine(s string, n int) string {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -87,5 +88,52 @@ func TestRunCauseInOneLine(t *testing.T) {
 	}
 	if !strings.Contains(cause, "401") || strings.Contains(cause, "resource") || len(cause) > 310 || strings.Contains(cause, "\n") {
 		t.Errorf("cause %q: want one line naming HTTP 401, without the resource", cause)
+	}
+}
+
+// Run with Appended skips the lines the supervisor delivered at the drain:
+// when they are all, nothing is sent (no collector starts), the result is
+// done and the summary says how many were skipped and why.
+func TestRunAppendedAllDelivered(t *testing.T) {
+	job := jobDir(t)
+	otel := filepath.Join(job, "otel")
+	r := &receipt.Receipt{JobID: "1", Node: "n1", Basis: receipt.BasisFinal, Signals: map[string]receipt.Counts{},
+		Appended: []receipt.Appended{{File: "traces.jsonl", Offset: 0, Length: int64(len(traceLine) + 1), Spans: 3, Delivered: true}}}
+	if err := r.Write(otel); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(t.Context(), Options{Dir: job, Appended: true, Endpoint: "http://127.0.0.1:9", TokenEnv: "OTEL_TOKEN", LookupEnv: withToken, Binary: "/nonexistent/otelcol"})
+	if err != nil || res == nil || !res.OK() || res.Delivered != 1 || len(res.Signals) != 0 {
+		t.Fatalf("res %+v err %v: want nothing sent, one line skipped", res, err)
+	}
+	sum := strings.Join(res.Summary(), "\n")
+	if !strings.Contains(sum, "1 appended line skipped: the supervisor delivered it") || !strings.Contains(sum, "nothing left to send") {
+		t.Errorf("summary %q", sum)
+	}
+	// Forced, it is sent: here to a collector that is not there.
+	if _, err := Run(t.Context(), Options{Dir: job, Appended: true, Force: true, Endpoint: "http://127.0.0.1:9", TokenEnv: "OTEL_TOKEN", LookupEnv: withToken, Binary: "/nonexistent/otelcol"}); err == nil || !strings.Contains(err.Error(), "--binary") {
+		t.Errorf("forced: err %v, want the collector's start to fail", err)
+	}
+}
+
+// Once (the supervisor's delivery): the exporter makes one attempt, no
+// queue, its timeout within the bound; the backend's HTTP status is read
+// from the exporter's error.
+func TestOnceConfigAndStatus(t *testing.T) {
+	b := &Backend{Exporter: map[string]any{"timeout": "5s", "retry_on_failure": map[string]any{"enabled": true}}}
+	y, err := collectorConfig([]File{{Path: "/r/traces.jsonl", Signal: "traces"}}, b, "http://127.0.0.1:9", "OTEL_TOKEN", 4242, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"retry_on_failure:\n            enabled: false", "sending_queue:\n            enabled: false", "timeout: 2s", "poll_interval: 25ms"} {
+		if !strings.Contains(string(y), want) {
+			t.Errorf("once config lacks %q:\n%s", want, y)
+		}
+	}
+	if s := HTTPStatus("Exporting failed: error exporting items, request to http://x/v1/traces responded with HTTP Status Code 503, Message=busy"); s != 503 {
+		t.Errorf("status %d, want 503", s)
+	}
+	if s := HTTPStatus("dial tcp: connection refused"); s != 0 {
+		t.Errorf("status %d, want 0", s)
 	}
 }

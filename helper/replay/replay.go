@@ -8,7 +8,10 @@
 // the caller names both. The file receiver never finishes by itself;
 // Run decides from the collector's own counters that everything was read
 // (accepted + refused = the items of each file) and sent (sent + failed =
-// the items, the sending queue empty), then stops the collector.
+// the items, the sending queue empty), then stops the collector. Send is
+// that sending alone: the one sender of OTLP-JSON lines, which the
+// supervisor also uses (with Once: one attempt, bounded) to deliver the
+// line it appends after the collector's exit.
 package replay
 
 import (
@@ -77,8 +80,12 @@ type Options struct {
 	// appended to its files after the collector had exited (the drain's
 	// and the epilog's phase spans, listed in the node dir's receipt.json:
 	// receipt.Appended), which no collector sent to the backend; a node
-	// dir without a receipt or without such lines adds nothing.
+	// dir without a receipt or without such lines adds nothing. Lines the
+	// supervisor delivered to the backend itself at the drain
+	// (receipt.Appended.Delivered) are skipped unless Force.
 	Appended bool
+	// Force, with Appended, also sends the lines already delivered.
+	Force bool
 }
 
 // Totals are one signal's figures of a replay.
@@ -111,6 +118,10 @@ type Result struct {
 	// Cause is the backend exporter's last failure, in one line, from the
 	// collector's log ("" when it logged none).
 	Cause string
+	// Delivered counts the appended lines skipped because their
+	// supervisor had delivered them at the drain (Options.Appended
+	// without Force).
+	Delivered int
 }
 
 // OK reports whether everything was read and the backend accepted all of it.
@@ -158,6 +169,13 @@ func (r *Result) Summary() []string {
 		lines = append(lines, l)
 	}
 	took := r.Took.Round(time.Millisecond)
+	if r.Delivered > 0 {
+		lines = append(lines, fmt.Sprintf("%d appended %s skipped: the supervisor delivered %s to the backend at the drain (receipt.json; --force sends %s again)",
+			r.Delivered, plural(r.Delivered, "line"), map[bool]string{true: "it", false: "them"}[r.Delivered == 1], map[bool]string{true: "it", false: "them"}[r.Delivered == 1]))
+		if len(r.Signals) == 0 {
+			return append(lines, "replay: nothing left to send")
+		}
+	}
 	switch {
 	case r.OK():
 		lines = append(lines, fmt.Sprintf("replay complete: the backend %s accepted everything in %v", r.Endpoint, took))
@@ -221,9 +239,10 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	}
 	defer os.RemoveAll(tmp)
 	var all []File
+	delivered := 0
 	if opt.Appended {
-		all, err = ScanAppended(dirs, tmp, opt.Out)
-		if err == nil && len(all) == 0 {
+		all, delivered, err = ScanAppended(dirs, tmp, opt.Force, opt.Out)
+		if err == nil && len(all) == 0 && delivered == 0 {
 			err = fmt.Errorf("--appended: no node dir of %s lists lines appended after its collector's exit (receipt.json)", dirs[0])
 		}
 	} else {
@@ -275,6 +294,73 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (%s): what it writes from now on is sent too, and its files may end in a half line\n", d, st, jobdir.StateFile)
 		}
 	}
+	res := newResult(endpoint, tokenEnv, files)
+	res.Delivered = delivered
+	if len(files) == 0 {
+		// Every appended line was delivered at the drain (--force sends
+		// them again).
+		res.Done, res.Took = true, time.Since(start)
+		return res, nil
+	}
+	return sendResult(send(ctx, SendOptions{
+		Files: files, Backend: be, Endpoint: endpoint, TokenEnv: tokenEnv, Token: token, Binary: opt.Binary,
+		WorkDir: tmp, Timeout: opt.Timeout, Progress: opt.Progress, Out: opt.Out,
+	}, res, start))
+}
+
+// sendResult is send's result for a caller: none when the collector did
+// not start.
+func sendResult(res *Result, started bool, err error) (*Result, error) {
+	if !started {
+		return nil, err
+	}
+	return res, err
+}
+
+// SendOptions configure Send: what to send, where, and how long.
+type SendOptions struct {
+	// Files are the OTLP-JSON files to send whole (counted: Scan,
+	// ScanAppended, CountFile).
+	Files []File
+	// Backend holds the job's exporter settings (ReadBackend).
+	Backend *Backend
+	// Endpoint is the OTLP/HTTP base URL; TokenEnv names the variable the
+	// collector reads the bearer token from, Token its value.
+	Endpoint, TokenEnv, Token string
+	// Binary is the collector to run.
+	Binary string
+	// WorkDir receives the collector's configuration and log (the
+	// caller's, removed by the caller).
+	WorkDir string
+	// Timeout bounds the whole send: the collector's start, the reads and
+	// the exports (0: DefaultTimeout); Progress is the interval of
+	// progress lines on Out (0: DefaultProgress; nil Out: none).
+	Timeout, Progress time.Duration
+	Out               io.Writer
+	// Once makes one attempt: the exporter's retries and sending queue
+	// off, its timeout within Timeout, the counters read every
+	// OncePoll, the collector killed as soon as everything was sent or
+	// failed (the supervisor's delivery at the drain).
+	Once bool
+}
+
+// OncePoll is how often Send reads the collector's counters with Once.
+const OncePoll = 25 * time.Millisecond
+
+// Send sends opt.Files to opt.Endpoint with the collector's own file
+// receiver and OTLP/HTTP exporter, the one sender of OTLP-JSON lines of
+// both `replay` and the supervisor's delivery of the lines it appends
+// after the collector's exit. The collector is stopped on every path.
+// Errors: the endpoint cannot be used or reached, the collector could not
+// start or exited, ctx ended or Timeout passed (the result then holds
+// what the counters said). A result whose OK is false without an error
+// means the backend refused or lost data; its Cause says why.
+func Send(ctx context.Context, opt SendOptions) (*Result, error) {
+	return sendResult(send(ctx, opt, newResult(opt.Endpoint, opt.TokenEnv, opt.Files), time.Now()))
+}
+
+// newResult is a result with the totals of files counted.
+func newResult(endpoint, tokenEnv string, files []File) *Result {
 	res := &Result{Endpoint: endpoint, TokenEnv: tokenEnv, Signals: map[string]*Totals{}}
 	for _, f := range files {
 		t := res.Signals[f.Signal]
@@ -288,32 +374,53 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		t.Items += f.Items
 		t.Exported += f.Exported
 	}
-	if err := preflight(res.Endpoint, opt.Binary); err != nil {
-		return nil, err
+	return res
+}
+
+// send is Send filling res (its totals counted by the caller), timed from
+// start; started reports whether the collector was started.
+func send(ctx context.Context, opt SendOptions, res *Result, start time.Time) (_ *Result, started bool, err error) {
+	if opt.Timeout == 0 {
+		opt.Timeout = DefaultTimeout
+	}
+	if opt.Progress == 0 {
+		opt.Progress = DefaultProgress
+	}
+	if opt.Out == nil {
+		opt.Out = io.Discard
+	}
+	ctx, cancel := context.WithTimeout(ctx, opt.Timeout)
+	defer cancel()
+	if err := preflight(opt.Endpoint, opt.Binary, min(DialTimeout, opt.Timeout)); err != nil {
+		return res, false, err
 	}
 	port, err := freePort()
 	if err != nil {
-		return nil, err
+		return res, false, err
 	}
-	cfg, err := Config(files, be, endpoint, tokenEnv, port)
+	every, settle := poll, 2
+	var once time.Duration
+	if opt.Once {
+		every, settle = OncePoll, 1
+		once = opt.Timeout
+	}
+	cfg, err := collectorConfig(opt.Files, opt.Backend, opt.Endpoint, opt.TokenEnv, port, once)
 	if err != nil {
-		return nil, err
+		return res, false, err
 	}
-	cfgPath, logPath := filepath.Join(tmp, "collector.yaml"), filepath.Join(tmp, "collector.log")
+	cfgPath, logPath := filepath.Join(opt.WorkDir, "collector.yaml"), filepath.Join(opt.WorkDir, "collector.log")
 	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
-		return nil, err
+		return res, false, err
 	}
-	c, err := startCollector(opt.Binary, cfgPath, logPath, collectorEnv(tokenEnv, token))
+	c, err := startCollector(opt.Binary, cfgPath, logPath, collectorEnv(opt.TokenEnv, opt.Token))
 	if err != nil {
-		return nil, err
+		return res, false, err
 	}
 	defer killCollector(c)
 	defer func() { res.Cause = exportCause(logPath) }()
-	fmt.Fprintf(opt.Out, "replay: %d file(s) from %d dir(s) to %s (collector pid %d)\n", len(files), len(dirs), res.Endpoint, c.Cmd.Process.Pid)
+	fmt.Fprintf(opt.Out, "replay: %d file(s) to %s (collector pid %d)\n", len(opt.Files), res.Endpoint, c.Cmd.Process.Pid)
 
-	ctx, cancel := context.WithTimeout(ctx, opt.Timeout)
-	defer cancel()
-	tick := time.NewTicker(poll)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	lastProgress := time.Now()
 	stable := 0
@@ -324,23 +431,23 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			res.Took = time.Since(start)
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				if cause := exportCause(logPath); cause != "" {
-					return res, fmt.Errorf("--timeout: not everything was read and sent within %v; the exports' last failure: %s", opt.Timeout, cause)
+					return res, true, fmt.Errorf("--timeout: not everything was read and sent within %v; the exports' last failure: %s", opt.Timeout, cause)
 				}
-				return res, fmt.Errorf("--timeout: not everything was read and sent within %v; last lines of the collector's log:\n%s", opt.Timeout, tail(logPath, 3))
+				return res, true, fmt.Errorf("--timeout: not everything was read and sent within %v; last lines of the collector's log:\n%s", opt.Timeout, tail(logPath, 3))
 			}
-			return res, fmt.Errorf("interrupted: %w", ctx.Err())
+			return res, true, fmt.Errorf("interrupted: %w", ctx.Err())
 		case <-c.Exited():
 			res.Took = time.Since(start)
-			return res, fmt.Errorf("the collector %s exited (%v); last lines of its log:\n%s", opt.Binary, c.Err(), tail(logPath, 8))
+			return res, true, fmt.Errorf("the collector %s exited (%v); last lines of its log:\n%s", opt.Binary, c.Err(), tail(logPath, 8))
 		case <-tick.C:
 		}
 		m, err := selfmetrics.Scrape(port)
 		if err != nil {
 			continue // not up yet
 		}
-		queue := update(m, res, files)
+		queue := update(m, res, opt.Files)
 		done := true
-		for i, f := range files {
+		for i, f := range opt.Files {
 			id := fileReceiverID(i)
 			if m.Of(selfmetrics.ReceiverAccepted, f.Signal, id)+m.Of(selfmetrics.ReceiverRefused, f.Signal, id)+m.Of(selfmetrics.ReceiverFailed, f.Signal, id) < f.Items {
 				done = false
@@ -360,11 +467,13 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			stable = 0
 		}
 		prev = state
-		if done && queue == 0 && stable >= 2 {
+		if done && queue == 0 && stable >= settle {
 			res.Done = true
 			res.Took = time.Since(start)
-			c.StopGroup(stopBound, false)
-			return res, nil
+			if !opt.Once {
+				c.StopGroup(stopBound, false)
+			}
+			return res, true, nil
 		}
 		if time.Since(lastProgress) >= opt.Progress {
 			lastProgress = time.Now()

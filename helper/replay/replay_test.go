@@ -319,9 +319,10 @@ func TestScanAppended(t *testing.T) {
 	body := traceLine + "\n" + traceLine + "\n" + drain
 	write(t, filepath.Join(otel, "traces.jsonl"), body)
 	write(t, filepath.Join(otel, "nodes", "n2", "traces.jsonl"), traceLine+"\n")
+	delivered := false
 	rec := func(dir string, off, n int64) {
 		r := &receipt.Receipt{JobID: "1", Node: "n1", Basis: receipt.BasisFinal, Signals: map[string]receipt.Counts{},
-			Appended: []receipt.Appended{{File: "traces.jsonl", Offset: off, Length: n, Spans: 2}}}
+			Appended: []receipt.Appended{{File: "traces.jsonl", Offset: off, Length: n, Spans: 2, Delivered: delivered}}}
 		if err := r.Write(dir); err != nil {
 			t.Fatal(err)
 		}
@@ -333,9 +334,9 @@ func TestScanAppended(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	files, err := ScanAppended(dirs, t.TempDir(), &out)
-	if err != nil {
-		t.Fatal(err)
+	files, skipped, err := ScanAppended(dirs, t.TempDir(), false, &out)
+	if err != nil || skipped != 0 {
+		t.Fatal(skipped, err)
 	}
 	if len(files) != 1 || files[0].Items != 2 || files[0].Lines != 1 || files[0].Signal != "traces" ||
 		files[0].Source != filepath.Join(otel, "traces.jsonl") {
@@ -349,10 +350,20 @@ func TestScanAppended(t *testing.T) {
 	}
 	for _, c := range []struct{ off, n int64 }{{off + 1, int64(len(drain)) - 1}, {off, int64(len(drain)) - 1}, {0, int64(len(body))}, {off, 1 << 30}, {off, int64(len(drain)) + 1}} {
 		rec(otel, c.off, c.n)
-		if _, err := ScanAppended(dirs, t.TempDir(), io.Discard); err == nil {
+		if _, _, err := ScanAppended(dirs, t.TempDir(), false, io.Discard); err == nil {
 			t.Errorf("offset %d length %d: taken", c.off, c.n)
 		}
 	}
+	// A line the supervisor delivered at the drain is skipped, unless forced.
+	delivered = true
+	rec(otel, off, int64(len(drain)))
+	if files, skipped, err := ScanAppended(dirs, t.TempDir(), false, io.Discard); err != nil || skipped != 1 || len(files) != 0 {
+		t.Errorf("delivered line: files %+v skipped %d err %v", files, skipped, err)
+	}
+	if files, skipped, err := ScanAppended(dirs, t.TempDir(), true, io.Discard); err != nil || skipped != 0 || len(files) != 1 || files[0].Items != 2 {
+		t.Errorf("delivered line, forced: files %+v skipped %d err %v", files, skipped, err)
+	}
+	delivered = false
 	rec(otel, off, int64(len(drain)))
 	real := filepath.Join(dir, "elsewhere.jsonl")
 	write(t, real, body)
@@ -360,7 +371,7 @@ func TestScanAppended(t *testing.T) {
 	if err := os.Symlink(real, filepath.Join(otel, "traces.jsonl")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ScanAppended(dirs, t.TempDir(), io.Discard); err == nil {
+	if _, _, err := ScanAppended(dirs, t.TempDir(), false, io.Discard); err == nil {
 		t.Error("a file behind a symbolic link taken")
 	}
 }

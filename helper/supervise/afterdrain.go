@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -21,6 +22,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/replay"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
@@ -34,8 +36,12 @@ import (
 // the drain (a hung or killed collector) go into the same line (one whose
 // export timed out after the collector took it is then in the file twice,
 // with the same span id). The
-// collector never sent them to the backend: `gym-otel-spank replay
-// --appended DIR` sends just these lines.
+// collector never sent them to the backend, so the supervisor sends the
+// line itself right after appending it (deliver: replay.Send with Once, the
+// job's own exporter settings and backend token, at most
+// timing.DeliveryBound, one attempt) and records in the receipt whether
+// the backend took it (receipt.Appended.Delivered, HTTPStatus, Cause);
+// `gym-otel-spank replay --appended DIR` sends the lines not delivered.
 //
 //   - slurm.drain: from the supervisor's stop (the epilog's SIGTERM, the
 //     record gone, Slurm saying the job ended) to the collector's exit,
@@ -327,10 +333,11 @@ func AppendLine(path string, line []byte) (offset, length int64, err error) {
 }
 
 // appendAfterCollector writes the drain's (and the epilog's) spans to
-// traces.jsonl once the collector has exited, and notes the line for the
-// receipt. It never fails the drain: a refusal is logged (the
+// traces.jsonl once the collector has exited, notes the line for the
+// receipt (written at once), and delivers it to the backend within bound
+// (deliver). It never fails the drain: a refusal is logged (the
 // supervisor's and the collector's log), and the receipt lists no line.
-func (s *supervisor) appendAfterCollector(d drainEnd) {
+func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration) {
 	if s.phases == nil {
 		return
 	}
@@ -346,14 +353,115 @@ func (s *supervisor) appendAfterCollector(d drainEnd) {
 		var off, n int64
 		path := filepath.Join(s.out, jobdir.SignalFile("traces"))
 		if off, n, err = AppendLine(path, line); err == nil {
-			s.appended = append(s.appended, receipt.Appended{File: jobdir.SignalFile("traces"), Offset: off, Length: n, Spans: len(spans)})
+			s.appended = append(s.appended, receipt.Appended{File: jobdir.SignalFile("traces"), Offset: off, Length: n, Spans: len(spans),
+				Cause: "not delivered yet (the supervisor ended before its delivery)"})
 			if len(left) > 0 {
 				s.log.Infof("%d phase spans the collector did not accept are appended with the drain's", len(left))
 			}
-			s.log.Infof("the drain's phase spans (%d) appended to %s after the collector's exit (offset %d, %d bytes): `gym-otel-spank replay --appended` sends them to the backend", len(spans), path, off, n)
+			s.log.Infof("the drain's phase spans (%d) appended to %s after the collector's exit (offset %d, %d bytes)", len(spans), path, off, n)
+			// The receipt first: a supervisor ended during the delivery
+			// still leaves the line listed, as not delivered.
+			s.saveReceipt(false)
+			s.deliver(&s.appended[len(s.appended)-1], line, bound)
 			return
 		}
 	}
 	appendLog(s.logPath, fmt.Sprintf("gym-otel: the drain's phase spans could not be written to traces.jsonl: %v", err))
 	s.log.Warnf("the drain's phase spans could not be written to traces.jsonl: %v", err)
+}
+
+// deliver sends line, just appended as a, to the job's backend once,
+// within bound: replay.Send with Once (the one sender of OTLP-JSON lines),
+// the exporter settings of the job's own collector.yaml (timeout,
+// compression; the endpoint and the backend's bearer token of the job,
+// never the receiver token), no retries. It records the outcome in a:
+// Delivered when the backend accepted every span, else the cause and the
+// HTTP status when the backend answered with one. Nothing is sent without
+// a backend, with a collector run from otel.container (a second container
+// does not start within the bound), or with less than a tenth of a
+// second left.
+func (s *supervisor) deliver(a *receipt.Appended, line []byte, bound time.Duration) {
+	start := time.Now()
+	a.Delivered, a.HTTPStatus, a.Cause = false, 0, ""
+	switch {
+	case s.o.Endpoint == "":
+		a.Cause = "no backend configured (otel.endpoint): nothing sent"
+	case s.o.Container != "":
+		a.Cause = "the collector runs from otel.container: the supervisor does not deliver (replay --appended sends it)"
+	case bound < 100*time.Millisecond:
+		a.Cause = fmt.Sprintf("no time left within the epilog's wait for the drain (%v): not sent", bound.Round(time.Millisecond))
+	}
+	if a.Cause != "" {
+		s.log.Infof("the appended phase spans: %s", a.Cause)
+		return
+	}
+	a.Cause = s.send(line, bound)
+	if a.Cause == "" {
+		a.Delivered = true
+		s.log.Infof("the appended phase spans (%d) delivered to the backend %s in %d ms", a.Spans, s.o.Endpoint, time.Since(start).Milliseconds())
+		return
+	}
+	a.HTTPStatus = replay.HTTPStatus(a.Cause)
+	s.log.Warnf("the appended phase spans were not delivered to the backend: attempt of %d ms (bound %v): %s; `gym-otel-spank replay --appended` sends them",
+		time.Since(start).Milliseconds(), bound, a.Cause)
+	appendLog(s.logPath, "gym-otel: the appended phase spans were not delivered to the backend: "+a.Cause)
+}
+
+// send is deliver's one attempt: "" when the backend accepted every span,
+// else why not, in one line.
+func (s *supervisor) send(line []byte, bound time.Duration) string {
+	be, err := replay.ReadBackend(s.configPath())
+	if err != nil {
+		return "the job's exporter settings: " + err.Error()
+	}
+	be.Auth = s.o.TokenResourceAttribute
+	tmp, err := os.MkdirTemp("", "gym-otel-deliver.")
+	if err != nil {
+		return err.Error()
+	}
+	defer os.RemoveAll(tmp)
+	f, err := replay.LineFile(tmp, 0, "traces", line)
+	if err != nil {
+		return err.Error()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	res, err := replay.Send(ctx, replay.SendOptions{
+		Files: []replay.File{f}, Backend: be, Endpoint: s.o.Endpoint, TokenEnv: s.o.TokenEnv, Token: s.opt.Token,
+		Binary: s.o.Binary, WorkDir: tmp, Timeout: bound, Once: true,
+	})
+	switch {
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && res != nil && res.Cause != "":
+		return oneLine(fmt.Sprintf("no answer from the backend within %v: %s", bound.Round(time.Millisecond), res.Cause))
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Sprintf("no answer from the backend within %v", bound.Round(time.Millisecond))
+	case err != nil && res != nil && res.Cause != "":
+		return oneLine(fmt.Sprintf("%s (%v)", res.Cause, firstLineOf(err)))
+	case err != nil:
+		// Replay's advice (nothing was sent, replay again) is not the
+		// supervisor's to give.
+		l, _, _ := strings.Cut(firstLineOf(err), " (nothing was sent")
+		return oneLine(l)
+	case !res.OK():
+		if res.Cause != "" {
+			return oneLine(res.Cause)
+		}
+		return "the backend did not accept every span"
+	}
+	return ""
+}
+
+// firstLineOf is err's first line.
+func firstLineOf(err error) string {
+	l, _, _ := strings.Cut(err.Error(), "\n")
+	return l
+}
+
+// oneLine cuts a cause to 300 bytes.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 300 {
+		s = s[:297] + "..."
+	}
+	return s
 }

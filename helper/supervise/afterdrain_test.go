@@ -1,6 +1,7 @@
 package supervise_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 )
@@ -78,5 +80,89 @@ func TestDrainSpanCollectorKilled(t *testing.T) {
 	}
 	if len(rc.Appended) != 1 || rc.Appended[0].Spans != 1+jobSpans || rc.Appended[0].File != "traces.jsonl" {
 		t.Errorf("receipt appended %+v", rc.Appended)
+	}
+}
+
+// TestDrainSpansDelivered: right after appending the drain's line, the
+// supervisor sends it to the job's backend itself, once: a backend that
+// takes it (the real collector with bearer auth) holds the slurm.drain
+// span and the receipt says delivered; a hung backend (accepts, never
+// answers) costs at most timing.DeliveryBound and the receipt says why
+// not; a backend answering 401 gives that status in the receipt.
+func TestDrainSpansDelivered(t *testing.T) {
+	t.Parallel()
+	const token = "deliver-token"
+	for _, c := range []struct {
+		name, mode string
+		status     int
+	}{{"backend", "", 0}, {"hung", "hang", 0}, {"401", "401", 401}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var be *harness.Backend
+			var endpoint string
+			if c.mode == "" {
+				be = harness.StartBackend(t, token)
+				endpoint = be.URL
+			} else {
+				endpoint = harness.StartBlackhole(t, c.mode)
+			}
+			rec := filepath.Join(harness.SharedDir(t), "record")
+			if err := os.WriteFile(rec, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			s := harness.StartSup(t, harness.Job{JobID: "8484", Record: rec, Endpoint: endpoint, Token: token}).MustReady(t)
+			time.Sleep(time.Second)
+			took, err := s.Drain(t, 2*time.Minute)
+			t.Logf("drained in %v: %v", took.Round(time.Millisecond), err)
+			var line string
+			for _, l := range strings.Split(s.Output(), "\n") {
+				if strings.Contains(l, "appended phase spans") {
+					line = l
+					t.Log(l)
+				}
+			}
+			rc, err := receipt.Read(s.Out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rc.Appended) != 1 {
+				t.Fatalf("receipt appended %+v", rc.Appended)
+			}
+			a := rc.Appended[0]
+			t.Logf("receipt: %+v", a)
+			if c.mode == "" {
+				if !a.Delivered || a.Cause != "" || a.HTTPStatus != 0 {
+					t.Errorf("not delivered to a working backend: %+v\n%s", a, s.Output())
+				}
+				harness.WaitFor(t, 10*time.Second, "the drain span at the backend", func() bool {
+					d, err := otlptest.Read(filepath.Join(be.Dir, "traces.jsonl"))
+					if err != nil {
+						return false
+					}
+					for _, sp := range d.Spans {
+						if sp.Name == "slurm.drain" {
+							return true
+						}
+					}
+					return false
+				})
+				return
+			}
+			if a.Delivered || a.Cause == "" || a.HTTPStatus != c.status {
+				t.Errorf("%s backend: receipt %+v, want not delivered with a cause and HTTP status %d", c.name, a, c.status)
+			}
+			// The bound: the supervisor logs the attempt's time (the
+			// collector's kill at the bound included).
+			ms := -1
+			if i := strings.Index(line, "attempt of "); i >= 0 {
+				fmt.Sscanf(line[i+len("attempt of "):], "%d", &ms)
+			}
+			if ms < 0 || time.Duration(ms)*time.Millisecond > timing.DeliveryBound+500*time.Millisecond {
+				t.Errorf("the delivery took %d ms, its bound is %v: %q", ms, timing.DeliveryBound, line)
+			}
+			if !strings.Contains(strings.Join(rc.Summary(), "\n"), "NOT delivered") {
+				t.Errorf("summary %q", rc.Summary())
+			}
+		})
 	}
 }

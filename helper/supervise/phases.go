@@ -119,6 +119,13 @@ type aggregate struct {
 	total         time.Duration
 }
 
+// PrologSupervisorStart is the slurm.prolog span's attribute with the
+// supervisor's own start (Int, unix ns): the prolog's part before it
+// (the plugin's checks, the launch as the user), the collector's start
+// after it. With the prolog's start handed on it is later than the span's
+// start; without, equal.
+const PrologSupervisorStart = "slurm.prolog.supervisor_start_unix_nano"
+
 // phases records the node's phases and exports them as spans.
 type phases struct {
 	facts   jobfacts.Facts
@@ -126,6 +133,10 @@ type phases struct {
 	root    []byte
 	start   time.Time // the prolog's start (or the supervisor's, marked)
 	guessed bool      // start is the supervisor's own start: the prolog's was not handed on
+	// supervisorStart is the supervisor's own start (the prolog span's
+	// slurm.prolog.supervisor_start_unix_nano: the prolog's part before
+	// it, the collector's start after it).
+	supervisorStart time.Time
 
 	mu       sync.Mutex
 	open     map[uint32]openStep
@@ -147,7 +158,7 @@ type phases struct {
 // newPhases starts the node's record; start is the prolog's start (zero:
 // unknown, the supervisor's start is used and marked).
 func newPhases(f jobfacts.Facts, prologStart, supervisorStart time.Time) *phases {
-	p := &phases{facts: f, open: map[uint32]openStep{}, start: prologStart}
+	p := &phases{facts: f, open: map[uint32]openStep{}, start: prologStart, supervisorStart: supervisorStart}
 	if p.start.IsZero() {
 		p.start, p.guessed = supervisorStart, true
 	}
@@ -197,9 +208,13 @@ func errStatus(msg string) *tracev1.Status {
 	return &tracev1.Status{Code: tracev1.Status_STATUS_CODE_ERROR, Message: msg}
 }
 
-// ready records the prolog span: its start to the collector's ready.
+// ready records the prolog span: its start to the collector's ready, with
+// the supervisor's own start (slurm.prolog.supervisor_start_unix_nano).
 func (p *phases) ready(at time.Time) {
 	attrs := []*commonv1.KeyValue{boolAttr("slurm.start_known", !p.guessed)}
+	if !p.supervisorStart.IsZero() {
+		attrs = append(attrs, intAttr(PrologSupervisorStart, p.supervisorStart.UnixNano()))
+	}
 	s := p.span("slurm.prolog", p.spanID("prolog"), p.root, p.start, at, attrs...)
 	if p.guessed {
 		s.Status = &tracev1.Status{Message: "the prolog's start was not handed on: the span starts at the supervisor's start"}

@@ -55,8 +55,13 @@ func (s *supervisor) logFinalGain(final selfmetrics.Counters) {
 	}
 }
 
-// writeReceipt writes <output dir>/receipt.json from the ended runs.
-func (s *supervisor) writeReceipt() {
+// writeReceipt writes <output dir>/receipt.json from the ended runs and
+// logs its summary.
+func (s *supervisor) writeReceipt() { s.saveReceipt(true) }
+
+// saveReceipt writes <output dir>/receipt.json from the ended runs; logIt:
+// its summary to the log.
+func (s *supervisor) saveReceipt(logIt bool) {
 	r := &receipt.Receipt{
 		JobID: s.opt.Facts.JobID, Node: s.opt.Facts.Node, RestartCount: s.opt.Facts.RestartCount,
 		Basis: receipt.BasisFinal, Collectors: s.runs, Unknown: s.unknown, Signals: map[string]receipt.Counts{},
@@ -81,5 +86,7 @@ func (s *supervisor) writeReceipt() {
 		s.log.Warnf("%v", err)
 		return
 	}
-	s.log.Infof("receipt: %s", strings.Join(r.Summary(), " |"))
+	if logIt {
+		s.log.Infof("receipt: %s", strings.Join(r.Summary(), " |"))
+	}
 }

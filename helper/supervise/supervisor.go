@@ -788,8 +788,12 @@ func (s *supervisor) drain() error {
 	if !clean {
 		s.cutPartialLines() // before the drain's line: a killed collector's half line
 	}
+	// The delivery of the appended line takes at most DeliveryBound out of
+	// the SupervisorSlack of the epilog's wait (DrainWait), and less when
+	// the settle and the stop took more than theirs.
+	bound := min(timing.DeliveryBound, time.Until(drainStart.Add(s.pol.DrainWait-timing.SupervisorSlack+timing.DeliveryBound)))
 	s.appendAfterCollector(drainEnd{start: drainStart, exit: collectorExit, cause: s.drainCause, exitKnown: wasRunning,
-		killed: s.coll.killed, clean: clean})
+		killed: s.coll.killed, clean: clean}, bound)
 	s.writeReceipt()
 	if p := s.problems; p != "" {
 		appendLog(s.logPath, "gym-otel: "+p)

@@ -27,6 +27,12 @@ const (
 	// the span-metrics settle and the collector's stop, for its reads of
 	// the collector's own telemetry and its state file.
 	SupervisorSlack = 5 * time.Second
+	// DeliveryBound bounds the supervisor's delivery to the backend of the
+	// line it appends after the collector's exit (the drain's and the
+	// epilog's spans): a second collector's start, one export without
+	// retries, its stop. It is taken out of SupervisorSlack, so DrainWait
+	// and the epilog's bounds are unchanged.
+	DeliveryBound = 2 * time.Second
 	// SlurmMargin is kept free below Slurm's PrologTimeout/EpilogTimeout
 	// (or PrologEpilogTimeout) for slurmd's own work around the script.
 	SlurmMargin = 5 * time.Second

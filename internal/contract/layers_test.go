@@ -42,17 +42,18 @@ var layers = map[string]int{
 	"helper/render":  3,
 	"helper/taskenv": 3,
 	"helper/inspect": 3,
-	// 4: what runs a collector with a rendered configuration: the
-	// supervisor, replay; the Slurm test kit (it reads inspect's report);
-	// 5: the plugin's hooks, the test harness that runs the supervisor;
-	// 6: the programs.
-	"helper/supervise":   4,
+	// 4: what runs a collector with a rendered configuration: replay
+	// (also the supervisor's sender of what it appends after the
+	// collector's exit); the Slurm test kit (it reads inspect's report);
+	// 5: the supervisor; 6: the plugin's hooks, the test harness that runs
+	// the supervisor; 7: the programs.
 	"helper/replay":      4,
 	"internal/slurmkit":  4,
-	"helper/callbacks":   5,
-	"internal/harness":   5,
-	"cmd/gym-otel-spank": 6,
-	"spank/core":         6,
+	"helper/supervise":   5,
+	"helper/callbacks":   6,
+	"internal/harness":   6,
+	"cmd/gym-otel-spank": 7,
+	"spank/core":         7,
 }
 
 // TestLayers: no package imports one of its own level or a higher one (an

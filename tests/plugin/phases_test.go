@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -207,6 +208,18 @@ func TestPhaseSpans(t *testing.T) {
 	if pst := pr.Start.Truncate(time.Second); pst.Before(start) || pst.After(start.Add(2*time.Second)) || pr.Attrs["slurm.start_known"] != "true" {
 		t.Errorf("prolog start %v (known %s), slurmctld's StartTime %v", pr.Start, pr.Attrs["slurm.start_known"], start)
 	}
+	// The prolog's start is the C prolog's stamp, handed on to the
+	// supervisor through the environment (the core reads it with C's
+	// getenv: a c-shared library's os.Getenv does not see the C side's
+	// setenv): not marked as missing, and before the supervisor's own
+	// start, which the span carries.
+	supStart, _ := strconv.ParseInt(pr.Attrs[supervise.PrologSupervisorStart], 10, 64)
+	if strings.Contains(pr.Status, "not handed on") || supStart == 0 || !pr.Start.Before(time.Unix(0, supStart)) || time.Unix(0, supStart).After(pr.End) {
+		t.Errorf("prolog %v .. %v (%q), the supervisor's start %v: want the prolog's start handed on, before the supervisor's start",
+			pr.Start, pr.End, pr.Status, time.Unix(0, supStart))
+	}
+	t.Logf("prolog: %v before the supervisor's start, %v from it to the collector's ready",
+		time.Unix(0, supStart).Sub(pr.Start).Round(time.Microsecond), pr.End.Sub(time.Unix(0, supStart)).Round(time.Microsecond))
 	if b.Start.Before(pr.End) {
 		t.Errorf("batch step start %v before the prolog's end %v", b.Start, pr.End)
 	}
@@ -309,8 +322,9 @@ func TestPhaseSpansCancelled(t *testing.T) {
 // (after the batch step, before the drain) and its end marked unknown;
 // their resource is the one the collector stamped on the other phase
 // spans (the run's identity and Lens' keys), byte for byte. The receipt
-// lists the line; the backend does not hold them until `replay
-// --appended` sends them, and then holds exactly these two.
+// lists the line as delivered: the supervisor sent it to the backend
+// itself, which holds exactly these two; `replay --appended` then sends
+// nothing (said), and with --force sends them again.
 func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, batch phaseSpan) {
 	t.Helper()
 	var drain, epilog []phaseSpan
@@ -350,10 +364,12 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 	rb, err := os.ReadFile(filepath.Join(otel, "receipt.json"))
 	var rec struct {
 		Appended []struct {
-			File   string `json:"file"`
-			Offset int64  `json:"offset"`
-			Length int64  `json:"length"`
-			Spans  int    `json:"spans"`
+			File      string `json:"file"`
+			Offset    int64  `json:"offset"`
+			Length    int64  `json:"length"`
+			Spans     int    `json:"spans"`
+			Delivered bool   `json:"delivered"`
+			Cause     string `json:"cause"`
 		} `json:"appended"`
 	}
 	if err != nil || json.Unmarshal(rb, &rec) != nil || len(rec.Appended) != 1 || rec.Appended[0].File != "traces.jsonl" || rec.Appended[0].Spans != 2 {
@@ -371,21 +387,33 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 		}
 		return n
 	}
-	if n := inBackend(); n != 0 {
-		t.Errorf("the backend holds %d drain or epilog spans of job %s before any replay: no collector could send them", n, job)
+	if a := rec.Appended[0]; !a.Delivered || a.Cause != "" {
+		t.Errorf("the receipt's line: delivered %v (cause %q), want delivered by the supervisor", a.Delivered, a.Cause)
 	}
-	r := asUser(t, 90*time.Second, tokenEnv(), fmt.Sprintf("%s/gym-otel-spank replay --appended --binary %s --timeout 60s --endpoint http://127.0.0.1:%s --token-env OTEL_TOKEN %s",
-		plugDir, testenv.Collector(t), backendPort, jobDir))
-	t.Logf("replay --appended: exit %d\n%s%s", r.code, r.stdout, r.stderr)
-	if r.code != 0 || !strings.Contains(r.stdout, "replay complete") || !strings.Contains(r.stdout, "read 2 of 2 spans") {
-		t.Fatalf("replay --appended: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	waitBackend := func(want int) int {
+		deadline := time.Now().Add(30 * time.Second)
+		for inBackend() < want && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		return inBackend()
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for inBackend() < 2 && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
+	if n := waitBackend(2); n != 2 {
+		t.Errorf("the backend holds %d drain and epilog spans of job %s, want 2 (delivered by the supervisor)", n, job)
 	}
-	if n := inBackend(); n != 2 {
-		t.Errorf("after replay --appended the backend holds %d drain and epilog spans of job %s, want 2", n, job)
+	replayAppended := func(force string) result {
+		r := asUser(t, 90*time.Second, tokenEnv(), fmt.Sprintf("%s/gym-otel-spank replay --appended %s --binary %s --timeout 60s --endpoint http://127.0.0.1:%s --token-env OTEL_TOKEN %s",
+			plugDir, force, testenv.Collector(t), backendPort, jobDir))
+		t.Logf("replay --appended %s: exit %d\n%s%s", force, r.code, r.stdout, r.stderr)
+		return r
+	}
+	if r := replayAppended(""); r.code != 0 || !strings.Contains(r.stdout, "1 appended line skipped") || !strings.Contains(r.stdout, "nothing left to send") {
+		t.Errorf("replay --appended of delivered lines: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := replayAppended("--force"); r.code != 0 || !strings.Contains(r.stdout, "replay complete") || !strings.Contains(r.stdout, "read 2 of 2 spans") {
+		t.Fatalf("replay --appended --force: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if n := waitBackend(4); n != 4 {
+		t.Errorf("after replay --appended --force the backend holds %d drain and epilog spans of job %s, want the two twice", n, job)
 	}
 }
 

@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,10 +135,20 @@ func TestReceiptNormalJob(t *testing.T) {
 	}
 	// The drain's and the epilog's spans are appended after the
 	// collector's exit (the receipt lists them): not the collector's to
-	// count or send.
+	// count; the supervisor delivers them to the backend itself, so the
+	// backend holds everything the files hold.
 	files := dirItems(t, otel, "")
-	files.spans -= appendedSpans(t, rc)
 	be := waitBackend(t, id, files)
+	if be != files {
+		t.Errorf("the backend holds %+v of job %s, the files %+v", be, id, files)
+	}
+	for _, a := range rc.Appended {
+		if !a.Delivered || a.Cause != "" || a.HTTPStatus != 0 {
+			t.Errorf("appended line %+v: want delivered by the supervisor", a)
+		}
+	}
+	files.spans -= appendedSpans(t, rc)
+	be.spans -= appendedSpans(t, rc)
 	for sig, n := range map[string][2]int{"traces": {files.spans, be.spans}, "metrics": {files.points, be.points}, "logs": {files.logs, be.logs}} {
 		c := rc.Signals[sig]
 		if c.Written != int64(n[0]) || c.Sent != c.Written || c.Sent != int64(n[1]) || c.Lost() != 0 {
@@ -174,6 +187,13 @@ func TestReceiptBackendDownThenReplay(t *testing.T) {
 			t.Errorf("receipt %s %+v: want written = failed = %d (the file), sent 0", sig, c, n)
 		}
 	}
+	// The supervisor's delivery of the appended line failed too, and says
+	// why.
+	for _, a := range rc.Appended {
+		if a.Delivered || !strings.Contains(a.Cause, "cannot be reached") {
+			t.Errorf("appended line %+v: want not delivered, the backend unreachable", a)
+		}
+	}
 	r := asUser(t, 30*time.Second, nil, fmt.Sprintf("%s/gym-otel-spank inspect %s", plugDir, otel))
 	first := strings.Join(strings.SplitN(r.stdout, "\n", 10), "\n")
 	if !strings.Contains(first, "LOST: the backend did not get") || !strings.Contains(first, "replay") {
@@ -191,6 +211,73 @@ func TestReceiptBackendDownThenReplay(t *testing.T) {
 	}
 	if got := waitBackend(t, id, files); got != files {
 		t.Errorf("the backend holds %+v of job %s after the replay; the files hold %+v", got, id, files)
+	}
+	waitIdle(t)
+}
+
+// TestReceiptHungBackend: a job whose backend accepts connections and
+// never answers (the hung-backend stand-in). The supervisor's delivery of
+// the line it appends after the collector's exit costs at most its 2 s
+// bound (or the exporter's shorter timeout): the receipt says the line was
+// not delivered, and why; the
+// epilog waited for the supervisor's own end (it was not cut short) and
+// ended within its deadline.
+func TestReceiptHungBackend(t *testing.T) {
+	waitIdle(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	bh := exec.Command(testenv.Standin(t, "blackhole"), "--port", strconv.Itoa(port), "--mode", "hang")
+	if err := bh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bh.Process.Signal(syscall.SIGTERM); _ = bh.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the hung backend never listened")
+		}
+	}
+	id, otel := receiptJob(t, "hung", fmt.Sprintf(",endpoint=http://127.0.0.1:%d", port))
+	rc, err := receipt.Read(otel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("receipt:\n%s", strings.Join(rc.Summary(), "\n"))
+	// The exporter's own timeout (export_timeout_seconds) ends the
+	// attempt when it is shorter than the bound.
+	if len(rc.Appended) != 1 || rc.Appended[0].Delivered || rc.Appended[0].HTTPStatus != 0 ||
+		!(strings.Contains(rc.Appended[0].Cause, "no answer from the backend within 2s") || strings.Contains(rc.Appended[0].Cause, "deadline exceeded")) {
+		t.Errorf("appended %+v: want one line, not delivered: no answer in time", rc.Appended)
+	}
+	sup, _ := os.ReadFile(filepath.Join(otel, "supervisor.log"))
+	m := regexp.MustCompile(`attempt of (\d+) ms \(bound ([^)]+)\)`).FindStringSubmatch(string(sup))
+	if m == nil {
+		t.Fatalf("no delivery attempt in supervisor.log:\n%s", sup)
+	}
+	ms, _ := strconv.Atoi(m[1])
+	t.Logf("the delivery to the hung backend: %d ms (bound %s)", ms, m[2])
+	if bound, err := time.ParseDuration(m[2]); err != nil || time.Duration(ms)*time.Millisecond > bound+500*time.Millisecond {
+		t.Errorf("the delivery took %d ms, its bound %s", ms, m[2])
+	}
+	var log string
+	var e []string
+	for deadline := time.Now().Add(30 * time.Second); e == nil && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		log = slurmdLogs(t)
+		e = regexp.MustCompile(`job ` + id + `: epilog done in (\d+) ms of its (\S+) deadline`).FindStringSubmatch(log)
+	}
+	if e == nil {
+		t.Fatalf("no epilog line for job %s in slurmd's log", id)
+	}
+	t.Logf("job %s: the epilog took %s ms of its %s deadline", id, e[1], e[2])
+	if strings.Contains(log, "job "+id+": supervisor") && regexp.MustCompile(`job `+id+`: (the supervisor's drain gets|supervisor \(pid \d+\) not done after)`).MatchString(log) {
+		t.Errorf("the epilog cut the supervisor's drain short:\n%s", log)
 	}
 	waitIdle(t)
 }

@@ -1,103 +1,25 @@
 package plugin_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // phaseSpan is one span of the job's traces.jsonl, with its resource.
-type phaseSpan struct {
-	Trace, ID, Parent, Name string
-	Start, End              time.Time
-	Attrs, Resource         map[string]string
-	Status                  string // "" or the error's message
-	Error                   bool
-}
+type phaseSpan = slurmkit.PhaseSpan
 
 // phaseSpans reads the slurm.* spans of traces.jsonl in dir.
-func phaseSpans(t *testing.T, dir string) []phaseSpan {
-	t.Helper()
-	type kv struct {
-		Key   string `json:"key"`
-		Value struct {
-			S string `json:"stringValue"`
-			I string `json:"intValue"`
-			B *bool  `json:"boolValue"`
-		} `json:"value"`
-	}
-	attrs := func(as []kv) map[string]string {
-		m := map[string]string{}
-		for _, a := range as {
-			m[a.Key] = a.Value.S + a.Value.I
-			if a.Value.B != nil {
-				m[a.Key] = strconv.FormatBool(*a.Value.B)
-			}
-		}
-		return m
-	}
-	var line struct {
-		ResourceSpans []struct {
-			Resource struct {
-				Attributes []kv `json:"attributes"`
-			} `json:"resource"`
-			ScopeSpans []struct {
-				Spans []struct {
-					TraceID string `json:"traceId"`
-					SpanID  string `json:"spanId"`
-					Parent  string `json:"parentSpanId"`
-					Name    string `json:"name"`
-					Start   string `json:"startTimeUnixNano"`
-					End     string `json:"endTimeUnixNano"`
-					Attrs   []kv   `json:"attributes"`
-					Status  struct {
-						Message string `json:"message"`
-						Code    int    `json:"code"`
-					} `json:"status"`
-				} `json:"spans"`
-			} `json:"scopeSpans"`
-		} `json:"resourceSpans"`
-	}
-	f, err := os.Open(filepath.Join(dir, "traces.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ns := func(s string) time.Time { n, _ := strconv.ParseInt(s, 10, 64); return time.Unix(0, n) }
-	var out []phaseSpan
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		line.ResourceSpans = nil
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			t.Fatalf("traces.jsonl: %v", err)
-		}
-		for _, rs := range line.ResourceSpans {
-			res := attrs(rs.Resource.Attributes)
-			for _, ss := range rs.ScopeSpans {
-				for _, s := range ss.Spans {
-					if !strings.HasPrefix(s.Name, "slurm.") {
-						continue
-					}
-					out = append(out, phaseSpan{Trace: s.TraceID, ID: s.SpanID, Parent: s.Parent, Name: s.Name,
-						Start: ns(s.Start), End: ns(s.End), Attrs: attrs(s.Attrs), Resource: res,
-						Status: s.Status.Message, Error: s.Status.Code == 2})
-				}
-			}
-		}
-	}
-	return out
-}
+func phaseSpans(t *testing.T, dir string) []phaseSpan { t.Helper(); return slurmkit.PhaseSpans(t, dir) }
 
 // scontrolTimes are the job's StartTime and EndTime (whole seconds, local
 // time) as slurmctld keeps them.

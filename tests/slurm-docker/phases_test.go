@@ -89,11 +89,13 @@ echo done
 		all := readOTLP(t, filepath.Join(otelDir[n], "metrics.jsonl"))
 		notKept := find(all, metricNamed("cgroup_not_kept"))
 		var jobReason string
+		var reasons []string
 		for _, it := range notKept {
 			if it.res["slurm_job_id"] != jobID || it.res["host.name"] != n {
 				t.Errorf("%s: cgroup_not_kept with resource %v", n, it.res)
 			}
 			for _, a := range it.attrs {
+				reasons = append(reasons, fmt.Sprintf("%s/%s/%s: %s", a["cgroup"], a["step"], a["family"], a["reason"]))
 				if a["cgroup"] == "job" && jobReason == "" {
 					jobReason = a["reason"]
 				}
@@ -114,7 +116,7 @@ echo done
 				}
 			}
 		}
-		t.Logf("%s: job cgroup not kept: %s; other cgroup series: %d (%v)", n, jobReason, len(own), uniq(own))
+		t.Logf("%s: not kept: %s; other cgroup series: %d (%v)", n, strings.Join(uniq(reasons), "; "), len(own), uniq(own))
 	}
 
 	// The backend holds both nodes' job spans.

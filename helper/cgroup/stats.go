@@ -400,7 +400,9 @@ func (j SlurmJob) Find(hs []Hierarchy) (job StatsDirs, why string) {
 			job = append(job, StatsDir{H: h, Path: p})
 		}
 	}
-	if len(job) == 0 {
+	if len(hs) == 0 {
+		why = fmt.Sprintf("no Slurm cgroup of job %s on this node: no cgroup hierarchy Slurm keeps a job's usage in (v1 memory, cpuacct or cpu, or v2) is mounted here", j.JobID)
+	} else if len(job) == 0 {
 		why = fmt.Sprintf("no Slurm cgroup of job %s on this node (Slurm's cgroup plugins not in use, or the job's first step not started yet); looked for %s (and alike in the other hierarchies)", j.JobID, strings.Join(looked, ", "))
 	}
 	return job, why

@@ -251,6 +251,11 @@ func TestFindSlurmJob(t *testing.T) {
 	if _, why := j.Find(hs); !strings.Contains(why, "no Slurm cgroup of job 8") || !strings.Contains(why, "slurm_gn1/uid_1000/job_8") {
 		t.Errorf("missing job: %q", why)
 	}
+	// No hierarchy at all (a container without /sys/fs/cgroup): the
+	// reason says so rather than naming no place looked at.
+	if job, why := j.Find(nil); len(job) != 0 || !strings.Contains(why, "no Slurm cgroup of job 8") || !strings.Contains(why, "no cgroup hierarchy") {
+		t.Errorf("no hierarchy: %v %q", job, why)
+	}
 }
 
 // TestOwn finds the calling process's own group only where its last

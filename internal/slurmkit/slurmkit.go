@@ -6,7 +6,8 @@
 // waiting for an idle cluster, node and job states, the job id sbatch
 // printed, waiting for a file or for processes to go, the job user's
 // processes, slurmd's logs; and the assertion blocks the suites share
-// (inspect's report of a job, the final sample of a counter). Never
+// (inspect's report of a job, the final sample of a counter, a node's
+// Slurm phase spans: PhaseSpans, CheckNodePhases). Never
 // imported by production code.
 package slurmkit
 

@@ -1,7 +1,6 @@
 package plugin_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,91 +13,15 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // phaseSpan is one span of the job's traces.jsonl, with its resource.
-type phaseSpan struct {
-	Trace, ID, Parent, Name string
-	Start, End              time.Time
-	Attrs, Resource         map[string]string
-	Status                  string // "" or the error's message
-	Error                   bool
-}
+type phaseSpan = slurmkit.PhaseSpan
 
 // phaseSpans reads the slurm.* spans of traces.jsonl in dir.
-func phaseSpans(t *testing.T, dir string) []phaseSpan {
-	t.Helper()
-	type kv struct {
-		Key   string `json:"key"`
-		Value struct {
-			S string `json:"stringValue"`
-			I string `json:"intValue"`
-			B *bool  `json:"boolValue"`
-		} `json:"value"`
-	}
-	attrs := func(as []kv) map[string]string {
-		m := map[string]string{}
-		for _, a := range as {
-			m[a.Key] = a.Value.S + a.Value.I
-			if a.Value.B != nil {
-				m[a.Key] = strconv.FormatBool(*a.Value.B)
-			}
-		}
-		return m
-	}
-	var line struct {
-		ResourceSpans []struct {
-			Resource struct {
-				Attributes []kv `json:"attributes"`
-			} `json:"resource"`
-			ScopeSpans []struct {
-				Spans []struct {
-					TraceID string `json:"traceId"`
-					SpanID  string `json:"spanId"`
-					Parent  string `json:"parentSpanId"`
-					Name    string `json:"name"`
-					Start   string `json:"startTimeUnixNano"`
-					End     string `json:"endTimeUnixNano"`
-					Attrs   []kv   `json:"attributes"`
-					Status  struct {
-						Message string `json:"message"`
-						Code    int    `json:"code"`
-					} `json:"status"`
-				} `json:"spans"`
-			} `json:"scopeSpans"`
-		} `json:"resourceSpans"`
-	}
-	f, err := os.Open(filepath.Join(dir, "traces.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ns := func(s string) time.Time { n, _ := strconv.ParseInt(s, 10, 64); return time.Unix(0, n) }
-	var out []phaseSpan
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		line.ResourceSpans = nil
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			t.Fatalf("traces.jsonl: %v", err)
-		}
-		for _, rs := range line.ResourceSpans {
-			res := attrs(rs.Resource.Attributes)
-			for _, ss := range rs.ScopeSpans {
-				for _, s := range ss.Spans {
-					if !strings.HasPrefix(s.Name, "slurm.") {
-						continue
-					}
-					out = append(out, phaseSpan{Trace: s.TraceID, ID: s.SpanID, Parent: s.Parent, Name: s.Name,
-						Start: ns(s.Start), End: ns(s.End), Attrs: attrs(s.Attrs), Resource: res,
-						Status: s.Status.Message, Error: s.Status.Code == 2})
-				}
-			}
-		}
-	}
-	return out
-}
+func phaseSpans(t *testing.T, dir string) []phaseSpan { t.Helper(); return slurmkit.PhaseSpans(t, dir) }
 
 // scontrolTimes are the job's StartTime and EndTime (whole seconds, local
 // time) as slurmctld keeps them.
@@ -126,7 +49,7 @@ func scontrolTimes(t *testing.T, job string) (start, end time.Time) {
 // as spans in its traces.jsonl: one trace, the node's slurm.job root with
 // slurm.prolog and a slurm.step per step under it (exit codes 0 and 3),
 // the batch script and the final wait under the batch step, every span
-// with the job's identity (slurm_job_id, Lens' nv.dl.job.uuid); the batch
+// with the job's identity (slurm_job_id, Lens' nv.dl.job.uuid; slurmkit.CheckNodePhases, which the docker suites share); the batch
 // step's times agree with slurmctld's StartTime and EndTime, the steps
 // lie inside the batch script.
 func TestPhaseSpans(t *testing.T) {
@@ -142,61 +65,13 @@ func TestPhaseSpans(t *testing.T) {
 	waitNoCollector(t)
 	start, end := scontrolTimes(t, job)
 	spans := phaseSpans(t, filepath.Join(d, "run", "otel"))
-	byName := map[string][]phaseSpan{}
-	steps := map[string]phaseSpan{}
-	for _, s := range spans {
-		byName[s.Name] = append(byName[s.Name], s)
-		if s.Name == "slurm.step" {
-			steps[s.Attrs["slurm.step.id"]] = s
-		}
-		t.Logf("%-20s step=%-6s %s .. %s (%v) exit=%s signal=%s end_known=%s %s", s.Name, s.Attrs["slurm.step.id"],
-			s.Start.Format("15:04:05.000"), s.End.Format("15:04:05.000"), s.End.Sub(s.Start).Round(time.Millisecond),
-			s.Attrs["slurm.step.exit_code"], s.Attrs["slurm.step.signal"], s.Attrs["slurm.end_known"], s.Status)
-	}
-	for name, n := range map[string]int{"slurm.job": 1, "slurm.prolog": 1, "slurm.batch_script": 1, "slurm.final_wait": 1} {
-		if len(byName[name]) != n {
-			t.Fatalf("%d %s spans, want %d", len(byName[name]), name, n)
-		}
-	}
-	root := byName["slurm.job"][0]
 	want := render.LensUUID("nemo.lens.job/" + clusterName() + "/" + job)
-	for _, s := range spans {
-		if s.Trace != root.Trace {
-			t.Errorf("%s: trace %s, the job's is %s", s.Name, s.Trace, root.Trace)
-		}
-		if s.Resource["slurm_job_id"] != job || s.Resource[render.LensJobUUID] != want || s.Resource["host.name"] != "gn1" {
-			t.Errorf("%s: resource slurm_job_id %q nv.dl.job.uuid %q host.name %q, want %s %s gn1", s.Name,
-				s.Resource["slurm_job_id"], s.Resource[render.LensJobUUID], s.Resource["host.name"], job, want)
-		}
-		if s.Name == "slurm.drain" || s.Name == "slurm.epilog" {
-			continue // after the job's span: checkAfterSpans
-		}
-		if s.End.Before(s.Start) || s.Start.Before(root.Start) || s.End.After(root.End) {
-			t.Errorf("%s (%v .. %v) not inside the job's span (%v .. %v)", s.Name, s.Start, s.End, root.Start, root.End)
-		}
-	}
-	b, s0, s1 := steps["batch"], steps["0"], steps["1"]
-	if b.ID == "" || s0.ID == "" || s1.ID == "" {
-		t.Fatalf("step spans: %v", steps)
-	}
-	for _, s := range []phaseSpan{b, s0, s1, byName["slurm.prolog"][0]} {
-		if s.Parent != root.ID {
-			t.Errorf("%s %s: parent %s, not the job's span %s", s.Name, s.Attrs["slurm.step.id"], s.Parent, root.ID)
-		}
-	}
-	if s0.Attrs["slurm.step.exit_code"] != "0" || s0.Error || s1.Attrs["slurm.step.exit_code"] != "3" || !s1.Error || b.Attrs["slurm.step.exit_code"] != "0" {
-		t.Errorf("exit codes: step 0 %q (error %v), step 1 %q (error %v), batch %q; want 0, 3, 0",
-			s0.Attrs["slurm.step.exit_code"], s0.Error, s1.Attrs["slurm.step.exit_code"], s1.Error, b.Attrs["slurm.step.exit_code"])
-	}
+	ns := slurmkit.CheckNodePhases(t, spans, slurmkit.NodePhases{Node: "gn1",
+		Identity: map[string]string{"slurm_job_id": job, render.LensJobUUID: want},
+		Steps:    map[string]int{"0": 0, "1": 3}, Batch: true})
+	byName, root := ns.ByName, ns.Job
+	b, s1 := ns.Steps["batch"], ns.Steps["1"]
 	bs, fw := byName["slurm.batch_script"][0], byName["slurm.final_wait"][0]
-	if bs.Parent != b.ID || fw.Parent != b.ID || !fw.Start.Equal(bs.End) {
-		t.Errorf("the batch script and the final wait are not the batch step's two parts")
-	}
-	for _, s := range []phaseSpan{s0, s1} {
-		if s.Start.Before(bs.Start) || s.End.After(bs.End) {
-			t.Errorf("step %s (%v .. %v) outside the batch script (%v .. %v)", s.Attrs["slurm.step.id"], s.Start, s.End, bs.Start, bs.End)
-		}
-	}
 	if d := s1.End.Sub(s1.Start); d < time.Second || d > 10*time.Second {
 		t.Errorf("step 1 (sleep 1) took %v", d)
 	}

@@ -22,7 +22,8 @@
 # Environment: GYM_OTEL_VM_CACHE (image cache, /var/cache/gym-otel-vm),
 # GYM_OTEL_VM_WORK (payload, console log, results, /var/tmp/gym-otel-vm),
 # GYM_VM_RUN (a -test.run pattern for the guest suite), GYM_OTEL_VM_SMP,
-# GYM_OTEL_VM_MEM (2, 3G).
+# GYM_OTEL_VM_MEM (2, 3G), GYM_OTEL_VM_ACCEL (kvm where /dev/kvm is
+# writable, else tcg,thread=multi).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -76,6 +77,9 @@ log "booting $image (root.img read-only through -snapshot) with $work/payload.im
 t2=$(date +%s)
 accel=tcg,thread=multi
 [ -w /dev/kvm ] && accel=kvm
+# A /dev/kvm whose KVM refuses `-cpu max` (a nested one that cannot set
+# MSR 0x10a) aborts qemu at start: GYM_OTEL_VM_ACCEL=tcg,thread=multi.
+accel=${GYM_OTEL_VM_ACCEL:-$accel}
 set +e
 timeout "${GYM_OTEL_VM_TIMEOUT:-3600}" qemu-system-x86_64 -M q35 -accel "$accel" -cpu max \
 	-m "${GYM_OTEL_VM_MEM:-3G}" -smp "${GYM_OTEL_VM_SMP:-2}" \

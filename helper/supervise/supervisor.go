@@ -130,6 +130,7 @@ type supervisor struct {
 	// writeFailSeen: the log said that the files cannot be written.
 	writeFailSeen bool
 	started       time.Time
+	steps         stepTimes // the start-up's steps, for the ready report
 	readinessSent bool
 	launchArgs    launchCmd
 
@@ -183,6 +184,7 @@ const fqdnWait = 500 * time.Millisecond
 // be made ready (after reporting failed) or did not shut down cleanly.
 func Run(ctx context.Context, opt Options) error {
 	s := &supervisor{opt: opt, o: opt.Resolved.Otel, pol: timing.For(opt.Resolved.Otel, timing.Bounds{}), log: opt.Log, started: time.Now()}
+	s.steps.last = s.started
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}
@@ -283,14 +285,17 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 			s.fqdn <- h
 		}()
 	}
+	s.steps.mark("dir")
 	keepPreviousRun(s.out, s.opt.Facts, s.logPath, s.log)
 	s.reserve()
 	s.writeState(jobdir.StatusStarting, "")
+	s.steps.mark("keep+state")
 	if s.o.Container == "" {
 		if err := checkVersion(ctx, s.o.Binary, []string{"PATH=/usr/bin:/bin"}, time.Duration(s.o.HealthCheckTimeoutSeconds)*time.Second); err != nil {
 			return err
 		}
 	}
+	s.steps.mark("version")
 	tok := make([]byte, 24)
 	var err error
 	if _, err = rand.Read(tok); err != nil {
@@ -325,6 +330,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 			s.log.Warnf("no final-scrape listener for the batch node (the batch step waits its full bound): %v", err)
 		}
 	}
+	s.steps.mark("sockets")
 	var last error
 	for attempt := 0; attempt < bindRetries; attempt++ {
 		if err := s.choosePorts(); err != nil {
@@ -333,6 +339,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		if err := s.writeConfig(); err != nil {
 			return err
 		}
+		s.steps.mark("config")
 		err := s.launch(ctx)
 		if err == nil {
 			return nil
@@ -430,10 +437,13 @@ func (s *supervisor) launch(ctx context.Context) error {
 		return fmt.Errorf("otel.container_runtime: starting %s: %w", argv[0], unwrapPath(err))
 	}
 	s.coll = c
+	s.steps.mark("exec")
 	err = waitHealthy(ctx, c, s.ports.Health, s.opt.HealthPoll)
 	if err == nil {
+		s.steps.mark("healthy")
 		// Healthy by whom? Fail closed unless every port is the collector's.
 		if err = s.provePorts(c); err == nil {
+			s.steps.mark("proof")
 			return nil
 		}
 		// A listener of another user, or a port the collector does not
@@ -498,8 +508,8 @@ func (s *supervisor) sendReadiness(r Readiness) {
 // the collector's death (restarted a bounded number of times).
 func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	ready := time.Since(s.started)
-	s.log.Infof("collector ready in %d ms: pid %d, OTLP gRPC %d, HTTP %d, health %d, output %s",
-		ready.Milliseconds(), s.coll.pid, s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health, s.out)
+	s.log.Infof("collector ready in %d ms (%s): pid %d, OTLP gRPC %d, HTTP %d, health %d, output %s",
+		ready.Milliseconds(), s.steps.String(), s.coll.pid, s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health, s.out)
 	if fs := s.firstScrape; fs != nil {
 		s.log.Infof("first scrapes placed at %s (host %s)", fs.At.UTC().Format("15:04:05.000"), fs.Host)
 	}
@@ -508,6 +518,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 		Status: StatusReady, Ports: s.ports, ReceiverToken: s.rtoken,
 		SupervisorPID: os.Getpid(), CollectorPID: s.coll.pid, CollectorStart: s.coll.start,
 		OutputDir: s.out, ReadyMillis: ready.Milliseconds(), HoldSocket: s.holdName(),
+		Steps: s.steps.String(),
 	})
 	if s.opt.SlurmdAlive != nil {
 		s.log.Infof("job %s: the epilog of this node's slurmd ends the collector; Slurm is asked only once that slurmd is gone or the job is past its end time", s.opt.Facts.JobID)

@@ -131,8 +131,10 @@ type supervisor struct {
 	writeFailSeen bool
 	started       time.Time
 	steps         stepTimes // the start-up's steps, for the ready report
-	readinessSent bool
-	launchArgs    launchCmd
+	// versionChecked: the collector's version was found new enough.
+	versionChecked bool
+	readinessSent  bool
+	launchArgs     launchCmd
 
 	// The receipt's figures (see receipt.go).
 	final      *finalSink           // receives the collector's export at shutdown
@@ -290,12 +292,6 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	s.reserve()
 	s.writeState(jobdir.StatusStarting, "")
 	s.steps.mark("keep+state")
-	if s.o.Container == "" {
-		if err := checkVersion(ctx, s.o.Binary, []string{"PATH=/usr/bin:/bin"}, time.Duration(s.o.HealthCheckTimeoutSeconds)*time.Second); err != nil {
-			return err
-		}
-	}
-	s.steps.mark("version")
 	tok := make([]byte, 24)
 	var err error
 	if _, err = rand.Read(tok); err != nil {
@@ -429,6 +425,10 @@ func (s *supervisor) launch(ctx context.Context) error {
 		return err
 	}
 	s.launchArgs = launchCmd{argv: argv, env: s.collectorEnv(), log: s.logPath}
+	var logStart int64 // where this run's lines begin in the log
+	if fi, err := os.Lstat(s.logPath); err == nil {
+		logStart = fi.Size()
+	}
 	c, err := start(s.launchArgs)
 	if err != nil {
 		if s.o.Container == "" {
@@ -444,6 +444,11 @@ func (s *supervisor) launch(ctx context.Context) error {
 		// Healthy by whom? Fail closed unless every port is the collector's.
 		if err = s.provePorts(c); err == nil {
 			s.steps.mark("proof")
+			if err = s.checkStartedVersion(ctx, logStart); err != nil {
+				c.stop(2 * time.Second)
+				return err
+			}
+			s.steps.mark("version")
 			return nil
 		}
 		// A listener of another user, or a port the collector does not
@@ -456,6 +461,14 @@ func (s *supervisor) launch(ctx context.Context) error {
 	tail := tailFile(s.logPath, 8)
 	if strings.Contains(tail, "address already in use") {
 		return fmt.Errorf("%w: %s", errBindRace, lastLine(tail))
+	}
+	if s.o.Container == "" && errors.Is(err, errExited) && ctx.Err() == nil {
+		// A collector too old for the rendered configuration exits: it
+		// says so first (checkStartedVersion: it was not asked before
+		// the start).
+		if verr := checkVersion(ctx, s.o.Binary, versionEnv, s.versionBound()); verr != nil {
+			return verr
+		}
 	}
 	key := "otel.binary"
 	if s.o.Container != "" {
@@ -471,6 +484,37 @@ func (s *supervisor) launch(ctx context.Context) error {
 // c's process group (verifyListeners): at the first start and after every
 // restart, since whatever answers on a port is trusted with the job's
 // telemetry and its receiver token.
+// versionEnv is the environment of `otel.binary --version`.
+var versionEnv = []string{"PATH=/usr/bin:/bin"}
+
+// versionBound bounds `otel.binary --version`: the start's own
+// (health_check_timeout_seconds); a loaded node may take seconds to load a
+// large binary.
+func (s *supervisor) versionBound() time.Duration {
+	return time.Duration(s.o.HealthCheckTimeoutSeconds) * time.Second
+}
+
+// checkStartedVersion refuses a host collector older than
+// render.MinCollectorVersion, once per supervisor, before the first ready
+// report: from the version the healthy collector logged at its start (the
+// lines from logStart of its log), else, when the log has no such line,
+// from `otel.binary --version` (checkVersion). Asking the started
+// collector rather than running the binary a second time before its start
+// keeps a second load of a large binary off the job's start; the collector
+// it refuses is stopped before anything is told of it. A container's
+// collector is not checked.
+func (s *supervisor) checkStartedVersion(ctx context.Context, logStart int64) error {
+	if s.o.Container != "" || s.versionChecked {
+		return nil
+	}
+	found, err := loggedVersion(s.o.Binary, s.logPath, logStart)
+	if !found {
+		err = checkVersion(ctx, s.o.Binary, versionEnv, s.versionBound())
+	}
+	s.versionChecked = err == nil
+	return err
+}
+
 func (s *supervisor) provePorts(c *collector) error {
 	ports := []int{s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health}
 	if s.ports.Telemetry != 0 {

@@ -31,8 +31,10 @@ import (
 
 // Defaults of Options.
 const (
-	// DefaultHealthPoll is how often the health endpoint is polled at start.
-	DefaultHealthPoll = 25 * time.Millisecond
+	// DefaultHealthPoll is how often the health endpoint is polled at start:
+	// its granularity adds to every job's start, and a refused loopback
+	// connect costs microseconds.
+	DefaultHealthPoll = 5 * time.Millisecond
 	// DefaultRecordPoll is how often the root record's presence is checked.
 	DefaultRecordPoll = 5 * time.Second
 	// DefaultSlurmPoll is how often the supervisor checks, on the node,

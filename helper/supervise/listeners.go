@@ -30,14 +30,9 @@ func (e errForeignListener) Error() string {
 // be answered by another user.
 func verifyListeners(pgid int, ports []int) error {
 	ours := groupSockets(pgid)
-	listen, err := tcpListeners(proc.NetTCP)
+	listen, err := nodeListeners()
 	if err != nil {
 		return fmt.Errorf("reading the node's listeners: %w", err)
-	}
-	if six, err := tcpListeners(proc.NetTCP6); err == nil {
-		for p, socks := range six {
-			listen[p] = append(listen[p], socks...)
-		}
 	}
 	for _, p := range ports {
 		inodes := listen[p]
@@ -73,6 +68,26 @@ func groupSockets(pgid int) map[uint64]bool {
 type socket struct {
 	inode uint64
 	uid   uint32
+}
+
+// nodeListeners maps each port listened on at 127.0.0.1 or every address,
+// v4 or v6, to its sockets: from the kernel's listening sockets
+// (proc.ListeningTCP), else, where sock_diag is not there, from
+// /proc/net/tcp and tcp6 (an unreadable tcp6 is a node without IPv6).
+func nodeListeners() (map[int][]socket, error) {
+	if rows, err := proc.ListeningTCP(); err == nil {
+		return loopbackListeners(rows), nil
+	}
+	listen, err := tcpListeners(proc.NetTCP)
+	if err != nil {
+		return nil, err
+	}
+	if six, err := tcpListeners(proc.NetTCP6); err == nil {
+		for p, socks := range six {
+			listen[p] = append(listen[p], socks...)
+		}
+	}
+	return listen, nil
 }
 
 // tcpListeners reads the table at path (/proc/net/tcp or tcp6) into

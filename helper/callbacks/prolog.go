@@ -157,8 +157,10 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if group != nil {
 		where = "cgroup " + group.Rel
 	}
-	log.Infof("job %d: collector ready on %s (supervisor pid %d, OTLP http 127.0.0.1:%d, output %s, %d ms, %s; prolog steps in ms: %s; supervisor steps in ms: %s)",
-		in.JobID, node, sup.pid, rep.Ports.OTLPHTTP, rep.OutputDir, rep.ReadyMillis, where, clock, record.UserText(rep.Steps, 256))
+	log.Infof("job %d: collector ready on %s (supervisor pid %d, OTLP http 127.0.0.1:%d, output %s, %d ms, %s)",
+		in.JobID, node, sup.pid, rep.Ports.OTLPHTTP, rep.OutputDir, rep.ReadyMillis, where)
+	log.Debugf("job %d: start steps on %s in ms: prolog %s; supervisor %s",
+		in.JobID, node, clock, record.UserText(rep.Steps, 256))
 	return nil
 }
 

@@ -77,6 +77,13 @@ func indexByte(s string, c byte) int {
 // (collectorGroup), its start and report (launch), and the ready record
 // (recordReady).
 func Prolog(in PrologInput, log logrus.FieldLogger) error {
+	// The steps' times for the ready line: the first one is the core's
+	// load, from the C prolog's stamp (when plausible) to here.
+	clock := newStepClock(time.Now())
+	if t := supervise.ParsePrologStart(in.Getenv(supervise.EnvPrologStart)); !t.IsZero() && time.Since(t) >= 0 && time.Since(t) < time.Minute {
+		clock = newStepClock(t)
+	}
+	clock.mark("load")
 	// One deadline for everything below (timing.Policy; why it is the
 	// plugstack's prolog_timeout: timeoutwarn.go).
 	slurmBounds := slurm.ReadTimeouts(in.Getenv("SLURM_CONF"))
@@ -90,6 +97,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return err
 	}
 	tidyNode(ctx, in, node, slurmBounds, log)
+	clock.mark("tidy")
 	rec := &record.Record{Status: "failed", OnFailure: "continue", UID: in.UID}
 	fail := func(err error) error {
 		// A failed record carries no task env: nothing of what failed
@@ -108,10 +116,12 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return fail(err)
 	}
+	clock.mark("settings")
 	u, groups, err := jobAccount(ctx, in, log)
 	if err != nil {
 		return fail(err)
 	}
+	clock.mark("account")
 	facts, err := prologFacts(ctx, in, resolved, node, u.Name, log)
 	if err != nil {
 		return fail(err)
@@ -128,23 +138,29 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return fail(err)
 	}
+	clock.mark("facts+env")
 	group, err := collectorGroup(in, resolved, node, rec, log)
 	if err != nil {
 		return fail(err)
 	}
+	clock.mark("cgroup")
 	sup, rep, err := launch(in, env, groups, group, timeout)
 	if err != nil {
 		return fail(err)
 	}
+	clock.mark("supervisor")
 	if err := recordReady(dir, rec, sup, rep, resolved, facts); err != nil {
 		return fail(err)
 	}
+	clock.mark("record")
 	where := "no cgroup"
 	if group != nil {
 		where = "cgroup " + group.Rel
 	}
 	log.Infof("job %d: collector ready on %s (supervisor pid %d, OTLP http 127.0.0.1:%d, output %s, %d ms, %s)",
 		in.JobID, node, sup.pid, rep.Ports.OTLPHTTP, rep.OutputDir, rep.ReadyMillis, where)
+	log.Debugf("job %d: start steps on %s in ms: prolog %s; supervisor %s",
+		in.JobID, node, clock, record.UserText(rep.Steps, 256))
 	return nil
 }
 

@@ -205,9 +205,44 @@ func checkVersion(ctx context.Context, binary string, env []string, bound time.D
 	if m == nil {
 		return fmt.Errorf("otel.binary: %s --version printed no version: %s", binary, firstLine(out))
 	}
+	return versionAtLeast(binary, m[1:4])
+}
+
+// startedVersionRE is the collector's own line at its start, before any
+// extension or receiver starts (otelcol's service, console or json
+// encoding): `Starting <command>... {"Version": "0.161.0-gym1", ...}`.
+var startedVersionRE = regexp.MustCompile(`Starting [^ "]+\.\.\..*"[Vv]ersion": ?"v?(\d+)\.(\d+)\.(\d+)`)
+
+// maxStartLogBytes bounds what loggedVersion reads of the collector's log.
+const maxStartLogBytes = 256 << 10
+
+// loggedVersion checks the version that the collector started at offset
+// of its log (logPath) says of itself at its start, as checkVersion does
+// with --version's output: found reports whether the line was there at
+// all (within maxStartLogBytes); err is a version older than
+// render.MinCollectorVersion.
+func loggedVersion(binary, logPath string, offset int64) (found bool, err error) {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return false, nil
+	}
+	defer f.Close()
+	b := make([]byte, maxStartLogBytes)
+	n, _ := f.ReadAt(b, offset)
+	m := startedVersionRE.FindSubmatch(b[:n])
+	if m == nil {
+		return false, nil
+	}
+	return true, versionAtLeast(binary, m[1:4])
+}
+
+// versionAtLeast refuses version m (major, minor, patch as decimal text)
+// when it is older than render.MinCollectorVersion; the error names
+// otel.binary.
+func versionAtLeast(binary string, m [][]byte) error {
 	have := [3]int{}
 	for i := range have {
-		have[i], _ = strconv.Atoi(string(m[i+1]))
+		have[i], _ = strconv.Atoi(string(m[i]))
 	}
 	var want [3]int
 	fmt.Sscanf(render.MinCollectorVersion, "%d.%d.%d", &want[0], &want[1], &want[2])

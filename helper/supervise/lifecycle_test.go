@@ -691,6 +691,33 @@ func TestStartFailures(t *testing.T) {
 		s := harness.StartSup(t, j)
 		assertFailed(t, s, j.Output)
 	})
+	// A collector older than render.MinCollectorVersion is refused by the
+	// version it logs at its start, and one that exits at once by its
+	// --version; both errors name otel.binary and the version.
+	t.Run("too old, logged", func(t *testing.T) {
+		t.Parallel()
+		bin := filepath.Join(harness.SharedDir(t), "old-collector")
+		// Its --version claims a good one: the running collector's own
+		// line decides.
+		script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'x version 0.161.0'; exit 0; fi\n"+
+			"echo '2026-01-01T00:00:00.000Z\tinfo\tservice.go:1\tStarting otelcol-old...\t{\"Version\": \"0.100.0\", \"NumCPU\": 2}' >&2\n"+
+			"exec %s \"$@\"\n", testenv.Collector(t))
+		if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		s := harness.StartSup(t, harness.Job{Binary: bin, Health: 10})
+		assertFailed(t, s, "otel.binary", "is version 0.100.0", render.MinCollectorVersion)
+	})
+	t.Run("too old, exits", func(t *testing.T) {
+		t.Parallel()
+		bin := filepath.Join(harness.SharedDir(t), "old-collector")
+		script := "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'x version 0.99.1'; exit 0; fi\necho 'unknown component' >&2\nexit 1\n"
+		if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		s := harness.StartSup(t, harness.Job{Binary: bin, Health: 2})
+		assertFailed(t, s, "otel.binary", "is version 0.99.1", render.MinCollectorVersion)
+	})
 	t.Run("never healthy", func(t *testing.T) {
 		t.Parallel()
 		dir := harness.SharedDir(t)

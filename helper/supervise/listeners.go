@@ -21,24 +21,38 @@ func (e errForeignListener) Error() string {
 
 // verifyListeners proves that every one of ports is listened on, on
 // 127.0.0.1, by a socket of the collector's process group (the collector,
-// or the container runtime and its children): the socket inodes of
-// /proc/net/tcp against the descriptors of those processes. A socket of
-// this same user that is not in the group (a runtime that started the
-// collector in a session of its own) is the job's user's, not a foreign
-// one, and passes. Any other listener on such a port, or a port nobody
+// or the container runtime and its children): the socket inodes of the
+// node's listening sockets (nodeListeners) against the descriptors of
+// those processes. A socket of this same user that is not in the group (a
+// runtime that started the collector in a session of its own) is the job's
+// user's, not a foreign one, and passes. Any other listener on such a port, or a port nobody
 // listens on, is an error: the health check or the job's telemetry could
 // be answered by another user.
+//
+// The group's leader (the collector itself, for a host binary) holds the
+// sockets as a rule: its descriptors are looked at first, and every
+// process of the node only when they do not prove every port (a container
+// runtime's collector), so the result is the same as from the whole group.
 func verifyListeners(pgid int, ports []int) error {
-	ours := groupSockets(pgid)
-	listen, err := tcpListeners(proc.NetTCP)
+	listen, err := nodeListeners()
 	if err != nil {
 		return fmt.Errorf("reading the node's listeners: %w", err)
 	}
-	if six, err := tcpListeners(proc.NetTCP6); err == nil {
-		for p, socks := range six {
-			listen[p] = append(listen[p], socks...)
+	if st, err := proc.ReadStat(pgid); err == nil && st.Pgid == pgid {
+		leader := map[uint64]bool{}
+		for _, ino := range proc.SocketInodes(pgid) {
+			leader[ino] = true
+		}
+		if listenedBy(listen, leader, ports) == nil {
+			return nil
 		}
 	}
+	return listenedBy(listen, groupSockets(pgid), ports)
+}
+
+// listenedBy checks every one of ports against listen: listened on, and
+// only by sockets in ours or of this user.
+func listenedBy(listen map[int][]socket, ours map[uint64]bool, ports []int) error {
 	for _, p := range ports {
 		inodes := listen[p]
 		if len(inodes) == 0 {
@@ -73,6 +87,26 @@ func groupSockets(pgid int) map[uint64]bool {
 type socket struct {
 	inode uint64
 	uid   uint32
+}
+
+// nodeListeners maps each port listened on at 127.0.0.1 or every address,
+// v4 or v6, to its sockets: from the kernel's listening sockets
+// (proc.ListeningTCP), else, where sock_diag is not there, from
+// /proc/net/tcp and tcp6 (an unreadable tcp6 is a node without IPv6).
+func nodeListeners() (map[int][]socket, error) {
+	if rows, err := proc.ListeningTCP(); err == nil {
+		return loopbackListeners(rows), nil
+	}
+	listen, err := tcpListeners(proc.NetTCP)
+	if err != nil {
+		return nil, err
+	}
+	if six, err := tcpListeners(proc.NetTCP6); err == nil {
+		for p, socks := range six {
+			listen[p] = append(listen[p], socks...)
+		}
+	}
+	return listen, nil
 }
 
 // tcpListeners reads the table at path (/proc/net/tcp or tcp6) into

@@ -51,6 +51,9 @@ type Readiness struct {
 	// NUL) on which the supervisor answers the batch step's hold question
 	// (holdsock.go); "" when it serves none.
 	HoldSocket string `json:"hold_socket,omitempty"`
+	// Steps are the start-up's steps and their durations, "name ms, ...",
+	// for the prolog's log line (informational only).
+	Steps string `json:"steps,omitempty"`
 }
 
 // ReadinessFD is the descriptor the plugin's prolog passes the supervisor

@@ -31,8 +31,10 @@ import (
 
 // Defaults of Options.
 const (
-	// DefaultHealthPoll is how often the health endpoint is polled at start.
-	DefaultHealthPoll = 25 * time.Millisecond
+	// DefaultHealthPoll is how often the health endpoint is polled at start:
+	// its granularity adds to every job's start, and a refused loopback
+	// connect costs microseconds.
+	DefaultHealthPoll = 5 * time.Millisecond
 	// DefaultRecordPoll is how often the root record's presence is checked.
 	DefaultRecordPoll = 5 * time.Second
 	// DefaultSlurmPoll is how often the supervisor checks, on the node,
@@ -130,8 +132,11 @@ type supervisor struct {
 	// writeFailSeen: the log said that the files cannot be written.
 	writeFailSeen bool
 	started       time.Time
-	readinessSent bool
-	launchArgs    launchCmd
+	steps         stepTimes // the start-up's steps, for the ready report
+	// versionChecked: the collector's version was found new enough.
+	versionChecked bool
+	readinessSent  bool
+	launchArgs     launchCmd
 
 	// The receipt's figures (see receipt.go).
 	final      *finalSink           // receives the collector's export at shutdown
@@ -183,6 +188,7 @@ const fqdnWait = 500 * time.Millisecond
 // be made ready (after reporting failed) or did not shut down cleanly.
 func Run(ctx context.Context, opt Options) error {
 	s := &supervisor{opt: opt, o: opt.Resolved.Otel, pol: timing.For(opt.Resolved.Otel, timing.Bounds{}), log: opt.Log, started: time.Now()}
+	s.steps.last = s.started
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}
@@ -283,14 +289,11 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 			s.fqdn <- h
 		}()
 	}
+	s.steps.mark("dir")
 	keepPreviousRun(s.out, s.opt.Facts, s.logPath, s.log)
 	s.reserve()
 	s.writeState(jobdir.StatusStarting, "")
-	if s.o.Container == "" {
-		if err := checkVersion(ctx, s.o.Binary, []string{"PATH=/usr/bin:/bin"}, time.Duration(s.o.HealthCheckTimeoutSeconds)*time.Second); err != nil {
-			return err
-		}
-	}
+	s.steps.mark("keep+state")
 	tok := make([]byte, 24)
 	var err error
 	if _, err = rand.Read(tok); err != nil {
@@ -325,6 +328,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 			s.log.Warnf("no final-scrape listener for the batch node (the batch step waits its full bound): %v", err)
 		}
 	}
+	s.steps.mark("sockets")
 	var last error
 	for attempt := 0; attempt < bindRetries; attempt++ {
 		if err := s.choosePorts(); err != nil {
@@ -333,6 +337,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		if err := s.writeConfig(); err != nil {
 			return err
 		}
+		s.steps.mark("config")
 		err := s.launch(ctx)
 		if err == nil {
 			return nil
@@ -422,6 +427,10 @@ func (s *supervisor) launch(ctx context.Context) error {
 		return err
 	}
 	s.launchArgs = launchCmd{argv: argv, env: s.collectorEnv(), log: s.logPath}
+	var logStart int64 // where this run's lines begin in the log
+	if fi, err := os.Lstat(s.logPath); err == nil {
+		logStart = fi.Size()
+	}
 	c, err := start(s.launchArgs)
 	if err != nil {
 		if s.o.Container == "" {
@@ -430,10 +439,18 @@ func (s *supervisor) launch(ctx context.Context) error {
 		return fmt.Errorf("otel.container_runtime: starting %s: %w", argv[0], unwrapPath(err))
 	}
 	s.coll = c
+	s.steps.mark("exec")
 	err = waitHealthy(ctx, c, s.ports.Health, s.opt.HealthPoll)
 	if err == nil {
+		s.steps.mark("healthy")
 		// Healthy by whom? Fail closed unless every port is the collector's.
 		if err = s.provePorts(c); err == nil {
+			s.steps.mark("proof")
+			if err = s.checkStartedVersion(ctx, logStart); err != nil {
+				c.stop(2 * time.Second)
+				return err
+			}
+			s.steps.mark("version")
 			return nil
 		}
 		// A listener of another user, or a port the collector does not
@@ -446,6 +463,14 @@ func (s *supervisor) launch(ctx context.Context) error {
 	tail := tailFile(s.logPath, 8)
 	if strings.Contains(tail, "address already in use") {
 		return fmt.Errorf("%w: %s", errBindRace, lastLine(tail))
+	}
+	if s.o.Container == "" && errors.Is(err, errExited) && ctx.Err() == nil {
+		// A collector too old for the rendered configuration exits: it
+		// says so first (checkStartedVersion: it was not asked before
+		// the start).
+		if verr := checkVersion(ctx, s.o.Binary, versionEnv, s.versionBound()); verr != nil {
+			return verr
+		}
 	}
 	key := "otel.binary"
 	if s.o.Container != "" {
@@ -461,6 +486,37 @@ func (s *supervisor) launch(ctx context.Context) error {
 // c's process group (verifyListeners): at the first start and after every
 // restart, since whatever answers on a port is trusted with the job's
 // telemetry and its receiver token.
+// versionEnv is the environment of `otel.binary --version`.
+var versionEnv = []string{"PATH=/usr/bin:/bin"}
+
+// versionBound bounds `otel.binary --version`: the start's own
+// (health_check_timeout_seconds); a loaded node may take seconds to load a
+// large binary.
+func (s *supervisor) versionBound() time.Duration {
+	return time.Duration(s.o.HealthCheckTimeoutSeconds) * time.Second
+}
+
+// checkStartedVersion refuses a host collector older than
+// render.MinCollectorVersion, once per supervisor, before the first ready
+// report: from the version the healthy collector logged at its start (the
+// lines from logStart of its log), else, when the log has no such line,
+// from `otel.binary --version` (checkVersion). Asking the started
+// collector rather than running the binary a second time before its start
+// keeps a second load of a large binary off the job's start; the collector
+// it refuses is stopped before anything is told of it. A container's
+// collector is not checked.
+func (s *supervisor) checkStartedVersion(ctx context.Context, logStart int64) error {
+	if s.o.Container != "" || s.versionChecked {
+		return nil
+	}
+	found, err := loggedVersion(s.o.Binary, s.logPath, logStart)
+	if !found {
+		err = checkVersion(ctx, s.o.Binary, versionEnv, s.versionBound())
+	}
+	s.versionChecked = err == nil
+	return err
+}
+
 func (s *supervisor) provePorts(c *collector) error {
 	ports := []int{s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health}
 	if s.ports.Telemetry != 0 {
@@ -498,8 +554,8 @@ func (s *supervisor) sendReadiness(r Readiness) {
 // the collector's death (restarted a bounded number of times).
 func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	ready := time.Since(s.started)
-	s.log.Infof("collector ready in %d ms: pid %d, OTLP gRPC %d, HTTP %d, health %d, output %s",
-		ready.Milliseconds(), s.coll.pid, s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health, s.out)
+	s.log.Infof("collector ready in %d ms (%s): pid %d, OTLP gRPC %d, HTTP %d, health %d, output %s",
+		ready.Milliseconds(), s.steps.String(), s.coll.pid, s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health, s.out)
 	if fs := s.firstScrape; fs != nil {
 		s.log.Infof("first scrapes placed at %s (host %s)", fs.At.UTC().Format("15:04:05.000"), fs.Host)
 	}
@@ -508,6 +564,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 		Status: StatusReady, Ports: s.ports, ReceiverToken: s.rtoken,
 		SupervisorPID: os.Getpid(), CollectorPID: s.coll.pid, CollectorStart: s.coll.start,
 		OutputDir: s.out, ReadyMillis: ready.Milliseconds(), HoldSocket: s.holdName(),
+		Steps: s.steps.String(),
 	})
 	if s.opt.SlurmdAlive != nil {
 		s.log.Infof("job %s: the epilog of this node's slurmd ends the collector; Slurm is asked only once that slurmd is gone or the job is past its end time", s.opt.Facts.JobID)

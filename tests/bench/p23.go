@@ -203,6 +203,7 @@ date +%%s%%N > %[1]s/last.$SLURM_JOB_ID
 			Figure: fmt.Sprintf("%.3f s (no flag %.3f s)", median(prolog["ours"]), median(prolog["noflag"])),
 			Spread: fmt.Sprintf("p25-p75 %.3f-%.3f s", plo, phi),
 			Target: "part of the 0.3 s", Met: "-"},
+		startSteps(logs[0], ids(jobs, "ours")),
 		{ID: "P2", What: "the Gym-style script: sbatch's return to the driver's first line, added",
 			Figure: fmt.Sprintf("%+.2f s (%.2f s)", gadd, median(start["gym"])),
 			Spread: fmt.Sprintf("rounds %+.2f..%+.2f s", glo, ghi),
@@ -218,4 +219,15 @@ date +%%s%%N > %[1]s/last.$SLURM_JOB_ID
 			Target: "anchor (21.0 s before)", Met: "-"},
 	}
 	return rows, nil
+}
+
+// ids are the ids of jobs of arm.
+func ids(jobs []p23Job, arm string) []string {
+	var out []string
+	for _, j := range jobs {
+		if j.arm == arm {
+			out = append(out, j.id)
+		}
+	}
+	return out
 }

@@ -43,6 +43,8 @@ import (
 // GYM_OTEL_MEASURE_LOAD=RATE adds, after each run's idle samples, 20 s of
 // RATE spans/s from tests/bench/loadgen: the collector's CPU seconds and
 // highest VmRSS and RssAnon under it (what a runtime setting costs in CPU).
+// GYM_OTEL_MEASURE_VARIANTS=PREFIX,... runs only the variants whose names
+// start so ("as rendered,GOGC").
 // GYM_OTEL_MEASURE_ROUNDS (default 2) and GYM_OTEL_MEASURE_SECONDS (the
 // sampling window of each run after 16 s of warm-up, default 20) size it;
 // GYM_OTEL_MEASURE_BINARIES=NAME=PATH,... adds collector binaries, each run
@@ -179,6 +181,11 @@ func TestMeasureMemory(t *testing.T) {
 		}},
 		{name: "GOGC=50", env: []string{"GOGC=50"}},
 		{name: "GOGC=25", env: []string{"GOGC=25"}},
+	}
+	if only := os.Getenv("GYM_OTEL_MEASURE_VARIANTS"); only != "" {
+		variants = slices.DeleteFunc(variants, func(v variant) bool {
+			return !slices.ContainsFunc(strings.Split(only, ","), func(w string) bool { return strings.HasPrefix(v.name, w) })
+		})
 	}
 	type run struct {
 		variant

@@ -50,7 +50,8 @@ func ReadMem(pid int) (Mem, error) {
 
 // Segments is the resident part, in KiB, of each mapping of the file exe
 // in pid's address space (/proc/<pid>/smaps), in address order: for a Go
-// binary its text, its read-only data (.rodata, .gopclntab) and its data.
+// binary its text, its read-only data (.rodata, .gopclntab) and its data
+// (whose written pages are private copies, counted here too).
 func Segments(pid int, exe string) ([]float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
 	if err != nil {

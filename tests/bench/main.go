@@ -178,7 +178,7 @@ func main() {
 
 	var b strings.Builder
 	host, _ := os.Hostname()
-	slurmV := "no Slurm (P7, P8 only)"
+	slurmV := "no Slurm (P4M, P7, P8 only)"
 	if slurm {
 		slurmV = slurmVersion()
 	}

@@ -407,6 +407,10 @@ func (s *supervisor) writeConfig() error {
 // "${env:HOME}" in a token would become the home directory and "$$" a
 // single "$". Doubling every "$" (render.Escape) makes the value arrive byte for
 // byte (tested with "$", "$$", "${", "${env:HOME}" in a token).
+//
+// GOGC stays at Go's default: a lower value saves 1-2 MiB of an idle
+// collector's private memory and costs about 20 % (GOGC=50) to 60 %
+// (GOGC=25) more CPU under load (docs/performance.md, P4M).
 func (s *supervisor) collectorEnv() []string {
 	env := []string{
 		s.o.TokenEnv + "=" + render.Escape(s.opt.Token),

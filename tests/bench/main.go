@@ -11,12 +11,13 @@
 //
 // Environment:
 //
-//	GYM_OTEL_BENCH_QUICK=1      fewer rounds and samples, 15 s load steps, 60 s outages (about 14 minutes;
-//	                            default about 35)
-//	GYM_OTEL_BENCH_ONLY=P1,P2   only these (P1 includes P6, P2 includes P3, P4 includes P5; P3B is P3 at
-//	                            interval 15 s alone, with each target's wait for its first sample; P7, inspect
-//	                            of 1 GB of jsonl, and P8, the files under five backend outages, run
-//	                            without Slurm when alone)
+//	GYM_OTEL_BENCH_QUICK=1      fewer rounds and samples, 15 s load steps, 60 s outages (about 19 minutes;
+//	                            default about 47)
+//	GYM_OTEL_BENCH_ONLY=P1,P2   only these (P1 includes P6, P2 includes P3, P4 includes P5 and P4M; P3B is P3
+//	                            at interval 15 s alone, with each target's wait for its first sample; P7,
+//	                            inspect of 1 GB of jsonl, P8, the files under five backend outages, and
+//	                            P4M, the idle collector's memory by configuration and runtime setting,
+//	                            run without Slurm when alone)
 //	GYM_OTEL_BENCH_OUTAGE_SECONDS=N  P8's length of each outage run (default 180, quick 60; P8 takes
 //	                            five times that and a minute each)
 //	GYM_OTEL_BENCH_OUT=FILE     also write the table there (default build/bench/result.txt)
@@ -85,6 +86,7 @@ func main() {
 	p23Rounds, p3Rounds := 5, 3
 	loadDur, idle, loadJobs := 60*time.Second, 15*time.Second, 3
 	scrapeWin := 240 * time.Second
+	p4mRounds, p4mWindow := 2, 20
 	outageDur := 180 * time.Second
 	if quick {
 		outageDur = 60 * time.Second
@@ -92,6 +94,7 @@ func main() {
 		p23Rounds, p3Rounds = 2, 1
 		loadDur, idle, loadJobs = 15*time.Second, 10*time.Second, 2
 		scrapeWin = 60 * time.Second
+		p4mRounds, p4mWindow = 1, 15
 	}
 
 	if outageEnv != "" {
@@ -146,6 +149,12 @@ func main() {
 			rows = append(rows, r...)
 		}
 	}
+	if err == nil && want("P4", "P4M") {
+		var r []Row
+		if r, err = runP4Memory(p4mRounds, p4mWindow); err == nil {
+			rows = append(rows, r...)
+		}
+	}
 	if err == nil && want("P8") {
 		var r []Row
 		if r, err = runP8(outageDur, 20000); err == nil {
@@ -171,7 +180,7 @@ func main() {
 
 	var b strings.Builder
 	host, _ := os.Hostname()
-	slurmV := "no Slurm (P7, P8 only)"
+	slurmV := "no Slurm (P4M, P7, P8 only)"
 	if slurm {
 		slurmV = slurmVersion()
 	}

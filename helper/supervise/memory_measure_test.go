@@ -1,0 +1,419 @@
+package supervise_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// TestMeasureMemory prints what an idle collector's memory is made of
+// (issue 29's P4): VmRSS, PSS, RssFile and RssAnon of the collector of a
+// job that scrapes a vLLM stand-in and node_exporter (all its default
+// collectors) every 5 s and exports to a backend, first as the supervisor
+// starts it, then started by hand on the configuration the supervisor
+// rendered, once per variant: as rendered (twice: the A-against-A
+// control), without the receipt's periodic reader, without the file
+// exporters, without the span metrics connector, without all three,
+// without the collector's own metrics, and with other Go runtime settings.
+// RssFile counts only the binary's pages a run touched, so a component
+// left out of the configuration shows what its code costs at run time. The
+// variants run interleaved over rounds. Each run prints a
+// testenv.MemorySummary line (`make bench` reads them into its P4 rows).
+// It asserts nothing about memory; it runs only with
+// GYM_OTEL_MEASURE=memory (about 10 minutes):
+//
+//	GYM_OTEL_MEASURE=memory go test -run TestMeasureMemory -v ./helper/supervise
+//
+// GYM_OTEL_MEASURE_LOAD=RATE adds, after each run's idle samples, 20 s of
+// RATE spans/s from tests/bench/loadgen: the collector's CPU seconds and
+// highest VmRSS and RssAnon under it (what a runtime setting costs in CPU).
+// GYM_OTEL_MEASURE_VARIANTS=PREFIX,... runs only the variants whose names
+// start so ("as rendered,GOGC").
+// GYM_OTEL_MEASURE_ROUNDS (default 2) and GYM_OTEL_MEASURE_SECONDS (the
+// sampling window of each run after 16 s of warm-up, default 20) size it;
+// GYM_OTEL_MEASURE_BINARIES=NAME=PATH,... adds collector binaries, each run
+// on the rendered configuration as is in every round.
+func TestMeasureMemory(t *testing.T) {
+	if os.Getenv("GYM_OTEL_MEASURE") != "memory" {
+		t.Skip("set GYM_OTEL_MEASURE=memory to measure")
+	}
+	rounds, window := 2, 20*time.Second
+	if v, err := strconv.Atoi(os.Getenv("GYM_OTEL_MEASURE_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("GYM_OTEL_MEASURE_SECONDS")); err == nil && v > 0 {
+		window = time.Duration(v) * time.Second
+	}
+	const warm = 16 * time.Second // three scrapes at 5 s
+	loadRate, _ := strconv.Atoi(os.Getenv("GYM_OTEL_MEASURE_LOAD"))
+	var loadgen string
+	if loadRate > 0 {
+		loadgen = filepath.Join(t.TempDir(), "loadgen")
+		if out, err := exec.Command("go", "build", "-o", loadgen, filepath.Join(testenv.Root(), "tests/bench/loadgen")).CombinedOutput(); err != nil {
+			t.Fatalf("building loadgen: %v\n%s", err, out)
+		}
+	}
+	bin := testenv.Collector(t)
+	binaries := [][2]string{{filepath.Base(bin), bin}}
+	for _, nb := range strings.Split(os.Getenv("GYM_OTEL_MEASURE_BINARIES"), ",") {
+		if name, path, ok := strings.Cut(nb, "="); ok {
+			if _, err := os.Stat(path); err != nil {
+				t.Fatalf("GYM_OTEL_MEASURE_BINARIES: %v", err)
+			}
+			binaries = append(binaries, [2]string{name, path})
+		}
+	}
+
+	vllm := harness.StartVLLM(t)
+	neBin := testenv.Binary(t, "prometheus-node-exporter", "/usr/bin/prometheus-node-exporter")
+	nodePort := harness.FreePort(t)
+	harness.StartProc(t, "node_exporter", nil, neBin, "--web.listen-address=127.0.0.1:"+strconv.Itoa(nodePort))
+	harness.WaitFor(t, 10*time.Second, "node_exporter", func() bool {
+		return harness.HTTPOK(fmt.Sprintf("http://127.0.0.1:%d/metrics", nodePort))
+	})
+	token := "tok-" + harness.RandHex(8)
+	backend := harness.StartBackend(t, token)
+
+	sample := func(pid int, d time.Duration) ([]testenv.Mem, error) {
+		var v []testenv.Mem
+		for t0 := time.Now(); time.Since(t0) < d; time.Sleep(time.Second) {
+			m, err := testenv.ReadMem(pid)
+			if err != nil {
+				return v, err
+			}
+			v = append(v, m)
+		}
+		return v, nil
+	}
+	sizeOf := func(p string) float64 {
+		st, err := os.Stat(p)
+		if err != nil {
+			return 0
+		}
+		return float64(st.Size()) / (1 << 20)
+	}
+	report := func(pid int, variant, binName, binPath string, round int, v []testenv.Mem) testenv.MemorySummary {
+		pick := func(f func(testenv.Mem) float64) float64 {
+			var x []float64
+			for _, m := range v {
+				x = append(x, f(m)/1024)
+			}
+			slices.Sort(x)
+			return x[len(x)/2]
+		}
+		var maxRSS float64
+		for _, m := range v {
+			maxRSS = max(maxRSS, m.RSS/1024)
+		}
+		s := testenv.MemorySummary{Variant: variant, Binary: binName, Size: sizeOf(binPath), Round: round, Samples: len(v),
+			RSS:  pick(func(m testenv.Mem) float64 { return m.RSS }),
+			PSS:  pick(func(m testenv.Mem) float64 { return m.PSS }),
+			File: pick(func(m testenv.Mem) float64 { return m.File }),
+			Anon: pick(func(m testenv.Mem) float64 { return m.Anon }), MaxRSS: maxRSS}
+		seg, _ := testenv.Segments(pid, binPath)
+		for _, kib := range seg {
+			s.Segments = append(s.Segments, kib/1024)
+		}
+		return s
+	}
+
+	// The supervisor's own run: its configuration and environment.
+	s := harness.StartSup(t, harness.Job{JobID: "700", VLLMPort: vllm, NodePort: nodePort, Scrape: 5,
+		Endpoint: backend.URL, Token: token}).MustReady(t)
+	time.Sleep(warm)
+	v, err := sample(s.Report.CollectorPID, window)
+	if err != nil {
+		t.Fatalf("the supervised collector: %v", err)
+	}
+	t.Log(report(s.Report.CollectorPID, "as the supervisor runs it", binaries[0][0], bin, 0, v).Line())
+	receiverToken := s.Report.ReceiverToken
+	env := environOf(t, s.Report.CollectorPID)
+	rendered, err := os.ReadFile(filepath.Join(s.Out, "collector.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := s.Report.Ports
+	cgroupText := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", ports.Cgroup))
+	if _, err := s.Drain(t, 60*time.Second); err != nil {
+		t.Fatalf("drain: %v\n%s", err, s.Output())
+	}
+	// The supervisor's two ports, for the runs by hand: its cgroup scrape
+	// target (the text it served) and the receipt's sink at shutdown.
+	serveOn(t, ports.Cgroup, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		w.Write(cgroupText)
+	}))
+	serveOn(t, ports.Final, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+
+	type variant struct {
+		name string
+		edit func(cfg map[string]any)
+		env  []string
+	}
+	variants := []variant{
+		{name: "as rendered"},
+		{name: "as rendered (A-against-A control)"},
+		{name: "without the receipt's periodic reader", edit: dropReceiptReader},
+		{name: "without the file exporters", edit: dropFileExporters},
+		{name: "without the span metrics connector", edit: dropSpanMetrics},
+		{name: "without all three", edit: func(c map[string]any) { dropReceiptReader(c); dropFileExporters(c); dropSpanMetrics(c) }},
+		{name: "without the collector's own metrics", edit: func(c map[string]any) {
+			sub(c, "service", "telemetry")["metrics"] = map[string]any{"level": "none"}
+		}},
+		{name: "GOGC=50", env: []string{"GOGC=50"}},
+		{name: "GOGC=25", env: []string{"GOGC=25"}},
+	}
+	if only := os.Getenv("GYM_OTEL_MEASURE_VARIANTS"); only != "" {
+		variants = slices.DeleteFunc(variants, func(v variant) bool {
+			return !slices.ContainsFunc(strings.Split(only, ","), func(w string) bool { return strings.HasPrefix(v.name, w) })
+		})
+	}
+	type run struct {
+		variant
+		binName, binPath string
+	}
+	var runs []run
+	for _, b := range binaries[1:] {
+		runs = append(runs, run{variant{name: "as rendered"}, b[0], b[1]})
+	}
+	for _, va := range variants {
+		runs = append(runs, run{va, binaries[0][0], binaries[0][1]})
+	}
+	for round := 1; round <= rounds; round++ {
+		for i, r := range runs {
+			var cfg map[string]any
+			if err := yaml.Unmarshal(rendered, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(harness.SharedDir(t), fmt.Sprintf("r%d-%d", round, i))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range sub(cfg, "exporters") {
+				if m, ok := e.(map[string]any); ok && m["path"] != nil {
+					m["path"] = filepath.Join(dir, filepath.Base(m["path"].(string)))
+				}
+			}
+			if r.edit != nil {
+				r.edit(cfg)
+			}
+			y, err := yaml.Marshal(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, "collector.yaml")
+			if err := os.WriteFile(path, y, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p := harness.StartProc(t, "collector "+r.name, append(slices.Clone(env), r.env...), r.binPath, "--config", path)
+			harness.WaitFor(t, 30*time.Second, "the collector's health check", func() bool {
+				if !p.Running() {
+					t.Fatalf("%s: the collector exited: %v\n%s", r.name, p.Err, p.Out.String())
+				}
+				return harness.HTTPOK(s.HealthURL())
+			})
+			time.Sleep(warm)
+			v, err := sample(p.Cmd.Process.Pid, window)
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", r.name, err, p.Out.String())
+			}
+			sum := report(p.Cmd.Process.Pid, r.name, r.binName, r.binPath, round, v)
+			if loadRate > 0 {
+				sum.LoadRate, sum.LoadCPU, sum.LoadMaxRSS, sum.LoadMaxAnon = memLoad(t, loadgen, p.Cmd.Process.Pid, ports.OTLPHTTP, receiverToken, loadRate)
+			}
+			t.Log(sum.Line())
+			syscall.Kill(p.Cmd.Process.Pid, syscall.SIGTERM)
+			if err := p.Wait(t, 30*time.Second); err != nil {
+				t.Fatalf("%s: exit: %v\n%s", r.name, err, p.Out.String())
+			}
+			if round == 1 && i == 0 {
+				if m, err := os.ReadFile(filepath.Join(dir, "metrics.jsonl")); err != nil || !strings.Contains(string(m), "num_requests_running") ||
+					!strings.Contains(string(m), `"name":"node_`) {
+					t.Fatalf("%s: the vLLM stand-in's and node_exporter's metrics are not in metrics.jsonl (%v)", r.name, err)
+				}
+			}
+		}
+	}
+}
+
+// memLoad sends rate spans/s for 20 s to the collector pid listening for
+// OTLP/HTTP on port, and returns the rate achieved, the collector's CPU
+// seconds (user + system) meanwhile, and its highest VmRSS and RssAnon in
+// MiB.
+func memLoad(t *testing.T, loadgen string, pid, port int, token string, rate int) (achieved, cpu, maxRSS, maxAnon float64) {
+	t.Helper()
+	cpu0 := cpuSeconds(t, pid)
+	cmd := exec.Command(loadgen, "--steps", fmt.Sprintf("%d:20s", rate), "--tag", "mem")
+	cmd.Env = []string{fmt.Sprintf("OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:%d", port),
+		"OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer " + token}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for running := true; running; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("loadgen: %v\n%s", err, out.String())
+			}
+			running = false
+		case <-time.After(500 * time.Millisecond):
+			if m, err := testenv.ReadMem(pid); err == nil {
+				maxRSS, maxAnon = max(maxRSS, m.RSS/1024), max(maxAnon, m.Anon/1024)
+			}
+		}
+	}
+	cpu = cpuSeconds(t, pid) - cpu0
+	if _, js, ok := strings.Cut(out.String(), "["); ok {
+		var res []struct {
+			Achieved float64 `json:"achieved_rate"`
+		}
+		if json.Unmarshal([]byte("["+js), &res) == nil && len(res) == 1 {
+			achieved = res[0].Achieved
+		}
+	}
+	return achieved, cpu, maxRSS, maxAnon
+}
+
+// cpuSeconds is pid's user plus system CPU time (/proc/<pid>/stat), in s.
+func cpuSeconds(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest) // f[0] is field 3 (state): utime is field 14, stime 15
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// httpGet is the body of url.
+func httpGet(t *testing.T, url string) []byte {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v", url, resp.Status, err)
+	}
+	return b
+}
+
+// serveOn serves h on 127.0.0.1:port until the end of the test.
+func serveOn(t *testing.T, port int, h http.Handler) {
+	t.Helper()
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+// environOf is pid's environment (the collector's, as the supervisor set it).
+func environOf(t *testing.T, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	for _, e := range strings.Split(string(b), "\x00") {
+		if e != "" {
+			env = append(env, e)
+		}
+	}
+	return env
+}
+
+// sub is cfg's map at path, created when missing.
+func sub(cfg map[string]any, path ...string) map[string]any {
+	m := cfg
+	for _, k := range path {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[k] = next
+		}
+		m = next
+	}
+	return m
+}
+
+// dropFromPipelines removes the components drop says from every
+// pipeline's receivers and exporters.
+func dropFromPipelines(cfg map[string]any, drop func(string) bool) {
+	for _, p := range sub(cfg, "service", "pipelines") {
+		pm, _ := p.(map[string]any)
+		for _, key := range []string{"receivers", "exporters"} {
+			list, _ := pm[key].([]any)
+			var kept []any
+			for _, c := range list {
+				if s, _ := c.(string); !drop(s) {
+					kept = append(kept, c)
+				}
+			}
+			pm[key] = kept
+		}
+	}
+}
+
+// dropReceiptReader removes the periodic reader that exports the
+// collector's own metrics to the supervisor at shutdown (the receipt's
+// final figures).
+func dropReceiptReader(cfg map[string]any) {
+	m := sub(cfg, "service", "telemetry", "metrics")
+	readers, _ := m["readers"].([]any)
+	var kept []any
+	for _, r := range readers {
+		if rm, _ := r.(map[string]any); rm["periodic"] == nil {
+			kept = append(kept, r)
+		}
+	}
+	m["readers"] = kept
+}
+
+// dropFileExporters removes the file exporters (the job's jsonl files).
+func dropFileExporters(cfg map[string]any) {
+	isFile := func(s string) bool { return s == "file" || strings.HasPrefix(s, "file/") }
+	for k := range sub(cfg, "exporters") {
+		if isFile(k) {
+			delete(sub(cfg, "exporters"), k)
+		}
+	}
+	dropFromPipelines(cfg, isFile)
+}
+
+// dropSpanMetrics removes the span metrics connector.
+func dropSpanMetrics(cfg map[string]any) {
+	delete(cfg, "connectors")
+	dropFromPipelines(cfg, func(s string) bool { return s == "span_metrics" || strings.HasPrefix(s, "span_metrics/") })
+}

@@ -22,6 +22,7 @@
 //	                            five times that and a minute each)
 //	GYM_OTEL_BENCH_BASELINE=DIR a checkout whose build/ holds an earlier plugin, core and CLI: P1S also
 //	                            measures its flagged and unflagged steps, against this build's
+//	GYM_OTEL_BENCH_P1S_ROUNDS=N P1S's rounds (default 6, quick 2), 15 steps per block
 //	GYM_OTEL_BENCH_OUT=FILE     also write the table there (default build/bench/result.txt)
 package main
 
@@ -99,6 +100,14 @@ func main() {
 		scrapeWin = 60 * time.Second
 	}
 
+	if v := os.Getenv("GYM_OTEL_BENCH_P1S_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			fmt.Fprintf(os.Stderr, "bench: GYM_OTEL_BENCH_P1S_ROUNDS: %q, want 1..100\n", v)
+			os.Exit(2)
+		}
+		p1sRounds = n
+	}
 	if outageEnv != "" {
 		n, err := strconv.Atoi(outageEnv)
 		if err != nil || n < 10 || n > 3600 {

@@ -180,6 +180,13 @@ func runP1s(rounds, n int, base string) ([]Row, error) {
 			Spread: fmt.Sprintf("rounds %+.1f..%+.1f ms", 1000*blo, 1000*bhi),
 			Target: "-", Met: "-",
 		}, Row{
+			ID:   "P1",
+			What: "the flagged step: this build / the baseline build",
+			Figure: fmt.Sprintf("%.3f, %+.1f ms (%.1f / %.1f ms)", median(on)/median(bon), 1000*(median(on)-median(bon)),
+				1000*median(on), 1000*median(bon)),
+			Spread: fmt.Sprintf("unflagged step, this build / the baseline build: %.3f", median(off)/median(boff)),
+			Target: "-", Met: "-",
+		}, Row{
 			ID:     "P1",
 			What:   "flag on minus flag off: this build minus the baseline build",
 			Figure: fmt.Sprintf("%+.1f ms", 1000*(d-bdiff)),

@@ -11,15 +11,19 @@
 //
 // Environment:
 //
-//	GYM_OTEL_BENCH_QUICK=1      fewer rounds and samples, 15 s load steps, 60 s outages (about 19 minutes;
-//	                            default about 47)
-//	GYM_OTEL_BENCH_ONLY=P1,P2   only these (P1 includes P6, P2 includes P3, P4 includes P5 and P4M; P3B is P3
+//	GYM_OTEL_BENCH_QUICK=1      fewer rounds and samples, 15 s load steps, 60 s outages (about 21 minutes;
+//	                            default about 49)
+//	GYM_OTEL_BENCH_ONLY=P1,P2   only these (P1 includes P6, P2 includes P3, P4 includes P5 and P4M; P1S is
+//	                            srun true as a step of a --gym-otel job against one without the flag; P3B is P3
 //	                            at interval 15 s alone, with each target's wait for its first sample; P7,
 //	                            inspect of 1 GB of jsonl, P8, the files under five backend outages, and
 //	                            P4M, the idle collector's memory by configuration and runtime setting,
 //	                            run without Slurm when alone)
 //	GYM_OTEL_BENCH_OUTAGE_SECONDS=N  P8's length of each outage run (default 180, quick 60; P8 takes
 //	                            five times that and a minute each)
+//	GYM_OTEL_BENCH_BASELINE=DIR a checkout whose build/ holds an earlier plugin, core and CLI: P1S also
+//	                            measures its flagged and unflagged steps, against this build's
+//	GYM_OTEL_BENCH_P1S_ROUNDS=N P1S's rounds (default 6, quick 2), 15 steps per block
 //	GYM_OTEL_BENCH_OUT=FILE     also write the table there (default build/bench/result.txt)
 package main
 
@@ -83,6 +87,7 @@ func main() {
 
 	// Rounds and samples: about 15 minutes by default, 7 in quick mode.
 	p1Rounds, p1N, p1Sbatch := 4, 10, 4
+	p1sRounds, p1sN := 6, 15
 	p23Rounds, p3Rounds := 5, 3
 	loadDur, idle, loadJobs := 60*time.Second, 15*time.Second, 3
 	scrapeWin := 240 * time.Second
@@ -91,12 +96,21 @@ func main() {
 	if quick {
 		outageDur = 60 * time.Second
 		p1Rounds, p1N, p1Sbatch = 2, 6, 2
+		p1sRounds, p1sN = 2, 6
 		p23Rounds, p3Rounds = 2, 1
 		loadDur, idle, loadJobs = 15*time.Second, 10*time.Second, 2
 		scrapeWin = 60 * time.Second
 		p4mRounds, p4mWindow = 1, 15
 	}
 
+	if v := os.Getenv("GYM_OTEL_BENCH_P1S_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			fmt.Fprintf(os.Stderr, "bench: GYM_OTEL_BENCH_P1S_ROUNDS: %q, want 1..100\n", v)
+			os.Exit(2)
+		}
+		p1sRounds = n
+	}
 	if outageEnv != "" {
 		n, err := strconv.Atoi(outageEnv)
 		if err != nil || n < 10 || n > 3600 {
@@ -120,7 +134,7 @@ func main() {
 	logf("bench: setting up (quick=%v)", quick)
 	var rows []Row
 	// P7 needs no Slurm: alone, it runs without one.
-	slurm := want("P1", "P2", "P3", "P3B", "P4", "P5", "P6")
+	slurm := want("P1", "P1S", "P2", "P3", "P3B", "P4", "P5", "P6")
 	var err error
 	if slurm {
 		err = setup()
@@ -128,6 +142,12 @@ func main() {
 	if err == nil && want("P1", "P6") {
 		var r []Row
 		if r, err = runP1(p1Rounds, p1N, p1Sbatch); err == nil {
+			rows = append(rows, r...)
+		}
+	}
+	if err == nil && want("P1S") {
+		var r []Row
+		if r, err = runP1s(p1sRounds, p1sN, os.Getenv("GYM_OTEL_BENCH_BASELINE")); err == nil {
 			rows = append(rows, r...)
 		}
 	}

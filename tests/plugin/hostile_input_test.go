@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -168,9 +169,11 @@ func TestJobNameCannotMoveTheParser(t *testing.T) {
 func TestFinalWaitBoundedWhileControllerHangs(t *testing.T) {
 	waitIdle(t)
 	d := markerDir(t, "hang")
-	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf("touch %s/last\n", d))
-	// Two nodes: a one-node job's wait may end early once its collector
-	// has its samples (hold.c); a two-node job's holds the whole bound.
+	// Two nodes, and gn2's peer file removed by the script (as if the job
+	// dir were not shared): the batch node's supervisor cannot ask gn2 for
+	// its final scrape, so the wait holds its whole bound (hold.c), which
+	// is what this test is about; with every node told, it ends early.
+	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf("rm %s/run/otel/nodes/gn2/%s || exit 7\ntouch %s/last\n", d, supervise.PeerFile, d))
 	r := asUser(t, 20*time.Second, tokenEnv(), fmt.Sprintf("sbatch --parsable -N2 --gym-otel=scrape_interval_seconds=10,job_dir=%s/run -o %s.out %s", d, d, script))
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -269,12 +270,16 @@ func TestScancelDuringFinalWait(t *testing.T) {
 	waitIdle(t)
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	done := filepath.Join(jobsDir, "fw-"+tag+".done")
-	script := writeScript(t, "fw-"+tag+".sh", "touch "+done+"\n")
 	// scrape_interval_seconds=29: the batch step waits 30 s (the most it
-	// waits) after the script; on two nodes it holds the whole wait (a
-	// one-node job with no scrape target would hold none). The scancel
-	// comes once the wait is logged, well within it on a loaded machine.
-	id := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch -N2 --gym-otel=scrape_interval_seconds=29 -o /dev/null "+script))
+	// waits) after the script; on two nodes, with gn2's peer file removed
+	// by the script (as if the job dir were not shared), it holds the
+	// whole wait (told at once, every node's final scrape would end it
+	// early; a one-node job with no scrape target would hold none). The
+	// scancel comes once the wait is logged, well within it on a loaded
+	// machine.
+	jobDir := filepath.Join(jobsDir, "fw-"+tag+".run")
+	script := writeScript(t, "fw-"+tag+".sh", fmt.Sprintf("rm %s || exit 7\ntouch %s\n", filepath.Join(jobDir, "otel", "nodes", "gn2", supervise.PeerFile), done))
+	id := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch -N2 --gym-otel=scrape_interval_seconds=29,job_dir="+jobDir+" -o /dev/null "+script))
 	waitFile(t, 60*time.Second, done)
 	for deadline := time.Now().Add(patience); !strings.Contains(slurmdLogs(t), "job "+id+": batch script done, waiting 30 s"); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -96,6 +96,14 @@ exec sleep 1000
 	if err := os.WriteFile(bin, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The warning comes once per node and setting (a marker in root's
+	// record dir, which outlives the cluster): an earlier run of this test
+	// on the machine must not hide it.
+	for _, n := range []string{"gn1", "gn2"} {
+		if err := os.Remove(filepath.Join(recordDir, n, ".timeouts-warned")); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
 	script := writeScript(t, filepath.Base(d)+".sh", "echo ran\n")
 	r := asUser(t, 90*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait --gym-otel=binary=%s,health_check_timeout_seconds=300,job_dir=%s/run -o %s.out %s", bin, d, d, script))
 	if r.code != 0 {

@@ -46,6 +46,21 @@ const (
 	BasisNone = "none"
 )
 
+// AppendedSpans is the number of spans the supervisor appended to
+// traces.jsonl after the collector's exit (Appended: the drain's and the
+// epilog's phase spans, and any the collector did not accept at the drain).
+// The collector's figures (Signals) do not count them: traces.jsonl holds
+// Signals["traces"].Written + AppendedSpans() spans.
+func (r *Receipt) AppendedSpans() int64 {
+	var n int64
+	for _, a := range r.Appended {
+		if a.File == "traces.jsonl" {
+			n += int64(a.Spans)
+		}
+	}
+	return n
+}
+
 // Signals are the keys of Receipt.Signals, in report order.
 var Signals = []string{"traces", "metrics", "logs"}
 

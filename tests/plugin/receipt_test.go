@@ -88,12 +88,7 @@ func receiptJob(t *testing.T, name, spec string) (string, string) {
 // node whose epilog told its start.
 func appendedSpans(t *testing.T, rc *receipt.Receipt) int {
 	t.Helper()
-	n := 0
-	for _, a := range rc.Appended {
-		if a.File == "traces.jsonl" {
-			n += a.Spans
-		}
-	}
+	n := int(rc.AppendedSpans())
 	if n != 2 {
 		t.Errorf("the receipt lists %d appended spans (%+v), want the drain's and the epilog's", n, rc.Appended)
 	}

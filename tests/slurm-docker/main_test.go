@@ -239,6 +239,13 @@ func TestMainJob(t *testing.T) {
 		if !rc.Complete() || rc.Trouble() || rc.JobID != jobID || rc.Node != n || rc.Collectors != 1 {
 			t.Errorf("%s: receipt %+v: want final figures of job %s on %s without trouble", n, rc, jobID, n)
 		}
+		// The drain's and the epilog's spans, appended after the
+		// collector's exit, are the receipt's own (Appended), not its
+		// figures'.
+		if a := rc.AppendedSpans(); a != 2 {
+			t.Errorf("%s: the receipt lists %d appended spans (%+v), want the drain's and the epilog's", n, a, rc.Appended)
+		}
+		count["traces"] -= rc.AppendedSpans()
 		for _, sig := range []string{"traces", "metrics", "logs"} {
 			if c := rc.Signals[sig]; c.Written != count[sig] || c.Sent != c.Written || c.Lost() != 0 {
 				t.Errorf("%s: receipt %s %+v: want written = sent = %d (the file's items)", n, sig, c, count[sig])

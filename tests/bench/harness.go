@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // Where the benchmark's own Slurm lives: a cluster separate from the plugin
@@ -315,41 +316,12 @@ func countIn(p string, pat []byte) (int64, error) {
 	}
 }
 
-// memOf reads a process's memory: VmRSS, RssAnon, RssFile (status) and
-// Pss (smaps_rollup), in KiB.
-type memOf struct{ RSS, Anon, File, PSS float64 }
+// memOf is a process's memory in KiB (testenv.Mem: VmRSS, RssAnon,
+// RssFile from status, Pss from smaps_rollup).
+type memOf = testenv.Mem
 
-func readMem(pid int) (memOf, error) {
-	var m memOf
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return m, err
-	}
-	for _, l := range strings.Split(string(st), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "VmRSS:":
-			m.RSS = v
-		case "RssAnon:":
-			m.Anon = v
-		case "RssFile:":
-			m.File = v
-		}
-	}
-	sm, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-	if err == nil {
-		for _, l := range strings.Split(string(sm), "\n") {
-			if f := strings.Fields(l); len(f) >= 2 && f[0] == "Pss:" {
-				m.PSS, _ = strconv.ParseFloat(f[1], 64)
-			}
-		}
-	}
-	return m, nil
-}
+// readMem samples a process's memory (testenv.ReadMem).
+func readMem(pid int) (memOf, error) { return testenv.ReadMem(pid) }
 
 // findProc returns the pids whose command line starts with prefix.
 func findProc(prefix string) []int {

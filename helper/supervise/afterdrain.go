@@ -193,18 +193,19 @@ type (
 		Attributes   []jsonKV    `json:"attributes,omitempty"`
 		Status       *jsonStatus `json:"status,omitempty"`
 	}
+	jsonResourceSpans struct {
+		Resource struct {
+			Attributes []jsonKV `json:"attributes"`
+		} `json:"resource"`
+		ScopeSpans []struct {
+			Scope struct {
+				Name string `json:"name"`
+			} `json:"scope"`
+			Spans []jsonSpan `json:"spans"`
+		} `json:"scopeSpans"`
+	}
 	jsonTraces struct {
-		ResourceSpans []struct {
-			Resource struct {
-				Attributes []jsonKV `json:"attributes"`
-			} `json:"resource"`
-			ScopeSpans []struct {
-				Scope struct {
-					Name string `json:"name"`
-				} `json:"scope"`
-				Spans []jsonSpan `json:"spans"`
-			} `json:"scopeSpans"`
-		} `json:"resourceSpans"`
+		ResourceSpans []jsonResourceSpans `json:"resourceSpans"`
 	}
 )
 
@@ -245,17 +246,7 @@ func TracesLine(identity []render.Attr, scope string, spans []*tracev1.Span) ([]
 		}
 	}
 	var t jsonTraces
-	t.ResourceSpans = make([]struct {
-		Resource struct {
-			Attributes []jsonKV `json:"attributes"`
-		} `json:"resource"`
-		ScopeSpans []struct {
-			Scope struct {
-				Name string `json:"name"`
-			} `json:"scope"`
-			Spans []jsonSpan `json:"spans"`
-		} `json:"scopeSpans"`
-	}, 1)
+	t.ResourceSpans = make([]jsonResourceSpans, 1)
 	rs := &t.ResourceSpans[0]
 	rs.Resource.Attributes = jsonAttrs(res)
 	rs.ScopeSpans = make([]struct {

@@ -117,11 +117,18 @@ test: deps build collector standins man rpm
 	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed" >&2; exit 1; fi; \
 	echo "make test: every suite passed" >&2
 
+# The fuzz targets run a number of inputs, not a duration: with -fuzztime
+# as a duration Go's fuzzing coordinator fails the run with "context
+# deadline exceeded" (and no failing input) when the deadline comes while a
+# worker minimizes a new interesting input, which takes up to
+# -fuzzminimizetime (60 s by default; FuzzLoadYAML's minimizations ran 20-50
+# s on 2 cores, "0/sec" in the progress lines). Minimizing is bounded by 3 s.
+FUZZ_EXECS := 20000x
 unit-test:
 	GYM_OTEL_REQUIRE_REAL=1 $(GO) test -count=1 -timeout 20m ./...
 	cd tests/standins && $(GO) vet ./... && $(GO) test -count=1 ./...
-	$(GO) test -run XXX -fuzz FuzzParseSpec -fuzztime 15s ./helper/config
-	$(GO) test -run XXX -fuzz FuzzLoadYAML -fuzztime 15s ./helper/config
+	$(GO) test -run XXX -fuzz FuzzParseSpec -fuzztime $(FUZZ_EXECS) -fuzzminimizetime 3s ./helper/config
+	$(GO) test -run XXX -fuzz FuzzLoadYAML -fuzztime $(FUZZ_EXECS) -fuzzminimizetime 3s ./helper/config
 
 deps:
 	bash .ci/install-deps.sh

@@ -729,14 +729,43 @@ type kv struct {
 type omap []kv
 
 // MarshalYAML implements yaml.Marshaler.
-func (m omap) MarshalYAML() (any, error) {
+func (m omap) MarshalYAML() (any, error) { return m.node() }
+
+// node is m as a YAML node. Mappings and sequences of mappings are built
+// here, every other value by yaml.v3's Node.Encode (which encodes the value
+// as text and parses it back): calling it on a nested omap would encode and
+// parse every level again below it, which made one Render take about 10 ms.
+func (m omap) node() (*yaml.Node, error) {
 	n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 	for _, e := range m {
-		var v yaml.Node
-		if err := v.Encode(e.v); err != nil {
+		v, err := valueNode(e.v)
+		if err != nil {
 			return nil, err
 		}
-		n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: e.k}, &v)
+		n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: e.k}, v)
 	}
 	return n, nil
+}
+
+// valueNode is one value of an omap as a YAML node.
+func valueNode(v any) (*yaml.Node, error) {
+	switch x := v.(type) {
+	case omap:
+		return x.node()
+	case []omap:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		for _, m := range x {
+			c, err := m.node()
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, c)
+		}
+		return n, nil
+	}
+	var n yaml.Node
+	if err := n.Encode(v); err != nil {
+		return nil, err
+	}
+	return &n, nil
 }

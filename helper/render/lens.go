@@ -94,22 +94,6 @@ func lensIdentity(j Job) []lensAttr {
 	return kept
 }
 
-// lensStatements are the OTTL resource statements that stamp Lens'
-// identity where the producer has not: a value a Lens-instrumented process
-// set itself is kept (Lens' own rule: derived values never overwrite
-// inherited ones).
-func lensStatements(j Job) []string {
-	var st []string
-	for _, a := range lensIdentity(j) {
-		v := ottlString(a.val)
-		if a.isInt {
-			v = a.val
-		}
-		st = append(st, fmt.Sprintf(`set(attributes[%q], %s) where attributes[%q] == nil`, a.key, v, a.key))
-	}
-	return st
-}
-
 // urlNamespace is the RFC 4122 URL namespace (Python's uuid.NAMESPACE_URL).
 var urlNamespace = [16]byte{0x6b, 0xa7, 0xb8, 0x11, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8}
 

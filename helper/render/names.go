@@ -15,6 +15,9 @@ const (
 	// ReceiverAuth is the OTLP receivers' bearer-token authenticator
 	// (the token in ReceiverTokenEnv).
 	ReceiverAuth = "bearertokenauth/receivers"
+	// IdentityProcessor is the processor that stamps the run's identity on
+	// every resource (identityActions), in every pipeline.
+	IdentityProcessor = "resource/identity"
 )
 
 // FileExporter is the id of the file exporter of signal ("traces",

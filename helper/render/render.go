@@ -14,7 +14,7 @@
 //     markers of failed scrapes (points without a value); filter/dcgm keeps only the job's GPUs
 //     and GPU instances when Slurm named them, and transform/dcgm stamps gpu_attribution on
 //     each dcgm series kept (gpus.go); transform/names renames "<prefix>:<name>" metrics
-//     to "<prefix>_<name>" after parsing, so types survive; transform/identity
+//     to "<prefix>_<name>" after parsing, so types survive; resource/identity
 //     stamps the identity on every resource; batch last.
 //   - connector span_metrics: a call counter and a duration histogram per span
 //     name, producer (service.name.override) and sandbox provider.
@@ -215,7 +215,7 @@ func receivers(in Input, scrapes []omap) omap {
 
 // processors returns the processors and the metrics pipeline's processor
 // list (the traces and logs pipelines use memory_limiter and
-// transform/identity only).
+// resource/identity only).
 func processors(in Input, scraping bool) (omap, []string) {
 	o := in.Resolved.Otel
 	processors := omap{
@@ -268,12 +268,7 @@ func processors(in Input, scraping bool) (omap, []string) {
 			}}},
 		}},
 	)
-	identity := identityStatements(in)
-	idStmts := omap{}
-	for _, sig := range []string{"trace", "metric", "log"} {
-		idStmts = append(idStmts, kv{sig + "_statements", []omap{{{"context", "resource"}, {"statements", identity}}}})
-	}
-	processors = append(processors, kv{"transform/identity", append(omap{{"error_mode", "ignore"}}, idStmts...)})
+	processors = append(processors, kv{IdentityProcessor, omap{{"attributes", identityActions(in)}}})
 	if o.TokenResourceAttribute {
 		processors = append(processors, kv{BackendAuth, omap{{"attributes", []omap{{
 			{"key", "Authorization"},
@@ -285,7 +280,7 @@ func processors(in Input, scraping bool) (omap, []string) {
 	// split, so that a request to the backend holds at most BatchMaxItems
 	// items (sendingQueue).
 	processors = append(processors, kv{"batch", omap{{"timeout", "1s"}, {"send_batch_size", BatchMaxItems}, {"send_batch_max_size", BatchMaxItems}}})
-	metricsProcs = append(metricsProcs, "transform/names", "transform/identity")
+	metricsProcs = append(metricsProcs, "transform/names", IdentityProcessor)
 	return processors, metricsProcs
 }
 
@@ -415,14 +410,14 @@ func pipelines(o config.Otel, scraping bool, metricsProcs []string) omap {
 		// producer away.
 		pipelines = append(pipelines, kv{sig + "/backend", pipeline(recv, append(withoutLimiter(procs), BackendAuth), []string{BackendExporter})})
 	}
-	addPipeline("traces", []string{"otlp"}, []string{"memory_limiter", "transform/identity"}, []string{"span_metrics"})
+	addPipeline("traces", []string{"otlp"}, []string{"memory_limiter", IdentityProcessor}, []string{"span_metrics"})
 	metricsRecv := []string{"otlp", "span_metrics"}
 	if scraping {
 		metricsRecv = []string{"otlp", "prometheus", "span_metrics"}
 	}
 	addPipeline("metrics", metricsRecv, metricsProcs, nil)
 	if o.GymLogs {
-		addPipeline("logs", []string{"otlp"}, []string{"memory_limiter", "transform/identity"}, nil)
+		addPipeline("logs", []string{"otlp"}, []string{"memory_limiter", IdentityProcessor}, nil)
 	}
 	return pipelines
 }
@@ -638,24 +633,41 @@ func staticTarget(in Input, job omap, name string, port int, labels [][2]string)
 // node (Ports.Cgroup), and the service.name.override of its series.
 const CgroupScrapeJob = "cgroup"
 
-// identityStatements are the OTTL resource statements that stamp the run
-// identity. String literals keep slurm_job_id a string (the resource
-// processor would type a numeric value as Int); slurm_job_restart_count
-// is an Int literal. What tells two runs of one job id apart:
-// slurm_job_restart_count everywhere, slurm_job_sluid on Slurm 25.11+.
-func identityStatements(in Input) []string {
-	st := []string{
-		`set(attributes["service.name.override"], attributes["service.name"]) where attributes["service.name.override"] == nil and attributes["service.name"] != nil`,
-		fmt.Sprintf(`set(attributes["service.name"], %s)`, ottlString(in.Resolved.Otel.ServiceName)),
+// identityActions are the resource processor's actions that stamp the run
+// identity on every resource, in order: the producer's service.name kept as
+// service.name.override (insert: only where the producer set none), the
+// settings' service name and the seed's identity (upsert: always), Lens'
+// keys (insert: a value a Lens-instrumented process set itself is kept,
+// Lens' own rule that derived values never overwrite inherited ones).
+// Strings stay strings (a YAML string, "1234" quoted: slurm_job_id is never
+// an Int), Int attributes are YAML integers, and every string has its "$"
+// escaped for the collector's configuration expansion.
+//
+// The resource processor, not a transform processor with OTTL statements:
+// the collector parses each OTTL statement two or three times at start (its
+// configuration's validation, the processor's build, the context prefix it
+// adds), and the 17 statements per signal cost about 50 ms of the 0.15 s
+// from the collector's exec to its health (docs/performance.md, P2).
+func identityActions(in Input) []omap {
+	acts := []omap{
+		{{"key", "service.name.override"}, {"from_attribute", "service.name"}, {"action", "insert"}},
+		{{"key", "service.name"}, {"value", esc(in.Resolved.Otel.ServiceName)}, {"action", "upsert"}},
+	}
+	value := func(a Attr) any {
+		if a.Int {
+			if n, err := strconv.ParseInt(a.Value, 10, 64); err == nil {
+				return n
+			}
+		}
+		return esc(a.Value)
 	}
 	for _, a := range runIdentity(in.Job) {
-		v := ottlString(a.Value)
-		if a.Int {
-			v = a.Value
-		}
-		st = append(st, fmt.Sprintf(`set(attributes[%q], %s)`, a.Key, v))
+		acts = append(acts, omap{{"key", a.Key}, {"value", value(a)}, {"action", "upsert"}})
 	}
-	return append(st, lensStatements(in.Job)...)
+	for _, a := range lensIdentity(in.Job) {
+		acts = append(acts, omap{{"key", a.key}, {"value", value(Attr{Key: a.key, Value: a.val, Int: a.isInt})}, {"action", "insert"}})
+	}
+	return acts
 }
 
 // Attr is one resource attribute of the run's identity: a string, or an
@@ -666,7 +678,7 @@ type Attr struct {
 }
 
 // runIdentity is the seed's identity of job j, in the order
-// transform/identity sets it; empty values are left out.
+// resource/identity sets it; empty values are left out.
 func runIdentity(j Job) []Attr {
 	var out []Attr
 	for _, a := range []struct{ key, val string }{
@@ -692,7 +704,7 @@ func runIdentity(j Job) []Attr {
 }
 
 // Identity is the resource a producer's resource becomes in the node's
-// collector (transform/identity) when it carries only service.name
+// collector (resource/identity) when it carries only service.name
 // (service): service.name.override=service, service.name=the settings'
 // otel.service_name, the run's identity and Lens' keys. It is for spans
 // the supervisor writes itself after the collector has exited (the drain

@@ -3,6 +3,7 @@ package render_test
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,7 +137,7 @@ func TestGolden(t *testing.T) {
 func TestRenderShape(t *testing.T) {
 	y := string(renderVariant(t, variants[0], nil))
 	for _, want := range []string{"127.0.0.1:41001", "127.0.0.1:41002", "127.0.0.1:41003", "port: 41004",
-		"job_name: node", "job_name: dcgm", `set(attributes["slurm_job_id"], "1234")`, "append: true",
+		"job_name: node", "job_name: dcgm", "append: true",
 		"Bearer ${env:OTEL_TOKEN}", "${env:GYM_OTEL_RECEIVER_TOKEN}", "exclude_dimensions"} {
 		if !strings.Contains(y, want) {
 			t.Errorf("rendered config lacks %q", want)
@@ -151,10 +152,15 @@ func TestRenderShape(t *testing.T) {
 	if strings.Contains(noScrape, "scrape_configs") || strings.Contains(noScrape, "- prometheus") {
 		t.Error("a Prometheus receiver with nothing to scrape")
 	}
-	for _, want := range []string{`set(attributes["slurm_job_restart_count"], 0)`} {
-		if !strings.Contains(y, want) {
-			t.Errorf("rendered config lacks %q", want)
-		}
+	// Typed: the job id a string, the restart count an Int.
+	if v, act, ok := identityAction(t, []byte(y), "slurm_job_id"); !ok || v != "1234" || act != "upsert" {
+		t.Errorf("slurm_job_id: %#v %s %v", v, act, ok)
+	}
+	if v, act, ok := identityAction(t, []byte(y), "slurm_job_restart_count"); !ok || v != 0 || act != "upsert" {
+		t.Errorf("slurm_job_restart_count: %#v %s %v", v, act, ok)
+	}
+	if v, act, ok := identityAction(t, []byte(y), "slurm.job.id"); !ok || v != "1234" || act != "insert" {
+		t.Errorf("Lens' slurm.job.id: %#v %s %v", v, act, ok)
 	}
 	if strings.Contains(y, "slurm_job_sluid") {
 		t.Error("a slurm_job_sluid without a SLUID")
@@ -177,8 +183,8 @@ func TestRunIdentity(t *testing.T) {
 		restarts, sluid string
 		want, not       []string
 	}{
-		{"0", "", []string{`set(attributes["slurm_job_restart_count"], 0)`}, []string{"slurm_job_sluid"}},
-		{"1", "sAAAAAAAAAAA01", []string{`set(attributes["slurm_job_restart_count"], 1)`, `set(attributes["slurm_job_sluid"], "sAAAAAAAAAAA01")`}, nil},
+		{"0", "", []string{"slurm_job_restart_count=0"}, []string{"slurm_job_sluid"}},
+		{"1", "sAAAAAAAAAAA01", []string{"slurm_job_restart_count=1", "slurm_job_sluid=sAAAAAAAAAAA01"}, nil},
 		{"", "", nil, []string{"slurm_job_restart_count", "slurm_job_sluid"}},
 		{"1; drop", "", nil, []string{"slurm_job_restart_count"}},
 		{"-1", "", nil, []string{"slurm_job_restart_count"}},
@@ -189,8 +195,9 @@ func TestRunIdentity(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, w := range c.want {
-			if !strings.Contains(string(y), w) {
-				t.Errorf("restart count %q, SLUID %q: lacks %s", c.restarts, c.sluid, w)
+			key, want, _ := strings.Cut(w, "=")
+			if v, _, ok := identityAction(t, y, key); !ok || fmt.Sprint(v) != want {
+				t.Errorf("restart count %q, SLUID %q: %s is %#v, want %s", c.restarts, c.sluid, key, v, want)
 			}
 		}
 		for _, n := range c.not {
@@ -275,4 +282,28 @@ func TestCgroupScrape(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("validate: %v\n%s", err, out)
 	}
+}
+
+// identityAction is the value and action of resource/identity's action on
+// key in the rendered configuration y.
+func identityAction(t *testing.T, y []byte, key string) (any, string, bool) {
+	t.Helper()
+	var c struct {
+		Processors map[string]struct {
+			Attributes []struct {
+				Key    string `yaml:"key"`
+				Value  any    `yaml:"value"`
+				Action string `yaml:"action"`
+			} `yaml:"attributes"`
+		} `yaml:"processors"`
+	}
+	if err := yaml.Unmarshal(y, &c); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range c.Processors[render.IdentityProcessor].Attributes {
+		if a.Key == key {
+			return a.Value, a.Action, true
+		}
+	}
+	return nil, "", false
 }

@@ -23,7 +23,7 @@ import (
 
 // The job's Slurm phases as spans (issue 28), emitted by the supervisor
 // (the job's user) to its own collector's OTLP/HTTP receiver, which stamps
-// the run's identity (transform/identity: the seed's keys and Lens' join
+// the run's identity (resource/identity: the seed's keys and Lens' join
 // key nv.dl.job.uuid) on them as on every span of the job.
 //
 // Root's side only hands facts on: the prolog's start time comes in the

@@ -190,19 +190,20 @@ date +%%s%%N > %[1]s/last.$SLURM_JOB_ID
 	nlo, nhi := quart(end["noflag"])
 	gelo, gehi := quart(end["gym"])
 	target3 := 2.0 // every node scrapes at the script's end: no interval to wait
+	target2 := 0.2 // issue 29: the start back under 0.2 s added
 	rows := []Row{
 		{ID: "P2", What: "sbatch's return to the script's first line: flag on, added to no flag",
 			Figure: fmt.Sprintf("%+.2f s (%.2f / %.2f s)", add, median(start["ours"]), median(start["noflag"])),
 			Spread: fmt.Sprintf("rounds %+.2f..%+.2f s; A/A (no flag twice) %+.2f..%+.2f s", alo, ahi, clo, chi),
-			Target: "<= 0.3 s added (Gym: 5.0 s)", Met: yes(add <= 0.3)},
+			Target: fmt.Sprintf("<= %.1f s added (Gym: 5.0 s)", target2), Met: yes(add <= target2)},
 		{ID: "P2", What: "the same from the job's allocation (slurmctld log) to the first line, added",
 			Figure: fmt.Sprintf("%+.2f s (%.2f / %.2f s)", aadd, median(fromAlloc["ours"]), median(fromAlloc["noflag"])),
 			Spread: fmt.Sprintf("rounds %+.2f..%+.2f s; A/A (no flag twice) %+.2f..%+.2f s", aalo, aahi, aclo, achi),
-			Target: "<= 0.3 s added", Met: yes(aadd <= 0.3)},
+			Target: fmt.Sprintf("<= %.1f s added", target2), Met: yes(aadd <= target2)},
 		{ID: "P2", What: "the job prolog on the batch node, flag on (slurmd log, ms stamps)",
 			Figure: fmt.Sprintf("%.3f s (no flag %.3f s)", median(prolog["ours"]), median(prolog["noflag"])),
 			Spread: fmt.Sprintf("p25-p75 %.3f-%.3f s", plo, phi),
-			Target: "part of the 0.3 s", Met: "-"},
+			Target: fmt.Sprintf("part of the %.1f s", target2), Met: "-"},
 		startSteps(logs[0], ids(jobs, "ours")),
 		{ID: "P2", What: "the Gym-style script: sbatch's return to the driver's first line, added",
 			Figure: fmt.Sprintf("%+.2f s (%.2f s)", gadd, median(start["gym"])),

@@ -235,7 +235,7 @@ elif name == 'scrape-proto':
 elif name == 'gogc-200':
     pass  # the environment differs, not the configuration
 elif name == 'no-transform':
-    for s in ('transform/names', 'transform/identity', 'filter/stale'):
+    for s in ('transform/names', 'filter/stale'):
         text = drop_line(text, '- ' + s)
 open(out, 'w').write(text)
 EOF

@@ -39,6 +39,7 @@ func init() {
 }
 
 func runSupervise(args []string, stdout, stderr io.Writer) error {
+	mainStart := time.Now()
 	fs := newFlags("supervise", "--from-env | [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH] [--gpus LIST] [--gpu-devices LIST]", stderr)
 	fromEnv := fs.Bool("from-env", false, "read the encoded settings from $"+envEncoded+", the job facts from $"+envFacts+", the record from $"+envRecord+" and report on fd 3 (how the plugin's prolog starts it)")
 	var in inputFlags
@@ -75,7 +76,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	if err := proc.NoCoreDumps(); err != nil {
 		logrus.Warnf("core dumps: %v", err)
 	}
-	opt := supervise.Options{}
+	opt := supervise.Options{MainStart: mainStart}
 	if *fromEnv {
 		var st syscall.Stat_t
 		if syscall.Fstat(supervise.ReadinessFD, &st) == nil {

@@ -311,7 +311,7 @@ func collectorGroup(in PrologInput, resolved *config.Resolved, node string, rec 
 // up to timeout for its report: a ready one, or an error (the supervisor
 // and its group ended, or the group removed when the start failed).
 func launch(in PrologInput, env []string, groups []uint32, group *cgroup.Group, timeout time.Duration) (*supervisor, supervise.Readiness, error) {
-	sup, err := startSupervisor(in.Args.CLI, env, in.UID, in.GID, groups, group)
+	sup, err := startSupervisor(in.Args.CLI, append(env, supervise.EnvSpawned+"="+supervise.SpawnedNow()), in.UID, in.GID, groups, group)
 	if err != nil {
 		if group != nil {
 			_ = group.Remove()

@@ -2,9 +2,45 @@ package supervise
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 )
+
+// EnvSpawned is the supervisor's environment variable with the instant
+// (unix microseconds) the plugin's prolog began to start it: the
+// supervisor's first step, "spawn", is from then to its own start (the
+// fork into the group, the exec, Go's start-up, the options). Only for the
+// steps' times: a value that is missing, in the future or over 10 s old is
+// ignored.
+const EnvSpawned = "GYM_OTEL_SPAWNED_US"
+
+// SpawnedNow is EnvSpawned's value for the present instant.
+func SpawnedNow() string { return strconv.FormatInt(time.Now().UnixMicro(), 10) }
+
+// markSpawn starts t at the supervisor's start (now), with the step
+// "spawn" first when EnvSpawned gives a plausible instant before it, from
+// then to main (the supervisor's main, when not zero) and "options" from
+// main to now, else from then to now.
+func (t *stepTimes) markSpawn(now, main time.Time) {
+	t.last = now
+	us, err := strconv.ParseInt(os.Getenv(EnvSpawned), 10, 64)
+	if err != nil {
+		return
+	}
+	spawned := time.UnixMicro(us)
+	if d := now.Sub(spawned); d < 0 || d >= 10*time.Second {
+		return
+	}
+	t.last = spawned
+	if main.After(spawned) && !main.After(now) {
+		t.markAt("spawn", main)
+		t.markAt("options", now)
+		return
+	}
+	t.markAt("spawn", now)
+}
 
 // stepTimes times the supervisor's start-up steps for its ready report
 // (Readiness.Steps): each mark ends a step and names it with its duration
@@ -16,8 +52,10 @@ type stepTimes struct {
 }
 
 // mark ends the step named name (its duration: since the previous mark).
-func (t *stepTimes) mark(name string) {
-	now := time.Now()
+func (t *stepTimes) mark(name string) { t.markAt(name, time.Now()) }
+
+// markAt ends the step named name at now.
+func (t *stepTimes) markAt(name string, now time.Time) {
 	if t.ms == nil {
 		t.ms = map[string]int64{}
 	}

@@ -55,6 +55,10 @@ const (
 
 // Options configure one supervisor run.
 type Options struct {
+	// MainStart is when the supervisor's main began (zero: unknown): the
+	// start-up's steps tell the process's start ("spawn") from its
+	// options ("options").
+	MainStart time.Time
 	// Resolved is the job's validated resolved settings.
 	Resolved *config.Resolved
 	// Facts are the job's facts on this node.
@@ -188,7 +192,7 @@ const fqdnWait = 500 * time.Millisecond
 // be made ready (after reporting failed) or did not shut down cleanly.
 func Run(ctx context.Context, opt Options) error {
 	s := &supervisor{opt: opt, o: opt.Resolved.Otel, pol: timing.For(opt.Resolved.Otel, timing.Bounds{}), log: opt.Log, started: time.Now()}
-	s.steps.last = s.started
+	s.steps.markSpawn(s.started, opt.MainStart)
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -83,10 +85,13 @@ func TestRenderNeverPrintsToken(t *testing.T) {
 	if strings.Contains(out+errOut, "tok-abc-123") {
 		t.Fatal("render printed the token")
 	}
-	for _, want := range []string{"${env:OTEL_TOKEN}", "/runs/55/otel/nodes/gn2/metrics.jsonl", `set(attributes["slurm_job_id"], "55")`} {
+	for _, want := range []string{"${env:OTEL_TOKEN}", "/runs/55/otel/nodes/gn2/metrics.jsonl"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("render output lacks %q", want)
 		}
+	}
+	if id, err := render.ConfigIdentity([]byte(out)); err != nil || id["slurm_job_id"] != "55" {
+		t.Errorf("render output's identity: %v %v, want slurm_job_id 55", id, err)
 	}
 }
 

@@ -1,6 +1,11 @@
 package render
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
 
 // Component ids of the rendered configuration that other code names: the
 // supervisor reads the collector's own counters by them, replay renders
@@ -41,3 +46,36 @@ func Escape(s string) string { return strings.ReplaceAll(s, "$", "$$") }
 
 // Unescape undoes Escape: the value as the collector sees it.
 func Unescape(s string) string { return strings.ReplaceAll(s, "$$", "$") }
+
+// ConfigIdentity reads back the run's identity a rendered configuration y
+// stamps: resource/identity's actions (IdentityProcessor), each attribute
+// key with its value as text (an Int in decimal; a copy from another
+// attribute as "from:<that key>"). Errors: y is not YAML, or holds no
+// such processor.
+func ConfigIdentity(y []byte) (map[string]string, error) {
+	var c struct {
+		Processors map[string]struct {
+			Attributes []struct {
+				Key           string `yaml:"key"`
+				Value         any    `yaml:"value"`
+				FromAttribute string `yaml:"from_attribute"`
+			} `yaml:"attributes"`
+		} `yaml:"processors"`
+	}
+	if err := yaml.Unmarshal(y, &c); err != nil {
+		return nil, err
+	}
+	p, ok := c.Processors[IdentityProcessor]
+	if !ok {
+		return nil, fmt.Errorf("no %s processor", IdentityProcessor)
+	}
+	out := map[string]string{}
+	for _, a := range p.Attributes {
+		if a.FromAttribute != "" {
+			out[a.Key] = "from:" + a.FromAttribute
+			continue
+		}
+		out[a.Key] = fmt.Sprint(a.Value)
+	}
+	return out, nil
+}

@@ -70,9 +70,11 @@ const (
 )
 
 var (
-	restartLine = regexp.MustCompile(`(set\(attributes\["(?:slurm_job_restart_count|` + regexp.QuoteMeta(LensRestartCount) + `)"\], )0\)`)
-	jobUUIDLine = regexp.MustCompile(`(set\(attributes\["` + regexp.QuoteMeta(LensJobUUID) + `"\], )"[0-9a-f-]{36}"`)
-	runUUIDLine = regexp.MustCompile(`(set\(attributes\["` + regexp.QuoteMeta(LensRunUUID) + `"\], )"[0-9a-f-]{36}"`)
+	// resource/identity's actions (identityActions): "- key: K", then
+	// "value: V" on the next line.
+	restartLine = regexp.MustCompile(`(- key: (?:slurm_job_restart_count|` + regexp.QuoteMeta(LensRestartCount) + `)\n +value: )0\n`)
+	jobUUIDLine = regexp.MustCompile(`(- key: ` + regexp.QuoteMeta(LensJobUUID) + `\n +value: )"[0-9a-f-]{36}"`)
+	runUUIDLine = regexp.MustCompile(`(- key: ` + regexp.QuoteMeta(LensRunUUID) + `\n +value: )"[0-9a-f-]{36}"`)
 )
 
 // Preview renders what Render renders for in, except that what only the
@@ -121,7 +123,7 @@ func Preview(in Input) ([]byte, error) {
 		s = strings.ReplaceAll(s, "port: "+strconv.Itoa(p.sentinel)+"\n", "port: "+p.text+"\n")
 	}
 	if restart {
-		s = restartLine.ReplaceAllString(s, "${1}"+PlaceholderRestartCount+")")
+		s = restartLine.ReplaceAllString(s, "${1}"+PlaceholderRestartCount+"\n")
 	}
 	j := in.Job
 	if j.JobID == PlaceholderJobID || j.SlurmCluster == PlaceholderCluster || j.ArrayJobID == PlaceholderJobID {

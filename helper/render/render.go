@@ -639,9 +639,11 @@ const CgroupScrapeJob = "cgroup"
 // settings' service name and the seed's identity (upsert: always), Lens'
 // keys (insert: a value a Lens-instrumented process set itself is kept,
 // Lens' own rule that derived values never overwrite inherited ones).
-// Strings stay strings (a YAML string, "1234" quoted: slurm_job_id is never
-// an Int), Int attributes are YAML integers, and every string has its "$"
-// escaped for the collector's configuration expansion.
+// Strings stay strings (always double-quoted, "1234" too: slurm_job_id is
+// never an Int, and a value reads the same whatever it holds, which the
+// preview's placeholders rely on), Int attributes are YAML integers, and
+// every string has its "$" escaped for the collector's configuration
+// expansion.
 //
 // The resource processor, not a transform processor with OTTL statements:
 // the collector parses each OTTL statement two or three times at start (its
@@ -651,7 +653,7 @@ const CgroupScrapeJob = "cgroup"
 func identityActions(in Input) []omap {
 	acts := []omap{
 		{{"key", "service.name.override"}, {"from_attribute", "service.name"}, {"action", "insert"}},
-		{{"key", "service.name"}, {"value", esc(in.Resolved.Otel.ServiceName)}, {"action", "upsert"}},
+		{{"key", "service.name"}, {"value", quoted(esc(in.Resolved.Otel.ServiceName))}, {"action", "upsert"}},
 	}
 	value := func(a Attr) any {
 		if a.Int {
@@ -659,7 +661,7 @@ func identityActions(in Input) []omap {
 				return n
 			}
 		}
-		return esc(a.Value)
+		return quoted(esc(a.Value))
 	}
 	for _, a := range runIdentity(in.Job) {
 		acts = append(acts, omap{{"key", a.Key}, {"value", value(a)}, {"action", "upsert"}})
@@ -759,9 +761,14 @@ func (m omap) node() (*yaml.Node, error) {
 	return n, nil
 }
 
+// quoted is a string value written double-quoted.
+type quoted string
+
 // valueNode is one value of an omap as a YAML node.
 func valueNode(v any) (*yaml.Node, error) {
 	switch x := v.(type) {
+	case quoted:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: string(x), Style: yaml.DoubleQuotedStyle}, nil
 	case omap:
 		return x.node()
 	case []omap:

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -180,7 +181,7 @@ sbatch --dependency=afterany:$SLURM_JOB_ID --kill-on-invalid-dep=yes %[5]s $SLUR
 	if err != nil {
 		t.Fatalf("job %s is not a link of %s: %v", second, first, err)
 	}
-	if !strings.Contains(string(cy), `set(attributes["slurm_job_id"], "`+second+`")`) {
+	if id, err := render.ConfigIdentity(cy); err != nil || id["slurm_job_id"] != second {
 		t.Errorf("%s/collector.yaml is not job %s's", dir, second)
 	}
 	metrics, _ := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))

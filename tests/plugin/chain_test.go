@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -103,7 +104,7 @@ exit 0
 			t.Errorf("job %s: %v", l.id, err)
 			continue
 		}
-		if !strings.Contains(string(cy), `set(attributes["slurm_job_id"], "`+l.id+`")`) {
+		if id, err := render.ConfigIdentity(cy); err != nil || id["slurm_job_id"] != l.id {
 			t.Errorf("job %s: %s/collector.yaml is not this link's", l.id, l.dir)
 		}
 		metrics, _ := os.ReadFile(filepath.Join(l.dir, "metrics.jsonl"))

@@ -188,7 +188,7 @@ func runP45(dur, idle, scrapeWin time.Duration, jobs int) ([]Row, error) {
 			mib(median(pick(first.idle, func(m memOf) float64 { return m.Anon }))),
 			mib(median(pick(first.idle, func(m memOf) float64 { return m.File })))),
 		Spread: fmt.Sprintf("RSS %.1f-%.1f MiB over %d samples", mib(lo), mib(hi), len(rss)),
-		Target: "<= 100 MiB", Met: yes(mib(median(rss)) <= 100),
+		Target: "<= 80 MiB", Met: yes(mib(median(rss)) <= 80),
 	}, scraping}
 	loaded := best
 	if loaded == nil {

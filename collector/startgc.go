@@ -1,5 +1,6 @@
-// The collector's start without garbage collection (not generated: the
-// builder rewrites main.go, components.go and main_*.go only).
+// The collector's start without garbage collection, and the start's pages
+// of the binary released after it (not generated: the builder rewrites
+// main.go, components.go and main_*.go only).
 
 package main
 
@@ -11,12 +12,19 @@ import (
 
 // startGCPause is how long after main's init the garbage collector stays
 // off: a collector is healthy about 0.15 s after its exec here, up to about
-// 1.2 s on a loaded node.
+// 1.2 s on a loaded node. The start's pages of the binary are released at
+// its end too.
 const startGCPause = 2 * time.Second
+
+// envKeepStartPages, set to 1, keeps the pages of the binary that the start
+// mapped (releaseStartPages is not called): for profiling, and for the
+// bench's comparison (P4M).
+const envKeepStartPages = "GYM_OTEL_KEEP_START_PAGES"
 
 // init turns the garbage collector off for the collector's start, unless
 // GOGC is set in the environment, and then back to Go's default, giving
-// what it freed back to the system at once (debug.FreeOSMemory).
+// what it freed back to the system at once (debug.FreeOSMemory); then it
+// releases the binary's pages that only the start used (startpages.go).
 //
 // Starting, the collector copies its configuration several times over
 // (confmap's maps, each component's settings) while its live heap is a few
@@ -27,12 +35,18 @@ const startGCPause = 2 * time.Second
 // in docs/performance.md (P2, the collector's exec to healthy; P4, the
 // idle memory afterwards).
 func init() {
-	if os.Getenv("GOGC") != "" {
-		return
+	gcOff := os.Getenv("GOGC") == ""
+	if gcOff {
+		debug.SetGCPercent(-1)
 	}
-	debug.SetGCPercent(-1)
+	keep := os.Getenv(envKeepStartPages) == "1"
 	time.AfterFunc(startGCPause, func() {
-		debug.SetGCPercent(100)
-		debug.FreeOSMemory()
+		if gcOff {
+			debug.SetGCPercent(100)
+			debug.FreeOSMemory()
+		}
+		if !keep {
+			releaseStartPages()
+		}
 	})
 }

@@ -181,6 +181,7 @@ func TestMeasureMemory(t *testing.T) {
 		}},
 		{name: "GOGC=50", env: []string{"GOGC=50"}},
 		{name: "GOGC=25", env: []string{"GOGC=25"}},
+		{name: "keeping the start's pages of the binary", env: []string{"GYM_OTEL_KEEP_START_PAGES=1"}},
 	}
 	if only := os.Getenv("GYM_OTEL_MEASURE_VARIANTS"); only != "" {
 		variants = slices.DeleteFunc(variants, func(v variant) bool {

@@ -38,17 +38,7 @@ func TestIdentityStamped(t *testing.T) {
 		span("eee19b7ec3c1b175") + `},` +
 		// A producer without a service name.
 		`{"resource":{"attributes":[]},` + span("eee19b7ec3c1b176") + `}]}`
-	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/traces", s.Report.Ports.OTLPHTTP), strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+s.Report.ReceiverToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("OTLP/HTTP export: %s", resp.Status)
-	}
+	postTraces(t, s, body)
 	if _, err := s.Drain(t, 30*time.Second); err != nil {
 		t.Fatalf("drain: %v\n%s", err, s.Output())
 	}
@@ -92,5 +82,23 @@ func TestIdentityStamped(t *testing.T) {
 	str(got[1], render.LensJobID, "4321")
 	if got[2].Has("service.name.override") {
 		t.Errorf("a producer without a service name got service.name.override %v", got[2].Text())
+	}
+}
+
+// postTraces sends body, an OTLP/JSON traces request, to the supervised
+// collector's OTLP/HTTP receiver with the job's receiver token, and fails
+// the test unless the collector answers 200.
+func postTraces(t *testing.T, s *harness.Sup, body string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/traces", s.Report.Ports.OTLPHTTP), strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+s.Report.ReceiverToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("OTLP/HTTP export: %s", resp.Status)
 	}
 }

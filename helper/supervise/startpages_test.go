@@ -1,9 +1,6 @@
 package supervise_test
 
 import (
-	"fmt"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -39,17 +36,7 @@ func TestCollectorReleasesStartPages(t *testing.T) {
 
 	body := `{"resourceSpans":[{"resource":{"attributes":[]},"scopeSpans":[{"spans":[{"traceId":"5b8efff798038103d269b633813fc60d",` +
 		`"spanId":"eee19b7ec3c1b177","name":"after-release","kind":1,"startTimeUnixNano":"1","endTimeUnixNano":"2"}]}]}]}`
-	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/traces", s.Report.Ports.OTLPHTTP), strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+s.Report.ReceiverToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("OTLP/HTTP export after the release: %s", resp.Status)
-	}
+	postTraces(t, s, body)
 	if _, err := s.Drain(t, 30*time.Second); err != nil {
 		t.Fatalf("drain: %v\n%s", err, s.Output())
 	}

@@ -144,7 +144,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return fail(err)
 	}
 	clock.mark("cgroup")
-	sup, rep, err := launch(in, env, groups, group, timeout)
+	sup, rep, err := launch(in, env, groups, group, timeout, clock)
 	if err != nil {
 		return fail(err)
 	}
@@ -309,8 +309,9 @@ func collectorGroup(in PrologInput, resolved *config.Resolved, node string, rec 
 
 // launch starts the supervisor as the job's user inside group and waits
 // up to timeout for its report: a ready one, or an error (the supervisor
-// and its group ended, or the group removed when the start failed).
-func launch(in PrologInput, env []string, groups []uint32, group *cgroup.Group, timeout time.Duration) (*supervisor, supervise.Readiness, error) {
+// and its group ended, or the group removed when the start failed). The
+// fork is clock's step "fork"; the wait for the report is the caller's next.
+func launch(in PrologInput, env []string, groups []uint32, group *cgroup.Group, timeout time.Duration, clock *stepClock) (*supervisor, supervise.Readiness, error) {
 	sup, err := startSupervisor(in.Args.CLI, append(env, supervise.EnvSpawned+"="+supervise.SpawnedNow()), in.UID, in.GID, groups, group)
 	if err != nil {
 		if group != nil {
@@ -318,6 +319,7 @@ func launch(in PrologInput, env []string, groups []uint32, group *cgroup.Group, 
 		}
 		return nil, supervise.Readiness{}, fmt.Errorf("starting %s supervise: %w", in.Args.CLI, err)
 	}
+	clock.mark("fork")
 	rep, err := sup.wait(timeout)
 	if err == nil && rep.Status != supervise.StatusReady {
 		err = fmt.Errorf("the collector failed to start: %s", rep.Error)

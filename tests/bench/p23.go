@@ -219,7 +219,8 @@ date +%%s%%N > %[1]s/last.$SLURM_JOB_ID
 			Figure: fmt.Sprintf("%+.2f s (%.2f / %.2f s); prolog %.3f s", a1add, median(fromAlloc["ours1"]), median(fromAlloc["noflag1"]), median(prolog["ours1"])),
 			Spread: fmt.Sprintf("rounds %+.2f..%+.2f s; prolog p25-p75 %.3f-%.3f s", a1lo, a1hi, p1lo, p1hi),
 			Target: fmt.Sprintf("<= %.1f s added", target2), Met: yes(a1add <= target2)},
-		startSteps(logs[0], ids(jobs, "ours")),
+		startSteps(logs[0], ids(jobs, "ours"), "two-node jobs"),
+		startSteps(logs[0], ids(jobs, "ours1"), "one-node jobs"),
 		{ID: "P2", What: "the Gym-style script: sbatch's return to the driver's first line, added",
 			Figure: fmt.Sprintf("%+.2f s (%.2f s)", gadd, median(start["gym"])),
 			Spread: fmt.Sprintf("rounds %+.2f..%+.2f s", glo, ghi),
@@ -237,7 +238,7 @@ date +%%s%%N > %[1]s/last.$SLURM_JOB_ID
 	if ours := ids(jobs, "ours"); len(ours) > 0 {
 		// After the steps' row: what the host costs whatever the product does.
 		host := hostRows(ours[len(ours)-1], 5)
-		rows = append(rows[:5], append(host, rows[5:]...)...)
+		rows = append(rows[:6], append(host, rows[6:]...)...)
 	}
 	return rows, nil
 }

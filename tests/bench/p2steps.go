@@ -14,7 +14,7 @@ var stepsRE = regexp.MustCompile(`gym-otel: job (\d+): start steps on \S+ in ms:
 // startSteps is P2's row of where the start's time goes: the median of
 // each step, in ms, over the jobs ids of lines (one node's slurmd log).
 // The supervisor's steps are part of the prolog's "supervisor" step.
-func startSteps(lines []logLine, ids []string) Row {
+func startSteps(lines []logLine, ids []string, what string) Row {
 	want := map[string]bool{}
 	for _, id := range ids {
 		want[id] = true
@@ -53,6 +53,6 @@ func startSteps(lines []logLine, ids []string) Row {
 	if n == 0 {
 		fig = "no step lines (slurmd below debug, or no ready collector)"
 	}
-	return Row{ID: "P2", What: "the start's steps on the batch node, flag on (ms, median; sup.* within supervisor)",
+	return Row{ID: "P2", What: "the start's steps on the batch node, " + what + ", flag on (ms, median; sup.* within supervisor)",
 		Figure: fig, Spread: fmt.Sprintf("%d jobs", n), Target: "-", Met: "-"}
 }

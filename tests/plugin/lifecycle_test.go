@@ -176,11 +176,14 @@ func TestConcurrentJobs(t *testing.T) {
 		mk("b", "for i in $(seq 6000); do [ -e "+release+" ] && break; sleep 0.1; done")))
 	t.Cleanup(func() { os.WriteFile(release, nil, 0o644) })
 	// Wait until a is done (its epilog too: it leaves the queue after it)
-	// and b runs.
+	// and b's script runs: squeue says RUNNING while b's prolog still
+	// starts its collector, and the script's first line (b's endpoint
+	// file) comes after the prolog has written b's record.
 	deadline := time.Now().Add(patience)
 	for {
 		q, _ := run("squeue", "-h", "-o", "%i %T")
-		if !strings.Contains(q, a+" ") && strings.Contains(q, b+" RUNNING") {
+		ep, _ := os.ReadFile(base + ".b.ep")
+		if !strings.Contains(q, a+" ") && strings.Contains(q, b+" RUNNING") && len(ep) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {

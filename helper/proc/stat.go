@@ -22,6 +22,10 @@ type Stat struct {
 	Pgid int
 	// Session is field 6, the session id.
 	Session int
+	// UTime and STime are fields 14 and 15: the CPU time the process has
+	// spent in user and in kernel mode, in clock ticks (USER_HZ, 100 on
+	// Linux).
+	UTime, STime uint64
 	// StartTime is field 22, clock ticks since boot: with the pid it names
 	// one process for its lifetime.
 	StartTime uint64
@@ -54,6 +58,12 @@ func ReadStat(pid int) (Stat, error) {
 	}
 	if st.Session, err = strconv.Atoi(f[3]); err != nil {
 		return st, fmt.Errorf("/proc/%d/stat: session %q", pid, f[3])
+	}
+	if st.UTime, err = strconv.ParseUint(f[11], 10, 64); err != nil {
+		return st, fmt.Errorf("/proc/%d/stat: user time %q", pid, f[11])
+	}
+	if st.STime, err = strconv.ParseUint(f[12], 10, 64); err != nil {
+		return st, fmt.Errorf("/proc/%d/stat: system time %q", pid, f[12])
 	}
 	if st.StartTime, err = strconv.ParseUint(f[19], 10, 64); err != nil {
 		return st, fmt.Errorf("/proc/%d/stat: start time %q", pid, f[19])

@@ -63,3 +63,28 @@ func TestReadStatHostileName(t *testing.T) {
 		t.Fatalf("a pid that is gone: %v", err)
 	}
 }
+
+// UTime and STime are the kernel's own counts: what times(2) says of this
+// process, read just after, in the same clock ticks.
+func TestReadStatCPUTimes(t *testing.T) {
+	var before, now syscall.Tms
+	if _, err := syscall.Times(&before); err != nil {
+		t.Fatal(err)
+	}
+	for now.Utime-before.Utime < 20 { // 0.2 s of user time at USER_HZ 100
+		if _, err := syscall.Times(&now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := ReadStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after syscall.Tms
+	if _, err := syscall.Times(&after); err != nil {
+		t.Fatal(err)
+	}
+	if st.UTime < uint64(before.Utime)+20 || st.UTime > uint64(after.Utime) || st.STime > uint64(after.Stime) {
+		t.Fatalf("stat utime %d stime %d; times(2) before %d, after %d/%d", st.UTime, st.STime, before.Utime, after.Utime, after.Stime)
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
@@ -301,15 +302,11 @@ func memLoad(t *testing.T, loadgen string, pid, port int, token string, rate int
 // cpuSeconds is pid's user plus system CPU time (/proc/<pid>/stat), in s.
 func cpuSeconds(t *testing.T, pid int) float64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := proc.ReadStat(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, _ := strings.Cut(string(b), ") ")
-	f := strings.Fields(rest) // f[0] is field 3 (state): utime is field 14, stime 15
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
+	return float64(st.UTime+st.STime) / 100 // USER_HZ
 }
 
 // httpGet is the body of url.

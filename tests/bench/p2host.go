@@ -6,12 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 )
 
 // hostRows are P2's rows of what this host costs whatever the product does:
@@ -103,7 +104,7 @@ func collectorOwnStart(cfg string, runs int) (wall, cpu []float64, err error) {
 			}
 		}
 		took := time.Since(t0)
-		ticks, terr := cpuTicks(cmd.Process.Pid)
+		st, terr := proc.ReadStat(cmd.Process.Pid)
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 		if !healthy {
@@ -113,30 +114,10 @@ func collectorOwnStart(cfg string, runs int) (wall, cpu []float64, err error) {
 			return nil, nil, terr
 		}
 		wall = append(wall, float64(took.Microseconds())/1000)
-		cpu = append(cpu, float64(ticks)*1000/100) // USER_HZ is 100 on Linux
+		cpu = append(cpu, float64(st.UTime+st.STime)*1000/100) // USER_HZ is 100 on Linux
 		time.Sleep(200 * time.Millisecond)
 	}
 	return wall, cpu, nil
-}
-
-// cpuTicks is the user+sys time of pid in clock ticks (fields 14 and 15 of
-// /proc/PID/stat).
-func cpuTicks(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	k, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
-	}
-	return u + k, nil
 }
 
 // firstTouch maps size bytes of new anonymous memory runs times, writes

@@ -64,6 +64,11 @@ func slurmEnv() []string {
 // kit is the bench's Slurm: every node is this host.
 var kit = &slurmkit.Cluster{Runner: slurmkit.Local{Env: slurmEnv()}, Nodes: benchNodes(), User: benchUser, Dir: jobsDir}
 
+// jobOtelDir is where the bench's --gym-otel job id keeps its telemetry:
+// the job_dir of the bench's Gym config, its "otel" dir (the batch node's
+// files; the other nodes' under nodes/<name>).
+func jobOtelDir(id string) string { return filepath.Join(jobsDir, "gym-otel-"+id, "otel") }
+
 // benchNodes are the bench cluster's nodes, gn1 to gn<nodeCount>.
 func benchNodes() []string {
 	var n []string

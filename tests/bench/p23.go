@@ -221,6 +221,12 @@ date +%%s%%N > %[1]s/last.$SLURM_JOB_ID
 			Target: fmt.Sprintf("<= %.1f s added", target2), Met: yes(a1add <= target2)},
 		startSteps(logs[0], ids(jobs, "ours"), "two-node jobs"),
 		startSteps(logs[0], ids(jobs, "ours1"), "one-node jobs"),
+	}
+	if ours := ids(jobs, "ours"); len(ours) > 0 {
+		// After the steps' rows: what the host costs whatever the product does.
+		rows = append(rows, hostRows(ours[len(ours)-1], 5)...)
+	}
+	rows = append(rows, []Row{
 		{ID: "P2", What: "the Gym-style script: sbatch's return to the driver's first line, added",
 			Figure: fmt.Sprintf("%+.2f s (%.2f s)", gadd, median(start["gym"])),
 			Spread: fmt.Sprintf("rounds %+.2f..%+.2f s", glo, ghi),
@@ -234,12 +240,7 @@ date +%%s%%N > %[1]s/last.$SLURM_JOB_ID
 			Figure: fmt.Sprintf("%.2f s", median(end["gym"])),
 			Spread: fmt.Sprintf("p25-p75 %.2f-%.2f s", gelo, gehi),
 			Target: "anchor (21.0 s before)", Met: "-"},
-	}
-	if ours := ids(jobs, "ours"); len(ours) > 0 {
-		// After the steps' row: what the host costs whatever the product does.
-		host := hostRows(ours[len(ours)-1], 5)
-		rows = append(rows[:6], append(host, rows[6:]...)...)
-	}
+	}...)
 	return rows, nil
 }
 

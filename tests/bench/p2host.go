@@ -21,7 +21,7 @@ import (
 // tell a P2 missed by the product from one missed by a slower host: the
 // collector's start is part of every flagged job's prolog.
 func hostRows(id string, runs int) []Row {
-	wall, cpu, err := collectorOwnStart(filepath.Join(jobsDir, "gym-otel-"+id, "otel", "collector.yaml"), runs)
+	wall, cpu, err := collectorOwnStart(filepath.Join(jobOtelDir(id), "collector.yaml"), runs)
 	start := Row{ID: "P2", What: "host: the collector's own start, no Slurm: exec to healthy with a flagged job's collector.yaml (its CPU, user+sys)",
 		Target: "-", Met: "-"}
 	if err != nil {

@@ -70,7 +70,7 @@ exec %[3]s/loadgen --steps "$1" --tag "$2" --out "$3" --pause 0s --workers 4 --b
 		time.Sleep(100 * time.Millisecond)
 	}
 	started := time.Now()
-	jobOut := filepath.Join(jobsDir, "gym-otel-"+id, "otel")
+	jobOut := jobOtelDir(id)
 	col := findProc(installDir + "/otelcol-gym --config " + jobOut + "/collector.yaml")
 	if len(col) != 1 {
 		return lr, fmt.Errorf("P5 job %s: collector processes %v", id, col)

@@ -175,6 +175,20 @@ type Ports struct {
 	Cgroup int `json:"cgroup,omitempty"`
 }
 
+// Loopback returns every nonzero port of p, the collector's and the
+// supervisor's loopback TCP ports of one job on one node, in field order:
+// the set a node's packet filter keeps to the job's own processes. A port
+// field added to Ports must be added here.
+func (p Ports) Loopback() []int {
+	var out []int
+	for _, n := range []int{p.OTLPGRPC, p.OTLPHTTP, p.Health, p.Telemetry, p.Final, p.Cgroup} {
+		if n != 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // State is state.json in a node dir: the supervisor's state, for humans,
 // tests, inspect, replay and a nested submit (which finds the running
 // collector through CollectorPID and checks it). It is the user's file;

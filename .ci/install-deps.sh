@@ -12,6 +12,8 @@ PKGS=(
 	munge libslurm-dev
 	# a real node_exporter for the collector tests
 	prometheus-node-exporter
+	# the node's packet filter that keeps a job's ports to the job
+	nftables
 	# plugin build, packaging, man pages
 	gcc make libc6-dev pkg-config pandoc rpm
 	# containers / root filesystems for the multi-host tests; the docker

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/portfilter"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
@@ -34,7 +35,7 @@ const (
 
 // ArgNames are the plugin's own plugstack.conf argument names (the rest are
 // otel keys).
-var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir", "core", "cgroup", "cgroup_memory_max_mib"}
+var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir", "core", "cgroup", "cgroup_memory_max_mib", "port_filter"}
 
 // Args are the plugstack.conf arguments of the plugin:
 //
@@ -52,6 +53,11 @@ var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir"
 //	cgroup_memory_max_mib=MIB  the site's cap on the collector cgroup's
 //	                     memory bound (default 2048, 32..1048576): the
 //	                     bound is 2 x otel.memory_limit_mib, never above it
+//	port_filter=auto|require|off  the node's packet filter that keeps the
+//	                     job's loopback ports to the job (helper/portfilter;
+//	                     default auto: wherever the node can, and a warning
+//	                     once per node where it cannot; require: no
+//	                     collector where it cannot)
 //	<otel key>=VALUE     inline site overrides, e.g. on_failure=fail
 type Args struct {
 	Site          string
@@ -64,6 +70,8 @@ type Args struct {
 	Cgroup string
 	// CgroupMemoryMaxMiB caps the collector cgroup's memory bound, MiB.
 	CgroupMemoryMaxMiB int
+	// PortFilter is portfilter.ModeAuto, ModeRequire or ModeOff.
+	PortFilter string
 	// SiteItems are the inline otel keys, in the order given.
 	SiteItems []config.Item
 }
@@ -71,7 +79,7 @@ type Args struct {
 // ParseArgs parses plugstack.conf arguments. Every bad argument is reported
 // (joined), each naming the argument.
 func ParseArgs(av []string) (Args, error) {
-	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: contract.DefaultRecordDir, Cgroup: CgroupAuto, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB}
+	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: contract.DefaultRecordDir, Cgroup: CgroupAuto, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, PortFilter: portfilter.ModeAuto}
 	var errs []error
 	bad := func(arg, format string, v ...any) {
 		errs = append(errs, fmt.Errorf("plugstack.conf argument %q: %s", arg, fmt.Sprintf(format, v...)))
@@ -124,6 +132,13 @@ func ParseArgs(av []string) (Args, error) {
 			default:
 				bad(arg, "cgroup wants auto, required or off")
 			}
+		case "port_filter":
+			m, err := portfilter.ParseMode(v)
+			if err != nil {
+				bad(arg, "%v", err)
+				continue
+			}
+			a.PortFilter = m
 		case "cgroup_memory_max_mib":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 32 || n > MaxCgroupMemoryMaxMiB {

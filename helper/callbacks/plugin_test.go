@@ -15,12 +15,12 @@ import (
 
 func TestParseArgs(t *testing.T) {
 	a, err := ParseArgs([]string{"site=/etc/slurm/gym-otel.yaml", "default=on", "prolog_timeout=30",
-		"cli=/opt/bin/gym-otel-spank", "record_dir=/run/x", "cgroup=required", "on_failure=fail", "scrape_interval_seconds=5"})
+		"cli=/opt/bin/gym-otel-spank", "record_dir=/run/x", "cgroup=required", "port_filter=require", "on_failure=fail", "scrape_interval_seconds=5"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Args{Site: "/etc/slurm/gym-otel.yaml", DefaultOn: true, PrologTimeout: 30, CLI: "/opt/bin/gym-otel-spank",
-		RecordDir: "/run/x", Cgroup: CgroupRequired, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, SiteItems: []config.Item{{Key: "on_failure", Value: "fail"}, {Key: "scrape_interval_seconds", Value: "5"}}}
+		RecordDir: "/run/x", Cgroup: CgroupRequired, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, PortFilter: "require", SiteItems: []config.Item{{Key: "on_failure", Value: "fail"}, {Key: "scrape_interval_seconds", Value: "5"}}}
 	if !reflect.DeepEqual(a, want) {
 		t.Fatalf("got %+v\nwant %+v", a, want)
 	}
@@ -31,6 +31,7 @@ func TestParseArgs(t *testing.T) {
 		{"default=maybe", "default wants on or off"},
 		{"cgroup=yes", "cgroup wants auto, required or off"},
 		{"prolog_timeout=0", "prolog_timeout wants"},
+		{"port_filter=on", `port_filter wants auto, require or off, not "on"`},
 		{"cgroup_memory_max_mib=0", "cgroup_memory_max_mib wants whole MiB, 32..1048576"},
 		{"cgroup_memory_max_mib=1e3", "cgroup_memory_max_mib wants whole MiB"},
 		{"scrape_intervall=3", `"scrape_intervall=3": unknown argument`},

@@ -74,8 +74,8 @@ func indexByte(s string, c byte) int {
 // Its steps, in order: the deadline, the node's housekeeping (tidyNode), the
 // job's settings (acceptSettings), the job's user (jobAccount), the job's
 // facts, the supervisor's environment (supervisorEnv), its cgroup
-// (collectorGroup), its start and report (launch), and the ready record
-// (recordReady).
+// (collectorGroup), its start and report (launch), the node's packet
+// filter for its ports (keepPorts), and the ready record (recordReady).
 func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	// The steps' times for the ready line: the first one is the core's
 	// load, from the C prolog's stamp (when plausible) to here.
@@ -149,6 +149,11 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return fail(err)
 	}
 	clock.mark("supervisor")
+	if err := keepPorts(ctx, in.Args, node, in.JobID, in.UID, group, rep.Ports.Loopback(), rep.Ports.Health, rec, log); err != nil {
+		sup.kill()
+		return fail(err)
+	}
+	clock.mark("filter")
 	if err := recordReady(dir, rec, sup, rep, resolved, facts); err != nil {
 		return fail(err)
 	}

@@ -469,6 +469,17 @@ func (g *Group) Anchored() bool {
 // Exists reports whether the group has a directory in any hierarchy.
 func (g *Group) Exists() bool { return len(g.dirs) > 0 }
 
+// V2 returns the group's directory in the unified (v2) hierarchy and that
+// hierarchy's mount point; ok is false when the group has none.
+func (g *Group) V2() (dir, mount string, ok bool) {
+	for _, d := range g.dirs {
+		if d.h.Version == V2 {
+			return d.path, d.h.Mount, true
+		}
+	}
+	return "", "", false
+}
+
 // Dirs are the group's directories, one per hierarchy.
 func (g *Group) Dirs() []string {
 	out := make([]string, len(g.dirs))

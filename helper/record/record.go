@@ -35,6 +35,7 @@ import (
 //	cgroup_memory=<the file of its memory bound, which steps lower to the job's memory>
 //	cgroup_cpuset=<the file of its CPU set, which steps narrow to their CPUs>
 //	hold_socket=<the supervisor's abstract unix socket name for the batch step's hold, "" for none>
+//	filter_ports=<the job's loopback ports the node's packet filter keeps to the job, comma-separated, "" for none>
 //	env=KEY=VALUE
 //	unset=NAME
 type Record struct {
@@ -59,8 +60,12 @@ type Record struct {
 	// batch step asks whether every target has been sampled
 	// (supervise.ValidHoldSocket), "" when none.
 	HoldSocket string
-	Env        []KV
-	Unset      []string
+	// FilterPorts are the job's loopback ports for which the prolog
+	// installed the node's packet filter (helper/portfilter), which the
+	// epilog removes; none when it installed nothing.
+	FilterPorts []int
+	Env         []KV
+	Unset       []string
 }
 
 // KV is one environment variable.
@@ -119,6 +124,11 @@ func (r *Record) Marshal() ([]byte, error) {
 	fmt.Fprintf(&b, "%s=%s\n", contract.RecordCgroupMemory, oneLine(r.CgroupMemory))
 	fmt.Fprintf(&b, "%s=%s\n", contract.RecordCgroupCpuset, oneLine(r.CgroupCpuset))
 	fmt.Fprintf(&b, "%s=%s\n", contract.RecordHoldSocket, oneLine(r.HoldSocket))
+	ports := make([]string, len(r.FilterPorts))
+	for i, p := range r.FilterPorts {
+		ports[i] = strconv.Itoa(p)
+	}
+	fmt.Fprintf(&b, "filter_ports=%s\n", strings.Join(ports, ","))
 	for _, kv := range r.Env {
 		if !EnvName(kv.Key) || strings.ContainsAny(kv.Value, "\n\r\x00") {
 			return nil, fmt.Errorf("record: env %q: not a name or a one-line value", kv.Key)
@@ -172,6 +182,17 @@ func Parse(data []byte) (*Record, error) {
 			r.CgroupCpuset = v
 		case contract.RecordHoldSocket:
 			r.HoldSocket = v
+		case "filter_ports":
+			for _, f := range strings.Split(v, ",") {
+				if f == "" {
+					continue
+				}
+				var n int
+				if n, err = strconv.Atoi(f); err != nil {
+					break
+				}
+				r.FilterPorts = append(r.FilterPorts, n)
+			}
 		case contract.RecordEnv:
 			ek, ev, _ := strings.Cut(v, "=")
 			r.Env = append(r.Env, KV{ek, ev})

@@ -13,7 +13,7 @@ import (
 
 func TestRecordRoundTrip(t *testing.T) {
 	r := &Record{Status: "failed", OnFailure: "fail", Reason: "line one\nline two", FinalWait: 16, DrainTimeout: 20,
-		SupervisorPID: 42, SupervisorStart: 123456, UID: 2001,
+		SupervisorPID: 42, SupervisorStart: 123456, UID: 2001, FilterPorts: []int{40001, 40002},
 		Env: []KV{{"A", "1"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20x"}}, Unset: []string{"OTEL_TOKEN"}}
 	data, err := r.Marshal()
 	if err != nil {

@@ -1,0 +1,381 @@
+package portfilter_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/portfilter"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// The test binary plays the processes of the kernel test: a listener
+// (GOS_PF_ROLE=listen) and a client (GOS_PF_ROLE=dial), each started with
+// the credentials and in the cgroup the test gives it.
+func TestMain(m *testing.M) {
+	switch os.Getenv("GOS_PF_ROLE") {
+	case "listen":
+		listen(os.Getenv("GOS_PF_PORT"))
+		return
+	case "dial":
+		dial(os.Getenv("GOS_PF_PORT"))
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// listen listens on 127.0.0.1:port, says "listening", then prints each
+// line a connection sends ("got <line>") until killed.
+func listen(port string) {
+	l, err := net.Listen("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	fmt.Println("listening")
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			fmt.Println("got", strings.TrimSpace(line))
+			c.Write([]byte("ok\n"))
+		}()
+	}
+}
+
+// dial connects to 127.0.0.1:port, sends a secret line and prints
+// "answered" when the listener answered, else "refused" or the error.
+func dial(port string) {
+	c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, 2*time.Second)
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			fmt.Println("refused")
+		} else {
+			fmt.Println("error", err)
+		}
+		return
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("the-job-token\n")); err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	if line, err := bufio.NewReader(c).ReadString('\n'); err == nil && line == "ok\n" {
+		fmt.Println("answered")
+		return
+	} else if errors.Is(err, syscall.ECONNRESET) {
+		fmt.Println("refused")
+		return
+	} else {
+		fmt.Println("error", err)
+	}
+}
+
+func TestAddScript(t *testing.T) {
+	j := portfilter.Job{ID: 42, UID: 2001, Ports: []int{40001, 40002}, Group: "unified/gym_otel/c/n1/job_42", Level: 4}
+	s, err := portfilter.AddScript(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"add table inet gym_otel\n",
+		"add rule inet gym_otel output ip daddr 127.0.0.1 tcp dport vmap @out_ports\n",
+		"add rule inet gym_otel input ip daddr 127.0.0.1 tcp flags & (syn | ack) == syn tcp dport vmap @in_ports\n",
+		"add rule inet gym_otel job_42_out meta skuid { 0, 2001 } return\n",
+		"add rule inet gym_otel job_42_in socket cgroupv2 level 4 \"unified/gym_otel/c/n1/job_42\" return\n",
+		"add element inet gym_otel out_ports { 40001 : jump job_42_out, 40002 : jump job_42_out }\n",
+		"add element inet gym_otel in_ports { 40001 : jump job_42_in, 40002 : jump job_42_in }\n",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("script lacks %q:\n%s", want, s)
+		}
+	}
+	for _, bad := range []portfilter.Job{
+		{ID: 1, UID: 1, Group: "g", Level: 1},
+		{ID: 1, UID: 1, Ports: []int{0}, Group: "g", Level: 1},
+		{ID: 1, UID: 1, Ports: []int{70000}, Group: "g", Level: 1},
+		{ID: 1, UID: 1, Ports: []int{1}, Group: "", Level: 1},
+		{ID: 1, UID: 1, Ports: []int{1}, Group: "a\" accept; #", Level: 1},
+		{ID: 1, UID: 1, Ports: []int{1}, Group: "a b", Level: 1},
+		{ID: 1, UID: 1, Ports: []int{1}, Group: "g", Level: 0},
+	} {
+		if _, err := portfilter.AddScript(bad); err == nil {
+			t.Errorf("AddScript(%+v): no error", bad)
+		}
+	}
+}
+
+func TestGroupName(t *testing.T) {
+	for _, c := range []struct {
+		dir, mount, name string
+		level            int
+	}{
+		{"/sys/fs/cgroup/unified/gym_otel/c/n/job_1", "/sys/fs/cgroup/unified", "unified/gym_otel/c/n/job_1", 4},
+		{"/sys/fs/cgroup/system.slice/slurmstepd.scope/gym_otel/n/job_1", "/sys/fs/cgroup", "system.slice/slurmstepd.scope/gym_otel/n/job_1", 5},
+	} {
+		name, level, err := portfilter.GroupName(c.dir, c.mount)
+		if err != nil || name != c.name || level != c.level {
+			t.Errorf("GroupName(%s, %s) = %q, %d, %v; want %q, %d", c.dir, c.mount, name, level, err, c.name, c.level)
+		}
+	}
+	for _, c := range [][2]string{
+		{"/mnt/cg2/gym_otel/job_1", "/mnt/cg2"},
+		{"/sys/fs/cgroup/unified", "/sys/fs/cgroup/unified"},
+		{"/sys/fs/cgroup/memory/x", "/sys/fs/cgroup/unified"},
+	} {
+		if _, _, err := portfilter.GroupName(c[0], c[1]); err == nil {
+			t.Errorf("GroupName(%s, %s): no error", c[0], c[1])
+		}
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	for _, m := range []string{"auto", "require", "off"} {
+		if got, err := portfilter.ParseMode(m); err != nil || got != m {
+			t.Errorf("ParseMode(%s) = %q, %v", m, got, err)
+		}
+	}
+	if _, err := portfilter.ParseMode("on"); err == nil || !strings.Contains(err.Error(), `"on"`) {
+		t.Errorf("ParseMode(on): %v", err)
+	}
+}
+
+// v2Mount is the node's cgroup v2 mount below /sys/fs/cgroup, "" when none.
+func v2Mount(t *testing.T) string {
+	hs, err := cgroup.Discover("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		if h.Version == cgroup.V2 && !h.ReadOnly && (h.Mount == portfilter.CgroupMount || strings.HasPrefix(h.Mount, portfilter.CgroupMount+"/")) {
+			return h.Mount
+		}
+	}
+	return ""
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// self is a copy of the test binary that every uid can run (copySelf).
+var self string
+
+// copySelf copies the test binary into a directory every uid can enter.
+func copySelf(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self = filepath.Join(dir, "portfilter.test")
+	if err := os.WriteFile(self, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// role starts the test binary in a role, as uid, in the cgroup v2 group
+// whose directory cgfd holds (-1: this process's group).
+func role(t *testing.T, name string, port int, uid uint32, cgfd int) *exec.Cmd {
+	cmd := exec.Command(self)
+	cmd.Env = []string{"GOS_PF_ROLE=" + name, "GOS_PF_PORT=" + strconv.Itoa(port)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	if cgfd >= 0 {
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = cgfd
+	}
+	return cmd
+}
+
+// listener starts a listener and waits for it to listen; its output
+// (what it got) is read after it is killed.
+func listener(t *testing.T, port int, uid uint32, cgfd int) func() string {
+	cmd := role(t, "listen", port, uid, cgfd)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(out)
+	if line, _ := r.ReadString('\n'); line != "listening\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("listener on %d as uid %d: %q", port, uid, line)
+	}
+	var rest strings.Builder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b := make([]byte, 4096)
+		for {
+			n, err := r.Read(b)
+			rest.Write(b[:n])
+			if err != nil {
+				return
+			}
+		}
+	}()
+	stopped := false
+	stop := func() string {
+		if !stopped {
+			stopped = true
+			cmd.Process.Kill()
+			cmd.Wait()
+			<-done
+		}
+		return rest.String()
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+func dialAs(t *testing.T, port int, uid uint32) string {
+	out, err := role(t, "dial", port, uid, -1).Output()
+	if err != nil {
+		t.Fatalf("dial %d as uid %d: %v", port, uid, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestFilterKernel installs a job's rules on this node's kernel and plays
+// the job's collector (a listener of the job's uid inside the job's cgroup
+// v2 group), the job's tasks (the job's uid outside it), another user, and
+// squatters of both uids on a port of the job that its collector freed.
+func TestFilterKernel(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root (the kernel's packet filter)")
+		return
+	}
+	nft := portfilter.Nft()
+	if nft == "" {
+		testenv.Missing(t, "nft (Debian's nftables)")
+		return
+	}
+	mount := v2Mount(t)
+	if mount == "" {
+		testenv.Missing(t, "a writable cgroup v2 hierarchy below /sys/fs/cgroup")
+		return
+	}
+	copySelf(t)
+	dir := filepath.Join(mount, fmt.Sprintf("gym_otel_pftest_%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	cg, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	name, level, err := portfilter.GroupName(dir, mount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const jobUID, otherUID = 65534, 65533
+	held, freed := freePort(t), freePort(t)
+	stopCollector := listener(t, held, jobUID, int(cg.Fd()))
+
+	run := portfilter.NftRunner(nft)
+	ctx := context.Background()
+	j := portfilter.Job{ID: 4000000000 - uint32(os.Getpid()%1000), UID: jobUID, Ports: []int{held, freed}, Group: name, Level: level}
+	start := time.Now()
+	if err := portfilter.Install(ctx, run, j); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("install: %v", time.Since(start))
+	removed := false
+	t.Cleanup(func() {
+		if !removed {
+			portfilter.Remove(ctx, run, j)
+		}
+	})
+	if err := portfilter.Probe(held, time.Second); err != nil {
+		t.Fatalf("root's probe: %v", err)
+	}
+
+	// Sending half: the job's uid and root reach the collector, another
+	// uid is reset.
+	if got := dialAs(t, held, jobUID); got != "answered" {
+		t.Errorf("the job's task to its collector: %s", got)
+	}
+	if got := dialAs(t, held, 0); got != "answered" {
+		t.Errorf("root to the job's collector: %s", got)
+	}
+	if got := dialAs(t, held, otherUID); got != "refused" {
+		t.Errorf("another user to the job's collector: %s, want refused", got)
+	}
+	if got := stopCollector(); strings.Count(got, "got the-job-token") != 2 {
+		t.Errorf("the collector got %q, want the two lines of the job's uid and root", got)
+	}
+
+	// Receiving half: a port of the job that its collector freed, bound by
+	// another user, then by the job's own uid outside the group: the job's
+	// tasks are reset, the squatter accepts nothing.
+	for _, squatter := range []uint32{otherUID, jobUID} {
+		stop := listener(t, freed, squatter, -1)
+		if got := dialAs(t, freed, jobUID); got != "refused" {
+			t.Errorf("the job's task to a squatter (uid %d) of its port: %s, want refused", squatter, got)
+		}
+		if got := stop(); got != "" {
+			t.Errorf("the squatter (uid %d) got %q", squatter, got)
+		}
+	}
+
+	// Removed, the same squatter gets the connection: the rules were what
+	// stopped it.
+	start = time.Now()
+	if err := portfilter.Remove(ctx, run, j); err != nil {
+		t.Fatal(err)
+	}
+	removed = true
+	t.Logf("remove: %v", time.Since(start))
+	out, err := exec.Command(nft, "list", "table", "inet", portfilter.Table).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list: %v: %s", err, out)
+	}
+	if strings.Contains(string(out), fmt.Sprintf("job_%d_", j.ID)) || strings.Contains(string(out), strconv.Itoa(freed)+" :") {
+		t.Errorf("the job's rules are left after Remove:\n%s", out)
+	}
+	stop := listener(t, freed, otherUID, -1)
+	if got := dialAs(t, freed, jobUID); got != "answered" {
+		t.Errorf("without the rules, the squatter's port: %s (want answered: the test would not show the filter)", got)
+	}
+	stop()
+	// A second Remove finds nothing and is no error.
+	if err := portfilter.Remove(ctx, run, j); err != nil {
+		t.Errorf("a second Remove: %v", err)
+	}
+}

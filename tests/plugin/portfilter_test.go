@@ -1,0 +1,183 @@
+package plugin_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/portfilter"
+)
+
+// TestPortFilterOtherUsers plays another local user (nobody) against a
+// running job's loopback ports, with the node's packet filter the prolog
+// installs (port_filter=auto on a node with nft and a cgroup v2 group):
+//   - every port of the job (the OTLP receivers, the health check, the
+//     collector's own metrics, the supervisor's final-figures and cgroup
+//     pages) refuses the other user's connections, 200 of them in a row
+//     included, while the job's own export through its receiver succeeds;
+//   - the collector is killed mid-job (its supervisor held stopped so that
+//     the other user surely binds the freed ports first): the batch script,
+//     which already holds the endpoint and the receiver token, sends again,
+//     and the other user's listener receives nothing of it;
+//   - after the job the node's table holds nothing of the job.
+func TestPortFilterOtherUsers(t *testing.T) {
+	waitIdle(t)
+	if portfilter.Nft() == "" {
+		t.Fatal("no nft on this node: .ci/install-deps.sh installs nftables")
+	}
+	d := markerDir(t, "portfilter")
+	squat := buildSquat(t, d)
+	post := `curl -s -m 5 -o /dev/null -w '%{http_code}' -XPOST -H "Authorization: $auth" -H 'Content-Type: application/json' --data '{"resourceSpans":[]}' "$OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces"`
+	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf(`
+env | grep -E '^(OTEL_|NEMO_GYM_OTEL_|SLURM_JOB_ID=)' > %[1]s/job.env
+auth=${OTEL_EXPORTER_OTLP_HEADERS#Authorization=}; auth=${auth//%%20/ }
+touch %[1]s/ready
+for i in $(seq 1 900); do [ -e %[1]s/go1 ] && break; sleep 0.1; done
+%[2]s > %[1]s/post1.code
+touch %[1]s/posted1
+for i in $(seq 1 900); do [ -e %[1]s/go2 ] && break; sleep 0.1; done
+%[2]s > %[1]s/post2.code
+touch %[1]s/posted2
+true
+`, d, post))
+	done := make(chan result, 1)
+	go func() {
+		done <- asUser(t, 240*time.Second, tokenEnv(), fmt.Sprintf("sbatch -N1 --wait --gym-otel=job_dir=%s/run -o %s/job.out %s", d, d, script))
+	}()
+	waitFile(t, 60*time.Second, d+"/ready")
+	stateFile := filepath.Join(d, "run", "otel", "state.json")
+	var st jobdir.State
+	if b, err := os.ReadFile(stateFile); err != nil || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("state.json: %v %s", err, b)
+	}
+	ports := st.Ports.Loopback()
+	if len(ports) < 4 {
+		t.Fatalf("state.json ports: %+v", st.Ports)
+	}
+	jobID := envJobID(t, d+"/job.env")
+	list, err := exec.Command(portfilter.Nft(), "list", "map", "inet", portfilter.Table, "in_ports").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list: %v: %s (slurmd's log: %s)", err, list, lastLines(slurmdLogs(t), "port", 5))
+	}
+	for _, p := range ports {
+		if !strings.Contains(string(list), fmt.Sprintf("%d : jump job_%s_in", p, jobID)) {
+			t.Errorf("the node's filter lacks port %d of job %s:\n%s", p, jobID, list)
+		}
+	}
+
+	// The other user against every port, then 200 connections in a row.
+	for _, p := range ports {
+		out, _ := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+			"curl", "-s", "-m", "3", "-o", "/dev/null", "-w", "%{http_code}", fmt.Sprintf("http://127.0.0.1:%d/", p)).Output()
+		if string(out) != "000" {
+			t.Errorf("another user reached port %d of the job: HTTP %q", p, out)
+		}
+	}
+	flood := fmt.Sprintf(`n=0; for i in $(seq 1 200); do if exec 3<>/dev/tcp/127.0.0.1/%d; then n=$((n+1)); exec 3>&-; fi 2>/dev/null; done; echo $n`, st.Ports.OTLPGRPC)
+	out, _ := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c", flood).Output()
+	if strings.TrimSpace(string(out)) != "0" {
+		t.Errorf("another user opened %s of 200 connections to the job's OTLP gRPC port", strings.TrimSpace(string(out)))
+	}
+	if err := os.WriteFile(d+"/go1", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, 30*time.Second, d+"/posted1")
+	if code, _ := os.ReadFile(d + "/post1.code"); string(code) != "200" {
+		t.Errorf("the job's own export to its receiver: HTTP %q, want 200", code)
+	}
+
+	// The collector killed, its ports bound by the other user first.
+	sup := st.SupervisorPID
+	if err := syscall.Kill(sup, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			syscall.Kill(sup, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	if err := syscall.Kill(st.CollectorPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	logf := filepath.Join(d, "squat.log")
+	if err := os.WriteFile(logf, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(logf, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	argv := []string{"--reuid=65534", "--regid=65534", "--clear-groups", squat, logf, d + "/squat.ready"}
+	for _, p := range []int{st.Ports.OTLPGRPC, st.Ports.OTLPHTTP, st.Ports.Health, st.Ports.Telemetry} {
+		argv = append(argv, strconv.Itoa(p))
+	}
+	sq := exec.Command("setpriv", argv...)
+	if err := sq.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sq.Process.Kill(); sq.Wait() })
+	waitFile(t, 40*time.Second, d+"/squat.ready")
+	if err := os.WriteFile(d+"/go2", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, 30*time.Second, d+"/posted2")
+	if code, _ := os.ReadFile(d + "/post2.code"); string(code) != "000" {
+		t.Errorf("the batch script's send after the squat: HTTP %q, want no connection (000)", code)
+	}
+	resume()
+	r := <-done
+	if r.code != 0 {
+		out, _ := os.ReadFile(d + "/job.out")
+		t.Fatalf("the job failed (exit %d): %s\n%s", r.code, r.stderr, out)
+	}
+	got, _ := os.ReadFile(logf)
+	if len(got) != 0 {
+		t.Errorf("the other user's listener on the job's ports received %d bytes:\n%.2000s", len(got), got)
+	}
+	waitNoCollector(t)
+	waitIdle(t)
+	list, _ = exec.Command(portfilter.Nft(), "list", "table", "inet", portfilter.Table).CombinedOutput()
+	if strings.Contains(string(list), "job_"+jobID+"_") {
+		t.Errorf("the job's rules are left after its epilog:\n%s", list)
+	}
+}
+
+// envJobID is the job's SLURM_JOB_ID, from the env file its script wrote.
+func envJobID(t *testing.T, envFile string) string {
+	t.Helper()
+	b, err := os.ReadFile(envFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "SLURM_JOB_ID="); ok {
+			return v
+		}
+	}
+	t.Fatalf("no SLURM_JOB_ID in the job's env:\n%s", b)
+	return ""
+}
+
+// lastLines is the last n lines of text that contain pat.
+func lastLines(text, pat string, n int) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, pat) {
+			out = append(out, l)
+		}
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return strings.Join(out, "\n")
+}

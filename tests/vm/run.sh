@@ -63,6 +63,7 @@ make -s -C "$repo" install BUILD="$work/build" SLURM_INCLUDE="$image/include" \
 sed -i '/^required /s/$/ prolog_timeout=120/' "$pl/stage/etc/slurm/plugstack.conf.d/gym-otel.conf"
 install -m 0755 "$repo/build/otelcol-gym" "$pl/bin/otelcol-gym"
 (cd "$repo" && CGO_ENABLED=0 go test -c -o "$pl/bin/cgroup.test" ./helper/cgroup &&
+	CGO_ENABLED=0 go test -c -o "$pl/bin/portfilter.test" ./helper/portfilter &&
 	CGO_ENABLED=0 go test -c -tags vmguest -o "$pl/bin/guest.test" ./tests/vm/guest)
 gcc -O2 -I"$image/include" -o "$pl/bin/forge" "$repo/tests/plugin/testdata/forge.c" \
 	-L"$image/lib" -lslurm -Wl,--allow-shlib-undefined

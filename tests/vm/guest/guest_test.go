@@ -325,6 +325,16 @@ srun -n1 sh -c 'curl -sS -o /dev/null -w "%{http_code}\n" -X POST -H "Content-Ty
 	if ents, _ := filepath.Glob("/run/gym-otel/*/" + id); len(ents) > 0 {
 		t.Errorf("record dirs left: %v", ents)
 	}
+	// The node's packet filter held the job's ports (the step's POST above
+	// went through it) and is gone with the job.
+	if strings.Contains(jobLines(log, id), "not kept to the job") || strings.Contains(log, "ports are not kept to the job") {
+		t.Errorf("the job's ports were not filtered on cgroup v2:\n%s", jobLines(log, id))
+	}
+	if out, err := exec.Command("nft", "list", "table", "inet", "gym_otel").CombinedOutput(); err != nil {
+		t.Errorf("nft list table inet gym_otel: %v: %s (the prolog installed no filter)", err, out)
+	} else if strings.Contains(string(out), "job_"+id+"_") {
+		t.Errorf("the job's filter is left after its epilog:\n%s", out)
+	}
 }
 
 func tail(s string, n int) string {

@@ -145,6 +145,13 @@ r=${PIPESTATUS[0]}
 say "helper/cgroup tests: exit $r, $(since "$t") s"
 
 t=$(up)
+say "helper/portfilter tests: the packet filter on cgroup v2"
+GYM_OTEL_REQUIRE_REAL=1 "$P/bin/portfilter.test" -test.v -test.count=1 -test.timeout 5m 2>&1 | tee "$O/portfilter-test.log"
+r=${PIPESTATUS[0]}
+[ "$r" = 0 ] || { rc=1; say "helper/portfilter tests FAILED (exit $r)"; }
+say "helper/portfilter tests: exit $r, $(since "$t") s"
+
+t=$(up)
 say "guest suite: real sbatch --gym-otel jobs"
 run=${GYM_VM_RUN:-}
 [ -s "$P/conf/run" ] && run=$(cat "$P/conf/run")

@@ -2,6 +2,7 @@ package callbacks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,7 +14,9 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/portfilter"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 )
 
 // nftRunner runs nft for the prolog and the epilog; tests replace it.
@@ -45,6 +48,12 @@ func keepPorts(ctx context.Context, a Args, node string, jobID, uid uint32, grou
 		rec.FilterPorts = ports
 		return nil
 	}
+	var notOurs errNotOurs
+	if errors.As(err, &notOurs) {
+		// Not the node's limits but a report that does not match the
+		// kernel: no collector, whatever port_filter says.
+		return fmt.Errorf("the supervisor's report names ports its collector does not hold: %v", notOurs.err)
+	}
 	if a.PortFilter == portfilter.ModeRequire {
 		return fmt.Errorf("port_filter=require: the job's ports cannot be kept to the job on this node: %v", err)
 	}
@@ -53,6 +62,11 @@ func keepPorts(ctx context.Context, a Args, node string, jobID, uid uint32, grou
 	})
 	return nil
 }
+
+// errNotOurs: a reported port is not listened on by the job's cgroup.
+type errNotOurs struct{ err error }
+
+func (e errNotOurs) Error() string { return e.err.Error() }
 
 // installFilter installs the rules and checks that the collector is
 // reachable through them (else removes them). Errors: why not.
@@ -71,6 +85,19 @@ func installFilter(ctx context.Context, jobID, uid uint32, group *cgroup.Group, 
 	name, level, err := portfilter.GroupName(dir, mount)
 	if err != nil {
 		return err
+	}
+	// The ports come from the supervisor's report, a process of the job's
+	// user: root takes them only once the kernel shows that processes of
+	// the job's own cgroup listen on every one, so that a forged report
+	// cannot point the rules at another job's ports.
+	ours := map[uint64]bool{}
+	for _, pid := range group.Pids() {
+		for _, ino := range proc.SocketInodes(pid) {
+			ours[ino] = true
+		}
+	}
+	if err := supervise.ListenersIn(ports, ours); err != nil {
+		return errNotOurs{err}
 	}
 	j := portfilter.Job{ID: jobID, UID: uid, Ports: ports, Group: name, Level: level}
 	if err := portfilter.Install(ctx, run, j); err != nil {

@@ -146,3 +146,28 @@ func loopbackListeners(rows []proc.TCPSocket) map[int][]socket {
 	}
 	return out
 }
+
+// ListenersIn proves, for root's prolog, that every one of ports is
+// listened on at 127.0.0.1 (or every address, v4 or v6) and only by
+// sockets whose inodes are in ours (the sockets held by the processes of
+// the job's cgroup): the ports a supervisor reported are its own
+// collector's, not another job's, whatever the report says. Errors: the
+// node's listeners unreadable, a port nobody listens on, or a port with
+// any other listener (of any uid).
+func ListenersIn(ports []int, ours map[uint64]bool) error {
+	listen, err := nodeListeners()
+	if err != nil {
+		return fmt.Errorf("reading the node's listeners: %w", err)
+	}
+	for _, p := range ports {
+		if len(listen[p]) == 0 {
+			return fmt.Errorf("port %d on 127.0.0.1: no process of the job's cgroup listens on it", p)
+		}
+		for _, sk := range listen[p] {
+			if !ours[sk.inode] {
+				return fmt.Errorf("port %d on 127.0.0.1 is listened on by a socket (uid %d) of no process in the job's cgroup", p, sk.uid)
+			}
+		}
+	}
+	return nil
+}

@@ -147,7 +147,7 @@ func (r *Report) health(a *aggregator) error {
 			}
 		}
 		if st, err := jobdir.ReadState(d.src.Dir); err == nil {
-			dh.State = &DirState{Status: st.Status, Error: st.Error, Restarts: st.Restarts, ExportProblems: st.ExportProblems}
+			dh.State = &DirState{Status: st.Status, Error: st.Error, Restarts: st.Restarts, ExportProblems: st.ExportProblems, ForeignTargets: st.ForeignTargets}
 		}
 		r.Health.Dirs = append(r.Health.Dirs, dh)
 	}
@@ -206,6 +206,13 @@ func (r *Report) receipts(srcs []Source) {
 	for _, d := range r.Health.Dirs {
 		if d.State != nil && d.State.ExportProblems != "" && !final[filepath.Clean(d.Dir)] {
 			r.Trouble = append(r.Trouble, fmt.Sprintf("%s: the collector reported export problems: %s", nodeOr(d), d.State.ExportProblems))
+		}
+		if d.State == nil {
+			continue
+		}
+		for _, f := range d.State.ForeignTargets {
+			r.Trouble = append(r.Trouble, fmt.Sprintf("%s: the scrape target %s (127.0.0.1:%d) was served by uid %d, not the job's user, from %s to %s: its series in this run are another user's process's, not the job's",
+				nodeOr(d), f.Job, f.Port, f.UID, f.First, f.Last))
 		}
 	}
 	if missing > 0 {

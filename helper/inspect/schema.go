@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"math"
 	"strconv"
 	"time"
@@ -385,6 +386,10 @@ type DirState struct {
 	Error          string `json:"error,omitempty"`
 	Restarts       int    `json:"restarts"`
 	ExportProblems string `json:"export_problems,omitempty"`
+	// ForeignTargets are the model-service targets the supervisor saw
+	// served by another uid than the job's user (jobdir.ForeignTarget):
+	// their series in the run are not the job's.
+	ForeignTargets []jobdir.ForeignTarget `json:"foreign_targets,omitempty"`
 }
 
 // TargetHealth is one scrape target and its scrapes.

@@ -209,6 +209,11 @@ type State struct {
 	// ExportProblems says what collector.log showed of the backend's
 	// trouble ("" none).
 	ExportProblems string `json:"export_problems,omitempty"`
+	// ForeignTargets are the scrape targets of the job's model services
+	// that were seen served by another uid than the job's user: their
+	// series in this run are not the job's (oldest first, at most
+	// MaxForeignTargets).
+	ForeignTargets []ForeignTarget `json:"foreign_targets,omitempty"`
 	// UpdatedAt is when the state was written (RFC 3339, UTC, ns).
 	UpdatedAt string `json:"updated_at"`
 	// JobID, RestartCount and SLUID name the run of the job this state is
@@ -218,6 +223,22 @@ type State struct {
 	JobID        string `json:"job_id,omitempty"`
 	RestartCount string `json:"restart_count,omitempty"`
 	SLUID        string `json:"sluid,omitempty"`
+}
+
+// MaxForeignTargets bounds State.ForeignTargets.
+const MaxForeignTargets = 32
+
+// ForeignTarget is a scrape target whose port was listened on by a socket
+// of another uid than the job's user.
+type ForeignTarget struct {
+	// Job is the scrape job (<component>/<service>); Port its loopback port.
+	Job  string `json:"job"`
+	Port int    `json:"port"`
+	// UID owns the listening socket.
+	UID uint32 `json:"uid"`
+	// First and Last are when the supervisor saw it so (RFC 3339, UTC).
+	First string `json:"first"`
+	Last  string `json:"last"`
 }
 
 // ErrFormat is in the error of ReadState (errors.Is) when state.json is

@@ -72,7 +72,8 @@ func TestState(t *testing.T) {
 		t.Fatalf("ReadState of an empty dir: %v, want not exist", err)
 	}
 	st := State{Status: StatusReady, Ports: Ports{OTLPGRPC: 1, OTLPHTTP: 2, Health: 3, Telemetry: 4, Final: 5},
-		SupervisorPID: 6, CollectorPID: 7, Restarts: 1, ExportProblems: "x", UpdatedAt: "t", JobID: "9", RestartCount: "0", SLUID: "s"}
+		ForeignTargets: []ForeignTarget{{Job: "gym/policy", Port: 8000, UID: 2002, First: "2026-01-02T03:04:05Z", Last: "2026-01-02T03:04:10Z"}},
+		SupervisorPID:  6, CollectorPID: 7, Restarts: 1, ExportProblems: "x", UpdatedAt: "t", JobID: "9", RestartCount: "0", SLUID: "s"}
 	if err := WriteState(dir, st); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestState(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{`"status"`, `"ports"`, `"otlp_grpc"`, `"otlp_http"`, `"health"`, `"telemetry"`, `"final"`,
-		`"supervisor_pid"`, `"collector_pid"`, `"restarts"`, `"export_problems"`, `"updated_at"`, `"job_id"`, `"restart_count"`, `"sluid"`} {
+		`"supervisor_pid"`, `"collector_pid"`, `"restarts"`, `"export_problems"`, `"foreign_targets"`, `"updated_at"`, `"job_id"`, `"restart_count"`, `"sluid"`} {
 		if !strings.Contains(string(b), k) {
 			t.Errorf("state.json lacks %s:\n%s", k, b)
 		}
@@ -90,7 +91,7 @@ func TestState(t *testing.T) {
 		t.Errorf("mode %v, want 0600", fi.Mode().Perm())
 	}
 	got, err := ReadState(dir)
-	if err != nil || got != st {
+	if err != nil || !reflect.DeepEqual(got, st) {
 		t.Errorf("ReadState = %+v, %v; want %+v", got, err, st)
 	}
 	if err := os.WriteFile(filepath.Join(dir, StateFile), []byte("{\"status\":\"ready\",\"restarts\":\"x\"}"), 0o600); err != nil {

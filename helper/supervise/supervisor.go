@@ -119,14 +119,17 @@ type Options struct {
 
 // supervisor is one run's state.
 type supervisor struct {
-	opt       Options
-	o         config.Otel
-	pol       timing.Policy
-	log       *logrus.Logger
-	out       string
-	logPath   string
-	ports     render.Ports
-	rtoken    string
+	opt     Options
+	o       config.Otel
+	pol     timing.Policy
+	log     *logrus.Logger
+	out     string
+	logPath string
+	ports   render.Ports
+	rtoken  string
+	// foreign are the service targets seen served by another uid
+	// (targetowners.go), for state.json.
+	foreign   []jobdir.ForeignTarget
 	coll      *collector
 	restarts  int
 	lastSpans int64
@@ -585,6 +588,9 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	defer recordTick.Stop()
 	slurmTick := time.NewTicker(s.opt.SlurmPoll)
 	defer slurmTick.Stop()
+	ownerTick := time.NewTicker(TargetOwnerPoll)
+	defer ownerTick.Stop()
+	s.checkTargetOwners(StatusReady)
 	askEvery, nextAsk := s.opt.SlurmPoll, time.Time{}
 	for {
 		exited := s.coll.Exited()
@@ -613,6 +619,8 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			}
 		case <-selfTick.C:
 			s.pollSelf()
+		case <-ownerTick.C:
+			s.checkTargetOwners(StatusReady)
 		case <-recordTick.C:
 			if s.opt.RecordPath == "" {
 				continue
@@ -906,7 +914,7 @@ func logHasExportFailure(path string) bool {
 func (s *supervisor) writeState(status, errText string) {
 	st := jobdir.State{
 		Status: status, Error: errText, Ports: s.ports, SupervisorPID: os.Getpid(),
-		Restarts: s.restarts, ExportProblems: s.problems, UpdatedAt: time.Now().UTC().Format(time.RFC3339Nano),
+		Restarts: s.restarts, ExportProblems: s.problems, ForeignTargets: s.foreign, UpdatedAt: time.Now().UTC().Format(time.RFC3339Nano),
 		JobID: s.opt.Facts.JobID, RestartCount: s.opt.Facts.RestartCount, SLUID: s.opt.Facts.SLUID,
 	}
 	if s.coll != nil && s.coll.Running() {

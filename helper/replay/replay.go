@@ -42,9 +42,6 @@ const (
 	DefaultProgress = 5 * time.Second
 	// DefaultBinary is the collector (otel.binary's default).
 	DefaultBinary = "/usr/bin/otelcol-gym"
-	// DefaultSite is the site file replay reads the endpoint and the
-	// token's variable from (the packaged plugstack.conf's site=).
-	DefaultSite = "/etc/slurm/gym-otel.yaml"
 	poll        = 250 * time.Millisecond
 	// stopBound bounds the collector's clean stop once everything is sent
 	// (then it is killed).
@@ -61,9 +58,12 @@ type Options struct {
 	// TokenEnv names the variable holding the bearer token; "" takes the
 	// site file's otel.token_env (default OTEL_TOKEN).
 	TokenEnv string
-	// Site is the site file read when Endpoint or TokenEnv is "" (""
-	// : none, and both must be given).
-	Site string
+	// Site is the site file and SiteItems the inline site items
+	// (plugstack.conf's), read when Endpoint or TokenEnv is "" (both
+	// empty: no site settings, and both must be given). The caller finds
+	// them as sbatch does (the plugin's plugstack line).
+	Site      string
+	SiteItems []config.Item
 	// Uid is the caller's uid, which must own every replayed dir and file
 	// unless both Endpoint and TokenEnv are given (0: os.Getuid()).
 	Uid int

@@ -42,7 +42,7 @@ const (
 	DefaultProgress = 5 * time.Second
 	// DefaultBinary is the collector (otel.binary's default).
 	DefaultBinary = "/usr/bin/otelcol-gym"
-	poll        = 250 * time.Millisecond
+	poll          = 250 * time.Millisecond
 	// stopBound bounds the collector's clean stop once everything is sent
 	// (then it is killed).
 	stopBound = 5 * time.Second

@@ -184,6 +184,33 @@ func Closest(name string, candidates []string) (string, bool) {
 	return best, best != "" && bestD <= max(2, len(name)/3)
 }
 
+// NearMiss returns the otel key that name is one edit from (one letter
+// added, dropped or changed, or two neighbours swapped), and whether there
+// is one. A name that is a key is no near miss.
+func NearMiss(name string) (string, bool) {
+	if IsKey(name) {
+		return "", false
+	}
+	for _, k := range keyDefs {
+		if editDistance(name, k.name) == 1 || swapped(name, k.name) {
+			return k.name, true
+		}
+	}
+	return "", false
+}
+
+// swapped reports whether a is b with two neighbouring characters swapped.
+func swapped(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	i := 0
+	for i < len(a) && a[i] == b[i] {
+		i++
+	}
+	return i+1 < len(a) && a[i] == b[i+1] && a[i+1] == b[i] && a[i+2:] == b[i+2:]
+}
+
 // IsKey reports whether name is a key of the otel: block.
 func IsKey(name string) bool {
 	_, ok := lookupKey(name)

@@ -75,3 +75,14 @@ func writeJob(t *testing.T, job string) {
 	writeFile(t, job, "otel/collector.yaml", "exporters:\n  otlp_http/backend:\n    endpoint: https://old.example.com\n    timeout: 10s\n")
 	writeFile(t, job, "otel/traces.jsonl", `{"resourceSpans":[{"resource":{},"scopeSpans":[{"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","name":"s","startTimeUnixNano":"1","endTimeUnixNano":"2"}]}]}]}`+"\n")
 }
+
+// TestReplayEndpointWithoutScheme: a scheme-less --endpoint is a usage
+// error (exit 2) naming the flag and the value, before any file is read.
+func TestReplayEndpointWithoutScheme(t *testing.T) {
+	job := filepath.Join(t.TempDir(), "job")
+	writeJob(t, job)
+	code, _, errOut := runCLI(t, "replay", "--endpoint", "127.0.0.1:4318", "--token-env", "T", job)
+	if code != 2 || !strings.Contains(errOut, `gym-otel-spank replay: --endpoint "127.0.0.1:4318": no scheme`) {
+		t.Errorf("exit %d:\n%s", code, errOut)
+	}
+}

@@ -190,8 +190,23 @@ func (r *Result) Summary() []string {
 	}
 	if r.Cause != "" && (failed > 0 || !r.OK()) {
 		lines = append(lines, "cause: "+r.Cause)
+		if hint := tokenHint(HTTPStatus(r.Cause), r.TokenEnv); hint != "" {
+			lines = append(lines, hint)
+		}
 	}
 	return lines
+}
+
+// tokenHint is what to check when the backend answered status: for 401
+// (and 403) the token, naming the variable it came from; "" otherwise.
+func tokenHint(status int, tokenEnv string) string {
+	switch status {
+	case 401:
+		return fmt.Sprintf("hint: the backend did not accept the bearer token: check $%s, the variable replay read it from (--token-env, else the site's otel.token_env): is it this backend's token, and not expired?", tokenEnv)
+	case 403:
+		return fmt.Sprintf("hint: the backend accepted no data from the bearer token in $%s (--token-env, else the site's otel.token_env): check that token's rights on this backend", tokenEnv)
+	}
+	return ""
 }
 
 func plural(n int, word string) string {

@@ -130,3 +130,13 @@ func TestValidateGymNearMissKey(t *testing.T) {
 		t.Errorf("exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestValidateListComma: a comma inside gym_span_groups is refused with
+// the hint to join with +.
+func TestValidateListComma(t *testing.T) {
+	site := writeFile(t, t.TempDir(), "site.yaml", siteYAML)
+	code, _, errOut := runCLI(t, "validate", "--no-token-check", "--site", site, "--spec", "gym_span_groups=default,verify")
+	if code != 1 || !strings.Contains(errOut, "gym-otel: --gym-otel: verify: expected key=value (the values of a list item are joined with +, not with a comma: gym_span_groups=default+verify)") {
+		t.Errorf("exit %d:\n%s", code, errOut)
+	}
+}

@@ -185,3 +185,21 @@ func TestGymNearMissKeys(t *testing.T) {
 		t.Error("a known key taken for a near miss")
 	}
 }
+
+// TestGymYAMLErrorLine: a YAML error in the otel: block of a larger Gym
+// config names the file's line of the problem (the parser names the line
+// above, where its context began) and the block.
+func TestGymYAMLErrorLine(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{"driver: {gym_install: /g}\nservices:\n  p: {type: vllm, container: c, model: m}\n\n\notel:\n  endpoint: https://x\n  scrape_interval_seconds: [1\n  gym_logs: true\n",
+			":8: not valid YAML: did not find expected ',' or ']' (in the otel: block)"},
+		{"driver: {gym_install: /g}\n\n\notel:\n  endpoint: https://x\n   gym_logs: true\n",
+			":6: not valid YAML: mapping values are not allowed in this context (in the otel: block)"},
+	} {
+		path := writeGym(t, c.body)
+		_, err := LoadGymConfig(path)
+		if err == nil || !strings.HasPrefix(err.Error(), path+c.want) {
+			t.Errorf("%v\nwant %s%s", err, path, c.want)
+		}
+	}
+}

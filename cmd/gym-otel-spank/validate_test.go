@@ -140,3 +140,19 @@ func TestValidateListComma(t *testing.T) {
 		t.Errorf("exit %d:\n%s", code, errOut)
 	}
 }
+
+// TestValidateUnreadableSiteOneError: a site file that cannot be read (not
+// there, a directory) is one error: the keys only it would set are not
+// reported "not set" on top of it.
+func TestValidateUnreadableSiteOneError(t *testing.T) {
+	t.Setenv("OTEL_TOKEN", "s3cret-value")
+	dir := t.TempDir()
+	for _, site := range []string{filepath.Join(dir, "missing.yaml"), dir} {
+		code, out, errOut := runCLI(t, "validate", "--site", site)
+		lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+		if code != 1 || out != "" || len(lines) != 2 || !strings.HasPrefix(lines[0], "gym-otel: reading "+site+": ") ||
+			!strings.HasPrefix(lines[1], "gym-otel: checked: site file "+site) {
+			t.Errorf("%s: exit %d:\n%s", site, code, errOut)
+		}
+	}
+}

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/user"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
@@ -49,6 +52,9 @@ func Build(dir string) (*Report, error) {
 			})
 			if errors.Is(err, os.ErrNotExist) {
 				continue
+			}
+			if errors.Is(err, os.ErrPermission) {
+				return nil, notReadable(path, err)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", path, err)
@@ -219,4 +225,39 @@ func nodeOr(d DirHealth) string {
 		return d.NodeName
 	}
 	return d.Dir
+}
+
+// notReadable is the error for a job file this process may not read
+// (err, a permission error): which file, whose, its mode and why. A
+// job's jsonl files are the job's user's alone by design (mode 0600: they
+// hold prompts and completions); the node dir's receipt.json (0644) says
+// what reached the files and the backend, and is named when readable.
+func notReadable(path string, err error) error {
+	msg := fmt.Sprintf("%s: not readable by you (uid %d)", path, os.Getuid())
+	owner := ""
+	if st, serr := os.Stat(path); serr == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			owner = fmt.Sprintf("uid %d", sys.Uid)
+			if u, uerr := user.LookupId(strconv.FormatUint(uint64(sys.Uid), 10)); uerr == nil {
+				owner = fmt.Sprintf("%s (uid %d)", u.Username, sys.Uid)
+			}
+			msg += fmt.Sprintf(": owned by %s, mode %04o", owner, st.Mode().Perm())
+		}
+	} else {
+		msg += ": " + err.Error()
+	}
+	if strings.HasSuffix(path, ".jsonl") {
+		msg += ". A job's jsonl files are readable by the job's user alone, by design: they hold the run's prompts and completions"
+		rec := filepath.Join(filepath.Dir(path), receipt.FileName)
+		if f, rerr := os.Open(rec); rerr == nil {
+			f.Close()
+			msg += fmt.Sprintf(". %s is readable: it says what reached the files and the backend", rec)
+		}
+		who := "the job's user"
+		if owner != "" {
+			who = owner
+		}
+		msg += fmt.Sprintf(". Ask %s to run inspect, or for a copy of the directory", who)
+	}
+	return errors.New(msg)
 }

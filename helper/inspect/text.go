@@ -74,7 +74,9 @@ func (t *textOut) jobLines(j Job) {
 }
 
 // gymLines writes the gym section (rollouts, verify, Gym's attributed
-// telemetry) when Gym sent anything, then why it is absent when it is.
+// telemetry) when Gym sent anything, with why rollouts and verify are
+// missing when they are; else the section's one line saying why it is
+// absent.
 func (t *textOut) gymLines(r *Report) {
 	g := r.Gym
 	if g.RolloutSpans.Count > 0 || g.RolloutHistogram.Count > 0 || len(g.Verify) > 0 || len(g.VerifySpans) > 0 || !g.Telemetry.Empty() {
@@ -97,8 +99,13 @@ func (t *textOut) gymLines(r *Report) {
 			t.line("  %-24s %s", "verify latency (ms)", quant(g.VerifyLatency, 1))
 		}
 		t.gymTelemetryLines(g)
+		// The section is open: what is missing in it is a line of it,
+		// not a second "== gym".
+		if a := r.absent("gym"); a != nil {
+			t.wrap(fmt.Sprintf("  %-24s %s ", "rollouts and verify", a.Why), "("+a.Detail+")")
+		}
+		return
 	}
-
 	t.absent(r, "gym", "gym")
 }
 

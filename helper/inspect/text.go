@@ -5,6 +5,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
 
 // Width is the terminal report's line width in columns: WriteText keeps
@@ -64,7 +66,7 @@ func (t *textOut) jobLines(j Job) {
 	if !j.Start.IsZero() {
 		t.line("  %-24s %s .. %s (%s)", "time span (UTC)", j.Start.Format("2006-01-02 15:04:05.000"), j.End.Format("15:04:05.000"), secs(j.DurationSeconds))
 	}
-	t.line("  %-24s %s", "nodes", strings.Join(j.Nodes, ", "))
+	t.nodes(j.Nodes)
 	var prods []string
 	for p, n := range j.Producers {
 		prods = append(prods, fmt.Sprintf("%s (%d)", p, n))
@@ -346,4 +348,34 @@ func (t *textOut) healthLines(hl Health) {
 	if hl.DroppedSeries > 0 || hl.SkippedPoints > 0 {
 		t.line("  %d series over the bound not tracked, %d histogram points skipped (bounds changed)", hl.DroppedSeries, hl.SkippedPoints)
 	}
+}
+
+// nodes writes the job's nodes as one Slurm hostlist in natural order
+// (gn[1-16], gn2 before gn10); a hostlist wider than the line is wrapped
+// between its entries, so no node is cut off.
+func (t *textOut) nodes(nodes []string) {
+	prefix := fmt.Sprintf("  %-24s ", "nodes")
+	hl := slurm.CompressHostlist(nodes)
+	if len(prefix)+len(hl) <= Width {
+		t.line("%s%s", prefix, hl)
+		return
+	}
+	// A space after each comma between entries (not inside brackets)
+	// lets wrap break there.
+	var b strings.Builder
+	depth := 0
+	for _, c := range hl {
+		b.WriteRune(c)
+		switch c {
+		case '[':
+			depth++
+		case ']':
+			depth--
+		case ',':
+			if depth == 0 {
+				b.WriteByte(' ')
+			}
+		}
+	}
+	t.wrap(prefix, b.String())
 }

@@ -35,9 +35,19 @@ func Build(dir string) (*Report, error) {
 		a.dirs = append(a.dirs, d)
 		a.cur = d
 		found := 0
+		running := collectorRuns(src.Dir)
 		for _, sig := range signals {
 			path := filepath.Join(src.Dir, jobdir.SignalFile(sig))
 			err := readFile(path, func(dl decoded) {
+				if dl.err != nil && dl.unterminated > 0 && running {
+					// The collector is writing this line: not an
+					// error, and not a line yet.
+					if d.writing == nil {
+						d.writing = map[string]int{}
+					}
+					d.writing[sig] = dl.unterminated
+					return
+				}
 				d.lines[sig]++
 				if dl.err != nil {
 					d.bad[sig]++
@@ -128,6 +138,7 @@ func (r *Report) health(a *aggregator) error {
 		if len(d.firstBad) > 0 {
 			dh.FirstBad = d.firstBad
 		}
+		dh.Writing = d.writing
 		for _, n := range d.bad {
 			r.Health.BadLines += n
 		}
@@ -260,4 +271,19 @@ func notReadable(path string, err error) error {
 		msg += fmt.Sprintf(". Ask %s to run inspect, or for a copy of the directory", who)
 	}
 	return errors.New(msg)
+}
+
+// collectorRuns reports whether dir's state.json says its collector runs
+// (starting, ready or draining): then the last line of a file may be
+// half written.
+func collectorRuns(dir string) bool {
+	st, err := jobdir.ReadState(dir)
+	if err != nil {
+		return false
+	}
+	switch st.Status {
+	case jobdir.StatusStarting, jobdir.StatusReady, jobdir.StatusDraining:
+		return true
+	}
+	return false
 }

@@ -328,8 +328,13 @@ func (t *textOut) healthLines(hl Health) {
 		}
 		t.line("  %-14s lines: metrics %d, traces %d, logs %d%s; %d points, %d spans, %d logs",
 			cut(name, 14), d.Lines["metrics"], d.Lines["traces"], d.Lines["logs"], bad, d.Points, d.Spans, d.Logs)
-		for sig, msg := range d.FirstBad {
-			t.line("    %s.jsonl first bad %s", sig, msg)
+		for _, sig := range signals {
+			if msg, ok := d.FirstBad[sig]; ok {
+				t.line("    %s.jsonl first bad %s", sig, msg)
+			}
+			if n := d.Writing[sig]; n > 0 {
+				t.line("    %s.jsonl: %d bytes of a line being written (the collector runs)", sig, n)
+			}
 		}
 		if d.State != nil {
 			st := fmt.Sprintf("    collector %s, %d restarts", d.State.Status, d.State.Restarts)

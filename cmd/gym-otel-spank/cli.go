@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"runtime/debug"
 	"strings"
@@ -112,7 +113,9 @@ func durationVar(fs *flag.FlagSet, name string, value time.Duration, usage strin
 }
 
 // runVersion prints this program's version, the Slurm release the plugin
-// was built for and the collector's own --version.
+// was built for and the collector's own --version. A collector that is not
+// there (a login node) is said and is no error; one that does not answer
+// is (errFailed).
 func runVersion(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("version", "[--binary PATH]", stderr)
 	binary := fs.String("binary", "", "the collector `PATH` whose version to show (default as replay: /usr/bin/otelcol-gym, else beside this program or on PATH)")
@@ -138,6 +141,12 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		// A login node has no collector: what this program knows is
+		// the answer.
+		fmt.Fprintf(stdout, "collector: not found (%s; the nodes run it: install otelcol-gym there, or give --binary PATH)\n", bin)
+		return nil
+	}
 	if err != nil {
 		fmt.Fprintf(stdout, "collector: %s --version failed: %v (install otelcol-gym, or give --binary PATH)\n", bin, err)
 		return errFailed

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/replay"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -124,9 +125,23 @@ func TestVersion(t *testing.T) {
 		!regexp.MustCompile(`(?m)^collector: otelcol-gym version \d+\.\d+\.\d+`).MatchString(out) {
 		t.Errorf("--version: %d\n%s%s", code, out, errOut)
 	}
-	code, out, _ = runCLI(t, "version", "--binary", filepath.Join(t.TempDir(), "none"))
-	if code != 1 || !strings.Contains(out, "install otelcol-gym, or give --binary PATH") {
+	// A login node without the collector: what is known, and exit 0.
+	none := filepath.Join(t.TempDir(), "none")
+	code, out, _ = runCLI(t, "version", "--binary", none)
+	if code != 0 || !strings.HasPrefix(out, "gym-otel-spank "+version) || !strings.Contains(out, "collector: not found ("+none+"; the nodes run it: install otelcol-gym there, or give --binary PATH)") {
 		t.Errorf("version without a collector: %d %s", code, out)
+	}
+	if _, err := os.Stat(replay.DefaultBinary); err != nil {
+		t.Setenv("PATH", t.TempDir())
+		code, out, _ = runCLI(t, "--version")
+		if code != 0 || !strings.Contains(out, "collector: not found (otelcol-gym;") {
+			t.Errorf("--version without a collector on PATH: %d %s", code, out)
+		}
+	}
+	// A collector that is there but does not answer is a failure.
+	code, out, _ = runCLI(t, "version", "--binary", "/bin/false")
+	if code != 1 || !strings.Contains(out, "collector: /bin/false --version failed") {
+		t.Errorf("a collector that fails: %d %s", code, out)
 	}
 }
 

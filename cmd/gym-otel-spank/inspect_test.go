@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 )
 
 // TestInspectCLI: text, --json and --html of the package's testdata (lines
@@ -82,5 +84,45 @@ func TestInspectRequireTargets(t *testing.T) {
 	writeFile(t, dir, "metrics.jsonl", up("gym-vllm/policy", "gn1:8000", 1)+up("node", "gn1:9100", 1)+up("dcgm", "gn1:9400", 1))
 	if code, _, errOut = runCLI(t, "inspect", "--require-targets", dir); code != 0 {
 		t.Errorf("all answered: %d %s", code, errOut)
+	}
+}
+
+// TestInspectLineBeingWritten: a running job's last jsonl line without its
+// newline is a line being written, said in bytes, not a parse error; once
+// state.json says the collector drained, the same line is one.
+func TestInspectLineBeingWritten(t *testing.T) {
+	dir := t.TempDir()
+	half := `{"resourceMetrics":[{"resource":{"attribu`
+	writeFile(t, dir, "metrics.jsonl", `{"resourceMetrics":[]}`+"\n"+half)
+	for _, c := range []struct {
+		status, want string
+		bad          int
+	}{
+		{jobdir.StatusReady, "    metrics.jsonl: " + strconv.Itoa(len(half)) + " bytes of a line being written (the collector runs)\n", 0},
+		{jobdir.StatusDrained, "    metrics.jsonl first bad line 2: ", 1},
+	} {
+		if err := jobdir.WriteState(dir, jobdir.State{Status: c.status}); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := runCLI(t, "inspect", dir)
+		if code != 0 || !strings.Contains(out, c.want) {
+			t.Errorf("%s: exit %d %s\n%s\nwant %q", c.status, code, errOut, out, c.want)
+		}
+		code, out, _ = runCLI(t, "inspect", "--json", dir)
+		var r struct {
+			Health struct {
+				BadLines int `json:"bad_lines"`
+				Dirs     []struct {
+					Lines   map[string]int `json:"lines"`
+					Writing map[string]int `json:"writing_bytes"`
+				} `json:"dirs"`
+			} `json:"health"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 || r.Health.BadLines != c.bad || len(r.Health.Dirs) != 1 {
+			t.Fatalf("%s: --json: %v %d %+v", c.status, err, code, r.Health)
+		}
+		if d := r.Health.Dirs[0]; c.bad == 0 && (d.Lines["metrics"] != 1 || d.Writing["metrics"] != len(half)) {
+			t.Errorf("%s: lines %v writing %v", c.status, d.Lines, d.Writing)
+		}
 	}
 }

@@ -132,13 +132,13 @@ func slurmPlugstack() (plugstack, slurmConf string, err error) {
 }
 
 // siteFromPlugstack fills in's site file and inline items from the
-// plugin's plugstack line, as sbatch reads them: from plugstackFlag, else
+// plugin's plugstack line, as sbatch reads them: from in.plugstack, else
 // (when in has no --site or --site-item) from slurm.conf's
 // PlugStackConfig. It returns what it read, in words, for the layers line,
 // and the errors of the plugstack line's arguments. Without a slurm.conf
 // it reads nothing and says so.
-func siteFromPlugstack(in *inputFlags, plugstackFlag string) (said string, err error) {
-	path, from := plugstackFlag, "--plugstack"
+func siteFromPlugstack(in *siteFlags) (said string, err error) {
+	path, from := in.plugstack, "--plugstack"
 	if path == "" {
 		if in.site != "" || len(in.siteItems) > 0 {
 			return "", nil // the site layers given on the command line

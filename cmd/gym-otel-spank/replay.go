@@ -17,10 +17,11 @@ func init() {
 }
 
 func runReplay(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("replay", "[--site FILE] [--endpoint URL] [--token-env NAME] [--binary PATH] [--timeout D] [--progress D] [--appended [--force]] DIR   (a job dir, or its otel/ dir; someone else's only with --endpoint and --token-env)", stderr)
-	site := fs.String("site", replay.DefaultSite, "the site `FILE` the endpoint and the token's variable come from, as at submit")
-	endpoint := fs.String("endpoint", "", "send to this OTLP/HTTP `URL` (default: the site file's otel.endpoint; never the replayed dir's)")
-	tokenEnv := fs.String("token-env", "", "the environment variable `NAME` holding the bearer token (default: the site file's otel.token_env)")
+	fs := newFlags("replay", "[--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--endpoint URL] [--token-env NAME] [--binary PATH] [--timeout D] [--progress D] [--appended [--force]] DIR   (a job dir, or its otel/ dir; someone else's only with --endpoint and --token-env)", stderr)
+	var sf siteFlags
+	sf.register(fs)
+	endpoint := fs.String("endpoint", "", "send to this OTLP/HTTP `URL` (default: the site's otel.endpoint, found as validate finds it; never the replayed dir's)")
+	tokenEnv := fs.String("token-env", "", "the environment variable `NAME` holding the bearer token (default: the site's otel.token_env)")
 	binary := fs.String("binary", "", "the collector `PATH` (default "+replay.DefaultBinary+", else otelcol-gym beside this program or on PATH)")
 	timeout := durationVar(fs, "timeout", replay.DefaultTimeout, "give up after this `duration` (with a unit: 90s, 10m; the collector is stopped)")
 	every := durationVar(fs, "progress", replay.DefaultProgress, "print progress every `duration` (with a unit: 5s)")
@@ -42,10 +43,31 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	if *force && !*appended {
 		return usageError{"--force: only with --appended"}
 	}
+	if *endpoint != "" {
+		if err := replay.CheckEndpoint("--endpoint", *endpoint); err != nil {
+			return usageError{err.Error()}
+		}
+	}
+	// The site's settings, found as every command finds them, only when
+	// a flag leaves the endpoint or the token's variable to the site.
+	var site siteLayers
+	checked := ""
+	if *endpoint == "" || *tokenEnv == "" {
+		var err error
+		site, err = sf.lookup()
+		checked = checkedLine(site, "", "-")
+		if site.Unread {
+			return err
+		}
+		if err != nil {
+			return withChecked(err, checked)
+		}
+		fmt.Fprintf(stdout, "gym-otel: checked: %s\n", checked)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	res, err := replay.Run(ctx, replay.Options{
-		Dir: rest[0], Endpoint: *endpoint, TokenEnv: *tokenEnv, Site: *site, Binary: collectorBinary(*binary),
+		Dir: rest[0], Endpoint: *endpoint, TokenEnv: *tokenEnv, Site: site.File, SiteItems: site.Items, Binary: collectorBinary(*binary),
 		Timeout: *timeout, Progress: *every, Out: stdout, Appended: *appended, Force: *force,
 	})
 	if res != nil {
@@ -54,6 +76,9 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if err != nil {
+		if checked != "" && res == nil {
+			return withChecked(err, checked)
+		}
 		return err
 	}
 	if !res.OK() {

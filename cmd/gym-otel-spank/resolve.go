@@ -15,28 +15,27 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
-// inputFlags are the flags every command that resolves a job's settings takes.
+// inputFlags are the flags every command that resolves a job's settings
+// takes: where the site's settings are (siteFlags, the one lookup), the
+// Gym config and the SPEC.
 type inputFlags struct {
-	site      string
-	siteItems multiFlag
-	config    string
-	spec      string
+	siteFlags
+	config string
+	spec   string
 }
 
 func (f *inputFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.site, "site", "", "site `FILE` (YAML with an otel: block), as plugstack.conf's site=")
-	fs.Var(&f.siteItems, "site-item", "inline site otel `KEY=VALUE` as in plugstack.conf (repeatable)")
+	f.siteFlags.register(fs)
 	fs.StringVar(&f.config, "config", "", "the job's resolved NeMo Gym submit config `FILE` (same as config= in SPEC)")
 	fs.StringVar(&f.spec, "spec", "", "the value of --gym-otel= (`SPEC`: comma-separated key=value items, \"off\", or empty)")
 }
 
-// resolve merges the layers and validates. checkToken also requires the
-// token variable in this process's environment, as the submit does.
-func (f *inputFlags) resolve(stderr io.Writer, checkToken bool) (*config.Resolved, error) {
+// fullSpec is the SPEC with --config as its config= item.
+func (f *inputFlags) fullSpec() (string, error) {
 	spec := f.spec
 	if f.config != "" {
 		if strings.Contains(spec, "config=") {
-			return nil, usageError{"give the config either with --config or as config= in --spec, not both"}
+			return "", usageError{"give the config either with --config or as config= in --spec, not both"}
 		}
 		item := "config=" + config.EscapeValue(f.config)
 		if spec == "" || spec == "on" {
@@ -45,19 +44,45 @@ func (f *inputFlags) resolve(stderr io.Writer, checkToken bool) (*config.Resolve
 			spec = item + "," + spec
 		}
 	}
-	var items []config.Item
-	for _, kv := range f.siteItems {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, usageError{fmt.Sprintf("--site-item %q: expected KEY=VALUE", kv)}
-		}
-		items = append(items, config.Item{Key: k, Value: v})
+	return spec, nil
+}
+
+// checked is the "checked:" line of the layers f and site name.
+func (f *inputFlags) checked(site siteLayers) string {
+	return checkedLine(site, f.config, f.spec)
+}
+
+// resolveJob finds the site's settings (siteFlags.lookup), merges the
+// layers and validates, as the submit does; checkToken also requires the
+// token variable in this process's environment. Warnings go to stderr. The
+// error holds every problem, the plugstack line's included, and ends with
+// the checked: line; the site layers found are returned for the caller's
+// own checked: line.
+func (f *inputFlags) resolveJob(stderr io.Writer, checkToken bool) (*config.Resolved, siteLayers, []string, error) {
+	site, plugErr := f.lookup()
+	if site.Unread {
+		return nil, site, nil, plugErr
 	}
+	spec, err := f.fullSpec()
+	if err != nil {
+		return nil, site, nil, err
+	}
+	r, warnings, err := resolveInputs(site, spec, stderr, checkToken)
+	if err = errors.Join(plugErr, dropRepeats(err, plugErr)); err != nil {
+		return nil, site, warnings, withChecked(err, f.checked(site))
+	}
+	return r, site, warnings, nil
+}
+
+// resolveInputs merges the site layers and spec (working directory: this
+// process's) and validates; checkToken also requires the token variable in
+// this process's environment. Warnings are printed to stderr and returned.
+func resolveInputs(site siteLayers, spec string, stderr io.Writer, checkToken bool) (*config.Resolved, []string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	in := config.Inputs{SiteFile: f.site, SiteItems: items, Spec: spec, WorkDir: wd}
+	in := config.Inputs{SiteFile: site.File, SiteItems: site.Items, Spec: spec, WorkDir: wd}
 	var env config.LookupEnv
 	if checkToken {
 		env = os.LookupEnv
@@ -74,7 +99,7 @@ func (f *inputFlags) resolve(stderr io.Writer, checkToken bool) (*config.Resolve
 	for _, w := range warnings {
 		fmt.Fprintf(stderr, "gym-otel: warning: %s\n", w)
 	}
-	return r, err
+	return r, warnings, err
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) error {
@@ -82,23 +107,21 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	var in inputFlags
 	in.register(fs)
 	noToken := fs.Bool("no-token-check", false, "do not require the token variable in this environment (for checking a site file)")
-	plugstack := fs.String("plugstack", "", "read the plugin's site file and inline items from its line in this plugstack.conf `FILE` (following include), as sbatch does (default: slurm.conf's PlugStackConfig, unless --site or --site-item is given)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	site, plugErr := siteFromPlugstack(&in, *plugstack)
-	if site == "" && plugErr != nil {
-		return plugErr
+	r, site, warnings, err := in.resolveJob(stderr, !*noToken)
+	if err != nil {
+		return err
 	}
-	layers := in.layers(site)
-	r, err := in.resolve(stderr, !*noToken)
-	if err = errors.Join(plugErr, dropRepeats(err, plugErr)); err != nil {
-		return fmt.Errorf("%w\nchecked: %s", err, layers)
+	valid := "valid"
+	if n := len(warnings); n > 0 {
+		valid = fmt.Sprintf("valid with %d %s (above)", n, plural(n, "warning"))
 	}
 	o := r.Otel
 	if !o.Enabled {
-		fmt.Fprintln(stdout, "gym-otel: valid: collector off for this job")
-		fmt.Fprintf(stdout, "gym-otel: checked: %s\n", layers)
+		fmt.Fprintf(stdout, "gym-otel: %s: collector off for this job\n", valid)
+		fmt.Fprintf(stdout, "gym-otel: checked: %s\n", in.checked(site))
 		return nil
 	}
 	models, others := 0, 0
@@ -113,10 +136,18 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	if others > 0 {
 		extra = fmt.Sprintf(" and %d router or Ray metrics endpoint(s)", others)
 	}
-	fmt.Fprintf(stdout, "gym-otel: valid: endpoint %s, service_name %s, token from $%s, %d model service(s)%s, job dir %s\n",
-		o.Endpoint, o.ServiceName, o.TokenEnv, models, extra, r.JobDir)
-	fmt.Fprintf(stdout, "gym-otel: checked: %s\n", layers)
+	fmt.Fprintf(stdout, "gym-otel: %s: endpoint %s, service_name %s, token from $%s, %d model service(s)%s, job dir %s\n",
+		valid, o.Endpoint, o.ServiceName, o.TokenEnv, models, extra, r.JobDir)
+	fmt.Fprintf(stdout, "gym-otel: checked: %s\n", in.checked(site))
 	return nil
+}
+
+// plural is word, with an s unless n is 1.
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 // dropRepeats returns err without the lines that plugErr already says
@@ -154,36 +185,8 @@ func dropRepeats(err, plugErr error) error {
 	return errors.New(strings.Join(kept, "\n"))
 }
 
-// layers says which layers a check read, lowest first; site is what the
-// plugstack gave ("" when the site layers came from the flags).
-func (f *inputFlags) layers(site string) string {
-	var out []string
-	switch {
-	case site != "":
-		out = append(out, site)
-	case f.site != "" || len(f.siteItems) > 0:
-		var p []string
-		if f.site != "" {
-			p = append(p, "site file "+f.site+" (--site)")
-		}
-		if len(f.siteItems) > 0 {
-			p = append(p, "inline items "+strings.Join(f.siteItems, " ")+" (--site-item)")
-		}
-		out = append(out, strings.Join(p, " and "))
-	}
-	if f.config != "" {
-		out = append(out, "Gym config "+f.config)
-	}
-	if f.spec != "" {
-		out = append(out, "--gym-otel="+f.spec)
-	} else {
-		out = append(out, "a bare --gym-otel")
-	}
-	return strings.Join(out, "; ")
-}
-
 func runRender(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("render", "[--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] [--job-id ID] [--node NAME] [--node-index N] [--output DIR] [--gpus LIST] [--gpu-devices LIST] [--ports G,H,HEALTH,TEL]", stderr)
+	fs := newFlags("render", "[--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] [--job-id ID] [--node NAME] [--node-index N] [--output DIR] [--gpus LIST] [--gpu-devices LIST] [--ports G,H,HEALTH,TEL]", stderr)
 	usage := fs.Usage
 	fs.Usage = func() {
 		usage()
@@ -208,10 +211,13 @@ func runRender(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	r, err := in.resolve(stderr, false)
+	r, site, _, err := in.resolveJob(stderr, false)
 	if err != nil {
 		return err
 	}
+	// Where the settings came from, beside the document (stdout is the
+	// collector's file alone).
+	fmt.Fprintf(stderr, "gym-otel: checked: %s\n", in.checked(site))
 	y, err := render.Preview(previewInput(r, jobfacts.Facts{JobID: *jobID, Node: *node, NodeIndex: *nodeIndex, GPUs: jobfacts.ParseGPUs(*gpus),
 		GPUDevices: jobfacts.ParseGPUDevices(*devices)}, p, *output))
 	if err != nil {
@@ -276,12 +282,14 @@ func parsePorts(s string) (render.Ports, error) {
 }
 
 func runDirective(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("directive", "--config FILE [--run-id ID] [--benchmark NAME] [--model NAME] [--job-dir DIR] [OTEL_KEY=VALUE...]", stderr)
+	fs := newFlags("directive", "--config FILE [--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--run-id ID] [--benchmark NAME] [--model NAME] [--job-dir DIR] [OTEL_KEY=VALUE...]", stderr)
 	cfg := fs.String("config", "", "the resolved submit config `FILE` as staged on the cluster (absolute path)")
 	runID := fs.String("run-id", "", "the Gym run `ID` (run_id)")
 	bench := fs.String("benchmark", "", "benchmark `NAME`")
 	model := fs.String("model", "", "model `NAME` (default: the services' served model)")
 	jobDir := fs.String("job-dir", "", "job `DIR` (default: the config's job.output_path); may hold %j, %A, %a")
+	var sf siteFlags
+	sf.register(fs)
 	rest, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -292,11 +300,8 @@ func runDirective(args []string, stdout, stderr io.Writer) error {
 	if !strings.HasPrefix(*cfg, "/") {
 		return usageError{fmt.Sprintf("--config %q: give the absolute path of the staged file on the cluster", *cfg)}
 	}
-	if _, err := os.Stat(*cfg); err == nil {
-		if _, err := config.LoadGymConfig(*cfg); err != nil {
-			return err
-		}
-	}
+	_, statErr := os.Stat(*cfg)
+	staged := statErr == nil
 	items := []config.Item{{Key: "config", Value: *cfg}}
 	for _, it := range []config.Item{{Key: "run_id", Value: *runID}, {Key: "benchmark", Value: *bench}, {Key: "model", Value: *model}, {Key: "job_dir", Value: *jobDir}} {
 		if it.Value != "" {
@@ -318,6 +323,40 @@ func runDirective(args []string, stdout, stderr io.Writer) error {
 		// #SBATCH lines are split on whitespace by sbatch.
 		return fmt.Errorf("directive: a value holds whitespace or quotes, which an #SBATCH line cannot carry: %s", spec)
 	}
+	if err := checkDirective(sf, items, staged, stderr); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "#SBATCH --gym-otel=%s\n", spec)
+	return nil
+}
+
+// checkDirective checks a directive's items (items[0] is config=) as the
+// submit will: with the site's settings found as every command finds them
+// (siteFlags.lookup) and the Gym config when it is staged here, the whole
+// job's settings are resolved and validated (the token is not required);
+// without site settings, the Gym config alone is checked. The checked:
+// line goes to stderr (stdout holds the directive alone).
+func checkDirective(sf siteFlags, items []config.Item, staged bool, stderr io.Writer) error {
+	site, plugErr := sf.lookup()
+	if site.Unread {
+		return plugErr
+	}
+	spec := config.FormatSpec(items)
+	checked := checkedLine(site, "", spec)
+	if !staged {
+		// Not staged here yet: the other layers are checked without it.
+		spec = config.FormatSpec(items[1:])
+		checked += " (" + items[0].Value + " is not on this host: not read)"
+	}
+	var err error
+	if site.File != "" || len(site.Items) > 0 {
+		_, _, err = resolveInputs(site, spec, stderr, false)
+	} else if staged {
+		_, err = config.LoadGymConfig(items[0].Value)
+	}
+	if err = errors.Join(plugErr, dropRepeats(err, plugErr)); err != nil {
+		return withChecked(err, checked)
+	}
+	fmt.Fprintf(stderr, "gym-otel: checked: %s\n", checked)
 	return nil
 }

@@ -40,7 +40,7 @@ func init() {
 
 func runSupervise(args []string, stdout, stderr io.Writer) error {
 	mainStart := time.Now()
-	fs := newFlags("supervise", "--from-env | [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH] [--gpus LIST] [--gpu-devices LIST]", stderr)
+	fs := newFlags("supervise", "--from-env | [--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH] [--gpus LIST] [--gpu-devices LIST]", stderr)
 	fromEnv := fs.Bool("from-env", false, "read the encoded settings from $"+envEncoded+", the job facts from $"+envFacts+", the record from $"+envRecord+" and report on fd 3 (how the plugin's prolog starts it)")
 	var in inputFlags
 	in.register(fs)
@@ -93,7 +93,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	} else {
-		resolved, err := in.resolve(stderr, true)
+		resolved, _, _, err := in.resolveJob(stderr, true)
 		if err != nil {
 			return err
 		}

@@ -107,3 +107,52 @@ func TestValidateWhereSpecSets(t *testing.T) {
 		t.Errorf("exit %d:\n%s", code, errOut)
 	}
 }
+
+// TestValidateGymNearMissKey: scrape_intervall_seconds in a Gym config's
+// otel: block is an error (the job would otherwise run at the default
+// 15 s), named with its value and the key meant, exit 1 and no valid:
+// line; a key far from every known one stays a warning, and the valid:
+// line counts the warnings.
+func TestValidateGymNearMissKey(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("OTEL_TOKEN", "s3cret-value")
+	site := writeFile(t, dir, "site.yaml", siteYAML)
+	gym := writeFile(t, dir, "submit.yaml", "driver: {gym_install: /g}\notel:\n  scrape_intervall_seconds: 10\n")
+	code, out, errOut := runCLI(t, "validate", "--site", site, "--config", gym)
+	want := gym + `:3: otel.scrape_intervall_seconds: 10: unknown key, one letter from otel.scrape_interval_seconds (did you mean "scrape_interval_seconds"?)`
+	if code != 1 || strings.Contains(out, "valid") || !strings.Contains(errOut, want) {
+		t.Errorf("exit %d\n%s%s\nwant %s", code, out, errOut, want)
+	}
+	later := writeFile(t, dir, "later.yaml", "driver: {gym_install: /g}\notel:\n  local_node_metrics: null\n  exemplars: true\n")
+	code, out, errOut = runCLI(t, "validate", "--site", site, "--config", later)
+	if code != 0 || !strings.HasPrefix(out, "gym-otel: valid with 2 warnings (above): endpoint https://otlp.example.com") ||
+		strings.Count(errOut, "gym-otel: warning: ") != 2 {
+		t.Errorf("exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestValidateListComma: a comma inside gym_span_groups is refused with
+// the hint to join with +.
+func TestValidateListComma(t *testing.T) {
+	site := writeFile(t, t.TempDir(), "site.yaml", siteYAML)
+	code, _, errOut := runCLI(t, "validate", "--no-token-check", "--site", site, "--spec", "gym_span_groups=default,verify")
+	if code != 1 || !strings.Contains(errOut, "gym-otel: --gym-otel: verify: expected key=value (the values of a list item are joined with +, not with a comma: gym_span_groups=default+verify)") {
+		t.Errorf("exit %d:\n%s", code, errOut)
+	}
+}
+
+// TestValidateUnreadableSiteOneError: a site file that cannot be read (not
+// there, a directory) is one error: the keys only it would set are not
+// reported "not set" on top of it.
+func TestValidateUnreadableSiteOneError(t *testing.T) {
+	t.Setenv("OTEL_TOKEN", "s3cret-value")
+	dir := t.TempDir()
+	for _, site := range []string{filepath.Join(dir, "missing.yaml"), dir} {
+		code, out, errOut := runCLI(t, "validate", "--site", site)
+		lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+		if code != 1 || out != "" || len(lines) != 2 || !strings.HasPrefix(lines[0], "gym-otel: reading "+site+": ") ||
+			!strings.HasPrefix(lines[1], "gym-otel: checked: site file "+site) {
+			t.Errorf("%s: exit %d:\n%s", site, code, errOut)
+		}
+	}
+}

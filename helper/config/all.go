@@ -11,7 +11,8 @@ import (
 // with several mistakes shows every one in one run. Validate's errors about
 // a key that resolveErr already names are left out (that key kept its
 // default or another layer's value, and the first error is the one to
-// fix). Every otel.<key> error of Validate is prefixed with where the key
+// fix); so are its "not set" errors when the site file cannot be read or
+// is not YAML (the site file's one error is the cause). Every otel.<key> error of Validate is prefixed with where the key
 // was set (file:line, or the inline source), from in's layers. r may be
 // nil (then resolveErr alone). Validate's warnings are returned too.
 func AlsoValidate(r *Resolved, in Inputs, resolveErr error, env LookupEnv) ([]string, error) {
@@ -40,11 +41,21 @@ func AlsoValidate(r *Resolved, in Inputs, resolveErr error, env LookupEnv) ([]st
 			named[m[1]] = true
 		}
 	}
+	// A site file that cannot be read or parsed sets nothing: the keys
+	// only it sets are "not set" because of that one error, said already.
+	siteUnread := false
+	if in.SiteFile != "" {
+		_, err := readYAML(in.SiteFile)
+		siteUnread = err != nil
+	}
 	origins := Origins(in)
 	errs := []error{resolveErr}
 	for _, e := range flatten(verr) {
 		m := leadKeyRE.FindStringSubmatch(e.Error())
 		if m != nil && named[m[1]] {
+			continue
+		}
+		if m != nil && siteUnread && notSetRE.MatchString(e.Error()) {
 			continue
 		}
 		if m != nil && origins[m[1]] != "" && !strings.HasPrefix(e.Error(), origins[m[1]]) {
@@ -78,6 +89,7 @@ var (
 	itemRE    = regexp.MustCompile(`(?:^|: )([a-z_]+)(?:=[^:]*)?: (?:unknown|given twice)`)
 	leadKeyRE = regexp.MustCompile(`^otel\.([a-z_]+)`)
 	meantRE   = regexp.MustCompile(`did you mean "([a-z_]+)"`)
+	notSetRE  = regexp.MustCompile(`^otel\.[a-z_]+: not set\b`)
 )
 
 type prefixed struct {

@@ -373,3 +373,23 @@ func TestValidateScrapeLimits(t *testing.T) {
 		t.Errorf("err %v", err)
 	}
 }
+
+// TestSpecListCommaHint: a comma inside a list value
+// (gym_span_groups=default,verify) leaves a part without "=": the error
+// says that list values are joined with + and shows the item so joined; a
+// stray part after another item gets no such hint.
+func TestSpecListCommaHint(t *testing.T) {
+	_, err := ParseSpec("run_id=r1,gym_span_groups=default,verify,sandbox")
+	for _, want := range []string{
+		"--gym-otel: verify: expected key=value (the values of a list item are joined with +, not with a comma: gym_span_groups=default+verify)",
+		"--gym-otel: sandbox: expected key=value (the values of a list item are joined with +, not with a comma: gym_span_groups=default+verify+sandbox)",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v\nwant %s", err, want)
+		}
+	}
+	_, err = ParseSpec("run_id=r1,verify")
+	if err == nil || err.Error() != "--gym-otel: verify: expected key=value" {
+		t.Errorf("a stray part after run_id: %v", err)
+	}
+}

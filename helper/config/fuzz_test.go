@@ -11,7 +11,7 @@ import (
 // that names "--gym-otel", and that parsed items survive FormatSpec.
 func FuzzParseSpec(f *testing.F) {
 	for _, s := range []string{"", "off", "on", "(null)", "config=/a,run_id=x", `run_id=a\,b`, "gym_span_groups=a+b",
-		"node_metrics_port=null", `a=\`, "=,=", "k=v=w", "endpoint=https://x/v1/traces"} {
+		"node_metrics_port=null", "gym_span_groups=default,verify", `a=\`, "=,=", "k=v=w", "endpoint=https://x/v1/traces"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

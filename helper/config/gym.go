@@ -285,6 +285,7 @@ func parseGymOtel(path string, n *yaml.Node) (Layer, []string, error) {
 		return l, nil, err
 	}
 	var notes []string
+	var errs []error
 	keep := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: n.Line, Column: n.Column}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
@@ -297,6 +298,13 @@ func parseGymOtel(path string, n *yaml.Node) (Layer, []string, error) {
 		case IsKey(k.Value):
 			notes = append(notes, fmt.Sprintf("%s:%d: otel.%s is not a key of Gym's otel: block (gym eval submit refuses it), so it is ignored here: set it in the site file or as the --gym-otel item %s=<value>", path, k.Line, k.Value, k.Value))
 		default:
+			if known, ok := NearMiss(k.Value); ok {
+				// One letter off a known key is a typo, not a key of a
+				// later Gym: ignoring it would run the job on the
+				// known key's default.
+				errs = append(errs, nearMissError(path, k, v, known))
+				continue
+			}
 			hint := ""
 			if c, ok := Closest(k.Value, GymOtelKeys); ok {
 				hint = fmt.Sprintf(" (did you mean %q?)", c)
@@ -305,7 +313,21 @@ func parseGymOtel(path string, n *yaml.Node) (Layer, []string, error) {
 		}
 	}
 	l, err := ParseOtelNode("config "+path, keep)
-	return l, notes, err
+	return l, notes, errors.Join(append(errs, err)...)
+}
+
+// nearMissError is the error for the key k (value v) of a Gym config's
+// otel: block that is one edit from the known key known.
+func nearMissError(path string, k, v *yaml.Node, known string) error {
+	val := v.Value
+	if v.Kind != yaml.ScalarNode {
+		val = "a " + nodeKindName(v)
+	}
+	where := ""
+	if !isGymOtelKey(known) {
+		where = fmt.Sprintf("; otel.%s itself is not read from a Gym config either: set it in the site file or as the --gym-otel item %s=<value>", known, known)
+	}
+	return fmt.Errorf("%s:%d: otel.%s: %s: unknown key, one letter from otel.%s (did you mean %q?): as it is, the value is not used%s", path, k.Line, k.Value, val, known, known, where)
 }
 
 // nodePool is one entry of compute.<cluster>.node_pools: a contiguous range

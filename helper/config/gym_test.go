@@ -157,3 +157,49 @@ func TestGymLaterOtelKeys(t *testing.T) {
 		t.Errorf("notes %q", g.Notes)
 	}
 }
+
+// TestGymNearMissKeys: a key of a Gym config's otel: block one edit from a
+// known key (a letter added, dropped or changed, two neighbours swapped)
+// is an error naming the key, its value and the known key, as the same
+// typo is in a site file; a key far from every known one stays a note.
+func TestGymNearMissKeys(t *testing.T) {
+	for _, c := range []struct{ key, value, known string }{
+		{"scrape_intervall_seconds", "10", "scrape_interval_seconds"}, // added
+		{"endpoit", "https://x", "endpoint"},                          // dropped
+		{"gym_lags", "false", "gym_logs"},                             // changed
+		{"servcie_name", "svc", "service_name"},                       // swapped
+		{"on_failur", "fail", "on_failure"},                           // a plugin key, not Gym's
+	} {
+		body := "otel:\n  " + c.key + ": " + c.value + "\nservices:\n  p: {type: vllm, container: c, model: m}\n" + gymTail
+		path := writeGym(t, body)
+		_, err := LoadGymConfig(path)
+		want := path + ":2: otel." + c.key + ": " + c.value + ": unknown key, one letter from otel." + c.known + ` (did you mean "` + c.known + `"?)`
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v\nwant %s", c.key, err, want)
+		}
+	}
+	if k, ok := NearMiss("local_node_metrics"); ok {
+		t.Errorf("local_node_metrics taken for a near miss of %s", k)
+	}
+	if _, ok := NearMiss("endpoint"); ok {
+		t.Error("a known key taken for a near miss")
+	}
+}
+
+// TestGymYAMLErrorLine: a YAML error in the otel: block of a larger Gym
+// config names the file's line of the problem (the parser names the line
+// above, where its context began) and the block.
+func TestGymYAMLErrorLine(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{"driver: {gym_install: /g}\nservices:\n  p: {type: vllm, container: c, model: m}\n\n\notel:\n  endpoint: https://x\n  scrape_interval_seconds: [1\n  gym_logs: true\n",
+			":8: not valid YAML: did not find expected ',' or ']' (in the otel: block)"},
+		{"driver: {gym_install: /g}\n\n\notel:\n  endpoint: https://x\n   gym_logs: true\n",
+			":6: not valid YAML: mapping values are not allowed in this context (in the otel: block)"},
+	} {
+		path := writeGym(t, c.body)
+		_, err := LoadGymConfig(path)
+		if err == nil || !strings.HasPrefix(err.Error(), path+c.want) {
+			t.Errorf("%v\nwant %s%s", err, path, c.want)
+		}
+	}
+}

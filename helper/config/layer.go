@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -128,6 +130,9 @@ func readYAML(path string) (*yaml.Node, error) {
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
+		if line, msg, ok := yamlErrorLine(data, err); ok {
+			return nil, fmt.Errorf("%s:%d: not valid YAML: %s%s", path, line, msg, blockOf(data, line))
+		}
 		return nil, fmt.Errorf("%s: not valid YAML: %w", path, err)
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
@@ -138,6 +143,55 @@ func readYAML(path string) (*yaml.Node, error) {
 		return nil, fmt.Errorf("%s:%d: expected a mapping at the top level", path, root.Line)
 	}
 	return root, nil
+}
+
+// yamlLineRE splits the YAML parser's message: "yaml: line N: problem".
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// maxYAMLRetries bounds the parses yamlErrorLine makes.
+const maxYAMLRetries = 2000
+
+// yamlErrorLine finds the file's line of a YAML syntax error. The parser
+// names the line where the construct around the problem began (for a
+// parser error, counted from 0: the line above it), not the problem's: in
+// a Gym config that is often the otel: key above a broken value. The
+// problem's line is the first line L from there such that the file's
+// first L lines fail with the same problem. ok is false when err is not a
+// syntax error with a line, or no such L is found (the parser's line is
+// then the one to give).
+func yamlErrorLine(data []byte, err error) (line int, msg string, ok bool) {
+	m := yamlLineRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0, "", false
+	}
+	from, _ := strconv.Atoi(m[1])
+	msg = m[2]
+	lines := strings.SplitAfter(string(data), "\n")
+	for l := max(from, 1); l <= len(lines) && l < from+maxYAMLRetries; l++ {
+		var doc yaml.Node
+		perr := yaml.Unmarshal([]byte(strings.Join(lines[:l], "")), &doc)
+		if pm := yamlLineRE.FindStringSubmatch(fmt.Sprint(perr)); pm != nil && pm[2] == msg {
+			return l, msg, true
+		}
+	}
+	return 0, "", false
+}
+
+// blockOf is " (in the KEY: block)" for the top-level key whose block holds
+// the file's line (counted from 1), or "".
+func blockOf(data []byte, line int) string {
+	lines := strings.Split(string(data), "\n")
+	for i := min(line, len(lines)) - 1; i >= 0; i-- {
+		l := lines[i]
+		if l == "" || l[0] == ' ' || l[0] == '\t' || l[0] == '#' || l[0] == '-' {
+			continue
+		}
+		if k, _, found := strings.Cut(l, ":"); found && validKey(strings.TrimSpace(k)) {
+			return " (in the " + strings.TrimSpace(k) + ": block)"
+		}
+		return ""
+	}
+	return ""
 }
 
 // topLevel returns the value node of key in mapping m, nil when absent, and
@@ -182,6 +236,33 @@ func Closest(name string, candidates []string) (string, bool) {
 		}
 	}
 	return best, best != "" && bestD <= max(2, len(name)/3)
+}
+
+// NearMiss returns the otel key that name is one edit from (one letter
+// added, dropped or changed, or two neighbours swapped), and whether there
+// is one. A name that is a key is no near miss.
+func NearMiss(name string) (string, bool) {
+	if IsKey(name) {
+		return "", false
+	}
+	for _, k := range keyDefs {
+		if editDistance(name, k.name) == 1 || swapped(name, k.name) {
+			return k.name, true
+		}
+	}
+	return "", false
+}
+
+// swapped reports whether a is b with two neighbouring characters swapped.
+func swapped(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	i := 0
+	for i < len(a) && a[i] == b[i] {
+		i++
+	}
+	return i+1 < len(a) && a[i] == b[i+1] && a[i+1] == b[i] && a[i+2:] == b[i+2:]
 }
 
 // IsKey reports whether name is a key of the otel: block.

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -112,18 +113,28 @@ func SplitItems(s string) ([]Item, error) {
 	var cur strings.Builder
 	var key string
 	haveKey := false
+	list := "" // the list item a stray part may belong to: key=value+...
 	flush := func() {
 		raw := cur.String()
 		cur.Reset()
 		switch {
 		case !haveKey && raw == "":
 			errs = append(errs, fmt.Errorf("--gym-otel: empty item in %q", s))
+		case !haveKey && list != "" && listValueRE.MatchString(raw):
+			// gym_span_groups=default,verify: the comma meant "and".
+			list += "+" + raw
+			errs = append(errs, fmt.Errorf("--gym-otel: %s: expected key=value (the values of a list item are joined with +, not with a comma: %s)", raw, list))
 		case !haveKey:
 			errs = append(errs, fmt.Errorf("--gym-otel: %s: expected key=value", raw))
 		case !validKey(key):
 			errs = append(errs, fmt.Errorf("--gym-otel: %q: not a valid key (lower-case letters, digits, _)", key))
+			list = ""
 		default:
 			items = append(items, Item{Key: key, Value: raw})
+			list = ""
+			if listKeys[key] {
+				list = key + "=" + raw
+			}
 		}
 		key, haveKey = "", false
 	}
@@ -149,6 +160,12 @@ func SplitItems(s string) ([]Item, error) {
 	flush()
 	return items, errors.Join(errs...)
 }
+
+// listKeys are the SPEC items whose value is a list joined with "+".
+var listKeys = map[string]bool{"gym_span_groups": true}
+
+// listValueRE is what one value of a list item looks like (a span group).
+var listValueRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
 // EscapeValue escapes a value for a SPEC item (the inverse of SplitItems).
 func EscapeValue(v string) string {

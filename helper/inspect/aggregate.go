@@ -113,10 +113,13 @@ type dirStat struct {
 	lines, bad          map[string]int
 	points, spans, logs int
 	firstBad            map[string]string
-	firstMs, lastMs     int64
-	up                  map[[2]string]*scrapeLog // (job, instance) -> its scrapes
-	scrape              map[[2]string]*scrapeStat
-	sampleLimit         map[[2]string]int64 // (job, instance) -> sample_limit of collector.yaml
+	// writing is each file's last line without a newline in bytes, read
+	// while the collector runs (it is being written).
+	writing         map[string]int
+	firstMs, lastMs int64
+	up              map[[2]string]*scrapeLog // (job, instance) -> its scrapes
+	scrape          map[[2]string]*scrapeStat
+	sampleLimit     map[[2]string]int64 // (job, instance) -> sample_limit of collector.yaml
 }
 
 // aggregator holds the bounded state of a report while the files stream.

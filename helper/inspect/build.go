@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/user"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
@@ -32,9 +35,19 @@ func Build(dir string) (*Report, error) {
 		a.dirs = append(a.dirs, d)
 		a.cur = d
 		found := 0
+		running := collectorRuns(src.Dir)
 		for _, sig := range signals {
 			path := filepath.Join(src.Dir, jobdir.SignalFile(sig))
 			err := readFile(path, func(dl decoded) {
+				if dl.err != nil && dl.unterminated > 0 && running {
+					// The collector is writing this line: not an
+					// error, and not a line yet.
+					if d.writing == nil {
+						d.writing = map[string]int{}
+					}
+					d.writing[sig] = dl.unterminated
+					return
+				}
 				d.lines[sig]++
 				if dl.err != nil {
 					d.bad[sig]++
@@ -49,6 +62,9 @@ func Build(dir string) (*Report, error) {
 			})
 			if errors.Is(err, os.ErrNotExist) {
 				continue
+			}
+			if errors.Is(err, os.ErrPermission) {
+				return nil, notReadable(path, err)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", path, err)
@@ -122,6 +138,7 @@ func (r *Report) health(a *aggregator) error {
 		if len(d.firstBad) > 0 {
 			dh.FirstBad = d.firstBad
 		}
+		dh.Writing = d.writing
 		for _, n := range d.bad {
 			r.Health.BadLines += n
 		}
@@ -226,4 +243,54 @@ func nodeOr(d DirHealth) string {
 		return d.NodeName
 	}
 	return d.Dir
+}
+
+// notReadable is the error for a job file this process may not read
+// (err, a permission error): which file, whose, its mode and why. A
+// job's jsonl files are the job's user's alone by design (mode 0600: they
+// hold prompts and completions); the node dir's receipt.json (0644) says
+// what reached the files and the backend, and is named when readable.
+func notReadable(path string, err error) error {
+	msg := fmt.Sprintf("%s: not readable by you (uid %d)", path, os.Getuid())
+	owner := ""
+	if st, serr := os.Stat(path); serr == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			owner = fmt.Sprintf("uid %d", sys.Uid)
+			if u, uerr := user.LookupId(strconv.FormatUint(uint64(sys.Uid), 10)); uerr == nil {
+				owner = fmt.Sprintf("%s (uid %d)", u.Username, sys.Uid)
+			}
+			msg += fmt.Sprintf(": owned by %s, mode %04o", owner, st.Mode().Perm())
+		}
+	} else {
+		msg += ": " + err.Error()
+	}
+	if strings.HasSuffix(path, ".jsonl") {
+		msg += ". A job's jsonl files are readable by the job's user alone, by design: they hold the run's prompts and completions"
+		rec := filepath.Join(filepath.Dir(path), receipt.FileName)
+		if f, rerr := os.Open(rec); rerr == nil {
+			f.Close()
+			msg += fmt.Sprintf(". %s is readable: it says what reached the files and the backend", rec)
+		}
+		who := "the job's user"
+		if owner != "" {
+			who = owner
+		}
+		msg += fmt.Sprintf(". Ask %s to run inspect, or for a copy of the directory", who)
+	}
+	return errors.New(msg)
+}
+
+// collectorRuns reports whether dir's state.json says its collector runs
+// (starting, ready or draining): then the last line of a file may be
+// half written.
+func collectorRuns(dir string) bool {
+	st, err := jobdir.ReadState(dir)
+	if err != nil {
+		return false
+	}
+	switch st.Status {
+	case jobdir.StatusStarting, jobdir.StatusReady, jobdir.StatusDraining:
+		return true
+	}
+	return false
 }

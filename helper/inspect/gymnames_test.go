@@ -98,3 +98,19 @@ func TestGymRealNames(t *testing.T) {
 		t.Errorf("text lacks the verify success:\n%s", out.String())
 	}
 }
+
+// TestGymSectionOnce: Gym's attributed telemetry without rollout or verify
+// spans under known names gives one "== gym" section, which says the names
+// were not recognised on a line of its own, not a second "== gym" header.
+func TestGymSectionOnce(t *testing.T) {
+	r := &Report{Gym: Gym{Telemetry: GymTelemetry{HTTPRetries: map[string]float64{"timeout": 2}}},
+		Absent: []Absence{{Section: "gym", Why: WhyNames, Detail: "no gym.rollout or gym.verify spans, no gym.* metrics among: span my.rollout"}}}
+	var b strings.Builder
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if n := strings.Count(out, "== gym"); n != 1 || !strings.Contains(out, "  rollouts and verify      names not recognised (no gym.rollout") {
+		t.Errorf("%d \"== gym\" headers:\n%s", n, out)
+	}
+}

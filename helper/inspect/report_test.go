@@ -297,3 +297,39 @@ func TestHostOneScrape(t *testing.T) {
 		t.Fatalf("hosts %+v", r.Hosts)
 	}
 }
+
+// TestNodesHostlist: the job's nodes are one Slurm hostlist in natural
+// order, never cut at the line's width: 16 nodes are gn[1-16]; 60 nodes of
+// distinct names wrap over lines, every name kept.
+func TestNodesHostlist(t *testing.T) {
+	var nodes []string
+	for i := 16; i >= 1; i-- {
+		nodes = append(nodes, fmt.Sprintf("gn%d", i))
+	}
+	var b strings.Builder
+	if err := (&Report{Job: Job{Nodes: nodes}}).WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "\n  nodes                    gn[1-16]\n") {
+		t.Errorf("16 nodes:\n%s", b.String())
+	}
+	nodes = nil
+	for i := 0; i < 60; i++ {
+		nodes = append(nodes, fmt.Sprintf("rack%d-gpu%d", i, 2*i))
+	}
+	b.Reset()
+	if err := (&Report{Job: Job{Nodes: nodes}}).WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, l := range strings.Split(out, "\n") {
+		if len(l) > Width || strings.HasSuffix(l, "...") {
+			t.Errorf("line cut or too wide: %q", l)
+		}
+	}
+	for _, n := range nodes {
+		if !strings.Contains(out, n+",") && !strings.Contains(out, n+"\n") {
+			t.Errorf("%s missing:\n%s", n, out)
+		}
+	}
+}

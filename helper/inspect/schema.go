@@ -365,11 +365,14 @@ type DirHealth struct {
 	// NodeName is the node the dir's data came from.
 	NodeName string `json:"node_name"`
 	// Lines and BadLines count each file's lines and those that did not
-	// parse (the last line of a file still being written may be partial);
-	// FirstBad is each file's first parse error.
+	// parse; FirstBad is each file's first parse error. Writing is, per
+	// file, the bytes of its last line when that line has no newline yet
+	// and state.json says the collector runs: a line being written, not
+	// counted in Lines or BadLines.
 	Lines    map[string]int    `json:"lines"`
 	BadLines map[string]int    `json:"bad_lines"`
 	FirstBad map[string]string `json:"first_bad,omitempty"`
+	Writing  map[string]int    `json:"writing_bytes,omitempty"`
 	Points   int               `json:"data_points"`
 	Spans    int               `json:"spans"`
 	Logs     int               `json:"log_records"`

@@ -52,6 +52,9 @@ const maxLine = 256 << 20
 type decoded struct {
 	line *otlpLine
 	err  error
+	// unterminated is the byte count of a last line without its newline
+	// (0 for every other line): a collector may be writing it.
+	unterminated int
 }
 
 // readFile streams the lines of one jsonl file through a pool of decoders
@@ -69,8 +72,9 @@ func readFile(path string, fn func(d decoded)) error {
 		workers = 4
 	}
 	type job struct {
-		data []byte
-		out  chan decoded
+		data         []byte
+		unterminated int
+		out          chan decoded
 	}
 	jobs := make(chan job, workers)
 	order := make(chan chan decoded, 2*workers)
@@ -79,7 +83,7 @@ func readFile(path string, fn func(d decoded)) error {
 			for j := range jobs {
 				l := &otlpLine{}
 				err := json.Unmarshal(j.data, l)
-				j.out <- decoded{line: l, err: err}
+				j.out <- decoded{line: l, err: err, unterminated: j.unterminated}
 			}
 		}()
 	}
@@ -96,7 +100,13 @@ func readFile(path string, fn func(d decoded)) error {
 				if long {
 					out <- decoded{err: fmt.Errorf("line longer than %d bytes", maxLine)}
 				} else {
-					jobs <- job{data, out}
+					// readLine ends a line at its newline; at EOF
+					// without one, the line has none.
+					n := 0
+					if errors.Is(err, io.EOF) {
+						n = len(data)
+					}
+					jobs <- job{data, n, out}
 				}
 			}
 			if err != nil {

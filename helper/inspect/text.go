@@ -5,6 +5,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
 
 // Width is the terminal report's line width in columns: WriteText keeps
@@ -64,7 +66,7 @@ func (t *textOut) jobLines(j Job) {
 	if !j.Start.IsZero() {
 		t.line("  %-24s %s .. %s (%s)", "time span (UTC)", j.Start.Format("2006-01-02 15:04:05.000"), j.End.Format("15:04:05.000"), secs(j.DurationSeconds))
 	}
-	t.line("  %-24s %s", "nodes", strings.Join(j.Nodes, ", "))
+	t.nodes(j.Nodes)
 	var prods []string
 	for p, n := range j.Producers {
 		prods = append(prods, fmt.Sprintf("%s (%d)", p, n))
@@ -74,7 +76,9 @@ func (t *textOut) jobLines(j Job) {
 }
 
 // gymLines writes the gym section (rollouts, verify, Gym's attributed
-// telemetry) when Gym sent anything, then why it is absent when it is.
+// telemetry) when Gym sent anything, with why rollouts and verify are
+// missing when they are; else the section's one line saying why it is
+// absent.
 func (t *textOut) gymLines(r *Report) {
 	g := r.Gym
 	if g.RolloutSpans.Count > 0 || g.RolloutHistogram.Count > 0 || len(g.Verify) > 0 || len(g.VerifySpans) > 0 || !g.Telemetry.Empty() {
@@ -97,8 +101,13 @@ func (t *textOut) gymLines(r *Report) {
 			t.line("  %-24s %s", "verify latency (ms)", quant(g.VerifyLatency, 1))
 		}
 		t.gymTelemetryLines(g)
+		// The section is open: what is missing in it is a line of it,
+		// not a second "== gym".
+		if a := r.absent("gym"); a != nil {
+			t.wrap(fmt.Sprintf("  %-24s %s ", "rollouts and verify", a.Why), "("+a.Detail+")")
+		}
+		return
 	}
-
 	t.absent(r, "gym", "gym")
 }
 
@@ -319,8 +328,13 @@ func (t *textOut) healthLines(hl Health) {
 		}
 		t.line("  %-14s lines: metrics %d, traces %d, logs %d%s; %d points, %d spans, %d logs",
 			cut(name, 14), d.Lines["metrics"], d.Lines["traces"], d.Lines["logs"], bad, d.Points, d.Spans, d.Logs)
-		for sig, msg := range d.FirstBad {
-			t.line("    %s.jsonl first bad %s", sig, msg)
+		for _, sig := range signals {
+			if msg, ok := d.FirstBad[sig]; ok {
+				t.line("    %s.jsonl first bad %s", sig, msg)
+			}
+			if n := d.Writing[sig]; n > 0 {
+				t.line("    %s.jsonl: %d bytes of a line being written (the collector runs)", sig, n)
+			}
 		}
 		if d.State != nil {
 			st := fmt.Sprintf("    collector %s, %d restarts", d.State.Status, d.State.Restarts)
@@ -339,4 +353,34 @@ func (t *textOut) healthLines(hl Health) {
 	if hl.DroppedSeries > 0 || hl.SkippedPoints > 0 {
 		t.line("  %d series over the bound not tracked, %d histogram points skipped (bounds changed)", hl.DroppedSeries, hl.SkippedPoints)
 	}
+}
+
+// nodes writes the job's nodes as one Slurm hostlist in natural order
+// (gn[1-16], gn2 before gn10); a hostlist wider than the line is wrapped
+// between its entries, so no node is cut off.
+func (t *textOut) nodes(nodes []string) {
+	prefix := fmt.Sprintf("  %-24s ", "nodes")
+	hl := slurm.CompressHostlist(nodes)
+	if len(prefix)+len(hl) <= Width {
+		t.line("%s%s", prefix, hl)
+		return
+	}
+	// A space after each comma between entries (not inside brackets)
+	// lets wrap break there.
+	var b strings.Builder
+	depth := 0
+	for _, c := range hl {
+		b.WriteRune(c)
+		switch c {
+		case '[':
+			depth++
+		case ']':
+			depth--
+		case ',':
+			if depth == 0 {
+				b.WriteByte(' ')
+			}
+		}
+	}
+	t.wrap(prefix, b.String())
 }

@@ -89,6 +89,10 @@ func TestRunCauseInOneLine(t *testing.T) {
 	if !strings.Contains(cause, "401") || strings.Contains(cause, "resource") || len(cause) > 310 || strings.Contains(cause, "\n") {
 		t.Errorf("cause %q: want one line naming HTTP 401, without the resource", cause)
 	}
+	// The token is what to check, by the variable it came from.
+	if !strings.Contains(sum, "\nhint: the backend did not accept the bearer token: check $OTEL_TOKEN, the variable replay read it from") {
+		t.Errorf("no hint naming OTEL_TOKEN:\n%s", sum)
+	}
 }
 
 // Run with Appended skips the lines the supervisor delivered at the drain:
@@ -135,5 +139,24 @@ func TestOnceConfigAndStatus(t *testing.T) {
 	}
 	if s := HTTPStatus("dial tcp: connection refused"); s != 0 {
 		t.Errorf("status %d, want 0", s)
+	}
+}
+
+// TestSummaryTokenHint: a 401 or 403 in the cause adds a hint naming the
+// token's variable; another status adds none.
+func TestSummaryTokenHint(t *testing.T) {
+	for _, c := range []struct {
+		cause, want string
+	}{
+		{"Exporting failed. Dropping data.: error exporting items, request to https://b/v1/traces responded with HTTP Status Code 401, Message=bad token", "hint: the backend did not accept the bearer token: check $MY_TOKEN"},
+		{"Exporting failed: responded with HTTP Status Code 403", "hint: the backend accepted no data from the bearer token in $MY_TOKEN"},
+		{"Exporting failed: responded with HTTP Status Code 503", ""},
+	} {
+		r := &Result{Endpoint: "https://b", TokenEnv: "MY_TOKEN", Done: true, Cause: c.cause,
+			Signals: map[string]*Totals{"traces": {Files: 1, Items: 3, Exported: 3, Accepted: 3, SendFailed: 3}}}
+		sum := strings.Join(r.Summary(), "\n")
+		if c.want == "" && strings.Contains(sum, "hint:") || c.want != "" && !strings.Contains(sum, c.want) {
+			t.Errorf("%s:\n%s", c.cause, sum)
+		}
 	}
 }

@@ -42,10 +42,7 @@ const (
 	DefaultProgress = 5 * time.Second
 	// DefaultBinary is the collector (otel.binary's default).
 	DefaultBinary = "/usr/bin/otelcol-gym"
-	// DefaultSite is the site file replay reads the endpoint and the
-	// token's variable from (the packaged plugstack.conf's site=).
-	DefaultSite = "/etc/slurm/gym-otel.yaml"
-	poll        = 250 * time.Millisecond
+	poll          = 250 * time.Millisecond
 	// stopBound bounds the collector's clean stop once everything is sent
 	// (then it is killed).
 	stopBound = 5 * time.Second
@@ -61,9 +58,12 @@ type Options struct {
 	// TokenEnv names the variable holding the bearer token; "" takes the
 	// site file's otel.token_env (default OTEL_TOKEN).
 	TokenEnv string
-	// Site is the site file read when Endpoint or TokenEnv is "" (""
-	// : none, and both must be given).
-	Site string
+	// Site is the site file and SiteItems the inline site items
+	// (plugstack.conf's), read when Endpoint or TokenEnv is "" (both
+	// empty: no site settings, and both must be given). The caller finds
+	// them as sbatch does (the plugin's plugstack line).
+	Site      string
+	SiteItems []config.Item
 	// Uid is the caller's uid, which must own every replayed dir and file
 	// unless both Endpoint and TokenEnv are given (0: os.Getuid()).
 	Uid int
@@ -190,8 +190,23 @@ func (r *Result) Summary() []string {
 	}
 	if r.Cause != "" && (failed > 0 || !r.OK()) {
 		lines = append(lines, "cause: "+r.Cause)
+		if hint := tokenHint(HTTPStatus(r.Cause), r.TokenEnv); hint != "" {
+			lines = append(lines, hint)
+		}
 	}
 	return lines
+}
+
+// tokenHint is what to check when the backend answered status: for 401
+// (and 403) the token, naming the variable it came from; "" otherwise.
+func tokenHint(status int, tokenEnv string) string {
+	switch status {
+	case 401:
+		return fmt.Sprintf("hint: the backend did not accept the bearer token: check $%s, the variable replay read it from (--token-env, else the site's otel.token_env): is it this backend's token, and not expired?", tokenEnv)
+	case 403:
+		return fmt.Sprintf("hint: the backend accepted no data from the bearer token in $%s (--token-env, else the site's otel.token_env): check that token's rights on this backend", tokenEnv)
+	}
+	return ""
 }
 
 func plural(n int, word string) string {

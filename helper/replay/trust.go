@@ -63,33 +63,39 @@ func filePaths(files []File) []string {
 }
 
 // target is the endpoint (normalized) and the token's variable of a
-// replay: opt's, else the site file's. Errors name the flag or the file.
+// replay: opt's, else the site's settings (opt.Site, opt.SiteItems).
+// Errors name the flag or the file.
 func target(opt Options) (endpoint, tokenEnv string, err error) {
 	endpoint, tokenEnv = opt.Endpoint, opt.TokenEnv
+	name := "--endpoint"
 	if endpoint == "" || tokenEnv == "" {
-		if opt.Site == "" {
-			return "", "", errors.New("--site: no site file to take the endpoint and the token's variable from: give --site FILE, or --endpoint URL and --token-env NAME")
+		if opt.Site == "" && len(opt.SiteItems) == 0 {
+			return "", "", errors.New("--site: no site settings to take the endpoint and the token's variable from: give --site FILE (or --plugstack FILE), or --endpoint URL and --token-env NAME")
 		}
-		o, _, err := config.SiteOtel(opt.Site, nil)
+		from := "the site file " + opt.Site
+		if opt.Site == "" {
+			from = "the site's inline items"
+		}
+		o, _, err := config.SiteOtel(opt.Site, opt.SiteItems)
 		if err != nil {
-			return "", "", fmt.Errorf("--site %s: %w (or give --endpoint URL and --token-env NAME)", opt.Site, err)
+			return "", "", fmt.Errorf("%w (or give --endpoint URL and --token-env NAME)", err)
 		}
 		if endpoint == "" {
 			if o.Endpoint == "" {
-				return "", "", fmt.Errorf("--endpoint: the site file %s sets no otel.endpoint: give --endpoint URL", opt.Site)
+				return "", "", fmt.Errorf("--endpoint: %s sets no otel.endpoint: give --endpoint URL", from)
 			}
-			endpoint = o.Endpoint
+			endpoint, name = o.Endpoint, "otel.endpoint of "+from
 		}
 		if tokenEnv == "" {
 			tokenEnv = o.TokenEnv
 		}
 	}
-	if err := CheckEndpoint("--endpoint", endpoint); err != nil {
+	if err := CheckEndpoint(name, endpoint); err != nil {
 		return "", "", err
 	}
 	ep, _, err := config.NormalizeEndpoint(endpoint)
 	if err != nil {
-		return "", "", fmt.Errorf("--endpoint %q: %v", endpoint, err)
+		return "", "", fmt.Errorf("%s %q: %v", name, endpoint, err)
 	}
 	if !tokenEnvRE.MatchString(tokenEnv) {
 		return "", "", fmt.Errorf("--token-env %q: not a variable name (letters, digits, _)", tokenEnv)

@@ -2,6 +2,9 @@ package slurm
 
 import (
 	"reflect"
+	"slices"
+	"sort"
+	"strconv"
 	"testing"
 )
 
@@ -27,5 +30,46 @@ func TestExpandHostlist(t *testing.T) {
 	}
 	if i, _ := NodeIndex("gn[1-2]", "gn2"); i != 1 {
 		t.Errorf("NodeIndex gn2 = %d", i)
+	}
+}
+
+// TestCompressHostlist: node names as one Slurm hostlist, in natural order
+// (gn2 before gn10), and ExpandHostlist gives the names back in that order.
+func TestCompressHostlist(t *testing.T) {
+	var gn []string
+	for i := 16; i >= 1; i-- {
+		gn = append(gn, "gn"+strconv.Itoa(i))
+	}
+	for _, c := range []struct {
+		in   []string
+		want string
+	}{
+		{gn, "gn[1-16]"},
+		{[]string{"gn10", "gn2", "gn1", "gn2", "gn3", "gn20"}, "gn[1-3,10,20]"},
+		{[]string{"n10", "n08", "n09", "n3"}, "n[3,08-10]"},
+		{[]string{"gn9", "gn10", "login", "cpu-a"}, "cpu-a,gn[9-10],login"},
+		{[]string{"rack1-n01", "rack1-n02", "rack2-n01"}, "rack1-n[01-02],rack2-n01"},
+		{[]string{"n8", "n09"}, "n[8,09]"},
+		{[]string{"solo7"}, "solo7"},
+		{nil, ""},
+	} {
+		got := CompressHostlist(c.in)
+		if got != c.want {
+			t.Errorf("%v: %q, want %q", c.in, got, c.want)
+			continue
+		}
+		if len(c.in) == 0 {
+			continue
+		}
+		back, err := ExpandHostlist(got)
+		want := append([]string(nil), c.in...)
+		sort.SliceStable(want, func(i, j int) bool { return NaturalLess(want[i], want[j]) })
+		want = slices.Compact(want)
+		if err != nil || !reflect.DeepEqual(back, want) {
+			t.Errorf("%q expands to %v %v, want %v", got, back, err, want)
+		}
+	}
+	if !NaturalLess("gn2", "gn10") || NaturalLess("gn10", "gn2") || !NaturalLess("a", "b") || !NaturalLess("n8", "n08") {
+		t.Error("NaturalLess")
 	}
 }

@@ -231,29 +231,30 @@ func (s *holdServer) serve() {
 // never closed for another.
 func (s *holdServer) admit(c *net.UnixConn) {
 	deadline := time.Now().Add(HoldConnTimeout)
-	for {
-		select {
-		case s.slots <- struct{}{}:
-			s.mu.Lock()
-			s.waiting[c] = time.Now()
-			s.mu.Unlock()
-			go func() {
-				defer func() { <-s.slots }()
-				s.answer(c)
-			}()
-			return
-		default:
-		}
+	for !s.takeSlot() {
 		if time.Now().After(deadline) {
 			c.Close()
 			return
 		}
 		s.closeSilent()
-		select {
-		case s.slots <- struct{}{}:
-			<-s.slots // taken at the loop's top
-		case <-time.After(holdAdmitPoll):
-		}
+		time.Sleep(holdAdmitPoll)
+	}
+	s.mu.Lock()
+	s.waiting[c] = time.Now()
+	s.mu.Unlock()
+	go func() {
+		defer func() { <-s.slots }()
+		s.answer(c)
+	}()
+}
+
+// takeSlot takes one of the HoldConns slots if one is free.
+func (s *holdServer) takeSlot() bool {
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -38,28 +38,42 @@ func holdSocketOf(t *testing.T, node, job string) (path string, pid int) {
 	}
 }
 
-// holdFlood is run by python3 as a local user: it connects to the hold
-// socket (argv 1: a path, or an abstract name without its leading NUL as
-// an older record held) and closes again, in a loop, until the file argv 2
-// exists (at most 10 minutes); it prints one JSON object: tries,
-// connected, and the errors by errno name.
+// holdFlood is run by python3 as a local user: 4 threads each connect to
+// the hold socket (argv 1: a path, or an abstract name without its
+// leading NUL as an older record held), keep a connection they got for
+// 200 ms (to hold one of the supervisor's connection slots), close, and
+// again (1 ms apart after a refusal), until the file argv 2 exists (at
+// most 10 minutes); it prints one JSON object: tries, connected, and the
+// errors by errno name.
 const holdFlood = `
-import errno, json, os, socket, sys, time
+import errno, json, os, socket, sys, threading, time
 name, stop = sys.argv[1], sys.argv[2]
 addr = name if name.startswith("/") else "\0" + name
-tries, connected, errs = 0, 0, {}
-end = time.time() + 600
-while not os.path.exists(stop) and time.time() < end:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.connect(addr)
-        connected += 1
-    except OSError as e:
-        k = errno.errorcode.get(e.errno, str(e.errno))
-        errs[k] = errs.get(k, 0) + 1
-    s.close()
-    tries += 1
-print(json.dumps({"tries": tries, "connected": connected, "errors": errs}))
+lock = threading.Lock()
+tot = {"tries": 0, "connected": 0, "errors": {}}
+def loop():
+    end = time.time() + 600
+    while not os.path.exists(stop) and time.time() < end:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(addr)
+            ok, k = True, None
+        except OSError as e:
+            ok, k = False, errno.errorcode.get(e.errno, str(e.errno))
+        with lock:
+            tot["tries"] += 1
+            if ok:
+                tot["connected"] += 1
+            else:
+                tot["errors"][k] = tot["errors"].get(k, 0) + 1
+        time.sleep(0.2 if ok else 0.001)
+        s.close()
+ts = [threading.Thread(target=loop) for _ in range(4)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+print(json.dumps(tot))
 `
 
 // floodResult is what holdFlood prints.
@@ -71,8 +85,9 @@ type floodResult struct {
 
 // TestHoldSocketFlood: while a job of 20 steps runs, another local user
 // and the job's own user each loop connect and close on its hold socket
-// (the path from root's record; they may see it in /proc/net/unix) from
-// before the first step to after the job's end. Neither ever connects:
+// in 4 threads, keeping each connection they get for 200 ms (the path
+// from root's record; they may see it in /proc/net/unix), from before the
+// first step to after the job's end. Neither ever connects:
 // every try fails with EACCES (the socket's dir is root's, 0700), or with
 // ENOENT once the epilog has removed the record dir. Root's
 // exchanges are all answered: every step (the stand-in's, the 20 others,

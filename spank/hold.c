@@ -8,8 +8,8 @@
  * on every node while the job's services are still alive. It is cut short
  * when the job is cancelled or times out meanwhile, and once the batch
  * node's supervisor says every target (on every node) has a sample
- * stamped at or after the script's end (holdsock.c). The step first tells the
- * supervisor that the script has ended (gos_hold_final, with the job's
+ * stamped at or after the script's end (holdsock.c). The step first tells
+ * the supervisor that the script has ended (gos_hold_final, with the job's
  * node count): it scrapes every target at once, and the samples are in
  * the files within about a second, not the next interval. Other nodes'
  * supervisors are not reachable from here: in a job on several nodes the

@@ -13,9 +13,10 @@
  * gos_hold_exchange: the socket is trusted only when it is root's in a
  * dir only root can write, and each exchange is bounded by GOS_HOLD_MS
  * and GOS_HOLD_MAX bytes; a supervisor that does not answer costs the
- * step at most that, twice, and loses only the span. The task exits (task_exit, in slurmstepd) give the worst exit
- * code or the first signal of the node's tasks, and the batch script's end;
- * the final wait's end is taken when the batch step's task_exit returns.
+ * step at most that, twice, and loses only the span. The task exits
+ * (task_exit, in slurmstepd) give the worst exit code or the first signal
+ * of the node's tasks, and the batch script's end; the final wait's end
+ * is taken when the batch step's task_exit returns.
  */
 #define _GNU_SOURCE
 #include <stdio.h>

@@ -10,8 +10,8 @@
 #define GOS_DEFAULT_RECORD_DIR "/run/gym-otel"
 /* RecordFile */
 #define GOS_RECORD_FILE "record"
-/* HoldSocketPrefix */
-#define GOS_HOLD_SOCKET_PREFIX "gym-otel-hold-"
+/* HoldPathMax */
+#define GOS_HOLD_PATH_MAX 107
 /* MaxFinalWait, seconds */
 #define GOS_MAX_FINAL_WAIT 30
 /* EnvInJob */

@@ -6,10 +6,10 @@
  * at most GOS_MAX_FINAL_WAIT): with every target scraped every interval
  * from the collector's start, that window holds a scrape of every target
  * on every node while the job's services are still alive. It is cut short
- * when the job is cancelled or times out meanwhile, and in a one-node job
- * once the node's supervisor says every target has a sample stamped at or
- * after the script's end (holdsock.c). The step first tells the
- * supervisor that the script has ended (gos_hold_final, with the job's
+ * when the job is cancelled or times out meanwhile, and once the batch
+ * node's supervisor says every target (on every node) has a sample
+ * stamped at or after the script's end (holdsock.c). The step first tells
+ * the supervisor that the script has ended (gos_hold_final, with the job's
  * node count): it scrapes every target at once, and the samples are in
  * the files within about a second, not the next interval. Other nodes'
  * supervisors are not reachable from here: in a job on several nodes the
@@ -64,16 +64,14 @@ static int job_ending(uint32_t job_id)
 
 /*
  * The job's node count (SLURM_JOB_NUM_NODES of the batch env, set by
- * Slurm) and the job's uid; 0 when either is unknown: then the hold waits
- * its bound without asking the supervisor.
+ * Slurm); 0 when unknown: then the hold waits its bound without asking
+ * the supervisor.
  */
-static int job_nodes(spank_t sp, uid_t *uid)
+static int job_nodes(spank_t sp)
 {
 	char buf[32], *end;
 	long n;
 
-	if (spank_get_item(sp, S_JOB_UID, uid) != ESPANK_SUCCESS)
-		return 0;
 	if (spank_getenv(sp, "SLURM_JOB_NUM_NODES", buf, sizeof(buf)) != ESPANK_SUCCESS &&
 	    spank_getenv(sp, "SLURM_NNODES", buf, sizeof(buf)) != ESPANK_SUCCESS)
 		return 0;
@@ -95,8 +93,7 @@ static int job_nodes(spank_t sp, uid_t *uid)
  * for the final scrape now, and the wait ends once it says every target
  * (on every node) has a sample after the script's end (holdsock.c).
  */
-static void final_wait(uint32_t job_id, int seconds, int nodes, uid_t uid, const char *node,
-		       const char *hold_socket, long supervisor_pid)
+static void final_wait(uint32_t job_id, int seconds, int nodes, const char *node, const char *hold_socket)
 {
 	long long start = now_ms(), end = start + (long long)seconds * 1000, next = start + 1000;
 	long long since = gos_now_ms();
@@ -105,12 +102,12 @@ static void final_wait(uint32_t job_id, int seconds, int nodes, uid_t uid, const
 	pid_t child = -1;
 	int status, sampled;
 
-	if (nodes && !gos_hold_final(hold_socket, (pid_t)supervisor_pid, uid, nodes))
+	if (nodes && !gos_hold_final(hold_socket, nodes))
 		gos_info("job %u: the supervisor on %s did not take the final-scrape request: "
 			 "waiting for every target's next scrape", job_id, node);
 	while (!why && now_ms() < end) {
 		nanosleep(&slice, NULL);
-		if (nodes && (sampled = gos_hold_sampled(hold_socket, (pid_t)supervisor_pid, uid, since))) {
+		if (nodes && (sampled = gos_hold_sampled(hold_socket, since))) {
 			gos_info("job %u: %s %s%s: final-scrape wait ended after %lld ms", job_id,
 				 sampled == 2 ? "no scrape target on" : "every target on", nodes > 1 ? "every node" : node,
 				 sampled == 2 ? "" : " has a sample after the script's last line",
@@ -146,17 +143,15 @@ static void final_wait(uint32_t job_id, int seconds, int nodes, uid_t uid, const
 		gos_info("job %u: final-scrape wait done after %lld ms", job_id, now_ms() - start);
 }
 
-void gos_hold(spank_t sp, uint32_t job_id, int seconds, const char *node,
-	      const char *hold_socket, long supervisor_pid)
+void gos_hold(spank_t sp, uint32_t job_id, int seconds, const char *node, const char *hold_socket)
 {
 	int status = 0, nodes;
-	uid_t uid = 0;
 
 	if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS ||
 	    !WIFEXITED(status))
 		return; /* signalled (scancel, time limit): no wait */
-	nodes = job_nodes(sp, &uid);
+	nodes = hold_socket[0] ? job_nodes(sp) : 0;
 	gos_info("job %u: batch script done, waiting %d s for the collector's final scrape%s",
 		 job_id, seconds, nodes ? " (less once every target has a sample)" : "");
-	final_wait(job_id, seconds, nodes, uid, node, hold_socket, supervisor_pid);
+	final_wait(job_id, seconds, nodes, node, hold_socket);
 }

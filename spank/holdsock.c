@@ -1,37 +1,38 @@
 /*
- * holdsock.c: the batch step's question to its node's supervisor on the
- * supervisor's hold socket (helper/supervise/holdsock.go), pure C in
- * slurmstepd: has every scrape target of the node a sample stamped at or
- * after the script's end? hold.c asks it in a one-node job and ends the
- * hold early on a yes. Before the first question, hold.c tells the
- * supervisor that the script has ended ("final"): the supervisor then
- * scrapes every target at once (helper/supervise/finalscrape.go) instead
- * of at each target's next interval.
+ * holdsock.c: root's exchanges with the job's supervisor on the node, on
+ * the supervisor's hold socket (helper/supervise/holdsock.go), pure C in
+ * slurmstepd: the batch step's question (has every scrape target a
+ * sample stamped at or after the script's end? hold.c asks it and ends
+ * the hold early on a yes), its final-scrape request before the first
+ * question ("final": the supervisor then scrapes every target at once,
+ * helper/supervise/finalscrape.go, instead of at each target's next
+ * interval), and every step's phase lines (phase.c). All of them go
+ * through gos_hold_exchange.
  *
- * The socket is abstract (no file: nothing of the user's in root's
- * directories). The listener is trusted only when SO_PEERCRED names the
- * record's supervisor (its pid and the job's uid: a process that took the
- * name after the supervisor ended is not it), at most GOS_HOLD_MAX bytes
- * are read within GOS_HOLD_MS, and the answer is trusted no further than
- * ending the job's own hold early.
+ * The socket is a pathname socket in root's record dir of the job
+ * (root's record names it), in a dir of its own that only root can enter:
+ * the prolog bound it as root and handed the listener to the supervisor,
+ * so no other user, the job's own neither, can connect, flood it or read
+ * its answers. It is trusted only when it is a socket owned by root in a
+ * directory owned by root that neither group nor others can write (no
+ * symbolic link either); at most GOS_HOLD_MAX bytes are read within
+ * GOS_HOLD_MS, and the answer is trusted no further than ending the job's
+ * own hold early or making its phase spans.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "gym_otel_contract.h"
 #include "holdsock.h"
-
-#define GOS_HOLD_MAX 256
-#define GOS_HOLD_MS 250
 
 static long long mono_ms(void)
 {
@@ -66,34 +67,42 @@ static long long field(const char *text, const char *key)
 }
 
 /*
- * One exchange with the record's supervisor on its hold socket: sends
- * line, reads its whole answer into buf (at most GOS_HOLD_MAX bytes within
- * GOS_HOLD_MS). Returns the answer's length, or -1: no such listener, not
- * the record's supervisor (SO_PEERCRED: pid and uid), no complete answer
- * in time, or more than an answer can be.
+ * Whether path is a socket owned by root in a directory owned by root
+ * that neither group nor others can write, neither a symbolic link: only
+ * root can have bound it, and no one else can put another in its place.
  */
-static ssize_t exchange(const char *sock, pid_t sup_pid, uid_t uid, const char *line,
-			char buf[GOS_HOLD_MAX + 1])
+static int trusted(const char *path)
+{
+	char dir[GOS_HOLD_PATH_MAX + 1], *slash;
+	struct stat st;
+
+	if (path[0] != '/' || strlen(path) > GOS_HOLD_PATH_MAX)
+		return 0;
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	slash[slash == dir ? 1 : 0] = 0;
+	if (lstat(dir, &st) || !S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)))
+		return 0;
+	return !lstat(path, &st) && S_ISSOCK(st.st_mode) && st.st_uid == 0;
+}
+
+ssize_t gos_hold_exchange(const char *path, const char *line, char buf[GOS_HOLD_MAX + 1])
 {
 	struct sockaddr_un a;
-	struct ucred cr;
-	socklen_t crl = sizeof(cr);
-	size_t nl = sock ? strlen(sock) : 0, ll = strlen(line);
+	size_t ll = strlen(line);
 	long long end = mono_ms() + GOS_HOLD_MS;
 	ssize_t got = 0, n, rc = -1;
 	int fd;
 
-	if (nl == 0 || nl + 1 > sizeof(a.sun_path) || sup_pid <= 1)
+	if (!path || !trusted(path))
 		return -1;
 	memset(&a, 0, sizeof(a));
 	a.sun_family = AF_UNIX;
-	memcpy(a.sun_path + 1, sock, nl); /* abstract: a leading NUL */
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path); /* trusted(): it fits */
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -1;
-	if (connect(fd, (struct sockaddr *)&a, offsetof(struct sockaddr_un, sun_path) + 1 + nl))
-		goto out;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) || cr.pid != sup_pid || cr.uid != uid)
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)))
 		goto out;
 	if (send(fd, line, ll, MSG_NOSIGNAL) != (ssize_t)ll)
 		goto out;
@@ -119,13 +128,13 @@ out:
 	return rc;
 }
 
-int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since_ms)
+int gos_hold_sampled(const char *path, long long since_ms)
 {
 	char buf[GOS_HOLD_MAX + 1];
 	long long targets, at;
 
-	if (exchange(sock, sup_pid, uid, GOS_HOLD_QUESTION "\n", buf) <= 0)
-		return 0; /* no answer (none yet, or not the supervisor's) */
+	if (gos_hold_exchange(path, GOS_HOLD_QUESTION "\n", buf) <= 0)
+		return 0; /* no answer (none yet, or no supervisor) */
 	targets = field(buf, GOS_HOLD_TARGETS);
 	at = field(buf, GOS_HOLD_SAMPLED_MS);
 	if (targets == 0)
@@ -133,10 +142,10 @@ int gos_hold_sampled(const char *sock, pid_t sup_pid, uid_t uid, long long since
 	return targets > 0 && at >= since_ms;
 }
 
-int gos_hold_final(const char *sock, pid_t sup_pid, uid_t uid, int nodes)
+int gos_hold_final(const char *path, int nodes)
 {
 	char buf[GOS_HOLD_MAX + 1], line[48];
 
 	snprintf(line, sizeof(line), GOS_HOLD_FINAL " %d\n", nodes);
-	return exchange(sock, sup_pid, uid, line, buf) > 0 && !strcmp(buf, "ok\n");
+	return gos_hold_exchange(path, line, buf) > 0 && !strcmp(buf, "ok\n");
 }

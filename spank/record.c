@@ -124,10 +124,12 @@ int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 		} else if (KEY(p, GOS_RECORD_SUPERVISOR_START)) {
 			r->supervisor_start = strtoull(VAL(p, GOS_RECORD_SUPERVISOR_START), NULL, 10);
 		} else if (KEY(p, GOS_RECORD_HOLD_SOCKET)) {
+			/* Root's path (in root's record dir), from root's record;
+			 * holdsock.c checks the socket and its dir before each
+			 * connect. An older record's abstract name is no path. */
 			const char *v = VAL(p, GOS_RECORD_HOLD_SOCKET);
-			size_t n = strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789-");
 
-			if (v[n] == 0 && n < sizeof(r->hold_socket))
+			if (v[0] == '/' && !strstr(v, "/../") && strlen(v) < sizeof(r->hold_socket))
 				snprintf(r->hold_socket, sizeof(r->hold_socket), "%s", v);
 		} else if (KEY(p, GOS_RECORD_CGROUP_MEMORY)) {
 			/* Root's own path (under /sys/fs/cgroup), from root's record. */

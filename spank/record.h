@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gym_otel_contract.h"
+
 struct gos_record {
 	int ready;      /* status=ready */
 	int fail;       /* on_failure=fail */
@@ -22,7 +24,7 @@ struct gos_record {
 	char dir[4096]; /* the job's record dir */
 	char cgroup_memory[4096]; /* the collector cgroup's memory bound file, or "" */
 	char cgroup_cpuset[4096]; /* the collector cgroup's cpuset.cpus, or "" */
-	char hold_socket[64]; /* the supervisor's abstract socket for the hold, or "" */
+	char hold_socket[GOS_HOLD_PATH_MAX + 1]; /* the supervisor's hold socket's path, or "" */
 };
 /* 0: read; 1: no record; -1: a bad record (message in err). */
 int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,

@@ -46,8 +46,7 @@ static struct {
 	char cpuset[4096]; /* the collector cgroup's cpuset.cpus, from the record */
 	int cpuset_done;
 	char kept[512]; /* telemetry variables set before the plugin, kept */
-	char hold_socket[64]; /* the supervisor's hold socket (hold.c), or "" */
-	long supervisor_pid;
+	char hold_socket[GOS_HOLD_PATH_MAX + 1]; /* the supervisor's hold socket (hold.c), or "" */
 } st;
 
 int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
@@ -118,7 +117,6 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	st.final_wait = r.final_wait;
 	snprintf(st.reason, sizeof(st.reason), "%s", r.reason);
 	snprintf(st.hold_socket, sizeof(st.hold_socket), "%s", r.hold_socket);
-	st.supervisor_pid = r.supervisor_pid;
 	gos_phase_step_start(sp, st.job_id, st.step_id, &r);
 
 	/* The nesting marker: an srun in this job does not submit again. */
@@ -176,7 +174,7 @@ int gos_step_task_exit(spank_t sp)
 {
 	if (!st.have || !st.ready || st.step_id != SLURM_BATCH_SCRIPT || st.final_wait <= 0)
 		return 0;
-	gos_hold(sp, st.job_id, st.final_wait, st.node, st.hold_socket, st.supervisor_pid);
+	gos_hold(sp, st.job_id, st.final_wait, st.node, st.hold_socket);
 	return 0;
 }
 

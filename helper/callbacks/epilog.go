@@ -185,7 +185,7 @@ func tellEpilogStart(rec *record.Record, jobID uint32, log logrus.FieldLogger) {
 	if at.IsZero() || time.Since(at) < 0 || time.Since(at) > time.Hour {
 		at = time.Now()
 	}
-	if err := supervise.TellEpilogStart(rec.HoldSocket, rec.SupervisorPID, rec.UID, at); err != nil {
+	if err := supervise.TellEpilogStart(rec.HoldSocket, at); err != nil {
 		log.Debugf("job %d: the epilog's start was not told to the supervisor (no slurm.epilog span): %v", jobID, err)
 	}
 }

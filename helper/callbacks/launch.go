@@ -30,7 +30,8 @@ type supervisor struct {
 // startSupervisor starts the supervisor as the job's user (uid, gid,
 // groups; proc.StartAsUser: its own session, no_new_privs, no descriptor
 // of this process, oom_score_adj 0), with exactly env, fd 3 the write end
-// of the readiness pipe, born inside group g when not nil
+// of the readiness pipe and fd 4 the hold socket's listener hold when not
+// nil (supervise.HoldListenerFD), born inside group g when not nil
 // (cgroup.Group.StartInside): on v2 placed there by clone3
 // (CLONE_INTO_CGROUP), on v1 forked by a thread of its own that alone
 // joins g around the fork and is discarded after; this process never
@@ -38,7 +39,7 @@ type supervisor struct {
 // or anything it starts, is outside it. A thread that cannot leave g
 // again fails the start. The supervisor lowers its resource limits to the
 // node's ordinary ones itself, first thing (see proc.LowerToNodeLimits).
-func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32, g *cgroup.Group) (*supervisor, error) {
+func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32, g *cgroup.Group, hold *os.File) (*supervisor, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -48,6 +49,9 @@ func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32,
 	cmd.Env = env
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{w} // fd 3 = supervise.ReadinessFD
+	if hold != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, hold) // fd 4 = supervise.HoldListenerFD
+	}
 	var inside func(*exec.Cmd) error
 	if g != nil {
 		inside = g.StartInside

@@ -138,13 +138,22 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return fail(err)
 	}
+	hold, holdPath, err := holdListener(dir)
+	if err != nil {
+		log.Warnf("job %d: no hold socket on %s (the batch step waits its full final-scrape bound; no step phase spans): %v", in.JobID, node, err)
+	} else {
+		defer hold.Close() // after the launch: the supervisor's copy serves on
+	}
 	clock.mark("facts+env")
 	group, err := collectorGroup(in, resolved, node, rec, log)
 	if err != nil {
 		return fail(err)
 	}
 	clock.mark("cgroup")
-	sup, rep, err := launch(in, env, groups, group, timeout, clock)
+	sup, rep, err := launch(in, env, groups, group, hold, timeout, clock)
+	if hold != nil {
+		hold.Close() // the supervisor's copy alone: once it ends, connects are refused
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -154,7 +163,11 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return fail(err)
 	}
 	clock.mark("filter")
-	if err := recordReady(dir, rec, sup, rep, resolved, facts); err != nil {
+	if hold != nil && !rep.Hold {
+		log.Warnf("job %d: the supervisor on %s does not serve the hold socket it was handed (the batch step waits its full final-scrape bound; no step phase spans)", in.JobID, node)
+		holdPath = ""
+	}
+	if err := recordReady(dir, rec, sup, rep, resolved, facts, holdPath); err != nil {
 		return fail(err)
 	}
 	clock.mark("record")
@@ -312,12 +325,13 @@ func collectorGroup(in PrologInput, resolved *config.Resolved, node string, rec 
 	return group, nil
 }
 
-// launch starts the supervisor as the job's user inside group and waits
-// up to timeout for its report: a ready one, or an error (the supervisor
-// and its group ended, or the group removed when the start failed). The
-// fork is clock's step "fork"; the wait for the report is the caller's next.
-func launch(in PrologInput, env []string, groups []uint32, group *cgroup.Group, timeout time.Duration, clock *stepClock) (*supervisor, supervise.Readiness, error) {
-	sup, err := startSupervisor(in.Args.CLI, append(env, supervise.EnvSpawned+"="+supervise.SpawnedNow()), in.UID, in.GID, groups, group)
+// launch starts the supervisor as the job's user inside group, handing it
+// the hold socket's listener hold when not nil, and waits up to timeout
+// for its report: a ready one, or an error (the supervisor and its group
+// ended, or the group removed when the start failed). The fork is clock's
+// step "fork"; the wait for the report is the caller's next.
+func launch(in PrologInput, env []string, groups []uint32, group *cgroup.Group, hold *os.File, timeout time.Duration, clock *stepClock) (*supervisor, supervise.Readiness, error) {
+	sup, err := startSupervisor(in.Args.CLI, append(env, supervise.EnvSpawned+"="+supervise.SpawnedNow()), in.UID, in.GID, groups, group, hold)
 	if err != nil {
 		if group != nil {
 			_ = group.Remove()
@@ -338,8 +352,9 @@ func launch(in PrologInput, env []string, groups []uint32, group *cgroup.Group, 
 
 // recordReady writes the ready record: the supervisor's pid and start
 // time (checked to be alive after its report), the task env, the hold
-// socket. On an error the supervisor is ended.
-func recordReady(dir string, rec *record.Record, sup *supervisor, rep supervise.Readiness, resolved *config.Resolved, facts jobfacts.Facts) error {
+// socket's path (holdPath, "" for none). On an error the supervisor is
+// ended.
+func recordReady(dir string, rec *record.Record, sup *supervisor, rep supervise.Readiness, resolved *config.Resolved, facts jobfacts.Facts, holdPath string) error {
 	ps, err := proc.ReadStat(sup.pid)
 	if err != nil {
 		sup.kill()
@@ -349,9 +364,7 @@ func recordReady(dir string, rec *record.Record, sup *supervisor, rep supervise.
 	rec.SupervisorPID = sup.pid
 	rec.SupervisorStart = ps.StartTime
 	rec.Env = taskenv.TaskEnv(resolved, facts, rep.Ports, rep.ReceiverToken)
-	if supervise.ValidHoldSocket(rep.HoldSocket) {
-		rec.HoldSocket = rep.HoldSocket
-	}
+	rec.HoldSocket = holdPath
 	if err := record.Write(dir, rec); err != nil {
 		sup.kill()
 		return err

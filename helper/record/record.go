@@ -34,7 +34,7 @@ import (
 //	cgroup=<the collector's cgroup below each hierarchy, "" for none>
 //	cgroup_memory=<the file of its memory bound, which steps lower to the job's memory>
 //	cgroup_cpuset=<the file of its CPU set, which steps narrow to their CPUs>
-//	hold_socket=<the supervisor's abstract unix socket name for the batch step's hold, "" for none>
+//	hold_socket=<the path of the supervisor's hold socket (HoldSocketPath), "" for none>
 //	filter_ports=<the job's loopback ports the node's packet filter keeps to the job, comma-separated, "" for none>
 //	env=KEY=VALUE
 //	unset=NAME
@@ -56,9 +56,10 @@ type Record struct {
 	// CgroupCpuset is the absolute path of that group's cpuset.cpus, ""
 	// when none.
 	CgroupCpuset string
-	// HoldSocket is the abstract unix socket name (no leading NUL) the
-	// batch step asks whether every target has been sampled
-	// (supervise.ValidHoldSocket), "" when none.
+	// HoldSocket is the path of the supervisor's hold socket
+	// (HoldSocketPath: root's listener, made by the prolog in a root-only
+	// dir), on which the steps and the epilog talk to the supervisor; ""
+	// when the supervisor serves none.
 	HoldSocket string
 	// FilterPorts are the job's loopback ports for which the prolog
 	// installed the node's packet filter (helper/portfilter), which the
@@ -275,6 +276,46 @@ func MakeJobDir(recordDir, node string, jobID uint32) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// HoldDir is the job record dir's subdirectory that holds the hold socket:
+// root's, mode 0700, so that only root can connect to the socket (the
+// supervisor, the job's user, serves it on the listener the prolog hands
+// it; it never sees the path).
+const HoldDir = "hold"
+
+// HoldSocketFile is the hold socket's name in HoldDir.
+const HoldSocketFile = "sock"
+
+// HoldSocketPath is the hold socket's path in job record dir jobDir
+// (JobDir): <jobDir>/hold/sock.
+func HoldSocketPath(jobDir string) string {
+	return filepath.Join(jobDir, HoldDir, HoldSocketFile)
+}
+
+// MakeHoldDir makes job record dir jobDir's HoldDir (root's, 0700; a
+// symlink, another owner or a group or other write bit refused), removes
+// a socket file an earlier run of the job left there (its node crashed,
+// or its epilog never ran) and returns the path at which to bind the hold
+// socket. Errors: the dir cannot be made or is not root's only, the path
+// is longer than a unix socket's (contract.HoldPathMax: a shorter
+// plugstack record_dir), a leftover that cannot be removed.
+func MakeHoldDir(jobDir string) (string, error) {
+	path := HoldSocketPath(jobDir)
+	if len(path) > contract.HoldPathMax {
+		return "", fmt.Errorf("hold socket %s: %d bytes, a unix socket's path has at most %d (plugstack record_dir: a shorter one)", path, len(path), contract.HoldPathMax)
+	}
+	dir := filepath.Dir(path)
+	if err := ensureRootDir(dir, 0o700); err != nil {
+		return "", fmt.Errorf("hold socket dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return "", err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("hold socket: the earlier run's %s: %w", path, err)
+	}
+	return path, nil
 }
 
 // Write writes r into dir atomically (a temporary file, fsync,

@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
 		Cgroup:       "gym_otel/c/n1/job_7",
 		CgroupMemory: "/sys/fs/cgroup/memory/gym_otel/c/n1/job_7/memory.limit_in_bytes",
 		CgroupCpuset: "/sys/fs/cgroup/cpuset/gym_otel/c/n1/job_7/cpuset.cpus",
-		HoldSocket:   "gym-otel-hold-0123456789abcdef",
+		HoldSocket:   "/run/gym-otel/n1/7/hold/sock",
 		Env:          []KV{{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer gos_x=y"}},
 		Unset:        []string{"OTEL_TOKEN", "SLURM_SPANK_GYM_OTEL_TOKEN"},
 	}
@@ -138,17 +138,24 @@ int main(int argc, char **argv) {
 		t.Errorf("no supervisor: %q", got)
 	}
 
-	// A hold socket name with other characters is not taken by C.
-	rec.HoldSocket = "gym-otel-hold-../x y"
+	// A hold socket that is no absolute path (an older record's abstract
+	// name), climbs with "..", or is longer than a socket's path is not
+	// taken by C; the longest path a socket can have is.
 	jobDir9, err := MakeJobDir(records, "n1", 9)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Write(jobDir9, rec); err != nil {
-		t.Fatal(err)
-	}
-	if out, _ := exec.Command(bin, records, "n1", "9").CombinedOutput(); !strings.Contains(string(out), "hold_socket=\n") {
-		t.Errorf("C took a bad hold socket name: %s", out)
+	longest := "/" + strings.Repeat("x", contract.HoldPathMax-1)
+	for _, c := range []struct{ path, want string }{
+		{"gym-otel-hold-0123456789abcdef", ""}, {"/run/gym-otel/../x/sock", ""}, {longest + "x", ""}, {longest, longest},
+	} {
+		rec.HoldSocket = c.path
+		if err := Write(jobDir9, rec); err != nil {
+			t.Fatal(err)
+		}
+		if out, _ := exec.Command(bin, records, "n1", "9").CombinedOutput(); !strings.Contains(string(out), "hold_socket="+c.want+"\n") {
+			t.Errorf("hold socket %q: C read %s", c.path, out)
+		}
 	}
 
 	// A record that is not root-only is read by neither side.

@@ -1,6 +1,8 @@
 package record
 
 import (
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -72,5 +74,52 @@ func TestUserText(t *testing.T) {
 	got := UserText(long, 100)
 	if len(got) > 100 || !strings.HasSuffix(got, "bytes cut)") || !utf8.ValidString(got) {
 		t.Fatalf("%d %q", len(got), got)
+	}
+}
+
+// TestMakeHoldDir: the hold socket's dir in a job's record dir is root's
+// and 0700 (only root can connect to a socket in it), made again after a
+// chmod, a socket file an earlier run of the job left is removed, and a
+// record dir so deep that the socket's path would not fit a unix socket
+// is refused, naming record_dir.
+func TestMakeHoldDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("root's dirs: run as root")
+	}
+	jobDir, err := MakeJobDir(filepath.Join(t.TempDir(), "records"), "n1", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := MakeHoldDir(jobDir)
+	if err != nil || path != filepath.Join(jobDir, "hold", "sock") {
+		t.Fatalf("MakeHoldDir: %q %v", path, err)
+	}
+	fi, err := os.Lstat(filepath.Dir(path))
+	if err != nil || fi.Mode().Perm() != 0o700 || !fi.IsDir() {
+		t.Fatalf("hold dir: %v %v", fi.Mode(), err)
+	}
+	// A leftover socket of an earlier run, and a dir someone widened.
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	os.Chmod(filepath.Dir(path), 0o755)
+	if again, err := MakeHoldDir(jobDir); err != nil || again != path {
+		t.Fatalf("again: %q %v", again, err)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the earlier run's socket is still there: %v", err)
+	}
+	if fi, _ := os.Lstat(filepath.Dir(path)); fi.Mode().Perm() != 0o700 {
+		t.Errorf("hold dir mode %v after a second MakeHoldDir", fi.Mode())
+	}
+	deep, err := MakeJobDir(filepath.Join(t.TempDir(), strings.Repeat("r", 90)), "n1", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MakeHoldDir(deep); err == nil || !strings.Contains(err.Error(), "record_dir") {
+		t.Errorf("a socket path past %d bytes: %v", contract.HoldPathMax, err)
 	}
 }

@@ -17,7 +17,6 @@ import (
 
 	commonv1 "go.opentelemetry.io/proto/otlp/common/v1"
 	tracev1 "go.opentelemetry.io/proto/otlp/trace/v1"
-	"golang.org/x/sys/unix"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
@@ -66,34 +65,22 @@ const EnvEpilogStart = contract.EnvEpilogStart
 // epilogLine starts the hold socket line that tells the epilog's start.
 const epilogLine = "epilog start "
 
-// TellEpilogStart tells the job's supervisor on its hold socket (name, as
+// TellEpilogStart tells the job's supervisor on its hold socket (path, as
 // root's record has it) that the epilog started at at: one line, answered
-// "ok", within HoldConnTimeout/4. The listener must be process pid of uid
-// (SO_PEERCRED), or nothing is sent. Errors: no such listener, another
-// listener, no answer in time.
-func TellEpilogStart(name string, pid int, uid uint32, at time.Time) error {
-	if !ValidHoldSocket(name) || pid <= 1 {
-		return fmt.Errorf("hold socket %q of pid %d: not a supervisor's", name, pid)
+// "ok", within HoldConnTimeout/4. The path must pass CheckHoldSocket (a
+// socket of root's in a dir only root can write: the prolog's listener,
+// which the supervisor serves), or nothing is sent. Errors: not such a
+// socket, no listener, no answer in time.
+func TellEpilogStart(path string, at time.Time) error {
+	if err := CheckHoldSocket(path); err != nil {
+		return err
 	}
 	d := net.Dialer{Timeout: HoldConnTimeout / 4}
-	c, err := d.Dial("unix", "@"+name)
+	c, err := d.Dial("unix", path)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	uc := c.(*net.UnixConn)
-	raw, err := uc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || cerr != nil {
-		return errors.Join(err, cerr)
-	}
-	if int(cred.Pid) != pid || cred.Uid != uid {
-		return fmt.Errorf("the hold socket %s is held by pid %d uid %d, not the supervisor (pid %d uid %d)", name, cred.Pid, cred.Uid, pid, uid)
-	}
 	_ = c.SetDeadline(time.Now().Add(HoldConnTimeout / 4))
 	if _, err := fmt.Fprintf(c, "%s%d\n", epilogLine, at.UnixMilli()); err != nil {
 		return err

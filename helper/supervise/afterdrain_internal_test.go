@@ -2,7 +2,6 @@ package supervise
 
 import (
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -165,30 +164,49 @@ func TestAppendLine(t *testing.T) {
 	}
 }
 
-// The epilog tells its start on the hold socket, to the supervisor only
-// (SO_PEERCRED: the record's pid and uid); the phases take it.
+// The epilog tells its start on the hold socket, only when the path is a
+// socket of root's in a dir of root's that neither group nor others can
+// write (CheckHoldSocket: the prolog's listener); the phases take it.
 func TestTellEpilogStart(t *testing.T) {
-	s, err := newHoldServer()
-	if err != nil {
-		t.Fatal(err)
+	if os.Geteuid() != 0 {
+		t.Skip("the epilog trusts root's hold socket only: run as root")
 	}
-	defer s.close()
+	s, path := startHold(t)
 	p := newPhases(jobfacts.Facts{JobID: "1", Node: "n"}, time.Now().Add(-time.Minute), time.Now())
 	s.phases.Store(p)
+	s.stepUID = 0
 	at := time.Now().Add(-time.Second)
-	if err := TellEpilogStart(s.name, os.Getpid()+1, uint32(os.Getuid()), at); err == nil {
-		t.Error("told a listener of another pid")
+	// Refused: another user's socket, a dir others can write, a symbolic
+	// link, a file, a relative path; each with a live listener behind.
+	other, otherPath := holdListen(t)
+	defer other.Close()
+	if err := os.Chown(otherPath, 65534, 65534); err != nil {
+		t.Fatal(err)
 	}
-	if err := TellEpilogStart(s.name, os.Getpid(), uint32(os.Getuid())+1, at); err == nil {
-		t.Error("told a listener of another uid")
+	open, openPath := holdListen(t)
+	defer open.Close()
+	if err := os.Chmod(filepath.Dir(openPath), 0o777); err != nil {
+		t.Fatal(err)
 	}
-	if err := TellEpilogStart("gym-otel-hold-../x", os.Getpid(), uint32(os.Getuid()), at); err == nil {
-		t.Error("a name that is no hold socket's taken")
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(path, link); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := filepath.Rel(mustGetwd(t), path)
+	for what, bad := range map[string]string{"another user's socket": otherPath, "a dir others can write": openPath,
+		"a symbolic link": link, "a file": file, "a relative path": rel, "an abstract name": "@gym-otel-hold-00112233445566ff"} {
+		if err := TellEpilogStart(bad, at); err == nil {
+			t.Errorf("%s (%s) taken", what, bad)
+		}
 	}
 	if !p.epilogStart.IsZero() {
 		t.Fatal("the epilog's start taken from a refused telling")
 	}
-	if err := TellEpilogStart(s.name, os.Getpid(), uint32(os.Getuid()), at); err != nil {
+	if err := TellEpilogStart(path, at); err != nil {
 		t.Fatal(err)
 	}
 	if p.epilogStart.UnixMilli() != at.UnixMilli() {
@@ -196,14 +214,22 @@ func TestTellEpilogStart(t *testing.T) {
 	}
 }
 
-// A listener that takes the line and never answers (a stopped or hostile
-// supervisor) costs the epilog a bounded wait and an error, not a hang.
-func TestTellEpilogStartSilent(t *testing.T) {
-	name := contract.HoldSocketPrefix + "00112233445566ff"
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: "@" + name, Net: "unix"})
+func mustGetwd(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return wd
+}
+
+// A listener that takes the line and never answers (a stopped or hostile
+// supervisor) costs the epilog a bounded wait and an error, not a hang.
+func TestTellEpilogStartSilent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the epilog trusts root's hold socket only: run as root")
+	}
+	ln, path := holdListen(t)
 	defer ln.Close()
 	go func() {
 		for {
@@ -216,7 +242,7 @@ func TestTellEpilogStartSilent(t *testing.T) {
 	}()
 	done := make(chan error, 1)
 	t0 := time.Now()
-	go func() { done <- TellEpilogStart(name, os.Getpid(), uint32(os.Getuid()), time.Now()) }()
+	go func() { done <- TellEpilogStart(path, time.Now()) }()
 	select {
 	case err := <-done:
 		if err == nil {

@@ -2,31 +2,50 @@ package supervise
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
-// The hold socket: how the batch step of a one-node job learns, after the
-// script's last line, that every scrape target on the node has a sample
-// taken after that line (spank/holdsock.c asks, for spank/hold.c),
-// without any file of the user's in root's record directory.
+// The hold socket: how root's side of the job talks to the job's
+// supervisor on the node. The batch step learns there, after the
+// script's last line, that every scrape target (on every node of the job)
+// has a sample taken after that line (spank/holdsock.c asks, for
+// spank/hold.c); every step tells its start and end (spank/phase.c); the
+// job epilog tells its start (afterdrain.go).
 //
-// The supervisor listens on an abstract unix socket (no file anywhere; the
-// name lives in the network namespace) named contract.HoldSocketPrefix and 16
-// random hex digits, and reports the name; the prolog writes it into
-// root's record. The step connects, checks with SO_PEERCRED that the
-// listener is the record's supervisor (pid and uid), sends the request
-// line "sampled" and reads at most 256 bytes of answer within 250 ms:
+// The socket is a pathname socket in root's record dir of the job:
+// <record_dir>/<node>/<job id>/hold/sock (helper/record's HoldSocketPath),
+// its dir root's and 0700. The prolog, as root, makes the dir, binds and
+// listens, and hands the listener to the supervisor as an inherited
+// descriptor (HoldListenerFD, after the readiness pipe); the supervisor
+// only accepts on it (InheritedHoldListener) and never sees the path.
+// Only root can connect: the dir's permission shuts out every other user,
+// the job's own too, so no one else can take the supervisor's connection
+// slots or read its answers. Root's record holds the path; the epilog
+// removes it with the record, and a stale one of a crashed job goes with
+// its stale record (or when the job's id runs again on the node). The
+// clients (spank/holdsock.c's gos_hold_exchange in the steps,
+// TellEpilogStart in the epilog) connect only when the path is a socket
+// owned by root in a dir owned by root that neither group nor others can
+// write (CheckHoldSocket). A supervisor started without the plugin (the
+// CLI's supervise by hand, or tests) has no inherited listener and serves
+// no hold socket: the batch step then waits its bound.
+//
+// The batch step sends the request line "sampled" and reads at most 256
+// bytes of answer within 250 ms:
 //
 //	targets=<number of scrape targets on this node>
 //	sampled_ms=<unix ms: every target has a sample stamped at or after it; 0: not yet>
@@ -42,18 +61,24 @@ import (
 // answer turns yes within about a second instead of the next interval. In
 // a job on several nodes the batch node's supervisor asks the other
 // nodes' (peers.go) and answers "sampled" for the whole job, and not at
-// all until every node has answered. Only root (slurmstepd) may send the
-// line, and only the first request counts: anyone else's is not answered. Every step also
-// sends its start and end here as "step ..." lines (phases.go), answered
-// "ok" once the collector is ready, and the job epilog (Go, root) its
-// start, "epilog start <unix ms>" (afterdrain.go). The supervisor answers
-// only root and its own user (SO_PEERCRED), at most HoldConns connections
-// at a time, each closed within HoldConnTimeout. A "step" line counts only
-// from root (slurmstepd, where spank/phase.c sends it): a process of the
-// job's user cannot forge its job's Slurm phases; its line gets no answer.
+// all until every node has answered. Only root's (slurmstepd's) request
+// counts, and only the first. Every step also sends its start and end
+// here as "step ..." lines (phases.go), answered "ok" once the collector
+// is ready, and the job epilog (Go, root) its start, "epilog start <unix
+// ms>" (afterdrain.go). The supervisor still checks each peer
+// (SO_PEERCRED: root or its own user, whose "step" and "final" lines do
+// not count) although only root can reach the socket.
+//
+// At most HoldConns connections are served at once, each closed within
+// HoldConnTimeout. Connections beyond that wait in the listen queue for a
+// slot instead of being closed unanswered; and while every slot is taken,
+// the connection that has waited longest for its request line is closed to
+// make room (root's clients send their line right after connecting: one
+// still silent when another arrives is stuck or gone), so a slow or stuck
+// root client cannot keep the others unanswered.
 const (
-	// HoldConns bounds the connections served at once; more are closed
-	// unanswered.
+	// HoldConns bounds the connections served at once; more wait for a
+	// slot (holdServer.admit).
 	HoldConns = 4
 	// HoldConnTimeout bounds one connection's request and answer.
 	HoldConnTimeout = time.Second
@@ -61,33 +86,89 @@ const (
 	holdRequestMax = 192
 )
 
+// HoldListenerFD is the descriptor on which the plugin's prolog hands the
+// supervisor its hold socket's listener (the second extra file, after the
+// readiness pipe at ReadinessFD).
+const HoldListenerFD = ReadinessFD + 1
+
 // DefaultSampledPoll is how often the supervisor reads the new lines of
 // metrics.jsonl for the hold socket's answer.
 const DefaultSampledPoll = 250 * time.Millisecond
 
-// ValidHoldSocket reports whether name is a hold socket name a supervisor
-// makes (contract.HoldSocketPrefix and 16 lowercase hex digits): the prolog writes
-// nothing else into root's record.
-func ValidHoldSocket(name string) bool {
-	hexPart, ok := strings.CutPrefix(name, contract.HoldSocketPrefix)
-	if !ok || len(hexPart) != 16 {
-		return false
+// InheritedHoldListener takes the hold socket's listener the prolog
+// handed on at HoldListenerFD: nil and no error when that descriptor is
+// closed (no listener: the supervisor serves no hold socket); nil and an
+// error, leaving the descriptor alone, when it is something else than a
+// listening unix stream socket. The listener is close-on-exec (the
+// collector never holds it) and the descriptor itself is closed.
+func InheritedHoldListener() (*net.UnixListener, error) {
+	fd := HoldListenerFD
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return nil, nil
 	}
-	for _, c := range hexPart {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
+	if st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
+		return nil, fmt.Errorf("descriptor %d is not a socket (mode %#o)", fd, st.Mode&syscall.S_IFMT)
+	}
+	for _, want := range [][3]int{{unix.SO_DOMAIN, unix.AF_UNIX}, {unix.SO_TYPE, unix.SOCK_STREAM}, {unix.SO_ACCEPTCONN, 1}} {
+		if v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, want[0]); err != nil || v != want[1] {
+			return nil, fmt.Errorf("descriptor %d is not a listening unix stream socket", fd)
 		}
 	}
-	return true
+	syscall.CloseOnExec(fd)
+	f := os.NewFile(uintptr(fd), "hold")
+	defer f.Close()
+	ln, err := net.FileListener(f) // a close-on-exec copy
+	if err != nil {
+		return nil, fmt.Errorf("descriptor %d: %w", fd, err)
+	}
+	ul, ok := ln.(*net.UnixListener)
+	if !ok {
+		ln.Close()
+		return nil, fmt.Errorf("descriptor %d is not a unix listener", fd)
+	}
+	return ul, nil
 }
 
-// holdServer answers the batch step's "sampled" question.
+// CheckHoldSocket returns an error unless path (from root's record) is a
+// socket owned by root in a directory owned by root that neither group nor
+// others can write, neither of them a symbolic link: then only root can
+// have bound it, and the listener is the one the prolog made and handed to
+// the job's supervisor. The steps check the same in C
+// (spank/holdsock.c).
+func CheckHoldSocket(path string) error {
+	if !filepath.IsAbs(path) || len(path) > contract.HoldPathMax {
+		return fmt.Errorf("hold socket %q: not an absolute path of at most %d bytes", path, contract.HoldPathMax)
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("hold socket: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || !fi.IsDir() || st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("hold socket: %s is not a directory of root's that only root can write (%s)", dir, fi.Mode())
+	}
+	fi, err = os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("hold socket: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || fi.Mode().Type() != os.ModeSocket || st.Uid != 0 {
+		return fmt.Errorf("hold socket: %s is not a socket of root's (%s)", path, fi.Mode())
+	}
+	return nil
+}
+
+// holdServer answers root's lines on the hold socket.
 type holdServer struct {
 	ln      *net.UnixListener
-	name    string
 	targets atomic.Int64 // -1 until the follower knows
 	at      atomic.Int64 // unix ms, 0: not yet
 	slots   chan struct{}
+	// waiting are the served connections whose request line has not come
+	// yet, with their accept times (admit closes the oldest when every
+	// slot is taken).
+	mu      sync.Mutex
+	waiting map[*net.UnixConn]time.Time
 	phases  atomic.Pointer[phases] // the steps' phase lines (phases.go); nil until ready
 	// finals receives the batch step's final-scrape request (one slot:
 	// requests beyond a pending one are dropped).
@@ -104,28 +185,14 @@ type holdServer struct {
 	stepUID uint32
 }
 
-// newHoldServer listens on a fresh abstract name (a few tries: another
-// process may hold a name by chance or on purpose).
-func newHoldServer() (*holdServer, error) {
-	var last error
-	for i := 0; i < 3; i++ {
-		b := make([]byte, 8)
-		if _, err := rand.Read(b); err != nil {
-			return nil, err
-		}
-		name := contract.HoldSocketPrefix + hex.EncodeToString(b)
-		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: "@" + name, Net: "unix"})
-		if err != nil {
-			last = err
-			continue
-		}
-		s := &holdServer{ln: ln, name: name, slots: make(chan struct{}, HoldConns), finals: make(chan struct{}, 1)}
-		s.targets.Store(-1)
-		s.peerTargets.Store(-1)
-		go s.serve()
-		return s, nil
-	}
-	return nil, last
+// newHoldServer serves the hold socket on ln (the prolog's listener,
+// InheritedHoldListener) until close.
+func newHoldServer(ln *net.UnixListener) *holdServer {
+	s := &holdServer{ln: ln, slots: make(chan struct{}, HoldConns), waiting: map[*net.UnixConn]time.Time{}, finals: make(chan struct{}, 1)}
+	s.targets.Store(-1)
+	s.peerTargets.Store(-1)
+	go s.serve()
+	return s
 }
 
 func (s *holdServer) close() { s.ln.Close() }
@@ -151,27 +218,111 @@ func (s *holdServer) serve() {
 			time.Sleep(10 * time.Millisecond) // EMFILE and the like: do not spin
 			continue
 		}
-		select {
-		case s.slots <- struct{}{}:
-			go func() {
-				defer func() { <-s.slots }()
-				s.answer(c)
-			}()
-		default:
-			c.Close() // HoldConns busy: no answer
+		s.admit(c)
+	}
+}
+
+// admit serves c in one of the HoldConns slots. While every slot is
+// taken, the connection that has waited longest for its request line and
+// is silent (nothing to read, holdSilent or more since its accept) is
+// closed to make room, and c waits for the next free slot, at most
+// HoldConnTimeout; meanwhile later connections wait in the listen queue.
+// A connection whose line is there but not yet read (a burst of steps) is
+// never closed for another.
+func (s *holdServer) admit(c *net.UnixConn) {
+	deadline := time.Now().Add(HoldConnTimeout)
+	for !s.takeSlot() {
+		if time.Now().After(deadline) {
+			c.Close()
+			return
+		}
+		s.closeSilent()
+		time.Sleep(holdAdmitPoll)
+	}
+	s.mu.Lock()
+	s.waiting[c] = time.Now()
+	s.mu.Unlock()
+	go func() {
+		defer func() { <-s.slots }()
+		s.answer(c)
+	}()
+}
+
+// takeSlot takes one of the HoldConns slots if one is free.
+func (s *holdServer) takeSlot() bool {
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// holdSilent is how long a served connection may send nothing before
+// admit may close it for another: root's clients send their line right
+// after connecting.
+const holdSilent = 50 * time.Millisecond
+
+// holdAdmitPoll is how often admit looks again for a slot or a silent
+// connection.
+const holdAdmitPoll = 5 * time.Millisecond
+
+// closeSilent closes the served connection that has waited longest for its
+// request line among those silent for holdSilent or more (nothing to
+// read), if any.
+func (s *holdServer) closeSilent() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var oldest *net.UnixConn
+	var at time.Time
+	for c, t := range s.waiting {
+		if time.Since(t) >= holdSilent && (oldest == nil || t.Before(at)) && unread(c) == 0 {
+			oldest, at = c, t
 		}
 	}
+	if oldest != nil {
+		delete(s.waiting, oldest)
+		oldest.Close()
+	}
+}
+
+// unread is the number of bytes waiting to be read on c (-1: unknown).
+func unread(c *net.UnixConn) int {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	n := -1
+	if err := raw.Control(func(fd uintptr) {
+		if v, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ); err == nil {
+			n = v
+		}
+	}); err != nil {
+		return -1
+	}
+	return n
+}
+
+// lineCame takes c off the connections waiting for their request line.
+func (s *holdServer) lineCame(c *net.UnixConn) {
+	s.mu.Lock()
+	delete(s.waiting, c)
+	s.mu.Unlock()
 }
 
 // answer serves one connection: root or this user only, one request line.
 func (s *holdServer) answer(c *net.UnixConn) {
-	defer c.Close()
+	defer func() {
+		s.lineCame(c)
+		c.Close()
+	}()
 	_ = c.SetDeadline(time.Now().Add(HoldConnTimeout))
 	uid, ok := peerUID(c)
 	if !ok || (uid != 0 && uid != uint32(os.Getuid())) {
 		return
 	}
 	line, err := bufio.NewReaderSize(&limitedReader{c, holdRequestMax}, 16).ReadString('\n')
+	s.lineCame(c)
 	if err != nil {
 		return
 	}

@@ -7,5 +7,11 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 )
 
-// TestMain builds the real CLI for the tests that start the supervisor.
-func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+// TestMain builds the real CLI for the tests that start the supervisor;
+// a child run of this binary (TestHoldInheritedChild) needs none.
+func TestMain(m *testing.M) {
+	if os.Getenv("GOS_HOLD_CHILD") != "" {
+		os.Exit(m.Run())
+	}
+	os.Exit(harness.Main(m))
+}

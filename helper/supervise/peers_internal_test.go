@@ -20,7 +20,7 @@ import (
 // holdSay sends one line on hold server srv's socket and returns its answer.
 func holdSay(t *testing.T, srv *holdServer, line string) string {
 	t.Helper()
-	c, err := net.DialTimeout("unix", "@"+srv.name, time.Second)
+	c, err := net.DialTimeout("unix", srv.ln.Addr().String(), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +46,7 @@ func TestPeerFinal(t *testing.T) {
 	if err := os.MkdirAll(nodeOut, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	hold, err := newHoldServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.close()
+	hold, _ := startHold(t)
 	hold.set(2, time.Now().Add(-time.Minute))
 	p, err := newPeerServer(nodeOut, "77", "0", hold)
 	if err != nil {
@@ -139,11 +135,7 @@ func TestPeerFinal(t *testing.T) {
 
 	// The batch node: "final 3" with one other node's file: no answer to
 	// the hold (the step waits its bound); "final 2": the job's answer.
-	batch, err := newHoldServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer batch.close()
+	batch, _ := startHold(t)
 	batch.set(1, time.Now().Add(time.Hour)) // this node: sampled; the other nodes decide
 	s := &supervisor{out: out, hold: batch, log: logrus.New(), opt: Options{Facts: jobfacts.Facts{JobID: "77", RestartCount: "0"}}}
 	if got := holdSay(t, batch, "final 3"); got != "ok\n" {

@@ -36,9 +36,9 @@ import (
 //	step end <step id> <start ms> <end ms> <tasks end ms|0> <final wait end ms|0> <exit code|-1> <signal|0> <tasks>
 //
 // and reads "ok". Only root's lines count (slurmstepd's; holdsock.go):
-// another user is not answered at all, and a step line of the job's own
-// user gets no answer and makes no span, so no process of the job can add
-// a step that never ran.
+// no other user, the job's own neither, can connect to the hold socket,
+// and a step line of any other peer gets no answer and makes no span, so
+// no process of the job can add a step that never ran.
 //
 // One trace per job run: its trace id is a hash of the run's identity
 // (cluster, job id, restart count, SLUID), the same on every node, so

@@ -193,13 +193,9 @@ func attr(s *tracev1.Span, k string) any {
 // "ok"; before the collector is ready (no phases yet) a line gets no
 // answer. The exchange's cost is logged (a step pays two).
 func TestHoldSocketPhaseLines(t *testing.T) {
-	s, err := newHoldServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.close()
+	s, path := startHold(t)
 	say := func(line string) string {
-		c, err := net.Dial("unix", "@"+s.name)
+		c, err := net.Dial("unix", path)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,17 +47,18 @@ type Readiness struct {
 	OutputDir string `json:"output_dir"`
 	// ReadyMillis is the time from the supervisor's start to ready, in ms.
 	ReadyMillis int64 `json:"ready_ms,omitempty"`
-	// HoldSocket is the abstract unix socket name (without the leading
-	// NUL) on which the supervisor answers the batch step's hold question
-	// (holdsock.go); "" when it serves none.
-	HoldSocket string `json:"hold_socket,omitempty"`
+	// Hold is whether the supervisor serves the hold socket on the
+	// listener handed to it at HoldListenerFD (holdsock.go): the prolog
+	// names the socket in root's record only then.
+	Hold bool `json:"hold,omitempty"`
 	// Steps are the start-up's steps and their durations, "name ms, ...",
 	// for the prolog's log line (informational only).
 	Steps string `json:"steps,omitempty"`
 }
 
 // ReadinessFD is the descriptor the plugin's prolog passes the supervisor
-// for its Readiness line (the write end of a pipe, given as the first extra file).
+// for its Readiness line (the write end of a pipe, given as the first extra
+// file; the hold socket's listener follows at HoldListenerFD).
 const ReadinessFD = 3
 
 // The environment of `gym-otel-spank supervise --from-env`, which the

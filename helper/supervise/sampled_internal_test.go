@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -76,28 +75,25 @@ func TestSampleFollower(t *testing.T) {
 }
 
 // TestHoldServer: the supervisor's hold socket, asked by the batch step's
-// C code (spank/holdsock.c): it answers the number of targets and the time of
-// the follower, targets=0 when the node has none; it answers only root and
-// its own user (another user gets nothing); it takes the final-scrape
-// request from root only, one pending at most; while HoldConns connections
-// are open, more get no answer, and an idle connection is closed within
-// HoldConnTimeout.
+// C code (spank/holdsock.c) on a socket of root's in a root-only dir (as
+// the prolog makes it): it answers the number of targets and the time of
+// the follower, targets=0 when the node has none; another user (nobody)
+// cannot reach it; it takes the final-scrape request from root only, one
+// pending at most; while HoldConns connections sit idle, one more is
+// still answered within the step's bound (the oldest idle one is closed
+// to make room), and the idle ones are closed within HoldConnTimeout.
 func TestHoldServer(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the steps trust root's hold socket only: run as root")
+	}
 	bin := testenv.HoldDriver(t)
 	dir := t.TempDir()
 	metrics := filepath.Join(dir, "metrics.jsonl")
 	os.WriteFile(metrics, []byte(upLine("node", "n1:9100", 1700000000123456789)), 0o600)
-	srv, err := newHoldServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.close()
-	if !ValidHoldSocket(srv.name) {
-		t.Fatalf("name %q", srv.name)
-	}
+	srv, path := startHold(t)
 	ask := func(since string, as ...string) string {
 		t.Helper()
-		argv := append(as, bin, srv.name, strconv.Itoa(os.Getpid()), strconv.Itoa(os.Getuid()), since)
+		argv := append(as, bin, path, since)
 		out, err := exec.Command(argv[0], argv[1:]...).Output()
 		if err != nil {
 			t.Fatalf("%v: %v", argv, err)
@@ -129,30 +125,26 @@ func TestHoldServer(t *testing.T) {
 	if got := ask("9999999999999"); got != "2" {
 		t.Errorf("no targets: %s, want 2", got)
 	}
-	if os.Geteuid() == 0 {
-		// Another user (nobody) asking gets no answer. (The driver is
-		// told this process's uid, so only the server's refusal can make
-		// it 0 here.)
-		if got := ask("9999999999999", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"); got != "0" {
-			t.Errorf("another user got an answer: %s", got)
-		}
+	// Another user (nobody) cannot reach the socket (the dir is root's,
+	// 0700): no answer.
+	if got := ask("9999999999999", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"); got != "0" {
+		t.Errorf("another user got an answer: %s", got)
 	}
 	// The final-scrape request: root's is taken (one pending at most),
 	// anyone else's is not answered and queues nothing.
-	if os.Geteuid() == 0 {
-		if got := ask("final", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"); got != "0" || len(srv.finals) != 0 {
-			t.Errorf("another user's final request: %s, %d pending", got, len(srv.finals))
-		}
-		for i := 0; i < 2; i++ {
-			if got := ask("final"); got != "1" || len(srv.finals) != 1 {
-				t.Errorf("root's final request %d: %s, %d pending; want 1, 1", i+1, got, len(srv.finals))
-			}
+	if got := ask("final", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"); got != "0" || len(srv.finals) != 0 {
+		t.Errorf("another user's final request: %s, %d pending", got, len(srv.finals))
+	}
+	for i := 0; i < 2; i++ {
+		if got := ask("final"); got != "1" || len(srv.finals) != 1 {
+			t.Errorf("root's final request %d: %s, %d pending; want 1, 1", i+1, got, len(srv.finals))
 		}
 	}
-	// The connection cap: HoldConns idle connections, then one more asks.
+	// The connection cap: HoldConns idle connections (root's, stuck), then
+	// one more asks: answered within the step's own bound all the same.
 	var idle []net.Conn
 	for i := 0; i < HoldConns; i++ {
-		c, err := net.Dial("unix", "@"+srv.name)
+		c, err := net.Dial("unix", path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,8 +155,8 @@ func TestHoldServer(t *testing.T) {
 			t.Fatalf("the server took %d of %d idle connections", len(srv.slots), HoldConns)
 		}
 	}
-	if got := ask("9999999999999"); got != "0" {
-		t.Errorf("answered past the connection cap: %s", got)
+	if got := ask("9999999999999"); got != "2" {
+		t.Errorf("past the connection cap, with every slot idle: %s, want 2", got)
 	}
 	// The idle ones are closed by the server within HoldConnTimeout.
 	for _, c := range idle {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
@@ -23,7 +22,8 @@ import (
 
 // TestSampledHint: with the real collector, a vLLM stand-in and
 // node_exporter scraped every second, the supervisor started with a record
-// (as the plugin starts it) answers on its hold socket: two targets, and a
+// and the hold socket's listener (as the plugin starts it) answers on its
+// hold socket: two targets, and a
 // time that advances with the scrapes and is never later than the newest
 // up point of either target in metrics.jsonl. Also reports the
 // supervisor's CPU time with and without the samples to follow.
@@ -37,11 +37,11 @@ func TestSampledHint(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := harness.StartSup(t, harness.Job{JobID: "8181", VLLMPort: vllm, NodePort: node, Record: rec}).MustReady(t)
-	if !supervise.ValidHoldSocket(s.Report.HoldSocket) {
-		t.Fatalf("report: hold socket %q", s.Report.HoldSocket)
+	if !s.Report.Hold {
+		t.Fatalf("report: no hold socket on the listener handed on (%s)", s.HoldPath)
 	}
 	read := func() (targets int, at time.Time) {
-		c, err := net.DialTimeout("unix", "@"+s.Report.HoldSocket, time.Second)
+		c, err := net.DialTimeout("unix", s.HoldPath, time.Second)
 		if err != nil {
 			return 0, time.Time{}
 		}
@@ -98,10 +98,11 @@ func TestSampledHint(t *testing.T) {
 		t.Fatal(err)
 	}
 	withHint := supCPU(t, s)
-	// The same run without a record (no hold socket, no follower), for the cost.
+	// The same run without a record and a listener (no hold socket, no
+	// follower), for the cost.
 	b := harness.StartSup(t, harness.Job{JobID: "8182", VLLMPort: vllm, NodePort: node}).MustReady(t)
-	if b.Report.HoldSocket != "" {
-		t.Errorf("a hold socket without a record: %q", b.Report.HoldSocket)
+	if b.Report.Hold {
+		t.Errorf("a hold socket without a listener handed on")
 	}
 	time.Sleep(time.Until(b.Started.Add(ran)))
 	if _, err := b.Drain(t, 30*time.Second); err != nil {
@@ -274,7 +275,7 @@ func TestFinalScrapeNow(t *testing.T) {
 		t.Fatalf("the first run's collector.yaml does not set scrape_on_shutdown:\n%s", cfg())
 	}
 	say := func(line string) string {
-		c, err := net.DialTimeout("unix", "@"+s.Report.HoldSocket, time.Second)
+		c, err := net.DialTimeout("unix", s.HoldPath, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

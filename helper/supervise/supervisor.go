@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -115,6 +116,12 @@ type Options struct {
 	// NoCgroupMetrics: the supervisor serves no cgroup metrics
 	// (cgroupmetrics.go) and the collector scrapes none.
 	NoCgroupMetrics bool
+	// HoldListener is the hold socket's listener the prolog made as root
+	// and handed on (InheritedHoldListener; holdsock.go): the supervisor
+	// serves root's lines on it and closes it at its end. nil: no hold
+	// socket (the batch step waits its bound, the steps' phases are not
+	// told).
+	HoldListener *net.UnixListener
 }
 
 // supervisor is one run's state.
@@ -317,12 +324,11 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 			s.log.Warnf("the job's cgroup metrics are not served: a loopback port: %v", err)
 		}
 	}
-	if s.opt.RecordPath != "" {
-		// Started by the plugin: the batch step may ask how far the
+	if s.opt.HoldListener != nil {
+		// Started by the plugin, with the listener its prolog made: root's
+		// steps tell their phases and the batch step asks how far the
 		// scrapes are (holdsock.go). Without it the step waits its bound.
-		if s.hold, err = newHoldServer(); err != nil {
-			s.log.Warnf("the hold socket (the batch step waits its full bound): %v", err)
-		}
+		s.hold = newHoldServer(s.opt.HoldListener)
 	}
 	// With a hold socket the batch step asks for the final scrape at the
 	// script's end: the first run scrapes every target as it stops. A
@@ -574,7 +580,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	s.sendReadiness(Readiness{
 		Status: StatusReady, Ports: s.ports, ReceiverToken: s.rtoken,
 		SupervisorPID: os.Getpid(), CollectorPID: s.coll.pid, CollectorStart: s.coll.start,
-		OutputDir: s.out, ReadyMillis: ready.Milliseconds(), HoldSocket: s.holdName(),
+		OutputDir: s.out, ReadyMillis: ready.Milliseconds(), Hold: s.hold != nil,
 		Steps: s.steps.String(),
 	})
 	if s.opt.SlurmdAlive != nil {
@@ -651,14 +657,6 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			}
 		}
 	}
-}
-
-// holdName is the hold socket's name, "" without one.
-func (s *supervisor) holdName() string {
-	if s.hold == nil {
-		return ""
-	}
-	return s.hold.name
 }
 
 // endWillCome reports whether the node itself will end this supervisor:

@@ -22,9 +22,11 @@ const (
 	DefaultRecordDir = "/run/gym-otel"
 	// RecordFile is the record's file name inside the job's record dir.
 	RecordFile = "record"
-	// HoldSocketPrefix starts the abstract name of the supervisor's hold
-	// socket (helper/supervise's holdsock.go), which the batch step asks.
-	HoldSocketPrefix = "gym-otel-hold-"
+	// HoldPathMax bounds the hold socket's path in bytes (a unix socket's
+	// sun_path, 108 bytes with its NUL): the prolog makes none longer
+	// (helper/record's HoldSocketPath), and the steps take none longer
+	// from root's record (spank/record.c).
+	HoldPathMax = 107
 	// MaxFinalWait bounds the batch step's final-scrape wait, below Slurm's
 	// default UnkillableStepTimeout of 60 s. Whole seconds; the steps (C)
 	// clamp the record's final_wait to it (helper/timing computes it).
@@ -68,7 +70,7 @@ const (
 	RecordSupervisorStart = "supervisor_start" // its start time, clock ticks since boot
 	RecordCgroupMemory    = "cgroup_memory"    // the collector cgroup's memory bound file
 	RecordCgroupCpuset    = "cgroup_cpuset"    // the collector cgroup's cpuset.cpus file
-	RecordHoldSocket      = "hold_socket"      // the supervisor's abstract hold socket name
+	RecordHoldSocket      = "hold_socket"      // the hold socket's path, in root's job record dir
 	RecordEnv             = "env"              // one task variable, "NAME=value"
 	RecordUnset           = "unset"            // one variable the steps take out
 )
@@ -98,7 +100,7 @@ func defines() []define {
 	return []define{
 		{"GOS_DEFAULT_RECORD_DIR", "DefaultRecordDir", DefaultRecordDir},
 		{"GOS_RECORD_FILE", "RecordFile", RecordFile},
-		{"GOS_HOLD_SOCKET_PREFIX", "HoldSocketPrefix", HoldSocketPrefix},
+		{"GOS_HOLD_PATH_MAX", "HoldPathMax", HoldPathMax},
 		{"GOS_MAX_FINAL_WAIT", "MaxFinalWait, seconds", int(MaxFinalWait / time.Second)},
 		{"GOS_ENV_IN_JOB", "EnvInJob", EnvInJob},
 		{"GOS_JOB_CONTROL_SPEC", "JobControlSpec", JobControlSpec},

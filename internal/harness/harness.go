@@ -396,7 +396,7 @@ type Job struct {
 	Memory      int    // memory_limit_mib, default 512
 	Output      string // --output; default <shared dir>/out
 	User        string // --user
-	Record      string // --record
+	Record      string // --record; with it, a hold socket's listener at fd 4 (Sup.HoldPath), as the plugin's prolog hands one on
 	Env         []string
 	// Wrap starts the supervisor through argv prefix Wrap (e.g. python3
 	// setting a signal mask, then execv).
@@ -408,11 +408,14 @@ type Job struct {
 // Sup is one running `gym-otel-spank supervise`.
 type Sup struct {
 	*Proc
-	Job     Job
-	Dir     string // the job's shared dir
-	Out     string // output dir
-	Report  supervise.Readiness
-	Started time.Time
+	Job    Job
+	Dir    string // the job's shared dir
+	Out    string // output dir
+	Report supervise.Readiness
+	// HoldPath is the hold socket the supervisor was handed the listener
+	// of (with a Record), "" for none.
+	HoldPath string
+	Started  time.Time
 	// ReportAfter is the time from start to the Report line.
 	ReportAfter time.Duration
 }
@@ -533,6 +536,23 @@ func StartSup(t testing.TB, j Job) *Sup {
 	p.Cmd.Dir = dir
 	p.Cmd.Stdout, p.Cmd.Stderr = io.MultiWriter(pw, p.Out), p.Out
 	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if j.Record != "" {
+		// As the plugin's prolog: the listener made here, handed on at
+		// supervise.HoldListenerFD, this process's copy closed.
+		s.HoldPath = filepath.Join(dir, "hold.sock")
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.HoldPath, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.SetUnlinkOnClose(false)
+		f, err := ln.File()
+		ln.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		p.Cmd.ExtraFiles = []*os.File{nil, f}
+	}
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

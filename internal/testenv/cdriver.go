@@ -36,9 +36,10 @@ func BuildCDriver(t *testing.T, dir, name, source, driver string) string {
 	return bin
 }
 
-// HoldDriver compiles spank/holdsock.c (the batch step's question to the
-// supervisor's hold socket) with BuildCDriver and a driver that prints
-// gos_hold_sampled's answer: hold <sock> <pid> <uid> <since_ms>.
+// HoldDriver compiles spank/holdsock.c (root's exchanges with the
+// supervisor on its hold socket) with BuildCDriver and a driver that
+// prints gos_hold_sampled's answer, `hold <path> <since_ms>`, or
+// gos_hold_final's for a one-node job, `hold <path> final`.
 func HoldDriver(t *testing.T) string {
 	t.Helper()
 	return BuildCDriver(t, t.TempDir(), "hold", "holdsock.c", `#include <stdio.h>
@@ -46,11 +47,12 @@ func HoldDriver(t *testing.T) string {
 #include <string.h>
 #include "holdsock.h"
 int main(int argc, char **argv) {
-	(void)argc;
-	if (!strcmp(argv[4], "final"))
-		printf("%d\n", gos_hold_final(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3]), 1));
+	if (argc != 3)
+		return 2;
+	if (!strcmp(argv[2], "final"))
+		printf("%d\n", gos_hold_final(argv[1], 1));
 	else
-		printf("%d\n", gos_hold_sampled(argv[1], (pid_t)atoi(argv[2]), (uid_t)atoi(argv[3]), atoll(argv[4])));
+		printf("%d\n", gos_hold_sampled(argv[1], atoll(argv[2])));
 	return 0;
 }
 `)

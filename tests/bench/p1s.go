@@ -254,7 +254,7 @@ func phaseExchanges() (map[string][]float64, error) {
 }
 
 var (
-	reConnect = regexp.MustCompile(`^(\d+)\s+(\d+):(\d+):(\d+\.\d+) connect\((\d+), \{sa_family=AF_UNIX, sun_path=@"([^"]*)"`)
+	reConnect = regexp.MustCompile(`^(\d+)\s+(\d+):(\d+):(\d+\.\d+) connect\((\d+), \{sa_family=AF_UNIX, sun_path=@?"([^"]*)"`)
 	reClose   = regexp.MustCompile(`^(\d+)\s+(\d+):(\d+):(\d+\.\d+) close\((\d+)\)`)
 	reSend    = regexp.MustCompile(`sendto\(\d+, "step (start|end) `)
 )
@@ -266,8 +266,8 @@ func clockMs(h, m, s string) float64 {
 	return float64(hh*3600+mm*60)*1000 + ss*1000
 }
 
-// parseExchanges finds, in an strace -f -tt log, each connect to an
-// abstract unix socket followed on the same pid and descriptor by a
+// parseExchanges finds, in an strace -f -tt log, each connect to a unix
+// socket (the hold socket's path) followed on the same pid and descriptor by a
 // "step start|end" send, and returns connect-to-close in ms by phase.
 func parseExchanges(log string) map[string][]float64 {
 	type open struct {

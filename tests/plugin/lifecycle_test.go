@@ -2,6 +2,7 @@ package plugin_test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -337,17 +338,29 @@ func TestTimeLimit(t *testing.T) {
 }
 
 // A record left by a job whose epilog never ran on the node (the node died
-// and came back with /run intact): the next job's prolog removes it once
-// slurmctld says that job is over, and leaves a live job's record alone.
+// and came back with /run intact): the next job's prolog removes it, and
+// the hold socket file beside it, once slurmctld says that job is over,
+// and leaves a live job's record alone.
 func TestStaleRecordSwept(t *testing.T) {
 	waitIdle(t)
 	stale := record.JobDir(recordDir, "gn1", 999001)
 	if _, err := record.MakeJobDir(recordDir, "gn1", 999001); err != nil {
 		t.Fatal(err)
 	}
+	// The crashed job's hold socket, its listener long gone.
+	hold, err := record.MakeHoldDir(stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: hold, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
 	// A supervisor pid that is not the recorded process (start time 1).
 	if err := record.Write(stale, &record.Record{Status: "ready", OnFailure: "continue", UID: 2001,
-		SupervisorPID: os.Getpid(), SupervisorStart: 1}); err != nil {
+		SupervisorPID: os.Getpid(), SupervisorStart: 1, HoldSocket: hold}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(stale) })
@@ -359,6 +372,9 @@ func TestStaleRecordSwept(t *testing.T) {
 	}
 	if _, err := os.Stat(stale); err == nil {
 		t.Errorf("%s: the stale record is still there", stale)
+	}
+	if _, err := os.Lstat(hold); err == nil {
+		t.Errorf("%s: the stale hold socket is still there", hold)
 	}
 	if !strings.Contains(slurmdLogs(t), "removed the stale record of job 999001") {
 		t.Errorf("no log line for the stale record")

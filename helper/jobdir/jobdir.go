@@ -175,7 +175,7 @@ type Ports struct {
 	Cgroup int `json:"cgroup,omitempty"`
 	// Plugin is the port of the collector's OTLP/HTTP receiver of the
 	// supervisor's own telling (the job's Slurm phase spans), behind a
-	// bearer token only the supervisor and the collector hold (never in
+	// bearer token only the supervisor and the collector are given (never in
 	// the task environment); 0 renders no such receiver.
 	Plugin int `json:"plugin,omitempty"`
 }

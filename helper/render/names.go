@@ -27,7 +27,7 @@ const (
 	// telling (the Slurm phase spans, Ports.Plugin), behind PluginAuth.
 	PluginReceiver = "otlp/plugin"
 	// PluginAuth is PluginReceiver's bearer-token authenticator (the token
-	// in PluginTokenEnv, which the job's tasks never get).
+	// in PluginTokenEnv, which the job's tasks are not given).
 	PluginAuth = "bearertokenauth/plugin"
 	// PluginScrapeReceiver is the Prometheus receiver of the cgroup scrape
 	// job (Ports.Cgroup, the supervisor's page), apart from the one that

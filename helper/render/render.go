@@ -13,7 +13,7 @@
 //   - the plugin's own receivers, apart from the job's: otlp/plugin
 //     (OTLP/HTTP on 127.0.0.1 at Ports.Plugin, behind a second bearer
 //     token, ${env:GYM_OTEL_PLUGIN_TOKEN}, that only the supervisor and
-//     the collector hold: the supervisor's Slurm phase spans) and
+//     the collector are given: the supervisor's Slurm phase spans) and
 //     prometheus/plugin (the scrape job "cgroup" of the supervisor's page
 //     at Ports.Cgroup). Their pipelines (traces/plugin, metrics/plugin)
 //     stamp gym_otel.source=slurm on every resource (resource/source); the
@@ -65,9 +65,10 @@ const ReceiverTokenEnv = "GYM_OTEL_RECEIVER_TOKEN"
 
 // PluginTokenEnv is the collector environment variable holding the per-job
 // token of the plugin's own receiver (PluginReceiver) and of the
-// collector's final figures (Ports.Final): minted by the supervisor, held
-// by it and the collector only, never in the task environment, root's
-// record or a file.
+// collector's final figures (Ports.Final): minted by the supervisor, given
+// to the collector only, never in the task environment, root's record or a
+// file (a process of the job's user can still read the collector's
+// environment: /proc/<pid>/environ is open to the same uid).
 const PluginTokenEnv = "GYM_OTEL_PLUGIN_TOKEN"
 
 // Ports are the loopback TCP ports of one collector (jobdir.Ports: state.json

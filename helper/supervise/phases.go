@@ -441,7 +441,7 @@ func (p *phases) request(spans []*tracev1.Span) *tracev1.TracesData {
 
 // export sends the pending spans to the collector's OTLP/HTTP receiver of
 // the plugin's own telling (port: render.Ports.Plugin, with the plugin's
-// token, which the job's tasks never hold); it returns how many were
+// token, which the job's tasks are not given); it returns how many were
 // accepted. A
 // failed export keeps the spans for the next try.
 func (p *phases) export(ctx context.Context, port int, token string) (int, error) {

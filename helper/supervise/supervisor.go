@@ -307,9 +307,12 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	}
 	s.rtoken = "gos_" + hex.EncodeToString(tok)
 	// The plugin's token: the receiver of the phase spans and the final
-	// figures' sink take it, the job's tasks never get it (the readiness
-	// report, root's record and every file are without it), so nothing a
-	// task sends can pass for what this process tells.
+	// figures' sink take it, the job's tasks are not given it (the
+	// readiness report, root's record and every file are without it), so
+	// what a task sends with what it is given cannot pass for what this
+	// process tells. It is in the collector's environment, which a process
+	// of the job's user can read (/proc/<pid>/environ, same uid): a
+	// boundary against what the tasks are given, not against the user.
 	if _, err = rand.Read(tok); err != nil {
 		return err
 	}

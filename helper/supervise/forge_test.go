@@ -25,7 +25,8 @@ import (
 // the files without the mark; the supervisor's phase spans (sent to the
 // plugin's receiver with the plugin's token), the drain's span it appends
 // after the collector's exit, and the cgroup scrape's series carry it.
-// The tasks' token opens no door of the plugin's receiver (401), and the
+// The tasks' token opens no door of the plugin's receiver nor of the final
+// figures' sink (401), and the
 // collector's counters balance: the receivers' accepted spans (otlp and
 // otlp/plugin) are the file exporter's written spans, one file for both
 // pipelines, and traces.jsonl holds those and the appended ones.
@@ -49,8 +50,13 @@ func TestForgedSlurmTelling(t *testing.T) {
 		`"scopeMetrics":[{"metrics":[{"name":"cgroup_forged_probe_bytes","gauge":{"dataPoints":[{"timeUnixNano":"%d","asDouble":1,`+
 		`"attributes":[{"key":"cgroup","value":{"stringValue":"job"}}]}]}}]}]}]}`, render.CgroupScrapeJob, mark, time.Now().UnixNano())
 	post(t, s.Report.Ports.OTLPHTTP, "metrics", s.Report.ReceiverToken, forgedPoint, http.StatusOK)
-	// The tasks' token at the plugin's receiver.
+	// The tasks' token at the plugin's receiver, and at the sink of the
+	// collector's final figures (the receipt's).
 	post(t, st.Ports.Plugin, "traces", s.Report.ReceiverToken, forgedSpan, http.StatusUnauthorized)
+	if st.Ports.Final == 0 {
+		t.Fatalf("state.json ports %+v: no final figures' port", st.Ports)
+	}
+	post(t, st.Ports.Final, "metrics", s.Report.ReceiverToken, "{}", http.StatusUnauthorized)
 
 	harness.WaitFor(t, 20*time.Second, "the supervisor's phase spans and a cgroup scrape in the files", func() bool {
 		d, err := otlptest.ReadGrowing(filepath.Join(s.Out, "traces.jsonl"))

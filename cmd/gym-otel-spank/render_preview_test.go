@@ -74,7 +74,7 @@ func TestRenderIsTheNodesFile(t *testing.T) {
 			}
 			f := jobfacts.Facts{JobID: "1234", Node: "gn7", NodeIndex: c.nodeIndex, User: me.Username,
 				Cluster: "c1", RestartCount: "2", SLUID: "s9"}
-			ports := render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004, Final: 41005}
+			ports := render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004, Final: 41005, Plugin: 41006}
 			node, err := supervise.NodeConfig(r, f, ports, "")
 			if err != nil {
 				t.Fatal(err)
@@ -85,7 +85,7 @@ func TestRenderIsTheNodesFile(t *testing.T) {
 				render.PlaceholderJobUUID:  render.LensUUID("nemo.lens.job/c1/1234"),
 				render.PlaceholderRunUUID:  render.LensUUID("nemo.lens.run/c1/1234/sr2"),
 				render.PlaceholderOTLPGRPC: "41001", render.PlaceholderOTLPHTTP: "41002", render.PlaceholderHealth: "41003",
-				render.PlaceholderTelemetry: "41004", render.PlaceholderFinal: "41005",
+				render.PlaceholderTelemetry: "41004", render.PlaceholderFinal: "41005", render.PlaceholderPlugin: "41006",
 			}
 			got := matchPreview(t, out, string(node))
 			for ph, v := range got {
@@ -93,7 +93,7 @@ func TestRenderIsTheNodesFile(t *testing.T) {
 					t.Errorf("%s stands for %q in the node's file, want %q", ph, v, want[ph])
 				}
 			}
-			for _, ph := range []string{render.PlaceholderOTLPGRPC, render.PlaceholderFinal, render.PlaceholderNode, render.PlaceholderRunUUID} {
+			for _, ph := range []string{render.PlaceholderOTLPGRPC, render.PlaceholderFinal, render.PlaceholderPlugin, render.PlaceholderNode, render.PlaceholderRunUUID} {
 				if _, ok := got[ph]; !ok {
 					t.Errorf("%s: not a placeholder of the preview", ph)
 				}

@@ -234,7 +234,7 @@ what only the node knows is a placeholder in angle brackets: the job id
 (unless --job-id), the node (unless --node), SLURM_CLUSTER_NAME, the restart
 count, SLURM_JOB_SLUID, the Lens UUIDs derived from them, and the 127.0.0.1
 ports the node chooses at job start (unless --ports; the supervisor's own
-<final-port> always). "# PREVIEW:" comment lines on top list the placeholders
+<final-port> and <plugin-port> always). "# PREVIEW:" comment lines on top list the placeholders
 the output holds and what each stands for. It is a preview: the collector
 does not run it as it is.
 `

@@ -158,6 +158,10 @@ type aggregator struct {
 	phasesDropped    int                // phase spans of nodes past maxPhaseNodes
 	cgGroups         map[cgKey]*cgGroup // the cgroup scrape job's groups (cgroups.go)
 	cgDropped        int                // cgroup points of groups past maxCgroupGroups
+	// Spans of the phase scope and points of the cgroup scrape job's
+	// names without the plugin's mark (contract.SourceKey): sent by the
+	// job, not Slurm's (JobLookalikes).
+	lookalikeSpans, lookalikePoints int
 }
 
 func newAggregator() *aggregator {
@@ -283,6 +287,7 @@ func (a *aggregator) metrics(l *otlpLine) {
 		}
 		a.cur.points += n
 		node, producer, instance := a.resourceInfo(rm.Resource, n)
+		slurm := fromPlugin(rm.Resource)
 		for _, sm := range rm.ScopeMetrics {
 			for _, m := range sm.Metrics {
 				name := normName(m.Name)
@@ -290,7 +295,7 @@ func (a *aggregator) metrics(l *otlpLine) {
 					a.metricNames[name] += pointCount(m)
 				}
 				a.noteName(producer, name)
-				a.metric(name, m, node, producer, instance)
+				a.metric(name, m, node, producer, instance, slurm)
 			}
 		}
 	}
@@ -316,8 +321,14 @@ func pointCount(m metric) int {
 	return n
 }
 
-func (a *aggregator) metric(name string, m metric, node, producer, instance string) {
-	if producer == cgroupJob && strings.HasPrefix(name, "cgroup_") {
+// metric takes one metric of a resource; slurm says whether the resource
+// carries the plugin's mark (fromPlugin).
+func (a *aggregator) metric(name string, m metric, node, producer, instance string, slurm bool) {
+	if producer == cgroupJob && strings.HasPrefix(name, "cgroup_") && !slurm {
+		// Looks like the cgroup scrape's, but the job sent it: kept as
+		// the job's own series, never as its cgroups.
+		a.lookalikePoints += pointCount(m)
+	} else if producer == cgroupJob && strings.HasPrefix(name, "cgroup_") {
 		// The job's cgroups (cgroups.go).
 		if m.Gauge != nil {
 			for _, p := range m.Gauge.DataPoints {
@@ -434,8 +445,13 @@ func (a *aggregator) traces(l *otlpLine) {
 		}
 		a.cur.spans += n
 		node, producer, _ := a.resourceInfo(rs.Resource, n)
+		slurm := fromPlugin(rs.Resource)
 		for _, ss := range rs.ScopeSpans {
-			if ss.Scope.Name == contract.PhaseScope {
+			if ss.Scope.Name == contract.PhaseScope && !slurm {
+				// The phase scope without the plugin's mark: the
+				// job sent these, so they are the job's own spans.
+				a.lookalikeSpans += len(ss.Spans)
+			} else if ss.Scope.Name == contract.PhaseScope {
 				// The job's Slurm phases: counted as items, shown
 				// as the phase timeline (phases.go), not ranked with
 				// the job's own spans.
@@ -450,6 +466,19 @@ func (a *aggregator) traces(l *otlpLine) {
 			}
 		}
 	}
+}
+
+// fromPlugin reports whether r carries the plugin's mark
+// (contract.SourceKey=contract.SourceSlurm), which the node's collector
+// stamps on the supervisor's own telling only and deletes from whatever
+// the job's tasks send.
+func fromPlugin(r resource) bool {
+	for _, at := range r.Attributes {
+		if at.Key == contract.SourceKey {
+			return at.Value.StringValue != nil && *at.Value.StringValue == contract.SourceSlurm
+		}
+	}
+	return false
 }
 
 func (a *aggregator) span(sp *span, node, producer string) {

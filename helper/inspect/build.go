@@ -113,6 +113,7 @@ func (a *aggregator) report() *Report {
 	r.Phases = a.phases()
 	r.FirstRollout = a.firstRollout(r.Phases)
 	r.Cgroups = a.cgroups()
+	r.JobLookalikes = JobLookalikes{PhaseSpans: a.lookalikeSpans, CgroupPoints: a.lookalikePoints}
 	r.Errors = Errors{Spans: a.errorSpans, SpanExamples: a.errorSpanEx, Logs: a.errorLogs,
 		LogExamples: a.errorLogEx, LogsBySeverity: a.logsBySev}
 	if r.Errors.SpanExamples == nil {

@@ -14,7 +14,10 @@ import (
 // step id, "collector": the collector's own group) the CPU time and
 // throttling, memory current, peak and limit, OOM kills and pressure
 // (PSI) totals, each a series only where the node keeps it; what is not
-// kept is one cgroup_not_kept{family, reason} series, never a 0.
+// kept is one cgroup_not_kept{family, reason} series, never a 0. Only
+// series whose resource carries the plugin's mark (contract.SourceKey,
+// stamped by the node's collector on its own cgroup scrape) count; the
+// same names without it were sent by the job (JobLookalikes).
 
 // The cgroup scrape job's name (its series' service.name.override) and
 // its metric names as the supervisor serves them.

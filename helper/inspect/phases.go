@@ -8,8 +8,11 @@ import (
 	"time"
 )
 
-// The job's Slurm phases: the spans of the scope contract.PhaseScope that
-// the supervisor emits on each node (helper/supervise/phases.go,
+// The job's Slurm phases: the spans of the scope contract.PhaseScope whose
+// resource carries the plugin's mark (contract.SourceKey, which the node's
+// collector stamps on what the supervisor posts to its own receiver and
+// deletes from what the job sends; unmarked ones are the job's, counted
+// in JobLookalikes) that the supervisor emits on each node (helper/supervise/phases.go,
 // queuewait.go): slurm.job (the node's root), slurm.queue_wait (the first
 // node only), slurm.prolog, slurm.step (one per step, the extern step
 // too), slurm.batch_script and slurm.final_wait (under the batch step),

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -20,7 +22,17 @@ import (
 // transform.
 func phaseRes(node string) string {
 	return fmt.Sprintf(`{"attributes":[{"key":"service.name","value":{"stringValue":"slurm"}},{"key":"host.name","value":{"stringValue":%q}},`+
-		`{"key":"slurm_job_id","value":{"stringValue":"42"}},{"key":"service.name.override","value":{"stringValue":"slurm"}}]}`, node)
+		`{"key":"slurm_job_id","value":{"stringValue":"42"}},{"key":"service.name.override","value":{"stringValue":"slurm"}},`+mark+`]}`, node)
+}
+
+// mark is the plugin's mark (contract.SourceKey), which the node's
+// collector stamps on the supervisor's phase spans and cgroup scrape only.
+var mark = sAttr(contract.SourceKey, contract.SourceSlurm)
+
+// plugRes is res with the plugin's mark: the cgroup scrape's resource.
+func plugRes(node, producer, instance string) string {
+	r := res(node, producer, instance)
+	return strings.TrimSuffix(r, "]}") + "," + mark + "]}"
 }
 
 // phase is one phase span from ms start to ms end; attrs are extra
@@ -60,7 +72,7 @@ func cgPoint(name string, sum bool, ms int64, v float64, attrs ...string) string
 }
 
 func cgLine(node string, ms ...string) string {
-	return fmt.Sprintf(`{"resourceMetrics":[{"resource":%s,"scopeMetrics":[{"metrics":[%s]}]}]}`+"\n", res(node, "cgroup", "127.0.0.1:40000"), strings.Join(ms, ","))
+	return fmt.Sprintf(`{"resourceMetrics":[{"resource":%s,"scopeMetrics":[{"metrics":[%s]}]}]}`+"\n", plugRes(node, "cgroup", "127.0.0.1:40000"), strings.Join(ms, ","))
 }
 
 const v1NoPSI = "cgroup v1 keeps no pressure (PSI is per cgroup on v2 only), and this group has no v2 directory"
@@ -409,4 +421,98 @@ func TestPhasesRequeued(t *testing.T) {
 	if !strings.Contains(b.String(), "  gn1 (job 42) (restart 1)\n") {
 		t.Errorf("the second run is not named:\n%s", b.String())
 	}
+}
+
+// TestJobLookalikes: spans of the phase scope and cgroup_* points of
+// producer "cgroup" without the plugin's mark (contract.SourceKey), as a
+// task of the job can send them with the receiver token, are not Slurm's:
+// the phases and the cgroups are the marked ones only, the unmarked spans
+// are among the job's own spans, and the text and the JSON say how many
+// looked like the plugin's but were sent by the job.
+func TestJobLookalikes(t *testing.T) {
+	dir := writePhaseJob(t)
+	before, err := Build(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.JobLookalikes != (JobLookalikes{}) {
+		t.Fatalf("lookalikes %+v in the plugin's own telling", before.JobLookalikes)
+	}
+	// What a task sends: the phase scope, the plugin's service name and
+	// even the mark, which the node's collector deletes on the way in.
+	unmarked := strings.Replace(phaseRes("gn1"), ","+mark, "", 1)
+	forged := fmt.Sprintf(`{"resourceSpans":[{"resource":%s,"scopeSpans":[{"scope":{"name":"gym-otel-spank/slurm-phases"},"spans":[%s,%s]}]}]}`+"\n",
+		unmarked,
+		phase("gn1", "slurm.prolog", "f000000000000001", "1000000000000001", 0, 60000, "", ""),
+		phase("gn1", "slurm.step", "f000000000000002", "1000000000000001", 0, 90000, "", "", sAttr("slurm.step.id", "7")))
+	forgedCg := fmt.Sprintf(`{"resourceMetrics":[{"resource":%s,"scopeMetrics":[{"metrics":[%s,%s]}]}]}`+"\n",
+		res("gn1", "cgroup", "127.0.0.1:40000"),
+		cgPoint(mCgCPU, true, 1000, 9999, sAttr("cgroup", "job")),
+		cgPoint(mCgMemPeak, false, 1000, 1<<40, sAttr("cgroup", "forged")))
+	appendFile(t, filepath.Join(dir, "otel", "traces.jsonl"), forged)
+	appendFile(t, filepath.Join(dir, "otel", "metrics.jsonl"), forgedCg)
+	r, err := Build(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.JobLookalikes.PhaseSpans != 2 || r.JobLookalikes.CgroupPoints != 2 {
+		t.Errorf("lookalikes %+v, want 2 phase spans and 2 cgroup points", r.JobLookalikes)
+	}
+	if !equalJSON(t, r.Phases, before.Phases) || !equalJSON(t, r.Cgroups, before.Cgroups) {
+		t.Errorf("the job's lookalikes changed the phases or the cgroups:\nphases %+v\ncgroups %+v", r.Phases, r.Cgroups)
+	}
+	var names []string
+	for _, s := range r.Spans.ByName {
+		if strings.HasPrefix(s.Name, "slurm.") {
+			names = append(names, s.Name)
+		}
+	}
+	if strings.Join(names, ",") != "slurm.step,slurm.prolog" || r.Spans.Total != before.Spans.Total+2 {
+		t.Errorf("the job's spans: slurm.* names %v, total %d (%d before): want the 2 it sent among them", names, r.Spans.Total, before.Spans.Total)
+	}
+	var b strings.Builder
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(b.String()), " ")
+	for _, want := range []string{
+		"2 spans looked like the plugin's Slurm phases but were sent by the job and are not counted as Slurm's",
+		"2 metric points looked like the plugin's cgroup series but were sent by the job and are not counted as the job's cgroups",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text lacks %q:\n%s", want, b.String())
+		}
+	}
+	js, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(js), `"job_lookalikes":{"phase_spans":2,"cgroup_points":2}`) {
+		t.Errorf("JSON lacks job_lookalikes: %s", js)
+	}
+}
+
+func appendFile(t *testing.T, path, text string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(text); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func equalJSON(t *testing.T, a, b any) bool {
+	t.Helper()
+	x, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(x) == string(y)
 }

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // maxPhasesShown bounds the phases the text shows per node (--json lists
@@ -77,6 +79,7 @@ func phaseNote(p Phase, origin time.Time) string {
 // the first rollout, when the files hold phase spans.
 func (t *textOut) phaseLines(r *Report) {
 	if len(r.Phases) == 0 {
+		t.phaseLookalikes(r)
 		return
 	}
 	origin := r.phaseOrigin()
@@ -122,7 +125,20 @@ func (t *textOut) phaseLines(r *Report) {
 			t.wrap("    queue wait not known: ", np.QueueWaitUnknown)
 		}
 	}
+	t.phaseLookalikes(r)
 	t.firstRolloutLines(r.FirstRollout)
+}
+
+// phaseLookalikes says how many spans looked like the plugin's Slurm
+// phases but were sent by the job (JobLookalikes).
+func (t *textOut) phaseLookalikes(r *Report) {
+	if n := r.JobLookalikes.PhaseSpans; n > 0 {
+		if len(r.Phases) == 0 {
+			t.section("Slurm phases")
+		}
+		t.wrap("  ", fmt.Sprintf("%d spans looked like the plugin's Slurm phases but were sent by the job and are not counted as Slurm's (they lack %s=%s, which only the plugin's own receiver stamps); they are among the job's spans",
+			n, contract.SourceKey, contract.SourceSlurm))
+	}
 }
 
 // firstRolloutLines writes where the time went between the submit and the
@@ -168,9 +184,20 @@ func secs3(v Value) string {
 // group, its pressure where kept, then what is not kept and why, each
 // reason once with the groups it holds for.
 func (t *textOut) cgroupLines(r *Report) {
+	lookalikes := func() {
+		if n := r.JobLookalikes.CgroupPoints; n > 0 {
+			t.wrap("  ", fmt.Sprintf("%d metric points looked like the plugin's cgroup series but were sent by the job and are not counted as the job's cgroups (they lack %s=%s, which only the plugin's own cgroup scrape stamps)",
+				n, contract.SourceKey, contract.SourceSlurm))
+		}
+	}
 	if len(r.Cgroups) == 0 {
+		if r.JobLookalikes.CgroupPoints > 0 {
+			t.section("cgroups")
+			lookalikes()
+		}
 		return
 	}
+	defer lookalikes()
 	t.section("cgroups (scrape job cgroup; the kernel's totals since each group was made)")
 	t.line("  %-22s %8s %11s %11s %11s %9s", "node group", "CPU s", "throttled s", "memory peak", "bound", "OOM kills")
 	steps := map[string]int{}

@@ -79,8 +79,11 @@ type Report struct {
 	// Cgroups are the job's cgroups' usage and pressure per node and
 	// group, from the cgroup scrape job (cgroups.go).
 	Cgroups []CgroupUsage `json:"cgroups"`
-	Errors  Errors        `json:"errors"`
-	Health  Health        `json:"health"`
+	// JobLookalikes counts what looked like the plugin's own telling but
+	// was sent by the job: not counted as Slurm's phases or cgroups.
+	JobLookalikes JobLookalikes `json:"job_lookalikes"`
+	Errors        Errors        `json:"errors"`
+	Health        Health        `json:"health"`
 	// Absent are the sections without data, each with why.
 	Absent []Absence `json:"absent"`
 	// Summary is how the run went, in a few figures.
@@ -415,4 +418,19 @@ type TargetHealth struct {
 // the last answer, or all of them when the target never answered.
 func (t TargetHealth) Failed() int {
 	return Target{Scrapes: t.Scrapes, Answered: t.Answered, WarmingUp: t.WarmingUp, Ended: t.Ended}.Failed()
+}
+
+// JobLookalikes are the items that look like the plugin's own telling but
+// lack its mark (the resource attribute contract.SourceKey="slurm", which
+// the node's collector stamps on the supervisor's phase spans and cgroup
+// scrape only, and deletes from whatever the job's tasks send): the job
+// sent them. They are counted among the job's own spans and series, never
+// as its Slurm phases or its cgroups.
+type JobLookalikes struct {
+	// PhaseSpans counts spans of the phase scope (gym-otel-spank/slurm-phases)
+	// without the mark.
+	PhaseSpans int `json:"phase_spans"`
+	// CgroupPoints counts metric points of a cgroup_* name of producer
+	// "cgroup" (the cgroup scrape job's) without the mark.
+	CgroupPoints int `json:"cgroup_points"`
 }

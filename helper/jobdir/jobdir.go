@@ -165,7 +165,7 @@ type Ports struct {
 	Telemetry int `json:"telemetry"`
 	// Final is the supervisor's own loopback port that receives the
 	// collector's own metrics once more when the collector shuts down
-	// (OTLP/HTTP protobuf at /v1/metrics, bearer ${env:<render.ReceiverTokenEnv>}):
+	// (OTLP/HTTP protobuf at /v1/metrics, bearer ${env:<render.PluginTokenEnv>}):
 	// the final figures of the receipt, flushed after every pipeline has
 	// shut down. 0 (or Telemetry 0) renders no such reader.
 	Final int `json:"final,omitempty"`
@@ -173,6 +173,11 @@ type Ports struct {
 	// cgroups on this node as Prometheus text at /metrics, scraped as the
 	// job "cgroup"; 0 renders no such scrape.
 	Cgroup int `json:"cgroup,omitempty"`
+	// Plugin is the port of the collector's OTLP/HTTP receiver of the
+	// supervisor's own telling (the job's Slurm phase spans), behind a
+	// bearer token only the supervisor and the collector are given (never in
+	// the task environment); 0 renders no such receiver.
+	Plugin int `json:"plugin,omitempty"`
 }
 
 // Loopback returns every nonzero port of p, the collector's and the
@@ -181,7 +186,7 @@ type Ports struct {
 // field added to Ports must be added here.
 func (p Ports) Loopback() []int {
 	var out []int
-	for _, n := range []int{p.OTLPGRPC, p.OTLPHTTP, p.Health, p.Telemetry, p.Final, p.Cgroup} {
+	for _, n := range []int{p.OTLPGRPC, p.OTLPHTTP, p.Health, p.Telemetry, p.Final, p.Cgroup, p.Plugin} {
 		if n != 0 {
 			out = append(out, n)
 		}

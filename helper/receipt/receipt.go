@@ -69,7 +69,11 @@ var Signals = []string{"traces", "metrics", "logs"}
 // run (a restarted collector starts its counters at zero).
 type Counts struct {
 	// Received is otelcol_receiver_accepted_* summed over the receivers
-	// (OTLP, Prometheus scrapes): items that entered a pipeline. The
+	// (the job's OTLP and Prometheus scrapes, and the plugin's own:
+	// otlp/plugin's phase spans, prometheus/plugin's cgroup scrape): items
+	// that entered a pipeline. The job's pipeline and the plugin's of a
+	// signal share its file and backend exporters, so Written and Sent
+	// count both. The
 	// span_metrics connector's points are not received by a receiver, so
 	// for metrics Written can exceed Received.
 	Received int64 `json:"received"`

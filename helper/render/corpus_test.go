@@ -167,7 +167,7 @@ func validateWithCollector(t *testing.T, r *config.Resolved, node int) {
 	path := filepath.Join(t.TempDir(), "collector.yaml")
 	writeFile(t, path, string(renderNode(t, r, node)))
 	cmd := exec.Command(bin, "validate", "--config", path)
-	cmd.Env = append(os.Environ(), "OTEL_TOKEN=t", render.ReceiverTokenEnv+"=r")
+	cmd.Env = append(os.Environ(), "OTEL_TOKEN=t", render.ReceiverTokenEnv+"=r", render.PluginTokenEnv+"=p")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("node %d: %s validate: %v\n%s", node, bin, err, out)
 	}

@@ -23,7 +23,27 @@ const (
 	// IdentityProcessor is the processor that stamps the run's identity on
 	// every resource (identityActions), in every pipeline.
 	IdentityProcessor = "resource/identity"
+	// PluginReceiver is the OTLP/HTTP receiver of the supervisor's own
+	// telling (the Slurm phase spans, Ports.Plugin), behind PluginAuth.
+	PluginReceiver = "otlp/plugin"
+	// PluginAuth is PluginReceiver's bearer-token authenticator (the token
+	// in PluginTokenEnv, which the job's tasks are not given).
+	PluginAuth = "bearertokenauth/plugin"
+	// PluginScrapeReceiver is the Prometheus receiver of the cgroup scrape
+	// job (Ports.Cgroup, the supervisor's page), apart from the one that
+	// scrapes the job's services.
+	PluginScrapeReceiver = "prometheus/plugin"
+	// SourceProcessor stamps contract.SourceKey=contract.SourceSlurm on
+	// every resource of the plugin's pipelines (PluginPipelines).
+	SourceProcessor = "resource/source"
+	// UnsourceProcessor deletes contract.SourceKey from every resource of
+	// the job's pipelines: a task cannot mark what it sends as Slurm's.
+	UnsourceProcessor = "resource/unsource"
 )
+
+// PluginPipeline is the id of the plugin's own pipeline of signal
+// ("traces" or "metrics"): "<signal>/plugin".
+func PluginPipeline(signal string) string { return signal + "/plugin" }
 
 // FileExporter is the id of the file exporter of signal ("traces",
 // "metrics", "logs"): "file/<signal>", writing <output dir>/<signal>.jsonl.

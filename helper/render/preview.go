@@ -27,13 +27,14 @@ const (
 	PlaceholderJobUUID = "<job-uuid>"
 	PlaceholderRunUUID = "<run-uuid>"
 	// PlaceholderOTLPGRPC, PlaceholderOTLPHTTP, PlaceholderHealth,
-	// PlaceholderTelemetry and PlaceholderFinal stand for the loopback
-	// ports chosen at job start (Ports).
+	// PlaceholderTelemetry, PlaceholderFinal and PlaceholderPlugin stand
+	// for the loopback ports chosen at job start (Ports).
 	PlaceholderOTLPGRPC  = "<otlp-grpc-port>"
 	PlaceholderOTLPHTTP  = "<otlp-http-port>"
 	PlaceholderHealth    = "<health-port>"
 	PlaceholderTelemetry = "<telemetry-port>"
 	PlaceholderFinal     = "<final-port>"
+	PlaceholderPlugin    = "<plugin-port>"
 )
 
 // PreviewTag starts every line of the comment block a preview adds on top
@@ -55,6 +56,7 @@ var placeholderMeanings = []struct{ text, meaning string }{
 	{PlaceholderHealth, "a free 127.0.0.1 port chosen at job start (health check)"},
 	{PlaceholderTelemetry, "a free 127.0.0.1 port chosen at job start (the collector's own metrics, an integer)"},
 	{PlaceholderFinal, "the supervisor's 127.0.0.1 port that receives the collector's final figures at shutdown"},
+	{PlaceholderPlugin, "a free 127.0.0.1 port chosen at job start (the OTLP HTTP receiver of the supervisor's phase spans)"},
 }
 
 // Sentinel ports rendered in place of unknown ones, then replaced by their
@@ -62,11 +64,12 @@ var placeholderMeanings = []struct{ text, meaning string }{
 // "port: ". Only the ports that are unknown are replaced, so a port given
 // by the caller is shown as given.
 const (
-	sentinelOTLPGRPC = 65531 + iota
+	sentinelOTLPGRPC = 65530 + iota
 	sentinelOTLPHTTP
 	sentinelHealth
 	sentinelTelemetry
 	sentinelFinal
+	sentinelPlugin
 )
 
 var (
@@ -103,6 +106,7 @@ func Preview(in Input) ([]byte, error) {
 		{&in.Ports.Health, sentinelHealth, PlaceholderHealth},
 		{&in.Ports.Telemetry, sentinelTelemetry, PlaceholderTelemetry},
 		{&in.Ports.Final, sentinelFinal, PlaceholderFinal},
+		{&in.Ports.Plugin, sentinelPlugin, PlaceholderPlugin},
 	} {
 		if *p.port == 0 || p.sentinel == sentinelFinal {
 			*p.port = p.sentinel

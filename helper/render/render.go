@@ -10,6 +10,16 @@
 //     whose targets are scraped every interval from the collector's start
 //     (discovery_reload_on_startup), each at the phase chosen with a
 //     query parameter when Input.FirstScrape asks (phase.go).
+//   - the plugin's own receivers, apart from the job's: otlp/plugin
+//     (OTLP/HTTP on 127.0.0.1 at Ports.Plugin, behind a second bearer
+//     token, ${env:GYM_OTEL_PLUGIN_TOKEN}, that only the supervisor and
+//     the collector are given: the supervisor's Slurm phase spans) and
+//     prometheus/plugin (the scrape job "cgroup" of the supervisor's page
+//     at Ports.Cgroup). Their pipelines (traces/plugin, metrics/plugin)
+//     stamp gym_otel.source=slurm on every resource (resource/source); the
+//     job's pipelines delete that key from everything they receive
+//     (resource/unsource), so nothing a task sends carries it. Both share
+//     the file exporters, the backend exporter and span_metrics.
 //   - processors: memory_limiter first; filter/stale drops the staleness
 //     markers of failed scrapes (points without a value); filter/dcgm keeps only the job's GPUs
 //     and GPU instances when Slurm named them, and transform/dcgm stamps gpu_attribution on
@@ -40,6 +50,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // MinCollectorVersion is the oldest collector release the rendered
@@ -51,6 +62,14 @@ const MinCollectorVersion = "0.161.0"
 // ReceiverTokenEnv is the collector environment variable holding the per-job
 // receiver token; the configuration references it, never holds it.
 const ReceiverTokenEnv = "GYM_OTEL_RECEIVER_TOKEN"
+
+// PluginTokenEnv is the collector environment variable holding the per-job
+// token of the plugin's own receiver (PluginReceiver) and of the
+// collector's final figures (Ports.Final): minted by the supervisor, given
+// to the collector only, never in the task environment, root's record or a
+// file (a process of the job's user can still read the collector's
+// environment: /proc/<pid>/environ is open to the same uid).
+const PluginTokenEnv = "GYM_OTEL_PLUGIN_TOKEN"
 
 // Ports are the loopback TCP ports of one collector (jobdir.Ports: state.json
 // shows them too).
@@ -163,17 +182,22 @@ func Render(in Input) ([]byte, error) {
 		return nil, err
 	}
 	scrapes := scrapeJobs(in)
-	procs, metricsProcs := processors(in, len(scrapes) > 0)
+	cg := cgroupScrape(in)
+	procs, metricsProcs, pluginMetricsProcs := processors(in, len(scrapes) > 0, cg != nil)
+	exts := []string{"health_check", ReceiverAuth}
+	if in.Ports.Plugin != 0 {
+		exts = append(exts, PluginAuth)
+	}
 	doc := omap{
-		{"receivers", receivers(in, scrapes)},
+		{"receivers", receivers(in, scrapes, cg)},
 		{"processors", procs},
 		{"connectors", connectors()},
 		{"exporters", exporters(in)},
 		{"extensions", extensions(in)},
 		{"service", omap{
-			{"extensions", []string{"health_check", ReceiverAuth}},
+			{"extensions", exts},
 			{"telemetry", telemetry(in)},
-			{"pipelines", pipelines(in.Resolved.Otel, len(scrapes) > 0, metricsProcs)},
+			{"pipelines", pipelines(in, len(scrapes) > 0, cg != nil, metricsProcs, pluginMetricsProcs)},
 		}},
 	}
 	var buf bytes.Buffer
@@ -190,15 +214,17 @@ func Render(in Input) ([]byte, error) {
 }
 
 // receivers: OTLP (gRPC and HTTP, each behind the per-job token) and, when
-// the job has scrape jobs, the Prometheus receiver.
-func receivers(in Input, scrapes []omap) omap {
+// the job has scrape jobs, the Prometheus receiver; the plugin's own:
+// OTLP/HTTP behind the plugin's token when Ports.Plugin is set, and a
+// Prometheus receiver of the cgroup scrape job (cg) when Ports.Cgroup is.
+func receivers(in Input, scrapes []omap, cg omap) omap {
 	receivers := omap{
 		{"otlp", omap{{"protocols", omap{
 			{"grpc", omap{{"endpoint", loop(in.Ports.OTLPGRPC)}, {"auth", omap{{"authenticator", ReceiverAuth}}}}},
 			{"http", omap{{"endpoint", loop(in.Ports.OTLPHTTP)}, {"auth", omap{{"authenticator", ReceiverAuth}}}}},
 		}}}},
 	}
-	if len(scrapes) > 0 {
+	prom := func(scrapes []omap) omap {
 		// discovery_reload_on_startup: the scrape pools start with the
 		// receiver, not after the scrape manager's first 5 s reload tick,
 		// so each target's first scrape comes within one interval of the
@@ -208,15 +234,30 @@ func receivers(in Input, scrapes []omap) omap {
 			// Every scrape loop scrapes once more as it stops.
 			prom = append(prom, kv{"scrape_on_shutdown", true})
 		}
-		receivers = append(receivers, kv{"prometheus", append(prom, kv{"config", omap{{"scrape_configs", scrapes}}})})
+		return append(prom, kv{"config", omap{{"scrape_configs", scrapes}}})
+	}
+	if len(scrapes) > 0 {
+		receivers = append(receivers, kv{"prometheus", prom(scrapes)})
+	}
+	if in.Ports.Plugin != 0 {
+		// HTTP only: the supervisor posts protobuf to /v1/traces.
+		receivers = append(receivers, kv{PluginReceiver, omap{{"protocols", omap{
+			{"http", omap{{"endpoint", loop(in.Ports.Plugin)}, {"auth", omap{{"authenticator", PluginAuth}}}}},
+		}}}})
+	}
+	if cg != nil {
+		receivers = append(receivers, kv{PluginScrapeReceiver, prom([]omap{cg})})
 	}
 	return receivers
 }
 
-// processors returns the processors and the metrics pipeline's processor
-// list (the traces and logs pipelines use memory_limiter and
-// resource/identity only).
-func processors(in Input, scraping bool) (omap, []string) {
+// processors returns the processors, the metrics pipeline's processor list
+// and metrics/plugin's (the traces and logs pipelines use memory_limiter,
+// resource/unsource and resource/identity only; traces/plugin
+// memory_limiter, resource/source and resource/identity). scraping: the
+// job has scrape jobs of its own; cgroups: the cgroup scrape job is
+// rendered.
+func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
 	o := in.Resolved.Otel
 	processors := omap{
 		{"memory_limiter", omap{
@@ -225,8 +266,9 @@ func processors(in Input, scraping bool) (omap, []string) {
 			{"spike_limit_mib", o.MemoryLimitMiB / 5},
 		}},
 	}
-	metricsProcs := []string{"memory_limiter"}
-	if scraping {
+	metricsProcs := []string{"memory_limiter", UnsourceProcessor}
+	pluginMetricsProcs := []string{"memory_limiter", "filter/stale", "transform/names", SourceProcessor, IdentityProcessor}
+	if scraping || cgroups {
 		// A scrape that fails (a service killed at the job's end, before
 		// the epilog's drain) makes the Prometheus receiver emit a
 		// staleness marker for every series of the target: a point with
@@ -237,7 +279,9 @@ func processors(in Input, scraping bool) (omap, []string) {
 			{"error_mode", "ignore"},
 			{"metrics", omap{{"datapoint", []string{"flags == 1"}}}},
 		}})
-		metricsProcs = append(metricsProcs, "filter/stale")
+		if scraping {
+			metricsProcs = append(metricsProcs, "filter/stale")
+		}
 	}
 	if o.GPUMetricsPort != 0 {
 		// The job's GPUs (gpus.go): drop the others' series, then say of
@@ -268,6 +312,19 @@ func processors(in Input, scraping bool) (omap, []string) {
 			}}},
 		}},
 	)
+	// The source marker (contract.SourceKey): deleted from whatever the
+	// job's pipelines receive, stamped by the plugin's pipelines.
+	processors = append(processors, kv{UnsourceProcessor, omap{{"attributes", []omap{{
+		{"key", contract.SourceKey},
+		{"action", "delete"},
+	}}}}})
+	if in.Ports.Plugin != 0 || cgroups {
+		processors = append(processors, kv{SourceProcessor, omap{{"attributes", []omap{{
+			{"key", contract.SourceKey},
+			{"value", quoted(contract.SourceSlurm)},
+			{"action", "upsert"},
+		}}}}})
+	}
 	processors = append(processors, kv{IdentityProcessor, omap{{"attributes", identityActions(in)}}})
 	if o.TokenResourceAttribute {
 		processors = append(processors, kv{BackendAuth, omap{{"attributes", []omap{{
@@ -281,7 +338,7 @@ func processors(in Input, scraping bool) (omap, []string) {
 	// items (sendingQueue).
 	processors = append(processors, kv{"batch", omap{{"timeout", "1s"}, {"send_batch_size", BatchMaxItems}, {"send_batch_max_size", BatchMaxItems}}})
 	metricsProcs = append(metricsProcs, "transform/names", IdentityProcessor)
-	return processors, metricsProcs
+	return processors, metricsProcs, pluginMetricsProcs
 }
 
 // connectors: span_metrics, from the traces pipeline into the metrics one.
@@ -383,41 +440,65 @@ func sendingQueue() omap {
 	}
 }
 
-// extensions: the health check and the receivers' token authenticator.
+// extensions: the health check, the job's receivers' token authenticator
+// and, with Ports.Plugin, the plugin receiver's.
 func extensions(in Input) omap {
-	return omap{
+	exts := omap{
 		{"health_check", omap{{"endpoint", loop(in.Ports.Health)}}},
 		{ReceiverAuth, omap{{"token", EnvRef(ReceiverTokenEnv)}}},
 	}
+	if in.Ports.Plugin != 0 {
+		exts = append(exts, kv{PluginAuth, omap{{"token", EnvRef(PluginTokenEnv)}}})
+	}
+	return exts
 }
 
 // pipelines: traces, metrics and (with gym_logs) logs, each to its file
-// and the backend; with token_resource_attribute the backend gets its own
-// pipeline per signal, which adds the token as a resource attribute.
-func pipelines(o config.Otel, scraping bool, metricsProcs []string) omap {
+// and the backend; traces/plugin (with Ports.Plugin) and metrics/plugin
+// (with the cgroup scrape job) to the same exporters; with
+// token_resource_attribute the backend gets its own pipeline per
+// pipeline, which adds the token as a resource attribute.
+//
+// The collector builds one exporter (and one connector) per id and signal,
+// whatever the number of pipelines that name it: the job's pipeline and
+// the plugin's of a signal write one file through one file exporter, and
+// its counters count both.
+func pipelines(in Input, scraping, cgroups bool, metricsProcs, pluginMetricsProcs []string) omap {
+	o := in.Resolved.Otel
 	pipelines := omap{}
-	addPipeline := func(sig string, recv, procs, exps []string) {
+	addPipeline := func(id, sig string, recv, procs, exps []string) {
 		local := append(append([]string{}, exps...), FileExporter(sig))
 		if !o.TokenResourceAttribute {
-			pipelines = append(pipelines, kv{sig, pipeline(recv, procs, append(local, BackendExporter))})
+			pipelines = append(pipelines, kv{id, pipeline(recv, procs, append(local, BackendExporter))})
 			return
 		}
-		pipelines = append(pipelines, kv{sig, pipeline(recv, procs, local)})
+		pipelines = append(pipelines, kv{id, pipeline(recv, procs, local)})
+		twin := sig + "/backend"
+		if id != sig {
+			twin = id + "_backend" // traces/plugin_backend
+		}
 		// The receiver hands each item to both pipelines and answers the
 		// producer with either one's refusal, so the backend's pipeline
 		// has no memory_limiter: it never refuses (its queue drops, see
 		// sendingQueue), and only the file pipeline's limiter can turn a
 		// producer away.
-		pipelines = append(pipelines, kv{sig + "/backend", pipeline(recv, append(withoutLimiter(procs), BackendAuth), []string{BackendExporter})})
+		pipelines = append(pipelines, kv{twin, pipeline(recv, append(withoutLimiter(procs), BackendAuth), []string{BackendExporter})})
 	}
-	addPipeline("traces", []string{"otlp"}, []string{"memory_limiter", IdentityProcessor}, []string{"span_metrics"})
+	jobProcs := []string{"memory_limiter", UnsourceProcessor, IdentityProcessor}
+	addPipeline("traces", "traces", []string{"otlp"}, jobProcs, []string{"span_metrics"})
+	if in.Ports.Plugin != 0 {
+		addPipeline(PluginPipeline("traces"), "traces", []string{PluginReceiver}, []string{"memory_limiter", SourceProcessor, IdentityProcessor}, []string{"span_metrics"})
+	}
 	metricsRecv := []string{"otlp", "span_metrics"}
 	if scraping {
 		metricsRecv = []string{"otlp", "prometheus", "span_metrics"}
 	}
-	addPipeline("metrics", metricsRecv, metricsProcs, nil)
+	addPipeline("metrics", "metrics", metricsRecv, metricsProcs, nil)
+	if cgroups {
+		addPipeline(PluginPipeline("metrics"), "metrics", []string{PluginScrapeReceiver}, pluginMetricsProcs, nil)
+	}
 	if o.GymLogs {
-		addPipeline("logs", []string{"otlp"}, []string{"memory_limiter", IdentityProcessor}, nil)
+		addPipeline("logs", "logs", []string{"otlp"}, jobProcs, nil)
 	}
 	return pipelines
 }
@@ -444,7 +525,7 @@ func telemetry(in Input) omap {
 					{"endpoint", fmt.Sprintf("http://127.0.0.1:%d/v1/metrics", in.Ports.Final)},
 					{"compression", "none"},
 					{"timeout", FinalExportTimeoutMillis},
-					{"headers", []omap{{{"name", "Authorization"}, {"value", Bearer(ReceiverTokenEnv)}}}},
+					{"headers", []omap{{{"name", "Authorization"}, {"value", Bearer(PluginTokenEnv)}}}},
 				}}}},
 			}}})
 		}
@@ -477,8 +558,8 @@ func check(in Input) error {
 func header(in Input) string {
 	return fmt.Sprintf("# Collector configuration rendered by gym-otel-spank for job %s on %s.\n"+
 		"# Needs OpenTelemetry Collector %s or newer with the components of otelcol-gym.\n"+
-		"# Secrets are references: ${env:%s} (backend token), ${env:%s} (receiver token).\n",
-		oneLine(in.Job.JobID), oneLine(in.Job.Node), MinCollectorVersion, in.Resolved.Otel.TokenEnv, ReceiverTokenEnv)
+		"# Secrets are references: ${env:%s} (backend token), ${env:%s} (receiver token), ${env:%s} (plugin token).\n",
+		oneLine(in.Job.JobID), oneLine(in.Job.Node), MinCollectorVersion, in.Resolved.Otel.TokenEnv, ReceiverTokenEnv, PluginTokenEnv)
 }
 
 func oneLine(s string) string {
@@ -584,10 +665,19 @@ func scrapeJobs(in Input) []omap {
 		}
 		jobs = append(jobs, staticTarget(in, job, t.Job, t.Port, labels))
 	}
+	return jobs
+}
+
+// cgroupScrape returns the scrape job of the job's cgroups on this node,
+// served by the supervisor (Ports.Cgroup), nil without that port: never a
+// model service's target, so not in Targets (the batch step's final hold
+// does not wait for it), and scraped by the plugin's own Prometheus
+// receiver (PluginScrapeReceiver), whose pipeline marks its series as
+// Slurm's.
+func cgroupScrape(in Input) omap {
+	interval := in.Resolved.Otel.ScrapeIntervalSeconds
+	timeout := min(interval, 10)
 	if in.Ports.Cgroup != 0 {
-		// The job's cgroups on this node, served by the supervisor
-		// (Ports.Cgroup): never a model service's target, so not in
-		// Targets (the batch step's final hold does not wait for it).
 		job := omap{
 			{"job_name", CgroupScrapeJob},
 			{"scrape_interval", fmt.Sprintf("%ds", interval)},
@@ -596,9 +686,9 @@ func scrapeJobs(in Input) []omap {
 		}
 		job = append(job, scrapeLimits(in.Resolved.Otel)...)
 		labels := [][2]string{{"instance", in.Job.Node + ":" + strconv.Itoa(in.Ports.Cgroup)}}
-		jobs = append(jobs, staticTarget(in, job, CgroupScrapeJob, in.Ports.Cgroup, labels))
+		return staticTarget(in, job, CgroupScrapeJob, in.Ports.Cgroup, labels)
 	}
-	return jobs
+	return nil
 }
 
 // staticTarget completes scrape job job (named name) with its one static

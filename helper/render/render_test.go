@@ -16,6 +16,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -36,6 +37,12 @@ const scrapeOnShutdown = "scrape-on-shutdown"
 // firstScrapeAt asks, for the variants named, for the targets' first
 // scrapes at that instant (render.FirstScrape, host gn1.example.org).
 var firstScrapeAt = map[string]time.Time{"first-scrape": time.Unix(1700000000, 123456789)}
+
+// withCgroup names the variants rendered with the supervisor's cgroup port
+// (Ports.Cgroup 41006: the cgroup scrape in the plugin's own Prometheus
+// receiver and metrics pipeline); the others have none, as the configs
+// other packages' tests read.
+var withCgroup = map[string]bool{"cgroup-scrape": true, "token-resource-attribute-cgroup": true}
 
 var variants = []variant{
 	{"no-model-service", "", nil},
@@ -67,6 +74,8 @@ var variants = []variant{
 	}},
 	// The first run, stopped at the batch script's end for the final scrape.
 	{scrapeOnShutdown, "config=testdata/gym-two-services.yaml", nil},
+	// The supervisor's cgroup page scraped by the plugin's own receiver.
+	{"cgroup-scrape", "config=testdata/gym-two-services.yaml", nil},
 }
 
 func renderVariant(t *testing.T, v variant, gpus []string) []byte {
@@ -87,9 +96,12 @@ func renderVariant(t *testing.T, v variant, gpus []string) []byte {
 	in := render.Input{
 		Resolved:         r,
 		Job:              job,
-		Ports:            render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004, Final: 41005},
+		Ports:            render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004, Final: 41005, Plugin: 41007},
 		OutputDir:        "/home/alice/runs/gym-otel-1234/otel",
 		ScrapeOnShutdown: v.name == scrapeOnShutdown,
+	}
+	if withCgroup[v.name] {
+		in.Ports.Cgroup = 41006
 	}
 	if at, ok := firstScrapeAt[v.name]; ok {
 		in.FirstScrape = &render.FirstScrape{At: at, Host: "gn1.example.org"}
@@ -149,7 +161,8 @@ func TestRenderShape(t *testing.T) {
 		}
 	}
 	noScrape := string(renderVariant(t, variants[2], nil))
-	if strings.Contains(noScrape, "scrape_configs") || strings.Contains(noScrape, "- prometheus") {
+	// The cgroup scrape is the plugin's own receiver's (prometheus/plugin).
+	if strings.Contains(noScrape, "\n  prometheus:\n") || strings.Contains(noScrape, "- prometheus\n") {
 		t.Error("a Prometheus receiver with nothing to scrape")
 	}
 	// Typed: the job id a string, the restart count an Int.
@@ -226,7 +239,7 @@ func TestCollectorValidates(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd := exec.Command(bin, "validate", "--config", path)
-			cmd.Env = append(os.Environ(), "OTEL_TOKEN=t", render.ReceiverTokenEnv+"=r")
+			cmd.Env = append(os.Environ(), "OTEL_TOKEN=t", render.ReceiverTokenEnv+"=r", render.PluginTokenEnv+"=p")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("%s validate: %v\n%s", bin, err, out)
 			}
@@ -270,15 +283,18 @@ func TestCgroupScrape(t *testing.T) {
 	if err := yaml.Unmarshal(y, &doc); err != nil {
 		t.Fatal(err)
 	}
-	if m := doc.Service.Pipelines["metrics"].Receivers; !slices.Contains(m, "prometheus") {
-		t.Errorf("metrics pipeline receivers %v, want prometheus among them", m)
+	if m := doc.Service.Pipelines["metrics"].Receivers; slices.Contains(m, "prometheus") {
+		t.Errorf("metrics pipeline receivers %v: a job's Prometheus receiver without a target of the job's", m)
+	}
+	if m := doc.Service.Pipelines[render.PluginPipeline("metrics")].Receivers; !slices.Equal(m, []string{render.PluginScrapeReceiver}) {
+		t.Errorf("%s receivers %v, want [%s]", render.PluginPipeline("metrics"), m, render.PluginScrapeReceiver)
 	}
 	path := filepath.Join(t.TempDir(), "collector.yaml")
 	if err := os.WriteFile(path, y, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(testenv.Collector(t), "validate", "--config", path)
-	cmd.Env = append(os.Environ(), "OTEL_TOKEN=t", render.ReceiverTokenEnv+"=r")
+	cmd.Env = append(os.Environ(), "OTEL_TOKEN=t", render.ReceiverTokenEnv+"=r", render.PluginTokenEnv+"=p")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("validate: %v\n%s", err, out)
 	}
@@ -306,4 +322,116 @@ func identityAction(t *testing.T, y []byte, key string) (any, string, bool) {
 		}
 	}
 	return nil, "", false
+}
+
+// TestPluginPipelines: what the supervisor tells (its phase spans on
+// Ports.Plugin, the cgroup scrape) enters by receivers of its own, behind
+// the plugin's token, in pipelines that stamp contract.SourceKey; every
+// pipeline of the job's receivers deletes that key before anything else
+// sees the data; every pipeline stamps the identity; the plugin's
+// pipelines share the job's file exporter, the backend exporter and
+// span_metrics. The real collector accepts it, with
+// token_resource_attribute too.
+func TestPluginPipelines(t *testing.T) {
+	for _, v := range []variant{{"cgroup-scrape", "", nil}, {"token-resource-attribute-cgroup", "token_resource_attribute=true", nil}} {
+		t.Run(v.name, func(t *testing.T) {
+			y := renderVariant(t, v, nil)
+			var doc struct {
+				Receivers  map[string]map[string]any
+				Processors map[string]struct {
+					Attributes []map[string]any `yaml:"attributes"`
+				}
+				Extensions map[string]map[string]any
+				Service    struct {
+					Extensions []string
+					Pipelines  map[string]struct{ Receivers, Processors, Exporters []string }
+				}
+			}
+			if err := yaml.Unmarshal(y, &doc); err != nil {
+				t.Fatal(err)
+			}
+			plug, ok := doc.Receivers[render.PluginReceiver]
+			if !ok {
+				t.Fatalf("no %s receiver:\n%s", render.PluginReceiver, y)
+			}
+			protos, _ := plug["protocols"].(map[string]any)
+			if _, grpc := protos["grpc"]; grpc || len(protos) != 1 {
+				t.Errorf("%s protocols %v, want http only", render.PluginReceiver, protos)
+			}
+			if h, _ := protos["http"].(map[string]any); h["endpoint"] != "127.0.0.1:41007" ||
+				h["auth"].(map[string]any)["authenticator"] != render.PluginAuth {
+				t.Errorf("%s http %v, want 127.0.0.1:41007 behind %s", render.PluginReceiver, h, render.PluginAuth)
+			}
+			if tok := doc.Extensions[render.PluginAuth]["token"]; tok != render.EnvRef(render.PluginTokenEnv) {
+				t.Errorf("%s token %v, want %s", render.PluginAuth, tok, render.EnvRef(render.PluginTokenEnv))
+			}
+			if tok := doc.Extensions[render.ReceiverAuth]["token"]; tok == render.EnvRef(render.PluginTokenEnv) {
+				t.Errorf("the job's receivers take the plugin's token")
+			}
+			if !slices.Contains(doc.Service.Extensions, render.PluginAuth) {
+				t.Errorf("service extensions %v lack %s", doc.Service.Extensions, render.PluginAuth)
+			}
+			if !strings.Contains(string(y), "value: "+render.Bearer(render.PluginTokenEnv)) {
+				t.Errorf("the final figures' reader is not behind the plugin's token:\n%s", y)
+			}
+			src := doc.Processors[render.SourceProcessor].Attributes
+			if len(src) != 1 || src[0]["key"] != contract.SourceKey || src[0]["value"] != contract.SourceSlurm || src[0]["action"] != "upsert" {
+				t.Errorf("%s %v, want upsert %s=%s", render.SourceProcessor, src, contract.SourceKey, contract.SourceSlurm)
+			}
+			unsrc := doc.Processors[render.UnsourceProcessor].Attributes
+			if len(unsrc) != 1 || unsrc[0]["key"] != contract.SourceKey || unsrc[0]["action"] != "delete" {
+				t.Errorf("%s %v, want delete %s", render.UnsourceProcessor, unsrc, contract.SourceKey)
+			}
+			plugins := 0
+			for id, p := range doc.Service.Pipelines {
+				if !slices.Contains(p.Processors, render.IdentityProcessor) {
+					t.Errorf("pipeline %s: no %s: %v", id, render.IdentityProcessor, p.Processors)
+				}
+				mine := slices.Contains(p.Receivers, render.PluginReceiver) || slices.Contains(p.Receivers, render.PluginScrapeReceiver)
+				if mine {
+					plugins++
+					if len(p.Receivers) != 1 {
+						t.Errorf("pipeline %s mixes the plugin's receiver with others: %v", id, p.Receivers)
+					}
+					if !slices.Contains(p.Processors, render.SourceProcessor) || slices.Contains(p.Processors, render.UnsourceProcessor) {
+						t.Errorf("plugin pipeline %s processors %v: want %s, not %s", id, p.Processors, render.SourceProcessor, render.UnsourceProcessor)
+					}
+					continue
+				}
+				// The job's: the marker deleted before the identity,
+				// never stamped.
+				i, j := slices.Index(p.Processors, render.UnsourceProcessor), slices.Index(p.Processors, render.IdentityProcessor)
+				if i < 0 || i > j || slices.Contains(p.Processors, render.SourceProcessor) {
+					t.Errorf("job pipeline %s processors %v: want %s before %s, no %s", id, p.Processors, render.UnsourceProcessor, render.IdentityProcessor, render.SourceProcessor)
+				}
+			}
+			want := 2
+			if v.name == "token-resource-attribute-cgroup" {
+				want = 4
+			}
+			if plugins != want {
+				t.Errorf("%d plugin pipelines, want %d: %v", plugins, want, doc.Service.Pipelines)
+			}
+			tp := doc.Service.Pipelines[render.PluginPipeline("traces")]
+			wantExp := []string{"span_metrics", render.FileExporter("traces"), render.BackendExporter}
+			if v.name == "token-resource-attribute-cgroup" {
+				wantExp = wantExp[:2]
+			}
+			if !slices.Equal(tp.Exporters, wantExp) {
+				t.Errorf("%s exporters %v, want %v", render.PluginPipeline("traces"), tp.Exporters, wantExp)
+			}
+			if mp := doc.Service.Pipelines[render.PluginPipeline("metrics")]; !slices.Contains(mp.Exporters, render.FileExporter("metrics")) {
+				t.Errorf("%s exporters %v lack %s", render.PluginPipeline("metrics"), mp.Exporters, render.FileExporter("metrics"))
+			}
+			path := filepath.Join(t.TempDir(), "collector.yaml")
+			if err := os.WriteFile(path, y, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(testenv.Collector(t), "validate", "--config", path)
+			cmd.Env = append(os.Environ(), "OTEL_TOKEN=t", render.ReceiverTokenEnv+"=r", render.PluginTokenEnv+"=p")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("validate: %v\n%s", err, out)
+			}
+		})
+	}
 }

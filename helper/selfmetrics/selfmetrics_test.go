@@ -209,3 +209,32 @@ func TestUnits(t *testing.T) {
 		}
 	}
 }
+
+// TestPluginReceiverCounted: the receivers' series of the job's and the
+// plugin's own receivers (otlp, otlp/plugin, prometheus/plugin) are kept
+// apart by id (Of) and summed by Sum, what the receipt's Received is; the
+// file exporter the two pipelines of a signal share is one series.
+func TestPluginReceiverCounted(t *testing.T) {
+	text := fmt.Sprintf(`# TYPE otelcol_receiver_accepted_spans_total counter
+otelcol_receiver_accepted_spans_total{receiver="otlp",transport="http"} 5
+otelcol_receiver_accepted_spans_total{receiver="otlp",transport="grpc"} 2
+otelcol_receiver_accepted_spans_total{receiver=%q,transport="http"} 9
+# TYPE otelcol_receiver_accepted_metric_points_total counter
+otelcol_receiver_accepted_metric_points_total{receiver=%q,transport="http"} 40
+# TYPE otelcol_exporter_sent_spans_total counter
+otelcol_exporter_sent_spans_total{exporter=%q} 16
+`, render.PluginReceiver, render.PluginScrapeReceiver, render.FileExporter("traces"))
+	m, err := selfmetrics.ParseText(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, p := m.Of(selfmetrics.ReceiverAccepted, "traces", "otlp"), m.Of(selfmetrics.ReceiverAccepted, "traces", render.PluginReceiver); a != 7 || p != 9 {
+		t.Errorf("accepted spans: otlp %d, %s %d; want 7 and 9", a, render.PluginReceiver, p)
+	}
+	if s := m.Sum(selfmetrics.ReceiverAccepted, "traces"); s != 16 || s != m.Of(selfmetrics.ExporterSent, "traces", render.FileExporter("traces")) {
+		t.Errorf("accepted spans summed: %d, want 16, the file exporter's", s)
+	}
+	if p := m.Of(selfmetrics.ReceiverAccepted, "metrics", render.PluginScrapeReceiver); p != 40 {
+		t.Errorf("%s accepted %d points, want 40", render.PluginScrapeReceiver, p)
+	}
+}

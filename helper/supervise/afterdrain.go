@@ -30,7 +30,8 @@ import (
 // the collector has exited, it appends one OTLP-JSON line (the file
 // exporter's format) to the node's traces.jsonl, as the job's user, with
 // the resource the collector would have given them (render.Identity: the
-// run's identity and Lens' keys), and records the line's place in the
+// run's identity and Lens' keys; and contract.SourceKey, as the plugin's
+// pipeline stamps it), and records the line's place in the
 // receipt (receipt.Appended). Phase spans the collector did not accept at
 // the drain (a hung or killed collector) go into the same line (one whose
 // export timed out after the collector took it is then in the file twice,
@@ -326,6 +327,9 @@ func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration) {
 	left := s.phases.take()
 	spans := append(left, s.phases.afterSpans(d, now)...)
 	id := render.Identity(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)}, "slurm")
+	// The mark the plugin's pipeline (resource/source) gives the phase
+	// spans it receives: these are the plugin's own too.
+	id = append(id, render.Attr{Key: contract.SourceKey, Value: contract.SourceSlurm})
 	line, err := TracesLine(id, phaseScope, spans)
 	if err == nil {
 		var off, n int64

@@ -439,8 +439,10 @@ func (p *phases) request(spans []*tracev1.Span) *tracev1.TracesData {
 	}}}
 }
 
-// export sends the pending spans to the collector's OTLP/HTTP receiver
-// (port, with the receiver token); it returns how many were accepted. A
+// export sends the pending spans to the collector's OTLP/HTTP receiver of
+// the plugin's own telling (port: render.Ports.Plugin, with the plugin's
+// token, which the job's tasks are not given); it returns how many were
+// accepted. A
 // failed export keeps the spans for the next try.
 func (p *phases) export(ctx context.Context, port int, token string) (int, error) {
 	p.mu.Lock()
@@ -520,7 +522,7 @@ func (s *supervisor) startPhases(ctx context.Context) (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-				if _, err := s.phases.export(ctx, s.ports.OTLPHTTP, s.rtoken); err != nil {
+				if _, err := s.phases.export(ctx, s.ports.Plugin, s.ptoken); err != nil {
 					s.log.Debugf("phase spans: %v", err)
 				}
 			}
@@ -540,7 +542,7 @@ func (s *supervisor) endPhases() {
 		s.phasesStop = nil
 	}
 	s.phases.end(time.Now())
-	if _, err := s.phases.export(context.Background(), s.ports.OTLPHTTP, s.rtoken); err != nil {
+	if _, err := s.phases.export(context.Background(), s.ports.Plugin, s.ptoken); err != nil {
 		s.log.Warnf("the job's phase spans on this node could not be sent to the collector: %v", err)
 	}
 	s.log.Infof("phase spans: %d sent to the collector (%d failed exports)", s.phases.exported, s.phases.failures)

@@ -105,7 +105,8 @@ type Options struct {
 	// Signals delivers the drain request (nil: SIGTERM and SIGINT).
 	Signals <-chan os.Signal
 	// FirstPorts, when it holds 4 ports, is the first choice of ports
-	// (OTLP gRPC, OTLP HTTP, health, telemetry) instead of free ones: a
+	// (OTLP gRPC, OTLP HTTP, health, telemetry; the plugin's receiver's
+	// port is a free one) instead of free ones: a
 	// test hook to put a port another user holds in the way. Later choices
 	// are free ports as always.
 	FirstPorts []int
@@ -134,6 +135,7 @@ type supervisor struct {
 	logPath string
 	ports   render.Ports
 	rtoken  string
+	ptoken  string // the plugin's token (render.PluginTokenEnv): the collector's and this process's only
 	// foreign are the service targets seen served by another uid
 	// (targetowners.go), for state.json.
 	foreign   []jobdir.ForeignTarget
@@ -314,7 +316,18 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		return err
 	}
 	s.rtoken = "gos_" + hex.EncodeToString(tok)
-	if s.final, err = newFinalSink(s.rtoken); err != nil {
+	// The plugin's token: the receiver of the phase spans and the final
+	// figures' sink take it, the job's tasks are not given it (the
+	// readiness report, root's record and every file are without it), so
+	// what a task sends with what it is given cannot pass for what this
+	// process tells. It is in the collector's environment, which a process
+	// of the job's user can read (/proc/<pid>/environ, same uid): a
+	// boundary against what the tasks are given, not against the user.
+	if _, err = rand.Read(tok); err != nil {
+		return err
+	}
+	s.ptoken = "gos_" + hex.EncodeToString(tok)
+	if s.final, err = newFinalSink(s.ptoken); err != nil {
 		return fmt.Errorf("a loopback port for the collector's final figures: %w", err)
 	}
 	if !s.opt.NoCgroupMetrics {
@@ -367,14 +380,14 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 var errBindRace = errors.New("address already in use")
 
 func (s *supervisor) choosePorts() error {
-	p, err := freePorts(4)
+	p, err := freePorts(5)
 	if err != nil {
 		return err
 	}
 	if len(s.opt.FirstPorts) == 4 && s.ports == (render.Ports{}) {
-		p = s.opt.FirstPorts // a test's first choice (Options.FirstPorts)
+		copy(p, s.opt.FirstPorts) // a test's first choice (Options.FirstPorts)
 	}
-	s.ports = render.Ports{OTLPGRPC: p[0], OTLPHTTP: p[1], Health: p[2], Telemetry: p[3]}
+	s.ports = render.Ports{OTLPGRPC: p[0], OTLPHTTP: p[1], Health: p[2], Telemetry: p[3], Plugin: p[4]}
 	if s.final != nil {
 		s.ports.Final = s.final.port()
 	}
@@ -412,7 +425,7 @@ func (s *supervisor) writeConfig() error {
 	return atomicfile.Write(s.configPath(), y, 0o600)
 }
 
-// collectorEnv is the collector's whole environment: the two tokens, a
+// collectorEnv is the collector's whole environment: the three tokens, a
 // memory limit for the Go runtime, PATH and HOME. Nothing else is secret.
 //
 // The backend token is referenced inside a larger string ("Bearer
@@ -428,6 +441,7 @@ func (s *supervisor) collectorEnv() []string {
 	env := []string{
 		s.o.TokenEnv + "=" + render.Escape(s.opt.Token),
 		render.ReceiverTokenEnv + "=" + s.rtoken, // hex: nothing to escape; referenced as a whole value
+		render.PluginTokenEnv + "=" + s.ptoken,   // likewise
 		fmt.Sprintf("GOMEMLIMIT=%dMiB", s.o.MemoryLimitMiB*4/5),
 		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
 	}
@@ -535,7 +549,7 @@ func (s *supervisor) checkStartedVersion(ctx context.Context, logStart int64) er
 }
 
 func (s *supervisor) provePorts(c *collector) error {
-	ports := []int{s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health}
+	ports := []int{s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health, s.ports.Plugin}
 	if s.ports.Telemetry != 0 {
 		ports = append(ports, s.ports.Telemetry)
 	}

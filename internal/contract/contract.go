@@ -59,6 +59,24 @@ const (
 // the job's own spans by it).
 const PhaseScope = "gym-otel-spank/slurm-phases"
 
+// SourceKey is the resource attribute that marks what the plugin itself
+// tells (the supervisor's Slurm phase spans and the job's cgroup series),
+// with the value SourceSlurm. The node's collector stamps it in the
+// pipelines of the supervisor's own receivers (the OTLP/HTTP receiver
+// behind a token only the supervisor and the collector are given, and the
+// cgroup scrape) and deletes it from everything the job's tasks send, so
+// inspect counts a phase or a cgroup series as Slurm's only when it
+// carries it. A resource attribute, not a span or scope attribute: the
+// collector's resource processor sets and deletes it without OTTL, it is
+// on every item of the resource (spans, metric points, and the span
+// metrics made from the spans), and the file and backend exporters keep
+// it as is; a scope name or a span attribute is whatever the sender
+// writes.
+const SourceKey = "gym_otel.source"
+
+// SourceSlurm is SourceKey's value on what the plugin itself tells.
+const SourceSlurm = "slurm"
+
 // The keys of root's record (helper/record writes it, spank/record.c
 // reads it in every step): one "key=value" line each.
 const (

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // PhaseSpan is one slurm.* span of a node's traces.jsonl (the job's Slurm
@@ -137,7 +139,8 @@ type NodeSpans struct {
 // status for a non-zero one) and for the batch step on the batch node,
 // with slurm.batch_script and slurm.final_wait as the batch step's two
 // parts and the numbered steps inside the batch script; every span in one
-// trace with the node's name and want.Identity on its resource, inside the
+// trace with the node's name, want.Identity and the plugin's mark
+// (contract.SourceKey) on its resource, inside the
 // job's span except the drain and the epilog, which follow it under the
 // job's span with the same resource, the drain begun by the epilog and
 // its end known. It logs the spans and returns them.
@@ -172,6 +175,9 @@ func CheckNodePhases(t testing.TB, spans []PhaseSpan, want NodePhases) NodeSpans
 		}
 		if s.Resource["host.name"] != want.Node || s.Attrs["slurm.node"] != want.Node {
 			t.Errorf("%s: %s: host.name %q slurm.node %q", want.Node, s.Name, s.Resource["host.name"], s.Attrs["slurm.node"])
+		}
+		if s.Resource[contract.SourceKey] != contract.SourceSlurm {
+			t.Errorf("%s: %s: resource %s=%q, want %q: the plugin's own receiver's mark", want.Node, s.Name, contract.SourceKey, s.Resource[contract.SourceKey], contract.SourceSlurm)
 		}
 		for k, v := range want.Identity {
 			if s.Resource[k] != v {

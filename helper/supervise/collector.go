@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/heldir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
@@ -35,7 +36,12 @@ type collector struct {
 type launchCmd struct {
 	argv []string
 	env  []string
-	log  string // collector.log path
+	log  string // collector.log path (under the held dir's base path)
+	// dir is the held output dir, inherited as descriptor 3 (the base of
+	// the paths of the collector's files, heldir.ChildAt(0)) and the
+	// collector's working dir; nil: none, the working dir is log's.
+	dir *heldir.Dir
+	err error // why there is no argv (otel.container_runtime)
 }
 
 // commandFor builds the collector's argv: the host binary, or the container
@@ -59,7 +65,8 @@ func commandFor(o config.Otel, configPath, outputDir string) ([]string, error) {
 }
 
 // start starts the collector in its own session with stdout and stderr
-// appended to the log, no other inherited descriptor, the signal mask and
+// appended to the log, the held output dir as descriptor 3 and no other
+// inherited descriptor, the signal mask and
 // dispositions the supervisor itself has (cleared at its start, see
 // ClearSignals), and exactly env as its environment. SIGTERM reaches it if
 // the supervisor dies (Pdeathsig; the supervisor's main thread is locked).
@@ -86,6 +93,13 @@ func start(ls launchCmd) (*collector, error) {
 			Setsid:    true,
 			Pdeathsig: syscall.SIGTERM,
 		},
+	}
+	if ls.dir != nil {
+		// The child changes to its working dir before its descriptors
+		// are closed at exec: /proc/self/fd/<n> is still the held dir
+		// there.
+		cmd.ExtraFiles = []*os.File{ls.dir.File()}
+		cmd.Dir = ls.dir.At()
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, err

@@ -302,7 +302,7 @@ func askPeer(pe peer, job, restart string) (int64, error) {
 // since, after the script's end). Otherwise the hold gets none and the
 // batch step waits its bound; the log says why.
 func (s *supervisor) askPeers(nodes int, since time.Time) {
-	peers, why := readPeers(s.out)
+	peers, why := readPeers(s.base())
 	if len(peers) != nodes-1 || len(peers) > maxPeers {
 		if len(why) == 0 {
 			why = []string{"the job dir is not shared with them?"}

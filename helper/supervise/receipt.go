@@ -82,7 +82,10 @@ func (s *supervisor) saveReceipt(logIt bool) {
 				sig, c.Written+c.WriteFailed, c.Sent+c.Lost()))
 		}
 	}
-	if err := r.Write(s.out); err != nil {
+	if s.base() == "" {
+		return // the output dir is not held: nothing is written there
+	}
+	if err := r.Write(s.base()); err != nil {
 		s.log.Warnf("%v", err)
 		return
 	}

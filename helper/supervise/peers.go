@@ -202,7 +202,9 @@ func readPeers(out string) ([]peer, []string) {
 	dir := filepath.Join(out, jobdir.Nodes)
 	f, err := os.Open(dir)
 	if err != nil {
-		return nil, []string{err.Error()}
+		// The path is the held dir's (/proc/self/fd/...): the caller
+		// names the real one.
+		return nil, []string{unwrapPath(err).Error()}
 	}
 	names, err := f.Readdirnames(maxPeers)
 	f.Close()

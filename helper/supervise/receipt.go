@@ -86,7 +86,7 @@ func (s *supervisor) saveReceipt(logIt bool) {
 		return // the output dir is not held: nothing is written there
 	}
 	if err := r.Write(s.base()); err != nil {
-		s.log.Warnf("%v", err)
+		s.log.Warnf("%v (the output dir %s, held as %s)", err, s.out, s.base())
 		return
 	}
 	if logIt {

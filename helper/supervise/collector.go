@@ -37,9 +37,10 @@ type launchCmd struct {
 	argv []string
 	env  []string
 	log  string // collector.log path (under the held dir's base path)
-	// dir is the held output dir, inherited as descriptor 3 (the base of
-	// the paths of the collector's files, heldir.ChildAt(0)) and the
-	// collector's working dir; nil: none, the working dir is log's.
+	// dir is the held output dir, inherited as descriptor 3 by a host
+	// collector (the base of the paths of its files, heldir.ChildAt(0));
+	// nil for a container runtime. The working dir is log's dir either
+	// way: the held dir's base path, resolved by the child before exec.
 	dir *heldir.Dir
 	err error // why there is no argv (otel.container_runtime)
 }
@@ -88,18 +89,17 @@ func start(ls launchCmd) (*collector, error) {
 		Env:    ls.env,
 		Stdout: logf,
 		Stderr: logf,
-		Dir:    filepath.Dir(ls.log),
+		// The child changes to its working dir before exec closes the
+		// supervisor's descriptors: /proc/self/fd/<n> of the held dir
+		// still leads there.
+		Dir: filepath.Dir(ls.log),
 		SysProcAttr: &syscall.SysProcAttr{
 			Setsid:    true,
 			Pdeathsig: syscall.SIGTERM,
 		},
 	}
 	if ls.dir != nil {
-		// The child changes to its working dir before its descriptors
-		// are closed at exec: /proc/self/fd/<n> is still the held dir
-		// there.
 		cmd.ExtraFiles = []*os.File{ls.dir.File()}
-		cmd.Dir = ls.dir.At()
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, err

@@ -527,9 +527,9 @@ func (s *supervisor) collectorEnv() []string {
 // output dir as descriptor 3 (its cwd too); a container runtime with the
 // paths of its binds.
 func (s *supervisor) launchCmd() launchCmd {
-	lc := launchCmd{env: s.collectorEnv(), log: s.logPath, dir: s.dir}
+	lc := launchCmd{env: s.collectorEnv(), log: s.logPath}
 	if s.o.Container == "" {
-		lc.argv = []string{s.o.Binary, "--config", "env:" + render.ConfigEnv}
+		lc.argv, lc.dir = []string{s.o.Binary, "--config", "env:" + render.ConfigEnv}, s.dir
 	} else {
 		lc.argv, lc.err = commandFor(s.o, filepath.Join(s.out, jobdir.ConfigFile), s.out)
 	}

@@ -42,8 +42,9 @@ func (d *Dir) File() *os.File { return d.f }
 // directory itself, wherever it has been renamed to since, and a path below
 // it is looked up from there: open, os.CreateTemp, and rename(2) between
 // two names under it (atomicfile's temporary file and rename: both names
-// are in the same directory of the same mount) work as on the real path
-// (TestRenameAfterOpen, TestAtomicWriteUnderAt). It names the descriptor of
+// are in the same directory of the same mount) work as on the real path,
+// and keep working in the dir after it was renamed and a link put in its
+// place (TestRenameAfterOpenRedirectsNothing). It names the descriptor of
 // this process: a child that inherits the dir at another number has its
 // own base (ChildAt).
 func (d *Dir) At() string { return "/proc/self/fd/" + strconv.Itoa(int(d.f.Fd())) }

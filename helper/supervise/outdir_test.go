@@ -64,6 +64,7 @@ func TestOutputDirSwapAfterStart(t *testing.T) {
 	job, attacker, userName := swapJobDir(t)
 	out := filepath.Join(job, "otel")
 	s := harness.StartSup(t, harness.Job{JobID: "6106", User: userName, Output: out, VLLMPort: harness.StartVLLM(t)}).MustReady(t)
+	t.Logf("start steps (ms): %s", s.Report.Steps)
 	if s.Report.OutputDir != out {
 		t.Errorf("report names output dir %q, want %q", s.Report.OutputDir, out)
 	}

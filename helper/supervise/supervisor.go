@@ -120,33 +120,30 @@ type Options struct {
 
 // supervisor is one run's state.
 type supervisor struct {
-	opt Options
-	o   config.Otel
-	pol timing.Policy
-	log *logrus.Logger
-	// out is the output dir's path: for people (messages, the readiness
-	// report, the configuration kept in the dir), never for a file
-	// operation once the dir is held.
-	out string
+	opt       Options
+	o         config.Otel
+	pol       timing.Policy
+	log       *logrus.Logger
+	out       string // the output dir's path: for people, never for a file operation once the dir is held
+	logPath   string // collector.log under the held dir's base path
+	ports     render.Ports
+	rtoken    string
+	coll      *collector
+	restarts  int
+	lastSpans int64
+	spansAt   time.Time
+	problems  string
+	trouble   string // why the files could not be written (receipt.Receipt.WriteTrouble)
 	// dir is the output dir held open (heldir), at its base path
 	// "/proc/self/fd/<n>": every file the supervisor makes or reads in
 	// the output dir goes through it (path). unheld: not yet (or never)
 	// opened, when nothing may be written there.
-	dir     *heldir.Dir
-	at      string
-	unheld  bool
-	logPath string // collector.log under at
+	dir    *heldir.Dir
+	at     string
+	unheld bool
 	// collectorYAML is the configuration the host collector runs with,
 	// its files under the dir it inherits (render.Input.FilesAt).
 	collectorYAML []byte
-	ports         render.Ports
-	rtoken        string
-	coll          *collector
-	restarts      int
-	lastSpans     int64
-	spansAt       time.Time
-	problems      string
-	trouble       string // why the files could not be written (receipt.Receipt.WriteTrouble)
 	// writeFailSeen: the log said that the files cannot be written.
 	writeFailSeen bool
 	started       time.Time

@@ -124,8 +124,7 @@ func collectorToken(dir, tokenEnv string) (string, error) {
 	if uid, err := proc.Owner(st.CollectorPID); err != nil || int(uid) != os.Getuid() {
 		return "", live(fmt.Errorf("its collector (pid %d) is not running as this user here", st.CollectorPID))
 	}
-	cmdline, err := proc.Cmdline(st.CollectorPID)
-	if err != nil || !bytes.Contains(cmdline, []byte(filepath.Join(dir, jobdir.ConfigFile))) {
+	if !runsCollectorOf(st.CollectorPID, dir) {
 		return "", fmt.Errorf("pid %d is not the collector of %s", st.CollectorPID, dir)
 	}
 	environ, err := proc.Environ(st.CollectorPID)
@@ -140,6 +139,24 @@ func collectorToken(dir, tokenEnv string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("its collector (pid %d) holds no %s", st.CollectorPID, tokenEnv)
+}
+
+// runsCollectorOf reports whether pid runs the collector of the output dir
+// dir: a host collector, started with its configuration by content
+// (--config env:<render.ConfigEnv>), whose working dir is dir itself (the
+// same directory, not only the same name); or a container runtime whose
+// command line names dir's collector.yaml.
+func runsCollectorOf(pid int, dir string) bool {
+	cmdline, err := proc.Cmdline(pid)
+	if err != nil {
+		return false
+	}
+	if bytes.Contains(cmdline, []byte("\x00--config\x00env:"+render.ConfigEnv+"\x00")) {
+		cwd, err1 := os.Stat(fmt.Sprintf("/proc/%d/cwd", pid))
+		out, err2 := os.Stat(dir)
+		return err1 == nil && err2 == nil && os.SameFile(cwd, out)
+	}
+	return bytes.Contains(cmdline, []byte(filepath.Join(dir, jobdir.ConfigFile)))
 }
 
 // notExited reports whether pid names a process that has not exited (a

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
 func lookup(m map[string]string) config.LookupEnv {
@@ -33,16 +34,20 @@ func TestParentJob(t *testing.T) {
 }
 
 // A real process stands in for the running job's collector: its command
-// line names the output dir's collector.yaml and its environment holds the
-// token as the supervisor passes it ($ doubled).
+// line takes its configuration by content and it runs in the output dir
+// (a host collector), or its command line names the output dir's
+// collector.yaml (a container runtime); its environment holds the token as
+// the supervisor passes it ($ doubled).
 func TestParentTokenFromCollector(t *testing.T) {
 	jobDir := t.TempDir()
 	out := filepath.Join(jobDir, "otel")
 	if err := os.MkdirAll(out, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	cwd := out
 	start := func(cfg string) *exec.Cmd {
 		cmd := exec.Command("/bin/sh", "-c", "sleep 30", "--config", cfg)
+		cmd.Dir = cwd
 		cmd.Env = []string{"OTEL_TOKEN=tok$$en", "PATH=/usr/bin:/bin"}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -65,15 +70,24 @@ func TestParentTokenFromCollector(t *testing.T) {
 	resolved := &config.Resolved{JobDir: jobDir, Otel: config.Otel{TokenEnv: "OTEL_TOKEN"}}
 	env := lookup(map[string]string{"GYM_OTEL_JOB": "41", "SLURM_JOB_ID": "41"})
 
-	state(start(filepath.Join(out, "collector.yaml")).Process.Pid)
-	tok, err := parentToken(resolved, "41", env)
-	if err != nil || tok != "tok$en" {
-		t.Fatalf("token %q, %v; want tok$en", tok, err)
+	byContent := "env:" + render.ConfigEnv
+	for _, cfg := range []string{byContent, filepath.Join(out, "collector.yaml")} {
+		state(start(cfg).Process.Pid)
+		tok, err := parentToken(resolved, "41", env)
+		if err != nil || tok != "tok$en" {
+			t.Fatalf("--config %s: token %q, %v; want tok$en", cfg, tok, err)
+		}
 	}
-	// A pid that is not this dir's collector is refused.
+	// A pid that is not this dir's collector is refused: another
+	// collector.yaml, or a configuration by content run elsewhere.
 	state(start("/elsewhere/collector.yaml").Process.Pid)
 	if _, err := parentToken(resolved, "41", env); err == nil || !strings.Contains(err.Error(), "is not the collector of") {
 		t.Errorf("a foreign process accepted: %v", err)
+	}
+	cwd = jobDir
+	state(start(byContent).Process.Pid)
+	if _, err := parentToken(resolved, "41", env); err == nil || !strings.Contains(err.Error(), "is not the collector of") {
+		t.Errorf("a collector of another dir accepted: %v", err)
 	}
 	// No state: a clear reason.
 	os.Remove(filepath.Join(out, "state.json"))

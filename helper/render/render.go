@@ -71,6 +71,13 @@ const ReceiverTokenEnv = "GYM_OTEL_RECEIVER_TOKEN"
 // environment: /proc/<pid>/environ is open to the same uid).
 const PluginTokenEnv = "GYM_OTEL_PLUGIN_TOKEN"
 
+// ConfigEnv is the collector environment variable holding its whole
+// configuration, which the collector reads by content (`--config
+// env:GYM_OTEL_COLLECTOR_CONFIG`, its env confmap provider) rather than from
+// a path someone could swap. The configuration holds no secret: the tokens
+// stay ${env:...} references.
+const ConfigEnv = "GYM_OTEL_COLLECTOR_CONFIG"
+
 // Ports are the loopback TCP ports of one collector (jobdir.Ports: state.json
 // shows them too).
 type Ports = jobdir.Ports
@@ -164,6 +171,13 @@ type Input struct {
 	Ports Ports
 	// OutputDir is the absolute directory of the jsonl files.
 	OutputDir string
+	// FilesAt, when set, is the absolute path the collector opens its
+	// jsonl files under instead of OutputDir: the held output dir as the
+	// collector inherits it ("/proc/self/fd/3", heldir.ChildAt), so that
+	// no rename of a dir on the way can redirect its writes. The
+	// configuration kept in the output dir for people, inspect and replay
+	// is rendered without it (the real paths).
+	FilesAt string
 	// ScrapeOnShutdown sets the Prometheus receiver's scrape_on_shutdown:
 	// the collector scrapes every target once more when it is stopped
 	// (the supervisor's final scrape at the batch script's end).
@@ -352,11 +366,16 @@ func connectors() omap {
 	}}}
 }
 
-// exporters: a file exporter per signal (<output dir>/<signal>.jsonl) and
+// exporters: a file exporter per signal (<output dir>/<signal>.jsonl, or
+// under FilesAt) and
 // the site's OTLP/HTTP backend.
 func exporters(in Input) omap {
 	o := in.Resolved.Otel
-	out := func(name string) string { return esc(filepath.Join(in.OutputDir, name)) }
+	dir := in.OutputDir
+	if in.FilesAt != "" {
+		dir = in.FilesAt
+	}
+	out := func(name string) string { return esc(filepath.Join(dir, name)) }
 	exporters := omap{}
 	for _, sig := range signals(o) {
 		exporters = append(exporters, kv{FileExporter(sig), omap{
@@ -551,6 +570,9 @@ func check(in Input) error {
 	}
 	if !filepath.IsAbs(in.OutputDir) {
 		errs = append(errs, fmt.Errorf("render: output dir %q is not absolute", in.OutputDir))
+	}
+	if in.FilesAt != "" && !filepath.IsAbs(in.FilesAt) {
+		errs = append(errs, fmt.Errorf("render: the files' dir %q is not absolute", in.FilesAt))
 	}
 	return errors.Join(errs...)
 }

@@ -76,7 +76,13 @@ var variants = []variant{
 	{scrapeOnShutdown, "config=testdata/gym-two-services.yaml", nil},
 	// The supervisor's cgroup page scraped by the plugin's own receiver.
 	{"cgroup-scrape", "config=testdata/gym-two-services.yaml", nil},
+	// The configuration the collector runs with: its files under the
+	// output dir it inherited as descriptor 3 (Input.FilesAt).
+	{filesAtHeld, "", nil},
 }
+
+// filesAtHeld names the variant rendered with Input.FilesAt.
+const filesAtHeld = "files-at-held-dir"
 
 func renderVariant(t *testing.T, v variant, gpus []string) []byte {
 	t.Helper()
@@ -102,6 +108,9 @@ func renderVariant(t *testing.T, v variant, gpus []string) []byte {
 	}
 	if withCgroup[v.name] {
 		in.Ports.Cgroup = 41006
+	}
+	if v.name == filesAtHeld {
+		in.FilesAt = "/proc/self/fd/3"
 	}
 	if at, ok := firstScrapeAt[v.name]; ok {
 		in.FirstScrape = &render.FirstScrape{At: at, Host: "gn1.example.org"}
@@ -226,6 +235,10 @@ func TestRenderRejects(t *testing.T) {
 	if _, err := render.Render(render.Input{Resolved: r, OutputDir: "rel"}); err == nil {
 		t.Error("zero ports and a relative dir accepted")
 	}
+	ports := render.Ports{OTLPGRPC: 1, OTLPHTTP: 2, Health: 3}
+	if _, err := render.Render(render.Input{Resolved: r, Ports: ports, OutputDir: "/w/otel", FilesAt: "fd/3"}); err == nil || !strings.Contains(err.Error(), `"fd/3"`) {
+		t.Errorf("a relative FilesAt: %v", err)
+	}
 }
 
 // TestCollectorValidates loads every golden variant with the real
@@ -242,6 +255,13 @@ func TestCollectorValidates(t *testing.T) {
 			cmd.Env = append(os.Environ(), "OTEL_TOKEN=t", render.ReceiverTokenEnv+"=r", render.PluginTokenEnv+"=p")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("%s validate: %v\n%s", bin, err, out)
+			}
+			// By content, as the supervisor passes it (render.ConfigEnv).
+			y, _ := os.ReadFile(path)
+			cmd = exec.Command(bin, "validate", "--config", "env:"+render.ConfigEnv)
+			cmd.Env = append(os.Environ(), "OTEL_TOKEN=t", render.ReceiverTokenEnv+"=r", render.ConfigEnv+"="+string(y))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s validate --config env:%s: %v\n%s", bin, render.ConfigEnv, err, out)
 			}
 		})
 	}

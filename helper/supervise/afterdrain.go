@@ -334,7 +334,7 @@ func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration) {
 	if err == nil {
 		var off, n int64
 		path := filepath.Join(s.out, jobdir.SignalFile("traces"))
-		if off, n, err = AppendLine(path, line); err == nil {
+		if off, n, err = AppendLine(s.path(jobdir.SignalFile("traces")), line); err == nil {
 			s.appended = append(s.appended, receipt.Appended{File: jobdir.SignalFile("traces"), Offset: off, Length: n, Spans: len(spans),
 				Cause: "not delivered yet (the supervisor ended before its delivery)"})
 			if len(left) > 0 {

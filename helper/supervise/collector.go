@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/heldir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
@@ -35,7 +36,13 @@ type collector struct {
 type launchCmd struct {
 	argv []string
 	env  []string
-	log  string // collector.log path
+	log  string // collector.log path (under the held dir's base path)
+	// dir is the held output dir, inherited as descriptor 3 by a host
+	// collector (the base of the paths of its files, heldir.ChildAt(0));
+	// nil for a container runtime. The working dir is log's dir either
+	// way: the held dir's base path, resolved by the child before exec.
+	dir *heldir.Dir
+	err error // why there is no argv (otel.container_runtime)
 }
 
 // commandFor builds the collector's argv: the host binary, or the container
@@ -59,7 +66,8 @@ func commandFor(o config.Otel, configPath, outputDir string) ([]string, error) {
 }
 
 // start starts the collector in its own session with stdout and stderr
-// appended to the log, no other inherited descriptor, the signal mask and
+// appended to the log, the held output dir as descriptor 3 and no other
+// inherited descriptor, the signal mask and
 // dispositions the supervisor itself has (cleared at its start, see
 // ClearSignals), and exactly env as its environment. SIGTERM reaches it if
 // the supervisor dies (Pdeathsig; the supervisor's main thread is locked).
@@ -81,11 +89,17 @@ func start(ls launchCmd) (*collector, error) {
 		Env:    ls.env,
 		Stdout: logf,
 		Stderr: logf,
-		Dir:    filepath.Dir(ls.log),
+		// The child changes to its working dir before exec closes the
+		// supervisor's descriptors: /proc/self/fd/<n> of the held dir
+		// still leads there.
+		Dir: filepath.Dir(ls.log),
 		SysProcAttr: &syscall.SysProcAttr{
 			Setsid:    true,
 			Pdeathsig: syscall.SIGTERM,
 		},
+	}
+	if ls.dir != nil {
+		cmd.ExtraFiles = []*os.File{ls.dir.File()}
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, err

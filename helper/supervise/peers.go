@@ -202,7 +202,9 @@ func readPeers(out string) ([]peer, []string) {
 	dir := filepath.Join(out, jobdir.Nodes)
 	f, err := os.Open(dir)
 	if err != nil {
-		return nil, []string{err.Error()}
+		// The path is the held dir's (/proc/self/fd/...): the caller
+		// names the real one.
+		return nil, []string{unwrapPath(err).Error()}
 	}
 	names, err := f.Readdirnames(maxPeers)
 	f.Close()
@@ -302,7 +304,7 @@ func askPeer(pe peer, job, restart string) (int64, error) {
 // since, after the script's end). Otherwise the hold gets none and the
 // batch step waits its bound; the log says why.
 func (s *supervisor) askPeers(nodes int, since time.Time) {
-	peers, why := readPeers(s.out)
+	peers, why := readPeers(s.base())
 	if len(peers) != nodes-1 || len(peers) > maxPeers {
 		if len(why) == 0 {
 			why = []string{"the job dir is not shared with them?"}

@@ -82,8 +82,11 @@ func (s *supervisor) saveReceipt(logIt bool) {
 				sig, c.Written+c.WriteFailed, c.Sent+c.Lost()))
 		}
 	}
-	if err := r.Write(s.out); err != nil {
-		s.log.Warnf("%v", err)
+	if s.base() == "" {
+		return // the output dir is not held: nothing is written there
+	}
+	if err := r.Write(s.base()); err != nil {
+		s.log.Warnf("%v (the output dir %s, held as %s)", err, s.out, s.base())
 		return
 	}
 	if logIt {

@@ -21,9 +21,9 @@ const reserveBytes = 256 << 10
 // that cannot allocate it now is logged; the run goes on without it.
 func (s *supervisor) reserve() {
 	path := filepath.Join(s.out, reserveName)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(s.path(reserveName), os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
-		s.log.Warnf("the receipt's reserve %s: %v", path, err)
+		s.log.Warnf("the receipt's reserve %s: %v", path, unwrapPath(err))
 		return
 	}
 	defer f.Close()
@@ -38,17 +38,20 @@ func (s *supervisor) reserve() {
 
 // release removes the reserve file.
 func (s *supervisor) release() {
-	os.Remove(filepath.Join(s.out, reserveName))
+	if p := s.path(reserveName); p != "" {
+		os.Remove(p)
+	}
 }
 
 // writeTrouble says why the file exporters could not write, from the
 // output dir's file system as the collector left it (before release):
 // full (less than twice the reserve free for the job's user), or refusing
 // for another reason (a quota, or full for a while and freed since).
-// when says when it looked ("now", "at the drain").
-func writeTrouble(out, when string) string {
+// when says when it looked ("now", "at the drain"); at is the dir's base
+// path for the look, out its path for people.
+func writeTrouble(at, out, when string) string {
 	var st syscall.Statfs_t
-	if err := syscall.Statfs(out, &st); err != nil {
+	if err := syscall.Statfs(at, &st); err != nil {
 		return fmt.Sprintf("the file system refused the writes (its state is unknown: %v)", err)
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)

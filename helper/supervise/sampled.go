@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -199,6 +198,6 @@ func (s *supervisor) followSampled(ctx context.Context) (stop func()) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	targets := render.Targets(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)})
-	go followSamples(ctx, s.hold, filepath.Join(s.out, jobdir.SignalFile("metrics")), targets, DefaultSampledPoll)
+	go followSamples(ctx, s.hold, s.path(jobdir.SignalFile("metrics")), targets, DefaultSampledPoll)
 	return cancel
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/atomicfile"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/heldir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
@@ -131,8 +132,8 @@ type supervisor struct {
 	o       config.Otel
 	pol     timing.Policy
 	log     *logrus.Logger
-	out     string
-	logPath string
+	out     string // the output dir's path: for people, never for a file operation once the dir is held
+	logPath string // collector.log under the held dir's base path
 	ports   render.Ports
 	rtoken  string
 	ptoken  string // the plugin's token (render.PluginTokenEnv): the collector's and this process's only
@@ -145,6 +146,16 @@ type supervisor struct {
 	spansAt   time.Time
 	problems  string
 	trouble   string // why the files could not be written (receipt.Receipt.WriteTrouble)
+	// dir is the output dir held open (heldir), at its base path
+	// "/proc/self/fd/<n>": every file the supervisor makes or reads in
+	// the output dir goes through it (path). unheld: not yet (or never)
+	// opened, when nothing may be written there.
+	dir    *heldir.Dir
+	at     string
+	unheld bool
+	// collectorYAML is the configuration the host collector runs with,
+	// its files under the dir it inherits (render.Input.FilesAt).
+	collectorYAML []byte
 	// writeFailSeen: the log said that the files cannot be written.
 	writeFailSeen bool
 	started       time.Time
@@ -226,9 +237,12 @@ func Run(ctx context.Context, opt Options) error {
 		}
 		if s.peer != nil {
 			s.peer.close()
-			os.Remove(filepath.Join(s.out, PeerFile))
+			os.Remove(s.path(PeerFile))
 		}
 		s.cgroups.close()
+		if s.dir != nil {
+			s.dir.Close()
+		}
 	}()
 	if err := s.startUp(ctx, sigs); err != nil {
 		s.fail(err)
@@ -257,7 +271,60 @@ func (s *supervisor) defaults() {
 	if s.out == "" {
 		s.out = jobfacts.OutputDir(s.opt.Resolved, s.opt.Facts)
 	}
-	s.logPath = filepath.Join(s.out, jobdir.LogFile)
+	// Nothing is written into the output dir before it is held.
+	s.unheld = true
+}
+
+// base is the base path of the file operations in the output dir: the held
+// dir's (at), "" while it is not held, the path itself for a supervisor
+// made without Run (the package's own tests).
+func (s *supervisor) base() string {
+	switch {
+	case s.at != "":
+		return s.at
+	case s.unheld:
+		return ""
+	}
+	return s.out
+}
+
+// path is name in the output dir for a file operation (base); "" while
+// the dir is not held, which every operation refuses.
+func (s *supervisor) path(name string) string {
+	if s.base() == "" {
+		return ""
+	}
+	return filepath.Join(s.base(), name)
+}
+
+// logName is collector.log's path for people.
+func (s *supervisor) logName() string { return filepath.Join(s.out, jobdir.LogFile) }
+
+// jobDir is the expanded job dir the output dir is below; for an output
+// dir given explicitly elsewhere (Options.OutputDir), its parent.
+func (s *supervisor) jobDir() string {
+	j := jobfacts.ExpandJobDir(s.opt.Resolved.JobDir, s.opt.Facts)
+	if rel, err := filepath.Rel(j, s.out); filepath.IsAbs(j) && err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../") {
+		return j
+	}
+	return filepath.Dir(s.out)
+}
+
+// holdDir opens the output dir below the job dir without following a link
+// (heldir.Open: refused when a dir on the way is another user's or a link,
+// or the output dir others can write) and holds it for the supervisor's
+// life; the dirs others can write are logged once.
+func (s *supervisor) holdDir(mode os.FileMode) error {
+	d, err := heldir.Open(s.jobDir(), s.out, mode)
+	if err != nil {
+		return fmt.Errorf("%w (job_dir %s)", err, s.opt.Resolved.JobDir)
+	}
+	s.dir, s.at, s.unheld = d, d.At(), false
+	s.logPath = s.path(jobdir.LogFile)
+	for _, w := range d.Warnings {
+		s.log.Warnf("output dir: %s", w)
+	}
+	return nil
 }
 
 // startUp makes the output dir, checks the binary, chooses ports and starts
@@ -273,21 +340,15 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		}
 	}()
 	mode, _ := strconv.ParseUint(s.o.OutputDirMode, 8, 32)
-	if err := os.MkdirAll(s.out, os.FileMode(mode)); err != nil {
-		return fmt.Errorf("output dir %s (from job_dir %s): %w", s.out, s.opt.Resolved.JobDir, unwrapPath(err))
-	}
-	if err := ownDir(s.out); err != nil {
-		return fmt.Errorf("output dir %s: %w", s.out, err)
-	}
-	if err := os.Chmod(s.out, os.FileMode(mode)); err != nil {
-		return fmt.Errorf("output dir %s: %w", s.out, unwrapPath(err))
+	if err := s.holdDir(os.FileMode(mode)); err != nil {
+		return err
 	}
 	if s.opt.LogToOutputDir {
-		if f, err := os.OpenFile(filepath.Join(s.out, jobdir.SupervisorLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600); err == nil {
+		if f, err := os.OpenFile(s.path(jobdir.SupervisorLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600); err == nil {
 			s.log.SetOutput(io.MultiWriter(s.log.Out, f))
 		}
 	}
-	if f, err := os.CreateTemp(s.out, ".gym-otel-write-test.*"); err != nil {
+	if f, err := os.CreateTemp(s.at, ".gym-otel-write-test.*"); err != nil {
 		return fmt.Errorf("output dir %s is not writable by %s: %w", s.out, s.opt.Facts.User, unwrapPath(err))
 	} else {
 		f.Close()
@@ -306,7 +367,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		}()
 	}
 	s.steps.mark("dir")
-	keepPreviousRun(s.out, s.opt.Facts, s.logPath, s.log)
+	keepPreviousRun(s.at, s.opt.Facts, s.logPath, s.log)
 	s.reserve()
 	s.writeState(jobdir.StatusStarting, "")
 	s.steps.mark("keep+state")
@@ -350,7 +411,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	if s.hold != nil && s.opt.Facts.NodeIndex > 0 {
 		// The batch node's supervisor asks this one for its final
 		// scrape through the job dir (peers.go).
-		if s.peer, err = newPeerServer(s.out, s.opt.Facts.JobID, s.opt.Facts.RestartCount, s.hold); err != nil {
+		if s.peer, err = newPeerServer(s.at, s.opt.Facts.JobID, s.opt.Facts.RestartCount, s.hold); err != nil {
 			s.log.Warnf("no final-scrape listener for the batch node (the batch step waits its full bound): %v", err)
 		}
 	}
@@ -395,7 +456,13 @@ func (s *supervisor) choosePorts() error {
 	return nil
 }
 
-func (s *supervisor) configPath() string { return filepath.Join(s.out, jobdir.ConfigFile) }
+// configPath is collector.yaml for a file operation.
+func (s *supervisor) configPath() string { return s.path(jobdir.ConfigFile) }
+
+// maxConfigEnv bounds the configuration passed in the collector's
+// environment: Linux refuses an environment string over 128 KiB
+// (MAX_ARG_STRLEN); rendered configurations are 5 to 8 KiB.
+const maxConfigEnv = 120 << 10
 
 func (s *supervisor) writeConfig() error {
 	s.firstScrape = nil
@@ -411,18 +478,39 @@ func (s *supervisor) writeConfig() error {
 			s.log.Warnf("the host name lookup took more than %v: each scrape target's first scrape comes at its hash offset (up to one interval)", fqdnWait)
 		}
 	}
-	y, err := render.Render(render.Input{
+	in := render.Input{
 		Resolved:         s.opt.Resolved,
 		Job:              render.JobOf(s.opt.Resolved, s.opt.Facts),
 		Ports:            s.ports,
 		OutputDir:        s.out,
 		FirstScrape:      s.firstScrape,
 		ScrapeOnShutdown: s.scrapeOnShutdown,
-	})
+	}
+	// collector.yaml, with the real paths, is for people, inspect and
+	// replay. The host collector runs with the same configuration by
+	// content (its environment, render.ConfigEnv), its files under the
+	// output dir it inherits as descriptor 3: neither can be swapped by
+	// whoever can rename dirs on the way. A container's collector reads
+	// collector.yaml and writes the output dir through the runtime's binds,
+	// by path (otel.container_runtime's {config} and {output}).
+	y, err := render.Render(in)
 	if err != nil {
 		return err
 	}
-	return atomicfile.Write(s.configPath(), y, 0o600)
+	if s.o.Container == "" {
+		in.FilesAt = heldir.ChildAt(0)
+		if s.collectorYAML, err = render.Render(in); err != nil {
+			return err
+		}
+		if len(s.collectorYAML) > maxConfigEnv {
+			return fmt.Errorf("the collector's configuration is %d KiB, more than its environment can hold (%d KiB): fewer model services or scrape targets", len(s.collectorYAML)>>10, maxConfigEnv>>10)
+		}
+	}
+	if err := atomicfile.Write(s.configPath(), y, 0o600); err != nil {
+		return err
+	}
+	s.launchArgs = s.launchCmd()
+	return nil
 }
 
 // collectorEnv is the collector's whole environment: the three tokens, a
@@ -445,19 +533,35 @@ func (s *supervisor) collectorEnv() []string {
 		fmt.Sprintf("GOMEMLIMIT=%dMiB", s.o.MemoryLimitMiB*4/5),
 		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
 	}
+	if s.collectorYAML != nil {
+		env = append(env, render.ConfigEnv+"="+string(s.collectorYAML))
+	}
 	if h := os.Getenv("HOME"); h != "" {
 		env = append(env, "HOME="+h)
 	}
 	return env
 }
 
+// launchCmd is how the collector of the last written configuration
+// starts: the host binary with its configuration by content and the held
+// output dir as descriptor 3 (its cwd too); a container runtime with the
+// paths of its binds.
+func (s *supervisor) launchCmd() launchCmd {
+	lc := launchCmd{env: s.collectorEnv(), log: s.logPath}
+	if s.o.Container == "" {
+		lc.argv, lc.dir = []string{s.o.Binary, "--config", "env:" + render.ConfigEnv}, s.dir
+	} else {
+		lc.argv, lc.err = commandFor(s.o, filepath.Join(s.out, jobdir.ConfigFile), s.out)
+	}
+	return lc
+}
+
 // launch starts the collector and waits until it is healthy.
 func (s *supervisor) launch(ctx context.Context) error {
-	argv, err := commandFor(s.o, s.configPath(), s.out)
-	if err != nil {
-		return err
+	if s.launchArgs.err != nil {
+		return s.launchArgs.err
 	}
-	s.launchArgs = launchCmd{argv: argv, env: s.collectorEnv(), log: s.logPath}
+	argv := s.launchArgs.argv
 	var logStart int64 // where this run's lines begin in the log
 	if fi, err := os.Lstat(s.logPath); err == nil {
 		logStart = fi.Size()
@@ -508,9 +612,9 @@ func (s *supervisor) launch(ctx context.Context) error {
 		key = "otel.container"
 	}
 	if errors.Is(err, errExited) {
-		return fmt.Errorf("%s: the collector exited before it was healthy (%v); last lines of %s:\n%s", key, c.Err(), s.logPath, tail)
+		return fmt.Errorf("%s: the collector exited before it was healthy (%v); last lines of %s:\n%s", key, c.Err(), s.logName(), tail)
 	}
-	return fmt.Errorf("otel.health_check_timeout_seconds: the collector was not healthy within %ds; last lines of %s:\n%s", s.o.HealthCheckTimeoutSeconds, s.logPath, tail)
+	return fmt.Errorf("otel.health_check_timeout_seconds: the collector was not healthy within %ds; last lines of %s:\n%s", s.o.HealthCheckTimeoutSeconds, s.logName(), tail)
 }
 
 // provePorts proves that every port of the job is listened on by collector
@@ -712,7 +816,7 @@ func (s *supervisor) pollSelf() {
 				// Once per supervisor: the drain says how many in all.
 				s.writeFailSeen = true
 				s.log.Warnf("the collector cannot write the job's files: %d %s not written to %s.jsonl so far: %s; the backend still gets them, the receipt will count them",
-					n, selfmetrics.Words(sig), sig, writeTrouble(s.out, "now"))
+					n, selfmetrics.Words(sig), sig, writeTrouble(s.base(), s.out, "now"))
 				break
 			}
 		}
@@ -729,7 +833,7 @@ func (s *supervisor) restart(ctx context.Context) error {
 	tail := tailFile(s.logPath, 5)
 	if s.restarts >= s.opt.MaxRestarts {
 		s.endRun(nil, fmt.Sprintf("collector run %d exited unexpectedly (%v)", s.runs+1, s.coll.Err()))
-		return fmt.Errorf("the collector died %d times; giving up. Last lines of %s:\n%s", s.restarts+1, s.logPath, tail)
+		return fmt.Errorf("the collector died %d times; giving up. Last lines of %s:\n%s", s.restarts+1, s.logName(), tail)
 	}
 	s.endRun(nil, fmt.Sprintf("collector run %d exited unexpectedly (%v)", s.runs+1, s.coll.Err()))
 	s.restarts++
@@ -738,7 +842,7 @@ func (s *supervisor) restart(ctx context.Context) error {
 	appendLog(s.logPath, fmt.Sprintf("gym-otel: the collector exited unexpectedly (%v); restart %d of %d", s.coll.Err(), s.restarts, s.opt.MaxRestarts))
 	s.cutPartialLines()
 	s.newRunBase()
-	c, err := start(s.launchArgs)
+	c, err := start(s.launchArgs) // the same held dir and configuration
 	if err != nil {
 		return err
 	}
@@ -771,16 +875,16 @@ func (s *supervisor) restart(ctx context.Context) error {
 // line that does not parse. The half batch is lost either way.
 func (s *supervisor) cutPartialLines() {
 	for _, sig := range []string{"metrics", "traces", "logs"} {
-		path := filepath.Join(s.out, jobdir.SignalFile(sig))
+		path, name := s.path(jobdir.SignalFile(sig)), filepath.Join(s.out, jobdir.SignalFile(sig))
 		size, keep, err := completeLength(path)
 		if err != nil || keep == size {
 			continue
 		}
 		if err := os.Truncate(path, keep); err != nil {
-			s.log.Warnf("%s: cutting the partial last line: %v", path, err)
+			s.log.Warnf("%s: cutting the partial last line: %v", name, unwrapPath(err))
 			continue
 		}
-		appendLog(s.logPath, fmt.Sprintf("gym-otel: removed a partial last line (%d bytes) from %s left by the collector's exit", size-keep, path))
+		appendLog(s.logPath, fmt.Sprintf("gym-otel: removed a partial last line (%d bytes) from %s left by the collector's exit", size-keep, name))
 	}
 }
 
@@ -858,7 +962,7 @@ func (s *supervisor) drain() error {
 	s.trouble = ""
 	for _, sig := range s.signals() {
 		if counts(s.figures, sig).WriteFailed > 0 {
-			s.trouble = writeTrouble(s.out, "at the drain")
+			s.trouble = writeTrouble(s.base(), s.out, "at the drain")
 			break
 		}
 	}
@@ -932,35 +1036,24 @@ func (s *supervisor) writeState(status, errText string) {
 	if s.coll != nil && s.coll.Running() {
 		st.CollectorPID = s.coll.pid
 	}
-	if err := jobdir.WriteState(s.out, st); err != nil {
+	if s.base() == "" {
+		return // the output dir is not held: nothing is written there
+	}
+	if err := jobdir.WriteState(s.base(), st); err != nil {
 		s.log.Debugf("%s: %v", jobdir.StateFile, err)
 	}
 }
 
 func appendLog(path, line string) {
+	if path == "" {
+		return
+	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return
 	}
 	defer f.Close()
 	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), line)
-}
-
-// ownDir checks that dir is a directory of this process's user and not a
-// symbolic link: the output dir sits in the job's dir, which others may be
-// able to write.
-func ownDir(dir string) error {
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return unwrapPath(err)
-	}
-	if fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
-		return errors.New("not a directory (a symbolic link?): refusing to write the job's telemetry through it")
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != uint32(os.Getuid()) {
-		return fmt.Errorf("owned by uid %d, not by the job's user (uid %d)", st.Uid, os.Getuid())
-	}
-	return nil
 }
 
 func unwrapPath(err error) error {

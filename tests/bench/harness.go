@@ -345,6 +345,19 @@ func findProc(prefix string) []int {
 	return pids
 }
 
+// findCollector returns the pids of the collectors of installDir whose
+// output dir is outDir: the supervisor starts each with its configuration
+// by content (--config env:...) in its held output dir, its working dir.
+func findCollector(installDir, outDir string) []int {
+	var pids []int
+	for _, pid := range findProc(installDir + "/otelcol-gym --config env:") {
+		if cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd"); err == nil && cwd == outDir {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
 // ---------------------------------------------------------------- statistics
 
 func median(v []float64) float64 {

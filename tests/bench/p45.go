@@ -71,7 +71,7 @@ exec %[3]s/loadgen --steps "$1" --tag "$2" --out "$3" --pause 0s --workers 4 --b
 	}
 	started := time.Now()
 	jobOut := jobOtelDir(id)
-	col := findProc(installDir + "/otelcol-gym --config " + jobOut + "/collector.yaml")
+	col := findCollector(installDir, jobOut)
 	if len(col) != 1 {
 		return lr, fmt.Errorf("P5 job %s: collector processes %v", id, col)
 	}

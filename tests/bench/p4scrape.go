@@ -156,7 +156,7 @@ timeout %[4]d bash -c 'until [ -e "$0" ]; do sleep 0.5; done' "$2"
 	}
 	started := time.Now()
 	otelDir := base + ".run/otel"
-	col := findProc(installDir + "/otelcol-gym --config " + otelDir + "/collector.yaml")
+	col := findCollector(installDir, otelDir)
 	if len(col) != 1 {
 		return row, fmt.Errorf("P4 scraping job %s: collector processes %v", id, col)
 	}

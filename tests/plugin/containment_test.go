@@ -32,7 +32,7 @@ func recorderBinary(t *testing.T, dir string) string {
 	p := filepath.Join(dir, "recorder-collector")
 	body := fmt.Sprintf(`#!/bin/sh
 case "$1" in --version) exec %[1]s --version ;; esac
-cat /proc/$$/cgroup > "$(dirname "$2")/proc-cgroup"
+cat /proc/$$/cgroup > "$(pwd -P)/proc-cgroup" # the collector runs in its output dir
 exec %[1]s "$@"
 `, testenv.Collector(t))
 	if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
@@ -197,7 +197,7 @@ func hogBinary(t *testing.T, dir string, holdMiB int) string {
 	p := filepath.Join(dir, "hog-collector")
 	body := fmt.Sprintf(`#!/bin/sh
 case "$1" in --version) exec %[1]s --version ;; esac
-o=$(dirname "$2")
+o=$(pwd -P) # the collector runs in its output dir
 (head -c %[2]dM /dev/zero; exec sleep 1000) | tail -c %[2]dM &
 h=$!
 echo $h > "$o/hog.pid"
@@ -424,7 +424,7 @@ func TestMemoryWindow(t *testing.T) {
 	bin := filepath.Join(d, "window-collector")
 	body := fmt.Sprintf(`#!/bin/sh
 case "$1" in --version) exec %[1]s --version ;; esac
-o=$(dirname "$2")
+o=$(pwd -P) # the collector runs in its output dir
 f=%[2]s$(sed -n 's/^[0-9]*:memory:\(.*\)$/\1/p' /proc/$$/cgroup)/memory.limit_in_bytes
 t0=$(date +%%s%%N)
 first=$(cat "$f")

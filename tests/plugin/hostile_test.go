@@ -46,7 +46,7 @@ func hostileBinary(t *testing.T, dir string, hogBytes int64, hogDelay int) strin
 	body := fmt.Sprintf(`#!/bin/sh
 case "$1" in --version) exec %[1]s --version ;; esac
 d=%[2]s
-n=$(basename "$(dirname "$2")") # --config <output dir>/collector.yaml
+n=$(basename "$(pwd -P)") # the collector's working dir is its output dir
 ls -l /proc/$$/fd/ > "$d/$n.fds"
 cat /proc/$$/status > "$d/$n.status"
 cat /proc/$$/limits > "$d/$n.limits"
@@ -161,17 +161,18 @@ func hostileJob(t *testing.T, boundMiB int64) {
 	}
 	var pids []int
 	for i, node := range []string{"gn1", "gn2"} {
-		// The binary is run with --config <output dir>/collector.yaml:
-		// otel on the first node, nodes/<node> on the others.
-		leaf := "otel"
+		// The binary runs in its output dir: otel on the first node,
+		// nodes/<node> on the others.
+		leaf, outDir := "otel", filepath.Join(d, "run", "otel")
 		if i > 0 {
-			leaf = node
+			leaf, outDir = node, filepath.Join(outDir, "nodes", node)
 		}
 		n := filepath.Join(d, leaf)
 		pids = append(pids, readPid(t, n+".daemon.pid"), readPid(t, n+".dfork.pid"))
-		// ls -l of the binary's own descriptors: 0-2, and the shell's
-		// descriptor of its script; never the report pipe (fd 3) or
-		// anything else of root's.
+		// ls -l of the binary's own descriptors: 0-2, its output dir
+		// (fd 3, held by the supervisor: the base of its files' paths),
+		// and the shell's descriptor of its script; never the report
+		// pipe or anything else of root's.
 		// (dash keeps its script open, and a saved copy of a descriptor
 		// it redirects: those point at the script and at fd 2's file.)
 		fds, _ := os.ReadFile(n + ".fds")
@@ -181,9 +182,12 @@ func hostileJob(t *testing.T, boundMiB int64) {
 			targets[fd] = m[2]
 		}
 		for fd, to := range targets {
-			if fd > 2 && !strings.HasSuffix(to, "/hostile-collector") && to != targets[2] {
+			if fd > 2 && !strings.HasSuffix(to, "/hostile-collector") && to != targets[2] && (fd != 3 || to != outDir) {
 				t.Errorf("%s: the user's binary inherited fd %d -> %s", node, fd, to)
 			}
+		}
+		if targets[3] != outDir {
+			t.Errorf("%s: fd 3 -> %q, want the output dir %s", node, targets[3], outDir)
 		}
 		if !strings.Contains(string(fds), " 0 -> ") {
 			t.Errorf("%s: no descriptor listing: %q", node, fds)

@@ -219,7 +219,7 @@ func groupPath(t *testing.T, id string) string {
 func recorder(t *testing.T, dir string) string {
 	return script(t, filepath.Join(dir, "recorder-collector"), fmt.Sprintf(`#!/bin/sh
 case "$1" in --version) exec %[1]s --version ;; esac
-o=$(dirname "$2")
+o=$(pwd -P) # the collector runs in its output dir
 cat /proc/$$/cgroup > "$o/proc-cgroup"
 stat -fc %%T /sys/fs/cgroup > "$o/cgroup-fs"
 exec %[1]s "$@"
@@ -440,7 +440,7 @@ func TestMemoryHog(t *testing.T) {
 	const hold = 450
 	bin := script(t, filepath.Join(d, "hog-collector"), fmt.Sprintf(`#!/bin/sh
 case "$1" in --version) exec %[1]s --version ;; esac
-o=$(dirname "$2")
+o=$(pwd -P) # the collector runs in its output dir
 (head -c %[2]dM /dev/zero; exec sleep 1000) | tail -c %[2]dM &
 h=$!
 echo $h > "$o/hog.pid"
@@ -560,7 +560,7 @@ func TestDeviceNotGiven(t *testing.T) {
 	d := jobDir(t, "device")
 	bin := script(t, filepath.Join(d, "opening-collector"), fmt.Sprintf(`#!/bin/sh
 case "$1" in --version) exec %[1]s --version ;; esac
-o=$(dirname "$2")
+o=$(pwd -P) # the collector runs in its output dir
 cat /proc/$$/cgroup > "$o/proc-cgroup"
 if head -c 0 %[2]s 2> "$o/open-gpu.err"; then echo opened; else echo refused; fi > "$o/open-gpu"
 if head -c 0 /dev/null 2> "$o/open-null.err"; then echo opened; else echo refused; fi > "$o/open-null"
@@ -687,7 +687,7 @@ func TestCPUBound(t *testing.T) {
 	d := jobDir(t, "cpu")
 	bin := script(t, filepath.Join(d, "cpu-collector"), fmt.Sprintf(`#!/bin/sh
 case "$1" in --version) exec %[1]s --version ;; esac
-o=$(dirname "$2")
+o=$(pwd -P) # the collector runs in its output dir
 g=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/$$/cgroup)
 cat "$g/memory.max" > "$o/memory-max-at-start"
 exec %[1]s "$@"

@@ -33,6 +33,7 @@ var layers = map[string]int{
 	"helper/selfmetrics": 1,
 	"helper/slurm":       1,
 	"helper/portfilter":  1,
+	"helper/heldir":      1,
 	// 2: what builds on one leaf or two: root's record, the timing policy,
 	// the job's facts on a node; the header's generator.
 	"helper/record":         2,

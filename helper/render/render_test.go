@@ -259,7 +259,7 @@ func TestCollectorValidates(t *testing.T) {
 			// By content, as the supervisor passes it (render.ConfigEnv).
 			y, _ := os.ReadFile(path)
 			cmd = exec.Command(bin, "validate", "--config", "env:"+render.ConfigEnv)
-			cmd.Env = append(os.Environ(), "OTEL_TOKEN=t", render.ReceiverTokenEnv+"=r", render.ConfigEnv+"="+string(y))
+			cmd.Env = append(os.Environ(), "OTEL_TOKEN=t", render.ReceiverTokenEnv+"=r", render.PluginTokenEnv+"=p", render.ConfigEnv+"="+string(y))
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("%s validate --config env:%s: %v\n%s", bin, render.ConfigEnv, err, out)
 			}

@@ -272,3 +272,48 @@ func TestTableSocketUID(t *testing.T) {
 		t.Errorf("an IPv4-mapped client: uid %d, %v", uid, err)
 	}
 }
+
+// BenchmarkTCPPeerUID is the cost of one peer lookup over sock_diag (the
+// guard's per-connection cost), and BenchmarkTCPPeerUIDTables that of the
+// way without it (both tables read whole), with the node's connections
+// as they are.
+func BenchmarkTCPPeerUID(b *testing.B) {
+	server, _ := benchPair(b)
+	for b.Loop() {
+		if _, err := proc.TCPPeerUID(server); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkTCPPeerUIDTables(b *testing.B) {
+	server, _ := benchPair(b)
+	peer, own := server.RemoteAddr().(*net.TCPAddr).AddrPort(), server.LocalAddr().(*net.TCPAddr).AddrPort()
+	rows, _ := proc.ReadTCP(proc.NetTCP)
+	rows6, _ := proc.ReadTCP(proc.NetTCP6)
+	b.ReportMetric(float64(len(rows)+len(rows6)), "rows")
+	for b.Loop() {
+		if _, err := proc.TableSocketUID(peer, own, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchPair(b *testing.B) (net.Conn, net.Conn) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	client, err := net.Dial("tcp4", l.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { client.Close() })
+	server, err := l.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { server.Close() })
+	return server, client
+}

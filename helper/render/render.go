@@ -226,10 +226,11 @@ const (
 	// ReceiverMaxConnAge ends every gRPC connection after this long with a
 	// GOAWAY, and ReceiverMaxConnAgeGrace then gives its calls in flight
 	// this long before the connection is closed: an attacker's call that
-	// never completes its message is held at most their sum. The SDK
-	// finishes its call (10 s export timeout by default, a third of the
-	// grace) and opens a new connection for its next one.
-	ReceiverMaxConnAge      = 5 * time.Minute
+	// never completes its message (the token is checked only once it is
+	// whole) is held at most their sum. The SDK finishes its call (10 s
+	// export timeout by default, a third of the grace) and opens a new
+	// connection for its next one: one reconnect every 2 min.
+	ReceiverMaxConnAge      = 2 * time.Minute
 	ReceiverMaxConnAgeGrace = 30 * time.Second
 	// ReceiverMaxConcurrentStreams caps the calls in flight on one gRPC
 	// connection (the default is unlimited); each call holds up to one

@@ -207,8 +207,9 @@ const (
 	// (HTTP), from the connection's accept or its first byte after an idle
 	// wait: an attacker trickling header lines (the server keeps up to
 	// 1 MiB of them, net/http's default, which the collector does not
-	// change) holds them at most this long. An SDK writes its headers at
-	// once, in microseconds on loopback.
+	// change; about 1.4 MiB of the collector's memory each, measured)
+	// holds them at most this long. An SDK writes its headers at once, in
+	// microseconds on loopback.
 	ReceiverReadHeaderTimeout = 10 * time.Second
 	// ReceiverReadTimeout bounds reading a whole request, body included
 	// (HTTP). Besides the job's exports (at most 20 MiB each, the
@@ -223,8 +224,8 @@ const (
 	// connection is reused between exports.
 	ReceiverIdleTimeout = 90 * time.Second
 	ReceiverMaxConnIdle = 90 * time.Second
-	// ReceiverMaxConnAge ends every gRPC connection after this long with a
-	// GOAWAY, and ReceiverMaxConnAgeGrace then gives its calls in flight
+	// ReceiverMaxConnAge ends every gRPC connection after this long (gRPC
+	// varies it by up to ±10 % per connection) with a GOAWAY, and ReceiverMaxConnAgeGrace then gives its calls in flight
 	// this long before the connection is closed: an attacker's call that
 	// never completes its message (the token is checked only once it is
 	// whole) is held at most their sum. The SDK finishes its call (10 s
@@ -242,6 +243,14 @@ const (
 	// default, written out so the per-connection bound reads in one place.
 	ReceiverMaxRecvMsgMiB = 4
 )
+
+// Not set here, for want of a key: the number of connections (neither
+// server caps it: each costs a descriptor while it lasts); net/http's
+// 1 MiB of headers; gRPC's 120 s for a connection to send the HTTP/2
+// preface (grpc.ConnectionTimeout's default, which configgrpc does not
+// expose). An HTTP connection that sends a small request (answered 401)
+// before each ReceiverIdleTimeout is held as long as it does so; it costs
+// a descriptor and a few KiB of buffers.
 
 // receivers: OTLP (gRPC and HTTP, each behind the per-job token and with
 // the bounds of one connection above) and, when the job has scrape jobs,

@@ -27,12 +27,14 @@ import (
 
 // The attacks on the job's OTLP receivers by another local user (nobody):
 // connections that trickle HTTP header lines (800 KiB in 5 s, then a byte
-// a second; the server keeps up to 1 MiB of them), gRPC connections that
+// a second; the server keeps up to 1 MiB of them), requests that trickle
+// their body (which the server reads before its 401), gRPC connections that
 // speak HTTP/2 and start no call, TCP connections to the gRPC port that
 // send nothing, and gRPC connections that start 40 calls each and never
 // finish their messages. Without the token none gets anything in; the
 // test measures how long the collector holds each (the rendered bounds:
-// headers within render.ReceiverReadHeaderTimeout, an idle gRPC
+// headers within render.ReceiverReadHeaderTimeout, a request within
+// render.ReceiverReadTimeout, an idle gRPC
 // connection render.ReceiverMaxConnIdle, one with calls in flight
 // render.ReceiverMaxConnAge (±10 %) + render.ReceiverMaxConnAgeGrace, and
 // render.ReceiverMaxConcurrentStreams calls on one connection; gRPC's own
@@ -43,7 +45,7 @@ func TestReceiversHostileConnections(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the attacker runs as another user")
 	}
-	const trickle, idle, silent, streams = 100, 100, 20, 10
+	const trickle, body, idle, silent, streams = 100, 20, 100, 20, 10
 	s := harness.StartSup(t, harness.Job{JobID: "913"}).MustReady(t)
 	pid := s.Report.CollectorPID
 	time.Sleep(3 * time.Second) // past the collector's start (its GC is off for 2 s)
@@ -72,7 +74,7 @@ func TestReceiversHostileConnections(t *testing.T) {
 	cmd := exec.Command(supervise.CopyTestBinary(t, dir), "-test.run=^TestReceiversAttackerChild$", "-test.timeout=0")
 	cmd.Env = []string{
 		fmt.Sprintf("GOS_RECV_HTTP=%d", s.Report.Ports.OTLPHTTP), fmt.Sprintf("GOS_RECV_GRPC=%d", s.Report.Ports.OTLPGRPC),
-		fmt.Sprintf("GOS_RECV_N=%d,%d,%d,%d", trickle, idle, silent, streams),
+		fmt.Sprintf("GOS_RECV_N=%d,%d,%d,%d,%d", trickle, body, idle, silent, streams),
 	}
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, Setpgid: true}
@@ -141,7 +143,7 @@ func TestReceiversHostileConnections(t *testing.T) {
 	// "<kind> closed=<n> min=<ms> max=<ms> bytes=<per connection>
 	// refused=<gRPC calls refused per connection>".
 	results := map[string][5]int{}
-	for range 4 {
+	for range 5 {
 		l := next(4 * time.Minute)
 		var kind string
 		var r [5]int
@@ -149,7 +151,7 @@ func TestReceiversHostileConnections(t *testing.T) {
 			t.Fatalf("attacker: %q", l)
 		}
 		results[kind] = r
-		t.Logf("%s: %d of the attacker's connections closed by the collector, %d to %d ms after they opened (%d bytes sent, %d gRPC calls refused per connection), %v into the attack",
+		t.Logf("%s: %d of the attacker's connections ended by the collector (closed; a trickled body: answered), %d to %d ms after they opened (%d bytes sent, %d gRPC calls refused per connection), %v into the attack",
 			kind, r[0], r[1], r[2], r[3], r[4], time.Since(opened).Round(time.Second))
 		if kind == "trickle" {
 			m, _ := testenv.ReadMem(pid)
@@ -169,6 +171,7 @@ func TestReceiversHostileConnections(t *testing.T) {
 		bound time.Duration
 	}{
 		"trickle": {trickle, render.ReceiverReadHeaderTimeout},
+		"body":    {body, render.ReceiverReadTimeout},
 		"idle":    {idle, render.ReceiverMaxConnIdle},
 		"silent":  {silent, 120 * time.Second}, // gRPC's handshake bound (grpc.ConnectionTimeout's default)
 		// gRPC varies each connection's age by up to ±10 %.
@@ -218,8 +221,8 @@ func TestReceiversAttackerChild(t *testing.T) {
 	if httpPort == 0 {
 		t.Skip("the child of TestReceiversHostileConnections")
 	}
-	var n [4]int
-	fmt.Sscanf(os.Getenv("GOS_RECV_N"), "%d,%d,%d,%d", &n[0], &n[1], &n[2], &n[3])
+	var n [5]int
+	fmt.Sscanf(os.Getenv("GOS_RECV_N"), "%d,%d,%d,%d,%d", &n[0], &n[1], &n[2], &n[3], &n[4])
 	type kind struct {
 		name string
 		port int
@@ -231,13 +234,14 @@ func TestReceiversAttackerChild(t *testing.T) {
 	}
 	kinds := []kind{
 		{"trickle", httpPort, n[0], trickleHeaders},
-		{"idle", grpcPort, n[1], func(c net.Conn) (int, bool, int) { return speakHTTP2(c, 0) }},
-		{"silent", grpcPort, n[2], func(c net.Conn) (int, bool, int) {
+		{"body", httpPort, n[1], trickleBody},
+		{"idle", grpcPort, n[2], func(c net.Conn) (int, bool, int) { return speakHTTP2(c, 0) }},
+		{"silent", grpcPort, n[3], func(c net.Conn) (int, bool, int) {
 			_ = c.SetDeadline(time.Now().Add(giveUp))
 			_, err := io.Copy(io.Discard, c)
 			return 0, !os.IsTimeout(err), 0
 		}},
-		{"streams", grpcPort, n[3], func(c net.Conn) (int, bool, int) { return speakHTTP2(c, streamsPerConn) }},
+		{"streams", grpcPort, n[4], func(c net.Conn) (int, bool, int) { return speakHTTP2(c, streamsPerConn) }},
 	}
 	conns := make([][]net.Conn, len(kinds))
 	for i, k := range kinds {
@@ -318,6 +322,34 @@ func trickleHeaders(c net.Conn) (int, bool, int) {
 		sent += k
 		if err != nil {
 			<-done
+			return sent, true, 0
+		}
+	}
+}
+
+// trickleBody sends a whole OTLP/HTTP request head without a token that
+// announces a 200 KB body, then one byte of it a second: net/http reads
+// (and drops) up to 256 KiB of a body its handler left unread before it
+// answers, here the 401. It returns once the answer or the connection's
+// end comes (or after giveUp), with the bytes sent and whether the server
+// ended the wait.
+func trickleBody(c net.Conn) (int, bool, int) {
+	answered := make(chan struct{})
+	go func() { _, _ = c.Read(make([]byte, 1)); close(answered) }()
+	sent, _ := io.WriteString(c, "POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 200000\r\n\r\n")
+	end := time.After(giveUp)
+	for {
+		select {
+		case <-answered:
+			return sent, true, 0
+		case <-end:
+			return sent, false, 0
+		case <-time.After(time.Second):
+		}
+		k, err := io.WriteString(c, "a")
+		sent += k
+		if err != nil {
+			<-answered
 			return sent, true, 0
 		}
 	}

@@ -227,15 +227,96 @@ func Render(in Input) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// receivers: OTLP (gRPC and HTTP, each behind the per-job token) and, when
-// the job has scrape jobs, the Prometheus receiver; the plugin's own:
-// OTLP/HTTP behind the plugin's token when Ports.Plugin is set, and a
-// Prometheus receiver of the cgroup scrape job (cg) when Ports.Cgroup is.
+// Bounds of one connection to the OTLP receivers. Every local user can
+// connect to a loopback port, and the token is checked only once a
+// request's headers (HTTP) or a call's whole message (gRPC) are read, so
+// what an unauthenticated connection may cost is set here, not by the
+// authenticator. The receiver's defaults (otlpreceiver v0.161.0) have no
+// HTTP timeout at all and no gRPC idle or age limit. The job's clients are
+// OpenTelemetry SDK exporters on the same node: each keeps one connection
+// per signal, writes a request's headers in one write and its body right
+// after, exports one batch at a time (the batch span processor every 5 s,
+// the periodic metric reader every 60 s by default), and opens a new
+// connection when the server closes an idle one (HTTP) or sends a GOAWAY
+// (gRPC). None of the values below is reached by such a client in normal
+// use.
+const (
+	// ReceiverReadHeaderTimeout bounds the wait for a request's headers
+	// (HTTP), from the connection's accept or its first byte after an idle
+	// wait: an attacker trickling header lines (the server keeps up to
+	// 1 MiB of them, net/http's default, which the collector does not
+	// change; about 1.4 MiB of the collector's memory each, measured)
+	// holds them at most this long. An SDK writes its headers at once, in
+	// microseconds on loopback.
+	ReceiverReadHeaderTimeout = 10 * time.Second
+	// ReceiverReadTimeout bounds reading a whole request, body included
+	// (HTTP). Besides the job's exports (at most 20 MiB each, the
+	// receiver's body limit, read in milliseconds on loopback) it bounds
+	// the body net/http reads and drops after an answer (up to 256 KiB,
+	// after a 401), which an attacker could otherwise trickle forever.
+	ReceiverReadTimeout = 30 * time.Second
+	// ReceiverIdleTimeout closes a kept-alive connection that sends no
+	// next request (HTTP keepalive.idle_timeout), and ReceiverMaxConnIdle
+	// a gRPC connection without a call in flight (a GOAWAY): 1.5 times
+	// the SDK's default 60 s metric export interval, so an SDK's kept
+	// connection is reused between exports.
+	ReceiverIdleTimeout = 90 * time.Second
+	ReceiverMaxConnIdle = 90 * time.Second
+	// ReceiverMaxConnAge ends every gRPC connection after this long (gRPC
+	// varies it by up to ±10 % per connection) with a GOAWAY, and ReceiverMaxConnAgeGrace then gives its calls in flight
+	// this long before the connection is closed: an attacker's call that
+	// never completes its message (the token is checked only once it is
+	// whole) is held at most their sum. The SDK finishes its call (10 s
+	// export timeout by default, a third of the grace) and opens a new
+	// connection for its next one: one reconnect every 2 min.
+	ReceiverMaxConnAge      = 2 * time.Minute
+	ReceiverMaxConnAgeGrace = 30 * time.Second
+	// ReceiverMaxConcurrentStreams caps the calls in flight on one gRPC
+	// connection (the default is unlimited); each call holds up to one
+	// message of ReceiverMaxRecvMsgMiB. An SDK has one call in flight per
+	// signal, and a gRPC client queues calls past the cap rather than
+	// failing them.
+	ReceiverMaxConcurrentStreams = 16
+	// ReceiverMaxRecvMsgMiB is the largest gRPC message, MiB: gRPC's own
+	// default, written out so the per-connection bound reads in one place.
+	ReceiverMaxRecvMsgMiB = 4
+)
+
+// Not set here, for want of a key: the number of connections (neither
+// server caps it: each costs a descriptor while it lasts); net/http's
+// 1 MiB of headers; gRPC's 120 s for a connection to send the HTTP/2
+// preface (grpc.ConnectionTimeout's default, which configgrpc does not
+// expose). An HTTP connection that sends a small request (answered 401)
+// before each ReceiverIdleTimeout is held as long as it does so; it costs
+// a descriptor and a few KiB of buffers.
+
+// receivers: OTLP (gRPC and HTTP, each behind the per-job token and with
+// the bounds of one connection above) and, when the job has scrape jobs,
+// the Prometheus receiver; the plugin's own: OTLP/HTTP behind the plugin's
+// token (with the same bounds) when Ports.Plugin is set, and a Prometheus
+// receiver of the cgroup scrape job (cg) when Ports.Cgroup is.
 func receivers(in Input, scrapes []omap, cg omap) omap {
+	auth := omap{{"authenticator", ReceiverAuth}}
 	receivers := omap{
 		{"otlp", omap{{"protocols", omap{
-			{"grpc", omap{{"endpoint", loop(in.Ports.OTLPGRPC)}, {"auth", omap{{"authenticator", ReceiverAuth}}}}},
-			{"http", omap{{"endpoint", loop(in.Ports.OTLPHTTP)}, {"auth", omap{{"authenticator", ReceiverAuth}}}}},
+			{"grpc", omap{
+				{"endpoint", loop(in.Ports.OTLPGRPC)},
+				{"auth", auth},
+				{"max_recv_msg_size_mib", ReceiverMaxRecvMsgMiB},
+				{"max_concurrent_streams", ReceiverMaxConcurrentStreams},
+				{"keepalive", omap{{"server_parameters", omap{
+					{"max_connection_idle", ReceiverMaxConnIdle.String()},
+					{"max_connection_age", ReceiverMaxConnAge.String()},
+					{"max_connection_age_grace", ReceiverMaxConnAgeGrace.String()},
+				}}}},
+			}},
+			{"http", omap{
+				{"endpoint", loop(in.Ports.OTLPHTTP)},
+				{"auth", auth},
+				{"read_header_timeout", ReceiverReadHeaderTimeout.String()},
+				{"read_timeout", ReceiverReadTimeout.String()},
+				{"keepalive", omap{{"idle_timeout", ReceiverIdleTimeout.String()}}},
+			}},
 		}}}},
 	}
 	prom := func(scrapes []omap) omap {
@@ -256,7 +337,13 @@ func receivers(in Input, scrapes []omap, cg omap) omap {
 	if in.Ports.Plugin != 0 {
 		// HTTP only: the supervisor posts protobuf to /v1/traces.
 		receivers = append(receivers, kv{PluginReceiver, omap{{"protocols", omap{
-			{"http", omap{{"endpoint", loop(in.Ports.Plugin)}, {"auth", omap{{"authenticator", PluginAuth}}}}},
+			{"http", omap{
+				{"endpoint", loop(in.Ports.Plugin)},
+				{"auth", omap{{"authenticator", PluginAuth}}},
+				{"read_header_timeout", ReceiverReadHeaderTimeout.String()},
+				{"read_timeout", ReceiverReadTimeout.String()},
+				{"keepalive", omap{{"idle_timeout", ReceiverIdleTimeout.String()}}},
+			}},
 		}}}})
 	}
 	if cg != nil {

@@ -225,8 +225,9 @@ const CgroupMaxConns = 4
 // cgroupServer serves a cgroupReader on a 127.0.0.1 port.
 //
 // Only the job's user is served (its collector scrapes the page): a
-// connection whose peer socket belongs to another uid (/proc/net/tcp) is
-// closed at accept, as on the final-figures port (guardedListener). The
+// connection whose peer socket is not proven this uid's (another uid's, or
+// not found) is closed at accept, as on the final-figures port
+// (guardedListener). The
 // numbers are no secret (cgroupfs files are world-readable, and Slurm's
 // job directories are open to all on a node), but the page is the job's
 // and every read of it costs the supervisor a walk of the job's groups;
@@ -244,14 +245,15 @@ func newCgroupServer(r *cgroupReader) (*cgroupServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln := newGuardedListener(l, CgroupMaxConns)
+	ln := newGuardedListener(l, CgroupMaxConns, "the cgroup page")
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		_ = writeCgroupText(w, r.read())
 	})
 	s := &cgroupServer{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second}}
+		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second,
+		MaxHeaderBytes: 16 << 10}} // a scrape's headers are a few hundred bytes
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
 }

@@ -23,6 +23,7 @@ import (
 type finalSink struct {
 	token string // the per-job receiver token the collector sends as bearer
 	ln    net.Listener
+	guard *guardedListener
 	srv   *http.Server
 
 	mu   sync.Mutex
@@ -40,12 +41,12 @@ func newFinalSink(token string) (*finalSink, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &finalSink{token: token, ln: ln}
+	f := &finalSink{token: token, ln: ln, guard: newGuardedListener(ln, FinalMaxConns, "the final-figures port")}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/metrics", f.handle)
 	f.srv = &http.Server{Handler: mux, ReadHeaderTimeout: FinalHeaderTimeout, IdleTimeout: FinalIdleTimeout,
 		ReadTimeout: FinalReadTimeout, WriteTimeout: FinalWriteTimeout, MaxHeaderBytes: 64 << 10}
-	go f.srv.Serve(newGuardedListener(ln, FinalMaxConns))
+	go f.srv.Serve(f.guard)
 	return f, nil
 }
 

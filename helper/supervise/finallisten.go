@@ -1,7 +1,6 @@
 package supervise
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
@@ -31,19 +30,38 @@ const (
 
 // guardedListener accepts at most max connections at once (a slot is taken
 // before Accept and given back when the connection closes) and closes at
-// once every connection whose peer socket belongs to another uid than
-// this process's (/proc/net/tcp), before it can hold a slot for long.
+// once every connection it cannot prove is of this process's uid: its peer
+// socket belongs to another uid, or is not found (the peer closed it, or
+// the lookup failed). The proof is proc.TCPPeerUID, one exact sock_diag
+// lookup per connection (about 20 µs however many connections the node
+// has), so a flood of connections refused here costs the job's own
+// connection, waiting in the same backlog, little time.
 type guardedListener struct {
 	net.Listener
 	slots chan struct{}
 	uid   uint32
-	// foreign counts the connections closed for their peer's uid.
-	mu      sync.Mutex
-	foreign int
+	// what names the port in the log line ("the final-figures port").
+	what string
+
+	mu sync.Mutex
+	// foreign counts the connections closed for their peer's uid,
+	// unproven those closed because the peer's uid could not be told.
+	foreign, unproven int
+	// logf, when set, gets one line at the first refusal of each kind.
+	logf                   func(format string, args ...any)
+	loggedForeign, loggedU bool
 }
 
-func newGuardedListener(l net.Listener, max int) *guardedListener {
-	return &guardedListener{Listener: l, slots: make(chan struct{}, max), uid: uint32(os.Getuid())}
+func newGuardedListener(l net.Listener, max int, what string) *guardedListener {
+	return &guardedListener{Listener: l, slots: make(chan struct{}, max), uid: uint32(os.Getuid()), what: what}
+}
+
+// setLog makes the listener report its first refusal of each kind (another
+// uid; a peer not found) through logf; later ones are only counted.
+func (g *guardedListener) setLog(logf func(format string, args ...any)) {
+	g.mu.Lock()
+	g.logf = logf
+	g.mu.Unlock()
 }
 
 // Accept waits for a free slot, then for a connection of this uid.
@@ -55,15 +73,37 @@ func (g *guardedListener) Accept() (net.Conn, error) {
 			<-g.slots
 			return nil, err
 		}
-		if uid, ok := tcpPeerUID(c); ok && uid != g.uid {
-			c.Close()
-			<-g.slots
-			g.mu.Lock()
-			g.foreign++
-			g.mu.Unlock()
-			continue
+		uid, err := proc.TCPPeerUID(c)
+		if err == nil && uid == g.uid {
+			return &slotConn{Conn: c, release: func() { <-g.slots }}, nil
 		}
-		return &slotConn{Conn: c, release: func() { <-g.slots }}, nil
+		peer := c.RemoteAddr()
+		c.Close()
+		<-g.slots
+		g.refused(peer, uid, err)
+	}
+}
+
+// refused counts a connection closed at accept and logs the first of its kind.
+func (g *guardedListener) refused(peer net.Addr, uid uint32, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var line string
+	if err != nil {
+		g.unproven++
+		if !g.loggedU {
+			g.loggedU = true
+			line = fmt.Sprintf("%s: refused a connection from %v whose owner cannot be told (%v); later ones are counted only", g.what, peer, err)
+		}
+	} else {
+		g.foreign++
+		if !g.loggedForeign {
+			g.loggedForeign = true
+			line = fmt.Sprintf("%s: refused a connection from %v of uid %d (this job's is %d); later ones are counted only", g.what, peer, uid, g.uid)
+		}
+	}
+	if line != "" && g.logf != nil {
+		g.logf("%s", line)
 	}
 }
 
@@ -72,6 +112,14 @@ func (g *guardedListener) Foreign() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.foreign
+}
+
+// Unproven returns how many connections were closed because their peer's
+// uid could not be told (peer socket not found, lookup failed).
+func (g *guardedListener) Unproven() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.unproven
 }
 
 // slotConn gives its slot back once, at the first Close.
@@ -85,27 +133,4 @@ func (c *slotConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
-}
-
-// tcpPeerUID returns the uid owning the other end of a loopback IPv4 TCP
-// connection: the /proc/net/tcp socket whose local address is c's remote
-// address and whose remote address is c's local one. ok is false when it
-// cannot be told (not IPv4, not found, /proc unreadable).
-func tcpPeerUID(c net.Conn) (uint32, bool) {
-	la, ok1 := c.LocalAddr().(*net.TCPAddr)
-	ra, ok2 := c.RemoteAddr().(*net.TCPAddr)
-	if !ok1 || !ok2 || la.IP.To4() == nil || ra.IP.To4() == nil {
-		return 0, false
-	}
-	hex := func(a *net.TCPAddr) string {
-		return fmt.Sprintf("%08X:%04X", binary.NativeEndian.Uint32(a.IP.To4()), a.Port)
-	}
-	local, remote := hex(ra), hex(la)    // the peer socket's view
-	rows, _ := proc.ReadTCP(proc.NetTCP) // what was read before an error
-	for _, row := range rows {
-		if row.Local == local && row.Remote == remote {
-			return row.UID, true
-		}
-	}
-	return 0, false
 }

@@ -391,11 +391,14 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	if s.final, err = newFinalSink(s.ptoken); err != nil {
 		return fmt.Errorf("a loopback port for the collector's final figures: %w", err)
 	}
+	s.final.guard.setLog(s.log.Warnf)
 	if !s.opt.NoCgroupMetrics {
 		if r, err := newCgroupReader(s.opt.Facts); err != nil {
 			s.log.Warnf("the job's cgroup metrics are not served: the node's cgroup mounts: %v", err)
 		} else if s.cgroups, err = newCgroupServer(r); err != nil {
 			s.log.Warnf("the job's cgroup metrics are not served: a loopback port: %v", err)
+		} else {
+			s.cgroups.ln.setLog(s.log.Warnf)
 		}
 	}
 	if s.opt.HoldListener != nil {

@@ -90,7 +90,7 @@ func endJob(ctx context.Context, recordDir, cluster, node string, jobID uint32, 
 	gerr := endJobGroup(ctx, group, jobID, log)
 	if rerr == nil {
 		// The collector is gone: its ports are free for anyone again.
-		releasePorts(ctx, rec, jobID, log)
+		releasePorts(ctx, rec, node, jobID, log)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return errors.Join(rerr, gerr, err)

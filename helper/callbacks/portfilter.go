@@ -43,7 +43,7 @@ func keepPorts(ctx context.Context, a Args, node string, jobID, uid uint32, grou
 	if a.PortFilter == portfilter.ModeOff {
 		return nil
 	}
-	err := installFilter(ctx, jobID, uid, group, ports, probe)
+	err := installFilter(ctx, node, jobID, uid, group, ports, probe)
 	if err == nil {
 		rec.FilterPorts = ports
 		return nil
@@ -70,7 +70,7 @@ func (e errNotOurs) Error() string { return e.err.Error() }
 
 // installFilter installs the rules and checks that the collector is
 // reachable through them (else removes them). Errors: why not.
-func installFilter(ctx context.Context, jobID, uid uint32, group *cgroup.Group, ports []int, probe int) error {
+func installFilter(ctx context.Context, node string, jobID, uid uint32, group *cgroup.Group, ports []int, probe int) error {
 	run := nftRunner()
 	if run == nil {
 		return fmt.Errorf("no nft program (the nftables package)")
@@ -99,7 +99,7 @@ func installFilter(ctx context.Context, jobID, uid uint32, group *cgroup.Group, 
 	if err := supervise.ListenersIn(ports, ours); err != nil {
 		return errNotOurs{err}
 	}
-	j := portfilter.Job{ID: jobID, UID: uid, Ports: ports, Group: name, Level: level}
+	j := portfilter.Job{ID: jobID, Node: node, UID: uid, Ports: ports, Group: name, Level: level}
 	if err := portfilter.Install(ctx, run, j); err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func installFilter(ctx context.Context, jobID, uid uint32, group *cgroup.Group, 
 // releasePorts removes the job's rules that rec notes (the epilog, after
 // the collector's group has ended; the sweep of a stale record). Errors
 // are logged.
-func releasePorts(ctx context.Context, rec *record.Record, jobID uint32, log logrus.FieldLogger) {
+func releasePorts(ctx context.Context, rec *record.Record, node string, jobID uint32, log logrus.FieldLogger) {
 	if rec == nil || len(rec.FilterPorts) == 0 {
 		return
 	}
@@ -122,7 +122,7 @@ func releasePorts(ctx context.Context, rec *record.Record, jobID uint32, log log
 		log.Warnf("job %d: the packet filter of ports %v is left: no nft program", jobID, rec.FilterPorts)
 		return
 	}
-	if err := portfilter.Remove(ctx, run, portfilter.Job{ID: jobID, Ports: rec.FilterPorts}); err != nil {
+	if err := portfilter.Remove(ctx, run, portfilter.Job{ID: jobID, Node: node, Ports: rec.FilterPorts}); err != nil {
 		log.Warnf("job %d: removing the packet filter of ports %v: %v", jobID, rec.FilterPorts, err)
 	}
 }

@@ -85,7 +85,7 @@ func sweepStaleRecords(ctx context.Context, recordDir, cluster, node string, cur
 			log.Warnf("job %d: the stale cgroup of job %d: %v", current, id, err)
 		}
 		if rec, err := record.Read(dir); err == nil {
-			releasePorts(ctx, rec, uint32(id), log)
+			releasePorts(ctx, rec, node, uint32(id), log)
 		}
 		if err := os.RemoveAll(dir); err != nil {
 			log.Warnf("job %d: removing the stale record of job %d: %v", current, id, err)

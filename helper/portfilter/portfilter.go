@@ -40,6 +40,7 @@ package portfilter
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -85,6 +86,10 @@ type Job struct {
 	// its epilog; were its rules left, the next run's replace them (the
 	// chains are flushed, the stale map entries removed by Install).
 	ID uint32
+	// Node is the Slurm node the rules are for: one host may run several
+	// slurmd (a test cluster, a simulated one), each a node of the same
+	// job with its own collector and group, so the chains are per node.
+	Node string
 	// UID is the job's uid: its sockets may connect.
 	UID uint32
 	// Ports are the job's loopback TCP ports (jobdir.Ports.Loopback).
@@ -97,9 +102,22 @@ type Job struct {
 	Level int
 }
 
-// chain is the name of the job's chain for hook ("out" or "in").
+// chain is the name of the job's chain on its node for hook ("out" or
+// "in"): job_<id>_<node>_<hook>, the node's name kept to letters, digits
+// and "_" with the first 8 hex digits of its SHA-256 after it, so that two
+// names that differ only in other characters stay apart.
 func (j Job) chain(hook string) string {
-	return fmt.Sprintf("job_%d_%s", j.ID, hook)
+	sum := sha256.Sum256([]byte(j.Node))
+	node := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, j.Node)
+	if len(node) > 40 {
+		node = node[:40]
+	}
+	return fmt.Sprintf("job_%d_%s_%x_%s", j.ID, node, sum[:4], hook)
 }
 
 // check refuses a job the rules cannot name safely: no port, a port out

@@ -87,7 +87,7 @@ func Query(ctx context.Context, id uint32) (job Job, known bool, err error) {
 }
 
 // run runs Slurm command name (found by Bin) with args, with only PATH,
-// SLURM_CONF and SLURM_TIME_FORMAT=standard in its environment, bounded by
+// SLURM_TIME_FORMAT=standard and SLURM_CONF (when set) in its environment, bounded by
 // ctx, and returns its output (stdout then stderr, at most maxOutput bytes
 // of each). The error is Bin's, or the command's exit.
 func run(ctx context.Context, name string, args ...string) (string, error) {
@@ -96,7 +96,12 @@ func run(ctx context.Context, name string, args ...string) (string, error) {
 		return "", err
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_CONF=" + os.Getenv("SLURM_CONF"), "SLURM_TIME_FORMAT=standard"}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_TIME_FORMAT=standard"}
+	// An empty SLURM_CONF is not "unset" to Slurm: it retries stat("")
+	// for 60 s. Set it only when the caller has it.
+	if c := os.Getenv("SLURM_CONF"); c != "" {
+		cmd.Env = append(cmd.Env, "SLURM_CONF="+c)
+	}
 	var out bytes.Buffer
 	cmd.Stdout = &limitedWriter{w: &out, n: maxOutput}
 	cmd.Stderr = &limitedWriter{w: &out, n: maxOutput}

@@ -119,8 +119,8 @@ const maxPhaseNodesShown = 4
 
 // phaseAggregate writes one run's phases over its nodes: per phase the
 // nodes that have it, the median start, the duration's min, median and
-// max with the slowest node, the outliers (over twice the median and at
-// least 1 s over it) and the nodes where it failed or its end was not
+// max with the slowest nodes, or the outliers (over twice the median and
+// at least 1 s over it) when there are any and the nodes where it failed or its end was not
 // seen.
 func (t *textOut) phaseAggregate(run []NodePhases, origin time.Time) {
 	var nodes []string
@@ -190,7 +190,13 @@ func (t *textOut) phaseAggregate(run []NodePhases, origin time.Time) {
 		}
 		m := med(append([]float64(nil), durs...))
 		var notes []string
-		if maxD > minD {
+		var out []string
+		for _, o := range os {
+			if d := o.p.DurationSeconds; d.Known() && float64(d) > 2*m && float64(d) > m+1 {
+				out = append(out, fmt.Sprintf("%s (%.3f s)", o.node, float64(d)))
+			}
+		}
+		if maxD > minD && len(out) == 0 {
 			var top []string
 			for _, o := range os {
 				if d := o.p.DurationSeconds; d.Known() && float64(d) == maxD {
@@ -201,12 +207,6 @@ func (t *textOut) phaseAggregate(run []NodePhases, origin time.Time) {
 				notes = append(notes, "max on "+slurm.CompressHostlist(top))
 			} else {
 				notes = append(notes, fmt.Sprintf("max on %d nodes", len(top)))
-			}
-		}
-		var out []string
-		for _, o := range os {
-			if d := o.p.DurationSeconds; d.Known() && float64(d) > 2*m && float64(d) > m+1 {
-				out = append(out, fmt.Sprintf("%s %.3f s", o.node, float64(d)))
 			}
 		}
 		if len(out) > 0 {

@@ -134,6 +134,9 @@ func QueryAccounting(ctx context.Context, id uint32) (acct Accounting, known boo
 	if ctx.Err() != nil {
 		return Accounting{}, false, fmt.Errorf("sacct -j %s: %w", ids, ctx.Err())
 	}
+	if runErr != nil && strings.TrimSpace(text) == "" {
+		return Accounting{}, false, fmt.Errorf("sacct -j %s: %v", ids, runErr)
+	}
 	if runErr != nil {
 		return Accounting{}, false, fmt.Errorf("sacct -j %s: %v: %s", ids, runErr, firstLine(text))
 	}

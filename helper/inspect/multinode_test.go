@@ -96,7 +96,7 @@ func TestManyNodesText(t *testing.T) {
 	text := strings.Join(lines, "\n")
 	for _, want := range [][]string{
 		{"== outcome: job 2 COMPLETED, exit code 0 (derived: the batch step on gn1 exited 0)"},
-		{"elapsed", "12.2 s (start to the last slurm.job span's end), after a queue wait of 3.0 s"},
+		{"elapsed", "12.2 s (start to the batch step's end), after a queue wait of 3.0 s"},
 		{"nodes", "16 gn[1-16]"},
 		{"gym", "8 rollouts, pass rate 75.0% of 8 verified, 59.3 rollouts per minute"},
 		{"backend", "nothing lost"},
@@ -210,7 +210,7 @@ func TestManyNodesJSON(t *testing.T) {
 		}
 	}
 	num("exit_code", 0, 0)
-	num("elapsed_seconds", 12.182, 0.001)
+	num("elapsed_seconds", 12.165, 0.001)
 	num("queue_wait_seconds", 3, 0)
 	num("nodes", 16, 0)
 	num("rollouts", 8, 0)

@@ -42,7 +42,8 @@ type Outcome struct {
 	// ElapsedSeconds is the job's elapsed time as sacct counts it, from its
 	// start to its end: sacct's ElapsedRaw, or from the phase spans (the
 	// start slurmctld gives the first node, else the earliest slurm.job
-	// span's start, to the latest slurm.job span's end); null when not
+	// span's start, to the batch step's end, else the latest slurm.job
+	// span's end, which takes in the epilog and the drain); null when not
 	// known (ElapsedWhy). ElapsedFrom names the two ends used.
 	ElapsedSeconds Value  `json:"elapsed_seconds"`
 	ElapsedFrom    string `json:"elapsed_from,omitempty"`
@@ -208,7 +209,16 @@ func (o *Outcome) deriveElapsed(run []NodePhases, start *time.Time) {
 		o.ElapsedWhy = "no slurm.job span has a known start"
 		return
 	}
-	o.ElapsedSeconds, o.ElapsedFrom = Value(last.Sub(first).Seconds()), from+" to the last slurm.job span's end"
+	to := "the last slurm.job span's end"
+	// slurmctld's end (sacct's) is the batch script's end: the job spans
+	// go on through the epilog and the drain.
+	for _, np := range run {
+		if b := np.find(phaseStep, "batch"); b != nil && b.End != nil {
+			last, to = *b.End, "the batch step's end"
+			break
+		}
+	}
+	o.ElapsedSeconds, o.ElapsedFrom = Value(last.Sub(first).Seconds()), from+" to "+to
 }
 
 // AccountingQuery asks Slurm's accounting about a job

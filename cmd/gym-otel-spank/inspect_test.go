@@ -140,7 +140,7 @@ func TestInspectSacct(t *testing.T) {
 	code, out, errOut := runCLI(t, "inspect", dir)
 	// The first lines, their wrapping undone.
 	first := strings.Join(strings.Fields(strings.Join(strings.SplitN(out, "\n", 5)[:4], " ")), " ")
-	if code != 0 || !strings.Contains(first, "== outcome: job 77 unknown") || !strings.Contains(first, "sacct no answer: sacct -j 77: sacct: not in") {
+	if code != 0 || !strings.Contains(first, "== outcome: job 77 unknown") || !strings.Contains(first, "; sacct not found)") {
 		t.Errorf("without sacct: %d %q\n%s", code, errOut, out)
 	}
 	code, out, errOut = runCLI(t, "inspect", "--no-sacct", dir)

@@ -69,7 +69,7 @@ func (t *textOut) outcomeLines(r *Report) {
 		why = o.StateWhy
 	}
 	if o.Sacct != "" {
-		why += "; sacct " + o.Sacct
+		why += "; sacct " + sacctShort(o.Sacct)
 	}
 	t.wrapHanging(head+" ", "  ", state+" ("+why+")")
 	el := "unknown (" + o.ElapsedWhy + ")"
@@ -525,4 +525,22 @@ func elapsed(v Value) string {
 	}
 	n := int64(math.Round(s))
 	return fmt.Sprintf("%d:%02d:%02d (%d s)", n/3600, n/60%60, n%60, n)
+}
+
+// sacctShort is why sacct did not answer, short enough for the outcome's
+// first line (--json's outcome.sacct has the whole error): "not found",
+// or the last part of its error ("did not answer: Slurm accounting
+// storage is disabled").
+func sacctShort(why string) string {
+	rest, ok := strings.CutPrefix(why, "no answer: ")
+	switch {
+	case !ok:
+		return why
+	case strings.Contains(rest, "nor on PATH"):
+		return "not found"
+	}
+	if i := strings.LastIndex(rest, ": "); i >= 0 {
+		rest = rest[i+2:]
+	}
+	return "did not answer: " + cut(strings.TrimSpace(rest), 60)
 }

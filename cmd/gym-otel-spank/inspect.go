@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/atomicfile"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
 
 func init() {
@@ -17,10 +19,11 @@ func init() {
 }
 
 func runInspect(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("inspect", "[--json] [--html FILE [--chartjs FILE]] [--require-targets] DIR   (a job dir, or its otel/ dir)", stderr)
+	fs := newFlags("inspect", "[--json] [--html FILE [--chartjs FILE]] [--require-targets] [--no-sacct] DIR   (a job dir, or its otel/ dir)", stderr)
 	require := fs.Bool("require-targets", false, "exit non-zero, naming the target, when a scrape target in a collector.yaml has no answered scrape in its metrics.jsonl")
 	asJSON := fs.Bool("json", false, "print the report as JSON (schema: docs/inspect.md) instead of text")
 	htmlOut := fs.String("html", "", "also write the report as one self-contained HTML `FILE` with charts (Chart.js inlined)")
+	noSacct := fs.Bool("no-sacct", false, "do not ask sacct for the job's state, exit code and elapsed time (the outcome is then derived from the files)")
 	chartJS := fs.String("chartjs", "", "the Chart.js `FILE` (UMD build) to inline into --html (default: Debian's libjs-chart.js under /usr/share/javascript/chart.js)")
 	rest, err := parseArgs(fs, args)
 	if err != nil {
@@ -49,6 +52,13 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	r, err := inspect.Build(dir)
 	if err != nil {
 		return err
+	}
+	// The job's state as Slurm's accounting has it, bounded in time; the
+	// files' own answer stays where sacct is missing or does not answer.
+	if *noSacct {
+		r.Outcome.Sacct = "not asked (--no-sacct)"
+	} else {
+		r.Account(context.Background(), slurm.QueryAccounting)
 	}
 	if *htmlOut != "" {
 		if err := writeHTML(*htmlOut, r, js); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
 
 // TestInspectCLI: text, --json and --html of the package's testdata (lines
@@ -124,5 +125,27 @@ func TestInspectLineBeingWritten(t *testing.T) {
 		if d := r.Health.Dirs[0]; c.bad == 0 && (d.Lines["metrics"] != 1 || d.Writing["metrics"] != len(half)) {
 			t.Errorf("%s: lines %v writing %v", c.status, d.Lines, d.Writing)
 		}
+	}
+}
+
+// TestInspectSacct: inspect asks sacct for the job the files name (77
+// here) and, where there is no sacct, keeps the outcome the files give
+// and says why on its first line; --no-sacct does not ask.
+func TestInspectSacct(t *testing.T) {
+	dir := "../../helper/inspect/testdata/otel"
+	saved := slurm.Dirs
+	t.Cleanup(func() { slurm.Dirs = saved })
+	slurm.Dirs = []string{t.TempDir()}
+	t.Setenv("PATH", t.TempDir())
+	code, out, errOut := runCLI(t, "inspect", dir)
+	// The first lines, their wrapping undone.
+	first := strings.Join(strings.Fields(strings.Join(strings.SplitN(out, "\n", 5)[:4], " ")), " ")
+	if code != 0 || !strings.Contains(first, "== outcome: job 77 unknown") || !strings.Contains(first, "; sacct not found)") {
+		t.Errorf("without sacct: %d %q\n%s", code, errOut, out)
+	}
+	code, out, errOut = runCLI(t, "inspect", "--no-sacct", dir)
+	first = strings.Join(strings.Fields(strings.Join(strings.SplitN(out, "\n", 5)[:4], " ")), " ")
+	if code != 0 || !strings.Contains(first, "sacct not asked (--no-sacct)") || strings.Contains(first, "no answer") {
+		t.Errorf("--no-sacct: %d %q\n%s", code, errOut, first)
 	}
 }

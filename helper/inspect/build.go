@@ -83,6 +83,7 @@ func Build(dir string) (*Report, error) {
 	r.absences(a)
 	r.receipts(srcs)
 	r.summarise()
+	r.outcome()
 	return r, nil
 }
 

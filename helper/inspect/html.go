@@ -123,9 +123,11 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 		}
 		return quant(q, p)
 	},
-	"dur":  func(v Value) string { return dur(v) },
-	"join": strings.Join,
-	"s3":   secs3,
+	"dur":     func(v Value) string { return dur(v) },
+	"elapsed": elapsed,
+	"deref":   func(p *int) int { return *p },
+	"join":    strings.Join,
+	"s3":      secs3,
 	"nk": func(u CgroupUsage, fam string, v Value, unit string) string {
 		switch unit {
 		case "bytes":
@@ -164,6 +166,7 @@ h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.6em; border-bottom
 .fig b { display: block; font-size: 1.6em; } .fig span { color: #555; font-size: .9em; }
 .delivery { padding: .6em 1em; border-radius: 4px; font-weight: 600; }
 .ok { background: #eef8ee; border: 1px solid #6a6; } .lost { background: #fff0f0; border: 1px solid #d66; } .unknown { background: #fff8e6; border: 1px solid #cb6; }
+.outcome { padding: .4em 1em; border-radius: 4px; border: 1px solid #ccc; } .outcome p { margin: .3em 0; }
 .trouble { background: #fff0f0; border: 1px solid #d66; padding: .5em 1em; }
 .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(480px, 1fr)); gap: 1em; }
 .chart { border: 1px solid #ddd; padding: .5em; height: 280px; position: relative; }
@@ -174,8 +177,15 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 12px; }
 </style></head>
 <body>
 <h1>{{.R.Dir}}</h1>
+{{with .R.Outcome}}<section id="outcome" class="outcome {{.DeliveryState}}">
+<p><b id="outcome-state">{{if .JobID}}Job {{.JobID}}: {{end}}{{.State}}{{if .ExitCode}}, exit code {{deref .ExitCode}}{{end}}{{if .Signal}}, signal {{deref .Signal}}{{end}}</b>
+<span class="absent">({{if eq .StateFrom "derived"}}derived: {{.StateWhy}}{{else if eq .StateFrom "unknown"}}{{.StateWhy}}{{else}}sacct{{end}}{{if .Sacct}}; sacct {{.Sacct}}{{end}})</span></p>
+<p id="outcome-elapsed">Elapsed {{if .ElapsedSeconds.Known}}{{elapsed .ElapsedSeconds}} ({{.ElapsedFrom}}){{else}}unknown ({{.ElapsedWhy}}){{end}}{{if .QueueWaitSeconds.Known}}, after a queue wait of {{elapsed .QueueWaitSeconds}}{{end}}
+on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {{.Hostlist}}</b></p>
+<p id="outcome-gym">{{if .Rollouts.Known}}<b>{{f .Rollouts 0}}</b> rollouts, pass rate <b>{{pct .PassRate}}</b>{{if .Verified.Known}} of {{f .Verified 0}} verified{{end}}{{if .RolloutsPerMinute.Known}}, {{f .RolloutsPerMinute 1}} rollouts per minute{{end}}{{else}}No rollouts in the files.{{end}}</p>
+</section>{{end}}
 <section id="summary">
-<p>{{if not .R.Job.Start.IsZero}}{{.R.Job.Start.Format "2006-01-02 15:04:05"}} .. {{.R.Job.End.Format "15:04:05"}} UTC ({{f .R.Job.DurationSeconds 1}} s) on {{join .R.Job.Nodes ", "}}{{end}}
+<p>{{if not .R.Job.Start.IsZero}}{{.R.Job.Start.Format "2006-01-02 15:04:05"}} .. {{.R.Job.End.Format "15:04:05"}} UTC ({{f .R.Job.DurationSeconds 1}} s) on {{.R.Outcome.Hostlist}}{{end}}
 {{range $k, $v := .R.Job.Identity}} &nbsp; <b>{{$k}}</b> {{join $v ", "}}{{end}}</p>
 {{with .R.Summary}}<div class="delivery {{.DeliveryState}}" id="delivery">Backend: {{.Delivery}}</div>
 <div class="summary">
@@ -383,6 +393,12 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 12px; }
   hist('chart-e2e', 'e2e latency', 'e2e_buckets');
   hist('chart-ttft', 'time to first token', 'ttft_buckets');
   document.body.dataset.chartFacts = JSON.stringify(facts);
+  // Where the outcome is drawn, for a reader's first screen.
+  const oc = document.getElementById('outcome');
+  document.body.dataset.layout = JSON.stringify({ outcome_top: oc ? oc.getBoundingClientRect().top : -1,
+    outcome_bottom: oc ? oc.getBoundingClientRect().bottom : -1, viewport: window.innerHeight,
+    charts_top: box.getBoundingClientRect().top, state: oc ? document.getElementById('outcome-state').textContent : '',
+    nodes: oc ? document.getElementById('outcome-nodes').textContent : '' });
   document.body.dataset.charts = String(drawn);
 })();
 </script>

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
@@ -88,8 +89,182 @@ func (t *textOut) phaseLines(r *Report) {
 		what = "the submit"
 	}
 	t.section(fmt.Sprintf("Slurm phases (s since %s, %s UTC)", what, origin.Format("2006-01-02 15:04:05.000")))
-	t.line("    %-18s %9s %9s %10s  %s", "phase", "start", "end", "duration", "")
+	var runs [][]NodePhases // the nodes of each run, in order
+	at := map[[2]string]int{}
 	for _, np := range r.Phases {
+		k := [2]string{np.Link, np.TraceID}
+		i, ok := at[k]
+		if !ok {
+			i = len(runs)
+			at[k] = i
+			runs = append(runs, nil)
+		}
+		runs[i] = append(runs[i], np)
+	}
+	for _, run := range runs {
+		if len(run) > maxPhaseNodesShown {
+			t.phaseAggregate(run, origin)
+		} else {
+			t.phaseNodes(run, origin)
+		}
+	}
+	t.phaseLookalikes(r)
+	t.firstRolloutLines(r.FirstRollout)
+}
+
+// maxPhaseNodesShown is the most nodes of one run whose phases the text
+// shows node by node; past it, each phase is aggregated over the nodes
+// (phaseAggregate). --json lists every node's phases.
+const maxPhaseNodesShown = 4
+
+// phaseAggregate writes one run's phases over its nodes: per phase the
+// nodes that have it, the median start, the duration's min, median and
+// max with the slowest nodes, or the outliers (over twice the median and
+// at least 1 s over it) when there are any and the nodes where it failed or its end was not
+// seen.
+func (t *textOut) phaseAggregate(run []NodePhases, origin time.Time) {
+	var nodes []string
+	head := ""
+	for _, np := range run {
+		nodes = append(nodes, np.Node)
+		if np.JobID != "" {
+			head = " (job " + np.JobID + ")"
+		}
+	}
+	if np := run[0]; np.Restart != "" && np.Restart != "0" {
+		head += " (restart " + np.Restart + ")"
+	}
+	if np := run[0]; np.Link != "" {
+		head += " (chain link " + np.Link + ")"
+	}
+	t.line("  %d nodes %s%s: each phase over the nodes that have it (--json lists each node's)", len(run), slurm.CompressHostlist(nodes), head)
+	t.line("    %-16s %5s %9s %9s %9s %9s  %s", "phase", "nodes", "start p50", "min s", "median s", "max s", "")
+	type obs struct {
+		node string
+		p    Phase
+	}
+	var order []string
+	by := map[string][]obs{}
+	for _, np := range run {
+		for _, p := range np.Phases {
+			l := phaseLabel(p)
+			if by[l] == nil {
+				order = append(order, l)
+			}
+			by[l] = append(by[l], obs{np.Node, p})
+		}
+	}
+	// The phases in the order of their median start (slurm.job first,
+	// the batch step's parts after it).
+	med := func(v []float64) float64 {
+		sort.Float64s(v)
+		if len(v) == 0 {
+			return math.NaN()
+		}
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	for _, l := range order {
+		os := by[l]
+		var starts, durs []float64
+		minD, maxD := math.Inf(1), math.Inf(-1)
+		var failed, unseen, noStart []string
+		for _, o := range os {
+			starts = append(starts, o.p.SpanStart.Sub(origin).Seconds())
+			if o.p.Start == nil {
+				noStart = append(noStart, o.node)
+			}
+			if o.p.End == nil {
+				unseen = append(unseen, o.node)
+			}
+			if o.p.Signal != nil || (o.p.ExitCode != nil && *o.p.ExitCode != 0) || (o.p.Error != "" && o.p.End != nil) {
+				failed = append(failed, o.node)
+			}
+			if d := o.p.DurationSeconds; d.Known() {
+				durs = append(durs, float64(d))
+				minD = math.Min(minD, float64(d))
+				maxD = math.Max(maxD, float64(d))
+			}
+		}
+		m := med(append([]float64(nil), durs...))
+		var notes []string
+		var out []string
+		for _, o := range os {
+			if d := o.p.DurationSeconds; d.Known() && float64(d) > 2*m && float64(d) > m+1 {
+				out = append(out, fmt.Sprintf("%s (%.3f s)", o.node, float64(d)))
+			}
+		}
+		if maxD > minD && len(out) == 0 {
+			var top []string
+			for _, o := range os {
+				if d := o.p.DurationSeconds; d.Known() && float64(d) == maxD {
+					top = append(top, o.node)
+				}
+			}
+			if len(top) <= 4 {
+				notes = append(notes, "max on "+slurm.CompressHostlist(top))
+			} else {
+				notes = append(notes, fmt.Sprintf("max on %d nodes", len(top)))
+			}
+		}
+		if len(out) > 0 {
+			notes = append(notes, "outliers: "+strings.Join(out, ", "))
+		}
+		if len(failed) > 0 {
+			notes = append(notes, "failed on "+slurm.CompressHostlist(failed)+": "+phaseNote(by[l][indexOf(os, failed[0], func(o obs) string { return o.node })].p, origin))
+		} else if p := os[0].p; p.ExitCode != nil {
+			notes = append(notes, fmt.Sprintf("exit %d", *p.ExitCode))
+		}
+		if len(unseen) > 0 {
+			notes = append(notes, "end not known on "+slurm.CompressHostlist(unseen))
+		}
+		if len(noStart) > 0 {
+			notes = append(notes, "start not handed on on "+slurm.CompressHostlist(noStart))
+		}
+		if os[0].p.Precision == "1s" {
+			notes = append(notes, "whole seconds")
+		}
+		if len(os) < len(run) {
+			var have []string
+			for _, o := range os {
+				have = append(have, o.node)
+			}
+			notes = append(notes, "on "+slurm.CompressHostlist(have))
+		}
+		d3 := func(v float64) string {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return "?"
+			}
+			return fmt.Sprintf("%.3f", v)
+		}
+		t.wrap(fmt.Sprintf("    %-16s %5d %9s %9s %9s %9s  ", cut(strings.TrimSpace(l), 16), len(os), offset(origin.Add(time.Duration(med(starts)*float64(time.Second))), origin),
+			d3(minD), d3(m), d3(maxD)), strings.Join(notes, "; "))
+	}
+	for _, np := range run {
+		if np.Dropped > 0 {
+			t.line("    %s: %d more phase spans not kept (over the bound of %d a node)", np.Node, np.Dropped, maxNodePhases)
+		}
+		if np.QueueWaitUnknown != "" {
+			t.wrap("    queue wait not known: ", np.QueueWaitUnknown)
+		}
+	}
+}
+
+func indexOf[T any](xs []T, want string, key func(T) string) int {
+	for i, x := range xs {
+		if key(x) == want {
+			return i
+		}
+	}
+	return 0
+}
+
+// phaseNodes writes one run's phases node by node.
+func (t *textOut) phaseNodes(run []NodePhases, origin time.Time) {
+	t.line("    %-18s %9s %9s %10s  %s", "phase", "start", "end", "duration", "")
+	for _, np := range run {
 		head := np.Node
 		if np.JobID != "" {
 			head += " (job " + np.JobID + ")"
@@ -125,8 +300,6 @@ func (t *textOut) phaseLines(r *Report) {
 			t.wrap("    queue wait not known: ", np.QueueWaitUnknown)
 		}
 	}
-	t.phaseLookalikes(r)
-	t.firstRolloutLines(r.FirstRollout)
 }
 
 // phaseLookalikes says how many spans looked like the plugin's Slurm

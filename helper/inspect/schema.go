@@ -49,6 +49,10 @@ type Report struct {
 	Version int `json:"version"`
 	// Dir is the job's otel/ dir.
 	Dir string `json:"dir"`
+	// Outcome is how the job ended (state, exit code, elapsed time,
+	// nodes), its Gym answer and what reached the backend: the report's
+	// first block (outcome.go).
+	Outcome Outcome `json:"outcome"`
 	// Receipts are the drain receipts of the node dirs (otel/receipt.json),
 	// Trouble the lines that say the backend refused or lost data or that
 	// a receipt is missing or incomplete: the report's first lines.

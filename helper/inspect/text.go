@@ -3,8 +3,12 @@ package inspect
 import (
 	"fmt"
 	"io"
+	"math"
+	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
@@ -14,17 +18,22 @@ import (
 const Width = 100
 
 // WriteText prints the report for a person, in sections, every line at
-// most Width columns: first what went wrong on the way to the backend
-// (receipts), then the job, its Slurm phases per node and the time from
-// submit to the first rollout, Gym, the model servers, GPUs, hosts, the
-// job's cgroups, spans, errors and the telemetry's health. Sections
-// without data are left out.
+// most Width columns: first the outcome (the job's state, exit code,
+// elapsed time and nodes, its rollouts and pass rate, what reached the
+// backend) with what went wrong on the way to the backend, then Gym, the
+// receipts (those that agree folded into one line), the job, its Slurm
+// phases (aggregated over the nodes past 4 nodes) and the time from
+// submit to the first rollout, the model servers, GPUs, hosts, the job's
+// cgroups, spans, errors and the telemetry's health. Sections without
+// data are left out.
 func (r *Report) WriteText(w io.Writer) error {
 	t := &textOut{w: w}
+	t.line("%s", r.Dir)
+	t.outcomeLines(r)
+	t.gymLines(r)
 	t.receiptLines(r)
 	t.jobLines(r.Job)
 	t.phaseLines(r)
-	t.gymLines(r)
 	t.modelServerLines(r)
 	t.routerLines(r.Routers)
 	t.gpuLines(r)
@@ -37,22 +46,144 @@ func (r *Report) WriteText(w io.Writer) error {
 	return t.err
 }
 
-// receiptLines writes the job's otel/ dir, the trouble lines and each
-// node's receipt summary.
-func (t *textOut) receiptLines(r *Report) {
-	t.line("%s", r.Dir)
+// outcomeLines writes the outcome block (Outcome) and the trouble lines:
+// the report's first lines.
+func (t *textOut) outcomeLines(r *Report) {
+	o := r.Outcome
+	head := "== outcome"
+	if o.JobID != "" {
+		head += ": job " + o.JobID
+	}
+	state := o.State
+	if o.ExitCode != nil {
+		state += fmt.Sprintf(", exit code %d", *o.ExitCode)
+	}
+	if o.Signal != nil {
+		state += fmt.Sprintf(", signal %d", *o.Signal)
+	}
+	why := o.StateFrom
+	switch {
+	case o.StateFrom == "derived":
+		why = "derived: " + o.StateWhy
+	case o.StateFrom == "unknown":
+		why = o.StateWhy
+	}
+	if o.Sacct != "" {
+		why += "; sacct " + sacctShort(o.Sacct)
+	}
+	t.wrapHanging(head+" ", "  ", state+" ("+why+")")
+	el := "unknown (" + o.ElapsedWhy + ")"
+	if o.ElapsedSeconds.Known() {
+		el = fmt.Sprintf("%s (%s)", elapsed(o.ElapsedSeconds), o.ElapsedFrom)
+	}
+	if o.QueueWaitSeconds.Known() {
+		el += fmt.Sprintf(", after a queue wait of %s", elapsed(o.QueueWaitSeconds))
+	}
+	t.wrap(fmt.Sprintf("  %-10s ", "elapsed"), el)
+	t.wrap(fmt.Sprintf("  %-10s ", "nodes"), fmt.Sprintf("%d %s", o.Nodes, o.Hostlist))
+	gym := "no rollouts in the files"
+	if o.Rollouts.Known() {
+		gym = fmt.Sprintf("%s rollouts, pass rate %s", f(o.Rollouts, 0), pct(o.PassRate))
+		if o.Verified.Known() {
+			gym += fmt.Sprintf(" of %s verified", f(o.Verified, 0))
+		} else {
+			gym += " (no verify results)"
+		}
+		if o.RolloutsPerMinute.Known() {
+			gym += fmt.Sprintf(", %s rollouts per minute", f(o.RolloutsPerMinute, 1))
+		}
+	}
+	t.wrap(fmt.Sprintf("  %-10s ", "gym"), gym)
+	// What went wrong on the way is said once, by the trouble lines.
+	switch {
+	case o.DeliveryState == "lost" && len(r.Trouble) > 0:
+		t.line("  %-10s NOT everything reached it:", "backend")
+	case o.DeliveryState == "unknown" && len(r.Trouble) > 0:
+		t.line("  %-10s what reached it is unknown:", "backend")
+	default:
+		t.wrap(fmt.Sprintf("  %-10s ", "backend"), o.Delivery)
+	}
 	for _, l := range r.Trouble {
 		t.wrap("  ! ", l)
 	}
+}
+
+// receiptLines writes the receipts: those without trouble folded by what
+// they say ("16 nodes gn[1-16]: final figures, nothing failed"), each
+// with trouble on its own lines, the dirs without one folded.
+func (t *textOut) receiptLines(r *Report) {
+	if len(r.Receipts) == 0 {
+		return
+	}
+	t.section("receipts (what each node's collector received, wrote and sent)")
+	names := map[string]string{}
+	for _, d := range r.Health.Dirs {
+		names[filepath.Clean(d.Dir)] = nodeOr(d)
+	}
+	byNode := map[string]NodeReceipt{}
+	var nodes []string
 	for _, nr := range r.Receipts {
-		if nr.Receipt == nil {
+		n := names[filepath.Clean(nr.Dir)]
+		if nr.Receipt != nil && nr.Receipt.Node != "" {
+			n = nr.Receipt.Node
+		}
+		if n == "" {
+			n = nr.Dir
+		}
+		if _, dup := byNode[n]; dup {
+			n += " (" + nr.Dir + ")"
+		}
+		byNode[n] = nr
+		nodes = append(nodes, n)
+	}
+	keys, lists := nodeGroups(nodes, func(n string) string { return receiptKey(byNode[n]) })
+	for _, k := range keys {
+		ns := lists[k]
+		if k == "" { // trouble: each node its own lines
+			for _, n := range ns {
+				for _, l := range byNode[n].Summary {
+					lead := l[:len(l)-len(strings.TrimLeft(l, " "))]
+					t.wrap("  "+lead, strings.TrimSpace(l))
+				}
+			}
 			continue
 		}
-		for _, l := range nr.Summary {
-			lead := l[:len(l)-len(strings.TrimLeft(l, " "))]
-			t.wrap("  "+lead, strings.TrimSpace(l))
+		var sent [3]int64
+		for _, n := range ns {
+			if rc := byNode[n].Receipt; rc != nil {
+				for i, sig := range receipt.Signals {
+					sent[i] += rc.Signals[sig].Sent
+				}
+			}
 		}
+		line := fmt.Sprintf("%d %s %s: %s", len(ns), plural(len(ns), "node"), slurm.CompressHostlist(ns), k)
+		if byNode[ns[0]].Receipt != nil {
+			line += fmt.Sprintf(" (sent to the backend: %d spans, %d metric points, %d log records)", sent[0], sent[1], sent[2])
+		}
+		t.wrap("  ", line)
 	}
+}
+
+// receiptKey is what a receipt without trouble says, for folding ("" for
+// a receipt with trouble: it is shown whole).
+func receiptKey(nr NodeReceipt) string {
+	rc := nr.Receipt
+	if rc == nil {
+		return "no receipt.json (what reached the backend is unknown there)"
+	}
+	if rc.Trouble() {
+		return ""
+	}
+	head := nr.Summary[0]
+	if i := strings.Index(head, ": "); i >= 0 {
+		head = head[i+2:]
+	} else {
+		head = "figures"
+	}
+	if rc.Collectors > 1 {
+		head = fmt.Sprintf("%d collector runs, %s", rc.Collectors, head)
+	}
+	return head + ", nothing failed"
 }
 
 // jobLines writes the job section: identity, time span, nodes, producers.
@@ -383,4 +514,33 @@ func (t *textOut) nodes(nodes []string) {
 		}
 	}
 	t.wrap(prefix, b.String())
+}
+
+// elapsed is a job's time as seff shows it (h:mm:ss) with its seconds
+// ("12.2 s" below two minutes).
+func elapsed(v Value) string {
+	s := float64(v)
+	if s < 120 {
+		return fmt.Sprintf("%.1f s", s)
+	}
+	n := int64(math.Round(s))
+	return fmt.Sprintf("%d:%02d:%02d (%d s)", n/3600, n/60%60, n%60, n)
+}
+
+// sacctShort is why sacct did not answer, short enough for the outcome's
+// first line (--json's outcome.sacct has the whole error): "not found",
+// or the last part of its error ("did not answer: Slurm accounting
+// storage is disabled").
+func sacctShort(why string) string {
+	rest, ok := strings.CutPrefix(why, "no answer: ")
+	switch {
+	case !ok:
+		return why
+	case strings.Contains(rest, "nor on PATH"):
+		return "not found"
+	}
+	if i := strings.LastIndex(rest, ": "); i >= 0 {
+		rest = rest[i+2:]
+	}
+	return "did not answer: " + cut(strings.TrimSpace(rest), 60)
 }

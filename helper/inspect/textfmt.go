@@ -42,6 +42,22 @@ func (t *textOut) wrap(prefix, text string) {
 	t.line("%s", cur)
 }
 
+// wrapHanging is wrap with the continuation lines indented by indent.
+func (t *textOut) wrapHanging(prefix, indent, text string) {
+	cur := prefix
+	for _, word := range strings.Fields(text) {
+		if len(cur)+1+len(word) > Width && strings.TrimSpace(cur) != strings.TrimSpace(prefix) {
+			t.line("%s", cur)
+			cur = indent
+		}
+		if cur != prefix && cur != indent {
+			cur += " "
+		}
+		cur += word
+	}
+	t.line("%s", cur)
+}
+
 func (t *textOut) section(name string) { t.line("%s", "== "+name) }
 
 func f(v Value, prec int) string {

@@ -1,9 +1,10 @@
 // Package slurm is what the plugin asks Slurm about a job, in one place:
-// where Slurm's commands are, a job's state and array ids, and which states
-// are final. Every query runs squeue with a format that prints only fields
-// Slurm itself sets (ids and states, never a job name, comment or path a
+// where Slurm's commands are, a job's state and array ids, which states
+// are final, and what accounting says of a finished job. Every query runs
+// squeue or sacct with a format that prints only fields Slurm itself sets
+// (ids, states, exit codes and times, never a job name, comment or path a
 // user chose), reads a bounded amount of output, and is bounded in time by
-// its context.
+// its context; they share one runner (run).
 package slurm
 
 import (
@@ -71,21 +72,11 @@ const maxOutput = 64 * 1024
 // an error means no answer (squeue missing, the controller unreachable, the
 // context's deadline).
 func Query(ctx context.Context, id uint32) (job Job, known bool, err error) {
-	bin, err := Bin("squeue")
-	if err != nil {
-		return Job{}, false, err
-	}
 	ids := strconv.FormatUint(uint64(id), 10)
-	cmd := exec.CommandContext(ctx, bin, "-h", "--states=all", "-j", ids, "-o", "%A|%F|%K|%T")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_CONF=" + os.Getenv("SLURM_CONF"), "SLURM_TIME_FORMAT=standard"}
-	var out bytes.Buffer
-	cmd.Stdout = &limitedWriter{w: &out, n: maxOutput}
-	cmd.Stderr = &limitedWriter{w: &out, n: maxOutput}
-	runErr := cmd.Run()
+	text, runErr := run(ctx, "squeue", "-h", "--states=all", "-j", ids, "-o", "%A|%F|%K|%T")
 	if ctx.Err() != nil {
 		return Job{}, false, fmt.Errorf("squeue -j %s: %w", ids, ctx.Err())
 	}
-	text := out.String()
 	if strings.Contains(text, "Invalid job id") {
 		return Job{}, false, nil
 	}
@@ -93,6 +84,90 @@ func Query(ctx context.Context, id uint32) (job Job, known bool, err error) {
 		return Job{}, false, fmt.Errorf("squeue -j %s: %v: %s", ids, runErr, firstLine(text))
 	}
 	return parse(text, id)
+}
+
+// run runs Slurm command name (found by Bin) with args, with only PATH,
+// SLURM_TIME_FORMAT=standard and SLURM_CONF (when set) in its environment, bounded by
+// ctx, and returns its output (stdout then stderr, at most maxOutput bytes
+// of each). The error is Bin's, or the command's exit.
+func run(ctx context.Context, name string, args ...string) (string, error) {
+	bin, err := Bin(name)
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_TIME_FORMAT=standard"}
+	// An empty SLURM_CONF is not "unset" to Slurm: it retries stat("")
+	// for 60 s. Set it only when the caller has it.
+	if c := os.Getenv("SLURM_CONF"); c != "" {
+		cmd.Env = append(cmd.Env, "SLURM_CONF="+c)
+	}
+	var out bytes.Buffer
+	cmd.Stdout = &limitedWriter{w: &out, n: maxOutput}
+	cmd.Stderr = &limitedWriter{w: &out, n: maxOutput}
+	err = cmd.Run()
+	return out.String(), err
+}
+
+// Accounting is what sacct says of a job's allocation (sacct -X).
+type Accounting struct {
+	// ID is the job id asked for.
+	ID uint32
+	// State is the job's state without its detail ("CANCELLED", not
+	// "CANCELLED by 1000").
+	State string
+	// ExitCode and Signal are the batch script's exit code and the signal
+	// that ended it (sacct's ExitCode "code:signal").
+	ExitCode, Signal int
+	// ElapsedSeconds is the allocation's elapsed time (sacct's ElapsedRaw),
+	// whole seconds.
+	ElapsedSeconds int64
+}
+
+// QueryAccounting asks sacct for job id's allocation. known is false when
+// the accounting storage has no such job; an error means no answer (sacct
+// missing, accounting not configured or unreachable, the context's
+// deadline).
+func QueryAccounting(ctx context.Context, id uint32) (acct Accounting, known bool, err error) {
+	ids := strconv.FormatUint(uint64(id), 10)
+	text, runErr := run(ctx, "sacct", "-n", "-P", "-X", "-j", ids, "-o", "JobIDRaw,State,ExitCode,ElapsedRaw")
+	if ctx.Err() != nil {
+		return Accounting{}, false, fmt.Errorf("sacct -j %s: %w", ids, ctx.Err())
+	}
+	if runErr != nil && strings.TrimSpace(text) == "" {
+		return Accounting{}, false, fmt.Errorf("sacct -j %s: %v", ids, runErr)
+	}
+	if runErr != nil {
+		return Accounting{}, false, fmt.Errorf("sacct -j %s: %v: %s", ids, runErr, firstLine(text))
+	}
+	return parseAccounting(text, id)
+}
+
+// parseAccounting reads sacct's "JobIDRaw|State|ExitCode|ElapsedRaw" lines
+// for job id.
+func parseAccounting(text string, id uint32) (Accounting, bool, error) {
+	want := strconv.FormatUint(uint64(id), 10)
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Split(strings.TrimSpace(line), "|")
+		if len(f) != 4 || f[0] != want {
+			continue
+		}
+		a := Accounting{ID: id}
+		a.State, _, _ = strings.Cut(f[1], " ")
+		code, sig, ok := strings.Cut(f[2], ":")
+		c, cerr := strconv.Atoi(code)
+		s, serr := strconv.Atoi(sig)
+		e, eerr := strconv.ParseInt(f[3], 10, 64)
+		if a.State == "" || !ok || cerr != nil || serr != nil || eerr != nil {
+			return Accounting{}, false, fmt.Errorf("sacct: job %s: state %q, exit code %q, elapsed %q: want a state, code:signal and whole seconds", want, f[1], f[2], f[3])
+		}
+		a.ExitCode, a.Signal, a.ElapsedSeconds = c, s, e
+		return a, true, nil
+	}
+	if strings.TrimSpace(text) == "" {
+		return Accounting{}, false, nil
+	}
+	return Accounting{}, false, fmt.Errorf("sacct: no line for job %s: %s", want, firstLine(text))
 }
 
 // parse reads squeue's "%A|%F|%K|%T" lines for job id.

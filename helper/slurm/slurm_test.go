@@ -27,3 +27,29 @@ func TestParse(t *testing.T) {
 		t.Error("final states")
 	}
 }
+
+// TestParseAccounting reads sacct -n -P -X lines as Slurm 22.05 prints
+// them: a cancel's "CANCELLED by <uid>", a time limit's signal, an array
+// task's line among others, no line, and fields that do not parse.
+func TestParseAccounting(t *testing.T) {
+	cases := []struct {
+		text  string
+		want  Accounting
+		known bool
+		bad   bool
+	}{
+		{"5|COMPLETED|0:0|13\n", Accounting{ID: 5, State: "COMPLETED", ElapsedSeconds: 13}, true, false},
+		{"5|CANCELLED by 2021|0:15|2\n", Accounting{ID: 5, State: "CANCELLED", Signal: 15, ElapsedSeconds: 2}, true, false},
+		{"4|TIMEOUT|0:0|60\n5|FAILED|3:0|7\n", Accounting{ID: 5, State: "FAILED", ExitCode: 3, ElapsedSeconds: 7}, true, false},
+		{"", Accounting{}, false, false},
+		{"5|COMPLETED|0|13\n", Accounting{}, false, true},
+		{"5|COMPLETED|0:0|1:02\n", Accounting{}, false, true},
+		{"sacct: error: Problem talking to the database\n", Accounting{}, false, true},
+	}
+	for _, c := range cases {
+		a, known, err := parseAccounting(c.text, 5)
+		if (err != nil) != c.bad || known != c.known || a != c.want {
+			t.Errorf("%q: got %+v %v %v", c.text, a, known, err)
+		}
+	}
+}

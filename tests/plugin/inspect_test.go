@@ -335,6 +335,24 @@ wait
 		}
 	}
 
+	// The outcome: the job completed with exit code 0 (as sacct says, or
+	// derived from the batch step where the cluster keeps no accounting),
+	// on gn[1-2], elapsed within a second of slurmctld's StartTime to
+	// EndTime (whole seconds), the 8 rollouts; the text's first lines say
+	// it.
+	o := rep.Outcome
+	st, en := scontrolTimes(t, jobID)
+	if o.State != "COMPLETED" || (o.StateFrom != "sacct" && o.StateFrom != "derived") || o.ExitCode == nil || *o.ExitCode != 0 ||
+		o.Hostlist != "gn[1-2]" || o.Nodes != 2 || o.Rollouts != 8 || !o.ElapsedSeconds.Known() ||
+		math.Abs(float64(o.ElapsedSeconds)-en.Sub(st).Seconds()) > 1.5 {
+		t.Errorf("outcome %+v: want COMPLETED, exit 0, on gn[1-2], 8 rollouts, elapsed about %v", o, en.Sub(st))
+	}
+	t.Logf("outcome: %s from %s (%s; sacct %s), elapsed %v s; slurmctld %v", o.State, o.StateFrom, o.StateWhy, o.Sacct, o.ElapsedSeconds, en.Sub(st))
+	if head := strings.Join(strings.SplitN(string(text), "\n", 8), "\n"); !strings.Contains(head, "== outcome: job "+jobID+" COMPLETED, exit code 0") ||
+		!strings.Contains(head, "2 gn[1-2]") {
+		t.Errorf("the text does not open on the outcome:\n%s", head)
+	}
+
 	// The job's Slurm phases, one entry per node, the first node's queue
 	// wait ending at slurmctld's StartTime; where the time went from the
 	// submit to the first rollout, in parts that add up to it; the

@@ -25,7 +25,7 @@ func spanMetricsLine(node, name string, sec, calls, count int) string {
 // name first seen in the collector's last seconds (calls 0 beside a
 // histogram count of 1), and one whose count the connector never exported
 // (3 raw spans, no point beyond the new series' 0), get the larger figure
-// and a note saying so, in the report, its JSON and its text.
+// and a note saying so, in the report, its JSON, its text and its HTML.
 func TestSpanCallsOneFigure(t *testing.T) {
 	job := t.TempDir()
 	dir := filepath.Join(job, "otel")
@@ -82,5 +82,12 @@ func TestSpanCallsOneFigure(t *testing.T) {
 	}
 	if strings.Contains(text, "calls      0") || strings.Count(text, "note: the connector's calls") != 2 {
 		t.Errorf("text: a calls 0 figure, or not two notes:\n%s", text)
+	}
+	var h strings.Builder
+	if err := r.WriteHTML(&h, nil); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(h.String(), "(note: the connector&#39;s calls (0) are below") != 2 {
+		t.Errorf("HTML: not two notes in the span metrics table")
 	}
 }

@@ -35,9 +35,11 @@ import (
 // receipt (receipt.Appended). Phase spans the collector did not accept at
 // the drain (a hung or killed collector) go into the same line (one whose
 // export timed out after the collector took it is then in the file twice,
-// with the same span id). The
+// with the same span id). No span metrics connector counts them, so the
+// supervisor appends their span metrics to metrics.jsonl too
+// (spanmetrics.go), a second line the receipt lists. The
 // collector never sent them to the backend, so the supervisor sends the
-// line itself right after appending it (deliver: replay.Send with Once, the
+// lines itself right after appending them (deliver: replay.Send with Once, the
 // job's own exporter settings and backend token, at most
 // timing.DeliveryBound, one attempt) and records in the receipt whether
 // the backend took it (receipt.Appended.Delivered, HTTPStatus, Cause);

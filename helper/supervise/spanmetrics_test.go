@@ -14,32 +14,9 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 )
 
-// spanCalls is the last (largest) traces.span.metrics.calls value of each
-// span name in d, and the count of the duration histogram's last point.
-func spanCalls(d otlptest.Data) (calls, hist map[string]float64) {
-	calls, hist = map[string]float64{}, map[string]float64{}
-	for _, c := range d.Named("traces.span.metrics.calls") {
-		if c.Sum == nil {
-			continue
-		}
-		for _, dp := range c.Sum.DataPoints {
-			if n, ok := dp.Attributes.Str("span.name"); ok {
-				calls[n] = max(calls[n], dp.Value())
-			}
-		}
-	}
-	for _, h := range d.Named("traces.span.metrics.duration") {
-		if h.Histogram == nil {
-			continue
-		}
-		for _, dp := range h.Histogram.DataPoints {
-			if n, ok := dp.Attributes.Str("span.name"); ok {
-				hist[n] = max(hist[n], float64(dp.Count))
-			}
-		}
-	}
-	return calls, hist
-}
+// spanCalls is the span metrics' calls and duration counts by span name
+// (otlptest.Data.SpanMetrics).
+func spanCalls(d otlptest.Data) (calls, hist map[string]float64) { return d.SpanMetrics() }
 
 // assertCallsMatchSpans checks that every span name of traces has its
 // span count as calls, and as its duration histogram's count, in metrics.

@@ -50,29 +50,33 @@ func assertCallsMatchSpans(t *testing.T, where string, traces, metrics otlptest.
 // spans in traces.jsonl. The connector starts a new series at 0 and
 // carries its count one flush later, and exports nothing at its
 // shutdown. Without late spans of the job's own ("quiet"), only the
-// phase spans sent at the drain are late.
+// phase spans sent at the drain are late; a supervisor without phase
+// spans (not started by the plugin's prolog) and without late spans
+// ("unplugged") drains without waiting for span metrics.
 func TestLateSpansCounted(t *testing.T) {
 	t.Parallel()
-	for _, late := range []bool{true, false} {
-		name := "quiet"
-		if late {
-			name = "late"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		late, record bool
+	}{{"late", true, true}, {"quiet", false, true}, {"unplugged", false, false}} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			lateSpansJob(t, late)
+			lateSpansJob(t, c.late, c.record)
 		})
 	}
 }
 
-func lateSpansJob(t *testing.T, late bool) {
+func lateSpansJob(t *testing.T, late, record bool) {
 	token := "tok-" + harness.RandHex(8)
 	be := harness.StartBackend(t, token)
-	rec := filepath.Join(harness.SharedDir(t), "record")
-	if err := os.WriteFile(rec, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
+	j := harness.Job{JobID: "8686", Token: token, Endpoint: be.URL}
+	if record {
+		j.Record = filepath.Join(harness.SharedDir(t), "record")
+		if err := os.WriteFile(j.Record, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	s := harness.StartSup(t, harness.Job{JobID: "8686", Record: rec, Token: token, Endpoint: be.URL}).MustReady(t)
+	s := harness.StartSup(t, j).MustReady(t)
 	// An early span, long counted, and the prolog's phase span.
 	post(t, s.Report.Ports.OTLPHTTP, "traces", s.Report.ReceiverToken, spansJSON("early.work", 1), http.StatusOK)
 	harness.WaitFor(t, 20*time.Second, "the early span's count in metrics.jsonl", func() bool {
@@ -81,8 +85,12 @@ func lateSpansJob(t *testing.T, late bool) {
 			return false
 		}
 		c, _ := spanCalls(m)
-		return c["early.work"] == 1 && c["slurm.prolog"] == 1
+		return c["early.work"] == 1 && (!record || c["slurm.prolog"] == 1)
 	})
+	if !record {
+		// Past the settle of the early span: nothing is late.
+		time.Sleep(s.Policy().SpanMetricsSettle)
+	}
 	if late {
 		// The late ones: new names, in the job's last second.
 		post(t, s.Report.Ports.OTLPHTTP, "traces", s.Report.ReceiverToken, spansJSON("late.rollout", 3), http.StatusOK)
@@ -98,8 +106,14 @@ func lateSpansJob(t *testing.T, late bool) {
 	if took > s.Policy().DrainWait {
 		t.Errorf("drain took %v, more than the epilog's wait %v", took, s.Policy().DrainWait)
 	}
+	if !record && took >= s.Policy().SpanMetricsSettle {
+		t.Errorf("drain took %v without a late span: it waited for span metrics (settle %v)\n%s", took, s.Policy().SpanMetricsSettle, s.Output())
+	}
 	tr := otlptest.MustRead(t, s.Out, "traces")
 	want := map[string]int{"early.work": 1, "slurm.prolog": 1, "slurm.job": 1, "slurm.drain": 1}
+	if !record {
+		want = map[string]int{"early.work": 1}
+	}
 	if late {
 		want["late.rollout"], want["late.verify"] = 3, 2
 	}
@@ -110,7 +124,9 @@ func lateSpansJob(t *testing.T, late bool) {
 	}
 	m := otlptest.MustRead(t, s.Out, "metrics")
 	assertCallsMatchSpans(t, "metrics.jsonl", tr, m)
-	assertAppendedShape(t, m)
+	if record {
+		assertAppendedShape(t, m)
+	}
 	be.Stop(t)
 	assertCallsMatchSpans(t, "the backend", otlptest.MustRead(t, be.Dir, "traces"), otlptest.MustRead(t, be.Dir, "metrics"))
 }

@@ -247,7 +247,7 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 {{end}}</table>{{end}}
 {{if .R.Spans.SpanMetrics}}<h2>Span metrics</h2>
 <table id="spanmetrics"><tr><th>span name</th><th>calls</th><th class="l">duration (ms)</th><th class="l">from</th></tr>
-{{range .R.Spans.SpanMetrics}}<tr><td>{{.Name}}</td><td>{{f .Calls 0}}</td><td class="l">{{q .Duration 1}}</td><td class="l">{{if eq .DurationFrom "spans"}}{{.Spans}} raw spans{{else}}the connector's buckets{{end}}</td></tr>
+{{range .R.Spans.SpanMetrics}}<tr><td>{{.Name}}</td><td>{{f .Calls 0}}{{if .CallsNote}} <small>(note: {{.CallsNote}})</small>{{end}}</td><td class="l">{{q .Duration 1}}</td><td class="l">{{if eq .DurationFrom "spans"}}{{.Spans}} raw spans{{else}}the connector's buckets{{end}}</td></tr>
 {{end}}</table>{{end}}
 <h2>Report</h2>
 <pre id="text">{{.Text}}</pre>

@@ -307,8 +307,17 @@ type SlowSpan struct {
 
 // SpanMetric is the span_metrics connector's series of one span name.
 type SpanMetric struct {
-	Name  string `json:"name"`
-	Calls Value  `json:"calls"`
+	Name string `json:"name"`
+	// Calls is the span name's one calls figure: the connector's call
+	// counter (ConnectorCalls), or, where that is below the duration
+	// histogram's count or the raw spans of the name (Spans), the larger
+	// of those, said in CallsNote.
+	Calls Value `json:"calls"`
+	// ConnectorCalls is the connector's traces.span.metrics.calls summed
+	// over the name's series.
+	ConnectorCalls Value `json:"connector_calls"`
+	// CallsNote says why Calls is not ConnectorCalls ("" when it is).
+	CallsNote string `json:"calls_note,omitempty"`
 	// Duration is from the raw spans of that name where traces.jsonl has
 	// them (DurationFrom "spans", Spans of them), else from the
 	// connector's duration histogram (DurationFrom "histogram").

@@ -1,7 +1,9 @@
 package inspect
 
 import (
+	"fmt"
 	"sort"
+	"strconv"
 )
 
 func (a *aggregator) spanReport() Spans {
@@ -74,7 +76,31 @@ func (a *aggregator) spanReport() Spans {
 		if m.Spans > 0 {
 			m.Duration, m.DurationFrom = spanQuantiles(raw), "spans"
 		}
+		m.ConnectorCalls = m.Calls
+		m.CallsNote = callsNote(x.calls, x.sum.count, m.Spans)
+		m.Calls = Value(max(x.calls, x.sum.count, float64(m.Spans)))
 		sp.SpanMetrics = append(sp.SpanMetrics, m)
 	}
 	return sp
+}
+
+// callsNote says why a span name's calls are not the connector's call
+// counter (calls) when it is below the connector's duration count (count)
+// or the raw spans of that name (spans): the connector starts a new
+// series at 0, carries its count one flush later and exports nothing at
+// its shutdown, so a name first seen in a collector run's last seconds
+// may end with calls 0 while its histogram, or traces.jsonl, counts it.
+// "" when calls is the largest of the three.
+func callsNote(calls, count float64, spans int) string {
+	if calls >= count && calls >= float64(spans) {
+		return ""
+	}
+	from := "its duration histogram's count"
+	n := count
+	if float64(spans) > count {
+		from, n = "its raw spans in traces.jsonl", float64(spans)
+	}
+	return fmt.Sprintf("the connector's calls (%s) are below %s (%s): calls is the larger; "+
+		"the connector counts a new series from its second flush and a collector that stopped before it left the count unsent",
+		strconv.FormatFloat(calls, 'f', -1, 64), from, strconv.FormatFloat(n, 'f', -1, 64))
 }

@@ -416,6 +416,9 @@ func (t *textOut) spanLines(r *Report) {
 				from = fmt.Sprintf("%d raw %s", x.Spans, plural(x.Spans, "span"))
 			}
 			t.line("    %-30s calls %6s  %s  (%s)", cut(x.Name, 30), f(x.Calls, 0), quantShort(x.Duration, 1, "ms"), from)
+			if x.CallsNote != "" {
+				t.wrap("      note: ", x.CallsNote)
+			}
 		}
 	}
 }

@@ -46,6 +46,21 @@ const (
 	BasisNone = "none"
 )
 
+// AppendedPoints is the number of metric points the supervisor appended
+// to metrics.jsonl after the collector's exit (the span metrics of the
+// spans it appended). The collector's figures (Signals) do not count
+// them: metrics.jsonl holds Signals["metrics"].Written + AppendedPoints()
+// points.
+func (r *Receipt) AppendedPoints() int64 {
+	var n int64
+	for _, a := range r.Appended {
+		if a.File == "metrics.jsonl" {
+			n += int64(a.Points)
+		}
+	}
+	return n
+}
+
 // AppendedSpans is the number of spans the supervisor appended to
 // traces.jsonl after the collector's exit (Appended: the drain's and the
 // epilog's phase spans, and any the collector did not accept at the drain).
@@ -158,8 +173,11 @@ type Appended struct {
 	// newline included.
 	Offset int64 `json:"offset"`
 	Length int64 `json:"length"`
-	// Spans counts the line's spans.
+	// Spans counts the line's spans (a traces.jsonl line).
 	Spans int `json:"spans"`
+	// Points counts the line's metric points (a metrics.jsonl line: the
+	// span metrics of the appended spans, which no connector counted).
+	Points int `json:"points,omitempty"`
 	// Delivered reports whether the supervisor sent the line to the
 	// backend itself right after appending it (once, bounded, the backend
 	// accepting every span); a receipt written before the delivery, or by
@@ -202,7 +220,7 @@ func (r *Receipt) Validate() error {
 		return fmt.Errorf("basis %q without a word on what is unknown", r.Basis)
 	}
 	for i, a := range r.Appended {
-		if !isSignal(strings.TrimSuffix(a.File, ".jsonl")) || !strings.HasSuffix(a.File, ".jsonl") || a.Offset < 0 || a.Length <= 0 || a.Spans < 0 {
+		if !isSignal(strings.TrimSuffix(a.File, ".jsonl")) || !strings.HasSuffix(a.File, ".jsonl") || a.Offset < 0 || a.Length <= 0 || a.Spans < 0 || a.Points < 0 {
 			return fmt.Errorf("appended[%d]: file %q offset %d length %d: not a line of a jsonl file", i, a.File, a.Offset, a.Length)
 		}
 		if a.HTTPStatus != 0 && (a.HTTPStatus < 100 || a.HTTPStatus > 599) {
@@ -353,6 +371,9 @@ func (r *Receipt) Summary() []string {
 	}
 	for _, a := range r.Appended {
 		l := fmt.Sprintf("  appended after the collector's exit: %d phase spans (the drain's, the epilog's, any the collector did not take) in %s", a.Spans, a.File)
+		if a.File == "metrics.jsonl" {
+			l = fmt.Sprintf("  appended after the collector's exit: %d span metric points (of the spans appended to traces.jsonl) in %s", a.Points, a.File)
+		}
 		if a.Delivered {
 			l += ", delivered to the backend by the supervisor"
 		} else {

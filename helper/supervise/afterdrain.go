@@ -35,9 +35,11 @@ import (
 // receipt (receipt.Appended). Phase spans the collector did not accept at
 // the drain (a hung or killed collector) go into the same line (one whose
 // export timed out after the collector took it is then in the file twice,
-// with the same span id). The
+// with the same span id). No span metrics connector counts them, so the
+// supervisor appends their span metrics to metrics.jsonl too
+// (spanmetrics.go), a second line the receipt lists. The
 // collector never sent them to the backend, so the supervisor sends the
-// line itself right after appending it (deliver: replay.Send with Once, the
+// lines itself right after appending them (deliver: replay.Send with Once, the
 // job's own exporter settings and backend token, at most
 // timing.DeliveryBound, one attempt) and records in the receipt whether
 // the backend took it (receipt.Appended.Delivered, HTTPStatus, Cause);
@@ -221,17 +223,9 @@ func jsonAttrs(kvs []*commonv1.KeyValue) []jsonKV {
 // resource (its attributes: identity, strings or Ints) and scope; the
 // spans' attributes may be strings, Ints or bools.
 func TracesLine(identity []render.Attr, scope string, spans []*tracev1.Span) ([]byte, error) {
-	var res []*commonv1.KeyValue
-	for _, a := range identity {
-		if a.Int {
-			n, err := strconv.ParseInt(a.Value, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("resource attribute %s: %q is not an Int", a.Key, a.Value)
-			}
-			res = append(res, intAttr(a.Key, n))
-		} else {
-			res = append(res, strAttr(a.Key, a.Value))
-		}
+	res, err := resourceAttrs(identity)
+	if err != nil {
+		return nil, err
 	}
 	var t jsonTraces
 	t.ResourceSpans = make([]jsonResourceSpans, 1)
@@ -261,6 +255,23 @@ func TracesLine(identity []render.Attr, scope string, spans []*tracev1.Span) ([]
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// resourceAttrs is identity as attributes (an Int's value parsed).
+func resourceAttrs(identity []render.Attr) ([]*commonv1.KeyValue, error) {
+	var res []*commonv1.KeyValue
+	for _, a := range identity {
+		if a.Int {
+			n, err := strconv.ParseInt(a.Value, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("resource attribute %s: %q is not an Int", a.Key, a.Value)
+			}
+			res = append(res, intAttr(a.Key, n))
+		} else {
+			res = append(res, strAttr(a.Key, a.Value))
+		}
+	}
+	return res, nil
 }
 
 // AppendLine appends line (one line, its newline included) to the file at
@@ -326,10 +337,12 @@ func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration) {
 	// span among them) go into the same line.
 	left := s.phases.take()
 	spans := append(left, s.phases.afterSpans(d, now)...)
-	id := render.Identity(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)}, "slurm")
+	metricsID := render.Identity(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)}, "slurm")
 	// The mark the plugin's pipeline (resource/source) gives the phase
-	// spans it receives: these are the plugin's own too.
-	id = append(id, render.Attr{Key: contract.SourceKey, Value: contract.SourceSlurm})
+	// spans it receives: these are the plugin's own too. (The metrics
+	// pipeline takes it off the connector's points, so their span
+	// metrics go without it.)
+	id := append(append([]render.Attr{}, metricsID...), render.Attr{Key: contract.SourceKey, Value: contract.SourceSlurm})
 	line, err := TracesLine(id, phaseScope, spans)
 	if err == nil {
 		var off, n int64
@@ -341,10 +354,14 @@ func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration) {
 				s.log.Infof("%d phase spans the collector did not accept are appended with the drain's", len(left))
 			}
 			s.log.Infof("the drain's phase spans (%d) appended to %s after the collector's exit (offset %d, %d bytes)", len(spans), path, off, n)
+			lines := []appendedLine{{index: len(s.appended) - 1, signal: "traces", line: line}}
+			if ml, ok := s.appendSpanMetrics(metricsID, spans, now); ok {
+				lines = append(lines, ml)
+			}
 			// The receipt first: a supervisor ended during the delivery
-			// still leaves the line listed, as not delivered.
+			// still leaves the lines listed, as not delivered.
 			s.saveReceipt(false)
-			s.deliver(&s.appended[len(s.appended)-1], line, bound)
+			s.deliver(lines, bound)
 			return
 		}
 	}
@@ -352,46 +369,93 @@ func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration) {
 	s.log.Warnf("the drain's phase spans could not be written to traces.jsonl: %v", err)
 }
 
-// deliver sends line, just appended as a, to the job's backend once,
-// within bound: replay.Send with Once (the one sender of OTLP-JSON lines),
-// the exporter settings of the job's own collector.yaml (timeout,
-// compression; the endpoint and the backend's bearer token of the job,
-// never the receiver token), no retries. It records the outcome in a:
-// Delivered when the backend accepted every span, else the cause and the
-// HTTP status when the backend answered with one. Nothing is sent without
-// a backend, with a collector run from otel.container (a second container
-// does not start within the bound), or with less than a tenth of a
-// second left.
-func (s *supervisor) deliver(a *receipt.Appended, line []byte, bound time.Duration) {
-	start := time.Now()
-	a.Delivered, a.HTTPStatus, a.Cause = false, 0, ""
-	switch {
-	case s.o.Endpoint == "":
-		a.Cause = "no backend configured (otel.endpoint): nothing sent"
-	case s.o.Container != "":
-		a.Cause = "the collector runs from otel.container: the supervisor does not deliver (replay --appended sends it)"
-	case bound < 100*time.Millisecond:
-		a.Cause = fmt.Sprintf("no time left within the epilog's wait for the drain (%v): not sent", bound.Round(time.Millisecond))
-	}
-	if a.Cause != "" {
-		s.log.Infof("the appended phase spans: %s", a.Cause)
-		return
-	}
-	a.Cause = s.send(line, bound)
-	if a.Cause == "" {
-		a.Delivered = true
-		s.log.Infof("the appended phase spans (%d) delivered to the backend %s in %d ms", a.Spans, s.o.Endpoint, time.Since(start).Milliseconds())
-		return
-	}
-	a.HTTPStatus = replay.HTTPStatus(a.Cause)
-	s.log.Warnf("the appended phase spans were not delivered to the backend: attempt of %d ms (bound %v): %s; `gym-otel-spank replay --appended` sends them",
-		time.Since(start).Milliseconds(), bound, a.Cause)
-	appendLog(s.logPath, "gym-otel: the appended phase spans were not delivered to the backend: "+a.Cause)
+// appendedLine is one line appended after the collector's exit: its
+// entry in s.appended, its signal and its bytes.
+type appendedLine struct {
+	index  int
+	signal string
+	line   []byte
 }
 
-// send is deliver's one attempt: "" when the backend accepted every span,
-// else why not, in one line.
-func (s *supervisor) send(line []byte, bound time.Duration) string {
+// appendSpanMetrics appends the span metrics of spans (appended to
+// traces.jsonl, never seen by the connector) to metrics.jsonl
+// (SpanMetricsLine; identity is their resource) and notes the line for the
+// receipt. A failure is logged and appends nothing.
+func (s *supervisor) appendSpanMetrics(identity []render.Attr, spans []*tracev1.Span, now time.Time) (appendedLine, bool) {
+	line, err := SpanMetricsLine(identity, spans, now)
+	if err == nil {
+		var off, n int64
+		if off, n, err = AppendLine(s.path(jobdir.SignalFile("metrics")), line); err == nil {
+			points := 2 * spanSeriesCount(spans) // calls and duration per series
+			s.appended = append(s.appended, receipt.Appended{File: jobdir.SignalFile("metrics"), Offset: off, Length: n, Points: points,
+				Cause: "not delivered yet (the supervisor ended before its delivery)"})
+			s.log.Infof("the span metrics of the appended spans (%d points) appended to %s (offset %d, %d bytes)",
+				points, filepath.Join(s.out, jobdir.SignalFile("metrics")), off, n)
+			return appendedLine{index: len(s.appended) - 1, signal: "metrics", line: line}, true
+		}
+	}
+	appendLog(s.logPath, fmt.Sprintf("gym-otel: the span metrics of the drain's phase spans could not be written to metrics.jsonl: %v", err))
+	s.log.Warnf("the span metrics of the drain's phase spans could not be written to metrics.jsonl: %v", err)
+	return appendedLine{}, false
+}
+
+// spanSeriesCount is the number of the connector's series spans fall in
+// (span name, kind, status code).
+func spanSeriesCount(spans []*tracev1.Span) int {
+	seen := map[[3]string]bool{}
+	for _, sp := range spans {
+		seen[[3]string{sp.Name, sp.Kind.String(), sp.GetStatus().GetCode().String()}] = true
+	}
+	return len(seen)
+}
+
+// deliver sends lines, just appended (s.appended), to the job's backend
+// once, in one attempt within bound: replay.Send with Once (the one sender
+// of OTLP-JSON lines), the exporter settings of the job's own
+// collector.yaml (timeout, compression; the endpoint and the backend's
+// bearer token of the job, never the receiver token), no retries. It
+// records the outcome in each line's receipt.Appended: Delivered when the
+// backend accepted every item, else the cause and the HTTP status when the
+// backend answered with one. Nothing is sent without a backend, with a
+// collector run from otel.container (a second container does not start
+// within the bound), or with less than a tenth of a second left.
+func (s *supervisor) deliver(lines []appendedLine, bound time.Duration) {
+	start := time.Now()
+	cause := ""
+	switch {
+	case s.o.Endpoint == "":
+		cause = "no backend configured (otel.endpoint): nothing sent"
+	case s.o.Container != "":
+		cause = "the collector runs from otel.container: the supervisor does not deliver (replay --appended sends it)"
+	case bound < 100*time.Millisecond:
+		cause = fmt.Sprintf("no time left within the epilog's wait for the drain (%v): not sent", bound.Round(time.Millisecond))
+	}
+	set := func(cause string, status int) {
+		for _, l := range lines {
+			a := &s.appended[l.index]
+			a.Delivered, a.HTTPStatus, a.Cause = cause == "", status, cause
+		}
+	}
+	if cause != "" {
+		set(cause, 0)
+		s.log.Infof("the appended phase spans: %s", cause)
+		return
+	}
+	cause = s.send(lines, bound)
+	if cause == "" {
+		set("", 0)
+		s.log.Infof("the appended phase spans (%d) and their span metrics delivered to the backend %s in %d ms", s.appended[lines[0].index].Spans, s.o.Endpoint, time.Since(start).Milliseconds())
+		return
+	}
+	set(cause, replay.HTTPStatus(cause))
+	s.log.Warnf("the appended phase spans were not delivered to the backend: attempt of %d ms (bound %v): %s; `gym-otel-spank replay --appended` sends them",
+		time.Since(start).Milliseconds(), bound, cause)
+	appendLog(s.logPath, "gym-otel: the appended phase spans were not delivered to the backend: "+cause)
+}
+
+// send is deliver's one attempt: "" when the backend accepted every item
+// of every line, else why not, in one line.
+func (s *supervisor) send(lines []appendedLine, bound time.Duration) string {
 	be, err := replay.ReadBackend(s.configPath())
 	if err != nil {
 		return "the job's exporter settings: " + err.Error()
@@ -402,14 +466,18 @@ func (s *supervisor) send(line []byte, bound time.Duration) string {
 		return err.Error()
 	}
 	defer os.RemoveAll(tmp)
-	f, err := replay.LineFile(tmp, 0, "traces", line)
-	if err != nil {
-		return err.Error()
+	var files []replay.File
+	for i, l := range lines {
+		f, err := replay.LineFile(tmp, i, l.signal, l.line)
+		if err != nil {
+			return err.Error()
+		}
+		files = append(files, f)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	res, err := replay.Send(ctx, replay.SendOptions{
-		Files: []replay.File{f}, Backend: be, Endpoint: s.o.Endpoint, TokenEnv: s.o.TokenEnv, Token: s.opt.Token,
+		Files: files, Backend: be, Endpoint: s.o.Endpoint, TokenEnv: s.o.TokenEnv, Token: s.opt.Token,
 		Binary: s.o.Binary, WorkDir: tmp, Timeout: bound, Once: true,
 	})
 	switch {
@@ -428,7 +496,7 @@ func (s *supervisor) send(line []byte, bound time.Duration) string {
 		if res.Cause != "" {
 			return oneLine(res.Cause)
 		}
-		return "the backend did not accept every span"
+		return "the backend did not accept every item"
 	}
 	return ""
 }

@@ -21,8 +21,8 @@ import (
 // slurm.drain span, appended to traces.jsonl after the collector's exit
 // with the run's identity, marked collector_killed with an error status,
 // together with the node's slurm.job span the hung collector did not
-// accept; no slurm.epilog (no epilog told its start); the receipt lists
-// the line.
+// accept; no slurm.epilog (no epilog told its start); their span metrics
+// appended to metrics.jsonl; the receipt lists both lines.
 func TestDrainSpanCollectorKilled(t *testing.T) {
 	t.Parallel()
 	rec := filepath.Join(harness.SharedDir(t), "record")
@@ -78,8 +78,19 @@ func TestDrainSpanCollectorKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rc.Appended) != 1 || rc.Appended[0].Spans != 1+jobSpans || rc.Appended[0].File != "traces.jsonl" {
+	// The appended spans' span metrics: calls and duration of each
+	// series (slurm.drain with its error status, slurm.job).
+	if len(rc.Appended) != 2 || rc.Appended[0].Spans != 1+jobSpans || rc.Appended[0].File != "traces.jsonl" ||
+		rc.Appended[1].File != "metrics.jsonl" || rc.Appended[1].Points != 2*(1+jobSpans) {
 		t.Errorf("receipt appended %+v", rc.Appended)
+	}
+	m, rerr := otlptest.Read(filepath.Join(s.Out, "metrics.jsonl"))
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	calls, hist := spanCalls(m)
+	if calls["slurm.drain"] != 1 || hist["slurm.drain"] != 1 || calls["slurm.job"] != float64(jobSpans) {
+		t.Errorf("metrics.jsonl: span metrics calls %v, duration counts %v; want slurm.drain 1 and slurm.job %d", calls, hist, jobSpans)
 	}
 }
 
@@ -125,31 +136,38 @@ func TestDrainSpansDelivered(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(rc.Appended) != 1 {
-				t.Fatalf("receipt appended %+v", rc.Appended)
+			// The spans' line and their span metrics' line, delivered
+			// together.
+			if len(rc.Appended) != 2 || rc.Appended[0].File != "traces.jsonl" || rc.Appended[1].File != "metrics.jsonl" || rc.Appended[1].Points != 2 {
+				t.Fatalf("receipt appended %+v: want the traces.jsonl line and the metrics.jsonl line of its 2 span metric points", rc.Appended)
 			}
-			a := rc.Appended[0]
-			t.Logf("receipt: %+v", a)
+			for _, a := range rc.Appended {
+				t.Logf("receipt: %+v", a)
+			}
 			if c.mode == "" {
-				if !a.Delivered || a.Cause != "" || a.HTTPStatus != 0 {
-					t.Errorf("not delivered to a working backend: %+v\n%s", a, s.Output())
+				for _, a := range rc.Appended {
+					if !a.Delivered || a.Cause != "" || a.HTTPStatus != 0 {
+						t.Errorf("not delivered to a working backend: %+v\n%s", a, s.Output())
+					}
 				}
-				harness.WaitFor(t, 10*time.Second, "the drain span at the backend", func() bool {
+				harness.WaitFor(t, 10*time.Second, "the drain span and its span metrics at the backend", func() bool {
 					d, err := otlptest.Read(filepath.Join(be.Dir, "traces.jsonl"))
+					if err != nil || d.SpanCount("slurm.drain") != 1 {
+						return false
+					}
+					m, err := otlptest.Read(filepath.Join(be.Dir, "metrics.jsonl"))
 					if err != nil {
 						return false
 					}
-					for _, sp := range d.Spans {
-						if sp.Name == "slurm.drain" {
-							return true
-						}
-					}
-					return false
+					calls, hist := spanCalls(m)
+					return calls["slurm.drain"] == 1 && hist["slurm.drain"] == 1
 				})
 				return
 			}
-			if a.Delivered || a.Cause == "" || a.HTTPStatus != c.status {
-				t.Errorf("%s backend: receipt %+v, want not delivered with a cause and HTTP status %d", c.name, a, c.status)
+			for _, a := range rc.Appended {
+				if a.Delivered || a.Cause == "" || a.HTTPStatus != c.status {
+					t.Errorf("%s backend: receipt %+v, want not delivered with a cause and HTTP status %d", c.name, a, c.status)
+				}
 			}
 			// The bound: the supervisor logs the attempt's time (the
 			// collector's kill at the bound included).

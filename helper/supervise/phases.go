@@ -148,6 +148,7 @@ type phases struct {
 	submit   time.Time // the job's submit (the first node only; zero: not known)
 	queueErr string    // why the submit is not known
 	exported int       // spans the collector accepted
+	sentAt   time.Time // when the collector last accepted spans
 	busy     bool      // an export is under way: exported is about to change
 	failures int       // exports that failed
 	lastErr  string
@@ -466,6 +467,7 @@ func (p *phases) export(ctx context.Context, port int, token string) (int, error
 		return 0, err
 	}
 	p.exported += len(spans)
+	p.sentAt = time.Now()
 	return len(spans), nil
 }
 
@@ -551,9 +553,8 @@ func (s *supervisor) endPhases() {
 // phaseSpansSent is how many phase spans the collector accepted, and
 // whether an export is under way (the collector's counter may already
 // hold spans the count does not: pollSelf then reads again at its next
-// tick). The drain does not wait for the phase spans' span metrics
-// (pollSelf leaves them out of the spans it waits for), so a job without
-// spans of its own drains as fast as before. Spans exported to earlier
+// tick). pollSelf leaves them out of the job's spans (spansAt); the drain
+// waits for their span metrics by phasesSentAt. Spans exported to earlier
 // collector runs (phaseBase, taken while no collector ran) are left out.
 func (s *supervisor) phaseSpansSent() (int64, bool) {
 	if s.phases == nil {
@@ -562,6 +563,17 @@ func (s *supervisor) phaseSpansSent() (int64, bool) {
 	s.phases.mu.Lock()
 	defer s.phases.mu.Unlock()
 	return int64(s.phases.exported) - s.phaseBase, s.phases.busy
+}
+
+// phasesSentAt is when the collector last accepted phase spans (zero:
+// never).
+func (s *supervisor) phasesSentAt() time.Time {
+	if s.phases == nil {
+		return time.Time{}
+	}
+	s.phases.mu.Lock()
+	defer s.phases.mu.Unlock()
+	return s.phases.sentAt
 }
 
 // newRunBase takes the phase spans exported so far as the earlier runs'

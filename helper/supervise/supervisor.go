@@ -927,10 +927,17 @@ func (s *supervisor) drain() error {
 	s.writeState(jobdir.StatusDraining, "")
 	s.endPhases()
 	s.pollSelf()
-	if !s.spansAt.IsZero() {
+	// The last spans the collector took: the job's (the receiver's
+	// counter, as pollSelf last saw it change) and the supervisor's own
+	// phase spans, the node's root span among them, sent just now.
+	last := s.spansAt
+	if p := s.phasesSentAt(); p.After(last) {
+		last = p
+	}
+	if !last.IsZero() {
 		// A new series is flushed as 0 first and with its count one
 		// interval later: wait two intervals after the last spans.
-		if wait := time.Until(s.spansAt.Add(s.pol.SpanMetricsSettle)); wait > 0 {
+		if wait := time.Until(last.Add(s.pol.SpanMetricsSettle)); wait > 0 {
 			s.log.Infof("waiting %v for the span metrics of the last spans", wait.Round(time.Millisecond))
 			time.Sleep(wait)
 		}

@@ -84,9 +84,11 @@ type Policy struct {
 	ReportWait time.Duration
 	// SpanMetricsFlush is the span_metrics connector's flush interval.
 	SpanMetricsFlush time.Duration
-	// SpanMetricsSettle is how long after the last spans the drain waits
-	// before stopping the collector: a new series is flushed as 0 first and
-	// with its count one interval later, so two intervals and a second.
+	// SpanMetricsSettle is how long after the last spans (the job's, and
+	// the supervisor's own phase spans, sent at the drain too) the drain
+	// waits before stopping the collector: a new series is flushed as 0
+	// first and with its count one interval later, and nothing is flushed
+	// at the collector's shutdown, so two intervals and a second.
 	SpanMetricsSettle time.Duration
 	// CollectorStop bounds the collector's clean shutdown
 	// (otel.shutdown_timeout_seconds); past it the collector is killed.

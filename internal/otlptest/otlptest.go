@@ -132,6 +132,7 @@ func (f *Float) UnmarshalJSON(b []byte) error {
 // NumberPoint is a data point of a gauge or a sum.
 type NumberPoint struct {
 	Attributes Attrs  `json:"attributes"`
+	Start      Int    `json:"startTimeUnixNano"`
 	Time       Int    `json:"timeUnixNano"`
 	Flags      int    `json:"flags"`
 	AsInt      *Int   `json:"asInt"`
@@ -156,6 +157,7 @@ func (p NumberPoint) At() time.Time { return time.Unix(0, int64(p.Time)) }
 // HistogramPoint is a data point of an explicit-bucket histogram.
 type HistogramPoint struct {
 	Attributes     Attrs     `json:"attributes"`
+	Start          Int       `json:"startTimeUnixNano"`
 	Time           Int       `json:"timeUnixNano"`
 	Flags          int       `json:"flags"`
 	Count          Int       `json:"count"`
@@ -440,4 +442,47 @@ func MustRead(t testing.TB, dir, signal string) Data {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// SpanMetrics sums the span_metrics connector's figures by span name:
+// calls is the traces.span.metrics.calls of each series (its largest
+// value: the points are cumulative) summed over the series of a name (its
+// span kinds and status codes, resources, and start times: each collector
+// run's connector counts from its own start); counts the same of the
+// traces.span.metrics.duration histogram's count.
+func (d Data) SpanMetrics() (calls, counts map[string]float64) {
+	type series struct{ name, key string }
+	c, n := map[series]float64{}, map[series]float64{}
+	key := func(r, a Attrs, start Int) (series, bool) {
+		name, ok := a.Str("span.name")
+		return series{name, fmt.Sprint(r.Text(), a.Text(), start)}, ok
+	}
+	for _, m := range d.Named("traces.span.metrics.calls") {
+		if m.Sum == nil {
+			continue
+		}
+		for _, dp := range m.Sum.DataPoints {
+			if k, ok := key(m.Resource, dp.Attributes, dp.Start); ok {
+				c[k] = max(c[k], dp.Value())
+			}
+		}
+	}
+	for _, m := range d.Named("traces.span.metrics.duration") {
+		if m.Histogram == nil {
+			continue
+		}
+		for _, dp := range m.Histogram.DataPoints {
+			if k, ok := key(m.Resource, dp.Attributes, dp.Start); ok {
+				n[k] = max(n[k], float64(dp.Count))
+			}
+		}
+	}
+	calls, counts = map[string]float64{}, map[string]float64{}
+	for k, v := range c {
+		calls[k.name] += v
+	}
+	for k, v := range n {
+		counts[k.name] += v
+	}
+	return calls, counts
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
@@ -104,16 +106,39 @@ func TestPhaseSpans(t *testing.T) {
 	if q := byName["slurm.queue_wait"]; len(q) != 1 || !q[0].End.Equal(start) || q[0].Start.After(start) || q[0].Parent != root.ID || !root.Start.Equal(q[0].Start) {
 		t.Errorf("queue wait %v (want one, ending at StartTime %v, under the job's span, which starts with it)", q, start)
 	}
-	// The phase spans do not hold the drain for their span metrics: the
-	// job sent no span of its own.
-	if log, err := os.ReadFile(filepath.Join(d, "run", "otel", "supervisor.log")); err != nil || strings.Contains(string(log), "for the span metrics") {
-		t.Errorf("the drain waited for the phase spans' span metrics (or no log: %v)", err)
-	}
+	checkPhaseSpanMetrics(t, filepath.Join(d, "run", "otel"), spans)
 	checkAfterSpans(t, job, filepath.Join(d, "run"), spans, root, b)
 	t.Logf("job %s: %d phase spans; StartTime %v EndTime %v; prolog %v, batch script %v, final wait %v",
 		job, len(spans), start.Format("15:04:05"), end.Format("15:04:05"), pr.End.Sub(pr.Start).Round(time.Millisecond),
 		bs.End.Sub(bs.Start).Round(time.Millisecond), fw.End.Sub(fw.Start).Round(time.Millisecond))
 	waitIdle(t)
+}
+
+// checkPhaseSpanMetrics: every Slurm phase span name has, in metrics.jsonl
+// of dir, as many span metrics calls (and duration counts) as it has spans
+// in traces.jsonl: the connector's for the spans sent to the collector
+// (the drain waits for their last flush), the supervisor's own for the
+// spans it appended after the collector's exit.
+func checkPhaseSpanMetrics(t *testing.T, dir string, spans []phaseSpan) {
+	t.Helper()
+	m, err := otlptest.Read(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, counts := m.SpanMetrics()
+	n := map[string]int{}
+	for _, sp := range spans {
+		n[sp.Name]++
+	}
+	var got []string
+	for name, c := range n {
+		got = append(got, fmt.Sprintf("%s %d/%v/%v", name, c, calls[name], counts[name]))
+		if calls[name] != float64(c) || counts[name] != float64(c) {
+			t.Errorf("%s: %d spans in traces.jsonl, span metrics calls %v and duration count %v in metrics.jsonl", name, c, calls[name], counts[name])
+		}
+	}
+	sort.Strings(got)
+	t.Logf("phase spans / calls / duration counts: %s", strings.Join(got, ", "))
 }
 
 // TestPhaseSpansCancelled: a job cancelled during a step still has its
@@ -185,6 +210,7 @@ func TestPhaseSpansCancelled(t *testing.T) {
 	if got := step0.End.Sub(step0.Start); got <= 0 || got > 60*time.Second {
 		t.Errorf("step 0 (sleep 300, cancelled) lasted %v", got)
 	}
+	checkPhaseSpanMetrics(t, filepath.Join(d, "run", "otel"), spans)
 	checkAfterSpans(t, job, filepath.Join(d, "run"), spans, *root, *batch)
 	waitIdle(t)
 }
@@ -243,11 +269,15 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 			Offset    int64  `json:"offset"`
 			Length    int64  `json:"length"`
 			Spans     int    `json:"spans"`
+			Points    int    `json:"points"`
 			Delivered bool   `json:"delivered"`
 			Cause     string `json:"cause"`
 		} `json:"appended"`
 	}
-	if err != nil || json.Unmarshal(rb, &rec) != nil || len(rec.Appended) != 1 || rec.Appended[0].File != "traces.jsonl" || rec.Appended[0].Spans != 2 {
+	// The drain's and the epilog's spans, and their span metrics (calls
+	// and duration of each).
+	if err != nil || json.Unmarshal(rb, &rec) != nil || len(rec.Appended) != 2 || rec.Appended[0].File != "traces.jsonl" || rec.Appended[0].Spans != 2 ||
+		rec.Appended[1].File != "metrics.jsonl" || rec.Appended[1].Points != 4 {
 		t.Fatalf("receipt.json: %v %s", err, rb)
 	}
 	tb, _ := os.ReadFile(filepath.Join(otel, "traces.jsonl"))
@@ -262,8 +292,10 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 		}
 		return n
 	}
-	if a := rec.Appended[0]; !a.Delivered || a.Cause != "" {
-		t.Errorf("the receipt's line: delivered %v (cause %q), want delivered by the supervisor", a.Delivered, a.Cause)
+	for _, a := range rec.Appended {
+		if !a.Delivered || a.Cause != "" {
+			t.Errorf("the receipt's %s line: delivered %v (cause %q), want delivered by the supervisor", a.File, a.Delivered, a.Cause)
+		}
 	}
 	waitBackend := func(want int) int {
 		deadline := time.Now().Add(30 * time.Second)
@@ -281,7 +313,7 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 		t.Logf("replay --appended %s: exit %d\n%s%s", force, r.code, r.stdout, r.stderr)
 		return r
 	}
-	if r := replayAppended(""); r.code != 0 || !strings.Contains(r.stdout, "1 appended line skipped") || !strings.Contains(r.stdout, "nothing left to send") {
+	if r := replayAppended(""); r.code != 0 || !strings.Contains(r.stdout, "2 appended lines skipped") || !strings.Contains(r.stdout, "nothing left to send") {
 		t.Errorf("replay --appended of delivered lines: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if r := replayAppended("--force"); r.code != 0 || !strings.Contains(r.stdout, "replay complete") || !strings.Contains(r.stdout, "read 2 of 2 spans") {

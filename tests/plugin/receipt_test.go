@@ -85,7 +85,8 @@ func receiptJob(t *testing.T, name, spec string) (string, string) {
 
 // appendedSpans is the spans the receipt lists as appended to traces.jsonl
 // after the collector's exit (the drain's and the epilog's): two on a
-// node whose epilog told its start.
+// node whose epilog told its start (their span metrics, appended to
+// metrics.jsonl, are rc.AppendedPoints()).
 func appendedSpans(t *testing.T, rc *receipt.Receipt) int {
 	t.Helper()
 	n := int(rc.AppendedSpans())
@@ -144,6 +145,9 @@ func TestReceiptNormalJob(t *testing.T) {
 	}
 	files.spans -= appendedSpans(t, rc)
 	be.spans -= appendedSpans(t, rc)
+	// Their span metrics, appended to metrics.jsonl with them.
+	files.points -= int(rc.AppendedPoints())
+	be.points -= int(rc.AppendedPoints())
 	for sig, n := range map[string][2]int{"traces": {files.spans, be.spans}, "metrics": {files.points, be.points}, "logs": {files.logs, be.logs}} {
 		c := rc.Signals[sig]
 		if c.Written != int64(n[0]) || c.Sent != c.Written || c.Sent != int64(n[1]) || c.Lost() != 0 {
@@ -176,7 +180,7 @@ func TestReceiptBackendDownThenReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := dirItems(t, otel, "")
-	for sig, n := range map[string]int{"traces": files.spans - appendedSpans(t, rc), "metrics": files.points, "logs": files.logs} {
+	for sig, n := range map[string]int{"traces": files.spans - appendedSpans(t, rc), "metrics": files.points - int(rc.AppendedPoints()), "logs": files.logs} {
 		c := rc.Signals[sig]
 		if c.Written != int64(n) || c.Sent != 0 || c.Lost() != c.Written {
 			t.Errorf("receipt %s %+v: want written = failed = %d (the file), sent 0", sig, c, n)
@@ -247,9 +251,14 @@ func TestReceiptHungBackend(t *testing.T) {
 	t.Logf("receipt:\n%s", strings.Join(rc.Summary(), "\n"))
 	// The exporter's own timeout (export_timeout_seconds) ends the
 	// attempt when it is shorter than the bound.
-	if len(rc.Appended) != 1 || rc.Appended[0].Delivered || rc.Appended[0].HTTPStatus != 0 ||
-		!(strings.Contains(rc.Appended[0].Cause, "no answer from the backend within 2s") || strings.Contains(rc.Appended[0].Cause, "deadline exceeded")) {
-		t.Errorf("appended %+v: want one line, not delivered: no answer in time", rc.Appended)
+	if len(rc.Appended) != 2 {
+		t.Errorf("appended %+v: want the spans' line and their span metrics' line", rc.Appended)
+	}
+	for _, a := range rc.Appended {
+		if a.Delivered || a.HTTPStatus != 0 ||
+			!(strings.Contains(a.Cause, "no answer from the backend within 2s") || strings.Contains(a.Cause, "deadline exceeded")) {
+			t.Errorf("appended %+v: want not delivered: no answer in time", a)
+		}
 	}
 	sup, _ := os.ReadFile(filepath.Join(otel, "supervisor.log"))
 	m := regexp.MustCompile(`attempt of (\d+) ms \(bound ([^)]+)\)`).FindStringSubmatch(string(sup))

@@ -106,6 +106,7 @@ exit 94
 		// The drain's and the epilog's spans, appended after the
 		// collector's exit, are the receipt's own (Appended).
 		have["traces"] -= rc.AppendedSpans()
+		have["metrics"] -= rc.AppendedPoints() // their span metrics
 		lost := int64(0)
 		for _, sig := range []string{"traces", "metrics", "logs"} {
 			c := rc.Signals[sig]

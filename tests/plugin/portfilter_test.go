@@ -6,9 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -95,38 +93,7 @@ true
 	}
 
 	// The collector killed, its ports bound by the other user first.
-	sup := st.SupervisorPID
-	if err := syscall.Kill(sup, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			syscall.Kill(sup, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
-	if err := syscall.Kill(st.CollectorPID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	logf := filepath.Join(d, "squat.log")
-	if err := os.WriteFile(logf, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(logf, 65534, 65534); err != nil {
-		t.Fatal(err)
-	}
-	argv := []string{"--reuid=65534", "--regid=65534", "--clear-groups", squat, logf, d + "/squat.ready"}
-	for _, p := range []int{st.Ports.OTLPGRPC, st.Ports.OTLPHTTP, st.Ports.Health, st.Ports.Telemetry} {
-		argv = append(argv, strconv.Itoa(p))
-	}
-	sq := exec.Command("setpriv", argv...)
-	if err := sq.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sq.Process.Kill(); sq.Wait() })
-	waitFile(t, 40*time.Second, d+"/squat.ready")
+	logf, resume := squatAfterKill(t, d, squat, st.SupervisorPID, st.CollectorPID, []int{st.Ports.OTLPGRPC, st.Ports.OTLPHTTP, st.Ports.Health, st.Ports.Telemetry})
 	if err := os.WriteFile(d+"/go2", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}

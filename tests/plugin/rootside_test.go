@@ -23,6 +23,47 @@ func buildSquat(t *testing.T, dir string) string {
 	return bin
 }
 
+// squatAfterKill stops the job's supervisor, kills its collector and has
+// another user (nobody) bind every one of ports as soon as it is free
+// (squat, buildSquat's listener, logging what it receives to the returned
+// file); it returns once all are bound, with the supervisor still stopped:
+// resume lets it go on (also at the test's end).
+func squatAfterKill(t *testing.T, d, squat string, sup, collector int, ports []int) (logf string, resume func()) {
+	t.Helper()
+	if err := syscall.Kill(sup, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume = func() {
+		if !resumed {
+			resumed = true
+			syscall.Kill(sup, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	if err := syscall.Kill(collector, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	logf = filepath.Join(d, "squat.log")
+	if err := os.WriteFile(logf, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(logf, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	argv := []string{"--reuid=65534", "--regid=65534", "--clear-groups", squat, logf, d + "/squat.ready"}
+	for _, p := range ports {
+		argv = append(argv, strconv.Itoa(p))
+	}
+	sq := exec.Command("setpriv", argv...)
+	if err := sq.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sq.Process.Kill(); sq.Wait() })
+	waitFile(t, 40*time.Second, d+"/squat.ready")
+	return logf, resume
+}
+
 // supervisorState is what the tests read of a job's state.json.
 type supervisorState struct {
 	Status        string `json:"status"`
@@ -83,39 +124,8 @@ true'
 		t.Fatalf("state.json: %+v", st)
 	}
 	sup := st.SupervisorPID
-	if err := syscall.Kill(sup, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			syscall.Kill(sup, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
-	if err := syscall.Kill(st.CollectorPID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	// The squatter: another user, binding every freed port as soon as it can.
-	logf := filepath.Join(d, "squat.log")
-	if err := os.WriteFile(logf, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(logf, 65534, 65534); err != nil {
-		t.Fatal(err)
-	}
 	ports := []int{st.Ports.OTLPGRPC, st.Ports.OTLPHTTP, st.Ports.Health, st.Ports.Telemetry}
-	argv := []string{"--reuid=65534", "--regid=65534", "--clear-groups", squat, logf, d + "/squat.ready"}
-	for _, p := range ports {
-		argv = append(argv, strconv.Itoa(p))
-	}
-	sq := exec.Command("setpriv", argv...)
-	if err := sq.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sq.Process.Kill(); sq.Wait() })
-	waitFile(t, 40*time.Second, d+"/squat.ready")
+	logf, resume := squatAfterKill(t, d, squat, sup, st.CollectorPID, ports)
 	resume()
 
 	// The supervisor must not stay ready on the squatter's ports.

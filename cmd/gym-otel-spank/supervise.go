@@ -40,10 +40,6 @@ func init() {
 
 func runSupervise(args []string, stdout, stderr io.Writer) error {
 	mainStart := time.Now()
-	// The hold socket's listener, when whoever started this process handed
-	// one on (the plugin's prolog, or a test): first, before this process
-	// opens a descriptor of its own or starts anything that could inherit it.
-	hold, holdErr := supervise.InheritedHoldListener()
 	fs := newFlags("supervise", "--from-env | [--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH] [--gpus LIST] [--gpu-devices LIST]", stderr)
 	fromEnv := fs.Bool("from-env", false, "read the encoded settings from $"+envEncoded+", the job facts from $"+envFacts+", the record from $"+envRecord+", report on fd 3 and serve the hold socket's listener on fd 4 (how the plugin's prolog starts it)")
 	var in inputFlags
@@ -68,6 +64,14 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	if err := proc.ClearSignals(); err != nil {
 		logrus.Warnf("signals: %v", err)
 	}
+	// The hold socket's listener, when whoever started this process handed
+	// one on (the plugin's prolog, or a test): taken once ClearSignals has
+	// re-executed this program where it had to (a slurmd started with
+	// ignored signals passes them on), which keeps the inherited
+	// descriptor only while it is not yet taken (the listener's copy is
+	// close-on-exec), and before this process starts anything that could
+	// inherit it.
+	hold, holdErr := supervise.InheritedHoldListener()
 	if *userName != "" {
 		if err := proc.BecomeUser(*userName); err != nil {
 			return err
@@ -81,6 +85,9 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 		logrus.Warnf("core dumps: %v", err)
 	}
 	opt := supervise.Options{MainStart: mainStart, HoldListener: hold}
+	if holdErr != nil {
+		logrus.Warnf("no hold socket (the batch step waits its full bound): %v", holdErr)
+	}
 	if *fromEnv {
 		var st syscall.Stat_t
 		if syscall.Fstat(supervise.ReadinessFD, &st) == nil {
@@ -90,9 +97,6 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 			opt.Readiness = os.NewFile(supervise.ReadinessFD, "report")
 		}
 		opt.LogToOutputDir = true
-		if holdErr != nil {
-			logrus.Warnf("no hold socket (the batch step waits its full bound): %v", holdErr)
-		}
 		if err := optionsFromEnv(&opt); err != nil {
 			if opt.Readiness != nil {
 				supervise.WriteReadiness(opt.Readiness, supervise.Readiness{Status: supervise.StatusFailed, Error: err.Error(), SupervisorPID: os.Getpid()})

@@ -82,11 +82,5 @@ func warnSubmitFilter(recordDir, node, confPath string, log logrus.FieldLogger) 
 	if p == "" {
 		return
 	}
-	marker := filepath.Join(recordDir, node, ".submit-filter-warned")
-	want := p + "\n"
-	if old, err := readBounded(marker, 4096); err == nil && old == want {
-		return
-	}
-	log.Warnf("%s", p)
-	_ = os.WriteFile(marker, []byte(want), 0o600)
+	warnOnce(recordDir, node, ".submit-filter-warned", p, func() { log.Warnf("%s", p) })
 }

@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -132,10 +132,12 @@ func releasePorts(ctx context.Context, rec *record.Record, node string, jobID ui
 var digits = regexp.MustCompile(`[0-9]+`)
 
 // warnOnce calls warn unless the marker file name in root's record dir for
-// the node already holds reason (written after the call).
-func warnOnce(recordDir, node, name, reason string, warn func()) {
+// the node already holds key (one line; written after the call): the
+// once-per-node warnings of the deadline's settings, the submit filter and
+// the packet filter.
+func warnOnce(recordDir, node, name, key string, warn func()) {
 	marker := filepath.Join(recordDir, node, name)
-	want := strconv.Quote(reason) + "\n"
+	want := strings.ReplaceAll(key, "\n", " ") + "\n"
 	if old, err := readBounded(marker, 4096); err == nil && old == want {
 		return
 	}

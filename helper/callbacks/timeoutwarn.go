@@ -2,8 +2,6 @@ package callbacks
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
@@ -31,12 +29,8 @@ func warnTimeouts(recordDir, node string, prologTimeout int, st slurm.Timeouts, 
 	if bound == 0 || time.Duration(prologTimeout)*time.Second < bound-timing.SlurmMargin {
 		return
 	}
-	marker := filepath.Join(recordDir, node, ".timeouts-warned")
-	want := fmt.Sprintf("prolog_timeout=%d slurm=%s\n", prologTimeout, bound)
-	if old, err := readBounded(marker, 256); err == nil && old == want {
-		return
-	}
-	log.Warnf("plugstack prolog_timeout=%d is not below Slurm's prolog/epilog timeout (%s) less %s: the plugin uses %s; set prolog_timeout lower, or raise PrologEpilogTimeout (PrologTimeout/EpilogTimeout on Slurm 25.05+)",
-		prologTimeout, bound, timing.SlurmMargin, bound-timing.SlurmMargin)
-	_ = os.WriteFile(marker, []byte(want), 0o600)
+	warnOnce(recordDir, node, ".timeouts-warned", fmt.Sprintf("prolog_timeout=%d slurm=%s", prologTimeout, bound), func() {
+		log.Warnf("plugstack prolog_timeout=%d is not below Slurm's prolog/epilog timeout (%s) less %s: the plugin uses %s; set prolog_timeout lower, or raise PrologEpilogTimeout (PrologTimeout/EpilogTimeout on Slurm 25.05+)",
+			prologTimeout, bound, timing.SlurmMargin, bound-timing.SlurmMargin)
+	})
 }

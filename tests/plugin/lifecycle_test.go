@@ -60,6 +60,10 @@ exit 5
 		t.Fatalf("exit %d (want 5); stderr %s\n%s", r.code, r.stderr, out)
 	}
 	jobID := jobIDOf(t, r)
+	// sbatch --wait returns once the job's state is final, which Slurm
+	// sets while the epilog still runs (COMPLETING): the files are whole
+	// once the epilog has drained the collector.
+	waitNoCollector(t)
 	otelDir := filepath.Join(base+".run", "otel")
 	state, err := os.ReadFile(filepath.Join(otelDir, "collector.log"))
 	if err != nil {
@@ -117,7 +121,6 @@ exit 5
 	if !found {
 		t.Errorf("the backend received no vLLM metric of job %s", jobID)
 	}
-	waitNoCollector(t)
 	waitIdle(t)
 }
 

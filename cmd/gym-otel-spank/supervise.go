@@ -40,6 +40,14 @@ func init() {
 
 func runSupervise(args []string, stdout, stderr io.Writer) error {
 	mainStart := time.Now()
+	// First of all: not dumpable, so that the job's tasks, which run as
+	// the same user, cannot read this process's memory or environment nor
+	// take its descriptors (the hold socket's listener at fd 4, the
+	// plugin's token it mints). The kernel resets the flag at every
+	// execve, so it is set again after ClearSignals' re-exec, where this
+	// line runs again; an execute-only install (mode 0711) has the kernel
+	// set it at the execve itself, before any instruction of this program.
+	notDumpableErr := proc.NotDumpable()
 	fs := newFlags("supervise", "--from-env | [--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH] [--gpus LIST] [--gpu-devices LIST]", stderr)
 	fromEnv := fs.Bool("from-env", false, "read the encoded settings from $"+envEncoded+", the job facts from $"+envFacts+", the record from $"+envRecord+", report on fd 3 and serve the hold socket's listener on fd 4 (how the plugin's prolog starts it)")
 	var in inputFlags
@@ -83,6 +91,9 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	}
 	if err := proc.NoCoreDumps(); err != nil {
 		logrus.Warnf("core dumps: %v", err)
+	}
+	if notDumpableErr != nil {
+		logrus.Warnf("not dumpable: %v (the job's tasks can read this process's memory)", notDumpableErr)
 	}
 	opt := supervise.Options{MainStart: mainStart, HoldListener: hold}
 	if holdErr != nil {

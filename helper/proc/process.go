@@ -105,6 +105,28 @@ func NoCoreDumps() error {
 	return unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{Cur: 0, Max: 0})
 }
 
+// NotDumpable marks this process not dumpable (prctl PR_SET_DUMPABLE 0),
+// which the kernel keeps until the process's next execve: its /proc
+// entries (environ, mem, fd, maps) then belong to root, and no process
+// without CAP_SYS_PTRACE may trace it or take its descriptors
+// (pidfd_getfd), even one of its own uid. A job's tasks run as the user
+// the supervisor and the collector run as; this is what keeps the
+// plugin's token, which they hold in memory, and the hold socket's
+// listener from the tasks. Errors: prctl's.
+func NotDumpable() error {
+	return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+}
+
+// Dumpable reports whether this process is dumpable (prctl
+// PR_GET_DUMPABLE): false when NotDumpable was called, or when the kernel
+// made the process not dumpable at its execve because the program's file
+// is not readable by it (an execute-only install, mode 0711). Errors:
+// prctl's.
+func Dumpable() (bool, error) {
+	v, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	return v == 1, err
+}
+
 // BecomeUser switches this process (all threads) to the user called name
 // (or with that uid), with its primary group and supplementary groups
 // from NSS (Credential.Become), and sets HOME and USER. Only root can; it

@@ -88,7 +88,9 @@ install: build
 		$(DESTDIR)$(SYSCONFDIR)/slurm/plugstack.conf.d
 	install -m 0755 $(BUILD)/gym_otel.so $(DESTDIR)$(SLURM_PLUGIN_DIR)/gym_otel.so
 	install -m 0755 $(BUILD)/gym_otel_core.so $(DESTDIR)$(SLURM_PLUGIN_DIR)/gym_otel_core.so
-	install -m 0755 $(BUILD)/gym-otel-spank $(DESTDIR)$(BINDIR)/gym-otel-spank
+	# Execute-only: the supervisor it runs as the job's user is then not
+	# dumpable from its execve on (the job's tasks cannot read its memory).
+	install -m 0711 $(BUILD)/gym-otel-spank $(DESTDIR)$(BINDIR)/gym-otel-spank
 	printf '%s\n' \
 		'# gym-otel-spank: a per-job OpenTelemetry Collector (sbatch/srun/salloc --gym-otel).' \
 		'# Arguments: site=FILE default=off|on prolog_timeout=SECONDS (keep below PrologEpilogTimeout)' \

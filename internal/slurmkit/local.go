@@ -33,14 +33,25 @@ func UpLocal(root string, env []string, args ...string) (map[string]string, erro
 	return exports, nil
 }
 
-// Install copies each of files (paths below the repository root) into
-// dir as root-owned programs (mode 0755), as an admin installs them.
+// Install copies each of files (paths below the repository root, or
+// absolute) into dir as root-owned files, as make install and the RPM
+// install them: shared objects readable by everyone (mode 0755: sbatch
+// loads the plugin as the user), programs execute-only (mode 0711: the
+// supervisor and the collector are then not dumpable from their execve).
 func Install(root, dir string, files ...string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	for _, f := range files {
-		if out, err := Run(nil, "install", "-m", "0755", filepath.Join(root, f), filepath.Join(dir, filepath.Base(f))); err != nil {
+		mode := "0711"
+		if strings.HasSuffix(f, ".so") {
+			mode = "0755"
+		}
+		src := f
+		if !filepath.IsAbs(f) {
+			src = filepath.Join(root, f)
+		}
+		if out, err := Run(nil, "install", "-m", mode, src, filepath.Join(dir, filepath.Base(f))); err != nil {
 			return fmt.Errorf("install %s: %v: %s", f, err, out)
 		}
 	}

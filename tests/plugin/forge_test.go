@@ -128,3 +128,76 @@ echo done
 	t.Logf("job %s: %d real phase spans (root %s), %d lookalikes the task sent", job, len(real), ns.Job.ID, forged)
 	waitIdle(t)
 }
+
+// TestTasksCannotReadPluginSecrets: the job's own tasks run as the user
+// the node's supervisor and collector run as. A task reads the
+// environment of a process of its own (a control, with a marker in it),
+// opens its memory and attaches to it with ptrace; it can do none of that
+// to the job's supervisor or collector, which hold the plugin's token
+// (what root tells reaches the files by that token: a task that had it
+// could forge the Slurm phases) and root's hold socket.
+func TestTasksCannotReadPluginSecrets(t *testing.T) {
+	waitIdle(t)
+	d := markerDir(t, "plugin-secrets")
+	script := writeScript(t, filepath.Base(d)+".sh", `
+me=$(id -u)
+GOS_MARK=control-mark sleep 60 &
+ctl=$!
+sleep 0.2
+probe() {
+	if tr '\0' '\n' 2>/dev/null </proc/$1/environ | grep -q "$3"; then echo "$2 environ readable"; else echo "$2 environ denied"; fi
+	if (exec 3</proc/$1/mem) 2>/dev/null; then echo "$2 mem opened"; else echo "$2 mem denied"; fi
+	if python3 -c 'import ctypes,sys; l=ctypes.CDLL(None,use_errno=True); sys.exit(0 if l.ptrace(16,int(sys.argv[1]),0,0)==0 else 1)' $1 2>/dev/null; then echo "$2 ptrace attached"; else echo "$2 ptrace denied"; fi
+}
+probe $ctl control GOS_MARK=control-mark
+n=0
+for p in $(pgrep -u $me -f 'otelcol-gym|supervise --from-env'); do
+	n=$((n+1))
+	case "$(tr '\0' ' ' </proc/$p/cmdline)" in *supervise*) w=supervisor ;; *) w=collector ;; esac
+	probe $p $w GYM_OTEL_
+done
+echo "found=$n"
+kill $ctl
+`)
+	r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -w gn1 --gym-otel=job_dir=%s/run -o %s/job.out %s", d, d, script))
+	out, _ := os.ReadFile(filepath.Join(d, "job.out"))
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s\n%s", r.code, r.stderr, out)
+	}
+	t.Logf("the task's probes:\n%s", out)
+	lines := strings.Split(string(out), "\n")
+	has := func(l string) bool {
+		for _, x := range lines {
+			if x == l {
+				return true
+			}
+		}
+		return false
+	}
+	// The control shows the probes work: they would read a dumpable
+	// process of the same uid.
+	for _, l := range []string{"control environ readable", "control mem opened"} {
+		if !has(l) {
+			t.Fatalf("the control probe did not give %q: the probes prove nothing", l)
+		}
+	}
+	ptraceWorks := has("control ptrace attached")
+	if !ptraceWorks {
+		t.Logf("ptrace of a process of the same uid is refused on this host (Yama): the ptrace probe proves nothing here")
+	}
+	if !has("found=2") {
+		t.Fatalf("the task found not one supervisor and one collector of its job")
+	}
+	for _, w := range []string{"supervisor", "collector"} {
+		for _, l := range []string{w + " environ denied", w + " mem denied"} {
+			if !has(l) {
+				t.Errorf("the task: not %q", l)
+			}
+		}
+		if ptraceWorks && !has(w+" ptrace denied") {
+			t.Errorf("the task attached to the job's %s with ptrace", w)
+		}
+	}
+	waitNoCollector(t)
+	waitIdle(t)
+}

@@ -38,6 +38,10 @@
 #define GOS_RECORD_CGROUP_CPUSET "cgroup_cpuset"
 /* RecordHoldSocket */
 #define GOS_RECORD_HOLD_SOCKET "hold_socket"
+/* RecordOutputDir */
+#define GOS_RECORD_OUTPUT_DIR "output_dir"
+/* RecordBackend */
+#define GOS_RECORD_BACKEND "backend"
 /* RecordEnv */
 #define GOS_RECORD_ENV "env"
 /* RecordUnset */

@@ -1,10 +1,10 @@
 /*
  * args.c: the plugstack.conf arguments, parsed again in every context
- * (each is another process). C reads only the three it uses: default
- * (submit), record_dir (prolog, epilog, every step) and core (where the Go
- * core is). Every argument, these included, is handed to the Go core,
- * which validates them all (helper/callbacks/args.go) with the same rules for
- * these three: a key given twice is refused, a path must be absolute and is
+ * (each is another process). C reads only the four it uses: default
+ * (submit), record_dir (prolog, epilog, every step), core (where the Go
+ * core is) and job_output (the batch step). Every argument, these
+ * included, is handed to the Go core, which validates them all
+ * (helper/callbacks/args.go) with the same rules for these four: a key given twice is refused, a path must be absolute and is
  * cleaned as Go's filepath.Clean does, an empty argument is skipped.
  * helper/callbacks/args_c_test.go compares the two parsers on one set of
  * arguments.
@@ -101,6 +101,7 @@ int gos_args_parse(struct gos_args *a, int ac, char **av)
 
 	gos_args_free(a);
 	a->record_dir = strdup(GOS_DEFAULT_RECORD_DIR);
+	a->job_output = 1;
 	for (int i = 0; i < ac; i++)
 		len += strlen(av[i]) + 1;
 	a->joined = calloc(1, len);
@@ -129,7 +130,8 @@ int gos_args_parse(struct gos_args *a, int ac, char **av)
 			strcat(a->joined, "\n");
 		strcat(a->joined, arg);
 #define KEY_IS(k) (strlen(k) == n && !strncmp(arg, k, n))
-		if (!KEY_IS("record_dir") && !KEY_IS("core") && !KEY_IS("default"))
+		if (!KEY_IS("record_dir") && !KEY_IS("core") && !KEY_IS("default") &&
+		    !KEY_IS("job_output"))
 			continue; /* the Go core's, or an otel key: checked there */
 		if (given(av, i, arg, n)) {
 			snprintf(a->err, sizeof(a->err),
@@ -139,6 +141,14 @@ int gos_args_parse(struct gos_args *a, int ac, char **av)
 			rc = set_path(a, &a->record_dir, arg, "record_dir", v);
 		} else if (KEY_IS("core")) {
 			rc = set_path(a, &a->core, arg, "core", v);
+		} else if (KEY_IS("job_output")) {
+			if (!strcmp(v, "on") || !strcmp(v, "off")) {
+				a->job_output = !strcmp(v, "on");
+			} else {
+				snprintf(a->err, sizeof(a->err),
+					 "plugstack.conf argument \"%s\": job_output wants on or off", arg);
+				rc = -1;
+			}
 		} else if (!strcmp(v, "on")) {
 			a->default_on = 1;
 		} else if (!strcmp(v, "off")) {

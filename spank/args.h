@@ -6,6 +6,7 @@
 
 struct gos_args {
 	int default_on;
+	int job_output; /* job_output=on (default): the batch step's line in the job's output */
 	char *record_dir;
 	char *core;
 	char *joined; /* every argument, joined by '\n', for the Go core */

@@ -15,8 +15,10 @@
  *   step    (remote: slurmstepd; pure C, never Go)   step.c
  *           init_post_opt: task env from root's      taskenv.c
  *           record;
- *           task_init: fail the tasks when the       notice.c
- *           collector failed and on_failure=fail;
+ *           task_init: the batch step names the job's notice.c
+ *           files, backend and inspect command in
+ *           the job's output; fail the tasks when
+ *           the collector failed and on_failure=fail;
  *           task_post_fork: the collector's CPU set  cgroup.c
  *           follows the job's;
  *           task_exit: final-scrape wait             hold.c

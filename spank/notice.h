@@ -22,6 +22,10 @@ int gos_notice_off_once(const char *dir, uint32_t job_id, const char *node, cons
 void gos_notice_task_no_record(spank_t sp, const char *node);
 void gos_notice_task_kept(spank_t sp, uint32_t job_id, const char *kept);
 void gos_notice_task_off(spank_t sp, const char *node, const char *reason);
+/* The batch step's task 0: where the job's telemetry is, where it is
+ * shipped, and the command that reads it (job_output=on). */
+void gos_notice_task_telemetry(spank_t sp, uint32_t job_id, const char *output_dir,
+			       const char *backend);
 /* on_failure=fail: why the tasks fail, in slurmstepd's log. */
 void gos_notice_task_failed(uint32_t job_id, const char *node, const char *reason);
 

@@ -131,6 +131,19 @@ int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 
 			if (v[0] == '/' && !strstr(v, "/../") && strlen(v) < sizeof(r->hold_socket))
 				snprintf(r->hold_socket, sizeof(r->hold_socket), "%s", v);
+		} else if (KEY(p, GOS_RECORD_OUTPUT_DIR)) {
+			/* Named in the job's output (notice.c): absolute, and
+			 * whole or not at all. */
+			const char *v = VAL(p, GOS_RECORD_OUTPUT_DIR);
+
+			if (v[0] == '/' && strlen(v) < sizeof(r->output_dir))
+				snprintf(r->output_dir, sizeof(r->output_dir), "%s", v);
+		} else if (KEY(p, GOS_RECORD_BACKEND)) {
+			const char *v = VAL(p, GOS_RECORD_BACKEND);
+
+			if ((!strncmp(v, "http://", 7) || !strncmp(v, "https://", 8)) &&
+			    strlen(v) < sizeof(r->backend))
+				snprintf(r->backend, sizeof(r->backend), "%s", v);
 		} else if (KEY(p, GOS_RECORD_CGROUP_MEMORY)) {
 			/* Root's own path (under /sys/fs/cgroup), from root's record. */
 			const char *v = VAL(p, GOS_RECORD_CGROUP_MEMORY);

@@ -25,6 +25,8 @@ struct gos_record {
 	char cgroup_memory[4096]; /* the collector cgroup's memory bound file, or "" */
 	char cgroup_cpuset[4096]; /* the collector cgroup's cpuset.cpus, or "" */
 	char hold_socket[GOS_HOLD_PATH_MAX + 1]; /* the supervisor's hold socket's path, or "" */
+	char output_dir[4096]; /* the node's collector dir (absolute), or "" */
+	char backend[2048];    /* the OTLP/HTTP base URL the collector ships to, or "" */
 };
 /* 0: read; 1: no record; -1: a bad record (message in err). */
 int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,

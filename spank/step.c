@@ -8,9 +8,10 @@
  *     root's record (record.c); set the task env from it (taskenv.c) and
  *     bound the collector's memory (cgroup.c); say what is missing
  *     (notice.c)
- *   task_init (forked task child): tell the user what is missing, or fail
- *     the tasks when the collector failed and on_failure=fail (fails the
- *     job, never drains the node) (notice.c)
+ *   task_init (forked task child): the batch step names where the job's
+ *     telemetry is and how to read it (job_output=on); tell the user what
+ *     is missing, or fail the tasks when the collector failed and
+ *     on_failure=fail (fails the job, never drains the node) (notice.c)
  *   task_post_fork: the collector's CPU set follows the step's (cgroup.c)
  *   task_exit (batch step): the final-scrape wait (hold.c)
  */
@@ -47,6 +48,10 @@ static struct {
 	int cpuset_done;
 	char kept[512]; /* telemetry variables set before the plugin, kept */
 	char hold_socket[GOS_HOLD_PATH_MAX + 1]; /* the supervisor's hold socket (hold.c), or "" */
+	/* The batch step with job_output=on: the telemetry line's facts, from
+	 * root's record (notice.c); output_dir "" for every other step. */
+	char output_dir[4096];
+	char backend[2048];
 } st;
 
 int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
@@ -124,6 +129,10 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	spank_setenv(sp, GOS_ENV_IN_JOB, jobbuf, 1);
 	for (int i = 0; i < r.nunset; i++)
 		spank_unsetenv(sp, r.unset[i]);
+	if (r.ready && a->job_output && st.step_id == SLURM_BATCH_SCRIPT) {
+		snprintf(st.output_dir, sizeof(st.output_dir), "%s", r.output_dir);
+		snprintf(st.backend, sizeof(st.backend), "%s", r.backend);
+	}
 	if (r.ready) {
 		snprintf(st.cpuset, sizeof(st.cpuset), "%s", r.cgroup_cpuset);
 		gos_cgroup_bound_memory(sp, &r, st.job_id);
@@ -140,6 +149,8 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 
 int gos_step_task_init(spank_t sp)
 {
+	if (st.have && st.ready && st.output_dir[0])
+		gos_notice_task_telemetry(sp, st.job_id, st.output_dir, st.backend);
 	if (st.norecord) {
 		gos_notice_task_no_record(sp, st.node);
 		return 0;

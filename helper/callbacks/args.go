@@ -35,7 +35,7 @@ const (
 
 // ArgNames are the plugin's own plugstack.conf argument names (the rest are
 // otel keys).
-var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir", "core", "cgroup", "cgroup_memory_max_mib", "port_filter"}
+var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir", "core", "cgroup", "cgroup_memory_max_mib", "port_filter", "job_output"}
 
 // Args are the plugstack.conf arguments of the plugin:
 //
@@ -58,6 +58,10 @@ var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir"
 //	                     default auto: wherever the node can, and a warning
 //	                     once per node where it cannot; require: no
 //	                     collector where it cannot)
+//	job_output=on|off    on (default): a job's batch step names, at the
+//	                     start of the job's output, where its telemetry is,
+//	                     where it is shipped and the command that reads it
+//	                     (spank/notice.c; read by C in the step, checked here)
 //	<otel key>=VALUE     inline site overrides, e.g. on_failure=fail
 type Args struct {
 	Site          string
@@ -72,6 +76,11 @@ type Args struct {
 	CgroupMemoryMaxMiB int
 	// PortFilter is portfilter.ModeAuto, ModeRequire or ModeOff.
 	PortFilter string
+	// JobOutput (job_output=on|off, default on): whether the batch step
+	// writes the telemetry line at the start of the job's output. The C
+	// front reads it in the step (spank/args.c); the Go core only
+	// validates it.
+	JobOutput bool
 	// SiteItems are the inline otel keys, in the order given.
 	SiteItems []config.Item
 }
@@ -79,7 +88,7 @@ type Args struct {
 // ParseArgs parses plugstack.conf arguments. Every bad argument is reported
 // (joined), each naming the argument.
 func ParseArgs(av []string) (Args, error) {
-	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: contract.DefaultRecordDir, Cgroup: CgroupAuto, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, PortFilter: portfilter.ModeAuto}
+	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: contract.DefaultRecordDir, Cgroup: CgroupAuto, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, PortFilter: portfilter.ModeAuto, JobOutput: true}
 	var errs []error
 	bad := func(arg, format string, v ...any) {
 		errs = append(errs, fmt.Errorf("plugstack.conf argument %q: %s", arg, fmt.Sprintf(format, v...)))
@@ -124,6 +133,15 @@ func ParseArgs(av []string) (Args, error) {
 				a.DefaultOn = false
 			default:
 				bad(arg, "default wants on or off")
+			}
+		case "job_output":
+			switch v {
+			case "on":
+				a.JobOutput = true
+			case "off":
+				a.JobOutput = false
+			default:
+				bad(arg, "job_output wants on or off (off: no telemetry line in the jobs' output)")
 			}
 		case "cgroup":
 			switch v {

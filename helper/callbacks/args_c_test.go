@@ -9,7 +9,7 @@ import (
 )
 
 // TestArgsSameInC: the C front (spank/args.c) and the Go core (ParseArgs)
-// read the three arguments C uses (default, record_dir, core) alike: the
+// read the four arguments C uses (default, record_dir, core, job_output) alike: the
 // same values after path cleaning, and the same arguments refused.
 func TestArgsSameInC(t *testing.T) {
 	bin := testenv.BuildCDriver(t, t.TempDir(), "args", "args.c", `#include <stdio.h>
@@ -21,7 +21,7 @@ int main(int argc, char **argv) {
 		gos_args_free(&a);
 		return 0;
 	}
-	printf("default=%d record_dir=%s core=%s\n", a.default_on, a.record_dir, a.core ? a.core : "");
+	printf("default=%d record_dir=%s core=%s job_output=%d\n", a.default_on, a.record_dir, a.core ? a.core : "", a.job_output);
 	gos_args_free(&a);
 	return 0;
 }
@@ -30,18 +30,23 @@ int main(int argc, char **argv) {
 		args []string
 		want string // the C driver's line: values, or "error" when both refuse
 	}{
-		{nil, "default=0 record_dir=/run/gym-otel core="},
-		{[]string{"default=on", "on_failure=fail"}, "default=1 record_dir=/run/gym-otel core="},
-		{[]string{"", "default=off"}, "default=0 record_dir=/run/gym-otel core="},
-		{[]string{"record_dir=/run//x/./y/../z/"}, "default=0 record_dir=/run/x/z core="},
-		{[]string{"core=/opt/a/../b.so"}, "default=0 record_dir=/run/gym-otel core=/opt/b.so"},
-		{[]string{"record_dir=/.."}, "default=0 record_dir=/ core="},
-		{[]string{"record_dir=/a/b/../../../c"}, "default=0 record_dir=/c core="},
-		{[]string{"record_dir=///"}, "default=0 record_dir=/ core="},
-		{[]string{"record_dir=/a/..b/.c"}, "default=0 record_dir=/a/..b/.c core="},
+		{nil, "default=0 record_dir=/run/gym-otel core= job_output=1"},
+		{[]string{"default=on", "on_failure=fail"}, "default=1 record_dir=/run/gym-otel core= job_output=1"},
+		{[]string{"", "default=off"}, "default=0 record_dir=/run/gym-otel core= job_output=1"},
+		{[]string{"record_dir=/run//x/./y/../z/"}, "default=0 record_dir=/run/x/z core= job_output=1"},
+		{[]string{"core=/opt/a/../b.so"}, "default=0 record_dir=/run/gym-otel core=/opt/b.so job_output=1"},
+		{[]string{"record_dir=/.."}, "default=0 record_dir=/ core= job_output=1"},
+		{[]string{"record_dir=/a/b/../../../c"}, "default=0 record_dir=/c core= job_output=1"},
+		{[]string{"record_dir=///"}, "default=0 record_dir=/ core= job_output=1"},
+		{[]string{"record_dir=/a/..b/.c"}, "default=0 record_dir=/a/..b/.c core= job_output=1"},
+		{[]string{"job_output=off"}, "default=0 record_dir=/run/gym-otel core= job_output=0"},
+		{[]string{"job_output=on", "default=on"}, "default=1 record_dir=/run/gym-otel core= job_output=1"},
+		{[]string{"job_output=no"}, "error"},
+		{[]string{"job_output="}, "error"},
+		{[]string{"job_output=off", "job_output=off"}, "error"},
 		{[]string{"default=maybe"}, "error"},
 		{[]string{"record_dir=run"}, "error"},
-		{[]string{"core=lib.so"}, "error"},
+		{[]string{"core=lib.so job_output=1"}, "error"},
 		{[]string{"record_dir=/a", "record_dir=/b"}, "error"},
 		{[]string{"default=on", "default=on"}, "error"},
 		{[]string{"Default=on"}, "error"},
@@ -57,7 +62,10 @@ int main(int argc, char **argv) {
 		if a.DefaultOn {
 			gline = "default=1"
 		}
-		gline += " record_dir=" + a.RecordDir + " core=" + a.Core
+		gline += " record_dir=" + a.RecordDir + " core=" + a.Core + " job_output=0"
+		if a.JobOutput {
+			gline = strings.TrimSuffix(gline, "0") + "1"
+		}
 		if c.want == "error" {
 			if !strings.HasPrefix(line, "error=") || gerr == nil {
 				t.Errorf("%q: C %q, Go %v: both must refuse", c.args, line, gerr)

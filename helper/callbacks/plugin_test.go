@@ -15,7 +15,7 @@ import (
 
 func TestParseArgs(t *testing.T) {
 	a, err := ParseArgs([]string{"site=/etc/slurm/gym-otel.yaml", "default=on", "prolog_timeout=30",
-		"cli=/opt/bin/gym-otel-spank", "record_dir=/run/x", "cgroup=required", "port_filter=require", "on_failure=fail", "scrape_interval_seconds=5"})
+		"cli=/opt/bin/gym-otel-spank", "record_dir=/run/x", "cgroup=required", "port_filter=require", "job_output=off", "on_failure=fail", "scrape_interval_seconds=5"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,6 +23,9 @@ func TestParseArgs(t *testing.T) {
 		RecordDir: "/run/x", Cgroup: CgroupRequired, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, PortFilter: "require", SiteItems: []config.Item{{Key: "on_failure", Value: "fail"}, {Key: "scrape_interval_seconds", Value: "5"}}}
 	if !reflect.DeepEqual(a, want) {
 		t.Fatalf("got %+v\nwant %+v", a, want)
+	}
+	if a, err := ParseArgs(nil); err != nil || !a.JobOutput {
+		t.Errorf("no arguments: job_output %v (%v), want on by default", a.JobOutput, err)
 	}
 	for _, c := range []struct{ arg, want string }{
 		{"bogus", `"bogus": expected key=value`},
@@ -39,6 +42,9 @@ func TestParseArgs(t *testing.T) {
 		{"recorddir=/x", `(did you mean "record_dir"?)`},
 		{"zzzzzzzzzzzz=1", "unknown argument (plugin arguments: site, default, prolog_timeout"},
 		{"on_failure=explode", "otel.on_failure=explode"},
+		{"job_output=no", `"job_output=no": job_output wants on or off`},
+		{"job_output", `"job_output": expected key=value`},
+		{"joboutput=off", `(did you mean "job_output"?)`},
 	} {
 		_, err := ParseArgs([]string{c.arg})
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -352,7 +352,8 @@ func launch(in PrologInput, env []string, groups []uint32, group *cgroup.Group, 
 
 // recordReady writes the ready record: the supervisor's pid and start
 // time (checked to be alive after its report), the task env, the hold
-// socket's path (holdPath, "" for none). On an error the supervisor is
+// socket's path (holdPath, "" for none), the node's collector dir and the
+// backend. On an error the supervisor is
 // ended.
 func recordReady(dir string, rec *record.Record, sup *supervisor, rep supervise.Readiness, resolved *config.Resolved, facts jobfacts.Facts, holdPath string) error {
 	ps, err := proc.ReadStat(sup.pid)
@@ -365,6 +366,12 @@ func recordReady(dir string, rec *record.Record, sup *supervisor, rep supervise.
 	rec.SupervisorStart = ps.StartTime
 	rec.Env = taskenv.TaskEnv(resolved, facts, rep.Ports, rep.ReceiverToken)
 	rec.HoldSocket = holdPath
+	// What the batch step tells the job's output (spank/notice.c): where
+	// this node's files are (computed here, as the supervisor computed
+	// it from the same settings and facts, not taken from its report)
+	// and where the collector ships them.
+	rec.OutputDir = jobfacts.OutputDir(resolved, facts)
+	rec.Backend = record.Backend(resolved.Otel.Endpoint)
 	if err := record.Write(dir, rec); err != nil {
 		sup.kill()
 		return err

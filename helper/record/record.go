@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,6 +37,8 @@ import (
 //	cgroup_cpuset=<the file of its CPU set, which steps narrow to their CPUs>
 //	hold_socket=<the path of the supervisor's hold socket (HoldSocketPath), "" for none>
 //	filter_ports=<the job's loopback ports the node's packet filter keeps to the job, comma-separated, "" for none>
+//	output_dir=<the node's collector dir, as its supervisor reported it, "" when not ready or not one line>
+//	backend=<the OTLP/HTTP base URL the collector ships to (Backend: no credentials), "" when not ready>
 //	env=KEY=VALUE
 //	unset=NAME
 type Record struct {
@@ -65,8 +68,16 @@ type Record struct {
 	// installed the node's packet filter (helper/portfilter), which the
 	// epilog removes; none when it installed nothing.
 	FilterPorts []int
-	Env         []KV
-	Unset       []string
+	// OutputDir is the node's collector dir (<job dir>/otel on the job's
+	// first node), as the supervisor reported it once ready; "" otherwise.
+	// The batch step names it in the job's output.
+	OutputDir string
+	// Backend is the OTLP/HTTP base URL the collector exports to, as
+	// Backend makes it (scheme, host, port and path only); "" otherwise.
+	// The batch step names it in the job's output.
+	Backend string
+	Env     []KV
+	Unset   []string
 }
 
 // KV is one environment variable.
@@ -130,6 +141,14 @@ func (r *Record) Marshal() ([]byte, error) {
 		ports[i] = strconv.Itoa(p)
 	}
 	fmt.Fprintf(&b, "filter_ports=%s\n", strings.Join(ports, ","))
+	// A dir whose name holds a control character is not named at all
+	// (the job's output says nothing then): it cannot be one line.
+	outDir := r.OutputDir
+	if hasControl(outDir) {
+		outDir = ""
+	}
+	fmt.Fprintf(&b, "%s=%s\n", contract.RecordOutputDir, outDir)
+	fmt.Fprintf(&b, "%s=%s\n", contract.RecordBackend, Backend(r.Backend))
 	for _, kv := range r.Env {
 		if !EnvName(kv.Key) || strings.ContainsAny(kv.Value, "\n\r\x00") {
 			return nil, fmt.Errorf("record: env %q: not a name or a one-line value", kv.Key)
@@ -194,6 +213,10 @@ func Parse(data []byte) (*Record, error) {
 				}
 				r.FilterPorts = append(r.FilterPorts, n)
 			}
+		case contract.RecordOutputDir:
+			r.OutputDir = v
+		case contract.RecordBackend:
+			r.Backend = v
 		case contract.RecordEnv:
 			ek, ev, _ := strings.Cut(v, "=")
 			r.Env = append(r.Env, KV{ek, ev})
@@ -208,6 +231,27 @@ func Parse(data []byte) (*Record, error) {
 		return nil, fmt.Errorf("record: status %q", r.Status)
 	}
 	return r, sc.Err()
+}
+
+// Backend is endpoint as the record keeps it and the job's output shows
+// it: scheme://host[:port]/path of an http or https URL, with any user
+// info, query and fragment dropped (otel.endpoint's validation refuses
+// them already: this is the second guard that no credential reaches a
+// job's output), control characters refused. "" when endpoint is not
+// such a URL.
+func Backend(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || hasControl(endpoint) {
+		return ""
+	}
+	clean := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
+	return clean.String()
+}
+
+// hasControl reports whether s holds a control character (a record line
+// and a line of the job's output must stay one line).
+func hasControl(s string) bool {
+	return strings.IndexFunc(s, unicode.IsControl) >= 0
 }
 
 // EnvName reports whether s is a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*).

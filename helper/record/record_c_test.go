@@ -40,6 +40,7 @@ int main(int argc, char **argv) {
 	printf("ready=%d\nfail=%d\nreason=%s\nfinal_wait=%d\n", r.ready, r.fail, r.reason, r.final_wait);
 	printf("cgroup_memory=%s\ncgroup_cpuset=%s\n", r.cgroup_memory, r.cgroup_cpuset);
 	printf("hold_socket=%s\n", r.hold_socket);
+	printf("output_dir=%s\nbackend=%s\n", r.output_dir, r.backend);
 	printf("supervisor=%ld/%llu alive=%d\n", r.supervisor_pid, r.supervisor_start, gos_supervisor_alive(&r));
 	for (int i = 0; i < r.nenv; i++)
 		printf("env=%s\n", r.env[i]);
@@ -57,6 +58,8 @@ int main(int argc, char **argv) {
 		CgroupMemory: "/sys/fs/cgroup/memory/gym_otel/c/n1/job_7/memory.limit_in_bytes",
 		CgroupCpuset: "/sys/fs/cgroup/cpuset/gym_otel/c/n1/job_7/cpuset.cpus",
 		HoldSocket:   "/run/gym-otel/n1/7/hold/sock",
+		OutputDir:    "/lustre/runs/r 1/otel",
+		Backend:      "https://otlp.example.com:4318/base",
 		Env:          []KV{{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer gos_x=y"}},
 		Unset:        []string{"OTEL_TOKEN", "SLURM_SPANK_GYM_OTEL_TOKEN"},
 	}
@@ -74,8 +77,8 @@ int main(int argc, char **argv) {
 		if err != nil {
 			t.Fatalf("the C reader: %v\n%s", err, out)
 		}
-		want := fmt.Sprintf("ready=1\nfail=1\nreason=%s\nfinal_wait=%d\ncgroup_memory=%s\ncgroup_cpuset=%s\nhold_socket=%s\nsupervisor=%d/%d alive=0\n",
-			rec.Reason, c.want, rec.CgroupMemory, rec.CgroupCpuset, rec.HoldSocket, rec.SupervisorPID, rec.SupervisorStart)
+		want := fmt.Sprintf("ready=1\nfail=1\nreason=%s\nfinal_wait=%d\ncgroup_memory=%s\ncgroup_cpuset=%s\nhold_socket=%s\noutput_dir=%s\nbackend=%s\nsupervisor=%d/%d alive=0\n",
+			rec.Reason, c.want, rec.CgroupMemory, rec.CgroupCpuset, rec.HoldSocket, rec.OutputDir, rec.Backend, rec.SupervisorPID, rec.SupervisorStart)
 		for _, kv := range rec.Env {
 			want += "env=" + kv.Key + "=" + kv.Value + "\n"
 		}

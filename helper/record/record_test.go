@@ -16,6 +16,7 @@ import (
 func TestRecordRoundTrip(t *testing.T) {
 	r := &Record{Status: "failed", OnFailure: "fail", Reason: "line one\nline two", FinalWait: 16, DrainTimeout: 20,
 		SupervisorPID: 42, SupervisorStart: 123456, UID: 2001, FilterPorts: []int{40001, 40002},
+		OutputDir: "/runs/r 1/otel", Backend: "https://otlp.example.com:4318/base",
 		Env: []KV{{"A", "1"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20x"}}, Unset: []string{"OTEL_TOKEN"}}
 	data, err := r.Marshal()
 	if err != nil {
@@ -31,6 +32,37 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 	if _, err := (&Record{Status: "ready", Env: []KV{{"A", "x\ny"}}}).Marshal(); err == nil {
 		t.Error("a newline in an env value was accepted")
+	}
+}
+
+// TestRecordBackendAndDir: the backend and the output dir the batch step
+// names in the job's output: never a credential, always one line.
+func TestRecordBackendAndDir(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://otlp.example.com:4318":             "https://otlp.example.com:4318",
+		"http://127.0.0.1:4318/otlp":                "http://127.0.0.1:4318/otlp",
+		"https://user:secret@otlp.example.com/x":    "https://otlp.example.com/x",
+		"https://otlp.example.com/x?api_key=secret": "https://otlp.example.com/x",
+		"https://otlp.example.com/x#secret":         "https://otlp.example.com/x",
+		"ftp://otlp.example.com":                    "",
+		"otlp.example.com:4318":                     "",
+		"https://otlp.example.com/a\nb":             "",
+		"":                                          "",
+	} {
+		if got := Backend(in); got != want {
+			t.Errorf("Backend(%q) = %q, want %q", in, got, want)
+		}
+	}
+	data, err := (&Record{Status: "ready", OutputDir: "/runs/a\nb/otel", Backend: "https://u:p@h:1/x?k=v"}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.OutputDir != "" || got.Backend != "https://h:1/x" || strings.Contains(string(data), "p@") || strings.Contains(string(data), "k=v") {
+		t.Fatalf("output_dir %q backend %q; record:\n%s", got.OutputDir, got.Backend, data)
 	}
 }
 

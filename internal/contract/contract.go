@@ -89,6 +89,8 @@ const (
 	RecordCgroupMemory    = "cgroup_memory"    // the collector cgroup's memory bound file
 	RecordCgroupCpuset    = "cgroup_cpuset"    // the collector cgroup's cpuset.cpus file
 	RecordHoldSocket      = "hold_socket"      // the hold socket's path, in root's job record dir
+	RecordOutputDir       = "output_dir"       // the node's collector dir (the supervisor's report)
+	RecordBackend         = "backend"          // the OTLP/HTTP base URL the collector ships to, no credentials
 	RecordEnv             = "env"              // one task variable, "NAME=value"
 	RecordUnset           = "unset"            // one variable the steps take out
 )
@@ -132,6 +134,8 @@ func defines() []define {
 		{"GOS_RECORD_CGROUP_MEMORY", "RecordCgroupMemory", RecordCgroupMemory},
 		{"GOS_RECORD_CGROUP_CPUSET", "RecordCgroupCpuset", RecordCgroupCpuset},
 		{"GOS_RECORD_HOLD_SOCKET", "RecordHoldSocket", RecordHoldSocket},
+		{"GOS_RECORD_OUTPUT_DIR", "RecordOutputDir", RecordOutputDir},
+		{"GOS_RECORD_BACKEND", "RecordBackend", RecordBackend},
 		{"GOS_RECORD_ENV", "RecordEnv", RecordEnv},
 		{"GOS_RECORD_UNSET", "RecordUnset", RecordUnset},
 		{"GOS_HOLD_QUESTION", "HoldQuestion", HoldQuestion},

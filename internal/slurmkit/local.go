@@ -35,17 +35,17 @@ func UpLocal(root string, env []string, args ...string) (map[string]string, erro
 
 // Install copies each of files (paths below the repository root, or
 // absolute) into dir as root-owned files, as make install and the RPM
-// install them: shared objects readable by everyone (mode 0755: sbatch
-// loads the plugin as the user), programs execute-only (mode 0711: the
-// supervisor and the collector are then not dumpable from their execve).
+// install them: gym-otel-spank execute-only (mode 0711: the supervisor it
+// runs is then not dumpable from its execve), everything else readable by
+// everyone (0755: sbatch loads the plugin as the user).
 func Install(root, dir string, files ...string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	for _, f := range files {
-		mode := "0711"
-		if strings.HasSuffix(f, ".so") {
-			mode = "0755"
+		mode := "0755"
+		if filepath.Base(f) == "gym-otel-spank" {
+			mode = "0711"
 		}
 		src := f
 		if !filepath.IsAbs(f) {

@@ -141,13 +141,10 @@ func setup() error {
 	if _, err := os.Stat(col); err != nil {
 		return fmt.Errorf("collector %s missing: run make collector", col)
 	}
-	// Install as an admin would: root-owned copies, the programs
-	// execute-only (the RPM's modes).
-	if err := slurmkit.Install(root, plugDir, "build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank", col); err != nil {
+	// Install as an admin would: root-owned copies readable by everyone.
+	if err := slurmkit.Install(root, plugDir, "build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank"); err != nil {
 		return err
 	}
-	backendCol := col
-	col = filepath.Join(plugDir, filepath.Base(col))
 	site := fmt.Sprintf(`otel:
   endpoint: http://127.0.0.1:%s
   service_name: gym-plugin-test
@@ -169,7 +166,7 @@ func setup() error {
 		return err
 	}
 	// The backend: a collector with bearer auth writing jsonl files.
-	otlpBackend = slurmkit.Backend{Port: backendPort, HealthPort: backendHC, Token: backendToken, Dir: backendDir, Collector: backendCol}
+	otlpBackend = slurmkit.Backend{Port: backendPort, HealthPort: backendHC, Token: backendToken, Dir: backendDir, Collector: col}
 	if err := otlpBackend.Start(root); err != nil {
 		return err
 	}

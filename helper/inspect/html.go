@@ -257,13 +257,24 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 (function () {
   const R = JSON.parse(document.getElementById('report-data').textContent);
   const box = document.getElementById('charts');
-  const t0 = R.job && R.job.start ? Date.parse(R.job.start) : 0;
+  // One time origin for the whole page: the phases' (the first phase's
+  // start, the submit where the queue wait is known; the table and the
+  // phase chart count from it), else the job's first item. The metric
+  // charts span the job's items, from x0 (the first item, in s since the
+  // origin) to x0 + span, so that a rise lines up with the phase that
+  // caused it.
+  let po = Infinity;
+  (R.phases || []).forEach(n => n.phases.forEach(p => { po = Math.min(po, Date.parse(p.span_start)); }));
+  const first = R.job && R.job.start ? Date.parse(R.job.start) : 0;
+  const t0 = Number.isFinite(po) ? po : first;
+  const x0 = first && t0 ? (first - t0) / 1000 : 0;
   const span = R.job && R.job.duration_seconds || 0;
+  const originText = Number.isFinite(po) ? 'the first phase\'s start' : 'the job\'s first item';
   const pad = n => String(Math.floor(n)).padStart(2, '0');
-  // Seconds since the job's first item: "12.5 s" for a short job, else
-  // m:ss or h:mm:ss.
+  // Seconds since the origin: "12.5 s" for a short job, else m:ss or
+  // h:mm:ss.
   const since = s => {
-    if (span < 120) return (Math.round(s * 10) / 10) + ' s';
+    if (x0 + span < 120) return (Math.round(s * 10) / 10) + ' s';
     s = Math.round(s); // a tick at 29.999999 is 0:30, not 0:29
     const h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60, sec = s % 60;
     return h > 0 ? h + ':' + pad(m) + ':' + pad(sec) : m + ':' + pad(sec);
@@ -295,23 +306,27 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
       options: {
         animation: false, responsive: true, maintainAspectRatio: false, parsing: time ? false : undefined,
         plugins: { title: { display: true, text: title } },
-        scales: time ? { x: { type: 'linear', min: 0, max: span > 0 ? span : undefined, title: { display: true, text: 'time since the job\'s first item' },
+        scales: time ? { x: { type: 'linear', min: x0, max: span > 0 ? x0 + span : undefined, title: { display: true, text: 'time since ' + originText },
           ticks: { callback: since, stepSize: span >= 8 ? step : undefined, maxTicksLimit: 10 },
-          // Ticks at whole steps from the start, then the job's end when
-          // it is not near one: Chart.js would count the last steps back
-          // from the end (0:00 ... 2:00 2:29 2:59).
+          // Ticks at the first item, then at whole steps of the origin's
+          // time, then the job's end when it is not near one: Chart.js
+          // would count the last steps back from the end (0:00 ... 2:00
+          // 2:29 2:59).
           afterBuildTicks: a => {
             if (!(span >= 8)) return;
-            const t = [];
-            for (let v = 0; v <= span + 1e-9; v += step) t.push({ value: v });
-            if (span - t[t.length - 1].value > step / 4) t.push({ value: span });
+            const t = [{ value: x0 }], end = x0 + span;
+            for (let v = Math.ceil(x0 / step) * step; v <= end + 1e-9; v += step) {
+              if (v - x0 > step / 4) t.push({ value: v });
+            }
+            if (end - t[t.length - 1].value > step / 4) t.push({ value: end });
             a.ticks = t;
           } }, y: y } : { y: y }
       }
     });
     facts.push({ id: id, counts: !!counts,
       series: datasets.map((d, i) => ({ points: d.data.length, radius: d.pointRadius, drawn: chart.getDatasetMeta(i).data.length })),
-      x: chart.scales.x.ticks.map(t => t.label), y: chart.scales.y.ticks.map(t => t.value) });
+      x: chart.scales.x.ticks.map(t => t.label), y: chart.scales.y.ticks.map(t => t.value),
+      x_min: time ? chart.scales.x.min : null, x_origin: time ? new Date(t0).toISOString() : null });
     drawn++;
   }
   const xy = pts => (pts || []).map(p => ({ x: (p[0] - t0) / 1000, y: p[1] }));
@@ -339,8 +354,9 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
   // supervisor's start, to the drain) in grey, said so in its legend.
   (function () {
     const nodes = R.phases || [];
-    let o = Infinity, last = -Infinity;
-    nodes.forEach(n => n.phases.forEach(p => { o = Math.min(o, Date.parse(p.span_start)); last = Math.max(last, Date.parse(p.span_end)); }));
+    const o = t0;
+    let last = -Infinity;
+    nodes.forEach(n => n.phases.forEach(p => { last = Math.max(last, Date.parse(p.span_end)); }));
     const rows = [], sets = { ok: [], failed: [], unknown: [] };
     const label = p => p.name === 'slurm.step' ? 'step ' + p.step : p.name.replace(/^slurm\./, '').replace('_', ' ');
     nodes.forEach(n => n.phases.slice(0, 40).forEach(p => {
@@ -387,7 +403,8 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
     facts.push({ id: 'chart-phases', counts: false,
       series: ds.map((d, i) => ({ points: d.data.filter(v => v !== null).length, radius: 1,
         drawn: chart.getDatasetMeta(i).data.filter((el, j) => d.data[j] !== null && Number.isFinite(el.x) && Number.isFinite(el.base)).length })),
-      x: chart.scales.x.ticks.map(t => t.label), y: chart.scales.y.ticks.map(t => t.value) });
+      x: chart.scales.x.ticks.map(t => t.label), y: chart.scales.y.ticks.map(t => t.value),
+      x_min: chart.scales.x.min, x_origin: new Date(o).toISOString() });
     drawn++;
   })();
   hist('chart-e2e', 'e2e latency', 'e2e_buckets');

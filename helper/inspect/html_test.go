@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
@@ -26,6 +27,10 @@ type chartFacts struct {
 	} `json:"series"`
 	X []string  `json:"x"`
 	Y []float64 `json:"y"`
+	// XMin is a time chart's left edge in s since XOrigin, the page's
+	// time origin (RFC 3339); nil and "" for the histograms.
+	XMin    *float64 `json:"x_min"`
+	XOrigin string   `json:"x_origin"`
 }
 
 // writeCollectorJob writes a one-node job dir with helper/render's golden
@@ -98,6 +103,7 @@ func checkHTML(t *testing.T, r *Report, wantCharts ...string) []chartFacts {
 	if len(facts) != len(wantCharts) {
 		t.Errorf("%d charts drawn, want %v: %+v", len(facts), wantCharts, facts)
 	}
+	checkTimeOrigin(t, r, facts)
 	for _, c := range facts {
 		for i, s := range c.Series {
 			if s.Drawn != s.Points || (s.Points < 2 && s.Radius <= 0) {
@@ -164,5 +170,66 @@ func TestHTMLLongJob(t *testing.T) {
 		if c.ID == "chart-gpu" && (len(c.X) < 3 || fmt.Sprint(c.X) == "" || !strings.Contains(c.X[len(c.X)-1], ":")) {
 			t.Errorf("long job's time labels %v, want h:mm:ss since the start", c.X)
 		}
+	}
+}
+
+// checkTimeOrigin: one time origin for the page, the phases' where there
+// are any, else the job's first item; every time chart starts at the job's
+// first item, the phase chart at the origin itself. It returns the metric
+// charts' left edge (s since the origin; 0 when there is none).
+func checkTimeOrigin(t *testing.T, r *Report, facts []chartFacts) float64 {
+	t.Helper()
+	origin := r.phaseOrigin()
+	if origin.IsZero() {
+		origin = r.Job.Start
+	}
+	edge := 0.0
+	for _, c := range facts {
+		if strings.HasPrefix(c.ID, "chart-e2e") || strings.HasPrefix(c.ID, "chart-ttft") {
+			continue // histograms: no time axis
+		}
+		o, err := time.Parse(time.RFC3339Nano, c.XOrigin)
+		if err != nil || !o.Equal(origin.Truncate(time.Millisecond)) {
+			t.Errorf("%s counts from %q, the page's origin is %v", c.ID, c.XOrigin, origin)
+			continue
+		}
+		want := r.Job.Start.Sub(o).Seconds()
+		if c.ID == "chart-phases" {
+			want = 0
+		} else {
+			edge = want
+		}
+		if c.XMin == nil || math.Abs(*c.XMin-want) > 0.002 {
+			t.Errorf("%s starts at %v s since the origin, want %.3f", c.ID, c.XMin, want)
+		}
+	}
+	return edge
+}
+
+// TestHTMLOneTimeOrigin: on a job with phases and model-server charts
+// (the recorded two-node run), the metric charts count from the phases'
+// origin, the submit, and start at the job's first item, seconds later:
+// a rise lines up with the phase table.
+func TestHTMLOneTimeOrigin(t *testing.T) {
+	r, _, _ := manyNodes(t, 2, nil)
+	_, page := writeReportPage(t, r)
+	if page == "" {
+		return
+	}
+	var facts []chartFacts
+	if err := json.Unmarshal([]byte(testenv.EvalPage(t, page, "chart-facts")), &facts); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{}
+	for _, c := range facts {
+		ids = append(ids, c.ID)
+	}
+	if !strings.Contains(strings.Join(ids, " "), "chart-phases") || len(facts) < 3 {
+		t.Fatalf("charts %v: want the phases and the metric charts", ids)
+	}
+	if edge := checkTimeOrigin(t, r, facts); edge <= 0 {
+		t.Errorf("the job's first item is %.3f s after the origin: the run does not show the two origins apart", edge)
+	} else {
+		t.Logf("%d charts from one origin; the metric charts start %.3f s after it (%v)", len(facts), edge, ids)
 	}
 }

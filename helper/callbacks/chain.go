@@ -1,13 +1,17 @@
 package callbacks
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
@@ -103,6 +107,12 @@ type restarting struct{ error }
 // no collector runs but the supervisor state.json names is still there
 // and has not ended (its status is not drained or failed).
 func collectorToken(dir, tokenEnv string) (string, error) {
+	// The supervisor's token socket first (jobdir.TokenSocket): the
+	// collector is not dumpable, its environment not open to this user.
+	tok, serr := socketToken(dir)
+	if serr == nil {
+		return tok, nil
+	}
 	st, err := jobdir.ReadState(dir)
 	if err != nil && !errors.Is(err, jobdir.ErrFormat) {
 		return "", err
@@ -118,6 +128,11 @@ func collectorToken(dir, tokenEnv string) (string, error) {
 		}
 		return err
 	}
+	if !errors.Is(serr, os.ErrNotExist) {
+		return "", live(fmt.Errorf("the token socket of %s: %v", dir, serr))
+	}
+	// No token socket: a supervisor of an earlier release, whose
+	// collector's environment holds the token.
 	if jerr != nil || st.CollectorPID <= 0 {
 		return "", live(fmt.Errorf("%s/%s names no collector (status %q)", dir, jobdir.StateFile, st.Status))
 	}
@@ -164,4 +179,49 @@ func runsCollectorOf(pid int, dir string) bool {
 func notExited(pid int) bool {
 	st, err := proc.ReadStat(pid)
 	return err == nil && st.State != 'Z'
+}
+
+// maxTokenAnswer bounds the token socket's answer (a token and a newline).
+const maxTokenAnswer = 64 << 10
+
+// socketToken asks the token socket in dir (jobdir.TokenSocket) for the
+// job's backend token: the socket must be this user's, and so must the
+// process that answers (SO_PEERCRED); the exchange is bounded by 2 s.
+// Errors: one wrapping os.ErrNotExist when dir has no token socket; else
+// why the socket gave no token.
+func socketToken(dir string) (string, error) {
+	p := filepath.Join(dir, jobdir.TokenSocket)
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return "", err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); fi.Mode()&os.ModeSocket == 0 || !ok || int(st.Uid) != os.Getuid() {
+		return "", fmt.Errorf("%s is not a socket of this user's", p)
+	}
+	c, err := net.DialTimeout("unix", p, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	raw, err := c.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return "", err
+	}
+	var cred *syscall.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil || cerr != nil || cred == nil || int(cred.Uid) != os.Getuid() {
+		return "", fmt.Errorf("%s is not served by a process of this user's", p)
+	}
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte(jobdir.TokenRequest)); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(io.LimitReader(c, maxTokenAnswer)).ReadString('\n')
+	tok := strings.TrimSuffix(line, "\n")
+	if err != nil || tok == "" {
+		return "", fmt.Errorf("%s gave no token (%v)", p, err)
+	}
+	return tok, nil
 }

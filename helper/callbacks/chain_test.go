@@ -1,7 +1,10 @@
 package callbacks
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
@@ -198,5 +202,59 @@ func TestSubmitNestedTakesParentToken(t *testing.T) {
 	// Outside a job the token must come from the environment.
 	if _, err := Submit(a, "job_dir="+jobDir, "/", lookup(nil)); err == nil || !strings.Contains(err.Error(), "otel.token_env") {
 		t.Errorf("a submit without a token accepted: %v", err)
+	}
+}
+
+// The supervisor's token socket in the output dir answers the nested
+// submit (the protocol of supervise's token socket, served here by a
+// stand-in): its token is taken, with no collector to read. A socket
+// owned by another user is refused, and so is one that does not answer.
+func TestParentTokenFromSocket(t *testing.T) {
+	jobDir := t.TempDir()
+	out := filepath.Join(jobDir, "otel")
+	if err := os.MkdirAll(out, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(out, jobdir.TokenSocket)
+	ln, err := net.Listen("unix", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ln.(*net.UnixListener).SetUnlinkOnClose(false) // a supervisor killed: its socket stays
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, len(jobdir.TokenRequest))
+			if _, err := io.ReadFull(c, buf); err == nil && string(buf) == jobdir.TokenRequest {
+				c.Write([]byte("from-socket\n"))
+			}
+			c.Close()
+		}
+	}()
+	if err := os.WriteFile(filepath.Join(out, "state.json"), []byte(`{"status":"ready","collector_pid":1,"supervisor_pid":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	resolved := &config.Resolved{JobDir: jobDir, Otel: config.Otel{TokenEnv: "OTEL_TOKEN"}}
+	env := lookup(map[string]string{"GYM_OTEL_JOB": "41", "SLURM_JOB_ID": "41"})
+	tok, err := parentToken(resolved, "41", env)
+	if err != nil || tok != "from-socket" {
+		t.Fatalf("token %q, %v; want the socket's", tok, err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Lchown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := socketToken(out); err == nil || !strings.Contains(err.Error(), "not a socket of this user's") {
+			t.Errorf("another user's socket: %v", err)
+		}
+		_ = os.Lchown(p, 0, 0)
+	}
+	ln.Close()
+	if _, err := socketToken(out); err == nil || errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a socket nobody serves: %v", err)
 	}
 }

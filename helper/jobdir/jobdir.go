@@ -52,6 +52,14 @@ const (
 	// count>" of that run).
 	KeptStateFile  = "state.%s.json"
 	KeptConfigFile = "collector.%s.yaml"
+	// TokenSocket is the supervisor's token socket in a node dir: a
+	// Unix stream socket, mode 0600 (the job's user only), that answers
+	// the line TokenRequest with the job's backend token and a newline,
+	// for a nested submit inside the job (Gym's auto-resume), whose
+	// environment the job's steps took the token out of.
+	TokenSocket = ".token.sock"
+	// TokenRequest is the one line TokenSocket answers.
+	TokenRequest = "backend-token\n"
 )
 
 // SignalFile is the name of a signal's file in a node dir: "<signal>.jsonl"

@@ -136,7 +136,8 @@ type supervisor struct {
 	logPath string // collector.log under the held dir's base path
 	ports   render.Ports
 	rtoken  string
-	ptoken  string // the plugin's token (render.PluginTokenEnv): the collector's and this process's only
+	tokens  *tokenServer // the token socket (tokensock.go); nil: none
+	ptoken  string       // the plugin's token (render.PluginTokenEnv): the collector's and this process's only
 	// foreign are the service targets seen served by another uid
 	// (targetowners.go), for state.json.
 	foreign   []jobdir.ForeignTarget
@@ -239,6 +240,7 @@ func Run(ctx context.Context, opt Options) error {
 			s.peer.close()
 			os.Remove(s.path(PeerFile))
 		}
+		s.tokens.close()
 		s.cgroups.close()
 		if s.dir != nil {
 			s.dir.Close()
@@ -381,9 +383,10 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	// figures' sink take it, the job's tasks are not given it (the
 	// readiness report, root's record and every file are without it), so
 	// what a task sends with what it is given cannot pass for what this
-	// process tells. It is in the collector's environment, which a process
-	// of the job's user can read (/proc/<pid>/environ, same uid): a
-	// boundary against what the tasks are given, not against the user.
+	// process tells. It is in the collector's environment and both
+	// processes' memory, which the job's processes (the same uid) cannot
+	// read: both are not dumpable (proc.NotDumpable, collector/
+	// notdumpable.go).
 	if _, err = rand.Read(tok); err != nil {
 		return err
 	}
@@ -416,6 +419,14 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		// scrape through the job dir (peers.go).
 		if s.peer, err = newPeerServer(s.at, s.opt.Facts.JobID, s.opt.Facts.RestartCount, s.hold); err != nil {
 			s.log.Warnf("no final-scrape listener for the batch node (the batch step waits its full bound): %v", err)
+		}
+	}
+	if s.opt.Token != "" && s.base() != "" {
+		// A nested submit inside the job takes the backend token from
+		// here (tokensock.go); the collector's environment, where it
+		// read it before, is not open to the job's processes.
+		if s.tokens, err = newTokenServer(s.path(jobdir.TokenSocket), s.opt.Token); err != nil {
+			s.log.Warnf("no token socket (a nested sbatch --gym-otel inside the job needs the token in its environment): %v", err)
 		}
 	}
 	s.steps.mark("sockets")

@@ -35,16 +35,17 @@ func UpLocal(root string, env []string, args ...string) (map[string]string, erro
 
 // Install copies each of files (paths below the repository root, or
 // absolute) into dir as root-owned files, as make install and the RPM
-// install them: gym-otel-spank execute-only (mode 0711: the supervisor it
-// runs is then not dumpable from its execve), everything else readable by
-// everyone (0755: sbatch loads the plugin as the user).
+// install them: gym-otel-spank and otelcol-gym execute-only (mode 0711:
+// the supervisor and the collector are then not dumpable from their
+// execve), everything else readable by everyone (0755: sbatch loads the
+// plugin as the user).
 func Install(root, dir string, files ...string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	for _, f := range files {
 		mode := "0755"
-		if filepath.Base(f) == "gym-otel-spank" {
+		if b := filepath.Base(f); b == "gym-otel-spank" || b == "otelcol-gym" {
 			mode = "0711"
 		}
 		src := f

@@ -129,13 +129,16 @@ echo done
 	waitIdle(t)
 }
 
-// TestTasksCannotReadSupervisor: the job's own tasks run as the user the
-// node's supervisor runs as. A task reads the environment of a process of
-// its own (a control, with a marker in it), opens its memory and attaches
-// to it with ptrace; it can do none of that to the job's supervisor,
-// which holds the plugin's token in memory and root's hold socket's
-// listener.
-func TestTasksCannotReadSupervisor(t *testing.T) {
+// TestTasksCannotReadPluginSecrets: the job's own tasks run as the user
+// the node's supervisor and collector run as. A task reads the
+// environment of a process of its own (a control, with a marker in it),
+// opens its memory and attaches to it with ptrace; it can do none of that
+// to the job's supervisor or collector, which hold the plugin's token
+// (what root tells reaches the files by it: a task that had it could
+// forge the Slurm phases) and root's hold socket's listener. A nested
+// submit still takes the backend token over (TestGymAutoResumeChain),
+// from the supervisor's token socket.
+func TestTasksCannotReadPluginSecrets(t *testing.T) {
 	waitIdle(t)
 	d := markerDir(t, "plugin-secrets")
 	script := writeScript(t, filepath.Base(d)+".sh", `
@@ -150,9 +153,10 @@ probe() {
 }
 probe $ctl control GOS_MARK=control-mark
 n=0
-for p in $(pgrep -u $me -f 'supervise --from-env'); do
+for p in $(pgrep -u $me -f 'otelcol-gym|supervise --from-env'); do
 	n=$((n+1))
-	probe $p supervisor GYM_OTEL_
+	case "$(tr '\0' ' ' </proc/$p/cmdline)" in *supervise*) w=supervisor ;; *) w=collector ;; esac
+	probe $p $w GYM_OTEL_
 done
 echo "found=$n"
 kill $ctl
@@ -183,16 +187,18 @@ kill $ctl
 	if !ptraceWorks {
 		t.Logf("ptrace of a process of the same uid is refused on this host (Yama): the ptrace probe proves nothing here")
 	}
-	if !has("found=1") {
-		t.Fatalf("the task found not one supervisor of its job")
+	if !has("found=2") {
+		t.Fatalf("the task found not one supervisor and one collector of its job")
 	}
-	for _, l := range []string{"supervisor environ denied", "supervisor mem denied"} {
-		if !has(l) {
-			t.Errorf("the task: not %q", l)
+	for _, w := range []string{"supervisor", "collector"} {
+		for _, l := range []string{w + " environ denied", w + " mem denied"} {
+			if !has(l) {
+				t.Errorf("the task: not %q", l)
+			}
 		}
-	}
-	if ptraceWorks && !has("supervisor ptrace denied") {
-		t.Errorf("the task attached to the job's supervisor with ptrace")
+		if ptraceWorks && !has(w+" ptrace denied") {
+			t.Errorf("the task attached to the job's %s with ptrace", w)
+		}
 	}
 	waitNoCollector(t)
 	waitIdle(t)

@@ -39,7 +39,7 @@ make -s -C "$repo" install BUILD="$work/build" SLURM_INCLUDE="$work/include" \
 	DESTDIR="$work/stage" PREFIX=/usr SYSCONFDIR=/etc SLURM_PLUGIN_DIR="$plugindir" >"$work/make-install.log" 2>&1 ||
 	{ cat "$work/make-install.log" >&2; exit 1; }
 st=$work/stage
-install -m 0755 "$repo/build/otelcol-gym" "$st/usr/bin/otelcol-gym"
+install -m 0711 "$repo/build/otelcol-gym" "$st/usr/bin/otelcol-gym"  # as the RPM installs it
 install -d "$st/opt/gym-standins"
 install -m 0755 "$repo"/build/standins/* "$st/opt/gym-standins/"
 printf 'include /etc/slurm/plugstack.conf.d/*.conf\n' >"$st/etc/slurm/plugstack.conf"

@@ -26,22 +26,7 @@ func TestNotDumpable(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the processes run as another user")
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "dumpable")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := openDir(t)
 	nobody := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	for _, c := range []struct {
 		name     string
@@ -55,15 +40,7 @@ func TestNotDumpable(t *testing.T) {
 		{"execute-only program", 0o711, false, "false", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cp := filepath.Join(dir, fmt.Sprintf("proc-%o.test", c.mode))
-			if _, err := os.Stat(cp); err != nil {
-				if err := os.WriteFile(cp, data, c.mode); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Chmod(cp, c.mode); err != nil {
-					t.Fatal(err)
-				}
-			}
+			cp := copyOfTest(t, dir, c.mode)
 			cmd := exec.Command(cp, "-test.run=^TestNotDumpableChild$")
 			cmd.Env = []string{secretMark, "GOS_DUMP_CHILD=1"}
 			if c.set {
@@ -130,4 +107,44 @@ func TestNotDumpableChild(t *testing.T) {
 	}
 	fmt.Println("READY")
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+}
+
+// openDir is a new dir every user may enter (0755), removed at the test's
+// end: t.TempDir's parent is root's alone.
+func openDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "proc-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// copyOfTest copies this test binary into dir with mode (once per mode),
+// for another user to run its child tests.
+func copyOfTest(t *testing.T, dir string, mode os.FileMode) string {
+	t.Helper()
+	cp := filepath.Join(dir, fmt.Sprintf("proc-%o.test", mode))
+	if _, err := os.Stat(cp); err == nil {
+		return cp
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cp, data, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(cp, mode); err != nil { // below the umask too
+		t.Fatal(err)
+	}
+	return cp
 }

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -173,24 +172,8 @@ func TestTCPPeerUIDAnotherUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "peeruid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o755)
-	cp := filepath.Join(dir, "proc.test")
-	if err := os.WriteFile(cp, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := openDir(t)
+	cp := copyOfTest(t, dir, 0o755)
 	cmd := exec.Command(cp, "-test.run=^TestTCPPeerUIDChild$")
 	cmd.Env = []string{"GOS_PEER_PORT=" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)}
 	cmd.Dir = dir

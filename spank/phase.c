@@ -17,6 +17,17 @@
  * (task_exit, in slurmstepd) give the worst exit code or the first signal
  * of the node's tasks, and the batch script's end; the final wait's end
  * is taken when the batch step's task_exit returns.
+ *
+ * The answer to the start may carry the trace context the step's tasks
+ * run in, "ok <traceparent>" (its slurm.step span; for the batch step the
+ * slurm.batch_script span, which wraps the script's process), which the
+ * step hands to its tasks as TRACEPARENT (taskenv.c). The supervisor
+ * answers it rather than this side deriving it: the span ids are SHA-256
+ * hashes over facts only the supervisor holds together (the run's cluster,
+ * restart count and SLUID, the node, the step's start), and one
+ * derivation cannot drift from a second one. No answer within the
+ * exchange's bound, or one that is not a valid traceparent: no
+ * TRACEPARENT, and the step goes on.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -49,12 +60,41 @@ static int tell(const char *line)
 	return gos_hold_exchange(ph.sock, line, buf) > 0 && !strcmp(buf, "ok\n") ? 0 : -1;
 }
 
-void gos_phase_step_start(spank_t sp, uint32_t job_id, uint32_t step_id, const struct gos_record *r)
+/* Whether s is a traceparent of version 00 (W3C trace-context): lower-case
+ * hex, a trace id and a span id not all zeros. */
+static int valid_traceparent(const char *s)
 {
-	char line[96];
+	int trace = 0, span = 0;
+
+	if (strlen(s) != GOS_TRACEPARENT_LEN || strncmp(s, "00-", 3))
+		return 0;
+	for (int i = 3; i < GOS_TRACEPARENT_LEN; i++) {
+		char c = s[i];
+
+		if (i == 35 || i == 52) {
+			if (c != '-')
+				return 0;
+			continue;
+		}
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+			return 0;
+		if (c != '0' && i < 35)
+			trace = 1;
+		if (c != '0' && i > 35 && i < 52)
+			span = 1;
+	}
+	return trace && span;
+}
+
+void gos_phase_step_start(spank_t sp, uint32_t job_id, uint32_t step_id, const struct gos_record *r,
+			  char traceparent[GOS_TRACEPARENT_LEN + 1])
+{
+	char line[96], buf[GOS_HOLD_MAX + 1];
+	size_t n;
 
 	(void)sp;
 	memset(&ph, 0, sizeof(ph));
+	traceparent[0] = 0;
 	if (!r->ready || !r->hold_socket[0])
 		return;
 	ph.on = 1;
@@ -63,8 +103,18 @@ void gos_phase_step_start(spank_t sp, uint32_t job_id, uint32_t step_id, const s
 	snprintf(ph.sock, sizeof(ph.sock), "%s", r->hold_socket);
 	ph.start = gos_now_ms();
 	snprintf(line, sizeof(line), "step start %u %lld\n", step_id, ph.start);
-	if (tell(line))
+	if (gos_hold_exchange(ph.sock, line, buf) <= 0 || strncmp(buf, "ok", 2)) {
 		gos_debug("job %u step %u: the supervisor did not take the step's start", job_id, step_id);
+		return;
+	}
+	n = strlen(buf);
+	if (n == 3 + GOS_TRACEPARENT_LEN + 1 && buf[2] == ' ' && buf[n - 1] == '\n') {
+		buf[n - 1] = 0;
+		if (valid_traceparent(buf + 3))
+			memcpy(traceparent, buf + 3, GOS_TRACEPARENT_LEN + 1);
+	}
+	if (!traceparent[0] && strcmp(buf, "ok\n"))
+		gos_debug("job %u step %u: the supervisor's trace context is not a traceparent", job_id, step_id);
 }
 
 void gos_phase_task_exit(spank_t sp)

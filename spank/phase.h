@@ -10,8 +10,15 @@
 
 #include "record.h"
 
-/* init_post_opt: the step starts (r: root's record of a ready collector). */
-void gos_phase_step_start(spank_t sp, uint32_t job_id, uint32_t step_id, const struct gos_record *r);
+/* A W3C trace-context traceparent, "00-<32 hex>-<16 hex>-<2 hex>". */
+#define GOS_TRACEPARENT_LEN 55
+
+/* init_post_opt: the step starts (r: root's record of a ready collector).
+ * traceparent gets the context the step's tasks run in, as the supervisor
+ * answered it, or "" (no answer in time, an answer without one, or not a
+ * valid traceparent). */
+void gos_phase_step_start(spank_t sp, uint32_t job_id, uint32_t step_id, const struct gos_record *r,
+			  char traceparent[GOS_TRACEPARENT_LEN + 1]);
 /* task_exit, before the batch step's hold: a task's exit status. */
 void gos_phase_task_exit(spank_t sp);
 /* task_exit, after the hold: the final wait's end. */

@@ -5,7 +5,9 @@
  * here; each concern is in its own file:
  *
  *   init_post_opt (slurmstepd parent): find the node (node.c) and read
- *     root's record (record.c); set the task env from it (taskenv.c) and
+ *     root's record (record.c); tell the supervisor the step's start and
+ *     get the span its tasks run in (phase.c); set the task env from
+ *     the record and that span, TRACEPARENT (taskenv.c), and
  *     bound the collector's memory (cgroup.c); say what is missing
  *     (notice.c)
  *   task_init (forked task child): the batch step names where the job's
@@ -57,7 +59,7 @@ static struct {
 int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 {
 	struct gos_record r;
-	char err[512], jobbuf[16];
+	char err[512], jobbuf[16], tp[GOS_TRACEPARENT_LEN + 1];
 	int rc;
 
 	memset(&st, 0, sizeof(st));
@@ -70,13 +72,14 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 		if (!gos_record_node(a->record_dir, st.job_id, st.node, sizeof(st.node)) ||
 		    !gos_node_name(sp, st.node, sizeof(st.node))) {
 			struct gos_record r;
+			char tp[GOS_TRACEPARENT_LEN + 1];
 
 			if (gos_record_read(a->record_dir, st.node, st.job_id, &r, err, sizeof(err)) == 0) {
 				if (r.ready) {
 					snprintf(st.cpuset, sizeof(st.cpuset), "%s", r.cgroup_cpuset);
 					gos_cgroup_bound_memory(sp, &r, st.job_id);
 					if (gos_supervisor_alive(&r))
-						gos_phase_step_start(sp, st.job_id, st.step_id, &r);
+						gos_phase_step_start(sp, st.job_id, st.step_id, &r, tp);
 				}
 				gos_record_free(&r);
 			}
@@ -122,7 +125,7 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	st.final_wait = r.final_wait;
 	snprintf(st.reason, sizeof(st.reason), "%s", r.reason);
 	snprintf(st.hold_socket, sizeof(st.hold_socket), "%s", r.hold_socket);
-	gos_phase_step_start(sp, st.job_id, st.step_id, &r);
+	gos_phase_step_start(sp, st.job_id, st.step_id, &r, tp);
 
 	/* The nesting marker: an srun in this job does not submit again. */
 	snprintf(jobbuf, sizeof(jobbuf), "%u", st.job_id);
@@ -136,7 +139,7 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	if (r.ready) {
 		snprintf(st.cpuset, sizeof(st.cpuset), "%s", r.cgroup_cpuset);
 		gos_cgroup_bound_memory(sp, &r, st.job_id);
-		gos_taskenv_apply(sp, &r, st.job_id, st.kept, sizeof(st.kept));
+		gos_taskenv_apply(sp, &r, tp, st.job_id, st.kept, sizeof(st.kept));
 		gos_taskenv_no_proxy(sp);
 		if (st.kept[0])
 			gos_notice_kept(st.job_id, st.step_id, st.kept);

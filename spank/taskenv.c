@@ -3,6 +3,15 @@
  * record, pure C. A variable the user set stays; GYM_OTEL_OWNED remembers
  * (by hash) the values the plugin set, so that a later step on a node
  * without a record takes out only those.
+ *
+ * TRACEPARENT (OpenTelemetry's environment variables as context carriers,
+ * W3C trace-context) is the step's span as the supervisor answered it
+ * (phase.c), so that each process's first span is a child of its Slurm
+ * step. A value the plugin did not set (the user's, or a parent process's
+ * of its own) is kept, silently but for a debug line in slurmd's log; one
+ * the plugin set for another step (the batch script's, inherited by an
+ * srun) is replaced, or taken out when this step has no context. No
+ * TRACESTATE and no BAGGAGE are set.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -14,6 +23,7 @@
 #include "taskenv.h"
 
 #define OWNED_ENV "GYM_OTEL_OWNED"
+#define TRACEPARENT_ENV "TRACEPARENT"
 #define ENV_MAX 65536
 
 /* FNV-1a, 32 bits: how GYM_OTEL_OWNED remembers a value the plugin set. */
@@ -48,8 +58,39 @@ static int owned_by_us(const char *owned, const char *key, uint32_t h)
 	return 0;
 }
 
-void gos_taskenv_apply(spank_t sp, const struct gos_record *r, uint32_t job_id, char *kept,
-		       size_t keptlen)
+/* Appends key:hash(val) to owned (used bytes of ENV_MAX). */
+static void own(char *owned, size_t *used, const char *key, const char *val)
+{
+	int w = snprintf(owned + *used, ENV_MAX - *used, "%s%s:%08x", *used ? "," : "", key, fnv1a(val));
+
+	if (w > 0 && (size_t)w < ENV_MAX - *used)
+		*used += w;
+}
+
+/* TRACEPARENT: tp (the step's context, or "") unless a value the plugin
+ * did not set is there. */
+static void traceparent(spank_t sp, const char *tp, const char *owned, char *newowned, size_t *used,
+			uint32_t job_id)
+{
+	static char cur[ENV_MAX];
+	spank_err_t rc = spank_getenv(sp, TRACEPARENT_ENV, cur, sizeof(cur));
+
+	if (rc != ESPANK_SUCCESS && rc != ESPANK_ENV_NOEXIST)
+		return; /* set, but not readable here (too long): not ours */
+	if (rc == ESPANK_SUCCESS && !owned_by_us(owned, TRACEPARENT_ENV, fnv1a(cur))) {
+		gos_debug("job %u: %s is set already: kept", job_id, TRACEPARENT_ENV);
+		return;
+	}
+	if (tp[0]) {
+		if (spank_setenv(sp, TRACEPARENT_ENV, tp, 1) == ESPANK_SUCCESS)
+			own(newowned, used, TRACEPARENT_ENV, tp);
+	} else if (rc == ESPANK_SUCCESS) {
+		spank_unsetenv(sp, TRACEPARENT_ENV); /* another step's span */
+	}
+}
+
+void gos_taskenv_apply(spank_t sp, const struct gos_record *r, const char *tp, uint32_t job_id,
+		       char *kept, size_t keptlen)
 {
 	static char cur[ENV_MAX], owned[ENV_MAX];
 	char newowned[ENV_MAX] = "";
@@ -71,15 +112,12 @@ void gos_taskenv_apply(spank_t sp, const struct gos_record *r, uint32_t job_id, 
 			gos_debug("job %u: %s is set by the user: kept", job_id, kv);
 			snprintf(kept + kl, keptlen - kl, "%s%s", kl ? ", " : "", kv);
 		} else if (rc == ESPANK_SUCCESS || rc == ESPANK_ENV_NOEXIST) {
-			if (spank_setenv(sp, kv, val, 1) == ESPANK_SUCCESS) {
-				int w = snprintf(newowned + used, sizeof(newowned) - used,
-						 "%s%s:%08x", used ? "," : "", kv, fnv1a(val));
-				if (w > 0 && (size_t)w < sizeof(newowned) - used)
-					used += w;
-			}
+			if (spank_setenv(sp, kv, val, 1) == ESPANK_SUCCESS)
+				own(newowned, &used, kv, val);
 		}
 		*eq = '=';
 	}
+	traceparent(sp, tp, owned, newowned, &used, job_id);
 	spank_setenv(sp, OWNED_ENV, newowned, 1);
 }
 

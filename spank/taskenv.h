@@ -11,9 +11,11 @@
 struct gos_record;
 
 /* Sets the record's env=, but for variables the user set: their names go
- * to kept (", " separated, keptlen bytes). */
-void gos_taskenv_apply(spank_t sp, const struct gos_record *r, uint32_t job_id, char *kept,
-		       size_t keptlen);
+ * to kept (", " separated, keptlen bytes); and TRACEPARENT to tp (the
+ * step's trace context, or "": none) unless one the plugin did not set is
+ * there (kept silently). */
+void gos_taskenv_apply(spank_t sp, const struct gos_record *r, const char *tp, uint32_t job_id,
+		       char *kept, size_t keptlen);
 /* No record on this node: takes out what the plugin set on another node. */
 void gos_taskenv_strip(spank_t sp);
 /* With a proxy configured, 127.0.0.1 (the collector) bypasses it. */

@@ -35,7 +35,9 @@ import (
 //	step start <step id> <unix ms>
 //	step end <step id> <start ms> <end ms> <tasks end ms|0> <final wait end ms|0> <exit code|-1> <signal|0> <tasks>
 //
-// and reads "ok". Only root's lines count (slurmstepd's; holdsock.go):
+// and reads "ok"; the start's answer is "ok <traceparent>" when the step
+// has a span to run its tasks in (stepStart), which the step sets as its
+// tasks' TRACEPARENT (spank/taskenv.c) unless one is set already. Only root's lines count (slurmstepd's; holdsock.go):
 // no other user, the job's own neither, can connect to the hold socket,
 // and a step line of any other peer gets no answer and makes no span, so
 // no process of the job can add a step that never ran.
@@ -109,6 +111,10 @@ func ParsePrologStart(v string) time.Time {
 
 type openStep struct {
 	start time.Time
+	// kept: the step has a span of its own (a slot of MaxStepSpans taken
+	// at its start); false: it is folded into slurm.steps.aggregated.
+	// Decided at the start, where the step's TRACEPARENT names the span.
+	kept bool
 }
 
 // aggregate is the steps past MaxStepSpans, folded.
@@ -256,7 +262,9 @@ func (p *phases) handle(line string) string {
 		if !ok || t <= 0 {
 			return "bad time\n"
 		}
-		p.stepStart(id, ms(t))
+		if tp := p.stepStart(id, ms(t)); tp != "" {
+			return "ok " + tp + "\n"
+		}
 	case f[1] == "end" && len(f) == 10:
 		var v [7]int64
 		for i := range v {
@@ -274,17 +282,61 @@ func (p *phases) handle(line string) string {
 	return "ok\n"
 }
 
-func (p *phases) stepStart(id uint32, at time.Time) {
+// stepStart opens the step and returns the trace context its tasks get as
+// TRACEPARENT (W3C trace-context, "00-<trace id>-<span id>-01"): the
+// step's slurm.step span, the slurm.batch_script span for the batch step
+// (the span that wraps the script's process), the slurm.steps.aggregated
+// span for a step past MaxStepSpans; "" when the step makes no span
+// (tracked steps at MaxOpenSteps, or the node's spans ended).
+//
+// The C side gets the context in the answer to its "step start" line
+// rather than deriving it: the span ids are SHA-256 over the run's
+// identity (cluster, job id, restart count, SLUID), the node and the
+// step's start, and only this side has all of them; one derivation, here,
+// cannot drift from a second one in C, and a step whose answer does not
+// come within the exchange's bound just gets no TRACEPARENT.
+func (p *phases) stepStart(id uint32, at time.Time) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ended {
-		return
+		return ""
+	}
+	if o, ok := p.open[id]; ok && o.start.Equal(at) {
+		return p.stepContext(id, o) // the same line again: the same answer
 	}
 	if len(p.open) >= MaxOpenSteps {
 		p.unseen++
-		return
+		return ""
 	}
-	p.open[id] = openStep{start: at}
+	o := openStep{start: at, kept: true}
+	if id != stepBatch && id != stepExtern {
+		if p.spans >= MaxStepSpans {
+			o.kept = false
+		} else {
+			p.spans++
+		}
+	}
+	p.open[id] = o
+	return p.stepContext(id, o)
+}
+
+// stepContext is the W3C traceparent of the span a step's tasks run in.
+func (p *phases) stepContext(id uint32, o openStep) string {
+	var sid []byte
+	switch {
+	case !o.kept:
+		sid = p.spanID("aggregated")
+	case id == stepBatch:
+		sid = p.spanID("batch_script/" + strconv.FormatInt(o.start.UnixMilli(), 10))
+	default:
+		sid = p.stepSpanID(id, o.start)
+	}
+	return fmt.Sprintf("00-%x-%x-01", p.trace, sid)
+}
+
+// stepSpanID is the span id of the step's slurm.step span on this node.
+func (p *phases) stepSpanID(id uint32, start time.Time) []byte {
+	return p.spanID("step/" + StepName(id) + "/" + strconv.FormatInt(start.UnixMilli(), 10))
 }
 
 // stepEnd is one step's end as slurmstepd saw it.
@@ -294,6 +346,9 @@ type stepEnd struct {
 	tasksEnd, finalEnd  time.Time // zero: not the batch step, or not known
 	exit, signal, tasks int       // exit -1: no task's status known
 	known               bool      // false: ended at the drain, its end not seen
+	// opened: the step's start was seen, and kept says whether it took
+	// a span of its own then (stepStart).
+	opened, kept bool
 }
 
 func (p *phases) stepEnd(e stepEnd) {
@@ -303,6 +358,7 @@ func (p *phases) stepEnd(e stepEnd) {
 		if e.start.IsZero() {
 			e.start = o.start
 		}
+		e.opened, e.kept = true, o.kept
 		delete(p.open, e.id)
 	}
 	if e.end.IsZero() {
@@ -321,7 +377,14 @@ func (p *phases) stepEnd(e stepEnd) {
 func (p *phases) addStep(e stepEnd) {
 	failed := e.signal != 0 || e.exit > 0 || !e.known
 	special := e.id == stepBatch || e.id == stepExtern
-	if !special && p.spans >= MaxStepSpans {
+	if !e.opened {
+		// No start seen: decided now.
+		e.kept = special || p.spans < MaxStepSpans
+		if e.kept && !special {
+			p.spans++
+		}
+	}
+	if !e.kept {
 		a := &p.agg
 		a.count++
 		if failed {
@@ -337,11 +400,8 @@ func (p *phases) addStep(e stepEnd) {
 		a.total += e.end.Sub(e.start)
 		return
 	}
-	if !special {
-		p.spans++
-	}
 	name := StepName(e.id)
-	sid := p.spanID("step/" + name + "/" + strconv.FormatInt(e.start.UnixMilli(), 10))
+	sid := p.stepSpanID(e.id, e.start)
 	attrs := []*commonv1.KeyValue{strAttr("slurm.step.id", name), boolAttr("slurm.end_known", e.known)}
 	if e.tasks > 0 {
 		attrs = append(attrs, intAttr("slurm.step.tasks", int64(e.tasks)))
@@ -395,7 +455,7 @@ func (p *phases) end(at time.Time) {
 	p.mu.Unlock()
 	for id, o := range open {
 		p.mu.Lock()
-		p.addStep(stepEnd{id: id, start: o.start, end: at, exit: -1})
+		p.addStep(stepEnd{id: id, start: o.start, end: at, exit: -1, opened: true, kept: o.kept})
 		p.mu.Unlock()
 	}
 	p.mu.Lock()

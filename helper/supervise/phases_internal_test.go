@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,7 +46,7 @@ func TestPhasesSpans(t *testing.T) {
 		fmt.Sprintf("step start 1 %d\n", ms(5*time.Second)),
 		fmt.Sprintf("step end %d %d %d %d %d 0 0 1\n", uint32(stepBatch), ms(time.Second), ms(8*time.Second), ms(6*time.Second), ms(8*time.Second)),
 	} {
-		if got := p.handle(l); got != "ok\n" {
+		if got := p.handle(l); got != "ok\n" && !strings.HasPrefix(got, "ok 00-") {
 			t.Fatalf("%q: %q", l, got)
 		}
 	}
@@ -268,5 +270,73 @@ func TestPhasesQueueWait(t *testing.T) {
 	spans = p.take()
 	if len(byName(spans, "slurm.queue_wait")) != 0 || attr(byName(spans, "slurm.job")[0], "slurm.queue_wait.unknown") != "squeue: no answer" {
 		t.Error("an unanswered query is not marked")
+	}
+}
+
+// A step's start is answered with the trace context its tasks run in:
+// the step's slurm.step span, the batch step's slurm.batch_script span
+// (the span wrapping the script), a step past MaxStepSpans the aggregated
+// span; the same line again gets the same answer, and the spans made at
+// the ends carry exactly those ids in the job's trace.
+func TestPhasesStepContext(t *testing.T) {
+	f := jobfacts.Facts{JobID: "42", Node: "n1", Cluster: "c", RestartCount: "0"}
+	t0 := time.UnixMilli(1_700_000_000_000)
+	p := newPhases(f, t0, t0)
+	parse := func(answer string) (trace, span string) {
+		t.Helper()
+		tp, ok := strings.CutPrefix(answer, "ok ")
+		tp, ok2 := strings.CutSuffix(tp, "\n")
+		parts := strings.Split(tp, "-")
+		if !ok || !ok2 || len(parts) != 4 || parts[0] != "00" || len(parts[1]) != 32 || len(parts[2]) != 16 || parts[3] != "01" {
+			t.Fatalf("answer %q is not \"ok <traceparent>\"", answer)
+		}
+		return parts[1], parts[2]
+	}
+	ms := func(d time.Duration) int64 { return t0.Add(d).UnixMilli() }
+	batchLine := fmt.Sprintf("step start %d %d\n", uint32(stepBatch), ms(time.Second))
+	bt, bsid := parse(p.handle(batchLine))
+	if _, again := parse(p.handle(batchLine)); again != bsid {
+		t.Errorf("the same start again: %s, then %s", bsid, again)
+	}
+	wantSpan := map[string]string{} // step id -> the span id its tasks got
+	for i := 0; i < MaxStepSpans+3; i++ {
+		tr, sid := parse(p.handle(fmt.Sprintf("step start %d %d\n", i, ms(2*time.Second))))
+		if tr != bt || tr != fmt.Sprintf("%x", JobTraceID(f)) {
+			t.Fatalf("step %d: trace %s, want the job's %x", i, tr, JobTraceID(f))
+		}
+		wantSpan[strconv.Itoa(i)] = sid
+	}
+	for i := 0; i < MaxStepSpans+3; i++ {
+		p.handle(fmt.Sprintf("step end %d %d %d 0 0 0 0 1\n", i, ms(2*time.Second), ms(3*time.Second)))
+	}
+	p.handle(fmt.Sprintf("step end %d %d %d %d 0 0 0 1\n", uint32(stepBatch), ms(time.Second), ms(5*time.Second), ms(4*time.Second)))
+	p.end(t0.Add(10 * time.Second))
+	spans := p.take()
+	bs := byName(spans, "slurm.batch_script")
+	if len(bs) != 1 || fmt.Sprintf("%x", bs[0].SpanId) != bsid {
+		t.Errorf("the batch step's tasks got span %s, the batch script span is %v", bsid, bs)
+	}
+	got := map[string]string{}
+	for _, s := range byName(spans, "slurm.step") {
+		got[attr(s, "slurm.step.id").(string)] = fmt.Sprintf("%x", s.SpanId)
+	}
+	agg := byName(spans, "slurm.steps.aggregated")
+	if len(agg) != 1 {
+		t.Fatalf("%d aggregated spans", len(agg))
+	}
+	for id, sid := range wantSpan {
+		want, ok := got[id]
+		if !ok {
+			want = fmt.Sprintf("%x", agg[0].SpanId)
+		}
+		if sid != want {
+			t.Errorf("step %s: tasks got span %s, its span is %s", id, sid, want)
+		}
+	}
+	if n := len(got); n != MaxStepSpans+1 {
+		t.Errorf("%d step spans, want %d and the batch step's", n, MaxStepSpans)
+	}
+	if a := p.handle(fmt.Sprintf("step start 999 %d\n", ms(11*time.Second))); a != "ok\n" {
+		t.Errorf("a step after the drain: %q, want no context", a)
 	}
 }

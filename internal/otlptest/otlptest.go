@@ -247,11 +247,22 @@ func (m Metric) PointAttrs() []Attrs {
 // collector counts as metric points.
 func (m Metric) Points() int { return len(m.PointAttrs()) }
 
-// Span is one span with the attributes of its resource.
+// Span is one span with the attributes of its resource. The ids are hex
+// as the files write them; ParentSpanID is "" for a root span.
 type Span struct {
-	Resource   Attrs  `json:"-"`
-	Name       string `json:"name"`
+	Resource     Attrs  `json:"-"`
+	Name         string `json:"name"`
+	TraceID      string `json:"traceId"`
+	SpanID       string `json:"spanId"`
+	ParentSpanID string `json:"parentSpanId"`
+	Attributes   Attrs  `json:"attributes"`
+	Links        []Link `json:"links"`
+}
+
+// Link is one of a span's links to another span (hex ids).
+type Link struct {
 	TraceID    string `json:"traceId"`
+	SpanID     string `json:"spanId"`
 	Attributes Attrs  `json:"attributes"`
 }
 

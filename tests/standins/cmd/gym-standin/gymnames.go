@@ -144,6 +144,9 @@ type gymRun struct {
 	retries         metric.Int64Counter
 	timeouts        metric.Int64Counter
 	verified, okVer int
+	// links: each rollout's links (to the process's root span; none
+	// without TRACEPARENT).
+	links []trace.Link
 }
 
 func newGymRun(meter metric.Meter) *gymRun {
@@ -178,7 +181,7 @@ func (g *gymRun) rollout(ctx context.Context, i int) (spans, logs int) {
 	if g.groups["concurrency"] {
 		g.queueWait.Record(ctx, ms(step/10), metric.WithAttributes(attribute.String("nemo.gym.concurrency.site", "rollout_driver")))
 	}
-	rctx, root := g.tracer.Start(ctx, "gym.rollout", trace.WithAttributes(rid, srv))
+	rctx, root := g.tracer.Start(ctx, "gym.rollout", trace.WithNewRoot(), trace.WithLinks(g.links...), trace.WithAttributes(rid, srv))
 	spans++
 
 	// The model call: time to first byte, then the rest of the answer.

@@ -17,6 +17,12 @@
 //	NEMO_GYM_OTEL_SPAN_GROUPS          comma list: default (gym.rollout), verify (gym.verify),
 //	                                   sandbox (sandbox.exec); unset or "all": every group
 //	NEMO_GYM_OTEL_LOGS_ENABLED         "1" or "true": one log record per rollout
+//	TRACEPARENT, TRACESTATE            the context the process runs in (OpenTelemetry's
+//	                                   environment variables as context carriers, W3C
+//	                                   trace-context): when valid, the process's root span
+//	                                   (gym.run, from the start to the last rollout) is its
+//	                                   child, and every rollout, a trace of its own as Gym
+//	                                   makes it, links to that root span
 package main
 
 import (
@@ -46,6 +52,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otellog "go.opentelemetry.io/otel/log"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	sdklog "go.opentelemetry.io/otel/sdk/log"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -57,6 +64,26 @@ const scopeName = "nemo_gym.lens"
 
 func main() {
 	os.Exit(run())
+}
+
+// processSpan starts the process's root span, gym.run, as a child of the
+// context in TRACEPARENT (and TRACESTATE), read with the SDK's W3C
+// propagator from a carrier holding the environment's values; nil when
+// TRACEPARENT holds no valid context (then the rollouts are the only
+// roots, as without a launcher that hands one on). links is the link each
+// rollout, a trace of its own, carries to that span.
+func processSpan(ctx context.Context, tracer trace.Tracer, serviceName string) (trace.Span, []trace.Link) {
+	carrier := propagation.MapCarrier{"traceparent": os.Getenv("TRACEPARENT")}
+	if v := os.Getenv("TRACESTATE"); v != "" {
+		carrier["tracestate"] = v
+	}
+	parent := propagation.TraceContext{}.Extract(ctx, carrier)
+	if !trace.SpanContextFromContext(parent).IsValid() {
+		return nil, nil
+	}
+	_, s := tracer.Start(parent, "gym.run", trace.WithAttributes(
+		attribute.String("nemo.gym.process.service", serviceName), attribute.Int("process.pid", os.Getpid())))
+	return s, []trace.Link{{SpanContext: s.SpanContext(), Attributes: []attribute.KeyValue{attribute.String("nemo.gym.link", "process")}}}
 }
 
 func run() int {
@@ -186,16 +213,26 @@ func run() int {
 	if lp != nil {
 		logger = lp.Logger(scopeName)
 	}
+	proc, links := processSpan(ctx, tracer, serviceName)
+	procSpans := 0
+	endProc := func() {}
+	if proc != nil {
+		procSpans = 1
+		pc := proc.SpanContext()
+		out("process span trace=%s span=%s parent=%s", pc.TraceID(), pc.SpanID(), os.Getenv("TRACEPARENT"))
+		endProc = func() { proc.End() }
+	}
 
 	if *names == "gym" {
 		g := newGymRun(meter)
 		g.tracer, g.logger, g.groups, g.server, g.runID = tracer, logger, groups, *server, runID
-		g.provider, g.outcomes, g.rolloutDur, g.errorEvery = *sandboxProvider, words, *rolloutDur, *errorEvery
-		var spans, logs, n int
+		g.provider, g.outcomes, g.rolloutDur, g.errorEvery, g.links = *sandboxProvider, words, *rolloutDur, *errorEvery, links
+		spans, logs, n := procSpans, 0, 0
 		for ; n < *rollouts && sigCtx.Err() == nil; n++ {
 			s, l := g.rollout(ctx, n)
 			spans, logs = spans+s, logs+l
 		}
+		endProc()
 		flushErr := flushAll(*flushTimeout, tp, mp, lp, *sleepAfter <= 0)
 		status := "ok"
 		if flushErr != nil || otelErrors.Load() > 0 {
@@ -215,11 +252,12 @@ func run() int {
 
 	runAttr := attribute.String("nemo.gym.run_id", runID)
 	serverAttr := attribute.String("nemo.gym.server", *server)
-	var spans, logs, verifies int
+	spans, logs, verifies := procSpans, 0, 0
 	var firstTrace string
 	for i := 0; i < *rollouts && sigCtx.Err() == nil; i++ {
 		start := time.Now()
-		rctx, root := tracer.Start(ctx, "gym.rollout", trace.WithAttributes(runAttr, serverAttr, attribute.Int("nemo.gym.rollout.index", i)))
+		rctx, root := tracer.Start(ctx, "gym.rollout", trace.WithNewRoot(), trace.WithLinks(links...),
+			trace.WithAttributes(runAttr, serverAttr, attribute.Int("nemo.gym.rollout.index", i)))
 		spans++
 		if firstTrace == "" {
 			firstTrace = root.SpanContext().TraceID().String()
@@ -283,6 +321,8 @@ func run() int {
 		root.End()
 		durHist.Record(ctx, float64(time.Since(start).Microseconds())/1000.0, metric.WithAttributes(serverAttr))
 	}
+
+	endProc()
 
 	// Final flush of everything, in parallel under one deadline. Without
 	// --sleep-after the providers are shut down in the same step, so a hung

@@ -3,6 +3,7 @@ package supervise
 import (
 	"bufio"
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	gojson "github.com/goccy/go-json"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
@@ -50,9 +53,10 @@ import (
 
 // SpanCountMaxBytes is the most bytes of traces.jsonl and metrics.jsonl
 // together that the supervisor reads at the drain to count the spans the
-// connector did not: about a second of reading (spanflush measured
-// 190 MB/s for traces.jsonl on one core).
-const SpanCountMaxBytes = 192 << 20
+// connector did not: about 1.5 s of reading (BenchmarkSpanContinuation:
+// 87 MB/s on a busy two-core node), well within the share of the epilog's
+// wait (timing.Policy.DrainWait) that the settle it replaces had.
+const SpanCountMaxBytes = 128 << 20
 
 // spanKinds are OTLP's span kinds by number, as the connector names them.
 var spanKinds = []string{"SPAN_KIND_UNSPECIFIED", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER", "SPAN_KIND_CLIENT", "SPAN_KIND_PRODUCER", "SPAN_KIND_CONSUMER"}
@@ -123,14 +127,33 @@ func valueText(raw json.RawMessage) string {
 }
 
 // seriesKeyOf is the key of a connector series: its point attributes,
-// sorted, as text.
+// sorted, as text (keyOfTexts).
 func seriesKeyOf(attrs []rawKV) string {
-	parts := make([]string, 0, len(attrs))
+	kv := make([][2]string, 0, len(attrs))
 	for _, a := range attrs {
-		parts = append(parts, strconv.Quote(a.Key)+"="+strconv.Quote(valueText(a.Value)))
+		kv = append(kv, [2]string{a.Key, valueText(a.Value)})
 	}
-	sort.Strings(parts)
-	return strings.Join(parts, ",")
+	return keyOfTexts(kv)
+}
+
+// keyOfTexts is the key of attributes given as (key, valueText) pairs:
+// sorted by key, each part length-prefixed. It sorts kv.
+func keyOfTexts(kv [][2]string) string {
+	sort.Slice(kv, func(i, j int) bool { return kv[i][0] < kv[j][0] })
+	n := 0
+	for _, p := range kv {
+		n += len(p[0]) + len(p[1]) + 8
+	}
+	b := make([]byte, 0, n)
+	for _, p := range kv {
+		b = strconv.AppendInt(b, int64(len(p[0])), 10)
+		b = append(b, ':')
+		b = append(b, p[0]...)
+		b = strconv.AppendInt(b, int64(len(p[1])), 10)
+		b = append(b, ':')
+		b = append(b, p[1]...)
+	}
+	return string(b)
 }
 
 // histo is a duration histogram (ms) on bounds.
@@ -282,7 +305,7 @@ func readConnectorSeries(path string) (map[string]*connSeries, error) {
 			return nil
 		}
 		line.ResourceMetrics = nil
-		if json.Unmarshal(b, &line) != nil {
+		if gojson.Unmarshal(b, &line) != nil {
 			return nil
 		}
 		for _, rm := range line.ResourceMetrics {
@@ -364,13 +387,13 @@ type fileSeries struct {
 // out, as the connector leaves them. Lines that do not parse are skipped.
 func readSpanSeries(path string, dimensions []string) (map[string]*fileSeries, error) {
 	type span struct {
-		TraceID    string  `json:"traceId"`
-		SpanID     string  `json:"spanId"`
-		Name       string  `json:"name"`
-		Kind       int32   `json:"kind"`
-		Start      i64     `json:"startTimeUnixNano"`
-		End        i64     `json:"endTimeUnixNano"`
-		Attributes []rawKV `json:"attributes"`
+		TraceID    string          `json:"traceId"`
+		SpanID     string          `json:"spanId"`
+		Name       string          `json:"name"`
+		Kind       int32           `json:"kind"`
+		Start      i64             `json:"startTimeUnixNano"`
+		End        i64             `json:"endTimeUnixNano"`
+		Attributes json.RawMessage `json:"attributes"`
 		Status     struct {
 			Code int32 `json:"code"`
 		} `json:"status"`
@@ -386,16 +409,22 @@ func readSpanSeries(path string, dimensions []string) (map[string]*fileSeries, e
 		} `json:"resourceSpans"`
 	}
 	out := map[string]*fileSeries{}
-	seen := map[string]bool{}
+	seen := map[[24]byte]bool{}  // trace id and span id, as bytes
+	seenOdd := map[string]bool{} // ids that are not 16 and 8 bytes of hex
 	str := func(k, v string) rawKV {
 		b, _ := json.Marshal(struct {
 			S string `json:"stringValue"`
 		}{v})
 		return rawKV{Key: k, Value: b}
 	}
+	dimKeys := make([][]byte, len(dimensions))
+	for i, d := range dimensions {
+		dimKeys[i] = []byte(strconv.Quote(d))
+	}
+	var kv [][2]string
 	err := eachLine(path, func(b []byte) error {
 		line.ResourceSpans = nil
-		if json.Unmarshal(b, &line) != nil {
+		if gojson.Unmarshal(b, &line) != nil {
 			return nil
 		}
 		for _, rs := range line.ResourceSpans {
@@ -408,31 +437,62 @@ func readSpanSeries(path string, dimensions []string) (map[string]*fileSeries, e
 			if service == nil {
 				continue
 			}
+			serviceText := valueText(service)
+			// The dimensions the resource gives, where a span does not.
+			resDims := make([]*rawKV, len(dimensions))
+			for i, d := range dimensions {
+				for j := range rs.Resource.Attributes {
+					if rs.Resource.Attributes[j].Key == d {
+						resDims[i] = &rs.Resource.Attributes[j]
+					}
+				}
+			}
 			for _, ss := range rs.ScopeSpans {
 				for _, sp := range ss.Spans {
-					if sp.TraceID != "" || sp.SpanID != "" {
-						id := sp.TraceID + "/" + sp.SpanID
+					var id [24]byte
+					if len(sp.TraceID) == 32 && len(sp.SpanID) == 16 && hexInto(id[:16], sp.TraceID) && hexInto(id[16:], sp.SpanID) {
 						if seen[id] {
 							continue
 						}
 						seen[id] = true
+					} else if sp.TraceID != "" || sp.SpanID != "" {
+						k := sp.TraceID + "/" + sp.SpanID
+						if seenOdd[k] {
+							continue
+						}
+						seenOdd[k] = true
 					}
-					attrs := []rawKV{{Key: "service.name", Value: service}, str("span.name", sp.Name),
-						str("span.kind", enumName(spanKinds, sp.Kind)), str("status.code", enumName(statusCodes, sp.Status.Code))}
-				dims:
-					for _, d := range dimensions {
-						for _, from := range [][]rawKV{sp.Attributes, rs.Resource.Attributes} {
-							for _, a := range from {
+					kind, status := enumName(spanKinds, sp.Kind), enumName(statusCodes, sp.Status.Code)
+					kv = append(kv[:0], [2]string{"service.name", serviceText}, [2]string{"span.name", "s:" + sp.Name},
+						[2]string{"span.kind", "s:" + kind}, [2]string{"status.code", "s:" + status})
+					var dims []rawKV
+					for i, d := range dimensions {
+						var v json.RawMessage
+						if len(sp.Attributes) > 0 && bytes.Contains(sp.Attributes, dimKeys[i]) {
+							var attrs []rawKV
+							_ = gojson.Unmarshal(sp.Attributes, &attrs)
+							for _, a := range attrs {
 								if a.Key == d {
-									attrs = append(attrs, rawKV{Key: d, Value: append(json.RawMessage{}, a.Value...)})
-									continue dims
+									v = a.Value
 								}
 							}
 						}
+						if v == nil && resDims[i] != nil {
+							v = resDims[i].Value
+						}
+						if v != nil {
+							dims = append(dims, rawKV{Key: d, Value: v})
+							kv = append(kv, [2]string{d, valueText(v)})
+						}
 					}
-					key := seriesKeyOf(attrs)
+					key := keyOfTexts(kv)
 					fs := out[key]
 					if fs == nil {
+						attrs := []rawKV{{Key: "service.name", Value: append(json.RawMessage{}, service...)}, str("span.name", sp.Name),
+							str("span.kind", kind), str("status.code", status)}
+						for _, d := range dims {
+							attrs = append(attrs, rawKV{Key: d.Key, Value: append(json.RawMessage{}, d.Value...)})
+						}
 						fs = &fileSeries{attrs: attrs, first: int64(sp.End)}
 						for _, a := range rs.Resource.Attributes {
 							if a.Key != contract.SourceKey {
@@ -453,6 +513,12 @@ func readSpanSeries(path string, dimensions []string) (map[string]*fileSeries, e
 		return nil
 	})
 	return out, err
+}
+
+// hexInto decodes the hex digits of s into dst (len(s) == 2*len(dst)).
+func hexInto(dst []byte, s string) bool {
+	_, err := hex.Decode(dst, []byte(s))
+	return err == nil
 }
 
 // spanContinuation is the line (OTLP-JSON, newline included) that carries

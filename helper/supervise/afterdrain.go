@@ -36,8 +36,10 @@ import (
 // the drain (a hung or killed collector) go into the same line (one whose
 // export timed out after the collector took it is then in the file twice,
 // with the same span id). No span metrics connector counts them, so the
-// supervisor appends their span metrics to metrics.jsonl too
-// (spanmetrics.go), a second line the receipt lists. The
+// supervisor appends their span metrics to metrics.jsonl too, with those
+// of every span the connector had not exported when it stopped
+// (spancount.go; spanmetrics.go when the files are too large to read), a
+// second line the receipt lists. The
 // collector never sent them to the backend, so the supervisor sends the
 // lines itself right after appending them (deliver: replay.Send with Once, the
 // job's own exporter settings and backend token, at most

@@ -48,7 +48,8 @@ const (
 
 // AppendedPoints is the number of metric points the supervisor appended
 // to metrics.jsonl after the collector's exit (the span metrics of the
-// spans it appended). The collector's figures (Signals) do not count
+// spans it appended and of those the span metrics connector had not
+// exported). The collector's figures (Signals) do not count
 // them: metrics.jsonl holds Signals["metrics"].Written + AppendedPoints()
 // points.
 func (r *Receipt) AppendedPoints() int64 {
@@ -176,7 +177,8 @@ type Appended struct {
 	// Spans counts the line's spans (a traces.jsonl line).
 	Spans int `json:"spans"`
 	// Points counts the line's metric points (a metrics.jsonl line: the
-	// span metrics of the appended spans, which no connector counted).
+	// span metrics of the appended spans, which no connector counted, and
+	// of the spans the connector had not exported at its stop).
 	Points int `json:"points,omitempty"`
 	// Delivered reports whether the supervisor sent the line to the
 	// backend itself right after appending it (once, bounded, the backend
@@ -372,7 +374,7 @@ func (r *Receipt) Summary() []string {
 	for _, a := range r.Appended {
 		l := fmt.Sprintf("  appended after the collector's exit: %d phase spans (the drain's, the epilog's, any the collector did not take) in %s", a.Spans, a.File)
 		if a.File == "metrics.jsonl" {
-			l = fmt.Sprintf("  appended after the collector's exit: %d span metric points (of the spans appended to traces.jsonl) in %s", a.Points, a.File)
+			l = fmt.Sprintf("  appended after the collector's exit: %d span metric points (of the spans the collector's span metrics did not count) in %s", a.Points, a.File)
 		}
 		if a.Delivered {
 			l += ", delivered to the backend by the supervisor"

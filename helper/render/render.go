@@ -442,12 +442,22 @@ func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
 	return processors, metricsProcs, pluginMetricsProcs
 }
 
+// SpanMetricsDimensions are the span_metrics connector's dimensions
+// beyond its own (service.name, span.name, span.kind, status.code), in
+// their order on its points: each the span's attribute, else its
+// resource's, else none.
+var SpanMetricsDimensions = []string{"service.name.override", "nemo.gym.sandbox.provider"}
+
 // connectors: span_metrics, from the traces pipeline into the metrics one.
 func connectors() omap {
+	var dims []omap
+	for _, d := range SpanMetricsDimensions {
+		dims = append(dims, omap{{"name", d}})
+	}
 	return omap{{"span_metrics", omap{
 		{"namespace", "traces.span.metrics"},
 		{"metrics_flush_interval", timing.SpanMetricsFlush.String()},
-		{"dimensions", []omap{{{"name", "service.name.override"}}, {{"name", "nemo.gym.sandbox.provider"}}}},
+		{"dimensions", dims},
 		{"exclude_dimensions", []string{"collector.instance.id"}},
 		{"histogram", omap{{"unit", "ms"}}},
 	}}}

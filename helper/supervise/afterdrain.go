@@ -36,8 +36,10 @@ import (
 // the drain (a hung or killed collector) go into the same line (one whose
 // export timed out after the collector took it is then in the file twice,
 // with the same span id). No span metrics connector counts them, so the
-// supervisor appends their span metrics to metrics.jsonl too
-// (spanmetrics.go), a second line the receipt lists. The
+// supervisor appends their span metrics to metrics.jsonl too, with those
+// of every span the connector had not exported when it stopped
+// (spancount.go; spanmetrics.go when the files are too large to read), a
+// second line the receipt lists. The
 // collector never sent them to the backend, so the supervisor sends the
 // lines itself right after appending them (deliver: replay.Send with Once, the
 // job's own exporter settings and backend token, at most
@@ -323,50 +325,99 @@ func AppendLine(path string, line []byte) (offset, length int64, err error) {
 }
 
 // appendAfterCollector writes the drain's (and the epilog's) spans to
-// traces.jsonl once the collector has exited, notes the line for the
-// receipt (written at once), and delivers it to the backend within bound
-// (deliver). It never fails the drain: a refusal is logged (the
-// supervisor's and the collector's log), and the receipt lists no line.
-func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration) {
-	if s.phases == nil {
-		return
+// traces.jsonl once the collector has exited, then the span metrics no
+// connector exported (countAll: the continuation of every series the
+// files' spans outnumber, spancount.go; else only those of the appended
+// spans), notes the lines for the receipt (written at once), and delivers
+// them to the backend within bound (deliver). It never fails the drain: a
+// refusal is logged (the supervisor's and the collector's log), and the
+// receipt lists no line.
+func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration, countAll bool) {
+	if s.base() == "" {
+		return // the output dir is not held: nothing is written there
 	}
+	deadline := time.Now().Add(bound)
 	now := time.Now()
-	// The phase spans the collector did not accept at the drain (an
-	// export that failed: a hung or killed collector, the node's root
-	// span among them) go into the same line.
-	left := s.phases.take()
-	spans := append(left, s.phases.afterSpans(d, now)...)
 	metricsID := render.Identity(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)}, "slurm")
-	// The mark the plugin's pipeline (resource/source) gives the phase
-	// spans it receives: these are the plugin's own too. (The metrics
-	// pipeline takes it off the connector's points, so their span
-	// metrics go without it.)
-	id := append(append([]render.Attr{}, metricsID...), render.Attr{Key: contract.SourceKey, Value: contract.SourceSlurm})
-	line, err := TracesLine(id, phaseScope, spans)
-	if err == nil {
-		var off, n int64
-		path := filepath.Join(s.out, jobdir.SignalFile("traces"))
-		if off, n, err = AppendLine(s.path(jobdir.SignalFile("traces")), line); err == nil {
-			s.appended = append(s.appended, receipt.Appended{File: jobdir.SignalFile("traces"), Offset: off, Length: n, Spans: len(spans),
-				Cause: "not delivered yet (the supervisor ended before its delivery)"})
-			if len(left) > 0 {
-				s.log.Infof("%d phase spans the collector did not accept are appended with the drain's", len(left))
+	var lines []appendedLine
+	var spans []*tracev1.Span
+	if s.phases != nil {
+		// The phase spans the collector did not accept at the drain (an
+		// export that failed: a hung or killed collector, the node's root
+		// span among them) go into the same line.
+		left := s.phases.take()
+		spans = append(left, s.phases.afterSpans(d, now)...)
+		// The mark the plugin's pipeline (resource/source) gives the phase
+		// spans it receives: these are the plugin's own too. (The metrics
+		// pipeline takes it off the connector's points, so their span
+		// metrics go without it.)
+		id := append(append([]render.Attr{}, metricsID...), render.Attr{Key: contract.SourceKey, Value: contract.SourceSlurm})
+		line, err := TracesLine(id, phaseScope, spans)
+		if err == nil {
+			var off, n int64
+			path := filepath.Join(s.out, jobdir.SignalFile("traces"))
+			if off, n, err = AppendLine(s.path(jobdir.SignalFile("traces")), line); err == nil {
+				s.appended = append(s.appended, receipt.Appended{File: jobdir.SignalFile("traces"), Offset: off, Length: n, Spans: len(spans),
+					Cause: "not delivered yet (the supervisor ended before its delivery)"})
+				if len(left) > 0 {
+					s.log.Infof("%d phase spans the collector did not accept are appended with the drain's", len(left))
+				}
+				s.log.Infof("the drain's phase spans (%d) appended to %s after the collector's exit (offset %d, %d bytes)", len(spans), path, off, n)
+				lines = append(lines, appendedLine{index: len(s.appended) - 1, signal: "traces", line: line})
 			}
-			s.log.Infof("the drain's phase spans (%d) appended to %s after the collector's exit (offset %d, %d bytes)", len(spans), path, off, n)
-			lines := []appendedLine{{index: len(s.appended) - 1, signal: "traces", line: line}}
-			if ml, ok := s.appendSpanMetrics(metricsID, spans, now); ok {
-				lines = append(lines, ml)
-			}
-			// The receipt first: a supervisor ended during the delivery
-			// still leaves the lines listed, as not delivered.
-			s.saveReceipt(false)
-			s.deliver(lines, bound)
-			return
+		}
+		if err != nil {
+			spans = nil
+			appendLog(s.logPath, fmt.Sprintf("gym-otel: the drain's phase spans could not be written to traces.jsonl: %v", err))
+			s.log.Warnf("the drain's phase spans could not be written to traces.jsonl: %v", err)
 		}
 	}
-	appendLog(s.logPath, fmt.Sprintf("gym-otel: the drain's phase spans could not be written to traces.jsonl: %v", err))
-	s.log.Warnf("the drain's phase spans could not be written to traces.jsonl: %v", err)
+	var ml appendedLine
+	ok := false
+	switch {
+	case countAll:
+		ml, ok = s.appendSpanContinuation(now)
+	case len(spans) > 0:
+		ml, ok = s.appendSpanMetrics(metricsID, spans, now)
+	}
+	if ok {
+		lines = append(lines, ml)
+	}
+	if len(lines) == 0 {
+		return
+	}
+	// The receipt first: a supervisor ended during the delivery still
+	// leaves the lines listed, as not delivered.
+	s.saveReceipt(false)
+	s.deliver(lines, min(bound, time.Until(deadline)))
+}
+
+// appendSpanContinuation appends to metrics.jsonl the span metrics the
+// connector did not export of the spans in traces.jsonl (spanContinuation,
+// its time now) and notes the line for the receipt; false when every
+// series was counted. A failure is logged and appends nothing.
+func (s *supervisor) appendSpanContinuation(now time.Time) (appendedLine, bool) {
+	start := time.Now()
+	line, series, err := spanContinuation(s.path(jobdir.SignalFile("traces")), s.path(jobdir.SignalFile("metrics")), now)
+	read := time.Since(start)
+	if err == nil && line == nil {
+		s.log.Infof("every span of traces.jsonl is counted in the span metrics of metrics.jsonl (read in %d ms)", read.Milliseconds())
+		return appendedLine{}, false
+	}
+	if err == nil {
+		var off, n int64
+		if off, n, err = AppendLine(s.path(jobdir.SignalFile("metrics")), line); err == nil {
+			points := 2 * series // calls and duration per series
+			s.appended = append(s.appended, receipt.Appended{File: jobdir.SignalFile("metrics"), Offset: off, Length: n, Points: points,
+				Cause: "not delivered yet (the supervisor ended before its delivery)"})
+			s.log.Infof("the span metrics the connector did not export (%d series the spans in traces.jsonl outnumber, read in %d ms) appended to %s (offset %d, %d bytes)",
+				series, read.Milliseconds(), filepath.Join(s.out, jobdir.SignalFile("metrics")), off, n)
+			return appendedLine{index: len(s.appended) - 1, signal: "metrics", line: line}, true
+		}
+	}
+	appendLog(s.logPath, fmt.Sprintf("gym-otel: the span metrics of the last spans could not be written to metrics.jsonl: %v", err))
+	s.log.Warnf("the span metrics of the last spans could not be written to metrics.jsonl: %v", err)
+	return appendedLine{}, false
 }
 
 // appendedLine is one line appended after the collector's exit: its
@@ -444,7 +495,7 @@ func (s *supervisor) deliver(lines []appendedLine, bound time.Duration) {
 	cause = s.send(lines, bound)
 	if cause == "" {
 		set("", 0)
-		s.log.Infof("the appended phase spans (%d) and their span metrics delivered to the backend %s in %d ms", s.appended[lines[0].index].Spans, s.o.Endpoint, time.Since(start).Milliseconds())
+		s.log.Infof("the appended lines (%d) delivered to the backend %s in %d ms", len(lines), s.o.Endpoint, time.Since(start).Milliseconds())
 		return
 	}
 	set(cause, replay.HTTPStatus(cause))

@@ -31,10 +31,13 @@ import (
 // answer follows metrics.jsonl, so the hold ends once the final samples
 // are in the file.
 //
-// The final scrape is done once per job and only when no span arrived
-// within the span metrics' settle time (pol.SpanMetricsSettle): stopping
-// the collector earlier would lose the span metrics of the last spans,
-// which the drain waits for. Then the hold waits for the next scrape of
+// The final scrape is done once per job. The span metrics of the spans
+// the stopped run's connector had not exported yet are appended at the
+// drain, which counts every span of traces.jsonl (spancount.go). Only when
+// the job's files are too large for that (SpanCountMaxBytes) and a span
+// arrived within the span metrics' settle time (pol.SpanMetricsSettle) is
+// there no final scrape (stopping the collector then would lose the
+// span metrics of the last spans): the hold waits for the next scrape of
 // every target, as without a final scrape.
 
 // finalRequests is the hold server's channel of final-scrape requests
@@ -56,8 +59,8 @@ func (s *supervisor) finalScrape(ctx context.Context) {
 	}
 	s.finalDone = true
 	s.pollSelf()
-	if !s.spansAt.IsZero() && time.Since(s.spansAt) < s.pol.SpanMetricsSettle {
-		s.log.Infof("the batch script has ended: no early final scrape (spans arrived %v ago; their span metrics need %v); the hold waits for every target's next scrape",
+	if !s.spansAt.IsZero() && time.Since(s.spansAt) < s.pol.SpanMetricsSettle && s.fileBytes("traces")+s.fileBytes("metrics") > SpanCountMaxBytes {
+		s.log.Infof("the batch script has ended: no early final scrape (spans arrived %v ago; their span metrics need %v, the files being too large to count at the drain); the hold waits for every target's next scrape",
 			time.Since(s.spansAt).Round(time.Millisecond), s.pol.SpanMetricsSettle)
 		return
 	}

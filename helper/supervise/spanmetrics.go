@@ -13,7 +13,9 @@ import (
 )
 
 // The span metrics of the spans the supervisor appends after the
-// collector's exit (afterdrain.go). No span_metrics connector sees them,
+// collector's exit (afterdrain.go), where the job's files are too large
+// to count every span at the drain (spancount.go, which writes the same
+// shape). No span_metrics connector sees them,
 // so the supervisor counts them itself: one OTLP-JSON line appended to
 // metrics.jsonl with the points the connector would have made of them
 // (read from the connector's own output): the resource the connector

@@ -299,6 +299,20 @@ func (s *supervisor) path(name string) string {
 	return filepath.Join(s.base(), name)
 }
 
+// fileBytes is the size of <signal>.jsonl in the output dir (0 when it
+// cannot be read).
+func (s *supervisor) fileBytes(signal string) int64 {
+	p := s.path(jobdir.SignalFile(signal))
+	if p == "" {
+		return 0
+	}
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
 // logName is collector.log's path for people.
 func (s *supervisor) logName() string { return filepath.Join(s.out, jobdir.LogFile) }
 
@@ -930,30 +944,38 @@ func completeLength(path string) (size, keep int64, err error) {
 	return size, 0, nil
 }
 
-// drain waits for the span metrics of the last spans to be flushed, reads
-// the backend counters, stops the collector within shutdown_timeout_seconds
-// and reports what the backend refused.
+// drain reads the backend counters, stops the collector within
+// shutdown_timeout_seconds, appends what ends after it (the drain's spans,
+// the span metrics the connector did not export: spancount.go) and reports
+// what the backend refused.
 func (s *supervisor) drain() error {
 	drainStart := time.Now()
 	s.writeState(jobdir.StatusDraining, "")
 	s.endPhases()
 	s.pollSelf()
-	// The last spans the collector took: the job's (the receiver's
-	// counter, as pollSelf last saw it change) and the supervisor's own
-	// phase spans, the node's root span among them, sent just now.
-	last := s.spansAt
-	if p := s.phasesSentAt(); p.After(last) {
-		last = p
-	}
-	if !last.IsZero() {
+	// The span metrics of the last spans are counted from the files
+	// after the collector's exit, unless the files are too large to read
+	// within the drain: then the connector's flushes are waited for.
+	countAll := true
+	if size := s.fileBytes("traces") + s.fileBytes("metrics"); size > SpanCountMaxBytes {
+		countAll = false
+		// The last spans the collector took: the job's (the receiver's
+		// counter, as pollSelf last saw it change) and the supervisor's
+		// own phase spans, the node's root span among them, sent just
+		// now.
+		last := s.spansAt
+		if p := s.phasesSentAt(); p.After(last) {
+			last = p
+		}
 		// A new series is flushed as 0 first and with its count one
 		// interval later: wait two intervals after the last spans.
-		if wait := time.Until(last.Add(s.pol.SpanMetricsSettle)); wait > 0 {
-			s.log.Infof("waiting %v for the span metrics of the last spans", wait.Round(time.Millisecond))
+		if wait := time.Until(last.Add(s.pol.SpanMetricsSettle)); !last.IsZero() && wait > 0 {
+			s.log.Infof("traces.jsonl and metrics.jsonl hold %d MiB (more than the %d MiB read at the drain): waiting %v for the span metrics of the last spans",
+				size>>20, SpanCountMaxBytes>>20, wait.Round(time.Millisecond))
 			time.Sleep(wait)
 		}
+		s.pollSelf()
 	}
-	s.pollSelf()
 	start := time.Now()
 	wasRunning := s.coll.Running()
 	clean := true
@@ -998,12 +1020,13 @@ func (s *supervisor) drain() error {
 	if !clean {
 		s.cutPartialLines() // before the drain's line: a killed collector's half line
 	}
-	// The delivery of the appended line takes at most DeliveryBound out of
-	// the SupervisorSlack of the epilog's wait (DrainWait), and less when
-	// the settle and the stop took more than theirs.
+	// The delivery of the appended lines takes at most DeliveryBound out
+	// of the SupervisorSlack of the epilog's wait (DrainWait), and less
+	// when the count of the spans (or the settle) and the stop took more
+	// than theirs.
 	bound := min(timing.DeliveryBound, time.Until(drainStart.Add(s.pol.DrainWait-timing.SupervisorSlack+timing.DeliveryBound)))
 	s.appendAfterCollector(drainEnd{start: drainStart, exit: collectorExit, cause: s.drainCause, exitKnown: wasRunning,
-		killed: s.coll.killed, clean: clean}, bound)
+		killed: s.coll.killed, clean: clean}, bound, countAll)
 	s.writeReceipt()
 	if p := s.problems; p != "" {
 		appendLog(s.logPath, "gym-otel: "+p)

@@ -24,8 +24,9 @@ const (
 	// configuration, its version check).
 	ReportSlack = 5 * time.Second
 	// SupervisorSlack is the time the epilog allows the supervisor beyond
-	// the span-metrics settle and the collector's stop, for its reads of
-	// the collector's own telemetry and its state file.
+	// the span metrics' share (SpanMetricsSettle) and the collector's
+	// stop, for its reads of the collector's own telemetry and its state
+	// file.
 	SupervisorSlack = 5 * time.Second
 	// DeliveryBound bounds the supervisor's delivery to the backend of the
 	// line it appends after the collector's exit (the drain's and the
@@ -84,11 +85,16 @@ type Policy struct {
 	ReportWait time.Duration
 	// SpanMetricsFlush is the span_metrics connector's flush interval.
 	SpanMetricsFlush time.Duration
-	// SpanMetricsSettle is how long after the last spans (the job's, and
-	// the supervisor's own phase spans, sent at the drain too) the drain
-	// waits before stopping the collector: a new series is flushed as 0
-	// first and with its count one interval later, and nothing is flushed
-	// at the collector's shutdown, so two intervals and a second.
+	// SpanMetricsSettle is the drain's share of DrainWait for the span
+	// metrics of the last spans. The connector flushes a new series as 0
+	// first and with its count one interval later, and nothing at the
+	// collector's shutdown; the drain does not wait for it: after the
+	// collector's exit the supervisor reads traces.jsonl and metrics.jsonl
+	// and appends what the connector did not export (well within this
+	// share: supervise.SpanCountMaxBytes). Only files too large to read
+	// make the drain wait this long after the last spans (the job's, and
+	// the supervisor's own phase spans, sent at the drain too) before
+	// stopping the collector: two intervals and a second.
 	SpanMetricsSettle time.Duration
 	// CollectorStop bounds the collector's clean shutdown
 	// (otel.shutdown_timeout_seconds); past it the collector is killed.

@@ -161,6 +161,7 @@ type HistogramPoint struct {
 	Time           Int       `json:"timeUnixNano"`
 	Flags          int       `json:"flags"`
 	Count          Int       `json:"count"`
+	Sum            float64   `json:"sum"`
 	BucketCounts   []Int     `json:"bucketCounts"`
 	ExplicitBounds []float64 `json:"explicitBounds"`
 }

@@ -116,9 +116,10 @@ func TestPhaseSpans(t *testing.T) {
 
 // checkPhaseSpanMetrics: every Slurm phase span name has, in metrics.jsonl
 // of dir, as many span metrics calls (and duration counts) as it has spans
-// in traces.jsonl: the connector's for the spans sent to the collector
-// (the drain waits for their last flush), the supervisor's own for the
-// spans it appended after the collector's exit.
+// in traces.jsonl: the connector's for the spans it exported, the
+// supervisor's own (appended after the collector's exit, continuing the
+// connector's series) for the spans it appended then and those the
+// connector had not exported when the drain stopped it.
 func checkPhaseSpanMetrics(t *testing.T, dir string, spans []phaseSpan) {
 	t.Helper()
 	m, err := otlptest.Read(filepath.Join(dir, "metrics.jsonl"))
@@ -274,11 +275,17 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 			Cause     string `json:"cause"`
 		} `json:"appended"`
 	}
-	// The drain's and the epilog's spans, and their span metrics (calls
-	// and duration of each).
+	// The drain's and the epilog's spans, and the span metrics the
+	// connector did not export (calls and duration of each series: theirs
+	// and those of the spans sent at the drain, the job's span among them).
 	if err != nil || json.Unmarshal(rb, &rec) != nil || len(rec.Appended) != 2 || rec.Appended[0].File != "traces.jsonl" || rec.Appended[0].Spans != 2 ||
-		rec.Appended[1].File != "metrics.jsonl" || rec.Appended[1].Points != 4 {
+		rec.Appended[1].File != "metrics.jsonl" || rec.Appended[1].Points < 4 || rec.Appended[1].Points%2 != 0 {
 		t.Fatalf("receipt.json: %v %s", err, rb)
+	}
+	mb, _ := os.ReadFile(filepath.Join(otel, "metrics.jsonl"))
+	if a := rec.Appended[1]; a.Offset+a.Length > int64(len(mb)) || !strings.Contains(string(mb[a.Offset:a.Offset+a.Length]), `"slurm.drain"`) ||
+		!strings.Contains(string(mb[a.Offset:a.Offset+a.Length]), `"slurm.epilog"`) {
+		t.Errorf("the receipt's metrics line (offset %d, %d bytes) is not the span metrics of the drain and the epilog in metrics.jsonl (%d bytes)", a.Offset, a.Length, len(mb))
 	}
 	tb, _ := os.ReadFile(filepath.Join(otel, "traces.jsonl"))
 	if a := rec.Appended[0]; a.Offset+a.Length > int64(len(tb)) || !strings.Contains(string(tb[a.Offset:a.Offset+a.Length]), `"slurm.drain"`) {

@@ -85,9 +85,14 @@ func TestReplayAfterOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The collector wrote and lost what the files hold but the lines its
+	// supervisor appended after its exit (the span metrics the connector
+	// had not flushed), which are counted apart.
+	appended := map[string]int64{"traces": rc.AppendedSpans(), "metrics": rc.AppendedPoints()}
 	for sig, n := range want {
-		if c := rc.Signals[sig]; c.Sent != 0 || c.Lost() != int64(n/2) || c.Written != int64(n/2) {
-			t.Errorf("receipt %s %+v: want written = failed = %d, sent 0", sig, c, n/2)
+		w := int64(n/2) - appended[sig]
+		if c := rc.Signals[sig]; c.Sent != 0 || c.Lost() != w || c.Written != w {
+			t.Errorf("receipt %s %+v: want written = failed = %d, sent 0 (%d appended apart)", sig, c, w, appended[sig])
 		}
 	}
 	var insp bytes.Buffer

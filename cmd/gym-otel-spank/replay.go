@@ -13,11 +13,11 @@ import (
 )
 
 func init() {
-	commands["replay"] = command{"send a job's jsonl files (every node, every later link) to the backend again, with the token from the environment", runReplay}
+	commands["replay"] = command{"send a job's jsonl files to the backend again (each node dir whose receipt does not say the backend has it all; --all: every node, every later link), with the token from the environment", runReplay}
 }
 
 func runReplay(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("replay", "[--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--endpoint URL] [--token-env NAME] [--binary PATH] [--timeout D] [--progress D] [--appended [--force]] DIR   (a job dir, or its otel/ dir; someone else's only with --endpoint and --token-env)", stderr)
+	fs := newFlags("replay", "[--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--endpoint URL] [--token-env NAME] [--binary PATH] [--timeout D] [--progress D] [--all | --appended [--force]] DIR   (a job dir, or its otel/ dir; someone else's only with --endpoint and --token-env)", stderr)
 	var sf siteFlags
 	sf.register(fs)
 	endpoint := fs.String("endpoint", "", "send to this OTLP/HTTP `URL` (default: the site's otel.endpoint, found as validate finds it; never the replayed dir's)")
@@ -27,6 +27,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	every := durationVar(fs, "progress", replay.DefaultProgress, "print progress every `duration` (with a unit: 5s)")
 	appended := fs.Bool("appended", false, "send only the lines the supervisors appended after their collectors' exit (the drain's and the epilog's phase spans, listed in each node's receipt.json) that their supervisor did not deliver to the backend at the drain")
 	force := fs.Bool("force", false, "with --appended: also send the lines the supervisors already delivered")
+	all := fs.Bool("all", false, "send every node dir's files whole, also those whose receipt.json says the backend accepted everything their collector took (default: those are skipped; every other node dir is sent whole)")
 	rest, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -42,6 +43,9 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	}
 	if *force && !*appended {
 		return usageError{"--force: only with --appended"}
+	}
+	if *all && *appended {
+		return usageError{"--all and --appended: give one (--appended --force sends every appended line)"}
 	}
 	if *endpoint != "" {
 		if err := replay.CheckEndpoint("--endpoint", *endpoint); err != nil {
@@ -68,7 +72,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	res, err := replay.Run(ctx, replay.Options{
 		Dir: rest[0], Endpoint: *endpoint, TokenEnv: *tokenEnv, Site: site.File, SiteItems: site.Items, Binary: collectorBinary(*binary),
-		Timeout: *timeout, Progress: *every, Out: stdout, Appended: *appended, Force: *force,
+		Timeout: *timeout, Progress: *every, Out: stdout, Appended: *appended, Force: *force, All: *all,
 	})
 	if res != nil {
 		for _, l := range res.Summary() {

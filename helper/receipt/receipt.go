@@ -366,9 +366,9 @@ func (r *Receipt) Summary() []string {
 		}
 		switch {
 		case lost && unwritten:
-			lines = append(lines, "  the files hold what the backend missed, but for what could not be written: `gym-otel-spank replay DIR` sends what they hold")
+			lines = append(lines, "  the files hold what the backend missed, but for what could not be written: `gym-otel-spank replay DIR` sends this node's files whole (they cannot tell which items were lost: the backend gets the others twice) and skips the nodes whose receipts say the backend has everything")
 		case lost:
-			lines = append(lines, "  the files hold what the backend missed: `gym-otel-spank replay DIR` sends them again")
+			lines = append(lines, "  the files hold what the backend missed: `gym-otel-spank replay DIR` sends this node's files whole (they cannot tell which items were lost: the backend gets the others twice) and skips the nodes whose receipts say the backend has everything")
 		}
 	}
 	for _, a := range r.Appended {

@@ -84,7 +84,7 @@ func TestSummarySaysLossesPlainly(t *testing.T) {
 		"the backend did not get >=40 of >=100 spans (30 refused or failed to send, 10 dropped by the export queue, full while the backend lagged)",
 		"receivers refused >=3 metric points",
 		">=1 metric points not written to metrics.jsonl: the file system refused the writes; they are in no file",
-		"but for what could not be written: `gym-otel-spank replay DIR`", "UNKNOWN: the collector was killed before its drain",
+		"but for what could not be written: `gym-otel-spank replay DIR` sends this node's files whole (they cannot tell which items were lost: the backend gets the others twice) and skips the nodes whose receipts say the backend has everything", "UNKNOWN: the collector was killed before its drain",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("summary lacks %q:\n%s", want, s)

@@ -140,19 +140,11 @@ func newlineBefore(fh *os.File, offset int64) bool {
 // the real path of the first dir; the others are returned in skipped.
 // Errors: dir does not exist.
 func Dirs(dir string) (dirs, skipped []string, err error) {
-	dir = jobdir.OtelDir(dir)
-	if _, err := os.Stat(dir); err != nil {
-		return nil, nil, err
-	}
-	root, err := RealPath(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	nodes, skipped := jobdir.NodeDirs(dir, func(p string) bool { return Inside(root, p) })
+	nodes, skipped, err := nodeDirs(dir)
 	for _, n := range nodes {
 		dirs = append(dirs, n.Path)
 	}
-	return dirs, skipped, nil
+	return dirs, skipped, err
 }
 
 // RealPath is path made absolute with every symbolic link resolved.

@@ -86,6 +86,12 @@ type Options struct {
 	Appended bool
 	// Force, with Appended, also sends the lines already delivered.
 	Force bool
+	// All sends every node dir's files whole. Without it (and without
+	// Appended) a node dir whose receipt.json says the backend accepted
+	// everything its collector took is skipped but for its appended lines
+	// not delivered at the drain, and every other dir is sent whole
+	// (Plans).
+	All bool
 }
 
 // Totals are one signal's figures of a replay.
@@ -122,6 +128,14 @@ type Result struct {
 	// supervisor had delivered them at the drain (Options.Appended
 	// without Force).
 	Delivered int
+	// Skipped counts the node dirs not sent because their receipts say
+	// the backend accepted everything their collectors took (without
+	// Options.All and Options.Appended).
+	Skipped int
+	// Again is the items sent that the receipts say the backend had
+	// already accepted (duplicates there); a lower bound when AgainAtLeast.
+	Again        int64
+	AgainAtLeast bool
 }
 
 // OK reports whether everything was read and the backend accepted all of it.
@@ -175,6 +189,17 @@ func (r *Result) Summary() []string {
 		if len(r.Signals) == 0 {
 			return append(lines, "replay: nothing left to send")
 		}
+	}
+	if r.Skipped > 0 && len(r.Signals) == 0 {
+		return append(lines, fmt.Sprintf("replay: nothing left to send: the receipts say the backend accepted everything the job's collectors took (%d node %s; --all sends every dir again)",
+			r.Skipped, plural(r.Skipped, "dir")))
+	}
+	if r.Again > 0 {
+		atLeast := ""
+		if r.AgainAtLeast {
+			atLeast = "at least "
+		}
+		lines = append(lines, fmt.Sprintf("of the items sent, %s%d the backend had already accepted (the receipts say so): each it accepts again it holds twice", atLeast, r.Again))
 	}
 	switch {
 	case r.OK():
@@ -237,9 +262,13 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if opt.Out == nil {
 		opt.Out = io.Discard
 	}
-	dirs, skipped, err := Dirs(opt.Dir)
+	nodes, skipped, err := nodeDirs(opt.Dir)
 	if err != nil {
 		return nil, err
+	}
+	var dirs []string
+	for _, n := range nodes {
+		dirs = append(dirs, n.Path)
 	}
 	for _, d := range skipped {
 		fmt.Fprintf(opt.Out, "replay: warning: %s leads outside %s: not replayed\n", d, dirs[0])
@@ -254,14 +283,40 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	}
 	defer os.RemoveAll(tmp)
 	var all []File
-	delivered := 0
+	var planLines []string
+	delivered, skippedDirs := 0, 0
+	var again int64
+	againAtLeast := false
 	if opt.Appended {
 		all, delivered, err = ScanAppended(dirs, tmp, opt.Force, opt.Out)
 		if err == nil && len(all) == 0 && delivered == 0 {
 			err = fmt.Errorf("--appended: no node dir of %s lists lines appended after its collector's exit (receipt.json)", dirs[0])
 		}
 	} else {
-		all, err = Scan(dirs)
+		var plans []Plan
+		plans, err = Plans(nodes)
+		if err != nil {
+			return nil, err
+		}
+		planLines = PlanLines(plans, opt.All)
+		var complete []string
+		for _, p := range plans {
+			if p.Whole || opt.All {
+				all = append(all, p.Files...)
+				again += p.Had
+				againAtLeast = againAtLeast || p.LowerBound
+				continue
+			}
+			skippedDirs++
+			if p.Undelivered > 0 {
+				complete = append(complete, p.Dir)
+			}
+		}
+		if len(complete) > 0 {
+			var more []File
+			more, _, err = ScanAppended(complete, tmp, false, io.Discard)
+			all = append(all, more...)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -282,6 +337,14 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	foreign := checkOwner(append(append([]string{cfgFile}, dirs...), filePaths(files)...), uid)
 	if foreign != nil && (opt.Endpoint == "" || opt.TokenEnv == "") {
 		return nil, foreign
+	}
+	for _, l := range planLines {
+		fmt.Fprintln(opt.Out, l)
+	}
+	if len(files) == 0 && skippedDirs > 0 && !opt.Appended {
+		// Every node dir's receipt says the backend has it all: no
+		// collector, no token needed.
+		return &Result{Signals: map[string]*Totals{}, Skipped: skippedDirs, Done: true, Took: time.Since(start)}, nil
 	}
 	endpoint, tokenEnv, err := target(opt)
 	if err != nil {
@@ -310,7 +373,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 	}
 	res := newResult(endpoint, tokenEnv, files)
-	res.Delivered = delivered
+	res.Delivered, res.Skipped, res.Again, res.AgainAtLeast = delivered, skippedDirs, again, againAtLeast
 	if len(files) == 0 {
 		// Every appended line was delivered at the drain (--force sends
 		// them again).

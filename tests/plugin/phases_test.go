@@ -225,7 +225,8 @@ func TestPhaseSpansCancelled(t *testing.T) {
 // their resource is the one the collector stamped on the other phase
 // spans (the run's identity and Lens' keys), byte for byte. The receipt
 // lists the line as delivered: the supervisor sent it to the backend
-// itself, which holds exactly these two; `replay --appended` then sends
+// itself, which holds exactly these two; `replay` sends nothing (the
+// receipt says the backend has everything), `replay --appended` sends
 // nothing (said), and with --force sends them again.
 func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, batch phaseSpan) {
 	t.Helper()
@@ -322,6 +323,16 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 	}
 	if r := replayAppended(""); r.code != 0 || !strings.Contains(r.stdout, "2 appended lines skipped") || !strings.Contains(r.stdout, "nothing left to send") {
 		t.Errorf("replay --appended of delivered lines: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// The receipt says the backend accepted everything the collector took
+	// and the appended lines were delivered: replay's default sends
+	// nothing, starts no collector, and says so.
+	if r := asUser(t, 90*time.Second, tokenEnv(), fmt.Sprintf("%s/gym-otel-spank replay --binary %s --timeout 60s --endpoint http://127.0.0.1:%s --token-env OTEL_TOKEN %s",
+		plugDir, testenv.Collector(t), backendPort, jobDir)); r.code != 0 || strings.Contains(r.stdout, "collector pid") ||
+		!strings.Contains(r.stdout, "replay: skipped ") || !strings.Contains(r.stdout, "replay: nothing left to send: the receipts say the backend accepted everything the job's collectors took (1 node dir; --all sends every dir again)") {
+		t.Errorf("replay of a job whose receipt says the backend has it all: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	} else {
+		t.Logf("replay: exit %d\n%s", r.code, r.stdout)
 	}
 	if r := replayAppended("--force"); r.code != 0 || !strings.Contains(r.stdout, "replay complete") || !strings.Contains(r.stdout, "read 2 of 2 spans") {
 		t.Fatalf("replay --appended --force: exit %d\n%s%s", r.code, r.stdout, r.stderr)

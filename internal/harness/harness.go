@@ -815,8 +815,8 @@ func AssertNoLeak(t testing.TB, secret, dir string, extra map[string]string) {
 	}
 	files := 0
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return nil
+		if err != nil || !d.Type().IsRegular() {
+			return nil // dirs, and the supervisor's token socket: no bytes to hold a token
 		}
 		files++
 		data, err := os.ReadFile(path)

@@ -203,15 +203,7 @@ func socketToken(dir string) (string, error) {
 		return "", err
 	}
 	defer c.Close()
-	raw, err := c.(*net.UnixConn).SyscallConn()
-	if err != nil {
-		return "", err
-	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil || cerr != nil || cred == nil || int(cred.Uid) != os.Getuid() {
+	if uid, ok := proc.UnixPeerUID(c.(*net.UnixConn)); !ok || int(uid) != os.Getuid() {
 		return "", fmt.Errorf("%s is not served by a process of this user's", p)
 	}
 	_ = c.SetDeadline(time.Now().Add(2 * time.Second))

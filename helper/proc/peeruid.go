@@ -13,6 +13,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// UnixPeerUID is the uid of the process at the other end of c, a Unix
+// stream connection (SO_PEERCRED: the credentials the kernel took at
+// connect or listen, which the peer cannot forge). ok is false when the
+// kernel cannot tell: a caller that admits by uid refuses then.
+func UnixPeerUID(c *net.UnixConn) (uid uint32, ok bool) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var cred *syscall.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil || cerr != nil || cred == nil {
+		return 0, false
+	}
+	return cred.Uid, true
+}
+
 // ErrNoSocket is TCPSocketUID's and TCPPeerUID's error when the node has
 // no TCP socket of that address pair (its owner closed it).
 var ErrNoSocket = errors.New("no TCP socket of that address pair")

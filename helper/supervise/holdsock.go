@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
@@ -317,7 +318,7 @@ func (s *holdServer) answer(c *net.UnixConn) {
 		c.Close()
 	}()
 	_ = c.SetDeadline(time.Now().Add(HoldConnTimeout))
-	uid, ok := peerUID(c)
+	uid, ok := proc.UnixPeerUID(c)
 	if !ok || (uid != 0 && uid != uint32(os.Getuid())) {
 		return
 	}
@@ -408,20 +409,4 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
 	l.n -= n
 	return n, err
-}
-
-// peerUID is the connecting process's uid (SO_PEERCRED).
-func peerUID(c *net.UnixConn) (uint32, bool) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return 0, false
-	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil || cerr != nil || cred == nil {
-		return 0, false
-	}
-	return cred.Uid, true
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 )
 
 // The token socket (jobdir.TokenSocket): how a nested sbatch --gym-otel
@@ -75,7 +76,7 @@ func (t *tokenServer) serve() {
 // sends the request line within the deadline; nothing to anyone else.
 func (t *tokenServer) answer(c *net.UnixConn) {
 	defer c.Close()
-	if uid, ok := peerUID(c); !ok || uid != t.uid {
+	if uid, ok := proc.UnixPeerUID(c); !ok || uid != t.uid {
 		return
 	}
 	_ = c.SetDeadline(time.Now().Add(tokenDeadline))

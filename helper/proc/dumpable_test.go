@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 )
 
@@ -21,7 +23,7 @@ const secretMark = "GOS_SECRET=s3cr3t-mark"
 // process's environment; it cannot once the process called NotDumpable,
 // nor when the process's program is execute-only for it (mode 0711: the
 // kernel makes it not dumpable at the execve, before its first
-// instruction, and Dumpable says so).
+// instruction, as PR_GET_DUMPABLE says).
 func TestNotDumpable(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the processes run as another user")
@@ -93,12 +95,14 @@ func TestNotDumpableChild(t *testing.T) {
 	if os.Getenv("GOS_DUMP_CHILD") != "1" {
 		t.Skip("the child of TestNotDumpable")
 	}
-	d, err := proc.Dumpable()
+	// PR_GET_DUMPABLE: 0 when the kernel made this process not dumpable
+	// at its execve (an execute-only program).
+	d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
 	if err != nil {
 		fmt.Printf("DUMPABLE=%v\n", err)
 		return
 	}
-	fmt.Printf("DUMPABLE=%v\n", d)
+	fmt.Printf("DUMPABLE=%v\n", d == 1)
 	if os.Getenv("GOS_DUMP_SET") == "1" {
 		if err := proc.NotDumpable(); err != nil {
 			fmt.Printf("ERR %v\n", err)

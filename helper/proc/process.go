@@ -117,16 +117,6 @@ func NotDumpable() error {
 	return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 }
 
-// Dumpable reports whether this process is dumpable (prctl
-// PR_GET_DUMPABLE): false when NotDumpable was called, or when the kernel
-// made the process not dumpable at its execve because the program's file
-// is not readable by it (an execute-only install, mode 0711). Errors:
-// prctl's.
-func Dumpable() (bool, error) {
-	v, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
-	return v == 1, err
-}
-
 // BecomeUser switches this process (all threads) to the user called name
 // (or with that uid), with its primary group and supplementary groups
 // from NSS (Credential.Become), and sets HOME and USER. Only root can; it

@@ -121,10 +121,10 @@ func decide(d jobdir.NodeDir, files []File) Plan {
 			p.Undelivered++
 		}
 	}
-	if r.Basis != receipt.BasisFinal || len(r.Unknown) > 0 {
+	if !r.Complete() || len(r.Unknown) > 0 {
 		p.Kind, p.LowerBound = KindNotFinal, r.Basis == receipt.BasisLastRead
 		why := "its figures are not final"
-		if r.Basis == receipt.BasisFinal {
+		if r.Complete() {
 			why = "its receipt does not account for every item"
 		}
 		if len(r.Unknown) > 0 {

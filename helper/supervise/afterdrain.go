@@ -354,16 +354,13 @@ func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration, count
 		id := append(append([]render.Attr{}, metricsID...), render.Attr{Key: contract.SourceKey, Value: contract.SourceSlurm})
 		line, err := TracesLine(id, phaseScope, spans)
 		if err == nil {
-			var off, n int64
-			path := filepath.Join(s.out, jobdir.SignalFile("traces"))
-			if off, n, err = AppendLine(s.path(jobdir.SignalFile("traces")), line); err == nil {
-				s.appended = append(s.appended, receipt.Appended{File: jobdir.SignalFile("traces"), Offset: off, Length: n, Spans: len(spans),
-					Cause: "not delivered yet (the supervisor ended before its delivery)"})
+			var al appendedLine
+			if al, err = s.appendNoted("traces", line, len(spans), 0); err == nil {
 				if len(left) > 0 {
 					s.log.Infof("%d phase spans the collector did not accept are appended with the drain's", len(left))
 				}
-				s.log.Infof("the drain's phase spans (%d) appended to %s after the collector's exit (offset %d, %d bytes)", len(spans), path, off, n)
-				lines = append(lines, appendedLine{index: len(s.appended) - 1, signal: "traces", line: line})
+				s.log.Infof("the drain's phase spans (%d) appended to %s after the collector's exit (%s)", len(spans), filepath.Join(s.out, jobdir.SignalFile("traces")), al.where(s))
+				lines = append(lines, al)
 			}
 		}
 		if err != nil {
@@ -405,14 +402,11 @@ func (s *supervisor) appendSpanContinuation(now time.Time) (appendedLine, bool) 
 		return appendedLine{}, false
 	}
 	if err == nil {
-		var off, n int64
-		if off, n, err = AppendLine(s.path(jobdir.SignalFile("metrics")), line); err == nil {
-			points := 2 * series // calls and duration per series
-			s.appended = append(s.appended, receipt.Appended{File: jobdir.SignalFile("metrics"), Offset: off, Length: n, Points: points,
-				Cause: "not delivered yet (the supervisor ended before its delivery)"})
-			s.log.Infof("the span metrics the connector did not export (%d series the spans in traces.jsonl outnumber, read in %d ms) appended to %s (offset %d, %d bytes)",
-				series, read.Milliseconds(), filepath.Join(s.out, jobdir.SignalFile("metrics")), off, n)
-			return appendedLine{index: len(s.appended) - 1, signal: "metrics", line: line}, true
+		var al appendedLine
+		if al, err = s.appendNoted("metrics", line, 0, 2*series); err == nil { // calls and duration per series
+			s.log.Infof("the span metrics the connector did not export (%d series the spans in traces.jsonl outnumber, read in %d ms) appended to %s (%s)",
+				series, read.Milliseconds(), filepath.Join(s.out, jobdir.SignalFile("metrics")), al.where(s))
+			return al, true
 		}
 	}
 	appendLog(s.logPath, fmt.Sprintf("gym-otel: the span metrics of the last spans could not be written to metrics.jsonl: %v", err))
@@ -428,6 +422,27 @@ type appendedLine struct {
 	line   []byte
 }
 
+// where is the line's place in its file, for the log.
+func (al appendedLine) where(s *supervisor) string {
+	a := s.appended[al.index]
+	return fmt.Sprintf("offset %d, %d bytes", a.Offset, a.Length)
+}
+
+// appendNoted appends line to the output dir's file of signal (AppendLine)
+// and notes it for the receipt with the spans or points it holds, as not
+// delivered yet (deliver says otherwise once the backend took it).
+// Errors: AppendLine's; nothing is noted then.
+func (s *supervisor) appendNoted(signal string, line []byte, spans, points int) (appendedLine, error) {
+	file := jobdir.SignalFile(signal)
+	off, n, err := AppendLine(s.path(file), line)
+	if err != nil {
+		return appendedLine{}, err
+	}
+	s.appended = append(s.appended, receipt.Appended{File: file, Offset: off, Length: n, Spans: spans, Points: points,
+		Cause: "not delivered yet (the supervisor ended before its delivery)"})
+	return appendedLine{index: len(s.appended) - 1, signal: signal, line: line}, nil
+}
+
 // appendSpanMetrics appends the span metrics of spans (appended to
 // traces.jsonl, never seen by the connector) to metrics.jsonl
 // (SpanMetricsLine; identity is their resource) and notes the line for the
@@ -435,14 +450,12 @@ type appendedLine struct {
 func (s *supervisor) appendSpanMetrics(identity []render.Attr, spans []*tracev1.Span, now time.Time) (appendedLine, bool) {
 	line, err := SpanMetricsLine(identity, spans, now)
 	if err == nil {
-		var off, n int64
-		if off, n, err = AppendLine(s.path(jobdir.SignalFile("metrics")), line); err == nil {
-			points := 2 * spanSeriesCount(spans) // calls and duration per series
-			s.appended = append(s.appended, receipt.Appended{File: jobdir.SignalFile("metrics"), Offset: off, Length: n, Points: points,
-				Cause: "not delivered yet (the supervisor ended before its delivery)"})
-			s.log.Infof("the span metrics of the appended spans (%d points) appended to %s (offset %d, %d bytes)",
-				points, filepath.Join(s.out, jobdir.SignalFile("metrics")), off, n)
-			return appendedLine{index: len(s.appended) - 1, signal: "metrics", line: line}, true
+		points := 2 * spanSeriesCount(spans) // calls and duration per series
+		var al appendedLine
+		if al, err = s.appendNoted("metrics", line, 0, points); err == nil {
+			s.log.Infof("the span metrics of the appended spans (%d points) appended to %s (%s)",
+				points, filepath.Join(s.out, jobdir.SignalFile("metrics")), al.where(s))
+			return al, true
 		}
 	}
 	appendLog(s.logPath, fmt.Sprintf("gym-otel: the span metrics of the drain's phase spans could not be written to metrics.jsonl: %v", err))

@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 )
 
@@ -93,11 +94,11 @@ func (s *supervisor) finalScrape(ctx context.Context) {
 		s.collGone = true
 		s.log.Warnf("after the final scrape, no collector until the job's end: %v", err)
 		appendLog(s.logPath, "gym-otel: after the final scrape, no collector until the job's end: "+err.Error())
-		s.writeState(StatusReady, "")
+		s.writeState(launch.StatusReady, "")
 		return
 	}
 	s.log.Infof("collector run %d started after the final scrape in %d ms: pid %d", s.runs+1, time.Since(start).Milliseconds()-stopped.Milliseconds(), s.coll.pid)
-	s.writeState(StatusReady, "")
+	s.writeState(launch.StatusReady, "")
 }
 
 // startNext writes the configuration again (scrape_on_shutdown as now set)

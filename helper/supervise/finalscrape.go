@@ -8,6 +8,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // The final scrape at the batch script's end (issue 29).
@@ -117,11 +118,11 @@ func (s *supervisor) startNext(ctx context.Context) error {
 	hctx, cancel := context.WithTimeout(ctx, s.pol.HealthWait)
 	defer cancel()
 	if err := waitHealthy(hctx, c, s.ports.Health, s.opt.HealthPoll); err != nil {
-		c.stop(2 * time.Second)
+		c.stop(timing.FailedStartStop)
 		return err
 	}
 	if err := s.provePorts(c); err != nil {
-		c.stop(2 * time.Second)
+		c.stop(timing.FailedStartStop)
 		return err
 	}
 	return nil

@@ -611,7 +611,7 @@ func (s *supervisor) launch(ctx context.Context) error {
 		if err = s.provePorts(c); err == nil {
 			s.steps.mark("proof")
 			if err = s.checkStartedVersion(ctx, logStart); err != nil {
-				c.stop(2 * time.Second)
+				c.stop(timing.FailedStartStop)
 				return err
 			}
 			s.steps.mark("version")
@@ -620,10 +620,10 @@ func (s *supervisor) launch(ctx context.Context) error {
 		// A listener of another user, or a port the collector does not
 		// hold although something answered its health check: someone
 		// else was faster. Choose new ports.
-		c.stop(2 * time.Second)
+		c.stop(timing.FailedStartStop)
 		return fmt.Errorf("%w: %v", errBindRace, err)
 	}
-	c.stop(2 * time.Second)
+	c.stop(timing.FailedStartStop)
 	tail := tailFile(s.logPath, 8)
 	if strings.Contains(tail, "address already in use") {
 		return fmt.Errorf("%w: %s", errBindRace, lastLine(tail))
@@ -882,7 +882,7 @@ func (s *supervisor) restart(ctx context.Context) error {
 		if errors.Is(err, errExited) {
 			return s.restart(ctx)
 		}
-		c.stop(2 * time.Second)
+		c.stop(timing.FailedStartStop)
 		return err
 	}
 	// The ports were free while the collector was down: another user may
@@ -890,7 +890,7 @@ func (s *supervisor) restart(ctx context.Context) error {
 	// ports, so new ones cannot help: give up (the supervisor exits, and
 	// the steps that start from now on, seeing it gone, set no env).
 	if err := s.provePorts(c); err != nil {
-		c.stop(2 * time.Second)
+		c.stop(timing.FailedStartStop)
 		s.endRun(nil, fmt.Sprintf("collector run %d was stopped: after restart %d %v", s.runs+1, s.restarts, err))
 		return fmt.Errorf("after restart %d of the collector: %w; giving up (the job's later steps get no collector env on this node)", s.restarts, err)
 	}

@@ -53,3 +53,18 @@ func TestParseAccounting(t *testing.T) {
 		}
 	}
 }
+
+// parseSubmit takes squeue's "<submit>|<start>" in unix seconds, and
+// refuses an empty answer, a non-number, a start before the submit and
+// N/A.
+func TestParseSubmit(t *testing.T) {
+	sub, st, err := parseSubmit("1700000000|1700000099\n")
+	if err != nil || sub.Unix() != 1700000000 || st.Sub(sub).Seconds() != 99 {
+		t.Errorf("got %v %v %v", sub, st, err)
+	}
+	for _, bad := range []string{"", "x|1", "5|4", "N/A|N/A"} {
+		if _, _, err := parseSubmit(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}

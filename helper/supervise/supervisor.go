@@ -559,7 +559,7 @@ func (s *supervisor) collectorEnv() []string {
 		s.o.TokenEnv + "=" + render.Escape(s.opt.Token),
 		render.ReceiverTokenEnv + "=" + s.rtoken, // hex: nothing to escape; referenced as a whole value
 		render.PluginTokenEnv + "=" + s.ptoken,   // likewise
-		fmt.Sprintf("GOMEMLIMIT=%dMiB", s.o.MemoryLimitMiB*4/5),
+		fmt.Sprintf("GOMEMLIMIT=%dMiB", render.GoMemLimitMiB(s.o.MemoryLimitMiB)),
 		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
 	}
 	if s.collectorYAML != nil {

@@ -1,0 +1,431 @@
+package delivery_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/delivery"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
+)
+
+// spanID is a unique 8-byte span id in hex for span i of line l.
+func spanID(l, i int) string { return fmt.Sprintf("%08x%08x", l+1, i+1) }
+
+// traceLine is one OTLP-JSON export request with n spans, line l's.
+func traceLine(l, n int) string {
+	var spans []string
+	for i := range n {
+		spans = append(spans, fmt.Sprintf(`{"traceId":"%032x","spanId":%q,"name":"work.%d","kind":1,"startTimeUnixNano":"1700000000000000000","endTimeUnixNano":"1700000000010000000"}`, l+1, spanID(l, i), i%3))
+	}
+	return `{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"delivery-test"}}]},"scopeSpans":[{"scope":{"name":"t"},"spans":[` + strings.Join(spans, ",") + `]}]}]}` + "\n"
+}
+
+// metricLine has one gauge with n data points; logLine n log records.
+func metricLine(l, n int) string {
+	var pts []string
+	for i := range n {
+		pts = append(pts, fmt.Sprintf(`{"attributes":[{"key":"i","value":{"intValue":"%d"}}],"timeUnixNano":"%d","asDouble":%d.5}`, i, 1700000000000000000+l, l))
+	}
+	return `{"resourceMetrics":[{"resource":{},"scopeMetrics":[{"metrics":[{"name":"g","gauge":{"dataPoints":[` + strings.Join(pts, ",") + `]}}]}]}]}` + "\n"
+}
+
+func logLine(l, n int) string {
+	var recs []string
+	for i := range n {
+		recs = append(recs, fmt.Sprintf(`{"timeUnixNano":"%d","body":{"stringValue":"line %d record %d"}}`, 1700000000000000000+l, l, i))
+	}
+	return `{"resourceLogs":[{"resource":{},"scopeLogs":[{"logRecords":[` + strings.Join(recs, ",") + `]}]}]}` + "\n"
+}
+
+// appendLines appends lines [from, to) of n items each to dir's three
+// files.
+func appendLines(t *testing.T, dir string, from, to, n int) {
+	t.Helper()
+	for sig, mk := range map[string]func(int, int) string{"traces": traceLine, "metrics": metricLine, "logs": logLine} {
+		f, err := os.OpenFile(filepath.Join(dir, sig+".jsonl"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for l := from; l < to; l++ {
+			if _, err := f.WriteString(mk(l, n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.Close()
+	}
+}
+
+// backendHolds checks the backend holds exactly want items per signal,
+// every span id at least once; it returns the spans held twice.
+func backendHolds(t *testing.T, be *harness.Backend, want int, dupBound int64) {
+	t.Helper()
+	be.Stop(t)
+	tr, m, lg := otlptest.MustRead(t, be.Dir, "traces"), otlptest.MustRead(t, be.Dir, "metrics"), otlptest.MustRead(t, be.Dir, "logs")
+	ids := map[string]int{}
+	for _, s := range tr.Spans {
+		ids[s.SpanID]++
+	}
+	dups := int64(len(tr.Spans) - len(ids))
+	if len(ids) != want || m.Points() < want || len(lg.Logs) < want {
+		t.Errorf("the backend holds %d distinct spans (%d in all), %d points, %d log records; want %d of each", len(ids), len(tr.Spans), m.Points(), len(lg.Logs), want)
+	}
+	if dups > dupBound || int64(m.Points()-want) > dupBound || int64(len(lg.Logs)-want) > dupBound {
+		t.Errorf("the backend holds %d spans, %d points, %d log records twice: more than the bound %d", dups, m.Points()-want, len(lg.Logs)-want, dupBound)
+	}
+}
+
+func mustCheckpoint(t *testing.T, dir string) *delivery.Checkpoint {
+	t.Helper()
+	cp, err := delivery.ReadCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cp
+}
+
+// caughtUp reports whether the checkpoint's offsets reach the ends of
+// dir's three files.
+func caughtUp(dir string) bool {
+	cp, err := delivery.ReadCheckpoint(dir)
+	if err != nil {
+		return false
+	}
+	for _, sig := range delivery.Signals {
+		fi, err := os.Stat(filepath.Join(dir, sig+".jsonl"))
+		p := cp.Files[sig+".jsonl"]
+		if err != nil || p == nil || p.Offset != fi.Size() {
+			return false
+		}
+	}
+	return true
+}
+
+// TestCatchUpAfterOutage: a follower starts while the backend (a real
+// OTLP/HTTP collector with bearer-token auth) is down, lines keep
+// arriving; the backend comes up on the same port 3 s later and the
+// follower catches up from the files by itself, then keeps up with new
+// lines (the live latency is measured: append to acknowledgement). The
+// backend then holds every item of the files; the refused connections
+// made no duplicates (bound 0).
+func TestCatchUpAfterOutage(t *testing.T) {
+	t.Parallel()
+	token := "dl-" + harness.RandHex(8)
+	port := harness.FreePort(t)
+	dir := t.TempDir()
+	appendLines(t, dir, 0, 50, 20)
+	headers, err := delivery.TokenHeaders("MY_TOKEN", func(string) (string, bool) { return token, true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	var stats *delivery.Stats
+	go func() {
+		var err error
+		stats, err = delivery.Run(ctx, delivery.Options{Dir: dir, Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), Headers: headers,
+			Compression: "gzip", Timeout: 2 * time.Second, Retry: delivery.Retry{Initial: 100 * time.Millisecond, Max: 500 * time.Millisecond},
+			Follow: true, Poll: 50 * time.Millisecond, RateCap: -1})
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	appendLines(t, dir, 50, 100, 20)
+	time.Sleep(2 * time.Second)
+	if p := mustCheckpoint(t, dir).Files["traces.jsonl"]; p != nil && p.Offset > 0 {
+		t.Fatalf("acknowledged %d bytes while the backend was down", p.Offset)
+	}
+	up := time.Now()
+	be := harness.StartBackendOn(t, token, port)
+	harness.WaitFor(t, 30*time.Second, "the catch-up", func() bool { return caughtUp(dir) })
+	catchUp := time.Since(up)
+	// Live: one more line of each signal, acknowledged within the poll
+	// and a round trip.
+	var lat []time.Duration
+	for l := 100; l < 110; l++ {
+		at := time.Now()
+		appendLines(t, dir, l, l+1, 20)
+		harness.WaitFor(t, 10*time.Second, "the live line", func() bool { return caughtUp(dir) })
+		lat = append(lat, time.Since(at))
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("the follower ended with %v, want context.Canceled", err)
+	}
+	tot := stats.Total()
+	t.Logf("catch-up of 3 × 100 lines (6,000 items) after the backend came up: %v (its start included); live append-to-ack latencies %v; requests %d, retries %d, duplicates bound %d",
+		catchUp.Round(time.Millisecond), lat, tot.Requests, tot.Retries, tot.DuplicatesBound)
+	if tot.Lines != 330 || tot.Items != 6600 || tot.Accepted != 6600 || tot.Rejected != 0 || tot.Retries == 0 {
+		t.Errorf("stats %+v: want 330 lines, 6600 items accepted, retries during the outage", tot)
+	}
+	if tot.DuplicatesBound != 0 {
+		t.Errorf("duplicates bound %d: refused connections cannot have been stored", tot.DuplicatesBound)
+	}
+	backendHolds(t, be, 110*20, 0)
+}
+
+// TestResumeFromCheckpoint: a delivery, more lines, a second delivery:
+// the second sends only the new lines (the backend holds each item once),
+// a third sends nothing. Uncompressed, as a job that renders none.
+func TestResumeFromCheckpoint(t *testing.T) {
+	t.Parallel()
+	token := "dl-" + harness.RandHex(8)
+	be := harness.StartBackend(t, token)
+	dir := t.TempDir()
+	opt := delivery.Options{Dir: dir, Endpoint: be.URL, Headers: map[string]string{"Authorization": "Bearer " + token}, Compression: "none"}
+	appendLines(t, dir, 0, 10, 5)
+	// A half line at the end (the file exporter's flush in progress) is
+	// left for later.
+	f, _ := os.OpenFile(filepath.Join(dir, "traces.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
+	half := traceLine(10, 5)
+	f.WriteString(half[:40])
+	st, err := delivery.Run(t.Context(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tot := st.Total(); tot.Lines != 30 || tot.Accepted != 150 || tot.Requests != 30 {
+		t.Errorf("first: %+v", tot)
+	}
+	f.WriteString(half[40:])
+	f.Close()
+	appendLines(t, dir, 11, 20, 5)
+	// The metrics and logs files lack line 10: write it too.
+	for sig, mk := range map[string]func(int, int) string{"metrics": metricLine, "logs": logLine} {
+		g, _ := os.OpenFile(filepath.Join(dir, sig+".jsonl"), os.O_WRONLY|os.O_APPEND, 0)
+		g.WriteString(mk(10, 5))
+		g.Close()
+	}
+	st, err = delivery.Run(t.Context(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tot := st.Total(); tot.Lines != 30 || tot.Accepted != 150 || tot.Requests != 30 {
+		t.Errorf("second: %+v, want only the 30 new lines", tot)
+	}
+	st, err = delivery.Run(t.Context(), opt)
+	if err != nil || st.Total().Requests != 0 {
+		t.Errorf("third: %+v %v, want nothing sent", st.Total(), err)
+	}
+	cp := mustCheckpoint(t, dir)
+	if p := cp.Files["traces.jsonl"]; p.Lines != 20 || p.Accepted != 100 || p.AckedAt.IsZero() {
+		t.Errorf("checkpoint %+v", p)
+	}
+	backendHolds(t, be, 20*5, 0)
+}
+
+// hangFirst is a real listener that holds the first n connections
+// without answering (a backend that hangs) and forwards every later one
+// to upstream.
+func hangFirst(t *testing.T, n int64, upstream string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen atomic.Int64
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+			if seen.Add(1) <= n {
+				go io.Copy(io.Discard, c)
+				continue
+			}
+			go func() {
+				u, err := net.Dial("tcp", strings.TrimPrefix(upstream, "http://"))
+				if err != nil {
+					c.Close()
+					return
+				}
+				go io.Copy(u, c)
+				io.Copy(c, u)
+				c.Close()
+				u.Close()
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return "http://" + l.Addr().String()
+}
+
+// TestTimeoutCountsDuplicates: the backend hangs on the first request
+// (accepts it, never answers); after the timeout the line is sent again
+// and accepted. The request that timed out may have been stored: its
+// items are the duplicates bound (here it never reached the backend,
+// which holds every item once).
+func TestTimeoutCountsDuplicates(t *testing.T) {
+	t.Parallel()
+	token := "dl-" + harness.RandHex(8)
+	be := harness.StartBackend(t, token)
+	dir := t.TempDir()
+	appendLines(t, dir, 0, 4, 7)
+	start := time.Now()
+	st, err := delivery.Run(t.Context(), delivery.Options{Dir: dir, Endpoint: hangFirst(t, 1, be.URL), Headers: map[string]string{"Authorization": "Bearer " + token},
+		Compression: "gzip", Timeout: 500 * time.Millisecond, Retry: delivery.Retry{Initial: 50 * time.Millisecond}, Signals: []string{"traces"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tot := st.Total()
+	t.Logf("4 lines, the first hung once: %v, %+v", time.Since(start).Round(time.Millisecond), tot)
+	if tot.Requests != 5 || tot.Retries != 1 || tot.DuplicatesBound != 7 || tot.Accepted != 28 {
+		t.Errorf("stats %+v: want 5 requests, 1 retry, duplicates bound 7 (the hung request's spans), 28 accepted", tot)
+	}
+	if cp := mustCheckpoint(t, dir).Files["traces.jsonl"]; cp.DuplicatesBound != 7 {
+		t.Errorf("checkpoint's duplicates bound %d, want 7", cp.DuplicatesBound)
+	}
+	be.Stop(t)
+	tr := otlptest.MustRead(t, be.Dir, "traces")
+	if len(tr.Spans) != 28 {
+		t.Errorf("the backend holds %d spans, want 28", len(tr.Spans))
+	}
+}
+
+// TestPartialSuccessAndRefusals: a backend speaking OTLP/HTTP JSON's
+// answers: a partial success rejecting 2 spans (counted rejected, not
+// sent again), a 400 (refused for good: rejected, not retried), a 503
+// with Retry-After (retried), then 200. Each line is answered once and
+// the offset reaches the end.
+func TestPartialSuccessAndRefusals(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []string
+	answers := []func(w http.ResponseWriter){
+		func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"partialSuccess":{"rejectedSpans":"2","errorMessage":"2 spans too old"}}`)
+		},
+		func(w http.ResponseWriter) { http.Error(w, `{"code":3,"message":"bad"}`, http.StatusBadRequest) },
+		func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		},
+		func(w http.ResponseWriter) { io.WriteString(w, `{}`) },
+		func(w http.ResponseWriter) { io.WriteString(w, `{}`) },
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		i := len(got)
+		got = append(got, r.Method+" "+r.URL.Path+" "+r.Header.Get("Content-Type")+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		answers[min(i, len(answers)-1)](w)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	appendLines(t, dir, 0, 4, 5)
+	start := time.Now()
+	st, err := delivery.Run(t.Context(), delivery.Options{Dir: dir, Endpoint: srv.URL + "/", Headers: map[string]string{"Authorization": "Bearer x"}, Signals: []string{"traces"},
+		Retry: delivery.Retry{Initial: 10 * time.Millisecond, Max: 5 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	tot := st.Total()
+	if tot.Lines != 4 || tot.Items != 20 || tot.Rejected != 2+5 || tot.Accepted != 13 || tot.Requests != 5 || tot.Retries != 1 || tot.DuplicatesBound != 0 {
+		t.Errorf("stats %+v: want 4 lines, 7 rejected (2 partial, 5 by the 400), 13 accepted, 5 requests, 1 retry, no duplicates", tot)
+	}
+	if took < time.Second {
+		t.Errorf("took %v: the 503's Retry-After of 1 s was not honoured", took)
+	}
+	for _, g := range got {
+		if g != "POST /v1/traces application/json Bearer x" {
+			t.Errorf("request %q: want POST /v1/traces, JSON, the bearer header", g)
+		}
+	}
+}
+
+// TestWrongTokenStops: a real backend refusing the token (401): delivery
+// stops with an error naming the status and the token, and acknowledges
+// nothing (what is left is for a later delivery or replay).
+func TestWrongTokenStops(t *testing.T) {
+	t.Parallel()
+	be := harness.StartBackend(t, "right-"+harness.RandHex(6))
+	dir := t.TempDir()
+	appendLines(t, dir, 0, 3, 2)
+	st, err := delivery.Run(t.Context(), delivery.Options{Dir: dir, Endpoint: be.URL, Headers: map[string]string{"Authorization": "Bearer wrong"}})
+	var ce *delivery.ConfigError
+	if !errors.As(err, &ce) || ce.Status != 401 || !strings.Contains(err.Error(), "check the bearer token") {
+		t.Fatalf("err %v, want a 401 naming the token", err)
+	}
+	if tot := st.Total(); tot.Requests != 1 || tot.Lines != 0 {
+		t.Errorf("stats %+v: want one request, nothing acknowledged", tot)
+	}
+	if p := mustCheckpoint(t, dir).Files["traces.jsonl"]; p != nil && p.Offset != 0 {
+		t.Errorf("offset %d after a 401", p.Offset)
+	}
+	if _, err := delivery.TokenHeaders("NO_SUCH_TOKEN_VAR", func(string) (string, bool) { return "", false }); err == nil || !strings.Contains(err.Error(), "NO_SUCH_TOKEN_VAR") {
+		t.Errorf("unset token variable: %v", err)
+	}
+}
+
+// TestRateCap: 16 simulated nodes (16 node dirs, one follower each) catch
+// up at once to one real backend with a cap of 400 items/s each: each
+// node's 1,200 items take at least 2 s (a burst of one second's items,
+// then the cap), so the backend never gets more than 16 × 400 items/s
+// after the first second; and everything arrives.
+func TestRateCap(t *testing.T) {
+	t.Parallel()
+	token := "dl-" + harness.RandHex(8)
+	be := harness.StartBackend(t, token)
+	const nodes, capPerNode = 16, 400.0
+	var wg sync.WaitGroup
+	took := make([]time.Duration, nodes)
+	errs := make([]error, nodes)
+	start := time.Now()
+	for n := range nodes {
+		dir := t.TempDir()
+		f, _ := os.Create(filepath.Join(dir, "traces.jsonl"))
+		for l := range 12 {
+			f.WriteString(traceLine(n*100+l, 100))
+		}
+		f.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := time.Now()
+			_, errs[n] = delivery.Run(t.Context(), delivery.Options{Dir: dir, Endpoint: be.URL, Headers: map[string]string{"Authorization": "Bearer " + token},
+				Compression: "gzip", RateCap: capPerNode, Signals: []string{"traces"}})
+			took[n] = time.Since(s)
+		}()
+	}
+	wg.Wait()
+	all := time.Since(start)
+	for n, err := range errs {
+		if err != nil {
+			t.Errorf("node %d: %v", n, err)
+		}
+		if took[n] < 2*time.Second-50*time.Millisecond {
+			t.Errorf("node %d sent 1,200 items in %v: faster than its cap of %v/s allows", n, took[n], capPerNode)
+		}
+	}
+	t.Logf("16 nodes × 1,200 spans at %v items/s each: %v in all (%.0f items/s at the backend; the arithmetic: 16 × 400 = 6,400/s after a first second's burst)", capPerNode, all.Round(time.Millisecond), 16*1200/all.Seconds())
+	be.Stop(t)
+	if n := len(otlptest.MustRead(t, be.Dir, "traces").Spans); n != 16*1200 {
+		t.Errorf("the backend holds %d spans, want %d", n, 16*1200)
+	}
+}

@@ -225,7 +225,7 @@ func TestReplayHungBackendExit3(t *testing.T) {
 	if err := os.MkdirAll(otel, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cfg := "exporters:\n  otlp_http/backend:\n    endpoint: http://127.0.0.1:9\n    timeout: 1s\n    retry_on_failure:\n      enabled: true\n      initial_interval: 200ms\n      max_elapsed_time: 2s\n"
+	cfg := "exporters:\n  otlp_http/backend:\n    endpoint: http://127.0.0.1:9\n    timeout: 1s\n    retry_on_failure:\n      enabled: true\n      initial_interval: 200ms\n      max_interval: 500ms\n      max_elapsed_time: 2s\n"
 	spans := `{"resourceSpans":[{"resource":{},"scopeSpans":[{"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","name":"a"}]}]}]}` + "\n"
 	for name, data := range map[string]string{"collector.yaml": cfg, "traces.jsonl": spans + spans} {
 		if err := os.WriteFile(filepath.Join(otel, name), []byte(data), 0o644); err != nil {

@@ -203,7 +203,7 @@ func hungListener(t *testing.T) (url string, conns *atomic.Int64) {
 // retries for 2 s.
 func hungJobDir(t *testing.T) string {
 	job := jobDir(t)
-	cfg := strings.Replace(strings.Replace(jobConfig, "timeout: 5s", "timeout: 1s", 1), "max_elapsed_time: 30s", "max_elapsed_time: 2s\n      initial_interval: 200ms", 1)
+	cfg := strings.Replace(strings.Replace(jobConfig, "timeout: 5s", "timeout: 1s", 1), "max_elapsed_time: 30s", "max_elapsed_time: 2s\n      initial_interval: 200ms\n      max_interval: 500ms", 1)
 	write(t, filepath.Join(job, "otel", "collector.yaml"), cfg)
 	return job
 }

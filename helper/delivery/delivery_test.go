@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -428,4 +429,51 @@ func TestRateCap(t *testing.T) {
 	if n := len(otlptest.MustRead(t, be.Dir, "traces").Spans); n != 16*1200 {
 		t.Errorf("the backend holds %d spans, want %d", n, 16*1200)
 	}
+}
+
+// TestCatchUpThroughput: a backlog of 90,000 items (300 lines of 100 per
+// signal, 11 MB of OTLP-JSON) to a real backend, gzip, no cap: every
+// item arrives once; the rate and the heap are logged (one line and its
+// compressed copy at a time).
+func TestCatchUpThroughput(t *testing.T) {
+	t.Parallel()
+	token := "dl-" + harness.RandHex(8)
+	be := harness.StartBackend(t, token)
+	dir := t.TempDir()
+	appendLines(t, dir, 0, 300, 100)
+	var size int64
+	for _, sig := range delivery.Signals {
+		fi, _ := os.Stat(filepath.Join(dir, sig+".jsonl"))
+		size += fi.Size()
+	}
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	go func() {
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+		}
+	}()
+	start := time.Now()
+	st, err := delivery.Run(t.Context(), delivery.Options{Dir: dir, Endpoint: be.URL, Headers: map[string]string{"Authorization": "Bearer " + token}, Compression: "gzip", RateCap: -1})
+	took := time.Since(start)
+	close(stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tot := st.Total()
+	t.Logf("backlog of %d items, %.1f MB: %v, %.0f items/s, %.1f MB/s; peak heap in use %.1f MiB (this test process, the backend apart)",
+		tot.Items, float64(size)/1e6, took.Round(time.Millisecond), float64(tot.Items)/took.Seconds(), float64(size)/1e6/took.Seconds(), float64(peak.Load())/(1<<20))
+	if tot.Accepted != 90000 || tot.Requests != 900 {
+		t.Errorf("stats %+v", tot)
+	}
+	backendHolds(t, be, 300*100, 0)
 }

@@ -64,6 +64,13 @@ type Position struct {
 	// outcome was unknown (a timeout, a connection reset after the
 	// request was written), which the backend may have stored.
 	DuplicatesBound int64 `json:"duplicates_bound"`
+	// Sending reports that a sender was at work past Offset when the
+	// checkpoint was written: set before its first request, cleared when
+	// it stops with nothing in flight. A sender that finds it set (the
+	// previous one died, or was stopped with a request in flight) counts
+	// the items of the line at Offset, which the backend may have stored,
+	// in DuplicatesBound when it sends that line again.
+	Sending bool `json:"sending,omitempty"`
 	// AckedAt is when the backend last answered for this file (RFC 3339,
 	// zero before any answer).
 	AckedAt time.Time `json:"acked_at,omitzero"`

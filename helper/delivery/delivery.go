@@ -26,7 +26,9 @@
 //     that failed after the request was written) adds the line's items
 //     to DuplicatesBound: the backend may have stored them (OTLP has no
 //     idempotency), so the backend holds at most that many items twice.
-//     A connection that was never made adds nothing.
+//     A connection that was never made adds nothing. So does the line a
+//     sender had in flight when it died or was stopped, once the next
+//     sender sends it again (Position.Sending).
 //   - 401, 403, 404, 405: a configuration error (the token, the
 //     endpoint's path): delivery stops with an error naming the status,
 //     the offset stays, and what is left is what a later delivery or
@@ -61,10 +63,10 @@
 // the checkpoint's figures (acknowledged, rejected, duplicates bound,
 // when caught up) and what is still past the offset. A supervisor that
 // was killed and restarted (or a later link of a chain sharing the dir)
-// continues from the checkpoint: at most the lines in flight at the kill
-// are sent twice (counted in DuplicatesBound by the next delivery only
-// when the previous one recorded the attempt; the bound names that
-// case). The token stays in the supervisor's memory and the collector's
+// continues from the checkpoint: only the line in flight at the kill
+// can reach the backend twice, and the next delivery counts its items in
+// DuplicatesBound (Position.Sending, written before a sender's first
+// request and cleared when it stops with nothing in flight). The token stays in the supervisor's memory and the collector's
 // environment only, as today.
 //
 // # How replay uses the checkpoint (design)
@@ -246,6 +248,9 @@ type deliverer struct {
 	cp     *Checkpoint
 	stats  *Stats
 	bucket *bucket
+	// maybeStored: the next line sent may have been stored by the
+	// backend already (the checkpoint said Sending).
+	maybeStored bool
 }
 
 func newDeliverer(opt Options) (*deliverer, error) {
@@ -321,7 +326,7 @@ func (d *deliverer) file(ctx context.Context, sig string) (int, error) {
 	}
 	pos.Dev, pos.Ino = uint64(st.Dev), st.Ino
 	if fi.Size() == pos.Offset {
-		return 0, nil
+		return 0, d.idle(pos) // no line past Offset: none was in flight
 	}
 	if _, err := f.Seek(pos.Offset, io.SeekStart); err != nil {
 		return 0, err
@@ -336,16 +341,43 @@ func (d *deliverer) file(ctx context.Context, sig string) (int, error) {
 	for {
 		line, err := readLine(r)
 		if err == io.EOF {
-			return n, nil // no complete line left
+			// No complete line left: nothing in flight.
+			return n, d.idle(pos)
 		}
 		if err != nil {
-			return n, fmt.Errorf("%s at offset %d: %w", path, pos.Offset, err)
+			return n, errors.Join(fmt.Errorf("%s at offset %d: %w", path, pos.Offset, err), d.idle(pos))
+		}
+		if n == 0 {
+			// A sender that died (or was stopped) while sending the line
+			// at Offset may have had it stored.
+			d.maybeStored = pos.Sending
+			if !pos.Sending {
+				pos.Sending = true
+				if err := d.cp.Write(d.opt.Dir); err != nil {
+					return n, err
+				}
+			}
 		}
 		if err := d.line(ctx, sig, line, pos, run); err != nil {
-			return n, err
+			if ctx.Err() != nil {
+				// Stopped, perhaps with the request in flight: Sending
+				// stays set for the next sender.
+				return n, err
+			}
+			return n, errors.Join(err, d.idle(pos))
 		}
 		n++
 	}
+}
+
+// idle clears pos.Sending (nothing in flight) and writes the checkpoint
+// when it was set.
+func (d *deliverer) idle(pos *Position) error {
+	if !pos.Sending {
+		return nil
+	}
+	pos.Sending = false
+	return d.cp.Write(d.opt.Dir)
 }
 
 // readLine is the next complete line with its newline; io.EOF when only
@@ -374,6 +406,8 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 func (d *deliverer) line(ctx context.Context, sig string, line []byte, pos, run *Position) error {
 	body := bytes.TrimRight(line, "\r\n")
 	items, ok := countItems(sig, body)
+	maybeStored := d.maybeStored
+	d.maybeStored = false
 	if !ok || len(body) == 0 {
 		// Not OTLP-JSON (a write cut short): the file receiver skips such
 		// lines too.
@@ -383,6 +417,10 @@ func (d *deliverer) line(ctx context.Context, sig string, line []byte, pos, run 
 	}
 	if err := d.bucket.take(ctx, float64(items)); err != nil {
 		return err
+	}
+	if maybeStored {
+		pos.DuplicatesBound += items
+		run.DuplicatesBound += items
 	}
 	acc, rej, err := d.send(ctx, sig, body, items, pos, run)
 	if err != nil {

@@ -477,3 +477,96 @@ func TestCatchUpThroughput(t *testing.T) {
 	}
 	backendHolds(t, be, 300*100, 0)
 }
+
+// storeNoAnswer is a real listener that forwards every request to
+// upstream (which stores it) and never passes its answer back: a backend
+// that stored a request and then hung, or a sender stopped before the
+// answer came. It counts the connections it forwarded.
+func storeNoAnswer(t *testing.T, upstream string) (string, *atomic.Int64) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", strings.TrimPrefix(upstream, "http://"))
+			if err != nil {
+				c.Close()
+				continue
+			}
+			n.Add(1)
+			mu.Lock()
+			held = append(held, c, u)
+			mu.Unlock()
+			go io.Copy(u, c)
+			go io.Copy(io.Discard, u)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return "http://" + l.Addr().String(), &n
+}
+
+// TestStoppedInFlightCountsDuplicates: a sender is stopped while its
+// request, already stored by the backend, has no answer yet (as a
+// supervisor killed mid-request). The checkpoint says a sender was at
+// work (Sending); the next delivery sends that line again and counts its
+// items in the duplicates bound: the backend holds them twice, within
+// the bound, and every other item once.
+func TestStoppedInFlightCountsDuplicates(t *testing.T) {
+	t.Parallel()
+	token := "dl-" + harness.RandHex(8)
+	be := harness.StartBackend(t, token)
+	dir := t.TempDir()
+	appendLines(t, dir, 0, 3, 6)
+	hung, forwarded := storeNoAnswer(t, be.URL)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := delivery.Run(ctx, delivery.Options{Dir: dir, Endpoint: hung, Headers: map[string]string{"Authorization": "Bearer " + token},
+			Timeout: time.Minute, Signals: []string{"traces"}})
+		done <- err
+	}()
+	harness.WaitFor(t, 10*time.Second, "the first request at the backend", func() bool {
+		d, err := otlptest.ReadGrowing(filepath.Join(be.Dir, "traces.jsonl"))
+		return err == nil && forwarded.Load() == 1 && len(d.Spans) == 6
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("stopped sender: %v", err)
+	}
+	if p := mustCheckpoint(t, dir).Files["traces.jsonl"]; p == nil || !p.Sending || p.Offset != 0 {
+		t.Fatalf("checkpoint after the stop %+v: want Sending at offset 0", p)
+	}
+	st, err := delivery.Run(t.Context(), delivery.Options{Dir: dir, Endpoint: be.URL, Headers: map[string]string{"Authorization": "Bearer " + token}, Signals: []string{"traces"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustCheckpoint(t, dir).Files["traces.jsonl"]
+	if tot := st.Total(); tot.DuplicatesBound != 6 || tot.Accepted != 18 || p.Sending || p.DuplicatesBound != 6 {
+		t.Errorf("stats %+v, checkpoint %+v: want the first line's 6 spans as the duplicates bound, 18 accepted, Sending cleared", tot, p)
+	}
+	be.Stop(t)
+	tr := otlptest.MustRead(t, be.Dir, "traces")
+	ids := map[string]int{}
+	for _, s := range tr.Spans {
+		ids[s.SpanID]++
+	}
+	if len(ids) != 18 || len(tr.Spans) != 24 {
+		t.Errorf("the backend holds %d spans, %d distinct: want 24 (the stored line twice), 18 distinct", len(tr.Spans), len(ids))
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/delivery"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // spanID is a unique 8-byte span id in hex for span i of line l.
@@ -568,5 +569,95 @@ func TestStoppedInFlightCountsDuplicates(t *testing.T) {
 	}
 	if len(ids) != 18 || len(tr.Spans) != 24 {
 		t.Errorf("the backend holds %d spans, %d distinct: want 24 (the stored line twice), 18 distinct", len(tr.Spans), len(ids))
+	}
+}
+
+// TestLiveLatencyThroughFiles: the live path as the package doc designs
+// it, with real parts: a collector receives spans over OTLP/HTTP and
+// writes them with the file exporter as the plugin renders it (append,
+// flush_interval 1s); a follower (Poll 250 ms) sends each new line to a
+// real backend. The latency from a span's arrival at the collector to
+// the backend's acknowledgement is the file exporter's flush, the poll
+// and a round trip: measured here, each within 1 s + 250 ms + slack.
+func TestLiveLatencyThroughFiles(t *testing.T) {
+	t.Parallel()
+	token := "dl-" + harness.RandHex(8)
+	be := harness.StartBackend(t, token)
+	dir := harness.SharedDir(t)
+	recv, health := harness.FreePort(t), harness.FreePort(t)
+	cfg := fmt.Sprintf(`extensions:
+  health_check:
+    endpoint: 127.0.0.1:%d
+receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: 127.0.0.1:%d
+exporters:
+  file/traces:
+    path: %q
+    append: true
+    flush_interval: 1s
+service:
+  extensions: [health_check]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    traces: {receivers: [otlp], exporters: [file/traces]}
+`, health, recv, filepath.Join(dir, "traces.jsonl"))
+	cfgPath := filepath.Join(dir, "collector.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	harness.StartProc(t, "collector", []string{"PATH=/usr/bin:/bin"}, testenv.Collector(t), "--config", cfgPath)
+	harness.WaitFor(t, 20*time.Second, "the collector's health check", func() bool { return harness.HTTPOK(fmt.Sprintf("http://127.0.0.1:%d/", health)) })
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := delivery.Run(ctx, delivery.Options{Dir: dir, Endpoint: be.URL, Headers: map[string]string{"Authorization": "Bearer " + token},
+			Compression: "gzip", Signals: []string{"traces"}, Follow: true, Poll: delivery.DefaultPoll})
+		done <- err
+	}()
+	const n = 8
+	var lat []time.Duration
+	for i := range n {
+		body := traceLine(1000+i, 3)
+		at := time.Now()
+		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/traces", recv), "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("the collector answered %d", resp.StatusCode)
+		}
+		for {
+			if p := mustCheckpoint(t, dir).Files["traces.jsonl"]; p != nil && p.Items >= int64(3*(i+1)) {
+				break
+			}
+			if time.Since(at) > 10*time.Second {
+				t.Fatalf("span batch %d not acknowledged within 10 s", i)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		lat = append(lat, time.Since(at))
+		time.Sleep(time.Duration(137*i%1000) * time.Millisecond) // spread over the flush's phase
+	}
+	cancel()
+	<-done
+	var worst, sum time.Duration
+	for _, l := range lat {
+		worst = max(worst, l)
+		sum += l
+	}
+	t.Logf("span arrival to backend acknowledgement through the files: mean %v, worst %v (%v)", (sum / n).Round(time.Millisecond), worst.Round(time.Millisecond), lat)
+	if worst > time.Second+delivery.DefaultPoll+time.Second {
+		t.Errorf("worst latency %v: more than the flush (1 s), the poll (%v) and 1 s of slack", worst, delivery.DefaultPoll)
+	}
+	be.Stop(t)
+	if got := len(otlptest.MustRead(t, be.Dir, "traces").Spans); got != 3*n {
+		t.Errorf("the backend holds %d spans, want %d", got, 3*n)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 )
@@ -141,6 +142,23 @@ func lateSpansJob(t *testing.T, late, record, large bool) {
 	}
 	m := otlptest.MustRead(t, s.Out, "metrics")
 	assertCallsMatchSpans(t, "metrics.jsonl", tr, m)
+	// inspect shows one calls figure per span name, the raw spans'.
+	r, err := inspect.Build(s.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := map[string]float64{}
+	for _, x := range r.Spans.SpanMetrics {
+		shown[x.Name] = float64(x.Calls)
+		if x.CallsNote != "" {
+			t.Errorf("inspect: %s: calls %v with a note %q: the files' span metrics should count every span", x.Name, x.Calls, x.CallsNote)
+		}
+	}
+	for n, c := range want {
+		if shown[n] != float64(c) {
+			t.Errorf("inspect: %s calls %v, want its %d spans", n, shown[n], c)
+		}
+	}
 	if record {
 		assertAppendedShape(t, m)
 	}

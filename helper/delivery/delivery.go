@@ -45,6 +45,11 @@
 // the only file written is the checkpoint, a few hundred bytes in the
 // node dir.
 //
+// Backlogs counts what lies past the checkpoint in each file: what the
+// backend has not acknowledged, which a later delivery or `replay` sends.
+// A file truncated below the offset, or replaced by another (its device
+// and inode are in the checkpoint), is an error, never a position.
+//
 // # How it replaces the collector's live export (design; not wired yet)
 //
 // Today the collector's otlp_http/backend exporter sends live and drops
@@ -309,20 +314,10 @@ func (d *deliverer) file(ctx context.Context, sig string) (int, error) {
 		return 0, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	pos := d.cp.position(name)
+	fi, st, err := checkFile(f, path, pos)
 	if err != nil {
 		return 0, err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.Mode().IsRegular() || !ok {
-		return 0, fmt.Errorf("%s: not a regular file", path)
-	}
-	pos := d.cp.position(name)
-	if pos.Ino != 0 && (pos.Dev != uint64(st.Dev) || pos.Ino != st.Ino) {
-		return 0, fmt.Errorf("%s: not the file the checkpoint's offset %d is in (%s names another file): it was replaced", path, pos.Offset, CheckpointFile)
-	}
-	if fi.Size() < pos.Offset {
-		return 0, fmt.Errorf("%s: %d bytes, shorter than the checkpoint's offset %d: it was truncated", path, fi.Size(), pos.Offset)
 	}
 	pos.Dev, pos.Ino = uint64(st.Dev), st.Ino
 	if fi.Size() == pos.Offset {

@@ -661,3 +661,70 @@ service:
 		t.Errorf("the backend holds %d spans, want %d", got, 3*n)
 	}
 }
+
+// TestBacklogs: before a delivery everything is backlog; a delivery
+// stopped by a 401 leaves it all; after one that was answered only the
+// lines written since (and a half line, not counted as a line) are.
+func TestBacklogs(t *testing.T) {
+	t.Parallel()
+	token := "dl-" + harness.RandHex(8)
+	be := harness.StartBackend(t, token)
+	dir := t.TempDir()
+	appendLines(t, dir, 0, 5, 4)
+	b, err := delivery.Backlogs(dir)
+	if err != nil || len(b) != 3 || b["traces.jsonl"].Lines != 5 || b["metrics.jsonl"].Items != 20 || b["logs.jsonl"].Partial != 0 {
+		t.Fatalf("before: %+v %v", b, err)
+	}
+	if _, err := delivery.Run(t.Context(), delivery.Options{Dir: dir, Endpoint: be.URL, Headers: map[string]string{"Authorization": "Bearer wrong"}}); err == nil {
+		t.Fatal("a wrong token delivered")
+	}
+	if b, _ := delivery.Backlogs(dir); b["traces.jsonl"].Items != 20 {
+		t.Errorf("after a 401: %+v, want everything left", b)
+	}
+	if _, err := delivery.Run(t.Context(), delivery.Options{Dir: dir, Endpoint: be.URL, Headers: map[string]string{"Authorization": "Bearer " + token}}); err != nil {
+		t.Fatal(err)
+	}
+	appendLines(t, dir, 5, 7, 4)
+	f, _ := os.OpenFile(filepath.Join(dir, "traces.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
+	f.WriteString(`{"resourceSpans":`)
+	f.Close()
+	b, err = delivery.Backlogs(dir)
+	if err != nil || b["traces.jsonl"].Lines != 2 || b["traces.jsonl"].Items != 8 || b["traces.jsonl"].Partial != 17 || b["logs.jsonl"].Items != 8 {
+		t.Errorf("after: %+v %v, want the 2 new lines (8 items each file) and a 17-byte half line", b, err)
+	}
+}
+
+// TestReplacedOrTruncatedFile: a file truncated below the checkpoint's
+// offset, or replaced by another file, is an error naming it, for Run and
+// for Backlogs: the offset would mean nothing there.
+func TestReplacedOrTruncatedFile(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{}`) }))
+	defer srv.Close()
+	dir := t.TempDir()
+	appendLines(t, dir, 0, 3, 2)
+	opt := delivery.Options{Dir: dir, Endpoint: srv.URL, Signals: []string{"traces"}}
+	if _, err := delivery.Run(t.Context(), opt); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "traces.jsonl")
+	if err := os.Truncate(path, 10); err != nil {
+		t.Fatal(err)
+	}
+	_, err := delivery.Run(t.Context(), opt)
+	_, berr := delivery.Backlogs(dir)
+	for _, e := range []error{err, berr} {
+		if e == nil || !strings.Contains(e.Error(), path+": 10 bytes, shorter than the checkpoint's offset") {
+			t.Errorf("truncated: %v", e)
+		}
+	}
+	os.Remove(path)
+	os.WriteFile(path, []byte(strings.Repeat(traceLine(9, 2), 4)), 0o600)
+	_, err = delivery.Run(t.Context(), opt)
+	_, berr = delivery.Backlogs(dir)
+	for _, e := range []error{err, berr} {
+		if e == nil || !strings.Contains(e.Error(), "it was replaced") {
+			t.Errorf("replaced: %v", e)
+		}
+	}
+}

@@ -72,7 +72,15 @@
 // can reach the backend twice, and the next delivery counts its items in
 // DuplicatesBound (Position.Sending, written before a sender's first
 // request and cleared when it stops with nothing in flight). The token stays in the supervisor's memory and the collector's
-// environment only, as today.
+// environment only, as today. Open before wiring: a job with
+// otel.token_resource_attribute has the token upserted as a resource
+// attribute only on the backend's pipeline (the files never hold it), so
+// the sender must add it to each line's resources as it sends; the
+// collector's exporter reads HTTPS_PROXY/NO_PROXY as net/http does (the
+// default transport here does the same), and the rendered exporter has no
+// TLS settings of its own to carry over; the rate cap becomes an otel:
+// key, with the arithmetic for N nodes in the admin guide (N × cap items
+// per second at the backend after one second's burst, TestRateCap).
 //
 // # How replay uses the checkpoint (design)
 //

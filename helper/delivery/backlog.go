@@ -3,6 +3,8 @@ package delivery
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -108,5 +110,24 @@ func checkFile(f *os.File, path string, pos *Position) (os.FileInfo, *syscall.St
 	if fi.Size() < pos.Offset {
 		return nil, nil, fmt.Errorf("%s: %d bytes, shorter than the checkpoint's offset %d: it was truncated", path, fi.Size(), pos.Offset)
 	}
+	if pos.HeadLen > 0 {
+		h, err := head(f, pos.HeadLen)
+		if err != nil {
+			return nil, nil, err
+		}
+		if h != pos.Head {
+			return nil, nil, fmt.Errorf("%s: its first %d bytes are not those the checkpoint's offset %d was counted in (%s): it was replaced", path, pos.HeadLen, pos.Offset, CheckpointFile)
+		}
+	}
 	return fi, st, nil
+}
+
+// head is the SHA-256 (hex) of f's first n bytes.
+func head(f *os.File, n int64) (string, error) {
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
 }

@@ -15,6 +15,10 @@ import (
 // receipt.json.
 const CheckpointFile = "delivery.json"
 
+// HeadMax is the most bytes of a file's start the checkpoint hashes
+// (Position.Head).
+const HeadMax = 4096
+
 // CheckpointVersion is the format version a checkpoint carries.
 const CheckpointVersion = 1
 
@@ -44,6 +48,11 @@ type Position struct {
 	// a position.
 	Dev uint64 `json:"dev,omitempty"`
 	Ino uint64 `json:"ino,omitempty"`
+	// Head is the SHA-256 (hex) of the file's first HeadLen bytes (at
+	// most HeadMax, never past Offset): a file removed and written anew
+	// may get the old inode, but not the old first lines.
+	Head    string `json:"head,omitempty"`
+	HeadLen int64  `json:"head_len,omitempty"`
 	// Lines counts the lines before Offset; BadLines those of them that
 	// were not an OTLP-JSON object (not sent).
 	Lines    int64 `json:"lines"`
@@ -64,13 +73,14 @@ type Position struct {
 	// outcome was unknown (a timeout, a connection reset after the
 	// request was written), which the backend may have stored.
 	DuplicatesBound int64 `json:"duplicates_bound"`
-	// Sending reports that a sender was at work past Offset when the
-	// checkpoint was written: set before its first request, cleared when
-	// it stops with nothing in flight. A sender that finds it set (the
-	// previous one died, or was stopped with a request in flight) counts
-	// the items of the line at Offset, which the backend may have stored,
-	// in DuplicatesBound when it sends that line again.
-	Sending bool `json:"sending,omitempty"`
+	// InFlight is the items of a request a sender had sent, or was about
+	// to send, without an answer when the checkpoint was written (0:
+	// none): written before each attempt, cleared once the attempt is
+	// answered or its unknown outcome counted in DuplicatesBound. A sender
+	// that finds it set (the previous one died, or was stopped with the
+	// request in flight) adds it to DuplicatesBound: the backend may have
+	// stored that request, and its lines are past Offset, to be sent again.
+	InFlight int64 `json:"in_flight,omitempty"`
 	// AckedAt is when the backend last answered for this file (RFC 3339,
 	// zero before any answer).
 	AckedAt time.Time `json:"acked_at,omitzero"`

@@ -9,46 +9,51 @@
 // For each of traces.jsonl, metrics.jsonl and logs.jsonl it reads the
 // complete lines past the checkpoint's offset (a last line without its
 // newline is the file exporter's flush in progress: left for the next
-// pass) and POSTs each one, unchanged, to <endpoint>/v1/<signal> with
-// Content-Type application/json, the headers the caller gives (the
-// bearer token read from the environment: TokenHeaders) and the
-// rendered compression (gzip, or none). The backend's answer decides:
+// pass), joins consecutive lines into one export request (their resource
+// arrays, in file order, up to MaxBatchItems items and MaxBatchBytes
+// bytes) and POSTs it to <endpoint>/v1/<signal> with Content-Type
+// application/json, the headers the caller gives (the bearer token read
+// from the environment: TokenHeaders) and the rendered compression
+// (gzip at its fastest level, or none). The backend's answer decides:
 //
-//   - 2xx: the line's items are acknowledged; a partial success's
+//   - 2xx: the request's items are acknowledged; a partial success's
 //     rejected count is counted as Rejected and never sent again. The
-//     offset moves past the line and the checkpoint (CheckpointFile,
-//     beside receipt.json) is written whole.
+//     offset moves past the request's lines and the checkpoint
+//     (CheckpointFile, beside receipt.json) is written whole.
 //   - 429, 502, 503, 504, a timeout, a refused or reset connection: the
-//     same line again after a backoff (Retry: doubling from Initial up to
-//     Max, with jitter; a Retry-After of the backend's is honoured up to
-//     Max), until MaxElapsed (0: until the context ends). A retry after
-//     an attempt whose outcome is unknown (a timeout, or a connection
-//     that failed after the request was written) adds the line's items
-//     to DuplicatesBound: the backend may have stored them (OTLP has no
+//     same request again after a backoff (Retry: doubling from Initial up
+//     to Max, with jitter; a Retry-After of the backend's is honoured up
+//     to Max), until MaxElapsed (0: until the context ends). An attempt
+//     whose outcome is unknown (a timeout, or a connection that failed
+//     after the request was written) adds the request's items to
+//     DuplicatesBound: the backend may have stored them (OTLP has no
 //     idempotency), so the backend holds at most that many items twice.
-//     A connection that was never made adds nothing. So does the line a
-//     sender had in flight when it died or was stopped, once the next
-//     sender sends it again (Position.Sending).
+//     A connection that was never made adds nothing. The request a sender
+//     had in flight when it died or was stopped is in the checkpoint
+//     (Position.InFlight, written before each attempt) and the next
+//     sender adds it.
 //   - 401, 403, 404, 405: a configuration error (the token, the
 //     endpoint's path): delivery stops with an error naming the status,
 //     the offset stays, and what is left is what a later delivery or
 //     `replay` sends.
 //   - any other status (400, 413, 500, ...): OTLP says not to retry it:
-//     the line's items are counted as Rejected and the offset moves on.
+//     the request's items are counted as Rejected and the offset moves
+//     on.
 //
 // A per-node rate cap (items per second over all files, a token bucket
 // with a burst of one second's items) keeps a catch-up after an outage
 // from starving the job's live data and from flooding a backend that
 // many nodes reach again at once: N nodes send at most N × RateCap items
-// per second between them. Memory is one line and its compressed copy at
-// a time (a line is one batch of the collector's, bounded by MaxLine);
-// the only file written is the checkpoint, a few hundred bytes in the
-// node dir.
+// per second between them (a request holds at most RateCap items).
+// Memory is one request and its compressed copy at a time (MaxBatchBytes,
+// or one line of at most MaxLine); the only file written is the
+// checkpoint, a few hundred bytes in the node dir.
 //
 // Backlogs counts what lies past the checkpoint in each file: what the
 // backend has not acknowledged, which a later delivery or `replay` sends.
-// A file truncated below the offset, or replaced by another (its device
-// and inode are in the checkpoint), is an error, never a position.
+// A file truncated below the offset, or replaced by another (its device,
+// inode and a hash of its first 4 KiB are in the checkpoint), is an
+// error, never a position.
 //
 // # How it replaces the collector's live export (design; not wired yet)
 //
@@ -68,10 +73,9 @@
 // the checkpoint's figures (acknowledged, rejected, duplicates bound,
 // when caught up) and what is still past the offset. A supervisor that
 // was killed and restarted (or a later link of a chain sharing the dir)
-// continues from the checkpoint: only the line in flight at the kill
+// continues from the checkpoint: only the request in flight at the kill
 // can reach the backend twice, and the next delivery counts its items in
-// DuplicatesBound (Position.Sending, written before a sender's first
-// request and cleared when it stops with nothing in flight). The token stays in the supervisor's memory and the collector's
+// DuplicatesBound (Position.InFlight). The token stays in the supervisor's memory and the collector's
 // environment only, as today. Open before wiring: a job with
 // otel.token_resource_attribute has the token upserted as a resource
 // attribute only on the backend's pipeline (the files never hold it), so
@@ -98,6 +102,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -124,6 +129,11 @@ const (
 	// MaxLine bounds one line, bytes: a longer one is an error (the
 	// collector's batches are far smaller).
 	MaxLine = 64 << 20
+	// DefaultMaxBatchItems and DefaultMaxBatchBytes bound one request
+	// (the batch processor's default batch, and well below the 20 MiB a
+	// collector's OTLP/HTTP receiver accepts by default).
+	DefaultMaxBatchItems = 8192
+	DefaultMaxBatchBytes = 4 << 20
 )
 
 // Signals are the signals delivered, in the order of each pass.
@@ -165,6 +175,13 @@ type Options struct {
 	// once every complete line was answered.
 	Follow bool
 	Poll   time.Duration
+	// MaxBatchItems and MaxBatchBytes bound one request: consecutive
+	// lines of a file are joined into one export request while it stays
+	// within both (0: DefaultMaxBatchItems, DefaultMaxBatchBytes; the
+	// items never more than RateCap, one second's burst); a line larger
+	// than either goes alone.
+	MaxBatchItems int64
+	MaxBatchBytes int
 	// Client sends the requests (nil: one with Timeout).
 	Client *http.Client
 }
@@ -261,9 +278,6 @@ type deliverer struct {
 	cp     *Checkpoint
 	stats  *Stats
 	bucket *bucket
-	// maybeStored: the next line sent may have been stored by the
-	// backend already (the checkpoint said Sending).
-	maybeStored bool
 }
 
 func newDeliverer(opt Options) (*deliverer, error) {
@@ -302,16 +316,35 @@ func newDeliverer(opt Options) (*deliverer, error) {
 	if opt.Client == nil {
 		opt.Client = &http.Client{Timeout: opt.Timeout}
 	}
+	if opt.MaxBatchItems <= 0 {
+		opt.MaxBatchItems = DefaultMaxBatchItems
+	}
+	if opt.RateCap > 0 {
+		opt.MaxBatchItems = max(1, min(opt.MaxBatchItems, int64(opt.RateCap)))
+	}
+	if opt.MaxBatchBytes <= 0 {
+		opt.MaxBatchBytes = DefaultMaxBatchBytes
+	}
 	cp, err := ReadCheckpoint(opt.Dir)
 	if err != nil {
 		return nil, err
 	}
-	return &deliverer{opt: opt, cp: cp, stats: &Stats{Files: map[string]*Position{}}, bucket: newBucket(opt.RateCap)}, nil
+	stats := &Stats{Files: map[string]*Position{}}
+	for name, p := range cp.Files {
+		if p.InFlight > 0 {
+			// The previous sender's request without an answer: its lines
+			// are past the offset and go again.
+			p.DuplicatesBound += p.InFlight
+			stats.Files[name] = &Position{DuplicatesBound: p.InFlight}
+			p.InFlight = 0
+		}
+	}
+	return &deliverer{opt: opt, cp: cp, stats: stats, bucket: newBucket(opt.RateCap)}, nil
 }
 
-// file delivers the complete lines of one signal's file past its offset
-// and returns how many lines it answered for.
-func (d *deliverer) file(ctx context.Context, sig string) (int, error) {
+// file delivers the complete lines of one signal's file past its offset,
+// in batches, and returns how many lines it answered for.
+func (d *deliverer) file(ctx context.Context, sig string) (int64, error) {
 	name := sig + ".jsonl"
 	path := filepath.Join(d.opt.Dir, name)
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
@@ -329,7 +362,7 @@ func (d *deliverer) file(ctx context.Context, sig string) (int, error) {
 	}
 	pos.Dev, pos.Ino = uint64(st.Dev), st.Ino
 	if fi.Size() == pos.Offset {
-		return 0, d.idle(pos) // no line past Offset: none was in flight
+		return 0, nil
 	}
 	if _, err := f.Seek(pos.Offset, io.SeekStart); err != nil {
 		return 0, err
@@ -340,47 +373,123 @@ func (d *deliverer) file(ctx context.Context, sig string) (int, error) {
 		d.stats.Files[name] = run
 	}
 	r := bufio.NewReaderSize(f, 1<<20)
-	n := 0
+	var n int64
+	var carry []byte
 	for {
-		line, err := readLine(r)
-		if err == io.EOF {
-			// No complete line left: nothing in flight.
-			return n, d.idle(pos)
-		}
+		b, next, err := d.nextBatch(r, sig, carry)
+		carry = next
 		if err != nil {
-			return n, errors.Join(fmt.Errorf("%s at offset %d: %w", path, pos.Offset, err), d.idle(pos))
+			return n, fmt.Errorf("%s at offset %d: %w", path, pos.Offset, err)
 		}
-		if n == 0 {
-			// A sender that died (or was stopped) while sending the line
-			// at Offset may have had it stored.
-			d.maybeStored = pos.Sending
-			if !pos.Sending {
-				pos.Sending = true
-				if err := d.cp.Write(d.opt.Dir); err != nil {
-					return n, err
-				}
-			}
+		if b.lines == 0 {
+			return n, nil // no complete line left
 		}
-		if err := d.line(ctx, sig, line, pos, run); err != nil {
-			if ctx.Err() != nil {
-				// Stopped, perhaps with the request in flight: Sending
-				// stays set for the next sender.
+		var acc, rej int64
+		if b.items > 0 || len(b.parts) > 0 {
+			if err := d.bucket.take(ctx, float64(b.items)); err != nil {
 				return n, err
 			}
-			return n, errors.Join(err, d.idle(pos))
+			acc, rej, err = d.send(ctx, sig, b.body(sig), b.items, pos, run)
+			if err != nil {
+				if ctx.Err() == nil {
+					// Answered, or its unknown outcome counted: nothing
+					// is in flight.
+					err = errors.Join(err, d.cp.Write(d.opt.Dir))
+				}
+				return n, err
+			}
 		}
-		n++
+		if pos.HeadLen < HeadMax {
+			// The file's start, to tell it from a file written anew
+			// under the same inode.
+			pos.HeadLen = min(HeadMax, pos.Offset+b.bytes)
+			if pos.Head, err = head(f, pos.HeadLen); err != nil {
+				return n, err
+			}
+		}
+		if err := d.advance(pos, run, b, acc, rej); err != nil {
+			return n, err
+		}
+		n += b.lines
 	}
 }
 
-// idle clears pos.Sending (nothing in flight) and writes the checkpoint
-// when it was set.
-func (d *deliverer) idle(pos *Position) error {
-	if !pos.Sending {
-		return nil
+// batch is one request's worth of consecutive lines of a file.
+type batch struct {
+	// lines, bad and bytes count the lines (bad: not OTLP-JSON, not
+	// sent) and their bytes; items the items of the good ones.
+	lines, bad, bytes, items int64
+	// parts are the good lines' resource arrays without their brackets.
+	parts [][]byte
+}
+
+// resourceKeys are the top-level array of an export request by signal.
+var resourceKeys = map[string]string{"traces": "resourceSpans", "metrics": "resourceMetrics", "logs": "resourceLogs"}
+
+// body is the batch as one export request: the lines' resource arrays
+// joined.
+func (b *batch) body(sig string) []byte {
+	var buf bytes.Buffer
+	buf.WriteString(`{"` + resourceKeys[sig] + `":[`)
+	buf.Write(bytes.Join(b.parts, []byte(",")))
+	buf.WriteString("]}")
+	return buf.Bytes()
+}
+
+// nextBatch reads the next batch: complete lines (carry first, a line
+// read but left out of the previous batch) while the batch stays within
+// MaxBatchItems and MaxBatchBytes (its first line whatever its size).
+// next is the line read that did not fit.
+func (d *deliverer) nextBatch(r *bufio.Reader, sig string, carry []byte) (b batch, next []byte, err error) {
+	for {
+		line := carry
+		carry = nil
+		if line == nil {
+			line, err = readLine(r)
+			if err == io.EOF {
+				return b, nil, nil
+			}
+			if err != nil {
+				return b, nil, err
+			}
+		}
+		body := bytes.TrimRight(line, "\r\n")
+		items, ok := countItems(sig, body)
+		var part []byte
+		if ok {
+			part, ok = resourceArray(body, resourceKeys[sig])
+		}
+		if b.lines > 0 && ok && (b.items+items > d.opt.MaxBatchItems || b.bytes+int64(len(line)) > int64(d.opt.MaxBatchBytes)) {
+			return b, line, nil
+		}
+		b.lines++
+		b.bytes += int64(len(line))
+		if !ok {
+			// Not OTLP-JSON (a write cut short): the file receiver skips
+			// such lines too.
+			b.bad++
+			continue
+		}
+		b.items += items
+		if len(part) > 0 {
+			b.parts = append(b.parts, part)
+		}
 	}
-	pos.Sending = false
-	return d.cp.Write(d.opt.Dir)
+}
+
+// resourceArray is the content of the export request's top-level array
+// key, without its brackets (empty for an empty array or none); ok is
+// false when the line is not one JSON object.
+func resourceArray(line []byte, key string) (part []byte, ok bool) {
+	var top map[string]json.RawMessage
+	if len(line) == 0 || json.Unmarshal(line, &top) != nil {
+		return nil, false
+	}
+	raw := bytes.TrimSpace(top[key])
+	if len(raw) < 2 || raw[0] != '[' {
+		return nil, true
+	}
+	return bytes.TrimSpace(raw[1 : len(raw)-1]), true
 }
 
 // readLine is the next complete line with its newline; io.EOF when only
@@ -404,52 +513,29 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 	}
 }
 
-// line delivers one line and moves pos past it once the backend answered
-// for it.
-func (d *deliverer) line(ctx context.Context, sig string, line []byte, pos, run *Position) error {
-	body := bytes.TrimRight(line, "\r\n")
-	items, ok := countItems(sig, body)
-	maybeStored := d.maybeStored
-	d.maybeStored = false
-	if !ok || len(body) == 0 {
-		// Not OTLP-JSON (a write cut short): the file receiver skips such
-		// lines too.
-		pos.BadLines++
-		run.BadLines++
-		return d.advance(pos, run, int64(len(line)), 0, 0)
-	}
-	if err := d.bucket.take(ctx, float64(items)); err != nil {
-		return err
-	}
-	if maybeStored {
-		pos.DuplicatesBound += items
-		run.DuplicatesBound += items
-	}
-	acc, rej, err := d.send(ctx, sig, body, items, pos, run)
-	if err != nil {
-		return err
-	}
-	return d.advance(pos, run, int64(len(line)), acc, rej)
-}
-
-// advance moves pos (and this run's figures) past a line of n bytes whose
-// items the backend accepted (acc) or rejected (rej), and writes the
+// advance moves pos (and this run's figures) past a batch whose items
+// the backend accepted (acc) or rejected (rej), and writes the
 // checkpoint.
-func (d *deliverer) advance(pos, run *Position, n, acc, rej int64) error {
+func (d *deliverer) advance(pos, run *Position, b batch, acc, rej int64) error {
 	now := time.Now()
 	for _, p := range []*Position{pos, run} {
-		p.Offset += n
-		p.Lines++
+		p.Offset += b.bytes
+		p.Lines += b.lines
+		p.BadLines += b.bad
 		p.Items += acc + rej
 		p.Accepted += acc
 		p.Rejected += rej
 		p.AckedAt = now
 	}
+	pos.InFlight = 0
 	return d.cp.Write(d.opt.Dir)
 }
 
-// send sends one line until the backend answers for it: the items it
+// send sends one request until the backend answers for it: the items it
 // accepted and rejected, or an error (ConfigError, MaxElapsed, ctx).
+// Before each attempt the checkpoint is written with the request's items
+// in flight (Position.InFlight); once an attempt is answered, or its
+// unknown outcome is counted in DuplicatesBound, they are not.
 func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int64, pos, run *Position) (acc, rej int64, err error) {
 	target := strings.TrimRight(d.opt.Endpoint, "/") + "/v1/" + sig
 	payload := body
@@ -469,7 +555,14 @@ func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int
 		}
 		pos.Requests++
 		run.Requests++
+		pos.InFlight = items
+		if err := d.cp.Write(d.opt.Dir); err != nil {
+			return 0, 0, err
+		}
 		status, respBody, after, unknown, err := d.post(ctx, target, payload)
+		if err == nil {
+			pos.InFlight = 0
+		}
 		switch {
 		case err == nil && status/100 == 2:
 			n, _ := rejected(respBody)
@@ -482,6 +575,8 @@ func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int
 			return 0, items, nil
 		}
 		if ctx.Err() != nil {
+			// Stopped with the request in flight: InFlight stays in the
+			// checkpoint for the next sender to count.
 			return 0, 0, ctx.Err()
 		}
 		if unknown {
@@ -490,6 +585,7 @@ func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int
 			pos.DuplicatesBound += items
 			run.DuplicatesBound += items
 		}
+		pos.InFlight = 0
 		w := wait/2 + rand.N(wait/2+1)
 		if after > 0 {
 			w = min(after, d.opt.Retry.Max)
@@ -503,7 +599,7 @@ func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int
 		}
 		select {
 		case <-ctx.Done():
-			return 0, 0, ctx.Err()
+			return 0, 0, errors.Join(ctx.Err(), d.cp.Write(d.opt.Dir))
 		case <-time.After(w):
 		}
 		wait = min(2*wait, d.opt.Retry.Max)

@@ -196,7 +196,8 @@ func TestResumeFromCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tot := st.Total(); tot.Lines != 30 || tot.Accepted != 150 || tot.Requests != 30 {
+	// One request per file: its lines joined into one export request.
+	if tot := st.Total(); tot.Lines != 30 || tot.Accepted != 150 || tot.Requests != 3 {
 		t.Errorf("first: %+v", tot)
 	}
 	f.WriteString(half[40:])
@@ -212,8 +213,8 @@ func TestResumeFromCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tot := st.Total(); tot.Lines != 30 || tot.Accepted != 150 || tot.Requests != 30 {
-		t.Errorf("second: %+v, want only the 30 new lines", tot)
+	if tot := st.Total(); tot.Lines != 30 || tot.Accepted != 150 || tot.Requests != 3 {
+		t.Errorf("second: %+v, want only the 30 new lines, one request per file", tot)
 	}
 	st, err = delivery.Run(t.Context(), opt)
 	if err != nil || st.Total().Requests != 0 {
@@ -288,7 +289,7 @@ func TestTimeoutCountsDuplicates(t *testing.T) {
 	appendLines(t, dir, 0, 4, 7)
 	start := time.Now()
 	st, err := delivery.Run(t.Context(), delivery.Options{Dir: dir, Endpoint: hangFirst(t, 1, be.URL), Headers: map[string]string{"Authorization": "Bearer " + token},
-		Compression: "gzip", Timeout: 500 * time.Millisecond, Retry: delivery.Retry{Initial: 50 * time.Millisecond}, Signals: []string{"traces"}})
+		Compression: "gzip", Timeout: 500 * time.Millisecond, Retry: delivery.Retry{Initial: 50 * time.Millisecond}, Signals: []string{"traces"}, MaxBatchItems: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +343,7 @@ func TestPartialSuccessAndRefusals(t *testing.T) {
 	appendLines(t, dir, 0, 4, 5)
 	start := time.Now()
 	st, err := delivery.Run(t.Context(), delivery.Options{Dir: dir, Endpoint: srv.URL + "/", Headers: map[string]string{"Authorization": "Bearer x"}, Signals: []string{"traces"},
-		Retry: delivery.Retry{Initial: 10 * time.Millisecond, Max: 5 * time.Second}})
+		Retry: delivery.Retry{Initial: 10 * time.Millisecond, Max: 5 * time.Second}, MaxBatchItems: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +474,7 @@ func TestCatchUpThroughput(t *testing.T) {
 	tot := st.Total()
 	t.Logf("backlog of %d items, %.1f MB: %v, %.0f items/s, %.1f MB/s; peak heap in use %.1f MiB (this test process, the backend apart)",
 		tot.Items, float64(size)/1e6, took.Round(time.Millisecond), float64(tot.Items)/took.Seconds(), float64(size)/1e6/took.Seconds(), float64(peak.Load())/(1<<20))
-	if tot.Accepted != 90000 || tot.Requests != 900 {
+	if tot.Accepted != 90000 || tot.Requests != 12 {
 		t.Errorf("stats %+v", tot)
 	}
 	backendHolds(t, be, 300*100, 0)
@@ -525,7 +526,7 @@ func storeNoAnswer(t *testing.T, upstream string) (string, *atomic.Int64) {
 // TestStoppedInFlightCountsDuplicates: a sender is stopped while its
 // request, already stored by the backend, has no answer yet (as a
 // supervisor killed mid-request). The checkpoint says a sender was at
-// work (Sending); the next delivery sends that line again and counts its
+// work (InFlight); the next delivery sends that line again and counts its
 // items in the duplicates bound: the backend holds them twice, within
 // the bound, and every other item once.
 func TestStoppedInFlightCountsDuplicates(t *testing.T) {
@@ -539,7 +540,7 @@ func TestStoppedInFlightCountsDuplicates(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		_, err := delivery.Run(ctx, delivery.Options{Dir: dir, Endpoint: hung, Headers: map[string]string{"Authorization": "Bearer " + token},
-			Timeout: time.Minute, Signals: []string{"traces"}})
+			Timeout: time.Minute, Signals: []string{"traces"}, MaxBatchItems: 6})
 		done <- err
 	}()
 	harness.WaitFor(t, 10*time.Second, "the first request at the backend", func() bool {
@@ -550,16 +551,16 @@ func TestStoppedInFlightCountsDuplicates(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("stopped sender: %v", err)
 	}
-	if p := mustCheckpoint(t, dir).Files["traces.jsonl"]; p == nil || !p.Sending || p.Offset != 0 {
-		t.Fatalf("checkpoint after the stop %+v: want Sending at offset 0", p)
+	if p := mustCheckpoint(t, dir).Files["traces.jsonl"]; p == nil || p.InFlight != 6 || p.Offset != 0 {
+		t.Fatalf("checkpoint after the stop %+v: want the first line's 6 spans in flight at offset 0", p)
 	}
 	st, err := delivery.Run(t.Context(), delivery.Options{Dir: dir, Endpoint: be.URL, Headers: map[string]string{"Authorization": "Bearer " + token}, Signals: []string{"traces"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := mustCheckpoint(t, dir).Files["traces.jsonl"]
-	if tot := st.Total(); tot.DuplicatesBound != 6 || tot.Accepted != 18 || p.Sending || p.DuplicatesBound != 6 {
-		t.Errorf("stats %+v, checkpoint %+v: want the first line's 6 spans as the duplicates bound, 18 accepted, Sending cleared", tot, p)
+	if tot := st.Total(); tot.DuplicatesBound != 6 || tot.Accepted != 18 || p.InFlight != 0 || p.DuplicatesBound != 6 {
+		t.Errorf("stats %+v, checkpoint %+v: want the first line's 6 spans as the duplicates bound, 18 accepted, nothing in flight", tot, p)
 	}
 	be.Stop(t)
 	tr := otlptest.MustRead(t, be.Dir, "traces")

@@ -253,7 +253,7 @@ func Run(ctx context.Context, opt Options) (*Stats, error) {
 	for {
 		progressed := false
 		for _, sig := range d.opt.Signals {
-			n, err := d.file(ctx, sig)
+			n, err := d.file(ctx, sig, turnBatches)
 			if err != nil {
 				return d.stats, err
 			}
@@ -272,6 +272,11 @@ func Run(ctx context.Context, opt Options) (*Stats, error) {
 		}
 	}
 }
+
+// turnBatches is how many requests one file sends before the next file's
+// turn: a long backlog of one signal (under the rate cap, a request is up
+// to a second's items) does not hold the others' new lines back.
+const turnBatches = 1
 
 type deliverer struct {
 	opt    Options
@@ -343,8 +348,8 @@ func newDeliverer(opt Options) (*deliverer, error) {
 }
 
 // file delivers the complete lines of one signal's file past its offset,
-// in batches, and returns how many lines it answered for.
-func (d *deliverer) file(ctx context.Context, sig string) (int64, error) {
+// in at most turns requests, and returns how many lines it answered for.
+func (d *deliverer) file(ctx context.Context, sig string, turns int) (int64, error) {
 	name := sig + ".jsonl"
 	path := filepath.Join(d.opt.Dir, name)
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
@@ -375,7 +380,7 @@ func (d *deliverer) file(ctx context.Context, sig string) (int64, error) {
 	r := bufio.NewReaderSize(f, 1<<20)
 	var n int64
 	var carry []byte
-	for {
+	for range turns {
 		b, next, err := d.nextBatch(r, sig, carry)
 		carry = next
 		if err != nil {
@@ -412,6 +417,7 @@ func (d *deliverer) file(ctx context.Context, sig string) (int64, error) {
 		}
 		n += b.lines
 	}
+	return n, nil
 }
 
 // batch is one request's worth of consecutive lines of a file.

@@ -729,3 +729,40 @@ func TestReplacedOrTruncatedFile(t *testing.T) {
 		}
 	}
 }
+
+// TestBacklogDoesNotStarveOtherFiles: a long traces backlog under the
+// rate cap (4,000 spans at 1,000/s) does not hold back a new metrics
+// line: the files take turns, and the metrics line is acknowledged within
+// a second and a half while the traces are still catching up.
+func TestBacklogDoesNotStarveOtherFiles(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{}`) }))
+	defer srv.Close()
+	dir := t.TempDir()
+	f, _ := os.Create(filepath.Join(dir, "traces.jsonl"))
+	for l := range 40 {
+		f.WriteString(traceLine(l, 100))
+	}
+	f.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := delivery.Run(ctx, delivery.Options{Dir: dir, Endpoint: srv.URL, RateCap: 1000, Follow: true, Poll: 20 * time.Millisecond})
+		done <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(metricLine(0, 10)), 0o600)
+	at := time.Now()
+	harness.WaitFor(t, 10*time.Second, "the metrics line's acknowledgement", func() bool {
+		p := mustCheckpoint(t, dir).Files["metrics.jsonl"]
+		return p != nil && p.Items == 10
+	})
+	took := time.Since(at)
+	tr := mustCheckpoint(t, dir).Files["traces.jsonl"]
+	cancel()
+	<-done
+	t.Logf("the metrics line acknowledged %v after it was written, %d of 4,000 spans acknowledged then", took.Round(time.Millisecond), tr.Items)
+	if took > 1500*time.Millisecond || tr.Items >= 4000 {
+		t.Errorf("the metrics line waited %v (traces at %d of 4,000): the traces backlog held it back", took, tr.Items)
+	}
+}

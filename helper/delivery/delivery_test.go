@@ -766,3 +766,74 @@ func TestBacklogDoesNotStarveOtherFiles(t *testing.T) {
 		t.Errorf("the metrics line waited %v (traces at %d of 4,000): the traces backlog held it back", took, tr.Items)
 	}
 }
+
+// TestMain builds the real CLI for the test on a supervisor's files.
+func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+
+// TestRealJobFiles: the files a real supervisor and collector wrote for a
+// job whose backend was down the whole time (spans, logs, the model
+// service's metrics, the span metrics and phase lines appended after the
+// collector's exit), delivered afterwards to a real backend: it holds
+// exactly the files' items; a second delivery sends nothing, and the
+// backlog is empty.
+func TestRealJobFiles(t *testing.T) {
+	t.Parallel()
+	token := "dl-" + harness.RandHex(8)
+	j := harness.Job{JobID: "5252", Token: token, VLLMPort: harness.StartVLLM(t)}
+	j.Record = filepath.Join(harness.SharedDir(t), "record")
+	if err := os.WriteFile(j.Record, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := harness.StartSup(t, j).MustReady(t)
+	harness.WaitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds")
+	s.RunGym(t, "agent", 3, "local")
+	if _, err := s.Drain(t, 60*time.Second); err != nil {
+		t.Fatalf("drain: %v\n%s", err, s.Output())
+	}
+	tr, m, lg := otlptest.MustRead(t, s.Out, "traces"), otlptest.MustRead(t, s.Out, "metrics"), otlptest.MustRead(t, s.Out, "logs")
+	be := harness.StartBackend(t, token)
+	headers, err := delivery.TokenHeaders("OTEL_TOKEN", func(string) (string, bool) { return token, true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := delivery.Options{Dir: s.Out, Endpoint: be.URL, Headers: headers, Compression: "gzip"}
+	start := time.Now()
+	st, err := delivery.Run(t.Context(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tot := st.Total()
+	t.Logf("the job's files (%d spans, %d points, %d log records): %d lines in %d requests, %v", len(tr.Spans), m.Points(), len(lg.Logs), tot.Lines, tot.Requests, time.Since(start).Round(time.Millisecond))
+	if want := int64(len(tr.Spans) + m.Points() + len(lg.Logs)); tot.Accepted != want || tot.Rejected != 0 || tot.BadLines != 0 {
+		t.Errorf("stats %+v: want %d items accepted", tot, want)
+	}
+	if st, err := delivery.Run(t.Context(), opt); err != nil || st.Total().Requests != 0 {
+		t.Errorf("a second delivery: %+v %v, want nothing sent", st.Total(), err)
+	}
+	b, err := delivery.Backlogs(s.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, x := range b {
+		if x.Lines != 0 || x.Partial != 0 {
+			t.Errorf("%s: backlog %+v after the delivery", name, x)
+		}
+	}
+	be.Stop(t)
+	bt, bm, bl := otlptest.MustRead(t, be.Dir, "traces"), otlptest.MustRead(t, be.Dir, "metrics"), otlptest.MustRead(t, be.Dir, "logs")
+	if len(bt.Spans) != len(tr.Spans) || bm.Points() != m.Points() || len(bl.Logs) != len(lg.Logs) {
+		t.Errorf("the backend holds %d spans, %d points, %d log records; the files %d, %d, %d", len(bt.Spans), bm.Points(), len(bl.Logs), len(tr.Spans), m.Points(), len(lg.Logs))
+	}
+	for _, n := range []string{"gym.rollout", "slurm.drain", "slurm.job"} {
+		if bt.SpanCount(n) != tr.SpanCount(n) || tr.SpanCount(n) == 0 {
+			t.Errorf("%s: %d spans at the backend, %d in the files", n, bt.SpanCount(n), tr.SpanCount(n))
+		}
+	}
+	c, _ := bm.SpanMetrics()
+	fc, _ := m.SpanMetrics()
+	for n, v := range fc {
+		if c[n] != v {
+			t.Errorf("span metrics of %s: calls %v at the backend, %v in the files", n, c[n], v)
+		}
+	}
+}

@@ -33,6 +33,11 @@ const (
 	// envFirstPorts optionally sets supervise.Options.FirstPorts
 	// ("grpc,http,health,telemetry"). A test hook for a port squatter.
 	envFirstPorts = "GYM_OTEL_FIRST_PORTS"
+	// envSpanCountMaxBytes optionally sets
+	// supervise.Options.SpanCountMaxBytes (bytes; default
+	// supervise.SpanCountMaxBytes, 128 MiB). A test hook for the drain
+	// of files too large to count.
+	envSpanCountMaxBytes = "GYM_OTEL_SPAN_COUNT_MAX_BYTES"
 )
 
 func init() {
@@ -152,6 +157,13 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 			}
 			opt.FirstPorts = append(opt.FirstPorts, p)
 		}
+	}
+	if v := os.Getenv(envSpanCountMaxBytes); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%s: %q is not a positive number of bytes", envSpanCountMaxBytes, v)
+		}
+		opt.SpanCountMaxBytes = n
 	}
 	return supervise.Run(context.Background(), opt)
 }

@@ -61,7 +61,7 @@ func (s *supervisor) finalScrape(ctx context.Context) {
 	}
 	s.finalDone = true
 	s.pollSelf()
-	if !s.spansAt.IsZero() && time.Since(s.spansAt) < s.pol.SpanMetricsSettle && s.fileBytes("traces")+s.fileBytes("metrics") > SpanCountMaxBytes {
+	if !s.spansAt.IsZero() && time.Since(s.spansAt) < s.pol.SpanMetricsSettle && s.fileBytes("traces")+s.fileBytes("metrics") > s.opt.SpanCountMaxBytes {
 		s.log.Infof("the batch script has ended: no early final scrape (spans arrived %v ago; their span metrics need %v, the files being too large to count at the drain); the hold waits for every target's next scrape",
 			time.Since(s.spansAt).Round(time.Millisecond), s.pol.SpanMetricsSettle)
 		return

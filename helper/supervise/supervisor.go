@@ -125,6 +125,12 @@ type Options struct {
 	// socket (the batch step waits its bound, the steps' phases are not
 	// told).
 	HoldListener *net.UnixListener
+	// SpanCountMaxBytes is the most bytes of traces.jsonl and
+	// metrics.jsonl together that the drain reads to count the spans the
+	// span metrics connector did not (0: SpanCountMaxBytes, the
+	// product's value); larger files make the drain wait for the
+	// connector's flushes instead. A test hook for large files.
+	SpanCountMaxBytes int64
 }
 
 // supervisor is one run's state.
@@ -266,6 +272,9 @@ func (s *supervisor) defaults() {
 	}
 	if s.opt.MaxRestarts == 0 {
 		s.opt.MaxRestarts = DefaultMaxRestarts
+	}
+	if s.opt.SpanCountMaxBytes <= 0 {
+		s.opt.SpanCountMaxBytes = SpanCountMaxBytes
 	}
 	if s.opt.JobRunning == nil {
 		s.opt.JobRunning = squeueRunning
@@ -958,7 +967,7 @@ func (s *supervisor) drain() error {
 	// after the collector's exit, unless the files are too large to read
 	// within the drain: then the connector's flushes are waited for.
 	countAll := true
-	if size := s.fileBytes("traces") + s.fileBytes("metrics"); size > SpanCountMaxBytes {
+	if size := s.fileBytes("traces") + s.fileBytes("metrics"); size > s.opt.SpanCountMaxBytes {
 		countAll = false
 		// The last spans the collector took: the job's (the receiver's
 		// counter, as pollSelf last saw it change) and the supervisor's
@@ -971,8 +980,8 @@ func (s *supervisor) drain() error {
 		// A new series is flushed as 0 first and with its count one
 		// interval later: wait two intervals after the last spans.
 		if wait := time.Until(last.Add(s.pol.SpanMetricsSettle)); !last.IsZero() && wait > 0 {
-			s.log.Infof("traces.jsonl and metrics.jsonl hold %d MiB (more than the %d MiB read at the drain): waiting %v for the span metrics of the last spans",
-				size>>20, SpanCountMaxBytes>>20, wait.Round(time.Millisecond))
+			s.log.Infof("traces.jsonl and metrics.jsonl hold %.1f MiB (more than the %.1f MiB read at the drain): waiting %v for the span metrics of the last spans",
+				float64(size)/(1<<20), float64(s.opt.SpanCountMaxBytes)/(1<<20), wait.Round(time.Millisecond))
 			time.Sleep(wait)
 		}
 		s.pollSelf()

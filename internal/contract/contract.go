@@ -93,6 +93,10 @@ const (
 	RecordBackend         = "backend"          // the OTLP/HTTP base URL the collector ships to, no credentials
 	RecordEnv             = "env"              // one task variable, "NAME=value"
 	RecordUnset           = "unset"            // one variable the steps take out
+	// RecordResAttr is one resource attribute of the job's identity,
+	// "key=<value, percent-encoded>", that every task's
+	// OTEL_RESOURCE_ATTRIBUTES gets where the key is not there yet.
+	RecordResAttr = "resattr"
 )
 
 // The hold socket's question and the keys of its answer (helper/supervise
@@ -138,6 +142,7 @@ func defines() []define {
 		{"GOS_RECORD_BACKEND", "RecordBackend", RecordBackend},
 		{"GOS_RECORD_ENV", "RecordEnv", RecordEnv},
 		{"GOS_RECORD_UNSET", "RecordUnset", RecordUnset},
+		{"GOS_RECORD_RESATTR", "RecordResAttr", RecordResAttr},
 		{"GOS_HOLD_QUESTION", "HoldQuestion", HoldQuestion},
 		{"GOS_HOLD_TARGETS", "HoldTargets", HoldTargets},
 		{"GOS_HOLD_SAMPLED_MS", "HoldSampledMs", HoldSampledMs},

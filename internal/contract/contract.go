@@ -77,6 +77,19 @@ const SourceKey = "gym_otel.source"
 // SourceSlurm is SourceKey's value on what the plugin itself tells.
 const SourceSlurm = "slurm"
 
+// EmitterKey is the resource attribute NeMo Lens names the emitter of
+// Slurm envelope spans by: its reckoner (NVIDIA-NeMo/Lens pull request 22,
+// tools/slurm_telemetry_reckoner.py at e1cb901) sets
+// nemo.lens.emitter=slurm_reckoner on the spans it rebuilds from sacct,
+// some of them under the names of the phase spans' (slurm.job,
+// slurm.step). The supervisor sets EmitterPhases on the resource of its
+// phase spans, so that a backend holding both tells them apart on Lens'
+// own key and counts each phase once (docs/user-guide.md maps the names).
+const EmitterKey = "nemo.lens.emitter"
+
+// EmitterPhases is EmitterKey's value on the supervisor's phase spans.
+const EmitterPhases = "gym_otel_spank"
+
 // The keys of root's record (helper/record writes it, spank/record.c
 // reads it in every step): one "key=value" line each.
 const (

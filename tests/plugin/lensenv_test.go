@@ -78,6 +78,7 @@ echo "batch LSS=${LENS_SLURM_SLUID-unset}"
 srun -N2 -n2 bash -c 'echo "step $SLURMD_NODENAME ORA=$OTEL_RESOURCE_ATTRIBUTES"'
 OTEL_RESOURCE_ATTRIBUTES='%[2]s' srun -N1 -n1 -w gn2 bash -c 'echo "user ORA=$OTEL_RESOURCE_ATTRIBUTES"'
 srun -N1 -n1 -w gn2 %[1]s/gym-standin --names gym --server lensgym --rollouts 1 || exit 9
+sleep 4 # the cgroup scrape (every 1 s, the first within 1 s of the collector's start) on both nodes
 `, plugDir, userAttrs))
 	r := asUser(t, 150*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -N2 -w gn1,gn2 --gym-otel=job_dir=%s/run -o %s/job.out %s", d, d, script))
 	raw, _ := os.ReadFile(d + "/job.out")
@@ -170,5 +171,61 @@ srun -N1 -n1 -w gn2 %[1]s/gym-standin --names gym --server lensgym --rollouts 1 
 	}
 	batch, _ := outLine(out, "batch ORA=")
 	t.Logf("job %s: batch OTEL_RESOURCE_ATTRIBUTES=%s; LENS_SLURM_SLUID=%s; Gym's %s=%s", job, batch, sluid, render.LensJobUUID, gymUUID)
+	waitIdle(t)
+}
+
+// TestLensArrayOneUUID: in each element of an array job, the Gym
+// stand-in (Lens' rule: the launch's values win over what it would derive
+// from SLURM_ARRAY_*) carries the nv.dl.job.uuid and slurm.job.id the
+// collector stamps on the element's scraped data: one join key for every
+// producer of the element.
+func TestLensArrayOneUUID(t *testing.T) {
+	waitIdle(t)
+	gym := testenv.Standin(t, "gym-standin")
+	if out, err := run("install", "-m", "0755", gym, filepath.Join(plugDir, "gym-standin")); err != nil {
+		t.Fatalf("install %s: %v %s", gym, err, out)
+	}
+	d := markerDir(t, "lensarray")
+	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf(`
+%[1]s/gym-standin --names gym --server arraygym --rollouts 1 || exit 9
+sleep 3 # the cgroup scrape
+`, plugDir))
+	r := asUser(t, 150*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait --array=0-1 -w gn1 --gym-otel=job_dir=%s/run-%%j -o %s/job-%%a.out %s", d, d, script))
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	waitNoCollector(t)
+	dirs, _ := filepath.Glob(filepath.Join(d, "run-*", "otel"))
+	if len(dirs) != 2 {
+		t.Fatalf("element dirs %v, want 2", dirs)
+	}
+	for _, dir := range dirs {
+		var stamp map[string]string
+		for _, m := range otlptest.MustRead(t, dir, "metrics").Metrics {
+			if v, _ := m.Resource.Str("service.name.override"); v == "cgroup" {
+				stamp = m.Resource.Text()
+				break
+			}
+		}
+		if stamp == nil {
+			t.Fatalf("%s: no cgroup scrape", dir)
+		}
+		var gymRes map[string]string
+		for _, s := range otlptest.MustRead(t, dir, "traces").Spans {
+			if s.Name == "gym.rollout" {
+				gymRes = s.Resource.Text()
+				break
+			}
+		}
+		if gymRes == nil {
+			t.Fatalf("%s: no rollout of the Gym stand-in", dir)
+		}
+		for _, k := range []string{render.LensJobUUID, render.LensJobID, render.LensRunUUID} {
+			if stamp[k] == "" || gymRes[k] != stamp[k] {
+				t.Errorf("%s: %s: the Gym stand-in's %q, the collector's %q", dir, k, gymRes[k], stamp[k])
+			}
+		}
+		t.Logf("%s: %s=%s %s=%s on both", filepath.Base(filepath.Dir(dir)), render.LensJobID, stamp[render.LensJobID], render.LensJobUUID, stamp[render.LensJobUUID])
+	}
 	waitIdle(t)
 }

@@ -155,3 +155,55 @@ func TestTraceTreeBounded(t *testing.T) {
 		t.Errorf("kept %d dropped %d, want %d and 5", a.tree.ncands, a.tree.dropped, maxTreeCandidates)
 	}
 }
+
+// TestSlurmRunTraceTree: the job of tests/plugin TestTraceParent on real
+// Slurm (testdata/slurmrun/traceparent): the Gym stand-in the batch script
+// ran under the batch step, the one of step 0 under it, each with its two
+// rollouts by link; the run with a TRACEPARENT of the user's outside the
+// job's steps, its one rollout not placed. Text and JSON goldens of the
+// tree.
+func TestSlurmRunTraceTree(t *testing.T) {
+	r, otel := slurmRun(t, "traceparent")
+	tr := r.TraceTree
+	if len(tr.Runs) != 1 || tr.Rollouts != 5 || tr.Linked != 4 || tr.ByResource != 0 || tr.Unplaced != 1 {
+		t.Errorf("runs %d, rollouts %d linked %d by resource %d not placed %d; want 1, 5 4 0 1", len(tr.Runs), tr.Rollouts, tr.Linked, tr.ByResource, tr.Unplaced)
+	}
+	placed := map[string]string{}
+	for _, run := range tr.Runs {
+		for _, st := range run.Steps {
+			for _, p := range st.Processes {
+				placed[st.Step] += fmt.Sprintf("%s %s %d;", p.Name, p.Producer, p.Linked)
+			}
+		}
+	}
+	if placed["batch"] != "gym.run nemo-gym/batchgym 2;" || placed["0"] != "gym.run nemo-gym/stepgym 2;" || len(placed) != 2 {
+		t.Errorf("processes by step %v", placed)
+	}
+	var text strings.Builder
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.MarshalIndent(tr, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for file, got := range map[string]string{
+		"tree.golden.txt":  textSections(text.String(), "trace tree"),
+		"tree.golden.json": string(js) + "\n",
+	} {
+		got = strings.ReplaceAll(got, otel, "/jobs/traceparent/otel")
+		path := filepath.Join("testdata", "slurmrun", "traceparent", file)
+		if *updateSlurmRuns {
+			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (go test -run %s -update-slurm-runs writes it)", err, t.Name())
+		}
+		if string(want) != got {
+			t.Errorf("%s differs (go test -update-slurm-runs rewrites it):\n--- got\n%s--- want\n%s", path, got, want)
+		}
+	}
+}

@@ -183,6 +183,16 @@ func TestSlurmRunTraceTree(t *testing.T) {
 	if err := r.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
+	var page strings.Builder
+	if err := r.WriteHTML(&page, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{`<table id="tracetree">`, `<td>gn1</td><td class="l">batch</td><td class="l">gym.run</td><td class="l">nemo-gym/batchgym</td>`,
+		`<td class="l">0</td><td class="l">gym.run</td><td class="l">nemo-gym/stepgym</td>`, "5 rollouts: 4 by link, 0 by resource, 1 not placed."} {
+		if !strings.Contains(page.String(), w) {
+			t.Errorf("the page lacks %s", w)
+		}
+	}
 	js, err := json.MarshalIndent(tr, "", "  ")
 	if err != nil {
 		t.Fatal(err)

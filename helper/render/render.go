@@ -82,6 +82,21 @@ const ConfigEnv = "GYM_OTEL_COLLECTOR_CONFIG"
 // shows them too).
 type Ports = jobdir.Ports
 
+// The collector's memory policy, from otel.memory_limit_mib (limit, MiB):
+// the memory_limiter refuses data above limit and forces a collection
+// above limit - SpikeLimitMiB(limit); the Go runtime's soft limit
+// (GOMEMLIMIT, set by the supervisor in the collector's environment) is
+// GoMemLimitMiB(limit), so that the runtime collects before the limiter
+// refuses. The hard bound of the plugin's group on the node (the prolog's,
+// helper/callbacks' cgroupMemoryBytes) is twice limit, at most the site's
+// plugstack cgroup_memory_max_mib.
+
+// SpikeLimitMiB is the memory_limiter's spike_limit_mib: a fifth of limit.
+func SpikeLimitMiB(limit int) int { return limit / 5 }
+
+// GoMemLimitMiB is the collector's GOMEMLIMIT in MiB: four fifths of limit.
+func GoMemLimitMiB(limit int) int { return limit * 4 / 5 }
+
 // FinalFlushIntervalMillis is the interval of the collector's periodic
 // reader towards Ports.Final, in ms (24 h): only its flush at shutdown is
 // wanted.
@@ -368,7 +383,7 @@ func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
 		{"memory_limiter", omap{
 			{"check_interval", "1s"},
 			{"limit_mib", o.MemoryLimitMiB},
-			{"spike_limit_mib", o.MemoryLimitMiB / 5},
+			{"spike_limit_mib", SpikeLimitMiB(o.MemoryLimitMiB)},
 		}},
 	}
 	metricsProcs := []string{"memory_limiter", UnsourceProcessor}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -52,7 +51,7 @@ import (
 //     which the supervisor waits for (killed at otel.shutdown_timeout_seconds:
 //     it still ends, marked slurm.drain.collector_killed). A collector that
 //     had exited before the drain gives slurm.end_known=false.
-//   - slurm.epilog: the job epilog tells its start (EnvEpilogStart, taken in
+//   - slurm.epilog: the job epilog tells its start (launch.EnvEpilogStart, taken in
 //     C before the Go core loads) on the hold socket, "epilog start <unix
 //     ms>", before it signals the supervisor (TellEpilogStart: root writes
 //     nothing of the user's). Its end comes after the supervisor has exited
@@ -63,40 +62,6 @@ import (
 //
 // Both are children of the node's slurm.job span and end after it (that
 // span is sent before the collector stops).
-
-// EnvEpilogStart is the job epilog's variable with its start (unix ms).
-const EnvEpilogStart = contract.EnvEpilogStart
-
-// epilogLine starts the hold socket line that tells the epilog's start.
-const epilogLine = "epilog start "
-
-// TellEpilogStart tells the job's supervisor on its hold socket (path, as
-// root's record has it) that the epilog started at at: one line, answered
-// "ok", within HoldConnTimeout/4. The path must pass CheckHoldSocket (a
-// socket of root's in a dir only root can write: the prolog's listener,
-// which the supervisor serves), or nothing is sent. Errors: not such a
-// socket, no listener, no answer in time.
-func TellEpilogStart(path string, at time.Time) error {
-	if err := CheckHoldSocket(path); err != nil {
-		return err
-	}
-	d := net.Dialer{Timeout: HoldConnTimeout / 4}
-	c, err := d.Dial("unix", path)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(HoldConnTimeout / 4))
-	if _, err := fmt.Fprintf(c, "%s%d\n", epilogLine, at.UnixMilli()); err != nil {
-		return err
-	}
-	buf := make([]byte, 16)
-	n, _ := c.Read(buf)
-	if string(buf[:n]) != "ok\n" {
-		return fmt.Errorf("the supervisor answered %q", buf[:n])
-	}
-	return nil
-}
 
 // epilogStarted records the epilog's start told on the hold socket: a
 // plausible time (after the node's start of the job, not ahead of the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
@@ -199,14 +200,14 @@ func TestTellEpilogStart(t *testing.T) {
 	rel, _ := filepath.Rel(mustGetwd(t), path)
 	for what, bad := range map[string]string{"another user's socket": otherPath, "a dir others can write": openPath,
 		"a symbolic link": link, "a file": file, "a relative path": rel, "an abstract name": "@gym-otel-hold-00112233445566ff"} {
-		if err := TellEpilogStart(bad, at); err == nil {
+		if err := launch.TellEpilogStart(bad, at); err == nil {
 			t.Errorf("%s (%s) taken", what, bad)
 		}
 	}
 	if !p.epilogStart.IsZero() {
 		t.Fatal("the epilog's start taken from a refused telling")
 	}
-	if err := TellEpilogStart(path, at); err != nil {
+	if err := launch.TellEpilogStart(path, at); err != nil {
 		t.Fatal(err)
 	}
 	if p.epilogStart.UnixMilli() != at.UnixMilli() {
@@ -242,7 +243,7 @@ func TestTellEpilogStartSilent(t *testing.T) {
 	}()
 	done := make(chan error, 1)
 	t0 := time.Now()
-	go func() { done <- TellEpilogStart(path, time.Now()) }()
+	go func() { done <- launch.TellEpilogStart(path, time.Now()) }()
 	select {
 	case err := <-done:
 		if err == nil {
@@ -250,6 +251,6 @@ func TestTellEpilogStartSilent(t *testing.T) {
 		}
 		t.Logf("a silent listener: %v after %v", err, time.Since(t0).Round(time.Millisecond))
 	case <-time.After(10 * time.Second):
-		t.Fatal("TellEpilogStart waits on a silent listener")
+		t.Fatal("launch.TellEpilogStart waits on a silent listener")
 	}
 }

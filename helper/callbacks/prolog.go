@@ -18,6 +18,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/taskenv"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
@@ -365,6 +366,13 @@ func recordReady(dir string, rec *record.Record, sup *supervisor, rep launch.Rea
 	rec.SupervisorPID = sup.pid
 	rec.SupervisorStart = ps.StartTime
 	rec.Env = taskenv.TaskEnv(resolved, facts, rep.Ports, rep.ReceiverToken)
+	// Lens' identity as the collector stamps it (render.LensAttrs of the
+	// same facts), for every task's OTEL_RESOURCE_ATTRIBUTES.
+	var lens []record.KV
+	for _, a := range render.LensAttrs(render.JobOf(resolved, facts)) {
+		lens = append(lens, record.KV{Key: a.Key, Value: a.Value})
+	}
+	rec.ResAttrs = taskenv.ResourceAttrs(lens)
 	rec.HoldSocket = holdPath
 	// What the batch step tells the job's output (spank/notice.c): where
 	// this node's files are (computed here, as the supervisor computed
@@ -454,6 +462,9 @@ func prologFacts(ctx context.Context, in PrologInput, resolved *config.Resolved,
 			idx = 1
 		}
 		f.NodeIndex = idx
+		if nodes, err := slurm.ExpandHostlist(nodelist); err == nil && len(nodes) > 0 {
+			f.HeadNode = nodes[0]
+		}
 	}
 	return f, nil
 }

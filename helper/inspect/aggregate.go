@@ -162,6 +162,8 @@ type aggregator struct {
 	// names without the plugin's mark (contract.SourceKey): sent by the
 	// job, not Slurm's (JobLookalikes).
 	lookalikeSpans, lookalikePoints int
+	// tree is what the trace tree keeps while reading (tree.go).
+	tree *treeState
 }
 
 func newAggregator() *aggregator {
@@ -169,7 +171,7 @@ func newAggregator() *aggregator {
 		series: map[seriesKey]*series{}, metricNames: map[string]int{}, identity: map[string][]string{},
 		producers: map[string]int{}, spans: map[[2]string]*spanStat{}, verifySpans: map[string]int{},
 		logsBySev: map[string]int{}, rng: rand.New(rand.NewPCG(1, 2)),
-		phaseNodes: map[phaseKey]*phaseNode{}, cgGroups: map[cgKey]*cgGroup{},
+		phaseNodes: map[phaseKey]*phaseNode{}, cgGroups: map[cgKey]*cgGroup{}, tree: newTreeState(),
 	}
 }
 
@@ -461,8 +463,10 @@ func (a *aggregator) traces(l *otlpLine) {
 				}
 				continue
 			}
+			ident := resourceIdent(node, producer, rs.Resource)
 			for i := range ss.Spans {
 				a.span(&ss.Spans[i], node, producer)
+				a.treeSpan(&ss.Spans[i], node, producer, ident)
 			}
 		}
 	}

@@ -113,6 +113,7 @@ func (a *aggregator) report() *Report {
 	r.Spans = a.spanReport()
 	r.Phases = a.phases()
 	r.FirstRollout = a.firstRollout(r.Phases)
+	r.TraceTree = a.traceTree()
 	r.Cgroups = a.cgroups()
 	r.JobLookalikes = JobLookalikes{PhaseSpans: a.lookalikeSpans, CgroupPoints: a.lookalikePoints}
 	r.Errors = Errors{Spans: a.errorSpans, SpanExamples: a.errorSpanEx, Logs: a.errorLogs,

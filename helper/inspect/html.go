@@ -211,6 +211,12 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 <table id="phases"><tr><th class="l">node</th><th class="l">phase</th><th>start</th><th>end</th><th>duration (s)</th><th class="l">note</th></tr>
 {{range .PhaseRows}}<tr><td>{{.Node}}</td><td class="l">{{if .Error}}<b>{{.Phase}}</b>{{else}}{{.Phase}}{{end}}</td><td>{{.Start}}</td><td>{{.End}}</td><td>{{.Duration}}</td><td class="l">{{.Note}}</td></tr>
 {{end}}</table>{{end}}
+{{if .R.TraceTree.Runs}}<h2>Trace tree</h2>
+<p class="absent">Job, step, process, rollouts: each process whose root span is a child of its step's span (from TRACEPARENT), and its rollouts by span link or, without one, by the process's resource.</p>
+<table id="tracetree"><tr><th class="l">node</th><th class="l">step</th><th class="l">process</th><th class="l">producer</th><th>seconds</th><th>rollouts</th><th>by link</th><th>by resource</th></tr>
+{{range .R.TraceTree.Runs}}{{range .Steps}}{{$st := .}}{{range .Processes}}<tr><td>{{$st.Node}}</td><td class="l">{{$st.Step}}</td><td class="l">{{.Name}}</td><td class="l">{{.Producer}}</td><td>{{printf "%.1f" (.End.Sub .Start).Seconds}}</td><td>{{.Rollouts}}</td><td>{{.Linked}}</td><td>{{.ByResource}}</td></tr>
+{{end}}{{end}}{{end}}</table>
+<p class="absent">{{.R.TraceTree.Rollouts}} rollouts: {{.R.TraceTree.Linked}} by link, {{.R.TraceTree.ByResource}} by resource, {{.R.TraceTree.Unplaced}} not placed.</p>{{end}}
 {{if .R.Cgroups}}<h2>Cgroups</h2>
 <p class="absent">From the scrape job cgroup: totals since each group was made; "not kept" where the node does not keep the figure (the reason is in the last column).</p>
 <table id="cgroups"><tr><th class="l">node</th><th class="l">group</th><th>CPU</th><th>throttled</th><th>memory peak</th><th>OOM kills</th><th class="l">cpu pressure</th><th class="l">memory pressure</th><th class="l">io pressure</th><th class="l">not kept</th></tr>

@@ -80,6 +80,9 @@ type Report struct {
 	// went between the job's submit and its first rollout.
 	Phases       []NodePhases `json:"phases"`
 	FirstRollout FirstRollout `json:"first_rollout"`
+	// TraceTree is the job's tree of spans: run, step, process, rollouts
+	// (tree.go).
+	TraceTree TraceTree `json:"trace_tree"`
 	// Cgroups are the job's cgroups' usage and pressure per node and
 	// group, from the cgroup scrape job (cgroups.go).
 	Cgroups []CgroupUsage `json:"cgroups"`

@@ -34,6 +34,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	t.receiptLines(r)
 	t.jobLines(r.Job)
 	t.phaseLines(r)
+	t.treeLines(r)
 	t.modelServerLines(r)
 	t.routerLines(r.Routers)
 	t.gpuLines(r)

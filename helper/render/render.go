@@ -148,6 +148,9 @@ type Job struct {
 	// SLURM_ARRAY_TASK_ID for an array element ("" otherwise, or when the
 	// prolog was not told).
 	ArrayJobID, ArrayTaskID string
+	// HeadNode is the node the batch script runs on: the first node of
+	// the job's node list ("" when the prolog was not told the list).
+	HeadNode string
 }
 
 // JobOf is the Job of one node: the facts Slurm gave its prolog (f) and the
@@ -173,6 +176,7 @@ func JobOf(resolved *config.Resolved, f jobfacts.Facts) Job {
 		SlurmCluster: f.Cluster,
 		ArrayJobID:   f.ArrayJobID,
 		ArrayTaskID:  f.ArrayTaskID,
+		HeadNode:     f.HeadNode,
 	}
 }
 
@@ -942,10 +946,7 @@ func Identity(in Input, service string) []Attr {
 		out = append(out, Attr{Key: "service.name.override", Value: service})
 	}
 	out = append(out, runIdentity(in.Job)...)
-	for _, a := range lensIdentity(in.Job) {
-		out = append(out, Attr{Key: a.key, Value: a.val, Int: a.isInt})
-	}
-	return out
+	return append(out, LensAttrs(in.Job)...)
 }
 
 // ottlString quotes s as an OTTL string literal, with $ escaped for the

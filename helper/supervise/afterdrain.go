@@ -316,7 +316,8 @@ func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration, count
 		// spans it receives: these are the plugin's own too. (The metrics
 		// pipeline takes it off the connector's points, so their span
 		// metrics go without it.)
-		id := append(append([]render.Attr{}, metricsID...), render.Attr{Key: contract.SourceKey, Value: contract.SourceSlurm})
+		id := append(append([]render.Attr{}, metricsID...), render.Attr{Key: contract.SourceKey, Value: contract.SourceSlurm},
+			render.Attr{Key: contract.EmitterKey, Value: contract.EmitterPhases})
 		line, err := TracesLine(id, phaseScope, spans)
 		if err == nil {
 			var al appendedLine

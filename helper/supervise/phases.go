@@ -483,7 +483,8 @@ func (p *phases) take() []*tracev1.Span {
 func (p *phases) request(spans []*tracev1.Span) *tracev1.TracesData {
 	return &tracev1.TracesData{ResourceSpans: []*tracev1.ResourceSpans{{
 		Resource: &resourcev1.Resource{Attributes: []*commonv1.KeyValue{
-			strAttr("service.name", "slurm"), strAttr("host.name", p.facts.Node)}},
+			strAttr("service.name", "slurm"), strAttr("host.name", p.facts.Node),
+			strAttr(contract.EmitterKey, contract.EmitterPhases)}},
 		ScopeSpans: []*tracev1.ScopeSpans{{Scope: &commonv1.InstrumentationScope{Name: phaseScope}, Spans: spans}},
 	}}}
 }

@@ -80,6 +80,14 @@ type Report struct {
 	// went between the job's submit and its first rollout.
 	Phases       []NodePhases `json:"phases"`
 	FirstRollout FirstRollout `json:"first_rollout"`
+	// StepEnergy is the energy of the job's GPUs per node and Slurm step,
+	// RoleEnergy per Gym role and step with its joules per 1,000
+	// generation tokens, each with its verdict; EnergyMatching how the
+	// GPUs were named (stepenergy.go). Empty without dcgm-exporter's GPU
+	// series.
+	StepEnergy     []StepEnergy   `json:"step_energy"`
+	RoleEnergy     []RoleEnergy   `json:"role_energy"`
+	EnergyMatching EnergyMatching `json:"energy_matching"`
 	// Cgroups are the job's cgroups' usage and pressure per node and
 	// group, from the cgroup scrape job (cgroups.go).
 	Cgroups []CgroupUsage `json:"cgroups"`

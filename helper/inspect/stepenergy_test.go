@@ -259,6 +259,17 @@ func TestStepEnergy(t *testing.T) {
 			t.Errorf("text lacks %q:\n%s", want, text.String())
 		}
 	}
+	var page strings.Builder
+	if err := r.WriteHTML(&page, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`<table id="step-energy">`, `<table id="role-energy">`,
+		`<td class="l">gn1</td><td class="l">batch</td><td>15.00</td><td>8000.0</td><td>7000.0</td><td>2.00</td>`,
+		`<td class="l">policy</td><td class="l">0</td><td class="l">gn1</td><td>4000.0</td><td>80</td><td>50000.00</td>`} {
+		if !strings.Contains(page.String(), want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
 	js, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +331,7 @@ func TestStepEnergyVerdicts(t *testing.T) {
 			return []gpuCurve{constant("gn2", 0, 300, true, sec...)}
 		}, reason: ReasonNoSamples, figure: false},
 		{name: "two roles on the node", s0: []int64{5000, 13000}, curves: func() []gpuCurve { return twoGPUs(true, sec...) },
-			extra: map[string]string{"gn1": tokens("gn1", "gym-vllm/policy", 10, sec...) + tokens("gn1", "gym-vllm/judge", 5, sec...)},
+			extra:  map[string]string{"gn1": tokens("gn1", "gym-vllm/policy", 10, sec...) + tokens("gn1", "gym-vllm/judge", 5, sec...)},
 			reason: ReasonSharedNode, figure: false, role: true},
 		{name: "tokens end early", s0: []int64{5000, 13000}, curves: func() []gpuCurve { return twoGPUs(true, sec...) },
 			extra:  map[string]string{"gn1": tokens("gn1", "gym-vllm/policy", 10, every(0, 9000, 1000)...)},

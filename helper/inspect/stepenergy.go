@@ -140,10 +140,12 @@ type RoleEnergy struct {
 	Start *time.Time `json:"start"`
 	End   *time.Time `json:"end"`
 	gpuFigure
-	// GenerationTokens is vllm:generation_tokens_total's increase over
-	// the window on the role's servers (from zero where a server's first
-	// sample is inside the window); JoulesPer1kTokens is Joules per
-	// 1,000 of them (J). Null when either is.
+	// GenerationTokens is vllm:generation_tokens_total's increase
+	// between the samples bracketing the window on the role's servers
+	// (from zero where a server's first sample is inside the window; to
+	// its last sample where that is before the window's end, a lower
+	// bound the verdict names); JoulesPer1kTokens is Joules per 1,000 of
+	// them (J). Null when either is.
 	GenerationTokens  Value `json:"generation_tokens"`
 	JoulesPer1kTokens Value `json:"joules_per_1k_generation_tokens"`
 }
@@ -651,7 +653,7 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 				}
 			}
 			// Tokens over the same window.
-			tokens, tokOK := 0.0, true
+			tokens := 0.0
 			for _, s := range x.series {
 				sm := a.samples[s]
 				if sm == nil || len(sm.pts) == 0 {
@@ -662,10 +664,13 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 					re.Verdict.add(ReasonNotMonotonic, s.key.node+" "+s.key.producer+" "+mGenTokens)
 				}
 				if b1 < 0 {
-					// The server's last sample is before the window's end.
-					re.Verdict.add(ReasonTokens, fmt.Sprintf("%s %s: no sample at or after the end", s.key.node, s.key.producer))
-					tokOK = false
-					continue
+					// The server's last sample is before the window's end
+					// (a server that ended with the step): what it made
+					// after that sample is not counted, the tokens are a
+					// lower bound.
+					b1 = len(sm.pts) - 1
+					re.Verdict.add(ReasonTokens, fmt.Sprintf("%s %s: its last sample is %s before the end: the tokens after it are not counted",
+						s.key.node, s.key.producer, dur(Value(float64(t1-sm.pts[b1].ms)/1000))))
 				}
 				if b0 < 0 {
 					// Its first sample is inside the window: from zero.
@@ -676,9 +681,7 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 				inc, _ := counterIncrease(sm.pts, b0, b1)
 				tokens += inc
 			}
-			if tokOK {
-				re.GenerationTokens = Value(tokens)
-			}
+			re.GenerationTokens = Value(tokens)
 			if ok {
 				re.Joules = Value(joules)
 				re.MaxGapSeconds, re.BracketSeconds = Value(gapS), Value(bracketS)

@@ -375,7 +375,7 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 				s.c.addDelta(p.Time.ms(), v)
 			} else {
 				if name == mEnergy || name == mGenTokens {
-					a.keepSample(s, p.Time.ms(), v)
+					a.keepSample(s, p.Time.ms(), v, true)
 				}
 				s.c.add(p.Time.ms(), v)
 			}
@@ -408,7 +408,7 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 			s.g.add(p.Time.ms(), v)
 			if name == mPower {
 				a.integratePower(s, p.Time.ms(), v)
-				a.keepSample(s, p.Time.ms(), v)
+				a.keepSample(s, p.Time.ms(), v, false)
 			}
 		}
 	case m.Histogram != nil:

@@ -48,10 +48,13 @@ const (
 // integral allows (ms).
 const maxGapMs = 3000
 
-// maxSamples bounds the raw samples kept per energy, power or generation
-// token series (about 36 h at a 1 s scrape); later samples are counted in
-// StepEnergy's verdict as not kept.
-const maxSamples = 1 << 17
+// maxSamples bounds the samples kept per energy, power or generation
+// token series: past it every other one is dropped and then only every
+// second new one kept (as a timeline is thinned), so a series of any
+// length costs at most this many and still spans the run. A counter's
+// increase between any two kept samples stays exact (its resets are
+// carried); power samples further apart than 3 s make the verdict say so.
+const maxSamples = 8192
 
 // Verdict says whether a figure can be trusted, and if not why.
 type Verdict struct {
@@ -165,20 +168,31 @@ const matchNote = "GPUs are the ones the node's collector kept and marked as the
 	"in the files, and dcgm-exporter's device label (nvidia<DCGM GPU id>) is not the minor number, so a GPU cannot be " +
 	"matched to the GRES file it was allocated by"
 
+// sample is one kept sample: its time, its value (a counter's with the
+// values before each reset added, so that the increase between two kept
+// samples is their difference), and the resets and out-of-order samples
+// seen up to it.
 type sample struct {
-	ms int64
-	v  float64
+	ms                int64
+	v                 float64
+	resets, unordered int
 }
 
-// sampled is one series' raw samples in file order.
+// sampled is one series' kept samples, in time order.
 type sampled struct {
 	pts     []sample
-	dropped int
+	stride  int // keep every stride-th sample offered
+	seen    int
+	lastRaw float64 // a counter's last value as read
+	offset  float64 // a counter's values before each reset, summed
+	resets  int
+	unorder int
 }
 
-// keepSample keeps a raw sample of an energy, power or generation token
-// series for the per-step figures.
-func (a *aggregator) keepSample(s *series, ms int64, v float64) {
+// keepSample keeps a sample of an energy, power or generation token
+// series for the per-step figures; counter says it is a cumulative
+// counter.
+func (a *aggregator) keepSample(s *series, ms int64, v float64, counter bool) {
 	if math.IsNaN(v) {
 		return
 	}
@@ -187,14 +201,40 @@ func (a *aggregator) keepSample(s *series, ms int64, v float64) {
 	}
 	x := a.samples[s]
 	if x == nil {
-		x = &sampled{}
+		x = &sampled{stride: 1}
 		a.samples[s] = x
 	}
-	if len(x.pts) >= maxSamples {
-		x.dropped++
+	if n := len(x.pts); n > 0 && ms <= x.pts[n-1].ms {
+		x.unorder++ // a repeated or older sample: not kept, counted
 		return
 	}
-	x.pts = append(x.pts, sample{ms, v})
+	raw := v
+	if counter {
+		if x.seen > 0 && raw < x.lastRaw {
+			x.offset += x.lastRaw
+			x.resets++
+		}
+		x.lastRaw = raw
+		v = raw + x.offset
+	}
+	x.seen++
+	p := sample{ms, v, x.resets, x.unorder}
+	if (x.seen-1)%x.stride != 0 {
+		// Off the stride: the newest sample takes the last slot, so the
+		// series ends at its last sample.
+		x.pts[len(x.pts)-1] = p
+		return
+	}
+	if len(x.pts) == maxSamples {
+		k := 0
+		for i := 0; i < len(x.pts); i += 2 {
+			x.pts[k] = x.pts[i]
+			k++
+		}
+		x.pts = x.pts[:k]
+		x.stride *= 2
+	}
+	x.pts = append(x.pts, p)
 }
 
 // window is one step's window on a node.
@@ -294,10 +334,10 @@ func (a *aggregator) nodeGPUs() map[string][]*gpuSeries {
 }
 
 // bracket finds, in pts, the last sample at or before t0 (b0, -1 when
-// none) and the first at or after t1 (b1, -1 when none), and whether the
-// times from b0 to b1 increase.
+// none) and the first at or after t1 (b1, -1 when none), and whether a
+// sample out of time order was read between them.
 func bracket(pts []sample, t0, t1 int64) (b0, b1 int, monotonic bool) {
-	b0, b1, monotonic = -1, -1, true
+	b0, b1 = -1, -1
 	for i, p := range pts {
 		if p.ms <= t0 {
 			b0 = i
@@ -306,30 +346,21 @@ func bracket(pts []sample, t0, t1 int64) (b0, b1 int, monotonic bool) {
 			b1 = i
 		}
 	}
+	if len(pts) == 0 {
+		return b0, b1, true
+	}
 	lo, hi := max(b0, 0), b1
 	if hi < 0 {
 		hi = len(pts) - 1
 	}
-	for i := lo + 1; i <= hi; i++ {
-		if pts[i].ms <= pts[i-1].ms {
-			monotonic = false
-		}
-	}
-	return b0, b1, monotonic
+	return b0, b1, pts[hi].unordered == pts[lo].unordered
 }
 
-// counterIncrease is a counter's increase from sample i to j (resets
-// counted as Prometheus' increase() does: after a drop the value counts
-// from zero) and whether it dropped.
+// counterIncrease is a counter's increase from kept sample i to j (after
+// a reset the value counts from zero, as Prometheus' increase() does) and
+// whether it reset between them.
 func counterIncrease(pts []sample, i, j int) (inc float64, reset bool) {
-	for k := i + 1; k <= j; k++ {
-		d := pts[k].v - pts[k-1].v
-		if d < 0 {
-			d, reset = pts[k].v, true
-		}
-		inc += d
-	}
-	return inc, reset
+	return pts[j].v - pts[i].v, pts[j].resets > pts[i].resets
 }
 
 // powerIntegral integrates power samples from b0 to b1 (trapezoids
@@ -370,21 +401,18 @@ func gpusOver(node string, gpus []*gpuSeries, t0, t1 int64) gpuFigure {
 	joules, errJ, bracketMs, gapMs := 0.0, 0.0, int64(0), int64(0)
 	counterUsed, powerUsed, errKnown := false, false, true
 	atStart, atEnd := map[string]int{}, map[string]int{}
-	var missingStart, missingEnd, unordered, resets, gaps, cut []string
+	var missingStart, missingEnd, unordered, resets, gaps []string
 	bys := map[string]bool{}
 	for _, g := range gpus {
 		f.GPUs = append(f.GPUs, g.id)
 		bys[g.by] = true
 		var pts []sample
-		var dropped int
+		stride := 1
 		useCounter := g.counterSamples != nil && len(g.counterSamples.pts) >= 2
 		if useCounter {
-			pts, dropped = g.counterSamples.pts, g.counterSamples.dropped
+			pts, stride = g.counterSamples.pts, g.counterSamples.stride
 		} else if g.powerSamples != nil {
-			pts, dropped = g.powerSamples.pts, g.powerSamples.dropped
-		}
-		if dropped > 0 {
-			cut = append(cut, fmt.Sprintf("%s %s: %d samples past %d not kept", node, g.id, dropped, maxSamples))
+			pts, stride = g.powerSamples.pts, g.powerSamples.stride
 		}
 		b0, b1, mono := bracket(pts, t0, t1)
 		if b0 >= 0 {
@@ -430,7 +458,7 @@ func gpusOver(node string, gpus []*gpuSeries, t0, t1 int64) gpuFigure {
 			} else {
 				errJ += inc / 1000
 			}
-			bracketMs = max(bracketMs, (pts[i0].ms-pts[b0].ms)+(pts[b1].ms-pts[i1].ms))
+			bracketMs = max(bracketMs, (t0-pts[b0].ms)+(pts[b1].ms-t1))
 			continue
 		}
 		powerUsed, errKnown = true, false
@@ -438,7 +466,11 @@ func gpusOver(node string, gpus []*gpuSeries, t0, t1 int64) gpuFigure {
 		j, gap := powerIntegral(pts, b0, b1)
 		joules += j
 		if gap > maxGapMs {
-			gaps = append(gaps, fmt.Sprintf("%s %.1f s", g.id, float64(gap)/1000))
+			d := fmt.Sprintf("%s %.1f s", g.id, float64(gap)/1000)
+			if stride > 1 {
+				d += fmt.Sprintf(" (a long series: inspect kept every %dth of its %d samples)", stride, maxSamples*stride)
+			}
+			gaps = append(gaps, d)
 		}
 	}
 	for id, n := range atStart {
@@ -459,9 +491,6 @@ func gpusOver(node string, gpus []*gpuSeries, t0, t1 int64) gpuFigure {
 	}
 	if len(resets) > 0 {
 		f.Verdict.add(ReasonReset, node+" "+strings.Join(resets, ", ")+" (the driver reloaded or the GPU was reset: the energy before the reset's first sample is not counted)")
-	}
-	if len(cut) > 0 {
-		f.Verdict.add(ReasonNotBracketed, cut...)
 	}
 	if !counterUsed && !powerUsed {
 		f.Verdict.done()

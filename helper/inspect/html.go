@@ -309,8 +309,23 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
     });
     const time = type === 'line';
     const y = { beginAtZero: true, ticks: counts ? { precision: 0 } : {} };
+    // Bands: shaded spans of x behind the series ([from, to, label]).
+    const bands = opts && opts.bands || [];
     const chart = new Chart(c, {
       type: type,
+      plugins: bands.length ? [{ id: 'bands', beforeDatasetsDraw: ch => {
+        const x = ch.scales.x, a = ch.chartArea, g = ch.ctx;
+        g.save();
+        bands.forEach((b, i) => {
+          const l = Math.max(x.getPixelForValue(b[0]), a.left), r = Math.min(x.getPixelForValue(b[1]), a.right);
+          if (r <= l) return;
+          g.fillStyle = i % 2 ? 'rgba(255,127,14,0.10)' : 'rgba(31,119,180,0.10)';
+          g.fillRect(l, a.top, r - l, a.bottom - a.top);
+          g.fillStyle = '#555'; g.font = '10px sans-serif';
+          g.fillText(b[2], l + 2, a.top + 10 + 11 * (i % 3));
+        });
+        g.restore();
+      } }] : [],
       data: { labels: opts && opts.labels, datasets: datasets },
       options: {
         animation: false, responsive: true, maintainAspectRatio: false, parsing: time ? false : undefined,
@@ -332,7 +347,7 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
           } }, y: y } : { y: y }
       }
     });
-    facts.push({ id: id, counts: !!counts,
+    facts.push({ id: id, counts: !!counts, bands: bands.length,
       series: datasets.map((d, i) => ({ points: d.data.length, radius: d.pointRadius, drawn: chart.getDatasetMeta(i).data.length })),
       x: chart.scales.x.ticks.map(t => t.label), y: chart.scales.y.ticks.map(t => t.value),
       x_min: time ? chart.scales.x.min : null, x_origin: time ? new Date(t0).toISOString() : null });
@@ -347,6 +362,12 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
     servers.map(m => ({ label: 'waiting ' + srvName(m), data: xy(m.waiting_over_time) }))), { counts: true });
   add('chart-kvcache', 'KV-cache use (fraction)', 'line', servers.map(m => ({ label: srvName(m), data: xy(m.kv_cache_over_time) })));
   add('chart-gpu', 'GPU utilisation % per node and GPU', 'line', (R.gpus || []).map(g => ({ label: g.node + ' gpu ' + g.gpu, data: xy(g.util_over_time) })));
+  // GPU power with each step's window on each node as a band (the energy
+  // per step's windows).
+  const stepBands = (R.step_energy || []).filter(e => e.start && e.end)
+    .map(e => [(Date.parse(e.start) - t0) / 1000, (Date.parse(e.end) - t0) / 1000, e.node + ' step ' + e.step]);
+  add('chart-power', 'GPU power W per node and GPU' + (stepBands.length ? ', steps as bands' : ''), 'line',
+    (R.gpus || []).map(g => ({ label: g.node + ' gpu ' + g.gpu + (g.gpu_instance ? '/' + g.gpu_instance : ''), data: xy(g.power_over_time) })), { bands: stepBands });
   add('chart-load', 'load1 per node', 'line', (R.hosts || []).map(h => ({ label: h.node, data: xy(h.load1_over_time) })));
   const ro = R.gym && R.gym.rollouts_over_time || {};
   add('chart-rollouts', 'rollouts completed (gym.rollout.duration_ms count)', 'line', Object.keys(ro).sort().map(n => ({ label: n, data: xy(ro[n]) })), { counts: true });

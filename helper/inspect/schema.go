@@ -261,6 +261,9 @@ type GPU struct {
 	// Idle is true when the GPU's utilisation was 0 at every scrape.
 	Idle         bool    `json:"idle"`
 	UtilOverTime []Point `json:"util_over_time,omitempty"`
+	// PowerOverTime is DCGM_FI_DEV_POWER_USAGE over time (W), thinned as
+	// the other series.
+	PowerOverTime []Point `json:"power_over_time,omitempty"`
 }
 
 // Host is one node's CPU and memory from node_exporter over the run.

@@ -271,6 +271,13 @@ func TestStepEnergy(t *testing.T) {
 			t.Errorf("page lacks %s", want)
 		}
 	}
+	// In the browser: GPU power per GPU with the three step windows as
+	// bands.
+	for _, c := range checkHTML(t, r, "chart-throughput", "chart-power", "chart-phases") {
+		if c.ID == "chart-power" && (c.Bands != 3 || len(c.Series) != 2) {
+			t.Errorf("power chart %+v: want gn2's 2 GPUs (gn1's serve only the counter) and 3 bands", c)
+		}
+	}
 	js, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)

@@ -3,9 +3,14 @@ package inspect
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"gopkg.in/yaml.v3"
 )
 
 // Energy per node and Slurm step, and per Gym role, each figure with a
@@ -158,20 +163,76 @@ type EnergyMatching struct {
 	// By is the label that names a GPU in the figures (UUID, pci_bus_id,
 	// or gpu: the index, only where the files have neither).
 	By string `json:"by"`
+	// Nodes says per node how its collector kept the job's GPUs (from
+	// the filter/dcgm condition of the node dir's collector.yaml).
+	Nodes []NodeMatching `json:"nodes,omitempty"`
 	// Note says what is not matched by device.
 	Note string `json:"note"`
 }
 
-// matchNote: what inspect cannot check from the files.
-const matchNote = "GPUs are the ones the node's collector kept and marked as the job's (by UUID from CUDA_VISIBLE_DEVICES, " +
-	"by index only where Slurm named no device); Slurm's GRES device files (/dev/nvidiaN, their minor numbers) are not " +
-	"in the files, and dcgm-exporter's device label (nvidia<DCGM GPU id>) is not the minor number, so a GPU cannot be " +
-	"matched to the GRES file it was allocated by"
+// NodeMatching is how one node's collector kept the job's GPUs.
+type NodeMatching struct {
+	Node string `json:"node"`
+	// KeptBy is KeptByUUID, KeptByIndex, KeptByMIG or KeptByAll.
+	KeptBy string `json:"kept_by"`
+}
 
-// sample is one kept sample: its time, its value (a counter's with the
-// values before each reset added, so that the increase between two kept
-// samples is their difference), and the resets and out-of-order samples
-// seen up to it.
+// How a node's collector kept the job's GPUs (helper/render/gpus.go).
+const (
+	// KeptByUUID: by the UUIDs Slurm named in CUDA_VISIBLE_DEVICES (and
+	// MIG instances by parent UUID and GPU instance id): by device.
+	KeptByUUID = "UUID"
+	// KeptByIndex: by Slurm's indexes (SLURM_JOB_GPUS) as dcgm-exporter's
+	// gpu label: in index order.
+	KeptByIndex = "index"
+	// KeptByMIG: every MIG instance of the node (Slurm named them by MIG
+	// UUID only).
+	KeptByMIG = "every MIG instance"
+	// KeptByAll: no filter (Slurm named no GPU on the node).
+	KeptByAll = "every GPU"
+)
+
+// matchNote: what inspect cannot check from the files.
+const matchNote = "a GPU is matched by device where Slurm named it by UUID (Slurm 25.11 and later, or MIG devices); " +
+	"where it named Slurm's indexes (SLURM_JOB_GPUS) the collector matched them to dcgm-exporter's gpu label in index order, " +
+	"and Slurm's order (its GRES device files, /dev/nvidiaN, by minor number) and DCGM's (NVML's, by PCI bus) can differ. " +
+	"The GRES files' minor numbers are not in the files, and dcgm-exporter's device label (nvidia<DCGM GPU id>) is not the " +
+	"minor number; each GPU's minor is in the node's /proc/driver/nvidia/gpus/<PCI bus id>/information (Device Minor), " +
+	"whose PCI bus id is dcgm-exporter's pci_bus_id: recorded per job by the supervisor, it would match every GPU by device"
+
+// keptBy reads how the collector of node dir dir kept the job's GPUs
+// ("" when the dir has no collector.yaml).
+func keptBy(dir string) string {
+	data, err := os.ReadFile(filepath.Join(dir, jobdir.ConfigFile))
+	if err != nil {
+		return ""
+	}
+	var cfg struct {
+		Processors map[string]struct {
+			Metrics struct {
+				Datapoint []string `yaml:"datapoint"`
+			} `yaml:"metrics"`
+		} `yaml:"processors"`
+	}
+	if yaml.Unmarshal(data, &cfg) != nil {
+		return ""
+	}
+	f, ok := cfg.Processors["filter/dcgm"]
+	if !ok || len(f.Metrics.Datapoint) == 0 {
+		return KeptByAll
+	}
+	cond := strings.Join(f.Metrics.Datapoint, " ")
+	switch {
+	case strings.Contains(cond, `attributes["gpu"] == "`):
+		return KeptByIndex
+	case strings.Contains(cond, `attributes["UUID"] == "`):
+		return KeptByUUID
+	case strings.Contains(cond, `attributes["GPU_I_ID"] != nil`):
+		return KeptByMIG
+	}
+	return KeptByAll
+}
+
 type sample struct {
 	ms                int64
 	v                 float64
@@ -548,6 +609,11 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 		return []StepEnergy{}, []RoleEnergy{}, EnergyMatching{}
 	}
 	match := EnergyMatching{Note: matchNote}
+	for _, d := range a.dirs {
+		if k := keptBy(d.src.Dir); k != "" && d.node != "" {
+			match.Nodes = append(match.Nodes, NodeMatching{d.node, k})
+		}
+	}
 	bys := map[string]bool{}
 	for _, gs := range gpus {
 		for _, g := range gs {
@@ -766,8 +832,12 @@ func (t *textOut) stepEnergyLines(r *Report) {
 		return
 	}
 	t.section("energy per step and role (dcgm-exporter)")
-	if r.EnergyMatching.By != "" {
-		t.wrap(fmt.Sprintf("  %-24s ", "GPUs named by"), r.EnergyMatching.By+" label; "+r.EnergyMatching.Note)
+	if m := r.EnergyMatching; m.By != "" {
+		kept := ""
+		for _, n := range m.Nodes {
+			kept += fmt.Sprintf("; %s kept the job's GPUs by %s", n.Node, n.KeptBy)
+		}
+		t.wrap(fmt.Sprintf("  %-24s ", "GPUs named by"), m.By+" label"+kept+"; "+m.Note)
 	}
 	for _, se := range r.StepEnergy {
 		name := se.Node + " step " + se.Step

@@ -489,6 +489,10 @@ func TestStepEnergyFromCollectorFiles(t *testing.T) {
 	if !within1(s.ErrorJoules, exact-inner, 1e-6) || !within1(s.BracketSeconds, float64(t0-off(power[1][0])+off(power[4][0])-t1)/1000, 1e-9) {
 		t.Errorf("error %v J over %v s; want %.1f J", s.ErrorJoules, s.BracketSeconds, exact-inner)
 	}
+	// The prolog saw GPU 1 as Slurm's index: kept in index order.
+	if m := r.EnergyMatching; m.By != "UUID" || fmt.Sprint(m.Nodes) != "[{gn7 index}]" {
+		t.Errorf("matching %+v", m)
+	}
 	ro := roleOfReport(t, r, "policy", "0")
 	// The token samples' times are the vLLM scrape's, not the GPUs'.
 	var b0, b1 int = -1, -1
@@ -530,6 +534,9 @@ func TestStepEnergySlurmRun(t *testing.T) {
 	if strings.Join(got, ",") != "gn1 batch slurm.batch_script,gn1 0 slurm.step,gn2 0 slurm.step" {
 		t.Errorf("steps %q", got)
 	}
+	if m := r.EnergyMatching; fmt.Sprint(m.Nodes) != "[{gn1 every GPU} {gn2 every GPU}]" {
+		t.Errorf("matching %+v", m.Nodes)
+	}
 	if len(r.RoleEnergy) == 0 {
 		t.Fatal("no role figures")
 	}
@@ -568,5 +575,26 @@ func TestStepEnergyLongSeries(t *testing.T) {
 	s = stepOf(t, r, "gn1", "0")
 	if s.Verdict.Trusted || len(s.Verdict.Why) != 1 || !strings.HasPrefix(s.Verdict.Why[0], ReasonGap) || !strings.Contains(s.Verdict.Why[0], "kept every 4th") {
 		t.Errorf("power: %+v", s.Verdict)
+	}
+}
+
+// TestEnergyMatchingByUUID: where the prolog saw the job's MIG instances
+// by parent UUID and instance id (testdata/gpus/mig-exact), its collector
+// kept them by device, and inspect says so; every GPU being a MIG
+// instance, no figure.
+func TestEnergyMatchingByUUID(t *testing.T) {
+	r, err := Build(filepath.Join("testdata", "gpus", "mig-exact", "otel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := r.EnergyMatching; fmt.Sprint(m.Nodes) != "[{gn7 UUID}]" || m.By != "UUID" {
+		t.Errorf("matching %+v", m)
+	}
+	r, err = Build(filepath.Join("testdata", "gpus", "mig-uuid", "otel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := r.EnergyMatching; fmt.Sprint(m.Nodes) != "[{gn7 every MIG instance}]" {
+		t.Errorf("matching %+v", m)
 	}
 }

@@ -397,7 +397,12 @@ func seriesPoints(t *testing.T, path, metric, gpu string) [][2]float64 {
 		t.Fatal(err)
 	}
 	var out [][2]float64
-	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+	// Whole lines only: a collector may be writing the last one.
+	whole := string(data[:strings.LastIndexByte(string(data), '\n')+1])
+	for _, l := range strings.Split(whole, "\n") {
+		if l == "" {
+			continue
+		}
 		var line otlpLine
 		if err := json.Unmarshal([]byte(l), &line); err != nil {
 			t.Fatal(err)

@@ -448,13 +448,24 @@ func gpusOver(node string, gpus []*gpuSeries, t0, t1 int64) gpuFigure {
 		f.Verdict.done()
 		return f
 	}
-	var notJob []string
+	// The GPUs that are not the job's alone, one entry per reason.
+	var notJob, whys []string
+	ids := map[string][]string{}
 	for _, g := range gpus {
 		if g.why != "" {
-			notJob = append(notJob, node+" "+g.id+": "+g.why)
+			if ids[g.why] == nil {
+				whys = append(whys, g.why)
+			}
+			ids[g.why] = append(ids[g.why], g.id)
 		}
 	}
+	for _, w := range whys {
+		notJob = append(notJob, node+" "+strings.Join(ids[w], ", ")+": "+w)
+	}
 	if len(notJob) > 0 {
+		for _, g := range gpus {
+			f.GPUs = append(f.GPUs, g.id)
+		}
 		f.Verdict.add(ReasonNotAttributable, notJob...)
 		f.Verdict.done()
 		return f
@@ -819,11 +830,20 @@ func figureText(fg gpuFigure) string {
 	return s
 }
 
-func verdictText(v Verdict) string {
+// verdictText is a verdict in a line; short leaves out the GPUs that are
+// not the job's alone (the steps' lines above name them).
+func verdictText(v Verdict, short bool) string {
 	if v.Trusted {
 		return "trusted"
 	}
-	return "NOT TRUSTED: " + strings.Join(v.Why, "; ")
+	why := make([]string, len(v.Why))
+	for i, w := range v.Why {
+		if short && strings.HasPrefix(w, ReasonNotAttributable+": ") {
+			w = ReasonNotAttributable + " (the GPUs above)"
+		}
+		why[i] = w
+	}
+	return "NOT TRUSTED: " + strings.Join(why, "; ")
 }
 
 // stepEnergyLines writes the text report's energy per step and per role.
@@ -833,11 +853,15 @@ func (t *textOut) stepEnergyLines(r *Report) {
 	}
 	t.section("energy per step and role (dcgm-exporter)")
 	if m := r.EnergyMatching; m.By != "" {
-		kept := ""
+		var kept []string
 		for _, n := range m.Nodes {
-			kept += fmt.Sprintf("; %s kept the job's GPUs by %s", n.Node, n.KeptBy)
+			kept = append(kept, n.Node+" by "+n.KeptBy)
 		}
-		t.wrap(fmt.Sprintf("  %-24s ", "GPUs named by"), m.By+" label"+kept+"; "+m.Note)
+		line := m.By + " label"
+		if len(kept) > 0 {
+			line += "; the job's GPUs kept on " + strings.Join(kept, ", ")
+		}
+		t.wrap(fmt.Sprintf("  %-24s ", "GPUs named by"), line+"; "+m.Note)
 	}
 	for _, se := range r.StepEnergy {
 		name := se.Node + " step " + se.Step
@@ -849,7 +873,7 @@ func (t *textOut) stepEnergyLines(r *Report) {
 			w = "over " + dur(se.WindowSeconds)
 		}
 		t.wrap(fmt.Sprintf("  %-24s ", name), fmt.Sprintf("%s %s, %d %s; %s", figureText(se.gpuFigure), w,
-			len(se.GPUs), plural(len(se.GPUs), "GPU"), verdictText(se.Verdict)))
+			len(se.GPUs), plural(len(se.GPUs), "GPU"), verdictText(se.Verdict, false)))
 	}
 	for _, re := range r.RoleEnergy {
 		name := "role " + re.Role + " step " + re.Step
@@ -860,6 +884,6 @@ func (t *textOut) stepEnergyLines(r *Report) {
 			tok = fmt.Sprintf("- per 1,000 tokens (%s generation tokens)", f(re.GenerationTokens, 0))
 		}
 		t.wrap(fmt.Sprintf("  %-24s ", name), fmt.Sprintf("%s on %s, %s; %s", figureText(re.gpuFigure), strings.Join(re.Nodes, ","),
-			tok, verdictText(re.Verdict)))
+			tok, verdictText(re.Verdict, true)))
 	}
 }

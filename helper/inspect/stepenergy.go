@@ -99,11 +99,13 @@ type StepEnergy struct {
 	Start         *time.Time `json:"start"`
 	End           *time.Time `json:"end"`
 	WindowSeconds Value      `json:"window_seconds"`
-	gpuFigure
+	GPUEnergy
 }
 
-// gpuFigure is the energy of a set of GPUs over a window.
-type gpuFigure struct {
+// GPUEnergy is the energy of a set of GPUs (a node's, or a role's nodes')
+// over a window, with its verdict: the figure StepEnergy and RoleEnergy
+// share (its fields are theirs in JSON).
+type GPUEnergy struct {
 	// Joules is the GPUs' energy (J) between the samples bracketing the
 	// window (per GPU the last at or before its start and the first at or
 	// after its end): from the energy counter its increase (mJ / 1000),
@@ -147,7 +149,7 @@ type RoleEnergy struct {
 	Step  string     `json:"step"`
 	Start *time.Time `json:"start"`
 	End   *time.Time `json:"end"`
-	gpuFigure
+	GPUEnergy
 	// GenerationTokens is vllm:generation_tokens_total's increase
 	// between the samples bracketing the window on the role's servers
 	// (from zero where a server's first sample is inside the window; to
@@ -440,9 +442,9 @@ func powerIntegral(pts []sample, b0, b1 int) (joules float64, gapMs int64) {
 }
 
 // gpusOver computes the energy of gpus over [t0, t1] (unix ms).
-func gpusOver(node string, gpus []*gpuSeries, t0, t1 int64) gpuFigure {
+func gpusOver(node string, gpus []*gpuSeries, t0, t1 int64) GPUEnergy {
 	nan := Value(math.NaN())
-	f := gpuFigure{Joules: nan, ErrorJoules: nan, BracketSeconds: nan, MaxGapSeconds: nan, GPUs: []string{}}
+	f := GPUEnergy{Joules: nan, ErrorJoules: nan, BracketSeconds: nan, MaxGapSeconds: nan, GPUs: []string{}}
 	if len(gpus) == 0 {
 		f.Verdict.add(ReasonNoSamples, node)
 		f.Verdict.done()
@@ -648,7 +650,7 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 	for _, w := range stepWindows(phases) {
 		se := StepEnergy{Node: w.node, Link: w.link, Step: w.step, Span: w.span, Start: w.start, End: w.end, WindowSeconds: nan}
 		if w.start == nil || w.end == nil {
-			se.gpuFigure = gpuFigure{Joules: nan, ErrorJoules: nan, BracketSeconds: nan, MaxGapSeconds: nan, GPUs: []string{}}
+			se.GPUEnergy = GPUEnergy{Joules: nan, ErrorJoules: nan, BracketSeconds: nan, MaxGapSeconds: nan, GPUs: []string{}}
 			which := "start"
 			if w.start != nil {
 				which = "end"
@@ -657,7 +659,7 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 			se.Verdict.done()
 		} else {
 			se.WindowSeconds = Value(float64(w.end.Sub(*w.start)) / 1e9)
-			se.gpuFigure = gpusOver(w.node, gpus[w.node], msOf(w.start), msOf(w.end))
+			se.GPUEnergy = gpusOver(w.node, gpus[w.node], msOf(w.start), msOf(w.end))
 		}
 		steps = append(steps, se)
 		if w.link != "" {
@@ -716,7 +718,7 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 			x := roles[role]
 			re := RoleEnergy{Role: role, Producers: x.producers, Nodes: x.nodes, Step: step, Start: g.t0, End: g.t1,
 				GenerationTokens: nan, JoulesPer1kTokens: nan}
-			re.gpuFigure = gpuFigure{Joules: nan, ErrorJoules: nan, BracketSeconds: nan, MaxGapSeconds: nan, GPUs: []string{}}
+			re.GPUEnergy = GPUEnergy{Joules: nan, ErrorJoules: nan, BracketSeconds: nan, MaxGapSeconds: nan, GPUs: []string{}}
 			if !g.known || g.t0 == nil {
 				re.Verdict.add(ReasonWindowUnknown, "step "+step+": its start or end was not seen on a node")
 				re.Verdict.done()
@@ -807,7 +809,7 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 }
 
 // figureText is one figure in a line: "1234.5 J (-0.8 J)" or "- (why)".
-func figureText(fg gpuFigure) string {
+func figureText(fg GPUEnergy) string {
 	if !fg.Joules.Known() {
 		return "-"
 	}
@@ -872,7 +874,7 @@ func (t *textOut) stepEnergyLines(r *Report) {
 		if se.WindowSeconds.Known() {
 			w = "over " + dur(se.WindowSeconds)
 		}
-		t.wrap(fmt.Sprintf("  %-24s ", name), fmt.Sprintf("%s %s, %d %s; %s", figureText(se.gpuFigure), w,
+		t.wrap(fmt.Sprintf("  %-24s ", name), fmt.Sprintf("%s %s, %d %s; %s", figureText(se.GPUEnergy), w,
 			len(se.GPUs), plural(len(se.GPUs), "GPU"), verdictText(se.Verdict, false)))
 	}
 	for _, re := range r.RoleEnergy {
@@ -883,7 +885,7 @@ func (t *textOut) stepEnergyLines(r *Report) {
 		} else if re.GenerationTokens.Known() {
 			tok = fmt.Sprintf("- per 1,000 tokens (%s generation tokens)", f(re.GenerationTokens, 0))
 		}
-		t.wrap(fmt.Sprintf("  %-24s ", name), fmt.Sprintf("%s on %s, %s; %s", figureText(re.gpuFigure), strings.Join(re.Nodes, ","),
+		t.wrap(fmt.Sprintf("  %-24s ", name), fmt.Sprintf("%s on %s, %s; %s", figureText(re.GPUEnergy), strings.Join(re.Nodes, ","),
 			tok, verdictText(re.Verdict, true)))
 	}
 }

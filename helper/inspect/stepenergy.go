@@ -88,12 +88,15 @@ func (v *Verdict) done() { v.Trusted = len(v.Why) == 0 }
 // step's window.
 type StepEnergy struct {
 	Node string `json:"node"`
-	// Link is the chain link's job id ("" for the job itself); Step the
-	// step's id ("batch", "0", ...); Span the phase span whose times are
-	// the window (slurm.batch_script or slurm.step).
-	Link string `json:"link,omitempty"`
-	Step string `json:"step"`
-	Span string `json:"span"`
+	// Link is the chain link's job id ("" for the job itself); Restart
+	// the run's slurm_job_restart_count (a requeued job's runs are
+	// figures of their own); Step the step's id ("batch", "0", ...); Span
+	// the phase span whose times are the window (slurm.batch_script or
+	// slurm.step).
+	Link    string `json:"link,omitempty"`
+	Restart string `json:"restart_count,omitempty"`
+	Step    string `json:"step"`
+	Span    string `json:"span"`
 	// Start and End are the window (null where the node did not know
 	// them); WindowSeconds is End - Start (s).
 	Start         *time.Time `json:"start"`
@@ -143,12 +146,14 @@ type RoleEnergy struct {
 	Role      string   `json:"role"`
 	Producers []string `json:"producers"`
 	Nodes     []string `json:"nodes"`
-	// Step is the step's id; Start and End its window over every node
+	// Step is the step's id (of the run Restart, a requeued job's
+	// slurm_job_restart_count); Start and End its window over every node
 	// that ran it (the earliest start to the latest end, node clocks
 	// compared as they are).
-	Step  string     `json:"step"`
-	Start *time.Time `json:"start"`
-	End   *time.Time `json:"end"`
+	Restart string     `json:"restart_count,omitempty"`
+	Step    string     `json:"step"`
+	Start   *time.Time `json:"start"`
+	End     *time.Time `json:"end"`
 	GPUEnergy
 	// GenerationTokens is vllm:generation_tokens_total's increase
 	// between the samples bracketing the window on the role's servers
@@ -302,8 +307,8 @@ func (a *aggregator) keepSample(s *series, ms int64, v float64, counter bool) {
 
 // window is one step's window on a node.
 type window struct {
-	node, link, step, span string
-	start, end             *time.Time
+	node, link, restart, step, span string
+	start, end                      *time.Time
 }
 
 func msOf(t *time.Time) int64 { return t.UnixMilli() }
@@ -317,10 +322,10 @@ func stepWindows(phases []NodePhases) []window {
 		for _, p := range np.Phases {
 			switch {
 			case p.Name == phaseBatch:
-				w := window{np.Node, np.Link, "batch", phaseBatch, p.Start, p.End}
+				w := window{np.Node, np.Link, np.Restart, "batch", phaseBatch, p.Start, p.End}
 				batch = &w
 			case p.Name == phaseStep && p.Step != "extern" && p.Step != "":
-				ws = append(ws, window{np.Node, np.Link, p.Step, phaseStep, p.Start, p.End})
+				ws = append(ws, window{np.Node, np.Link, np.Restart, p.Step, phaseStep, p.Start, p.End})
 			}
 		}
 		for _, w := range ws {
@@ -645,10 +650,11 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 		t0, t1 *time.Time
 		known  bool
 	}
-	var stepOrder []string
-	global := map[string]*span{}
+	type runStep struct{ restart, step string }
+	var stepOrder []runStep
+	global := map[runStep]*span{}
 	for _, w := range stepWindows(phases) {
-		se := StepEnergy{Node: w.node, Link: w.link, Step: w.step, Span: w.span, Start: w.start, End: w.end, WindowSeconds: nan}
+		se := StepEnergy{Node: w.node, Link: w.link, Restart: w.restart, Step: w.step, Span: w.span, Start: w.start, End: w.end, WindowSeconds: nan}
 		if w.start == nil || w.end == nil {
 			se.GPUEnergy = GPUEnergy{Joules: nan, ErrorJoules: nan, BracketSeconds: nan, MaxGapSeconds: nan, GPUs: []string{}}
 			which := "start"
@@ -665,11 +671,12 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 		if w.link != "" {
 			continue
 		}
-		g := global[w.step]
+		k := runStep{w.restart, w.step}
+		g := global[k]
 		if g == nil {
 			g = &span{known: true}
-			global[w.step] = g
-			stepOrder = append(stepOrder, w.step)
+			global[k] = g
+			stepOrder = append(stepOrder, k)
 		}
 		if w.start == nil || w.end == nil {
 			g.known = false
@@ -712,11 +719,11 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 	}
 	sort.Strings(roleOrder)
 	out := []RoleEnergy{}
-	for _, step := range stepOrder {
-		g := global[step]
+	for _, k := range stepOrder {
+		g, step := global[k], k.step
 		for _, role := range roleOrder {
 			x := roles[role]
-			re := RoleEnergy{Role: role, Producers: x.producers, Nodes: x.nodes, Step: step, Start: g.t0, End: g.t1,
+			re := RoleEnergy{Role: role, Producers: x.producers, Nodes: x.nodes, Restart: k.restart, Step: step, Start: g.t0, End: g.t1,
 				GenerationTokens: nan, JoulesPer1kTokens: nan}
 			re.GPUEnergy = GPUEnergy{Joules: nan, ErrorJoules: nan, BracketSeconds: nan, MaxGapSeconds: nan, GPUs: []string{}}
 			if !g.known || g.t0 == nil {
@@ -832,6 +839,14 @@ func figureText(fg GPUEnergy) string {
 	return s
 }
 
+// runName names a requeued job's run ("" for the first).
+func runName(restart string) string {
+	if restart == "" || restart == "0" {
+		return ""
+	}
+	return " run " + restart
+}
+
 // verdictText is a verdict in a line; short leaves out the GPUs that are
 // not the job's alone (the steps' lines above name them).
 func verdictText(v Verdict, short bool) string {
@@ -866,7 +881,7 @@ func (t *textOut) stepEnergyLines(r *Report) {
 		t.wrap(fmt.Sprintf("  %-24s ", "GPUs named by"), line+"; "+m.Note)
 	}
 	for _, se := range r.StepEnergy {
-		name := se.Node + " step " + se.Step
+		name := se.Node + runName(se.Restart) + " step " + se.Step
 		if se.Link != "" {
 			name = se.Node + " link " + se.Link + " step " + se.Step
 		}
@@ -878,7 +893,7 @@ func (t *textOut) stepEnergyLines(r *Report) {
 			len(se.GPUs), plural(len(se.GPUs), "GPU"), verdictText(se.Verdict, false)))
 	}
 	for _, re := range r.RoleEnergy {
-		name := "role " + re.Role + " step " + re.Step
+		name := "role " + re.Role + runName(re.Restart) + " step " + re.Step
 		tok := "- per 1,000 tokens"
 		if re.JoulesPer1kTokens.Known() {
 			tok = fmt.Sprintf("%s J per 1,000 tokens (%s generation tokens)", f(re.JoulesPer1kTokens, 2), f(re.GenerationTokens, 0))

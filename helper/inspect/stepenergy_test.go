@@ -603,3 +603,43 @@ func TestEnergyMatchingByUUID(t *testing.T) {
 		t.Errorf("matching %+v", m)
 	}
 }
+
+// TestStepEnergyRequeued: a job requeued once writes both runs' phase
+// spans (each under its own trace and slurm_job_restart_count) to the
+// same node dir: each run's step 0 is a figure of its own, over its own
+// window, and so is each run's role figure.
+func TestStepEnergyRequeued(t *testing.T) {
+	sec := every(0, 40000, 1000)
+	run := func(restart int, trace string, from, to int64) string {
+		l := steps("gn1", nil, []int64{from, to})
+		l = strings.ReplaceAll(l, "5c4b0f2a9d3e4c1b8a7f6e5d4c3b2a19", trace)
+		return strings.Replace(l, `{"key":"slurm_job_id","value":{"stringValue":"42"}}`,
+			fmt.Sprintf(`{"key":"slurm_job_id","value":{"stringValue":"42"}},{"key":"slurm_job_restart_count","value":{"intValue":"%d"}}`, restart), 1)
+	}
+	r, err := Build(stepJob(t, map[string]string{"gn1": run(0, "5c4b0f2a9d3e4c1b8a7f6e5d4c3b2a19", 2000, 6000) + run(1, "6d5c1f3b0e4f5d2c9b8a7f6e5d4c3b2a", 22000, 32000)},
+		[]gpuCurve{constant("gn1", 0, 300, true, sec...)}, map[string]string{"gn1": tokens("gn1", "gym-vllm/policy", 10, sec...)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range r.StepEnergy {
+		got = append(got, fmt.Sprintf("%s %s %v", s.Restart, s.Step, s.Joules))
+	}
+	if strings.Join(got, ",") != "0 0 1200,1 0 3000" {
+		t.Errorf("steps %q, want run 0's 4 s and run 1's 10 s at 300 W", got)
+	}
+	got = nil
+	for _, x := range r.RoleEnergy {
+		got = append(got, fmt.Sprintf("%s %s %v %v", x.Restart, x.Step, x.Joules, x.GenerationTokens))
+	}
+	if strings.Join(got, ",") != "0 0 1200 40,1 0 3000 100" {
+		t.Errorf("roles %q", got)
+	}
+	var text strings.Builder
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(flat(text.String()), "gn1 run 1 step 0 3000.0 J") {
+		t.Errorf("text:\n%s", text.String())
+	}
+}

@@ -566,7 +566,7 @@ func gpusOver(node string, gpus []*gpuSeries, t0, t1 int64) GPUEnergy {
 		f.Verdict.add(ReasonNotMonotonic, node+" "+strings.Join(unordered, ", "))
 	}
 	if len(gaps) > 0 {
-		f.Verdict.add(ReasonGap, node+" "+strings.Join(gaps, ", ")+": integrating power needs a sample every 3 s or less (the dcgm scrape's interval at most 3s); dcgm-exporter's energy counter needs none")
+		f.Verdict.add(ReasonGap, node+" "+strings.Join(gaps, ", ")+": integrating power needs a sample every 3 s or less (otel.scrape_interval_seconds: 3 or less); dcgm-exporter's energy counter needs none")
 	}
 	if len(resets) > 0 {
 		f.Verdict.add(ReasonReset, node+" "+strings.Join(resets, ", ")+" (the driver reloaded or the GPU was reset: the energy before the reset's first sample is not counted)")

@@ -150,6 +150,7 @@ type aggregator struct {
 	prodNames    map[string][]string   // producer -> metric names it sent (bounded)
 	scraped      map[string]bool       // producers with `up` points (scrape targets)
 	power        map[*series]*integral // DCGM_FI_DEV_POWER_USAGE series' energy (energy.go)
+	samples      map[*series]*sampled  // raw energy, power and token samples (stepenergy.go)
 	rng          *rand.Rand
 
 	rolloutFirstNode string                  // the node of the first gym.rollout span
@@ -375,6 +376,9 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 			if m.Sum.Temporality == temporalityDelta {
 				s.c.addDelta(p.Time.ms(), v)
 			} else {
+				if name == mEnergy || name == mGenTokens {
+					a.keepSample(s, p.Time.ms(), v, true)
+				}
 				s.c.add(p.Time.ms(), v)
 			}
 		}
@@ -406,6 +410,7 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 			s.g.add(p.Time.ms(), v)
 			if name == mPower {
 				a.integratePower(s, p.Time.ms(), v)
+				a.keepSample(s, p.Time.ms(), v, false)
 			}
 		}
 	case m.Histogram != nil:

@@ -124,6 +124,7 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 		return quant(q, p)
 	},
 	"dur":     func(v Value) string { return dur(v) },
+	"sub":     func(a, b Value) Value { return a - b },
 	"elapsed": elapsed,
 	"deref":   func(p *int) int { return *p },
 	"join":    strings.Join,
@@ -243,6 +244,14 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 <tr><td>per 1,000 generation tokens</td><td class="l">{{if .JoulesPer1kTokens.Known}}{{f .JoulesPer1kTokens 2}} J ({{f .GenerationTokens 0}} tokens, vllm:generation_tokens_total){{else}}- (no vllm:generation_tokens_total){{end}}</td></tr>
 <tr><td>per rollout</td><td class="l">{{if .JoulesPerRollout.Known}}{{f .JoulesPerRollout 2}} J ({{f .Rollouts 0}} rollouts, {{.RolloutsSource}}){{else}}- (no rollouts counted){{end}}</td></tr>
 {{end}}</table>{{end}}{{end}}
+{{if .R.StepEnergy}}<h2>Energy per step</h2>
+<table id="step-energy"><tr><th class="l">node</th><th class="l">step</th><th>window s</th><th>J</th><th>window's own J from</th><th>bracket s</th><th>max gap s</th><th class="l">from</th><th>GPUs</th><th class="l">verdict</th></tr>
+{{range .R.StepEnergy}}<tr><td class="l">{{.Node}}</td><td class="l">{{.Step}}</td><td>{{f .WindowSeconds 2}}</td><td>{{f .Joules 1}}</td><td>{{if .ErrorJoules.Known}}{{f (sub .Joules .ErrorJoules) 1}}{{else}}-{{end}}</td><td>{{f .BracketSeconds 2}}</td><td>{{f .MaxGapSeconds 2}}</td><td class="l">{{.Source}}</td><td>{{len .GPUs}}</td><td class="l">{{if .Verdict.Trusted}}trusted{{else}}not trusted: {{range .Verdict.Why}}{{.}}; {{end}}{{end}}</td></tr>
+{{end}}</table>{{end}}
+{{if .R.RoleEnergy}}<h2>Energy per role</h2>
+<table id="role-energy"><tr><th class="l">role</th><th class="l">step</th><th class="l">nodes</th><th>J</th><th>generation tokens</th><th>J per 1,000 tokens</th><th class="l">from</th><th class="l">verdict</th></tr>
+{{range .R.RoleEnergy}}<tr><td class="l">{{.Role}}</td><td class="l">{{.Step}}</td><td class="l">{{range $i, $n := .Nodes}}{{if $i}}, {{end}}{{$n}}{{end}}</td><td>{{f .Joules 1}}</td><td>{{f .GenerationTokens 0}}</td><td>{{f .JoulesPer1kTokens 2}}</td><td class="l">{{.Source}}</td><td class="l">{{if .Verdict.Trusted}}trusted{{else}}not trusted: {{range .Verdict.Why}}{{.}}; {{end}}{{end}}</td></tr>
+{{end}}</table>{{end}}
 {{if .R.Hosts}}<h2>Hosts</h2>
 <table id="hosts"><tr><th>node</th><th>CPUs</th><th>busy</th><th>memory used max</th><th>memory total</th><th>load1 max</th></tr>
 {{range .R.Hosts}}<tr><td>{{.Node}}</td><td>{{.CPUs}}</td><td>{{if .CPUBusy.Known}}{{pct .CPUBusy}}{{else}}- (needs two scrapes){{end}}</td><td>{{bytes .MemoryUsedMax}}</td><td>{{bytes .MemoryTotal}}</td><td>{{f .Load1Max 2}}</td></tr>
@@ -306,8 +315,23 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
     });
     const time = type === 'line';
     const y = { beginAtZero: true, ticks: counts ? { precision: 0 } : {} };
+    // Bands: shaded spans of x behind the series ([from, to, label]).
+    const bands = opts && opts.bands || [];
     const chart = new Chart(c, {
       type: type,
+      plugins: bands.length ? [{ id: 'bands', beforeDatasetsDraw: ch => {
+        const x = ch.scales.x, a = ch.chartArea, g = ch.ctx;
+        g.save();
+        bands.forEach((b, i) => {
+          const l = Math.max(x.getPixelForValue(b[0]), a.left), r = Math.min(x.getPixelForValue(b[1]), a.right);
+          if (r <= l) return;
+          g.fillStyle = i % 2 ? 'rgba(255,127,14,0.10)' : 'rgba(31,119,180,0.10)';
+          g.fillRect(l, a.top, r - l, a.bottom - a.top);
+          g.fillStyle = '#555'; g.font = '10px sans-serif';
+          g.fillText(b[2], l + 2, a.top + 10 + 11 * (i % 3));
+        });
+        g.restore();
+      } }] : [],
       data: { labels: opts && opts.labels, datasets: datasets },
       options: {
         animation: false, responsive: true, maintainAspectRatio: false, parsing: time ? false : undefined,
@@ -329,7 +353,7 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
           } }, y: y } : { y: y }
       }
     });
-    facts.push({ id: id, counts: !!counts,
+    facts.push({ id: id, counts: !!counts, bands: bands.length,
       series: datasets.map((d, i) => ({ points: d.data.length, radius: d.pointRadius, drawn: chart.getDatasetMeta(i).data.length })),
       x: chart.scales.x.ticks.map(t => t.label), y: chart.scales.y.ticks.map(t => t.value),
       x_min: time ? chart.scales.x.min : null, x_origin: time ? new Date(t0).toISOString() : null });
@@ -344,6 +368,12 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
     servers.map(m => ({ label: 'waiting ' + srvName(m), data: xy(m.waiting_over_time) }))), { counts: true });
   add('chart-kvcache', 'KV-cache use (fraction)', 'line', servers.map(m => ({ label: srvName(m), data: xy(m.kv_cache_over_time) })));
   add('chart-gpu', 'GPU utilisation % per node and GPU', 'line', (R.gpus || []).map(g => ({ label: g.node + ' gpu ' + g.gpu, data: xy(g.util_over_time) })));
+  // GPU power with each step's window on each node as a band (the energy
+  // per step's windows).
+  const stepBands = (R.step_energy || []).filter(e => e.start && e.end)
+    .map(e => [(Date.parse(e.start) - t0) / 1000, (Date.parse(e.end) - t0) / 1000, e.node + ' step ' + e.step]);
+  add('chart-power', 'GPU power W per node and GPU' + (stepBands.length ? ', steps as bands' : ''), 'line',
+    (R.gpus || []).map(g => ({ label: g.node + ' gpu ' + g.gpu + (g.gpu_instance ? '/' + g.gpu_instance : ''), data: xy(g.power_over_time) })), { bands: stepBands });
   add('chart-load', 'load1 per node', 'line', (R.hosts || []).map(h => ({ label: h.node, data: xy(h.load1_over_time) })));
   const ro = R.gym && R.gym.rollouts_over_time || {};
   add('chart-rollouts', 'rollouts completed (gym.rollout.duration_ms count)', 'line', Object.keys(ro).sort().map(n => ({ label: n, data: xy(ro[n]) })), { counts: true });

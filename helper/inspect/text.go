@@ -39,6 +39,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	t.routerLines(r.Routers)
 	t.gpuLines(r)
 	t.energyLines(r)
+	t.stepEnergyLines(r)
 	t.hostLines(r)
 	t.cgroupLines(r)
 	t.spanLines(r)

@@ -304,6 +304,9 @@ func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration, count
 	deadline := time.Now().Add(bound)
 	now := time.Now()
 	metricsID := render.Identity(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)}, "slurm")
+	// The phase spans' resource carries the emitter's mark (phases.go),
+	// and the connector keeps it on their span metrics.
+	metricsID = append(metricsID, render.Attr{Key: contract.EmitterKey, Value: contract.EmitterPhases})
 	var lines []appendedLine
 	var spans []*tracev1.Span
 	if s.phases != nil {
@@ -316,8 +319,7 @@ func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration, count
 		// spans it receives: these are the plugin's own too. (The metrics
 		// pipeline takes it off the connector's points, so their span
 		// metrics go without it.)
-		id := append(append([]render.Attr{}, metricsID...), render.Attr{Key: contract.SourceKey, Value: contract.SourceSlurm},
-			render.Attr{Key: contract.EmitterKey, Value: contract.EmitterPhases})
+		id := append(append([]render.Attr{}, metricsID...), render.Attr{Key: contract.SourceKey, Value: contract.SourceSlurm})
 		line, err := TracesLine(id, phaseScope, spans)
 		if err == nil {
 			var al appendedLine

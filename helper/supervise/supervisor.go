@@ -165,6 +165,9 @@ type supervisor struct {
 	versionChecked bool
 	readinessSent  bool
 	launchArgs     launchCmd
+	// rundir is otel.container_runtime's {rundir}, removed at the end
+	// ("": none made).
+	rundir string
 
 	// The receipt's figures (see receipt.go).
 	final      *finalSink           // receives the collector's export at shutdown
@@ -245,6 +248,7 @@ func Run(ctx context.Context, opt Options) error {
 		if s.dir != nil {
 			s.dir.Close()
 		}
+		s.removeRunDir()
 	}()
 	if err := s.startUp(ctx, sigs); err != nil {
 		s.fail(err)
@@ -579,9 +583,42 @@ func (s *supervisor) launchCmd() launchCmd {
 	if s.o.Container == "" {
 		lc.argv, lc.dir = []string{s.o.Binary, "--config", "env:" + render.ConfigEnv}, s.dir
 	} else {
-		lc.argv, lc.err = commandFor(s.o, filepath.Join(s.out, jobdir.ConfigFile), s.out)
+		names := s.containerEnvNames()
+		if strings.Contains(s.o.ContainerRuntime, RunDirPlaceholder) && s.rundir == "" {
+			d, err := os.MkdirTemp("", "gym-otel-"+s.opt.Facts.JobID+"-")
+			if err != nil {
+				lc.err = fmt.Errorf("otel.container_runtime: the run dir for {rundir}: %w", err)
+				return lc
+			}
+			s.rundir = d
+		}
+		lc.argv, lc.err = commandFor(s.o, filepath.Join(s.out, jobdir.ConfigFile), s.out, s.rundir, names)
+		lc.env = containerEnv(lc.env, names)
 	}
 	return lc
+}
+
+// removeRunDir removes {rundir} and everything in it, once no collector
+// runs; what cannot be removed (a runtime's file of a subordinate uid) is
+// logged and left.
+func (s *supervisor) removeRunDir() {
+	if s.rundir == "" {
+		return
+	}
+	if err := os.RemoveAll(s.rundir); err != nil {
+		s.log.Warnf("otel.container_runtime: removing the run dir %s: %v", s.rundir, err)
+	}
+	s.rundir = ""
+}
+
+// containerEnvNames are the variables a collector in a container needs
+// from the runtime's environment: the three tokens its configuration reads
+// as ${env:...} and GOMEMLIMIT. A runtime that starts the container with a
+// clean environment (apptainer --cleanenv, podman, enroot) passes them
+// only when told: APPTAINERENV_<NAME> in its environment
+// (containerEnv), or {envname} in otel.container_runtime.
+func (s *supervisor) containerEnvNames() []string {
+	return []string{s.o.TokenEnv, render.ReceiverTokenEnv, render.PluginTokenEnv, "GOMEMLIMIT"}
 }
 
 // launch starts the collector and waits until it is healthy.

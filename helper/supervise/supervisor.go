@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/signal"
@@ -248,6 +249,7 @@ func Run(ctx context.Context, opt Options) error {
 		if s.dir != nil {
 			s.dir.Close()
 		}
+		s.endAdopted()
 		s.removeRunDir()
 	}()
 	if err := s.startUp(ctx, sigs); err != nil {
@@ -598,13 +600,61 @@ func (s *supervisor) launchCmd() launchCmd {
 	return lc
 }
 
+// endAdopted ends what a container runtime left running after the
+// collector's last run: the processes this supervisor adopted as their
+// subreaper (their parent exited) in a session not its own, such as
+// rootless Podman's pause process, which holds the user namespace and
+// outlives `podman run`; on a node without the collector's cgroup nothing
+// else would end it. They are SIGKILLed, reaped (at most 2 s) and logged.
+// A host collector leaves none.
+func (s *supervisor) endAdopted() {
+	if s.o.Container == "" {
+		return
+	}
+	me := os.Getpid()
+	own, err := proc.ReadStat(me)
+	if err != nil {
+		return
+	}
+	pids, _ := proc.Pids()
+	var ended []string
+	for _, pid := range pids {
+		st, err := proc.ReadStat(pid)
+		if err != nil || st.PPID != me || st.Session == own.Session || st.State == 'Z' {
+			continue
+		}
+		comm, _ := proc.Comm(pid)
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			ended = append(ended, fmt.Sprintf("%d (%s)", pid, comm))
+		}
+	}
+	if len(ended) == 0 {
+		return
+	}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var ws syscall.WaitStatus
+		if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); pid <= 0 && err != nil {
+			break // no child left
+		}
+	}
+	s.log.Infof("otel.container_runtime: ended what the runtime left running after the collector: %s", strings.Join(ended, ", "))
+}
+
 // removeRunDir removes {rundir} and everything in it, once no collector
 // runs; what cannot be removed (a runtime's file of a subordinate uid) is
-// logged and left.
+// logged and left. Dirs of mode 0 (an overlay file system's work dir, which
+// rootless Podman leaves behind a container it failed to start) are made
+// 0700 first: they are this user's.
 func (s *supervisor) removeRunDir() {
 	if s.rundir == "" {
 		return
 	}
+	filepath.WalkDir(s.rundir, func(p string, d fs.DirEntry, err error) error {
+		if d != nil && d.IsDir() && d.Type()&fs.ModeSymlink == 0 {
+			os.Chmod(p, 0o700) // before WalkDir reads it
+		}
+		return nil
+	})
 	if err := os.RemoveAll(s.rundir); err != nil {
 		s.log.Warnf("otel.container_runtime: removing the run dir %s: %v", s.rundir, err)
 	}

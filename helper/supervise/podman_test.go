@@ -1,0 +1,233 @@
+package supervise_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// podmanImage is the tag the Podman test imports its image under.
+const podmanImage = "localhost/gym-otel-collector:test"
+
+// TestContainerPodman runs a job's collector through otel.container with
+// rootless Podman as the job's user (gymuser), from an image built here (a
+// root file system with a shell, the C library and the collector, imported
+// with `podman import` into a read-only image store of root's, as a site
+// would keep it: no registry). The runtime's per-job state (XDG_RUNTIME_DIR,
+// --root, --runroot, HOME) is in {rundir}; the tokens reach the container by
+// name only (--env={envname}, which Podman fills from its own
+// environment). The job dir is under /tmp, and a tmpfs there holds the
+// bind's mount point: rootless Podman cannot make a dir in an image layer
+// of root's ("value too large for defined data type"). The backend must get the job's spans with the job's token,
+// the job's files its metrics, and nothing of the runtime may outlive the
+// drain but what the test measures and reports (Podman's pause process).
+func TestContainerPodman(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root (the job's user is gymuser)")
+	}
+	podman := testenv.Binary(t, "podman")
+	runc := testenv.Binary(t, "runc", "/usr/sbin/runc", "/usr/bin/runc")
+	u := ensureGymUser(t)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+
+	dir := harness.SharedDir(t)
+	store := buildPodmanImage(t, podman, dir)
+	jobDir := filepath.Join(dir, "job")
+	if err := os.Mkdir(jobDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(jobDir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	runtime := "env XDG_RUNTIME_DIR={rundir} HOME={rundir} " + podman +
+		" --root {rundir}/storage --runroot {rundir}/run --storage-driver=overlay --storage-opt additionalimagestore=" + store +
+		" --cgroup-manager=cgroupfs --events-backend=none --runtime " + runc +
+		" run --rm --pull=never --network=host --env={envname} --tmpfs /tmp --volume {output}:{output} {image} /otelcol-gym --config {config}"
+
+	token := "pod$man{" + harness.RandHex(8) + "}$$"
+	be := harness.StartBackend(t, token)
+	start := time.Now()
+	s := harness.StartSup(t, harness.Job{JobID: "4401", User: "gymuser", Token: token, Endpoint: be.URL,
+		VLLMPort: harness.StartVLLM(t), Output: filepath.Join(jobDir, "otel"), Health: 60,
+		Container: podmanImage, ContainerRuntime: runtime}).MustReady(t)
+	t.Logf("ready through rootless podman in %v (report after %v)", time.Since(start), s.ReportAfter)
+	t.Cleanup(func() { killPodmanLeftovers(t, uid) })
+
+	// The collector in the container: the job's user's, with its
+	// variables set from the runtime's by name.
+	var colls []int
+	for _, pid := range harness.ProcsMatching("/otelcol-gym\x00--config\x00" + filepath.Join(s.Out, jobdir.ConfigFile)) {
+		if bytes.HasPrefix(mustCmdline(pid), []byte("/otelcol-gym\x00")) {
+			colls = append(colls, pid)
+		}
+	}
+	if len(colls) != 1 {
+		t.Fatalf("collector processes in the container: %v, want one", colls)
+	}
+	coll := colls[0]
+	if f := strings.Fields(harness.ProcStatus(t, coll, "Uid")); len(f) == 0 || f[0] != u.Uid {
+		t.Errorf("the container's collector runs as uid %v, want %s", f, u.Uid)
+	}
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(coll) + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"OTEL_TOKEN=" + strings.ReplaceAll(token, "$", "$$"), "GYM_OTEL_RECEIVER_TOKEN=" + s.Report.ReceiverToken, "GYM_OTEL_PLUGIN_TOKEN=", "GOMEMLIMIT=409MiB"} {
+		if !bytes.Contains(env, []byte("\x00"+want)) && !bytes.HasPrefix(env, []byte(want)) {
+			t.Errorf("the container's collector has no %q in its environment", strings.SplitN(want, "=", 2)[0]+"=...")
+		}
+	}
+	rundir := ""
+	if argv, err := os.ReadFile("/proc/" + strconv.Itoa(s.Report.CollectorPID) + "/cmdline"); err == nil {
+		for _, a := range strings.Split(string(argv), "\x00") {
+			if v, ok := strings.CutPrefix(a, "--root="); ok {
+				rundir = filepath.Dir(v)
+			} else if strings.HasSuffix(a, "/storage") && rundir == "" {
+				rundir = filepath.Dir(a)
+			}
+		}
+	}
+	if fi, err := os.Stat(rundir); err != nil || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != uint32(uid) {
+		t.Errorf("{rundir} %q: %v %v; want a 0700 dir of gymuser", rundir, fi, err)
+	}
+
+	harness.WaitMetricNames(t, s, 30*time.Second, "vllm_prompt_tokens_total")
+	s.RunGym(t, "agent", 2, "local")
+	harness.AssertNoLeak(t, token, s.Out, map[string]string{"the supervisor's output": s.Output()})
+	took, err := s.Drain(t, 60*time.Second)
+	if err != nil {
+		t.Fatalf("drain through podman: %v\n%s", err, s.Output())
+	}
+	t.Logf("drained through podman in %v", took)
+	s.AssertGone(t)
+	if harness.ProcAlive(coll, 0) && harness.ProcState(coll) != "Z" {
+		t.Errorf("the container's collector (pid %d) outlived the drain", coll)
+	}
+	if st := s.State(t); st.Status != jobdir.StatusDrained || st.ExportProblems != "" {
+		t.Errorf("state.json: %+v; want drained without export problems", st)
+	}
+	if _, err := os.Stat(rundir); !os.IsNotExist(err) {
+		t.Errorf("{rundir} %s after the supervisor's end: %v, want it removed", rundir, err)
+	}
+	be.Stop(t)
+	if d := otlptest.MustRead(t, be.Dir, "traces"); d.SpanCount("gym.rollout") != 2 {
+		t.Errorf("the backend got %d gym.rollout spans, want 2", d.SpanCount("gym.rollout"))
+	}
+	if m := otlptest.MustRead(t, s.Out, "metrics"); len(m.Named("vllm_prompt_tokens_total")) == 0 {
+		t.Errorf("the job's metrics.jsonl has no vllm_prompt_tokens_total")
+	}
+	// Podman's pause process (it holds the rootless user namespace)
+	// outlives `podman run`: the supervisor, its subreaper, ends it.
+	if left := runtimeProcs(uid); len(left) > 0 {
+		t.Errorf("the runtime's processes outlived the supervisor: %q", left)
+	}
+	if !strings.Contains(s.Output(), "ended what the runtime left running after the collector") {
+		t.Errorf("the supervisor did not say that it ended the runtime's leftovers:\n%s", s.Output())
+	}
+}
+
+// buildPodmanImage makes the collector's image (a shell, the C library, the
+// collector, and the mount points rootless Podman binds over, since a
+// lower layer of root's cannot be written from the user's namespace),
+// imports it into a new image store under dir readable by all, and returns
+// the store's path.
+func buildPodmanImage(t *testing.T, podman, dir string) string {
+	t.Helper()
+	rootfs := filepath.Join(dir, "rootfs")
+	for _, d := range []string{"bin", "lib64", "lib/x86_64-linux-gnu", "etc", "proc", "sys", "dev", "run", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777)
+	cp := func(src, dst string, mode os.FileMode) {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(rootfs, dst), data, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp("/bin/dash", "bin/sh", 0o755)
+	cp("/lib/x86_64-linux-gnu/libc.so.6", "lib/x86_64-linux-gnu/libc.so.6", 0o755)
+	cp("/lib64/ld-linux-x86-64.so.2", "lib64/ld-linux-x86-64.so.2", 0o755)
+	cp(testenv.Collector(t), "otelcol-gym", 0o755)
+	for _, f := range []string{"etc/hosts", "etc/resolv.conf", "etc/hostname", "etc/passwd", "etc/group", "run/.containerenv"} {
+		if err := os.WriteFile(filepath.Join(rootfs, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/proc/mounts", filepath.Join(rootfs, "etc/mtab")); err != nil {
+		t.Fatal(err)
+	}
+	tar := filepath.Join(dir, "image.tar")
+	if out, err := exec.Command("tar", "-C", rootfs, "--owner=0", "--group=0", "-cf", tar, ".").CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v %s", err, out)
+	}
+	store := filepath.Join(dir, "images")
+	start := time.Now()
+	if out, err := exec.Command(podman, "--root", store, "--runroot", filepath.Join(dir, "images-run"), "--storage-driver=overlay",
+		"--events-backend=none", "import", tar, podmanImage).CombinedOutput(); err != nil {
+		t.Fatalf("podman import: %v %s", err, out)
+	}
+	t.Logf("image imported in %v", time.Since(start))
+	if out, err := exec.Command("chmod", "-R", "a+rX", store).CombinedOutput(); err != nil {
+		t.Fatalf("chmod: %v %s", err, out)
+	}
+	return store
+}
+
+// userProcs lists the live processes of uid.
+func userProcs(uid int) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid && harness.ProcState(pid) != "Z" {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func mustCmdline(pid int) []byte {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return b
+}
+
+// runtimeProcs lists uid's live podman and conmon processes, pid and argv.
+func runtimeProcs(uid int) []string {
+	var out []string
+	for _, pid := range userProcs(uid) {
+		if c := string(mustCmdline(pid)); strings.Contains(c, "podman") || strings.Contains(c, "conmon") {
+			out = append(out, strconv.Itoa(pid)+" "+strings.ReplaceAll(c, "\x00", " "))
+		}
+	}
+	return out
+}
+
+// killPodmanLeftovers SIGKILLs gymuser's podman and conmon processes left
+// by a failed run of the test.
+func killPodmanLeftovers(t *testing.T, uid int) {
+	for _, p := range runtimeProcs(uid) {
+		pid, _ := strconv.Atoi(strings.Fields(p)[0])
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}

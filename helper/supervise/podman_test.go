@@ -64,6 +64,25 @@ func TestContainerPodman(t *testing.T) {
 		Container: podmanImage, ContainerRuntime: runtime}).MustReady(t)
 	t.Logf("ready through rootless podman in %v (report after %v)", time.Since(start), s.ReportAfter)
 	t.Cleanup(func() { killPodmanLeftovers(t, uid) })
+	// A second job of the same user on the node, whose end must not
+	// touch the first's collector: its own {rundir}, so its own pause
+	// process and storage.
+	job2 := filepath.Join(dir, "job2")
+	if err := os.Mkdir(job2, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(job2, uid, gid)
+	s2 := harness.StartSup(t, harness.Job{JobID: "4402", User: "gymuser", Output: filepath.Join(job2, "otel"), Health: 60,
+		Container: podmanImage, ContainerRuntime: runtime}).MustReady(t)
+	if took, err := s2.Drain(t, 60*time.Second); err != nil {
+		t.Fatalf("second job's drain: %v\n%s", err, s2.Output())
+	} else {
+		t.Logf("the second job of gymuser drained in %v", took)
+	}
+	s2.AssertGone(t)
+	if !harness.HTTPOK(s.HealthURL()) {
+		t.Fatalf("the first job's collector is not healthy after the second job's end")
+	}
 
 	// The collector in the container: the job's user's, with its
 	// variables set from the runtime's by name.
@@ -88,6 +107,13 @@ func TestContainerPodman(t *testing.T) {
 		if !bytes.Contains(env, []byte("\x00"+want)) && !bytes.HasPrefix(env, []byte(want)) {
 			t.Errorf("the container's collector has no %q in its environment", strings.SplitN(want, "=", 2)[0]+"=...")
 		}
+	}
+	// Containment: the runtime makes no cgroup of its own (rootless, the
+	// cgroupfs manager on a host whose controllers are v1): the
+	// container's collector is in the supervisor's groups, so in the
+	// plugin's.
+	if a, b := cgroupsOf(t, coll), cgroupsOf(t, s.Cmd.Process.Pid); a != b {
+		t.Errorf("the container's collector is in the cgroups\n%s\nthe supervisor in\n%s", a, b)
 	}
 	rundir := ""
 	if argv, err := os.ReadFile("/proc/" + strconv.Itoa(s.Report.CollectorPID) + "/cmdline"); err == nil {
@@ -188,6 +214,15 @@ func buildPodmanImage(t *testing.T, podman, dir string) string {
 		t.Fatalf("chmod: %v %s", err, out)
 	}
 	return store
+}
+
+// cgroupsOf is /proc/<pid>/cgroup.
+func cgroupsOf(t *testing.T, pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // userProcs lists the live processes of uid.

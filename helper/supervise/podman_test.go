@@ -3,7 +3,6 @@ package supervise_test
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -43,7 +42,7 @@ func TestContainerPodman(t *testing.T) {
 	gid, _ := strconv.Atoi(u.Gid)
 
 	dir := harness.SharedDir(t)
-	store := buildPodmanImage(t, podman, dir)
+	store := testenv.PodmanImage(t, podman, dir, podmanImage)
 	jobDir := filepath.Join(dir, "job")
 	if err := os.Mkdir(jobDir, 0o700); err != nil {
 		t.Fatal(err)
@@ -51,10 +50,7 @@ func TestContainerPodman(t *testing.T) {
 	if err := os.Chown(jobDir, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-	runtime := "env XDG_RUNTIME_DIR={rundir} HOME={rundir} " + podman +
-		" --root {rundir}/storage --runroot {rundir}/run --storage-driver=overlay --storage-opt additionalimagestore=" + store +
-		" --cgroup-manager=cgroupfs --events-backend=none --runtime " + runc +
-		" run --rm --pull=never --network=host --env={envname} --tmpfs /tmp --volume {output}:{output} {image} /otelcol-gym --config {config}"
+	runtime := testenv.PodmanRuntime(podman, runc, store, "/tmp")
 
 	token := "pod$man{" + harness.RandHex(8) + "}$$"
 	be := harness.StartBackend(t, token)
@@ -162,58 +158,6 @@ func TestContainerPodman(t *testing.T) {
 	if !strings.Contains(s.Output(), "ended what the runtime left running after the collector") {
 		t.Errorf("the supervisor did not say that it ended the runtime's leftovers:\n%s", s.Output())
 	}
-}
-
-// buildPodmanImage makes the collector's image (a shell, the C library, the
-// collector, and the mount points rootless Podman binds over, since a
-// lower layer of root's cannot be written from the user's namespace),
-// imports it into a new image store under dir readable by all, and returns
-// the store's path.
-func buildPodmanImage(t *testing.T, podman, dir string) string {
-	t.Helper()
-	rootfs := filepath.Join(dir, "rootfs")
-	for _, d := range []string{"bin", "lib64", "lib/x86_64-linux-gnu", "etc", "proc", "sys", "dev", "run", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777)
-	cp := func(src, dst string, mode os.FileMode) {
-		data, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(rootfs, dst), data, mode); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cp("/bin/dash", "bin/sh", 0o755)
-	cp("/lib/x86_64-linux-gnu/libc.so.6", "lib/x86_64-linux-gnu/libc.so.6", 0o755)
-	cp("/lib64/ld-linux-x86-64.so.2", "lib64/ld-linux-x86-64.so.2", 0o755)
-	cp(testenv.Collector(t), "otelcol-gym", 0o755)
-	for _, f := range []string{"etc/hosts", "etc/resolv.conf", "etc/hostname", "etc/passwd", "etc/group", "run/.containerenv"} {
-		if err := os.WriteFile(filepath.Join(rootfs, f), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink("/proc/mounts", filepath.Join(rootfs, "etc/mtab")); err != nil {
-		t.Fatal(err)
-	}
-	tar := filepath.Join(dir, "image.tar")
-	if out, err := exec.Command("tar", "-C", rootfs, "--owner=0", "--group=0", "-cf", tar, ".").CombinedOutput(); err != nil {
-		t.Fatalf("tar: %v %s", err, out)
-	}
-	store := filepath.Join(dir, "images")
-	start := time.Now()
-	if out, err := exec.Command(podman, "--root", store, "--runroot", filepath.Join(dir, "images-run"), "--storage-driver=overlay",
-		"--events-backend=none", "import", tar, podmanImage).CombinedOutput(); err != nil {
-		t.Fatalf("podman import: %v %s", err, out)
-	}
-	t.Logf("image imported in %v", time.Since(start))
-	if out, err := exec.Command("chmod", "-R", "a+rX", store).CombinedOutput(); err != nil {
-		t.Fatalf("chmod: %v %s", err, out)
-	}
-	return store
 }
 
 // cgroupsOf is /proc/<pid>/cgroup.

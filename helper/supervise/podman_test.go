@@ -42,7 +42,7 @@ func TestContainerPodman(t *testing.T) {
 	gid, _ := strconv.Atoi(u.Gid)
 
 	dir := harness.SharedDir(t)
-	store := testenv.PodmanImage(t, podman, dir, podmanImage)
+	store, _ := testenv.PodmanImage(t, podman, dir, podmanImage)
 	jobDir := filepath.Join(dir, "job")
 	if err := os.Mkdir(jobDir, 0o700); err != nil {
 		t.Fatal(err)

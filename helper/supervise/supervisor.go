@@ -253,6 +253,10 @@ func Run(ctx context.Context, opt Options) error {
 		s.removeRunDir()
 	}()
 	if err := s.startUp(ctx, sigs); err != nil {
+		// What the runtime left, before the report: the prolog ends
+		// this process's group once it reads a failure.
+		s.endAdopted()
+		s.removeRunDir()
 		s.fail(err)
 		return err
 	}

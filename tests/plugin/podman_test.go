@@ -38,7 +38,6 @@ func TestContainerPodmanContained(t *testing.T) {
 	// write to uid_map failed: Operation not permitted"): only a user
 	// without /etc/subuid and /etc/subgid ranges runs rootless Podman
 	// here, its own uid mapped to the container's root alone.
-	withoutSubIDs(t, kit.User)
 	imgDir, err := os.MkdirTemp("", "gym-otel-podman-image-")
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +62,33 @@ func TestContainerPodmanContained(t *testing.T) {
 
 	d := markerDir(t, "podman")
 	script := writeScript(t, filepath.Base(d)+".sh", "sleep 8\n")
+
+	// With subordinate ids the start fails, with Podman's reason in
+	// state.json, and leaves neither a process nor its {rundir}.
+	if hasSubIDs(kit.User) {
+		r := asUser(t, 60*time.Second, tokenEnv(), "sbatch -w gn1 -n1 --gym-otel=job_dir="+d+"/run-%j -o "+d+"/%j.out "+script)
+		if r.code != 0 {
+			t.Fatalf("sbatch: exit %d: %s", r.code, r.stderr)
+		}
+		id := jobIDOf(t, r)
+		waitJobsGone(t, 120*time.Second, []string{id})
+		waitNoCollector(t)
+		state, _ := os.ReadFile(filepath.Join(d, "run-"+id, "otel", "state.json"))
+		if !strings.Contains(string(state), `"status": "failed"`) || !strings.Contains(string(state), "newuidmap") {
+			t.Errorf("job %s of a user with subordinate ids: state.json %s; want failed, naming newuidmap", id, state)
+		}
+		if left, _ := filepath.Glob("/tmp/gym-otel-" + id + "-*"); len(left) > 0 {
+			t.Errorf("job %s: {rundir} left after a failed start: %v", id, left)
+			for _, l := range left {
+				os.RemoveAll(l)
+			}
+		}
+		if left := runtimeLeft(uid); len(left) > 0 {
+			t.Errorf("job %s: the runtime's processes outlived a failed start: %q", id, left)
+		}
+		t.Logf("job %s of a user with subordinate ids: refused (%s)", id, regexp.MustCompile(`newuidmap[^"\\]*`).FindString(string(state)))
+	}
+	withoutSubIDs(t, kit.User)
 	r := asUser(t, 60*time.Second, tokenEnv(), "sbatch -w gn1 -n1 --gym-otel=job_dir="+d+"/run-%j -o "+d+"/%j.out "+script)
 	if r.code != 0 {
 		t.Fatalf("sbatch: exit %d: %s", r.code, r.stderr)
@@ -137,6 +163,12 @@ func TestContainerPodmanContained(t *testing.T) {
 			t.Logf("%s", l)
 		}
 	}
+}
+
+// hasSubIDs reports whether name has a line in /etc/subuid.
+func hasSubIDs(name string) bool {
+	data, _ := os.ReadFile("/etc/subuid")
+	return strings.Contains("\n"+string(data), "\n"+name+":")
 }
 
 // withoutSubIDs removes name's lines from /etc/subuid and /etc/subgid for

@@ -622,6 +622,7 @@ func (s *supervisor) endAdopted() {
 	}
 	pids, _ := proc.Pids()
 	var ended []string
+	killed := map[int]bool{}
 	for _, pid := range pids {
 		st, err := proc.ReadStat(pid)
 		if err != nil || st.PPID != me || st.Session == own.Session || st.State == 'Z' {
@@ -630,15 +631,18 @@ func (s *supervisor) endAdopted() {
 		comm, _ := proc.Comm(pid)
 		if syscall.Kill(pid, syscall.SIGKILL) == nil {
 			ended = append(ended, fmt.Sprintf("%d (%s)", pid, comm))
+			killed[pid] = true
 		}
 	}
 	if len(ended) == 0 {
 		return
 	}
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		var ws syscall.WaitStatus
-		if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); pid <= 0 && err != nil {
-			break // no child left
+	for deadline := time.Now().Add(2 * time.Second); len(killed) > 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for pid := range killed {
+			var ws syscall.WaitStatus
+			if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); got == pid || err != nil {
+				delete(killed, pid)
+			}
 		}
 	}
 	s.log.Infof("otel.container_runtime: ended what the runtime left running after the collector: %s", strings.Join(ended, ", "))

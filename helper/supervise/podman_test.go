@@ -42,13 +42,20 @@ func TestContainerPodman(t *testing.T) {
 	gid, _ := strconv.Atoi(u.Gid)
 
 	dir := harness.SharedDir(t)
-	store, _ := testenv.PodmanImage(t, podman, dir, podmanImage)
+	store, archive := testenv.PodmanImage(t, podman, dir, podmanImage)
 	jobDir := filepath.Join(dir, "job")
 	if err := os.Mkdir(jobDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chown(jobDir, uid, gid); err != nil {
 		t.Fatal(err)
+	}
+	// A user with subordinate ids reads the image from the shared store;
+	// with the single mapping only (no ids) a layer of root's cannot be
+	// used and each job loads the archive into its own storage.
+	image := podmanImage
+	if data, _ := os.ReadFile("/etc/subuid"); !strings.Contains("\n"+string(data), "\ngymuser:") {
+		store, image = "", "oci-archive:"+archive
 	}
 	runtime := testenv.PodmanRuntime(podman, runc, store, "/tmp")
 
@@ -57,7 +64,7 @@ func TestContainerPodman(t *testing.T) {
 	start := time.Now()
 	s := harness.StartSup(t, harness.Job{JobID: "4401", User: "gymuser", Token: token, Endpoint: be.URL,
 		VLLMPort: harness.StartVLLM(t), Output: filepath.Join(jobDir, "otel"), Health: 60,
-		Container: podmanImage, ContainerRuntime: runtime}).MustReady(t)
+		Container: image, ContainerRuntime: runtime}).MustReady(t)
 	t.Logf("ready through rootless podman in %v (report after %v)", time.Since(start), s.ReportAfter)
 	t.Cleanup(func() { killPodmanLeftovers(t, uid) })
 	// A second job of the same user on the node, whose end must not
@@ -69,7 +76,7 @@ func TestContainerPodman(t *testing.T) {
 	}
 	os.Chown(job2, uid, gid)
 	s2 := harness.StartSup(t, harness.Job{JobID: "4402", User: "gymuser", Output: filepath.Join(job2, "otel"), Health: 60,
-		Container: podmanImage, ContainerRuntime: runtime}).MustReady(t)
+		Container: image, ContainerRuntime: runtime}).MustReady(t)
 	if took, err := s2.Drain(t, 60*time.Second); err != nil {
 		t.Fatalf("second job's drain: %v\n%s", err, s2.Output())
 	} else {

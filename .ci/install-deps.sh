@@ -19,6 +19,10 @@ PKGS=(
 	# containers / root filesystems for the multi-host tests; the docker
 	# cluster (tests/slurm-docker) also needs a running docker daemon
 	bubblewrap debootstrap docker-compose
+	# otel.container under rootless Podman (helper/supervise
+	# TestContainerPodman); runc, as Debian 12's crun refuses a host with
+	# a cgroup v1 hierarchy beside a v2 one that has controllers
+	podman runc
 	# inspect --html: Chart.js inlined into the page; a real headless
 	# browser opens it in the tests
 	libjs-chart.js chromium

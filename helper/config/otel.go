@@ -134,9 +134,14 @@ func Defaults() Otel {
 
 // DefaultContainerRuntime is the default container_runtime template: the
 // collector image run with apptainer, sharing the host network, with the
-// output directory and the rendered config bound in. Placeholders are listed
-// in the lifecycle package.
-const DefaultContainerRuntime = "apptainer exec --cleanenv --bind {output}:{output} {image} /otelcol-gym --config {config}"
+// output directory and the rendered config bound in. --cleanenv starts the
+// collector with none of the runtime's environment but what
+// APPTAINERENV_<NAME> passes in as <NAME> (the supervisor sets that for
+// every variable the collector needs); --no-eval passes those values
+// without shell evaluation (Apptainer 1.1 and later; without it a "$" in a
+// token would be expanded). Placeholders are listed at the supervise
+// package's commandFor.
+const DefaultContainerRuntime = "apptainer exec --cleanenv --no-eval --bind {output}:{output} {image} /otelcol-gym --config {config}"
 
 type kind int
 

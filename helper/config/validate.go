@@ -69,6 +69,11 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 	if o.Container != "" && !strings.Contains(o.ContainerRuntime, "{image}") {
 		fail("otel.container_runtime: %q has no {image} placeholder for otel.container", o.ContainerRuntime)
 	}
+	if o.Container != "" {
+		if err := CheckEnrootImage(o.ContainerRuntime, o.Container); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if strings.TrimSpace(o.Component) == "" {
 		fail("otel.component: empty: set the display name of the scraped engine metrics (default gym-vllm)")
 	}

@@ -49,8 +49,15 @@ type launchCmd struct {
 // runtime template with its placeholders replaced. Placeholders, each
 // replaced inside one argument (no shell is involved): {image} the
 // otel.container image, {config} the collector.yaml path, {output} the
-// output dir, {binary} otel.binary.
-func commandFor(o config.Otel, configPath, outputDir string) ([]string, error) {
+// output dir, {binary} otel.binary, {rundir} a private dir of this run on
+// the node's local disk (rundir: "" when the template has none). An
+// argument holding {envname} is
+// repeated once per name of envNames, the name in its place
+// ("--env={envname}": Podman and Enroot copy a variable named without a
+// value from their own environment into the container): the collector's
+// variables reach the container by name, their values never on the
+// command line.
+func commandFor(o config.Otel, configPath, outputDir, rundir string, envNames []string) ([]string, error) {
 	if o.Container == "" {
 		return []string{o.Binary, "--config", configPath}, nil
 	}
@@ -58,11 +65,57 @@ func commandFor(o config.Otel, configPath, outputDir string) ([]string, error) {
 	if len(fields) == 0 {
 		return nil, fmt.Errorf("otel.container_runtime is empty")
 	}
-	r := strings.NewReplacer("{image}", o.Container, "{config}", configPath, "{output}", outputDir, "{binary}", o.Binary)
-	for i, f := range fields {
-		fields[i] = r.Replace(f)
+	r := strings.NewReplacer("{image}", o.Container, "{config}", configPath, "{output}", outputDir, "{binary}", o.Binary, RunDirPlaceholder, rundir)
+	argv := make([]string, 0, len(fields))
+	for _, f := range fields {
+		f = r.Replace(f)
+		if !strings.Contains(f, EnvNamePlaceholder) {
+			argv = append(argv, f)
+			continue
+		}
+		for _, n := range envNames {
+			argv = append(argv, strings.ReplaceAll(f, EnvNamePlaceholder, n))
+		}
 	}
-	return fields, nil
+	return argv, nil
+}
+
+// RunDirPlaceholder is the otel.container_runtime placeholder of a dir
+// only the job's user can enter (0700, made with a random name under
+// $TMPDIR, else /tmp, so on the node's local disk as a rule), made before
+// the collector's first start and removed with everything in it at the
+// supervisor's end: for a runtime's per-job state (Podman's
+// XDG_RUNTIME_DIR, --root and --runroot; Enroot's ENROOT_RUNTIME_PATH and
+// ENROOT_DATA_PATH), which must not be on NFS nor shared by two jobs.
+const RunDirPlaceholder = "{rundir}"
+
+// EnvNamePlaceholder is the otel.container_runtime placeholder an argument
+// of which is repeated once per variable of the collector's environment
+// that it needs inside the container, the variable's name in its place.
+const EnvNamePlaceholder = "{envname}"
+
+// ApptainerEnvPrefix is the prefix under which a container runtime's
+// environment repeats each variable the collector needs: Apptainer (and
+// Singularity, which reads APPTAINERENV_ too since Apptainer 1.0 took its
+// place) sets APPTAINERENV_<NAME>=<value> of its own environment as
+// <NAME>=<value> inside the container, --cleanenv or not.
+const ApptainerEnvPrefix = "APPTAINERENV_"
+
+// containerEnv is the environment of a container runtime: env (the
+// collector's own, NAME=value lines) and, for each of names,
+// APPTAINERENV_<NAME>=<value>. No value goes on a command line
+// (/proc/<pid>/cmdline is world-readable).
+func containerEnv(env, names []string) []string {
+	out := append([]string{}, env...)
+	for _, n := range names {
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, n+"="); ok {
+				out = append(out, ApptainerEnvPrefix+n+"="+v)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // start starts the collector in its own session with stdout and stderr

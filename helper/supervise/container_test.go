@@ -19,10 +19,13 @@ import (
 // TestContainerRuntimeTemplate runs the collector through otel.container and
 // a container_runtime template, with bubblewrap as the runtime (it needs no
 // registry): the image is a root filesystem directory holding the collector.
-// enroot, apptainer and podman take the same placeholders; they are not
-// installed here.
+// enroot, apptainer and podman take the same placeholders (podman:
+// TestContainerPodman).
 func TestContainerRuntimeTemplate(t *testing.T) {
-	bin := testenv.Collector(t)
+	bin, err := filepath.EvalSymlinks(testenv.Collector(t)) // a link would lead out of the image
+	if err != nil {
+		t.Fatal(err)
+	}
 	bwrap := testenv.Binary(t, "bwrap", "/usr/bin/bwrap")
 	cli := containerTestCLI(t)
 	image := t.TempDir()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/signal"
@@ -172,6 +173,9 @@ type supervisor struct {
 	versionChecked bool
 	readinessSent  bool
 	launchArgs     launchCmd
+	// rundir is otel.container_runtime's {rundir}, removed at the end
+	// ("": none made).
+	rundir string
 
 	// The receipt's figures (see receipt.go).
 	final      *finalSink           // receives the collector's export at shutdown
@@ -252,8 +256,14 @@ func Run(ctx context.Context, opt Options) error {
 		if s.dir != nil {
 			s.dir.Close()
 		}
+		s.endAdopted()
+		s.removeRunDir()
 	}()
 	if err := s.startUp(ctx, sigs); err != nil {
+		// What the runtime left, before the report: the prolog ends
+		// this process's group once it reads a failure.
+		s.endAdopted()
+		s.removeRunDir()
 		s.fail(err)
 		return err
 	}
@@ -589,9 +599,94 @@ func (s *supervisor) launchCmd() launchCmd {
 	if s.o.Container == "" {
 		lc.argv, lc.dir = []string{s.o.Binary, "--config", "env:" + render.ConfigEnv}, s.dir
 	} else {
-		lc.argv, lc.err = commandFor(s.o, filepath.Join(s.out, jobdir.ConfigFile), s.out)
+		names := s.containerEnvNames()
+		if strings.Contains(s.o.ContainerRuntime, RunDirPlaceholder) && s.rundir == "" {
+			d, err := os.MkdirTemp("", "gym-otel-"+s.opt.Facts.JobID+"-")
+			if err != nil {
+				lc.err = fmt.Errorf("otel.container_runtime: the run dir for {rundir}: %w", err)
+				return lc
+			}
+			s.rundir = d
+		}
+		lc.argv, lc.err = commandFor(s.o, filepath.Join(s.out, jobdir.ConfigFile), s.out, s.rundir, names)
+		lc.env = containerEnv(lc.env, names)
 	}
 	return lc
+}
+
+// endAdopted ends what a container runtime left running after the
+// collector's last run: the processes this supervisor adopted as their
+// subreaper (their parent exited) in a session not its own, such as
+// rootless Podman's pause process, which holds the user namespace and
+// outlives `podman run`; on a node without the collector's cgroup nothing
+// else would end it. They are SIGKILLed, reaped (at most 2 s) and logged.
+// A host collector leaves none.
+func (s *supervisor) endAdopted() {
+	if s.o.Container == "" {
+		return
+	}
+	me := os.Getpid()
+	own, err := proc.ReadStat(me)
+	if err != nil {
+		return
+	}
+	pids, _ := proc.Pids()
+	var ended []string
+	killed := map[int]bool{}
+	for _, pid := range pids {
+		st, err := proc.ReadStat(pid)
+		if err != nil || st.PPID != me || st.Session == own.Session || st.State == 'Z' {
+			continue
+		}
+		comm, _ := proc.Comm(pid)
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			ended = append(ended, fmt.Sprintf("%d (%s)", pid, comm))
+			killed[pid] = true
+		}
+	}
+	if len(ended) == 0 {
+		return
+	}
+	for deadline := time.Now().Add(2 * time.Second); len(killed) > 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for pid := range killed {
+			var ws syscall.WaitStatus
+			if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); got == pid || err != nil {
+				delete(killed, pid)
+			}
+		}
+	}
+	s.log.Infof("otel.container_runtime: ended what the runtime left running after the collector: %s", strings.Join(ended, ", "))
+}
+
+// removeRunDir removes {rundir} and everything in it, once no collector
+// runs; what cannot be removed (a runtime's file of a subordinate uid) is
+// logged and left. Dirs of mode 0 (an overlay file system's work dir, which
+// rootless Podman leaves behind a container it failed to start) are made
+// 0700 first: they are this user's.
+func (s *supervisor) removeRunDir() {
+	if s.rundir == "" {
+		return
+	}
+	filepath.WalkDir(s.rundir, func(p string, d fs.DirEntry, err error) error {
+		if d != nil && d.IsDir() && d.Type()&fs.ModeSymlink == 0 {
+			os.Chmod(p, 0o700) // before WalkDir reads it
+		}
+		return nil
+	})
+	if err := os.RemoveAll(s.rundir); err != nil {
+		s.log.Warnf("otel.container_runtime: removing the run dir %s: %v", s.rundir, err)
+	}
+	s.rundir = ""
+}
+
+// containerEnvNames are the variables a collector in a container needs
+// from the runtime's environment: the three tokens its configuration reads
+// as ${env:...} and GOMEMLIMIT. A runtime that starts the container with a
+// clean environment (apptainer --cleanenv, podman, enroot) passes them
+// only when told: APPTAINERENV_<NAME> in its environment
+// (containerEnv), or {envname} in otel.container_runtime.
+func (s *supervisor) containerEnvNames() []string {
+	return []string{s.o.TokenEnv, render.ReceiverTokenEnv, render.PluginTokenEnv, "GOMEMLIMIT"}
 }
 
 // launch starts the collector and waits until it is healthy.

@@ -398,6 +398,9 @@ type Job struct {
 	User        string // --user
 	Record      string // --record; with it, a hold socket's listener at fd 4 (Sup.HoldPath), as the plugin's prolog hands one on
 	Env         []string
+	// Container and ContainerRuntime are otel.container and
+	// otel.container_runtime ("": the host binary).
+	Container, ContainerRuntime string
 	// Wrap starts the supervisor through argv prefix Wrap (e.g. python3
 	// setting a signal mask, then execv).
 	Wrap []string
@@ -446,6 +449,9 @@ func WriteInputs(t testing.TB, dir string, j Job) (site, gym string) {
   memory_limit_mib: %d
   gym_span_groups: all
 `, j.Endpoint, j.ServiceName, j.Binary, port(j.DCGMPort), port(j.NodePort), j.Scrape, j.Health, j.Shutdown, j.Export, j.Memory)
+	if j.Container != "" {
+		siteYAML += fmt.Sprintf("  container: %q\n  container_runtime: %q\n", j.Container, j.ContainerRuntime)
+	}
 	gymYAML := fmt.Sprintf("driver:\n  gym_install: /opt/gym\njob:\n  output_path: %s\n", filepath.Join(dir, "job"))
 	if j.VLLMPort != 0 {
 		gymYAML += fmt.Sprintf("services:\n  policy:\n    type: vllm\n    port: %d\n    served_model_name: standin-model\n    nodes: [0]\n", j.VLLMPort)

@@ -1,0 +1,219 @@
+package supervise_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// podmanImage is the tag the Podman test imports its image under.
+const podmanImage = "localhost/gym-otel-collector:test"
+
+// TestContainerPodman runs a job's collector through otel.container with
+// rootless Podman as the job's user (gymuser), from an image built here (a
+// root file system with a shell, the C library and the collector, imported
+// with `podman import` into a read-only image store of root's, as a site
+// would keep it: no registry). The runtime's per-job state (XDG_RUNTIME_DIR,
+// --root, --runroot, HOME) is in {rundir}; the tokens reach the container by
+// name only (--env={envname}, which Podman fills from its own
+// environment). The job dir is under /tmp, and a tmpfs there holds the
+// bind's mount point: rootless Podman cannot make a dir in an image layer
+// of root's ("value too large for defined data type"). The backend must get the job's spans with the job's token,
+// the job's files its metrics, and nothing of the runtime may outlive the
+// drain but what the test measures and reports (Podman's pause process).
+func TestContainerPodman(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root (the job's user is gymuser)")
+	}
+	podman := testenv.Binary(t, "podman")
+	runc := testenv.Binary(t, "runc", "/usr/sbin/runc", "/usr/bin/runc")
+	u := ensureGymUser(t)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+
+	dir := harness.SharedDir(t)
+	store, archive := testenv.PodmanImage(t, podman, dir, podmanImage)
+	jobDir := filepath.Join(dir, "job")
+	if err := os.Mkdir(jobDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(jobDir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	// A user with subordinate ids reads the image from the shared store;
+	// with the single mapping only (no ids) a layer of root's cannot be
+	// used and each job loads the archive into its own storage.
+	image := podmanImage
+	if data, _ := os.ReadFile("/etc/subuid"); !strings.Contains("\n"+string(data), "\ngymuser:") {
+		store, image = "", "oci-archive:"+archive
+	}
+	runtime := testenv.PodmanRuntime(podman, runc, store, "/tmp")
+
+	token := "pod$man{" + harness.RandHex(8) + "}$$"
+	be := harness.StartBackend(t, token)
+	start := time.Now()
+	s := harness.StartSup(t, harness.Job{JobID: "4401", User: "gymuser", Token: token, Endpoint: be.URL,
+		VLLMPort: harness.StartVLLM(t), Output: filepath.Join(jobDir, "otel"), Health: 60,
+		Container: image, ContainerRuntime: runtime}).MustReady(t)
+	t.Logf("ready through rootless podman in %v (report after %v)", time.Since(start), s.ReportAfter)
+	t.Cleanup(func() { killPodmanLeftovers(t, uid) })
+	// A second job of the same user on the node, whose end must not
+	// touch the first's collector: its own {rundir}, so its own pause
+	// process and storage.
+	job2 := filepath.Join(dir, "job2")
+	if err := os.Mkdir(job2, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(job2, uid, gid)
+	s2 := harness.StartSup(t, harness.Job{JobID: "4402", User: "gymuser", Output: filepath.Join(job2, "otel"), Health: 60,
+		Container: image, ContainerRuntime: runtime}).MustReady(t)
+	if took, err := s2.Drain(t, 60*time.Second); err != nil {
+		t.Fatalf("second job's drain: %v\n%s", err, s2.Output())
+	} else {
+		t.Logf("the second job of gymuser drained in %v", took)
+	}
+	s2.AssertGone(t)
+	if !harness.HTTPOK(s.HealthURL()) {
+		t.Fatalf("the first job's collector is not healthy after the second job's end")
+	}
+
+	// The collector in the container: the job's user's, with its
+	// variables set from the runtime's by name.
+	var colls []int
+	for _, pid := range harness.ProcsMatching("/otelcol-gym\x00--config\x00" + filepath.Join(s.Out, jobdir.ConfigFile)) {
+		if bytes.HasPrefix(mustCmdline(pid), []byte("/otelcol-gym\x00")) {
+			colls = append(colls, pid)
+		}
+	}
+	if len(colls) != 1 {
+		t.Fatalf("collector processes in the container: %v, want one", colls)
+	}
+	coll := colls[0]
+	if f := strings.Fields(harness.ProcStatus(t, coll, "Uid")); len(f) == 0 || f[0] != u.Uid {
+		t.Errorf("the container's collector runs as uid %v, want %s", f, u.Uid)
+	}
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(coll) + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"OTEL_TOKEN=" + strings.ReplaceAll(token, "$", "$$"), "GYM_OTEL_RECEIVER_TOKEN=" + s.Report.ReceiverToken, "GYM_OTEL_PLUGIN_TOKEN=", "GOMEMLIMIT=409MiB"} {
+		if !bytes.Contains(env, []byte("\x00"+want)) && !bytes.HasPrefix(env, []byte(want)) {
+			t.Errorf("the container's collector has no %q in its environment", strings.SplitN(want, "=", 2)[0]+"=...")
+		}
+	}
+	// Containment: the runtime makes no cgroup of its own (rootless, the
+	// cgroupfs manager on a host whose controllers are v1): the
+	// container's collector is in the supervisor's groups, so in the
+	// plugin's.
+	if a, b := cgroupsOf(t, coll), cgroupsOf(t, s.Cmd.Process.Pid); a != b {
+		t.Errorf("the container's collector is in the cgroups\n%s\nthe supervisor in\n%s", a, b)
+	}
+	rundir := ""
+	if argv, err := os.ReadFile("/proc/" + strconv.Itoa(s.Report.CollectorPID) + "/cmdline"); err == nil {
+		for _, a := range strings.Split(string(argv), "\x00") {
+			if v, ok := strings.CutPrefix(a, "--root="); ok {
+				rundir = filepath.Dir(v)
+			} else if strings.HasSuffix(a, "/storage") && rundir == "" {
+				rundir = filepath.Dir(a)
+			}
+		}
+	}
+	if fi, err := os.Stat(rundir); err != nil || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != uint32(uid) {
+		t.Errorf("{rundir} %q: %v %v; want a 0700 dir of gymuser", rundir, fi, err)
+	}
+
+	harness.WaitMetricNames(t, s, 30*time.Second, "vllm_prompt_tokens_total")
+	s.RunGym(t, "agent", 2, "local")
+	harness.AssertNoLeak(t, token, s.Out, map[string]string{"the supervisor's output": s.Output()})
+	took, err := s.Drain(t, 60*time.Second)
+	if err != nil {
+		t.Fatalf("drain through podman: %v\n%s", err, s.Output())
+	}
+	t.Logf("drained through podman in %v", took)
+	s.AssertGone(t)
+	if harness.ProcAlive(coll, 0) && harness.ProcState(coll) != "Z" {
+		t.Errorf("the container's collector (pid %d) outlived the drain", coll)
+	}
+	if st := s.State(t); st.Status != jobdir.StatusDrained || st.ExportProblems != "" {
+		t.Errorf("state.json: %+v; want drained without export problems", st)
+	}
+	if _, err := os.Stat(rundir); !os.IsNotExist(err) {
+		t.Errorf("{rundir} %s after the supervisor's end: %v, want it removed", rundir, err)
+	}
+	be.Stop(t)
+	if d := otlptest.MustRead(t, be.Dir, "traces"); d.SpanCount("gym.rollout") != 2 {
+		t.Errorf("the backend got %d gym.rollout spans, want 2", d.SpanCount("gym.rollout"))
+	}
+	if m := otlptest.MustRead(t, s.Out, "metrics"); len(m.Named("vllm_prompt_tokens_total")) == 0 {
+		t.Errorf("the job's metrics.jsonl has no vllm_prompt_tokens_total")
+	}
+	// Podman's pause process (it holds the rootless user namespace)
+	// outlives `podman run`: the supervisor, its subreaper, ends it.
+	if left := runtimeProcs(uid); len(left) > 0 {
+		t.Errorf("the runtime's processes outlived the supervisor: %q", left)
+	}
+	if !strings.Contains(s.Output(), "ended what the runtime left running after the collector") {
+		t.Errorf("the supervisor did not say that it ended the runtime's leftovers:\n%s", s.Output())
+	}
+}
+
+// cgroupsOf is /proc/<pid>/cgroup.
+func cgroupsOf(t *testing.T, pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// userProcs lists the live processes of uid.
+func userProcs(uid int) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid && harness.ProcState(pid) != "Z" {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func mustCmdline(pid int) []byte {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return b
+}
+
+// runtimeProcs lists uid's live podman and conmon processes, pid and argv.
+func runtimeProcs(uid int) []string {
+	var out []string
+	for _, pid := range userProcs(uid) {
+		if c := string(mustCmdline(pid)); strings.Contains(c, "podman") || strings.Contains(c, "conmon") {
+			out = append(out, strconv.Itoa(pid)+" "+strings.ReplaceAll(c, "\x00", " "))
+		}
+	}
+	return out
+}
+
+// killPodmanLeftovers SIGKILLs gymuser's podman and conmon processes left
+// by a failed run of the test.
+func killPodmanLeftovers(t *testing.T, uid int) {
+	for _, p := range runtimeProcs(uid) {
+		pid, _ := strconv.Atoi(strings.Fields(p)[0])
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}

@@ -190,7 +190,9 @@ func receiptKey(nr NodeReceipt) string {
 func (t *textOut) jobLines(j Job) {
 	t.section("job")
 	for _, k := range identityKeys {
-		if v := j.Identity[k]; len(v) > 0 {
+		if v := j.Identity[k]; k == "host.name" && len(v) > 0 {
+			t.wrap(fmt.Sprintf("  %-24s ", k), slurm.CompressHostlist(v))
+		} else if len(v) > 0 {
 			t.line("  %-24s %s", k, strings.Join(v, ", "))
 		}
 	}

@@ -54,8 +54,11 @@ import (
 //     had exited before the drain gives slurm.end_known=false.
 //   - slurm.epilog: the job epilog tells its start (EnvEpilogStart, taken in
 //     C before the Go core loads) on the hold socket, "epilog start <unix
-//     ms>", before it signals the supervisor (TellEpilogStart: root writes
-//     nothing of the user's). Its end comes after the supervisor has exited
+//     ms>", and the job's exit when slurmd set it in the epilog's
+//     environment ("<status> <derived>": JobExit; the span's
+//     slurm.job.exit_code, signal, derived_exit_code, derived_signal and
+//     exit_from), before it signals the supervisor (TellEpilogStart: root
+//     writes nothing of the user's). Its end comes after the supervisor has exited
 //     (the epilog then ends the collector's cgroup and removes root's
 //     record), so the span ends at the line's writing and carries
 //     slurm.end_known=false; an epilog that did not tell (an older plugin,
@@ -70,13 +73,46 @@ const EnvEpilogStart = contract.EnvEpilogStart
 // epilogLine starts the hold socket line that tells the epilog's start.
 const epilogLine = "epilog start "
 
+// JobExit is the job's exit as slurmd gives it to the job epilog's
+// environment (Slurm 22.05 to 26.05, prep/script's slurmd part, when the
+// job's exit code is known): SLURM_JOB_EXIT_CODE, the batch script's
+// wait status (exit code << 8, or the signal), and SLURM_JOB_DERIVED_EC,
+// the highest of the steps' wait statuses; SLURM_JOB_EXIT_CODE2 is the
+// first as "code:signal".
+type JobExit struct {
+	Status, Derived uint32
+}
+
+// waitCode is the exit code of a wait status (WEXITSTATUS), waitSignal its
+// signal (WTERMSIG; 0: none).
+func waitCode(status uint32) int64   { return int64(status>>8) & 0xff }
+func waitSignal(status uint32) int64 { return int64(status & 0x7f) }
+
+// JobExitFromEnv reads the job's exit from the job epilog's environment
+// (getenv): SLURM_JOB_EXIT_CODE and SLURM_JOB_DERIVED_EC, both unsigned
+// wait statuses. nil when slurmd did not set them (the exit code not
+// known) or a value is not a number.
+func JobExitFromEnv(getenv func(string) string) *JobExit {
+	st, err1 := strconv.ParseUint(getenv("SLURM_JOB_EXIT_CODE"), 10, 32)
+	de, err2 := strconv.ParseUint(getenv("SLURM_JOB_DERIVED_EC"), 10, 32)
+	if err1 != nil {
+		return nil
+	}
+	if err2 != nil {
+		de = 0
+	}
+	return &JobExit{Status: uint32(st), Derived: uint32(de)}
+}
+
 // TellEpilogStart tells the job's supervisor on its hold socket (path, as
-// root's record has it) that the epilog started at at: one line, answered
-// "ok", within HoldConnTimeout/4. The path must pass CheckHoldSocket (a
-// socket of root's in a dir only root can write: the prolog's listener,
-// which the supervisor serves), or nothing is sent. Errors: not such a
-// socket, no listener, no answer in time.
-func TellEpilogStart(path string, at time.Time) error {
+// root's record has it) that the epilog started at at, and the job's exit
+// when known (exit, nil: not known): one line, "epilog start <unix ms>"
+// then "<status> <derived>", answered "ok", within HoldConnTimeout/4. The
+// path must pass CheckHoldSocket (a socket of root's in a dir only root
+// can write: the prolog's listener, which the supervisor serves), or
+// nothing is sent. Errors: not such a socket, no listener, no answer in
+// time.
+func TellEpilogStart(path string, at time.Time, exit *JobExit) error {
 	if err := CheckHoldSocket(path); err != nil {
 		return err
 	}
@@ -87,7 +123,11 @@ func TellEpilogStart(path string, at time.Time) error {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(HoldConnTimeout / 4))
-	if _, err := fmt.Fprintf(c, "%s%d\n", epilogLine, at.UnixMilli()); err != nil {
+	line := fmt.Sprintf("%s%d", epilogLine, at.UnixMilli())
+	if exit != nil {
+		line += fmt.Sprintf(" %d %d", exit.Status, exit.Derived)
+	}
+	if _, err := fmt.Fprintf(c, "%s\n", line); err != nil {
 		return err
 	}
 	buf := make([]byte, 16)
@@ -100,11 +140,21 @@ func TellEpilogStart(path string, at time.Time) error {
 
 // epilogStarted records the epilog's start told on the hold socket: a
 // plausible time (after the node's start of the job, not ahead of the
-// clock by more than a minute) once; later lines are refused.
-func (p *phases) epilogStarted(v string) string {
+// clock by more than a minute) once, and the job's exit when told (two
+// unsigned wait statuses); later lines are refused.
+func (p *phases) epilogStarted(v string, exit ...string) string {
 	ms, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || ms <= 0 {
 		return "bad time\n"
+	}
+	var je *JobExit
+	if len(exit) == 2 {
+		st, err1 := strconv.ParseUint(exit[0], 10, 32)
+		de, err2 := strconv.ParseUint(exit[1], 10, 32)
+		if err1 != nil || err2 != nil {
+			return "bad exit\n"
+		}
+		je = &JobExit{Status: uint32(st), Derived: uint32(de)}
 	}
 	at := time.UnixMilli(ms)
 	if at.Before(p.start) || at.After(time.Now().Add(time.Minute)) {
@@ -115,7 +165,7 @@ func (p *phases) epilogStarted(v string) string {
 	if !p.epilogStart.IsZero() {
 		return "bad line\n"
 	}
-	p.epilogStart = at
+	p.epilogStart, p.jobExit = at, je
 	return "ok\n"
 }
 
@@ -133,7 +183,7 @@ type drainEnd struct {
 // slurm.epilog when the epilog told its start; now is their writing.
 func (p *phases) afterSpans(d drainEnd, now time.Time) []*tracev1.Span {
 	p.mu.Lock()
-	es := p.epilogStart
+	es, je := p.epilogStart, p.jobExit
 	p.mu.Unlock()
 	if !es.IsZero() && strings.HasPrefix(d.cause, "signal") {
 		d.cause = "epilog (" + d.cause + ")"
@@ -151,7 +201,15 @@ func (p *phases) afterSpans(d drainEnd, now time.Time) []*tracev1.Span {
 	}
 	out := []*tracev1.Span{ds}
 	if !es.IsZero() {
-		e := p.span("slurm.epilog", p.spanID("epilog"), p.root, es, now, boolAttr("slurm.start_known", true), boolAttr("slurm.end_known", false))
+		attrs := []*commonv1.KeyValue{boolAttr("slurm.start_known", true), boolAttr("slurm.end_known", false)}
+		if je != nil {
+			// The job's exit as slurmd gave it to the epilog: the batch
+			// script's exit code or signal, the steps' highest exit code.
+			attrs = append(attrs, intAttr("slurm.job.exit_code", waitCode(je.Status)), intAttr("slurm.job.signal", waitSignal(je.Status)),
+				intAttr("slurm.job.derived_exit_code", waitCode(je.Derived)), intAttr("slurm.job.derived_signal", waitSignal(je.Derived)),
+				strAttr("slurm.job.exit_from", "SLURM_JOB_EXIT_CODE"))
+		}
+		e := p.span("slurm.epilog", p.spanID("epilog"), p.root, es, now, attrs...)
 		e.Status = &tracev1.Status{Message: "the epilog goes on after the supervisor has exited (it ends the collector's cgroup and removes root's record): the span ends when the supervisor wrote it"}
 		out = append(out, e)
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
 
 // dcgm-exporter's energy counter (its default counters,
@@ -325,8 +327,19 @@ func (t *textOut) sharingLines(r *Report) {
 		}
 		names[k] = append(names[k], dev)
 	}
+	// Nodes with the same devices and reason on one line, as a hostlist
+	// ("gn[1-64] gpu 0, gpu 1: <why>").
+	var lines []string
+	nodes := map[string][]string{}
 	for _, k := range keys {
 		node, why, _ := strings.Cut(k, "\x00")
-		t.wrap("    ", node+" "+strings.Join(names[k], ", ")+": "+why)
+		l := strings.Join(names[k], ", ") + ": " + why
+		if nodes[l] == nil {
+			lines = append(lines, l)
+		}
+		nodes[l] = append(nodes[l], node)
+	}
+	for _, l := range lines {
+		t.wrap("    ", slurm.CompressHostlist(nodes[l])+" "+l)
 	}
 }

@@ -45,6 +45,19 @@ type aggTable struct {
 	N          int
 	Aggregated bool
 	Outliers   []string
+	// OutlierRows are the outliers' row indexes, Groups the aggregated
+	// groups (the text's layout), in order.
+	OutlierRows []int
+	Groups      []aggGroup
+}
+
+// aggGroup is one group of an aggregated table: its label (the count, the
+// nodes as a hostlist, the group's name), and per figure column its head
+// and min, median and max as written (min and max with their nodes).
+type aggGroup struct {
+	Name, Hostlist string
+	N              int
+	Figures        [][4]string
 }
 
 // outlying is whether v is far from the figures of its column: more than
@@ -113,6 +126,7 @@ func buildAggTable(id, first string, n int, name func(i int) string, node func(i
 		if g != "" {
 			label += " " + g
 		}
+		grp := aggGroup{Name: g, Hostlist: slurm.CompressHostlist(nodes), N: len(idx)}
 		rows := map[string]*aggRow{}
 		for _, k := range []string{"min", "median", "max"} {
 			rows[k] = &aggRow{Cells: []string{k + " of " + label}, Class: "agg"}
@@ -179,6 +193,7 @@ func buildAggTable(id, first string, n int, name func(i int) string, node func(i
 			rows["min"].Cells = append(rows["min"].Cells, c.Fmt(c.Num(lo))+at(lo))
 			rows["median"].Cells = append(rows["median"].Cells, c.Fmt(m))
 			rows["max"].Cells = append(rows["max"].Cells, c.Fmt(c.Num(hi))+at(hi))
+			grp.Figures = append(grp.Figures, [4]string{c.Head, c.Fmt(c.Num(lo)) + at(lo), c.Fmt(m), c.Fmt(c.Num(hi)) + at(hi)})
 			for _, i := range idx {
 				if v := c.Num(i); !math.IsNaN(v) && outlying(v, m, mad) {
 					out[i] = append(out[i], c.Head)
@@ -186,12 +201,14 @@ func buildAggTable(id, first string, n int, name func(i int) string, node func(i
 			}
 		}
 		t.Rows = append(t.Rows, *rows["min"], *rows["median"], *rows["max"])
+		t.Groups = append(t.Groups, grp)
 		for _, i := range idx {
 			if cs := out[i]; len(cs) > 0 {
 				r := row(i, "outlier")
 				r.Cells[0] = "outlier " + r.Cells[0] + " (" + strings.Join(cs, ", ") + ")"
 				t.Rows = append(t.Rows, r)
 				t.Outliers = append(t.Outliers, name(i))
+				t.OutlierRows = append(t.OutlierRows, i)
 			}
 		}
 	}
@@ -206,8 +223,8 @@ func fv(v Value) float64 { return float64(v) }
 
 func fmtP(p int) func(float64) string { return func(v float64) string { return f(Value(v), p) } }
 
-// htmlTables are the page's per-node tables: model servers, GPUs, hosts
-// and cgroups.
+// htmlTables are the per-node tables of the page (and, aggregated, of the
+// text): model servers, GPUs, hosts and cgroups.
 func (r *Report) htmlTables() map[string]aggTable {
 	tables := map[string]aggTable{}
 	ms := r.ModelServers

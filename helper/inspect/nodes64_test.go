@@ -72,9 +72,32 @@ func TestJob64Text(t *testing.T) {
 	if lineWith(lines, len(lines), "prolog", " 64 ", "outliers: gn50 (5.243 s)") < 0 {
 		t.Errorf("gn50's late prolog not named:\n%s", textSections(text, "Slurm phases"))
 	}
-	srv := textSections(text, "model servers")
-	if i, j := strings.Index(srv, "\n  gn2 "), strings.Index(srv, "\n  gn10 "); i < 0 || j < 0 || i > j {
-		t.Errorf("model servers not in natural order (gn2 at %d, gn10 at %d)", i, j)
+	// The per-node sections aggregated: each figure's min, median and max
+	// with their nodes, then the outliers in full (gn37's slow server and
+	// GPUs), the rest folded; nodes in natural order where listed.
+	for sec, wants := range map[string][]string{
+		"model servers": {"\n  64 servers on gn[1-64]: min / median / max", "\n    requests             6 (gn37) / 24 / 26 ",
+			"\n  gn37 gym-vllm/svc1 model tiny-model\n    requests 6,", "\n  (all)\n"},
+		"GPUs":    {"\n  gpu 0 on 64 nodes gn[1-64]: min / median / max", "\n    util mean %          3.1 (gn37) / 13.0 / ", "\n  gn37              0 NVIDIA",
+			"\n    gn[1-64] gpu 0, gpu 1, gpu 2, gpu 3: not named by Slurm"},
+		"hosts":   {"\n  64 hosts on gn[1-64]: min / median / max", "\n  no outliers"},
+		"cgroups": {"\n  collector on 64 nodes gn[1-64]: min / median / max", "\n    all of gn[1-64] job:\n", "slurm_<node>/"},
+	} {
+		got := textSections(text, sec)
+		for _, w := range wants {
+			if !strings.Contains(got, w) {
+				t.Errorf("section %s lacks %q:\n%s", sec, w, got)
+			}
+		}
+		if n := strings.Count(got, "\n"); n > 40 {
+			t.Errorf("section %s: %d lines", sec, n)
+		}
+	}
+	if h := textSections(text, "telemetry health"); strings.Index(h, "\n  gn2 ") > strings.Index(h, "\n  gn10 ") {
+		t.Errorf("node dirs not in natural order:\n%s", h[:min(len(h), 2000)])
+	}
+	if len(lines) > 600 {
+		t.Errorf("%d lines", len(lines))
 	}
 }
 

@@ -78,7 +78,7 @@ func TestJob64Text(t *testing.T) {
 	for sec, wants := range map[string][]string{
 		"model servers": {"\n  64 servers on gn[1-64]: min / median / max", "\n    requests             6 (gn37) / 24 / 26 ",
 			"\n  gn37 gym-vllm/svc1 model tiny-model\n    requests 6,", "\n  (all)\n"},
-		"GPUs":    {"\n  gpu 0 on 64 nodes gn[1-64]: min / median / max", "\n    util mean %          3.1 (gn37) / 13.0 / ", "\n  gn37              0 NVIDIA",
+		"GPUs": {"\n  gpu 0 on 64 nodes gn[1-64]: min / median / max", "\n    util mean %          3.1 (gn37) / 13.0 / ", "\n  gn37              0 NVIDIA",
 			"\n    gn[1-64] gpu 0, gpu 1, gpu 2, gpu 3: not named by Slurm"},
 		"hosts":   {"\n  64 hosts on gn[1-64]: min / median / max", "\n  no outliers"},
 		"cgroups": {"\n  collector on 64 nodes gn[1-64]: min / median / max", "\n    all of gn[1-64] job:\n", "slurm_<node>/"},

@@ -43,8 +43,9 @@ func job64(t *testing.T) (*Report, []string) {
 // TestJob64Text: the 64-node job reads on one screen: the outcome and
 // the Gym answer in the first 25 lines, the nodes as hostlists (the job
 // section's host.name too, and every receipt folded into one line), the
-// late prolog named as the phases' outlier, the per-node sections in the
-// nodes' natural order.
+// late prolog named as the phases' outlier, the per-node sections
+// aggregated with the outliers in full, the node dirs' health folded, in
+// the nodes' natural order; the whole text under 250 lines (1913 before).
 func TestJob64Text(t *testing.T) {
 	_, lines := job64(t)
 	text := strings.Join(lines, "\n")
@@ -93,10 +94,13 @@ func TestJob64Text(t *testing.T) {
 			t.Errorf("section %s: %d lines", sec, n)
 		}
 	}
-	if h := textSections(text, "telemetry health"); strings.Index(h, "\n  gn2 ") > strings.Index(h, "\n  gn10 ") {
-		t.Errorf("node dirs not in natural order:\n%s", h[:min(len(h), 2000)])
+	// The 63 copies' health reads the same: one block, "<node>" for the
+	// name.
+	if h := textSections(text, "telemetry health"); !strings.Contains(h, "\n  63 nodes gn[2-64]: lines: metrics 12,") ||
+		!strings.Contains(h, "target dcgm (<node>:18365)") || !strings.Contains(h, "\n  gn1: lines:") || strings.Count(h, "\n") > 20 {
+		t.Errorf("telemetry health not folded:\n%s", h[:min(len(h), 3000)])
 	}
-	if len(lines) > 600 {
+	if len(lines) > 250 {
 		t.Errorf("%d lines", len(lines))
 	}
 }

@@ -535,6 +535,12 @@ func (t *textOut) errorLines(e Errors) {
 // state and targets, and what the bounds dropped.
 func (t *textOut) healthLines(hl Health) {
 	t.section("telemetry health")
+	// Past maxTableRows node dirs, the dirs whose health reads the same
+	// but for the node's name fold into one block, their nodes as a
+	// hostlist and "<node>" where the name was.
+	fold := len(hl.Dirs) > maxTableRows
+	var order []string
+	nodes := map[string][]string{}
 	for _, d := range hl.Dirs {
 		name := d.NodeName
 		if d.Link != "" {
@@ -544,14 +550,14 @@ func (t *textOut) healthLines(hl Health) {
 		if n := d.BadLines["metrics"] + d.BadLines["traces"] + d.BadLines["logs"]; n > 0 {
 			bad = fmt.Sprintf(", %d did not parse", n)
 		}
-		t.line("  %-14s lines: metrics %d, traces %d, logs %d%s; %d points, %d spans, %d logs",
-			cut(name, 14), d.Lines["metrics"], d.Lines["traces"], d.Lines["logs"], bad, d.Points, d.Spans, d.Logs)
+		block := []string{fmt.Sprintf("lines: metrics %d, traces %d, logs %d%s; %d points, %d spans, %d logs",
+			d.Lines["metrics"], d.Lines["traces"], d.Lines["logs"], bad, d.Points, d.Spans, d.Logs)}
 		for _, sig := range signals {
 			if msg, ok := d.FirstBad[sig]; ok {
-				t.line("    %s.jsonl first bad %s", sig, msg)
+				block = append(block, fmt.Sprintf("    %s.jsonl first bad %s", sig, msg))
 			}
 			if n := d.Writing[sig]; n > 0 {
-				t.line("    %s.jsonl: %d bytes of a line being written (the collector runs)", sig, n)
+				block = append(block, fmt.Sprintf("    %s.jsonl: %d bytes of a line being written (the collector runs)", sig, n))
 			}
 		}
 		if d.State != nil {
@@ -559,13 +565,50 @@ func (t *textOut) healthLines(hl Health) {
 			if d.State.ExportProblems != "" {
 				st += ", export problems: " + d.State.ExportProblems
 			}
-			t.line("%s", st)
+			block = append(block, st)
 		}
 		for _, x := range d.Targets {
-			t.line("    target %s (%s): %s", x.Job, x.Instance, ScrapeSummary(x.Scrapes, x.Answered, x.WarmingUp, x.Ended))
+			block = append(block, fmt.Sprintf("    target %s (%s): %s", x.Job, x.Instance, ScrapeSummary(x.Scrapes, x.Answered, x.WarmingUp, x.Ended)))
 			if x.LimitHits.Any() {
-				t.line("      LIMIT: %s", x.LimitHits)
+				block = append(block, fmt.Sprintf("      LIMIT: %s", x.LimitHits))
 			}
+		}
+		if !fold {
+			t.line("  %-14s %s", cut(name, 14), block[0])
+			for _, l := range block[1:] {
+				t.line("%s", l)
+			}
+			continue
+		}
+		k := strings.Join(block, "\n")
+		if d.NodeName != "" {
+			k = strings.ReplaceAll(k, d.NodeName, "<node>")
+		}
+		if d.Link != "" {
+			k = "link " + d.Link + "\n" + k
+		}
+		if nodes[k] == nil {
+			order = append(order, k)
+		}
+		nodes[k] = append(nodes[k], d.NodeName)
+	}
+	for _, k := range order {
+		ns, text := nodes[k], k
+		if len(ns) == 1 {
+			text = strings.ReplaceAll(k, "<node>", ns[0])
+		}
+		block := strings.Split(text, "\n")
+		link := ""
+		if strings.HasPrefix(block[0], "link ") {
+			link, block = " ("+block[0]+")", block[1:]
+		}
+		head := slurm.CompressHostlist(ns) + link
+		if len(ns) > 1 {
+			head = fmt.Sprintf("%d nodes %s", len(ns), head)
+		}
+		t.wrap("  ", head+": "+block[0])
+		for _, l := range block[1:] {
+			t.line("%s", l)
 		}
 	}
 	if hl.DroppedSeries > 0 || hl.SkippedPoints > 0 {

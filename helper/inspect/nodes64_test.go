@@ -190,6 +190,36 @@ func TestJob64HTML(t *testing.T) {
 	if err := json.Unmarshal([]byte(testenv.EvalPage(t, page, "chart-facts")), &facts); err != nil {
 		t.Fatal(err)
 	}
+	// Measured in the page by Chart.js itself: each chart's plot area,
+	// the height its legend takes inside the canvas, its rows. A metric
+	// chart's box is 280 px: its plot keeps 60% of it or more, whatever
+	// the number of series; the phase chart 16 px a row or more; no legend
+	// inside a canvas.
+	var measured []struct {
+		ID     string  `json:"id"`
+		Plot   float64 `json:"plot"`
+		Legend float64 `json:"legend"`
+		Rows   int     `json:"rows"`
+		Box    float64 `json:"box"`
+	}
+	const measure = `JSON.stringify([...document.querySelectorAll('#charts canvas')].map(c => { const ch = Chart.getChart(c);
+		return { id: c.id, plot: ch.chartArea.bottom - ch.chartArea.top, rows: (ch.data.labels || []).length, box: c.parentElement.getBoundingClientRect().height,
+			legend: ch.legend && ch.options.plugins.legend.display !== false ? ch.legend.height : 0 }; }))`
+	if err := json.Unmarshal([]byte(testenv.EvalPageJS(t, page, "chart-facts", measure)), &measured); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range measured {
+		want := 0.6 * 280
+		if m.ID == "chart-phases" {
+			want = 16 * float64(m.Rows)
+		}
+		if m.Plot < want || m.Legend > 0 {
+			t.Errorf("%s: plot %.0f px of a %.0f px box, legend %.0f px inside the chart: want %.0f px or more and the legend outside", m.ID, m.Plot, m.Box, m.Legend, want)
+		}
+	}
+	if len(measured) != len(facts) {
+		t.Errorf("%d canvases, %d charts' facts", len(measured), len(facts))
+	}
 	byID := map[string]int{}
 	origins := map[string]bool{}
 	for i, c := range facts {

@@ -133,16 +133,17 @@ func (r *Report) textString() string {
 }
 
 var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
-	"f":        func(v Value, p int) string { return f(v, p) },
-	"pct":      func(v Value) string { return pct(v) },
-	"q":        quantOrNot,
-	"dur":      func(v Value) string { return dur(v) },
-	"elapsed":  elapsed,
-	"deref":    func(p *int) int { return *p },
-	"dec":      func(i int) int { return i - 1 },
-	"join":     strings.Join,
-	"hostlist": slurm.CompressHostlist,
-	"s3":       secs3,
+	"f":           func(v Value, p int) string { return f(v, p) },
+	"pct":         func(v Value) string { return pct(v) },
+	"q":           quantOrNot,
+	"dur":         func(v Value) string { return dur(v) },
+	"elapsed":     elapsed,
+	"deref":       func(p *int) int { return *p },
+	"dec":         func(i int) int { return i - 1 },
+	"join":        strings.Join,
+	"hostlist":    slurm.CompressHostlist,
+	"foldSharing": foldSharing,
+	"s3":          secs3,
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
@@ -220,7 +221,7 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 {{end}}{{end}}</table>{{end}}
 {{if .R.GPUs}}<h2>GPUs</h2>
 {{template "agg" index .Tables "gpus"}}
-{{if .R.GPUSharing}}<p id="gpu-sharing">Not the job's alone:</p><ul>{{range .R.GPUSharing}}<li>{{.}}</li>{{end}}</ul>{{end}}{{end}}
+{{if .R.GPUSharing}}<p id="gpu-sharing">Not the job's alone:</p><ul>{{range foldSharing .R.GPUSharing}}<li>{{.}}</li>{{end}}</ul>{{end}}{{end}}
 {{with .R.Energy}}{{if ne .Why "` + WhyNoGPUs + `"}}<h2>Energy</h2>
 <table id="energy">{{if .NotAttributable}}<tr><td>energy</td><td class="l">` + WhyNotAttributable + `: a shared or MIG-partitioned GPU's power is not the job's alone</td></tr>
 {{else if not .Joules.Known}}<tr><td>energy</td><td class="l">- ({{.Why}})</td></tr>

@@ -134,14 +134,18 @@ func buildAggTable(id, first string, n int, name func(i int) string, node func(i
 		out := map[int][]string{}
 		for _, c := range cols {
 			if c.Num == nil {
-				// Words: the same on every row, else how many differ.
+				// Words: the same on every row (the node's name read
+				// as "<node>"), else how many differ.
 				seen := map[string]bool{}
+				s := ""
 				for _, i := range idx {
-					seen[c.Text(i)] = true
+					s = nodeless(c.Text(i), node(i))
+					seen[s] = true
 				}
-				s := c.Text(idx[0])
 				if len(seen) > 1 {
 					s = fmt.Sprintf("(%d different)", len(seen))
+				} else if len(idx) == 1 {
+					s = c.Text(idx[0])
 				}
 				for _, k := range []string{"min", "median", "max"} {
 					rows[k].Cells = append(rows[k].Cells, s)
@@ -216,6 +220,22 @@ func buildAggTable(id, first string, n int, name func(i int) string, node func(i
 		t.Rows = append(t.Rows, row(i, ""))
 	}
 	return t
+}
+
+// nodeless is text with the node's name read as "<node>"; a text cut at
+// its bound ("...") is cut at its last "/" or space instead, where it
+// would end on any node.
+func nodeless(text, node string) string {
+	if node == "" {
+		return text
+	}
+	text = strings.ReplaceAll(text, node, "<node>")
+	if w, ok := strings.CutSuffix(text, "..."); ok {
+		if k := strings.LastIndexAny(w, "/ "); k > 0 {
+			text = w[:k+1] + "..."
+		}
+	}
+	return text
 }
 
 // fv is a Value as a float (NaN when not known).

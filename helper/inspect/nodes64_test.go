@@ -258,6 +258,10 @@ func TestJob64HTML(t *testing.T) {
 		!slices.Contains(facts[i].Labels, "prolog (64 nodes)") {
 		t.Errorf("phase chart not one row a phase with gn50 named: %+v", facts[i])
 	}
+	if a := strings.Index(html, `<p id="gpu-sharing">`); a < 0 || !strings.Contains(html[a:], "<li>gn[1-64] gpu 0, gpu 1, gpu 2, gpu 3: not named by Slurm") ||
+		strings.Count(html[a:a+strings.Index(html[a:], "</ul>")], "<li>") != 1 {
+		t.Errorf("the GPUs not the job's alone not folded into one line")
+	}
 	for _, id := range []string{"servers", "gpus", "hosts", "cgroups"} {
 		a := strings.Index(html, `<table id="`+id+`">`)
 		if a < 0 {
@@ -270,6 +274,9 @@ func TestJob64HTML(t *testing.T) {
 		}
 		if !strings.Contains(html, `<details id="`+id+`-all">`) {
 			t.Errorf("table %s: every row not kept below", id)
+		}
+		if row := strings.Index(tbl, "<td>min of 64 gn[1-64] job</td>"); id == "cgroups" && (row < 0 || strings.Contains(tbl[row:row+strings.Index(tbl[row:], "</tr>")], " different)")) {
+			t.Errorf("table %s: reasons that differ only by the node's name counted as different:\n%s", id, tbl)
 		}
 		if id == "servers" || id == "gpus" {
 			if !strings.Contains(tbl, `<tr class="outlier"><td>outlier gn37`) {

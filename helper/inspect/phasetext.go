@@ -419,14 +419,7 @@ func (t *textOut) cgroupLines(r *Report) {
 		for _, why := range order {
 			fams := byWhy[why]
 			if tb.Aggregated {
-				why = strings.ReplaceAll(why, u.Node, "<node>")
-				// A reason cut at its bound ends at a different place
-				// on each node: cut at its last "/" or space.
-				if w, ok := strings.CutSuffix(why, "..."); ok {
-					if k := strings.LastIndexAny(w, "/ "); k > 0 {
-						why = w[:k+1] + "..."
-					}
-				}
+				why = nodeless(why, u.Node)
 			}
 			if where[why] == nil {
 				whys = append(whys, why)

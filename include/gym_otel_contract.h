@@ -46,6 +46,8 @@
 #define GOS_RECORD_ENV "env"
 /* RecordUnset */
 #define GOS_RECORD_UNSET "unset"
+/* RecordResAttr */
+#define GOS_RECORD_RESATTR "resattr"
 /* HoldQuestion */
 #define GOS_HOLD_QUESTION "sampled"
 /* HoldTargets */

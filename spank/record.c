@@ -30,8 +30,11 @@ void gos_record_free(struct gos_record *r)
 		free(r->env[i]);
 	for (int i = 0; i < r->nunset; i++)
 		free(r->unset[i]);
+	for (int i = 0; i < r->nresattr; i++)
+		free(r->resattr[i]);
 	free(r->env);
 	free(r->unset);
+	free(r->resattr);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -162,6 +165,15 @@ int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 				rc = -1;
 		} else if (KEY(p, GOS_RECORD_UNSET)) {
 			if (push(&r->unset, &r->nunset, VAL(p, GOS_RECORD_UNSET)))
+				rc = -1;
+		} else if (KEY(p, GOS_RECORD_RESATTR)) {
+			/* "key=value", neither holding a "," (the value is
+			 * percent-encoded by the prolog) nor the key an "=". */
+			const char *v = VAL(p, GOS_RECORD_RESATTR);
+			const char *eq = strchr(v, '=');
+
+			if (eq && eq > v && !strchr(v, ',') && !strchr(eq + 1, '=') &&
+			    push(&r->resattr, &r->nresattr, v))
 				rc = -1;
 		}
 	}

@@ -21,6 +21,8 @@ struct gos_record {
 	char **env;     /* "KEY=VALUE" */
 	int nunset;
 	char **unset;
+	int nresattr;
+	char **resattr; /* "key=<percent-encoded value>", for OTEL_RESOURCE_ATTRIBUTES */
 	char dir[4096]; /* the job's record dir */
 	char cgroup_memory[4096]; /* the collector cgroup's memory bound file, or "" */
 	char cgroup_cpuset[4096]; /* the collector cgroup's cpuset.cpus, or "" */

@@ -12,6 +12,13 @@
  * the plugin set for another step (the batch script's, inherited by an
  * srun) is replaced, or taken out when this step has no context. No
  * TRACESTATE and no BAGGAGE are set.
+ *
+ * OTEL_RESOURCE_ATTRIBUTES gets the job's identity as the collector stamps
+ * it (the record's resattr= lines: Lens' keys, values percent-encoded by
+ * the prolog), each only where its key is not in the variable yet: SDKs
+ * let a later duplicate win, and a producer's own value must stay. A value
+ * wholly the plugin's (another step's, inherited) is replaced; one the
+ * user set keeps every segment and gets the missing keys appended.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -24,6 +31,7 @@
 
 #define OWNED_ENV "GYM_OTEL_OWNED"
 #define TRACEPARENT_ENV "TRACEPARENT"
+#define RESATTR_ENV "OTEL_RESOURCE_ATTRIBUTES"
 #define ENV_MAX 65536
 
 /* FNV-1a, 32 bits: how GYM_OTEL_OWNED remembers a value the plugin set. */
@@ -89,6 +97,71 @@ static void traceparent(spank_t sp, const char *tp, const char *owned, char *new
 	}
 }
 
+/* Whether the OTEL_RESOURCE_ATTRIBUTES value v has a segment of key key
+ * (klen bytes): "k=v" items split on ",", the key trimmed of blanks, as the
+ * SDKs and Lens read it. */
+static int has_resattr(const char *v, const char *key, size_t klen)
+{
+	while (v && *v) {
+		const char *end = strchr(v, ','), *eq;
+		size_t n = end ? (size_t)(end - v) : strlen(v);
+
+		eq = memchr(v, '=', n);
+		if (eq) {
+			const char *k = v, *ke = eq;
+
+			while (k < ke && (*k == ' ' || *k == '\t'))
+				k++;
+			while (ke > k && (ke[-1] == ' ' || ke[-1] == '\t'))
+				ke--;
+			if ((size_t)(ke - k) == klen && !memcmp(k, key, klen))
+				return 1;
+		}
+		v = end ? end + 1 : NULL;
+	}
+	return 0;
+}
+
+/* OTEL_RESOURCE_ATTRIBUTES: the record's attributes whose keys are not
+ * there yet appended (see the top of the file). */
+static void resattrs(spank_t sp, const struct gos_record *r, const char *owned, char *newowned, size_t *used,
+		     uint32_t job_id)
+{
+	static char cur[ENV_MAX], out[ENV_MAX];
+	spank_err_t rc;
+	size_t n;
+	int user, added = 0;
+
+	if (!r->nresattr)
+		return;
+	rc = spank_getenv(sp, RESATTR_ENV, cur, sizeof(cur));
+	if (rc != ESPANK_SUCCESS && rc != ESPANK_ENV_NOEXIST)
+		return; /* set, but too long to read here: left alone */
+	user = rc == ESPANK_SUCCESS && cur[0] && !owned_by_us(owned, RESATTR_ENV, fnv1a(cur));
+	snprintf(out, sizeof(out), "%s", user ? cur : "");
+	n = strlen(out);
+	for (int i = 0; i < r->nresattr; i++) {
+		const char *a = r->resattr[i];
+		size_t klen = strcspn(a, "="), alen = strlen(a);
+
+		if (user && has_resattr(cur, a, klen)) {
+			gos_debug("job %u: %s has %.*s already: kept", job_id, RESATTR_ENV, (int)klen, a);
+			continue;
+		}
+		if (n + (n ? 1 : 0) + alen >= sizeof(out))
+			break;
+		if (n)
+			out[n++] = ',';
+		memcpy(out + n, a, alen + 1);
+		n += alen;
+		added++;
+	}
+	if (!added)
+		return;
+	if (spank_setenv(sp, RESATTR_ENV, out, 1) == ESPANK_SUCCESS && !user)
+		own(newowned, used, RESATTR_ENV, out);
+}
+
 void gos_taskenv_apply(spank_t sp, const struct gos_record *r, const char *tp, uint32_t job_id,
 		       char *kept, size_t keptlen)
 {
@@ -118,6 +191,7 @@ void gos_taskenv_apply(spank_t sp, const struct gos_record *r, const char *tp, u
 		*eq = '=';
 	}
 	traceparent(sp, tp, owned, newowned, &used, job_id);
+	resattrs(sp, r, owned, newowned, &used, job_id);
 	spank_setenv(sp, OWNED_ENV, newowned, 1);
 }
 

@@ -28,6 +28,11 @@ func (e usageError) Error() string { return e.msg }
 // message.
 var errFailed = errors.New("failed")
 
+// errUnanswered marks a replay that fell short only because the backend
+// did not answer within the bound (exit 3): nothing of the files is lost,
+// and a replay again sends what the backend did not take.
+var errUnanswered = errors.New("the backend did not answer")
+
 type command struct {
 	summary string
 	run     func(args []string, stdout, stderr io.Writer) error
@@ -75,6 +80,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	case errors.Is(err, errFailed):
 		return 1
+	case errors.Is(err, errUnanswered):
+		return 3
 	default:
 		for _, line := range strings.Split(err.Error(), "\n") {
 			fmt.Fprintf(stderr, "gym-otel: %s\n", line)

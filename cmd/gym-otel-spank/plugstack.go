@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/callbacks"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
 
 // DefaultSlurmConf is where Slurm's commands read slurm.conf when
@@ -111,24 +112,15 @@ func slurmPlugstack() (plugstack, slurmConf string, err error) {
 	if slurmConf == "" {
 		slurmConf = DefaultSlurmConf
 	}
-	f, err := os.Open(slurmConf)
+	c, err := slurm.ReadConf(slurmConf)
 	if err != nil {
 		return "", slurmConf, err
 	}
-	defer f.Close()
 	plugstack = filepath.Join(filepath.Dir(slurmConf), "plugstack.conf")
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
-		if ok && strings.EqualFold(strings.TrimSpace(k), "PlugStackConfig") {
-			plugstack = strings.TrimSpace(v)
-		}
+	if v, ok := c.Get("PlugStackConfig"); ok {
+		plugstack = v
 	}
-	return plugstack, slurmConf, sc.Err()
+	return plugstack, slurmConf, nil
 }
 
 // siteFromPlugstack fills in's site file and inline items from the

@@ -73,14 +73,14 @@ func TestRenderIsTheNodesFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			f := jobfacts.Facts{JobID: "1234", Node: "gn7", NodeIndex: c.nodeIndex, User: me.Username,
-				Cluster: "c1", RestartCount: "2", SLUID: "s9"}
+				Cluster: "c1", RestartCount: "2", SLUID: "s9", HeadNode: "gn1"}
 			ports := render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004, Final: 41005, Plugin: 41006}
 			node, err := supervise.NodeConfig(r, f, ports, "")
 			if err != nil {
 				t.Fatal(err)
 			}
 			want := map[string]string{
-				render.PlaceholderJobID: "1234", render.PlaceholderNode: "gn7", render.PlaceholderCluster: "c1",
+				render.PlaceholderJobID: "1234", render.PlaceholderNode: "gn7", render.PlaceholderHeadNode: "gn1", render.PlaceholderCluster: "c1",
 				render.PlaceholderRestartCount: "2", render.PlaceholderSLUID: "s9",
 				render.PlaceholderJobUUID:  render.LensUUID("nemo.lens.job/c1/1234"),
 				render.PlaceholderRunUUID:  render.LensUUID("nemo.lens.run/c1/1234/sr2"),
@@ -93,7 +93,7 @@ func TestRenderIsTheNodesFile(t *testing.T) {
 					t.Errorf("%s stands for %q in the node's file, want %q", ph, v, want[ph])
 				}
 			}
-			for _, ph := range []string{render.PlaceholderOTLPGRPC, render.PlaceholderFinal, render.PlaceholderPlugin, render.PlaceholderNode, render.PlaceholderRunUUID} {
+			for _, ph := range []string{render.PlaceholderOTLPGRPC, render.PlaceholderFinal, render.PlaceholderPlugin, render.PlaceholderNode, render.PlaceholderHeadNode, render.PlaceholderRunUUID} {
 				if _, ok := got[ph]; !ok {
 					t.Errorf("%s: not a placeholder of the preview", ph)
 				}

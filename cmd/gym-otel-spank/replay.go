@@ -79,6 +79,11 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stdout, l)
 		}
 	}
+	if res != nil && res.Unanswered() {
+		// The verdict and the cause are in the summary: a hung backend,
+		// not a loss.
+		return errUnanswered
+	}
 	if err != nil {
 		if checked != "" && res == nil {
 			return withChecked(err, checked)

@@ -242,7 +242,7 @@ does not run it as it is.
 // previewInput is what render shows for the job's settings r and the facts
 // given on the command line: what the node alone knows (job id and node
 // unless given, the cluster unless $SLURM_CLUSTER_NAME is set here, the
-// restart count, the SLUID, ports left 0) becomes a placeholder; the user is
+// restart count, the SLUID, the head node, ports left 0) becomes a placeholder; the user is
 // the current user, as the submit's. out "" is the node's output dir.
 func previewInput(r *config.Resolved, f jobfacts.Facts, p render.Ports, out string) render.Input {
 	if f.JobID == "" {
@@ -259,6 +259,7 @@ func previewInput(r *config.Resolved, f jobfacts.Facts, p render.Ports, out stri
 		f.Cluster = render.PlaceholderCluster
 	}
 	f.RestartCount, f.SLUID = render.PlaceholderRestartCount, render.PlaceholderSLUID
+	f.HeadNode = render.PlaceholderHeadNode
 	if out == "" {
 		out = jobfacts.OutputDir(r, f)
 	}

@@ -16,15 +16,16 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 )
 
 // Environment of `supervise --from-env`, set by the plugin's prolog.
 const (
-	envEncoded = supervise.EnvEncoded
-	envFacts   = supervise.EnvFacts
-	envRecord  = supervise.EnvRecord
+	envEncoded = launch.EnvEncoded
+	envFacts   = launch.EnvFacts
+	envRecord  = launch.EnvRecord
 	// envRecordPoll optionally overrides how often the record's presence is
 	// checked (a Go duration such as "200ms"; default
 	// supervise.DefaultRecordPoll). A test hook for the liveness check.
@@ -32,6 +33,11 @@ const (
 	// envFirstPorts optionally sets supervise.Options.FirstPorts
 	// ("grpc,http,health,telemetry"). A test hook for a port squatter.
 	envFirstPorts = "GYM_OTEL_FIRST_PORTS"
+	// envSpanCountMaxBytes optionally sets
+	// supervise.Options.SpanCountMaxBytes (bytes; default
+	// supervise.SpanCountMaxBytes, 128 MiB). A test hook for the drain
+	// of files too large to count.
+	envSpanCountMaxBytes = "GYM_OTEL_SPAN_COUNT_MAX_BYTES"
 )
 
 func init() {
@@ -101,16 +107,16 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	}
 	if *fromEnv {
 		var st syscall.Stat_t
-		if syscall.Fstat(supervise.ReadinessFD, &st) == nil {
+		if syscall.Fstat(launch.ReadinessFD, &st) == nil {
 			// The report channel reaches this process only: never the
 			// collector or anything else it starts.
-			syscall.CloseOnExec(supervise.ReadinessFD)
-			opt.Readiness = os.NewFile(supervise.ReadinessFD, "report")
+			syscall.CloseOnExec(launch.ReadinessFD)
+			opt.Readiness = os.NewFile(launch.ReadinessFD, "report")
 		}
 		opt.LogToOutputDir = true
 		if err := optionsFromEnv(&opt); err != nil {
 			if opt.Readiness != nil {
-				supervise.WriteReadiness(opt.Readiness, supervise.Readiness{Status: supervise.StatusFailed, Error: err.Error(), SupervisorPID: os.Getpid()})
+				launch.WriteReadiness(opt.Readiness, launch.Readiness{Status: launch.StatusFailed, Error: err.Error(), SupervisorPID: os.Getpid()})
 			}
 			return err
 		}
@@ -152,6 +158,13 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 			opt.FirstPorts = append(opt.FirstPorts, p)
 		}
 	}
+	if v := os.Getenv(envSpanCountMaxBytes); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%s: %q is not a positive number of bytes", envSpanCountMaxBytes, v)
+		}
+		opt.SpanCountMaxBytes = n
+	}
 	return supervise.Run(context.Background(), opt)
 }
 
@@ -168,9 +181,9 @@ func optionsFromEnv(opt *supervise.Options) error {
 		return fmt.Errorf("%s: %w", envFacts, err)
 	}
 	opt.Resolved, opt.RecordPath = resolved, os.Getenv(envRecord)
-	opt.SlurmdAlive = supervise.SlurmdAliveFunc(os.Getenv(supervise.EnvSlurmd))
-	opt.JobEnd = supervise.ParseJobEnd(os.Getenv(supervise.EnvJobEnd))
-	slurmdExe := os.Getenv(supervise.EnvSlurmdExe)
+	opt.SlurmdAlive = supervise.SlurmdAliveFunc(os.Getenv(launch.EnvSlurmd))
+	opt.JobEnd = launch.ParseJobEnd(os.Getenv(launch.EnvJobEnd))
+	slurmdExe := os.Getenv(launch.EnvSlurmdExe)
 	opt.NewSlurmd = func() func() bool { return supervise.TheSlurmd(slurmdExe) }
 	return takeToken(opt)
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
@@ -40,7 +40,7 @@ import (
 // log only: the epilog always returns 0 to Slurm.
 //
 // getenv reads the epilog's environment as the C front left it (its start
-// stamp, supervise.EnvEpilogStart; nil: os.Getenv).
+// stamp, launch.EnvEpilogStart; nil: os.Getenv).
 func Epilog(a Args, cluster, node string, jobID uint32, getenv func(string) string, log logrus.FieldLogger) error {
 	pt := a.PrologTimeout
 	if pt <= 0 {
@@ -52,8 +52,8 @@ func Epilog(a Args, cluster, node string, jobID uint32, getenv func(string) stri
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	epilogStart = supervise.ParsePrologStart(getenv(supervise.EnvEpilogStart))
-	jobExit = supervise.JobExitFromEnv(getenv)
+	epilogStart = launch.ParsePrologStart(getenv(launch.EnvEpilogStart))
+	jobExit = launch.JobExitFromEnv(getenv)
 	return epilog(ctx, a.RecordDir, cluster, node, jobID, log)
 }
 
@@ -175,12 +175,12 @@ var epilogStart time.Time
 
 // jobExit is the job's exit as slurmd put it in the epilog's environment
 // (SLURM_JOB_EXIT_CODE, SLURM_JOB_DERIVED_EC; Epilog; nil: not there).
-var jobExit *supervise.JobExit
+var jobExit *launch.JobExit
 
 // tellEpilogStart tells the supervisor, on its hold socket, when the epilog
-// started (the C epilog's stamp, supervise.EnvEpilogStart, else now), for
+// started (the C epilog's stamp, launch.EnvEpilogStart, else now), for
 // its slurm.epilog span: the supervisor writes the span, root writes
-// nothing of the user's. Bounded by supervise.TellEpilogStart (half a
+// nothing of the user's. Bounded by launch.TellEpilogStart (half a
 // second at most); a failure loses only the span (logged at debug level).
 func tellEpilogStart(rec *record.Record, jobID uint32, log logrus.FieldLogger) {
 	if rec.HoldSocket == "" {
@@ -192,7 +192,7 @@ func tellEpilogStart(rec *record.Record, jobID uint32, log logrus.FieldLogger) {
 	}
 	// The job's exit as slurmd put it in the epilog's environment, for the
 	// span's attributes: inspect's outcome when sacct cannot answer.
-	if err := supervise.TellEpilogStart(rec.HoldSocket, at, jobExit); err != nil {
+	if err := launch.TellEpilogStart(rec.HoldSocket, at, jobExit); err != nil {
 		log.Debugf("job %d: the epilog's start was not told to the supervisor (no slurm.epilog span): %v", jobID, err)
 	}
 }

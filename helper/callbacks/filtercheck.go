@@ -1,13 +1,11 @@
 package callbacks
 
 import (
-	"bufio"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 	"github.com/sirupsen/logrus"
 )
 
@@ -29,28 +27,16 @@ const submitFilterMarker = "spank_job_env"
 //   - job_submit.lua not readable here (the controller's own disk, or a
 //     configless node's cache): nothing more can be told.
 //
-// Both files are read bounded (1 MiB).
+// Both files are read bounded (1 MiB; slurm.conf by slurm.ReadConf).
 func submitFilterProblem(confPath string) string {
 	if confPath == "" {
 		return ""
 	}
-	f, err := os.Open(filepath.Clean(confPath))
+	c, err := slurm.ReadConf(confPath)
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
-	var plugins string
-	found := false
-	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		line, _, _ := strings.Cut(sc.Text(), "#")
-		for _, kv := range strings.Fields(line) {
-			if k, v, ok := strings.Cut(kv, "="); ok && strings.EqualFold(k, "JobSubmitPlugins") {
-				plugins, found = v, true
-			}
-		}
-	}
+	plugins, found := c.Get("JobSubmitPlugins")
 	lua := false
 	for _, p := range strings.Split(plugins, ",") {
 		if p = strings.TrimSpace(strings.ToLower(p)); p == "lua" || p == "job_submit/lua" {

@@ -12,7 +12,7 @@ import (
 // holdsock.go) as root, before the supervisor starts: the dir
 // <dir>/hold (root's, 0700: record.MakeHoldDir) and in it the socket,
 // bound, listening and 0600. It returns the listener as a file for the
-// supervisor to inherit (at supervise.HoldListenerFD) and the socket's
+// supervisor to inherit (at launch.HoldListenerFD) and the socket's
 // path for root's record. The caller closes the file once the supervisor
 // has started; the socket file stays until the epilog removes the record
 // dir. Only root can connect: no other user, the job's own neither, can

@@ -11,15 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 )
 
 // TestHoldListener: the prolog's hold socket is root's, 0600, in a dir of
 // root's of mode 0700 inside the job's record dir, at the path the record
 // names; the listener it returns serves on after the prolog's own copy is
 // closed (as the supervisor's inherited one does), passes the epilog's
-// check (supervise.CheckHoldSocket), and another user cannot connect. A
+// check (launch.CheckHoldSocket), and another user cannot connect. A
 // record dir too long for a socket's path is refused, naming record_dir.
 func TestHoldListener(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -50,7 +50,7 @@ func TestHoldListener(t *testing.T) {
 	if err := syscall.Lstat(filepath.Dir(path), &st); err != nil || st.Uid != 0 || st.Mode&0o777 != 0o700 {
 		t.Errorf("socket dir: mode %#o uid %d %v", st.Mode, st.Uid, err)
 	}
-	if err := supervise.CheckHoldSocket(path); err != nil {
+	if err := launch.CheckHoldSocket(path); err != nil {
 		t.Errorf("the epilog's check: %v", err)
 	}
 	// The listener the supervisor would inherit.

@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // MaxReadinessBytes bounds what the prolog reads of the supervisor's
-// readiness line (supervise.Readiness: one JSON line; the user's program could otherwise write without end).
+// readiness line (launch.Readiness: one JSON line; the user's program could otherwise write without end).
 const MaxReadinessBytes = 64 * 1024
 
 // supervisor is a started `<cli> supervise --from-env`.
@@ -31,7 +31,7 @@ type supervisor struct {
 // groups; proc.StartAsUser: its own session, no_new_privs, no descriptor
 // of this process, oom_score_adj 0), with exactly env, fd 3 the write end
 // of the readiness pipe and fd 4 the hold socket's listener hold when not
-// nil (supervise.HoldListenerFD), born inside group g when not nil
+// nil (launch.HoldListenerFD), born inside group g when not nil
 // (cgroup.Group.StartInside): on v2 placed there by clone3
 // (CLONE_INTO_CGROUP), on v1 forked by a thread of its own that alone
 // joins g around the fork and is discarded after; this process never
@@ -48,9 +48,9 @@ func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32,
 	cmd := exec.Command(cli, "supervise", "--from-env")
 	cmd.Env = env
 	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{w} // fd 3 = supervise.ReadinessFD
+	cmd.ExtraFiles = []*os.File{w} // fd 3 = launch.ReadinessFD
 	if hold != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, hold) // fd 4 = supervise.HoldListenerFD
+		cmd.ExtraFiles = append(cmd.ExtraFiles, hold) // fd 4 = launch.HoldListenerFD
 	}
 	var inside func(*exec.Cmd) error
 	if g != nil {
@@ -76,7 +76,7 @@ func readBounded(path string, max int64) (string, error) {
 
 // wait reads the readiness line (at most MaxReadinessBytes), bounded by
 // timeout.
-func (s *supervisor) wait(timeout time.Duration) (supervise.Readiness, error) {
+func (s *supervisor) wait(timeout time.Duration) (launch.Readiness, error) {
 	type result struct {
 		line []byte
 		err  error
@@ -94,14 +94,14 @@ func (s *supervisor) wait(timeout time.Duration) (supervise.Readiness, error) {
 		s.readiness.Close()
 		if res.err != nil && len(res.line) == 0 {
 			if errors.Is(res.err, io.EOF) {
-				return supervise.Readiness{}, fmt.Errorf("the supervisor exited without a report")
+				return launch.Readiness{}, fmt.Errorf("the supervisor exited without a report")
 			}
-			return supervise.Readiness{}, res.err
+			return launch.Readiness{}, res.err
 		}
-		return supervise.ReadReadiness(res.line)
+		return launch.ReadReadiness(res.line)
 	case <-time.After(timeout):
 		s.readiness.Close()
-		return supervise.Readiness{}, fmt.Errorf("no report from the supervisor within %s (health_check_timeout_seconds + 5, within the prolog's deadline: plugstack prolog_timeout, below Slurm's PrologEpilogTimeout)", timeout.Round(100*time.Millisecond))
+		return launch.Readiness{}, fmt.Errorf("no report from the supervisor within %s (health_check_timeout_seconds + 5, within the prolog's deadline: plugstack prolog_timeout, below Slurm's PrologEpilogTimeout)", timeout.Round(100*time.Millisecond))
 	}
 }
 

@@ -4,20 +4,19 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/sirupsen/logrus"
-
-	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 )
 
 // prologStart is the prolog's start (unix ms) for the supervisor's phase
-// spans: the C prolog's own stamp (supervise.EnvPrologStart, taken before
+// spans: the C prolog's own stamp (launch.EnvPrologStart, taken before
 // the Go core loads) when it is a plausible time, else now (logged: the
 // span then misses the core's load).
 func prologStart(getenv func(string) string, log logrus.FieldLogger) string {
-	v := getenv(supervise.EnvPrologStart)
-	if t := supervise.ParsePrologStart(v); !t.IsZero() && time.Since(t) >= 0 && time.Since(t) < time.Hour {
+	v := getenv(launch.EnvPrologStart)
+	if t := launch.ParsePrologStart(v); !t.IsZero() && time.Since(t) >= 0 && time.Since(t) < time.Hour {
 		return v
 	}
-	log.Debugf("%s=%q: the prolog's start is taken as now", supervise.EnvPrologStart, v)
+	log.Debugf("%s=%q: the prolog's start is taken as now", launch.EnvPrologStart, v)
 	return strconv.FormatInt(time.Now().UnixMilli(), 10)
 }

@@ -13,10 +13,10 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/portfilter"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 )
 
 // nftRunner runs nft for the prolog and the epilog; tests replace it.
@@ -96,7 +96,7 @@ func installFilter(ctx context.Context, node string, jobID, uid uint32, group *c
 			ours[ino] = true
 		}
 	}
-	if err := supervise.ListenersIn(ports, ours); err != nil {
+	if err := launch.ListenersIn(ports, ours); err != nil {
 		return errNotOurs{err}
 	}
 	j := portfilter.Job{ID: jobID, Node: node, UID: uid, Ports: ports, Group: name, Level: level}

@@ -15,10 +15,11 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/taskenv"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
@@ -80,7 +81,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	// The steps' times for the ready line: the first one is the core's
 	// load, from the C prolog's stamp (when plausible) to here.
 	clock := newStepClock(time.Now())
-	if t := supervise.ParsePrologStart(in.Getenv(supervise.EnvPrologStart)); !t.IsZero() && time.Since(t) >= 0 && time.Since(t) < time.Minute {
+	if t := launch.ParsePrologStart(in.Getenv(launch.EnvPrologStart)); !t.IsZero() && time.Since(t) >= 0 && time.Since(t) < time.Minute {
 		clock = newStepClock(t)
 	}
 	clock.mark("load")
@@ -150,7 +151,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return fail(err)
 	}
 	clock.mark("cgroup")
-	sup, rep, err := launch(in, env, groups, group, hold, timeout, clock)
+	sup, rep, err := startAndWait(in, env, groups, group, hold, timeout, clock)
 	if hold != nil {
 		hold.Close() // the supervisor's copy alone: once it ends, connects are refused
 	}
@@ -270,10 +271,10 @@ func supervisorEnv(in PrologInput, resolved *config.Resolved, factsJSON []byte, 
 		return nil, err
 	}
 	env := []string{
-		supervise.EnvEncoded + "=" + encoded,
+		launch.EnvEncoded + "=" + encoded,
 		resolved.Otel.TokenEnv + "=" + in.Token,
-		supervise.EnvFacts + "=" + string(factsJSON),
-		supervise.EnvRecord + "=" + filepath.Join(dir, contract.RecordFile),
+		launch.EnvFacts + "=" + string(factsJSON),
+		launch.EnvRecord + "=" + filepath.Join(dir, contract.RecordFile),
 		"PATH=" + SupervisorPath,
 		"USER=" + u.Name,
 		"LOGNAME=" + u.Name,
@@ -281,7 +282,7 @@ func supervisorEnv(in PrologInput, resolved *config.Resolved, factsJSON []byte, 
 	if u.Home != "" {
 		env = append(env, "HOME="+u.Home)
 	}
-	env = append(env, supervise.EnvPrologStart+"="+prologStart(in.Getenv, log))
+	env = append(env, launch.EnvPrologStart+"="+prologStart(in.Getenv, log))
 	if c := in.Getenv("SLURM_CONF"); c != "" {
 		env = append(env, "SLURM_CONF="+c) // the supervisor's liveness queries
 	}
@@ -289,17 +290,17 @@ func supervisorEnv(in PrologInput, resolved *config.Resolved, factsJSON []byte, 
 	// prolog (its parent on 22.05 to 26.05: prep/script forks slurmd and
 	// execs slurmstepd) runs the epilog too; the supervisor asks Slurm only
 	// once that slurmd is gone or the job's end time is long past.
-	if a, err := supervise.SlurmdAnchor(os.Getppid()); err == nil {
-		env = append(env, supervise.EnvSlurmd+"="+a)
+	if a, err := launch.SlurmdAnchor(os.Getppid()); err == nil {
+		env = append(env, launch.EnvSlurmd+"="+a)
 		// The binary a later slurmd of this node must run to be adopted.
-		if exe, err := supervise.SlurmdExe(os.Getppid()); err == nil {
-			env = append(env, supervise.EnvSlurmdExe+"="+exe)
+		if exe, err := launch.SlurmdExe(os.Getppid()); err == nil {
+			env = append(env, launch.EnvSlurmdExe+"="+exe)
 		}
 	} else {
 		log.Warnf("job %d: the prolog's parent: %v (the supervisor asks Slurm whether the job runs)", in.JobID, err)
 	}
-	if end := supervise.ParseJobEnd(in.Getenv("SLURM_JOB_END_TIME")); !end.IsZero() {
-		env = append(env, supervise.EnvJobEnd+"="+strconv.FormatInt(end.Unix(), 10))
+	if end := launch.ParseJobEnd(in.Getenv("SLURM_JOB_END_TIME")); !end.IsZero() {
+		env = append(env, launch.EnvJobEnd+"="+strconv.FormatInt(end.Unix(), 10))
 	}
 	return env, nil
 }
@@ -325,22 +326,22 @@ func collectorGroup(in PrologInput, resolved *config.Resolved, node string, rec 
 	return group, nil
 }
 
-// launch starts the supervisor as the job's user inside group, handing it
+// startAndWait starts the supervisor as the job's user inside group, handing it
 // the hold socket's listener hold when not nil, and waits up to timeout
 // for its report: a ready one, or an error (the supervisor and its group
 // ended, or the group removed when the start failed). The fork is clock's
 // step "fork"; the wait for the report is the caller's next.
-func launch(in PrologInput, env []string, groups []uint32, group *cgroup.Group, hold *os.File, timeout time.Duration, clock *stepClock) (*supervisor, supervise.Readiness, error) {
-	sup, err := startSupervisor(in.Args.CLI, append(env, supervise.EnvSpawned+"="+supervise.SpawnedNow()), in.UID, in.GID, groups, group, hold)
+func startAndWait(in PrologInput, env []string, groups []uint32, group *cgroup.Group, hold *os.File, timeout time.Duration, clock *stepClock) (*supervisor, launch.Readiness, error) {
+	sup, err := startSupervisor(in.Args.CLI, append(env, launch.EnvSpawned+"="+launch.SpawnedNow()), in.UID, in.GID, groups, group, hold)
 	if err != nil {
 		if group != nil {
 			_ = group.Remove()
 		}
-		return nil, supervise.Readiness{}, fmt.Errorf("starting %s supervise: %w", in.Args.CLI, err)
+		return nil, launch.Readiness{}, fmt.Errorf("starting %s supervise: %w", in.Args.CLI, err)
 	}
 	clock.mark("fork")
 	rep, err := sup.wait(timeout)
-	if err == nil && rep.Status != supervise.StatusReady {
+	if err == nil && rep.Status != launch.StatusReady {
 		err = fmt.Errorf("the collector failed to start: %s", rep.Error)
 	}
 	if err != nil {
@@ -355,7 +356,7 @@ func launch(in PrologInput, env []string, groups []uint32, group *cgroup.Group, 
 // socket's path (holdPath, "" for none), the node's collector dir and the
 // backend. On an error the supervisor is
 // ended.
-func recordReady(dir string, rec *record.Record, sup *supervisor, rep supervise.Readiness, resolved *config.Resolved, facts jobfacts.Facts, holdPath string) error {
+func recordReady(dir string, rec *record.Record, sup *supervisor, rep launch.Readiness, resolved *config.Resolved, facts jobfacts.Facts, holdPath string) error {
 	ps, err := proc.ReadStat(sup.pid)
 	if err != nil {
 		sup.kill()
@@ -365,6 +366,13 @@ func recordReady(dir string, rec *record.Record, sup *supervisor, rep supervise.
 	rec.SupervisorPID = sup.pid
 	rec.SupervisorStart = ps.StartTime
 	rec.Env = taskenv.TaskEnv(resolved, facts, rep.Ports, rep.ReceiverToken)
+	// Lens' identity as the collector stamps it (render.LensAttrs of the
+	// same facts), for every task's OTEL_RESOURCE_ATTRIBUTES.
+	var lens []record.KV
+	for _, a := range render.LensAttrs(render.JobOf(resolved, facts)) {
+		lens = append(lens, record.KV{Key: a.Key, Value: a.Value})
+	}
+	rec.ResAttrs = taskenv.ResourceAttrs(lens)
 	rec.HoldSocket = holdPath
 	// What the batch step tells the job's output (spank/notice.c): where
 	// this node's files are (computed here, as the supervisor computed
@@ -454,6 +462,9 @@ func prologFacts(ctx context.Context, in PrologInput, resolved *config.Resolved,
 			idx = 1
 		}
 		f.NodeIndex = idx
+		if nodes, err := slurm.ExpandHostlist(nodelist); err == nil && len(nodes) > 0 {
+			f.HeadNode = nodes[0]
+		}
 	}
 	return f, nil
 }

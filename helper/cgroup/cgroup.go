@@ -218,8 +218,13 @@ func RelPath(base, node string, jobID uint32) (string, error) {
 	if node == "" || strings.ContainsAny(node, "/\x00") || node == "." || node == ".." {
 		return "", fmt.Errorf("node name %q is not usable in a cgroup path", node)
 	}
-	return filepath.Join(base, node, "job_"+strconv.FormatUint(uint64(jobID), 10)), nil
+	return filepath.Join(base, node, GroupName(strconv.FormatUint(uint64(jobID), 10))), nil
 }
+
+// GroupName is the last element of the plugin's group of job jobID
+// (decimal) on every hierarchy: job_<id>, as Slurm names its own job
+// groups.
+func GroupName(jobID string) string { return "job_" + jobID }
 
 // CreateAttempts is how many times Create tries to make a group before it
 // gives up (a level removed by something else meanwhile, an rmdir of a

@@ -432,7 +432,7 @@ func (ds StatsDirs) Steps() map[string]StatsDirs {
 
 // jobDir is the job's directory in h ("" when none) and what was looked for.
 func (j SlurmJob) jobDir(h Hierarchy) (string, []string) {
-	name := "job_" + j.JobID
+	name := "job_" + j.JobID // Slurm's name, which the plugin's group shares (GroupName)
 	if h.Version == V1 {
 		sub := filepath.Join("uid_"+strconv.Itoa(j.UID), name)
 		var cands []string
@@ -478,7 +478,7 @@ func Own(hs []Hierarchy, self Cgroups, jobID string) (StatsDirs, string) {
 	var out StatsDirs
 	for _, h := range hs {
 		p, ok := self.pathIn(h)
-		if !ok || filepath.Base(p) != "job_"+jobID {
+		if !ok || filepath.Base(p) != GroupName(jobID) {
 			continue
 		}
 		d := filepath.Join(h.Mount, p)

@@ -151,6 +151,7 @@ type aggregator struct {
 	prodNames    map[string][]string   // producer -> metric names it sent (bounded)
 	scraped      map[string]bool       // producers with `up` points (scrape targets)
 	power        map[*series]*integral // DCGM_FI_DEV_POWER_USAGE series' energy (energy.go)
+	samples      map[*series]*sampled  // raw energy, power and token samples (stepenergy.go)
 	rng          *rand.Rand
 
 	rolloutFirstNode string                  // the node of the first gym.rollout span
@@ -163,6 +164,8 @@ type aggregator struct {
 	// names without the plugin's mark (contract.SourceKey): sent by the
 	// job, not Slurm's (JobLookalikes).
 	lookalikeSpans, lookalikePoints int
+	// tree is what the trace tree keeps while reading (tree.go).
+	tree *treeState
 }
 
 func newAggregator() *aggregator {
@@ -170,7 +173,7 @@ func newAggregator() *aggregator {
 		series: map[seriesKey]*series{}, metricNames: map[string]int{}, identity: map[string][]string{},
 		producers: map[string]int{}, spans: map[[2]string]*spanStat{}, verifySpans: map[string]int{},
 		logsBySev: map[string]int{}, rng: rand.New(rand.NewPCG(1, 2)),
-		phaseNodes: map[phaseKey]*phaseNode{}, cgGroups: map[cgKey]*cgGroup{},
+		phaseNodes: map[phaseKey]*phaseNode{}, cgGroups: map[cgKey]*cgGroup{}, tree: newTreeState(),
 	}
 }
 
@@ -378,6 +381,9 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 			if m.Sum.Temporality == temporalityDelta {
 				s.c.addDelta(p.Time.ms(), v)
 			} else {
+				if name == mEnergy || name == mGenTokens {
+					a.keepSample(s, p.Time.ms(), v, true)
+				}
 				s.c.add(p.Time.ms(), v)
 			}
 		}
@@ -409,6 +415,7 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 			s.g.add(p.Time.ms(), v)
 			if name == mPower {
 				a.integratePower(s, p.Time.ms(), v)
+				a.keepSample(s, p.Time.ms(), v, false)
 			}
 		}
 	case m.Histogram != nil:
@@ -466,8 +473,10 @@ func (a *aggregator) traces(l *otlpLine) {
 				}
 				continue
 			}
+			ident := resourceIdent(node, producer, rs.Resource)
 			for i := range ss.Spans {
 				a.span(&ss.Spans[i], node, producer)
+				a.treeSpan(&ss.Spans[i], node, producer, ident)
 			}
 		}
 	}

@@ -123,7 +123,9 @@ func (a *aggregator) report() *Report {
 	r.Hosts = a.hosts(r.Job.Nodes)
 	r.Spans = a.spanReport()
 	r.Phases = a.phases()
+	r.StepEnergy, r.RoleEnergy, r.EnergyMatching = a.stepEnergy(r.Phases)
 	r.FirstRollout = a.firstRollout(r.Phases)
+	r.TraceTree = a.traceTree()
 	r.Cgroups = a.cgroups()
 	r.JobLookalikes = JobLookalikes{PhaseSpans: a.lookalikeSpans, CgroupPoints: a.lookalikePoints}
 	r.Errors = Errors{Spans: a.errorSpans, SpanExamples: a.errorSpanEx, Logs: a.errorLogs,

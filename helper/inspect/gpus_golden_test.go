@@ -51,7 +51,7 @@ func TestGPUFilesGolden(t *testing.T) {
 			}
 			gpus := make([]GPU, len(r.GPUs))
 			for i, g := range r.GPUs {
-				g.UtilOverTime = nil
+				g.UtilOverTime, g.PowerOverTime = nil, nil
 				gpus[i] = g
 			}
 			js, err := json.MarshalIndent(struct {

@@ -46,6 +46,7 @@ func (a *aggregator) gpus() []GPU {
 		}
 		if s := m[mPower]; s != nil {
 			g.PowerMean, g.PowerMax = Value(s.g.mean()), Value(s.g.max)
+			g.PowerOverTime = points(s.g.tl.pts)
 		}
 		out = append(out, g)
 	}

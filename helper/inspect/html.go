@@ -137,6 +137,7 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	"pct":         func(v Value) string { return pct(v) },
 	"q":           quantOrNot,
 	"dur":         func(v Value) string { return dur(v) },
+	"sub":         func(a, b Value) Value { return a - b },
 	"elapsed":     elapsed,
 	"deref":       func(p *int) int { return *p },
 	"dec":         func(i int) int { return i - 1 },
@@ -209,6 +210,12 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 <table id="phases"><tr><th class="l">node</th><th class="l">phase</th><th>start</th><th>end</th><th>duration (s)</th><th class="l">note</th></tr>
 {{range .PhaseRows}}<tr><td>{{.Node}}</td><td class="l">{{if .Error}}<b>{{.Phase}}</b>{{else}}{{.Phase}}{{end}}</td><td>{{.Start}}</td><td>{{.End}}</td><td>{{.Duration}}</td><td class="l">{{.Note}}</td></tr>
 {{end}}</table>{{if .PhaseAgg}}</details>{{end}}{{end}}
+{{if .R.TraceTree.Runs}}<h2>Trace tree</h2>
+<p class="absent">Job, step, process, rollouts: each process whose root span is a child of its step's span (from TRACEPARENT), and its rollouts by span link or, without one, by the process's resource.</p>
+<table id="tracetree"><tr><th class="l">node</th><th class="l">step</th><th class="l">process</th><th class="l">producer</th><th>seconds</th><th>rollouts</th><th>by link</th><th>by resource</th></tr>
+{{range .R.TraceTree.Runs}}{{range .Steps}}{{$st := .}}{{range .Processes}}<tr><td>{{$st.Node}}</td><td class="l">{{$st.Step}}</td><td class="l">{{.Name}}</td><td class="l">{{.Producer}}</td><td>{{printf "%.1f" (.End.Sub .Start).Seconds}}</td><td>{{.Rollouts}}</td><td>{{.Linked}}</td><td>{{.ByResource}}</td></tr>
+{{end}}{{end}}{{end}}</table>
+<p class="absent">{{.R.TraceTree.Rollouts}} rollouts: {{.R.TraceTree.Linked}} by link, {{.R.TraceTree.ByResource}} by resource, {{.R.TraceTree.Unplaced}} not placed.</p>{{end}}
 {{if .R.Cgroups}}<h2>Cgroups</h2>
 <p class="absent">From the scrape job cgroup: totals since each group was made; "not kept" where the node does not keep the figure (the reason is in the last column).</p>
 {{template "agg" index .Tables "cgroups"}}{{end}}
@@ -229,6 +236,14 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 <tr><td>per 1,000 generation tokens</td><td class="l">{{if .JoulesPer1kTokens.Known}}{{f .JoulesPer1kTokens 2}} J ({{f .GenerationTokens 0}} tokens, vllm:generation_tokens_total){{else}}- (no vllm:generation_tokens_total){{end}}</td></tr>
 <tr><td>per rollout</td><td class="l">{{if .JoulesPerRollout.Known}}{{f .JoulesPerRollout 2}} J ({{f .Rollouts 0}} rollouts, {{.RolloutsSource}}){{else}}- (no rollouts counted){{end}}</td></tr>
 {{end}}</table>{{end}}{{end}}
+{{if .R.StepEnergy}}<h2>Energy per step</h2>
+<table id="step-energy"><tr><th class="l">node</th><th class="l">step</th><th>window s</th><th>J</th><th>window's own J from</th><th>bracket s</th><th>max gap s</th><th class="l">from</th><th>GPUs</th><th class="l">verdict</th></tr>
+{{range .R.StepEnergy}}<tr><td class="l">{{.Node}}</td><td class="l">{{.Step}}</td><td>{{f .WindowSeconds 2}}</td><td>{{f .Joules 1}}</td><td>{{if .ErrorJoules.Known}}{{f (sub .Joules .ErrorJoules) 1}}{{else}}-{{end}}</td><td>{{f .BracketSeconds 2}}</td><td>{{f .MaxGapSeconds 2}}</td><td class="l">{{.Source}}</td><td>{{len .GPUs}}</td><td class="l">{{if .Verdict.Trusted}}trusted{{else}}not trusted: {{range .Verdict.Why}}{{.}}; {{end}}{{end}}</td></tr>
+{{end}}</table>{{end}}
+{{if .R.RoleEnergy}}<h2>Energy per role</h2>
+<table id="role-energy"><tr><th class="l">role</th><th class="l">step</th><th class="l">nodes</th><th>J</th><th>generation tokens</th><th>J per 1,000 tokens</th><th class="l">from</th><th class="l">verdict</th></tr>
+{{range .R.RoleEnergy}}<tr><td class="l">{{.Role}}</td><td class="l">{{.Step}}</td><td class="l">{{range $i, $n := .Nodes}}{{if $i}}, {{end}}{{$n}}{{end}}</td><td>{{f .Joules 1}}</td><td>{{f .GenerationTokens 0}}</td><td>{{f .JoulesPer1kTokens 2}}</td><td class="l">{{.Source}}</td><td class="l">{{if .Verdict.Trusted}}trusted{{else}}not trusted: {{range .Verdict.Why}}{{.}}; {{end}}{{end}}</td></tr>
+{{end}}</table>{{end}}
 {{if .R.Hosts}}<h2>Hosts</h2>
 {{template "agg" index .Tables "hosts"}}{{end}}
 {{if .R.Spans.ByName}}<h2>Spans by total time</h2>
@@ -368,8 +383,23 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
     });
     const time = type === 'line';
     const y = { beginAtZero: true, ticks: counts ? { precision: 0 } : {} };
+    // Bands: shaded spans of x behind the series ([from, to, label]).
+    const bands = opts && opts.bands || [];
     const chart = new Chart(c, {
       type: type,
+      plugins: bands.length ? [{ id: 'bands', beforeDatasetsDraw: ch => {
+        const x = ch.scales.x, a = ch.chartArea, g = ch.ctx;
+        g.save();
+        bands.forEach((b, i) => {
+          const l = Math.max(x.getPixelForValue(b[0]), a.left), r = Math.min(x.getPixelForValue(b[1]), a.right);
+          if (r <= l) return;
+          g.fillStyle = i % 2 ? 'rgba(255,127,14,0.10)' : 'rgba(31,119,180,0.10)';
+          g.fillRect(l, a.top, r - l, a.bottom - a.top);
+          g.fillStyle = '#555'; g.font = '10px sans-serif';
+          g.fillText(b[2], l + 2, a.top + 10 + 11 * (i % 3));
+        });
+        g.restore();
+      } }] : [],
       data: { labels: opts && opts.labels, datasets: datasets },
       options: {
         animation: false, responsive: true, maintainAspectRatio: false, parsing: time ? false : undefined,
@@ -392,7 +422,7 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
       }
     });
     const lg = legend(box, datasets);
-    facts.push({ id: id, counts: !!counts,
+    facts.push({ id: id, counts: !!counts, bands: bands.length,
       series: datasets.map((d, i) => ({ points: d.data.length, radius: d.pointRadius, drawn: chart.getDatasetMeta(i).data.length })),
       x: chart.scales.x.ticks.map(t => t.label), y: chart.scales.y.ticks.map(t => t.value),
       x_min: time ? chart.scales.x.min : null, x_origin: time ? new Date(t0).toISOString() : null,
@@ -409,6 +439,18 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
     group('waiting', servers.map(m => ({ label: srvName(m), data: xy(m.waiting_over_time) })), palette[1])], { counts: true });
   add('chart-kvcache', 'KV-cache use (fraction)', 'line', [group('', servers.map(m => ({ label: srvName(m), data: xy(m.kv_cache_over_time) })), palette[0])]);
   add('chart-gpu', 'GPU utilisation % per node and GPU', 'line', [group('', (R.gpus || []).map(g => ({ label: g.node + ' gpu ' + g.gpu, peer: 'gpu ' + g.gpu, data: xy(g.util_over_time) })), palette[2])]);
+  // GPU power with each step's window on each node as a band (the energy
+  // per step's windows); past AGG windows one band a step, from its
+  // earliest start to its latest end over the nodes.
+  let stepBands = (R.step_energy || []).filter(e => e.start && e.end)
+    .map(e => [(Date.parse(e.start) - t0) / 1000, (Date.parse(e.end) - t0) / 1000, e.node + ' step ' + e.step, e.step]);
+  if (stepBands.length > AGG) {
+    const by = {}, order = [];
+    stepBands.forEach(b => { if (!by[b[3]]) { by[b[3]] = [b[0], b[1], 0]; order.push(b[3]); } const u = by[b[3]]; u[0] = Math.min(u[0], b[0]); u[1] = Math.max(u[1], b[1]); u[2]++; });
+    stepBands = order.map(k => [by[k][0], by[k][1], 'step ' + k + ' (' + by[k][2] + ' nodes)']);
+  }
+  add('chart-power', 'GPU power W per node and GPU' + (stepBands.length ? ', steps as bands' : ''), 'line',
+    [group('', (R.gpus || []).map(g => ({ label: g.node + ' gpu ' + g.gpu + (g.gpu_instance ? '/' + g.gpu_instance : ''), peer: 'gpu ' + g.gpu, data: xy(g.power_over_time) })), palette[3])], { bands: stepBands });
   add('chart-load', 'load1 per node', 'line', [group('', (R.hosts || []).map(h => ({ label: h.node, data: xy(h.load1_over_time) })), palette[4])]);
   const ro = R.gym && R.gym.rollouts_over_time || {};
   add('chart-rollouts', 'rollouts completed (gym.rollout.duration_ms count)', 'line', Object.keys(ro).sort().map(n => ({ label: n, data: xy(ro[n]) })), { counts: true });

@@ -31,6 +31,9 @@ type chartFacts struct {
 	// time origin (RFC 3339); nil and "" for the histograms.
 	XMin    *float64 `json:"x_min"`
 	XOrigin string   `json:"x_origin"`
+	// Bands is how many shaded spans the chart has (the steps' windows
+	// on the GPU power chart).
+	Bands int `json:"bands"`
 }
 
 // writeCollectorJob writes a one-node job dir with helper/render's golden

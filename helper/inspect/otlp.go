@@ -169,6 +169,12 @@ type span struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
 	} `json:"status"`
+	// Links are the span's links (the trace tree follows a rollout's
+	// link to its process's span, tree.go).
+	Links []struct {
+		TraceID string `json:"traceId"`
+		SpanID  string `json:"spanId"`
+	} `json:"links"`
 }
 
 // statusError is STATUS_CODE_ERROR.

@@ -80,6 +80,17 @@ type Report struct {
 	// went between the job's submit and its first rollout.
 	Phases       []NodePhases `json:"phases"`
 	FirstRollout FirstRollout `json:"first_rollout"`
+	// TraceTree is the job's tree of spans: run, step, process, rollouts
+	// (tree.go).
+	TraceTree TraceTree `json:"trace_tree"`
+	// StepEnergy is the energy of the job's GPUs per node and Slurm step,
+	// RoleEnergy per Gym role and step with its joules per 1,000
+	// generation tokens, each with its verdict; EnergyMatching how the
+	// GPUs were named (stepenergy.go). Empty without dcgm-exporter's GPU
+	// series.
+	StepEnergy     []StepEnergy   `json:"step_energy"`
+	RoleEnergy     []RoleEnergy   `json:"role_energy"`
+	EnergyMatching EnergyMatching `json:"energy_matching"`
 	// Cgroups are the job's cgroups' usage and pressure per node and
 	// group, from the cgroup scrape job (cgroups.go).
 	Cgroups []CgroupUsage `json:"cgroups"`
@@ -253,6 +264,9 @@ type GPU struct {
 	// Idle is true when the GPU's utilisation was 0 at every scrape.
 	Idle         bool    `json:"idle"`
 	UtilOverTime []Point `json:"util_over_time,omitempty"`
+	// PowerOverTime is DCGM_FI_DEV_POWER_USAGE over time (W), thinned as
+	// the other series.
+	PowerOverTime []Point `json:"power_over_time,omitempty"`
 }
 
 // Host is one node's CPU and memory from node_exporter over the run.

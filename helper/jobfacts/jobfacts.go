@@ -30,6 +30,9 @@ type Facts struct {
 	// ArrayJobID and ArrayTaskID are set for array jobs ("" otherwise).
 	ArrayJobID  string `json:"array_job_id,omitempty"`
 	ArrayTaskID string `json:"array_task_id,omitempty"`
+	// HeadNode is the node the batch script runs on: the first node of
+	// SLURM_JOB_NODELIST ("" when the prolog was not given the list).
+	HeadNode string `json:"head_node,omitempty"`
 	// User is the job's user name.
 	User string `json:"user"`
 	// Node is this node's name.

@@ -41,6 +41,7 @@ import (
 //	backend=<the OTLP/HTTP base URL the collector ships to (Backend: no credentials), "" when not ready>
 //	env=KEY=VALUE
 //	unset=NAME
+//	resattr=key=<percent-encoded value>
 type Record struct {
 	Status          string
 	OnFailure       string
@@ -78,6 +79,12 @@ type Record struct {
 	Backend string
 	Env     []KV
 	Unset   []string
+	// ResAttrs are the resource attributes every task's
+	// OTEL_RESOURCE_ATTRIBUTES gets where their key is not there yet
+	// (spank/taskenv.c): the job's identity as the collector stamps it,
+	// values percent-encoded as that variable carries them
+	// (taskenv.ResourceAttrs).
+	ResAttrs []KV
 }
 
 // KV is one environment variable.
@@ -161,6 +168,12 @@ func (r *Record) Marshal() ([]byte, error) {
 		}
 		fmt.Fprintf(&b, "%s=%s\n", contract.RecordUnset, n)
 	}
+	for _, kv := range r.ResAttrs {
+		if kv.Key == "" || strings.ContainsAny(kv.Key, ",= \t\n\r\x00%") || strings.ContainsAny(kv.Value, ",= \t\n\r\x00") {
+			return nil, fmt.Errorf("record: resattr %q: not a key or not a percent-encoded value", kv.Key)
+		}
+		fmt.Fprintf(&b, "%s=%s=%s\n", contract.RecordResAttr, kv.Key, kv.Value)
+	}
 	return b.Bytes(), nil
 }
 
@@ -222,6 +235,9 @@ func Parse(data []byte) (*Record, error) {
 			r.Env = append(r.Env, KV{ek, ev})
 		case contract.RecordUnset:
 			r.Unset = append(r.Unset, v)
+		case contract.RecordResAttr:
+			ak, av, _ := strings.Cut(v, "=")
+			r.ResAttrs = append(r.ResAttrs, KV{ak, av})
 		}
 		if err != nil {
 			return nil, fmt.Errorf("record: %s: %w", k, err)

@@ -46,6 +46,8 @@ int main(int argc, char **argv) {
 		printf("env=%s\n", r.env[i]);
 	for (int i = 0; i < r.nunset; i++)
 		printf("unset=%s\n", r.unset[i]);
+	for (int i = 0; i < r.nresattr; i++)
+		printf("resattr=%s\n", r.resattr[i]);
 	gos_record_free(&r);
 	return 0;
 }
@@ -62,6 +64,7 @@ int main(int argc, char **argv) {
 		Backend:      "https://otlp.example.com:4318/base",
 		Env:          []KV{{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer gos_x=y"}},
 		Unset:        []string{"OTEL_TOKEN", "SLURM_SPANK_GYM_OTEL_TOKEN"},
+		ResAttrs:     []KV{{"slurm.job.user", "al%20ice%2Cx%3Dy"}, {"nv.dl.job.uuid", "9a6e5010-16a8-54fc-8445-d1e1b1fffcd2"}},
 	}
 	maxFW := timing.Seconds(contract.MaxFinalWait)
 	for _, c := range []struct{ finalWait, want int }{{16, 16}, {0, 0}, {maxFW + 15, maxFW}} {
@@ -84,6 +87,9 @@ int main(int argc, char **argv) {
 		}
 		for _, n := range rec.Unset {
 			want += "unset=" + n + "\n"
+		}
+		for _, kv := range rec.ResAttrs {
+			want += "resattr=" + kv.Key + "=" + kv.Value + "\n"
 		}
 		if string(out) != want {
 			t.Errorf("final_wait %d: C read\n%s\nGo wrote\n%s", c.finalWait, out, want)

@@ -17,7 +17,8 @@ func TestRecordRoundTrip(t *testing.T) {
 	r := &Record{Status: "failed", OnFailure: "fail", Reason: "line one\nline two", FinalWait: 16, DrainTimeout: 20,
 		SupervisorPID: 42, SupervisorStart: 123456, UID: 2001, FilterPorts: []int{40001, 40002},
 		OutputDir: "/runs/r 1/otel", Backend: "https://otlp.example.com:4318/base",
-		Env: []KV{{"A", "1"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20x"}}, Unset: []string{"OTEL_TOKEN"}}
+		Env: []KV{{"A", "1"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20x"}}, Unset: []string{"OTEL_TOKEN"},
+		ResAttrs: []KV{{"nv.dl.job.uuid", "9a6e5010-16a8-54fc-8445-d1e1b1fffcd2"}, {"slurm.job.user", "a%2Cb%3Dc"}}}
 	data, err := r.Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +33,11 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 	if _, err := (&Record{Status: "ready", Env: []KV{{"A", "x\ny"}}}).Marshal(); err == nil {
 		t.Error("a newline in an env value was accepted")
+	}
+	for _, kv := range []KV{{"a,b", "1"}, {"a", "x=y"}, {"a", "x,y"}, {"", "1"}, {"a b", "1"}} {
+		if _, err := (&Record{Status: "ready", ResAttrs: []KV{kv}}).Marshal(); err == nil {
+			t.Errorf("resattr %q=%q was accepted: OTEL_RESOURCE_ATTRIBUTES cannot carry it unencoded", kv.Key, kv.Value)
+		}
 	}
 }
 

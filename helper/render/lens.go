@@ -34,6 +34,11 @@ const (
 	LensClusterName = "slurm.cluster.name"
 	// LensJobUser is slurm.job.user: the job's user.
 	LensJobUser = "slurm.job.user"
+	// LensHeadNode is slurm.head_node.name: the node the batch script
+	// runs on (the first node of the job's node list). Lens derives it
+	// only in the batch script (SLURMD_NODENAME where no SLURM_STEP_ID
+	// is set); the collector stamps it on every resource of every node.
+	LensHeadNode = "slurm.head_node.name"
 	// LensJobUUID is nv.dl.job.uuid, the join key: a UUIDv5 (URL namespace)
 	// of "nemo.lens.job/<cluster or nocluster>/<array job id, else job id>",
 	// stable across requeues.
@@ -80,6 +85,7 @@ func lensIdentity(j Job) []lensAttr {
 		{key: LensArrayTaskID, val: task},
 		{key: LensSLUID, val: j.SLUID},
 		{key: LensClusterName, val: j.SlurmCluster},
+		{key: LensHeadNode, val: j.HeadNode},
 		{key: LensRestartCount, val: strconv.FormatUint(restart, 10), isInt: true},
 		{key: LensJobUser, val: j.User},
 		{key: LensJobUUID, val: LensUUID("nemo.lens.job/" + cluster + "/" + key)},
@@ -92,6 +98,19 @@ func lensIdentity(j Job) []lensAttr {
 		}
 	}
 	return kept
+}
+
+// LensAttrs is Lens' identity of job j (the keys above, in Lens' order,
+// empty values left out): what the collector stamps on every resource
+// where the producer has not set the key, and what every task's
+// OTEL_RESOURCE_ATTRIBUTES gets (helper/taskenv), so that both carry the
+// same values.
+func LensAttrs(j Job) []Attr {
+	var out []Attr
+	for _, a := range lensIdentity(j) {
+		out = append(out, Attr{Key: a.key, Value: a.val, Int: a.isInt})
+	}
+	return out
 }
 
 // urlNamespace is the RFC 4122 URL namespace (Python's uuid.NAMESPACE_URL).

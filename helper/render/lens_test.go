@@ -29,9 +29,9 @@ func TestLensIdentity(t *testing.T) {
 		}
 		return m
 	}
-	got := flat(lensIdentity(Job{JobID: "1234", RestartCount: "2", SlurmCluster: "c1", User: "alice", SLUID: "s1"}))
+	got := flat(lensIdentity(Job{JobID: "1234", RestartCount: "2", SlurmCluster: "c1", User: "alice", SLUID: "s1", HeadNode: "gn1"}))
 	want := map[string]string{
-		LensJobID: "1234", LensJobIDRaw: "1234", LensArrayJobID: "1234", LensArrayTaskID: "0",
+		LensHeadNode: "gn1", LensJobID: "1234", LensJobIDRaw: "1234", LensArrayJobID: "1234", LensArrayTaskID: "0",
 		LensRestartCount: "2", LensSLUID: "s1", LensClusterName: "c1", LensJobUser: "alice",
 		LensJobUUID: "9a6e5010-16a8-54fc-8445-d1e1b1fffcd2", LensRunUUID: "62a0d596-7045-5ba8-817f-0de4352797d6",
 	}
@@ -48,6 +48,9 @@ func TestLensIdentity(t *testing.T) {
 	}
 	if _, ok := got[LensClusterName]; ok {
 		t.Errorf("an unknown cluster name is stamped: %v", got)
+	}
+	if _, ok := got[LensHeadNode]; ok {
+		t.Errorf("an unknown head node is stamped: %v", got)
 	}
 	if lensIdentity(Job{}) != nil {
 		t.Error("no job id, yet an identity")

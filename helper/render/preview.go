@@ -15,6 +15,9 @@ const (
 	PlaceholderJobID = "<job-id>"
 	// PlaceholderNode stands for the node's name (SLURMD_NODENAME).
 	PlaceholderNode = "<node>"
+	// PlaceholderHeadNode stands for the job's head node (the first node
+	// of SLURM_JOB_NODELIST, where the batch script runs).
+	PlaceholderHeadNode = "<head-node>"
 	// PlaceholderCluster stands for SLURM_CLUSTER_NAME on the node.
 	PlaceholderCluster = "<slurm-cluster>"
 	// PlaceholderRestartCount stands for SLURM_JOB_RESTART_COUNT (0 for
@@ -46,6 +49,7 @@ const PreviewTag = "# PREVIEW"
 var placeholderMeanings = []struct{ text, meaning string }{
 	{PlaceholderJobID, "the Slurm job id"},
 	{PlaceholderNode, "the node's name (host.name, scrape instance labels, a non-first node's output dir)"},
+	{PlaceholderHeadNode, "the job's first node, where the batch script runs (slurm.head_node.name)"},
 	{PlaceholderCluster, "SLURM_CLUSTER_NAME on the node"},
 	{PlaceholderRestartCount, "SLURM_JOB_RESTART_COUNT, 0 for the first run (an integer)"},
 	{PlaceholderSLUID, "SLURM_JOB_SLUID; these lines are absent before Slurm 25.11"},

@@ -82,6 +82,21 @@ const ConfigEnv = "GYM_OTEL_COLLECTOR_CONFIG"
 // shows them too).
 type Ports = jobdir.Ports
 
+// The collector's memory policy, from otel.memory_limit_mib (limit, MiB):
+// the memory_limiter refuses data above limit and forces a collection
+// above limit - SpikeLimitMiB(limit); the Go runtime's soft limit
+// (GOMEMLIMIT, set by the supervisor in the collector's environment) is
+// GoMemLimitMiB(limit), so that the runtime collects before the limiter
+// refuses. The hard bound of the plugin's group on the node (the prolog's,
+// helper/callbacks' cgroupMemoryBytes) is twice limit, at most the site's
+// plugstack cgroup_memory_max_mib.
+
+// SpikeLimitMiB is the memory_limiter's spike_limit_mib: a fifth of limit.
+func SpikeLimitMiB(limit int) int { return limit / 5 }
+
+// GoMemLimitMiB is the collector's GOMEMLIMIT in MiB: four fifths of limit.
+func GoMemLimitMiB(limit int) int { return limit * 4 / 5 }
+
 // FinalFlushIntervalMillis is the interval of the collector's periodic
 // reader towards Ports.Final, in ms (24 h): only its flush at shutdown is
 // wanted.
@@ -133,6 +148,9 @@ type Job struct {
 	// SLURM_ARRAY_TASK_ID for an array element ("" otherwise, or when the
 	// prolog was not told).
 	ArrayJobID, ArrayTaskID string
+	// HeadNode is the node the batch script runs on: the first node of
+	// the job's node list ("" when the prolog was not told the list).
+	HeadNode string
 }
 
 // JobOf is the Job of one node: the facts Slurm gave its prolog (f) and the
@@ -158,6 +176,7 @@ func JobOf(resolved *config.Resolved, f jobfacts.Facts) Job {
 		SlurmCluster: f.Cluster,
 		ArrayJobID:   f.ArrayJobID,
 		ArrayTaskID:  f.ArrayTaskID,
+		HeadNode:     f.HeadNode,
 	}
 }
 
@@ -364,7 +383,7 @@ func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
 		{"memory_limiter", omap{
 			{"check_interval", "1s"},
 			{"limit_mib", o.MemoryLimitMiB},
-			{"spike_limit_mib", o.MemoryLimitMiB / 5},
+			{"spike_limit_mib", SpikeLimitMiB(o.MemoryLimitMiB)},
 		}},
 	}
 	metricsProcs := []string{"memory_limiter", UnsourceProcessor}
@@ -927,10 +946,7 @@ func Identity(in Input, service string) []Attr {
 		out = append(out, Attr{Key: "service.name.override", Value: service})
 	}
 	out = append(out, runIdentity(in.Job)...)
-	for _, a := range lensIdentity(in.Job) {
-		out = append(out, Attr{Key: a.key, Value: a.val, Int: a.isInt})
-	}
-	return out
+	return append(out, LensAttrs(in.Job)...)
 }
 
 // ottlString quotes s as an OTTL string literal, with $ escaped for the

@@ -38,6 +38,17 @@ type Backend struct {
 	Auth bool
 }
 
+// Bounds are the exporter's timeout of one request and how long it
+// retries a batch (retry_on_failure.max_elapsed_time; 0 when retries are
+// off), from Exporter; 0 where the job's collector.yaml did not say.
+func (b *Backend) Bounds() (request, retries time.Duration) {
+	request, _ = time.ParseDuration(fmt.Sprint(b.Exporter["timeout"]))
+	if r, ok := b.Exporter["retry_on_failure"].(map[string]any); ok && r["enabled"] != false {
+		retries, _ = time.ParseDuration(fmt.Sprint(r["max_elapsed_time"]))
+	}
+	return max(request, 0), max(retries, 0)
+}
+
 // tokenEnvRE is a variable name replay accepts for the token.
 var tokenEnvRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 

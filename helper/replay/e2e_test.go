@@ -213,3 +213,30 @@ func TestReplayInterrupted(t *testing.T) {
 		t.Errorf("replay's collector %d outlived it", collector)
 	}
 }
+
+// TestReplayHungBackendExit3: `replay` against the hung-backend stand-in
+// (accepts connections, never answers): the files are intact, so it
+// says NOT ANSWERED (not LOSSES), that nothing of the files is lost and
+// to run replay again, and exits 3.
+func TestReplayHungBackendExit3(t *testing.T) {
+	t.Parallel()
+	hang := harness.StartBlackhole(t, "hang")
+	otel := filepath.Join(t.TempDir(), "otel")
+	if err := os.MkdirAll(otel, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := "exporters:\n  otlp_http/backend:\n    endpoint: http://127.0.0.1:9\n    timeout: 1s\n    retry_on_failure:\n      enabled: true\n      initial_interval: 200ms\n      max_interval: 500ms\n      max_elapsed_time: 2s\n"
+	spans := `{"resourceSpans":[{"resource":{},"scopeSpans":[{"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","name":"a"}]}]}]}` + "\n"
+	for name, data := range map[string]string{"collector.yaml": cfg, "traces.jsonl": spans + spans} {
+		if err := os.WriteFile(filepath.Join(otel, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	out, code := runReplay(t, []string{"OTEL_TOKEN=x"}, "--endpoint", hang, "--token-env", "OTEL_TOKEN", otel)
+	t.Logf("replay to a hung backend: exit %d after %v:\n%s", code, time.Since(start).Round(time.Millisecond), out)
+	if code != 3 || !strings.Contains(out, "replay NOT ANSWERED: the backend "+hang+" did not answer within the bound") ||
+		!strings.Contains(out, "nothing of the job's files is lost (they are unchanged): run replay again when the backend answers") || strings.Contains(out, "LOSSES") {
+		t.Errorf("want exit 3 and the NOT ANSWERED verdict, without LOSSES")
+	}
+}

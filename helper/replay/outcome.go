@@ -89,14 +89,19 @@ func HTTPStatus(cause string) int {
 	return n
 }
 
-// exportCause is the backend exporter's last failure in the collector's
-// log, in one line of at most 300 characters: the log message and its
-// "error" field, without the resource and other fields the line carries
-// ("" when the log has none).
-func exportCause(logPath string) string {
+// exportFailures reads the backend exporter's failures in the
+// collector's log: each failed attempt (retried or dropped) is one line
+// with an "error" field. last is the last one in one line of at most 300
+// characters: the log message and its "error" field, without the resource
+// and other fields the line carries ("" when the log has none). answered
+// counts the failures the backend answered with an HTTP status (it
+// refused the data: 401, 413, 429, 503, ...); silent counts those it did
+// not answer at all (a request that timed out, a connection refused,
+// reset or not made: no HTTP status).
+func exportFailures(logPath string) (last string, answered, silent int) {
 	f, err := os.Open(logPath)
 	if err != nil {
-		return ""
+		return "", 0, 0
 	}
 	defer f.Close()
 	cause := ""
@@ -119,6 +124,11 @@ func exportCause(logPath string) string {
 		if e == "" {
 			continue
 		}
+		if HTTPStatus(e) != 0 {
+			answered++
+		} else {
+			silent++
+		}
 		msg := line[:i]
 		if j := strings.LastIndexByte(msg, '\t'); j >= 0 {
 			msg = msg[j+1:]
@@ -129,7 +139,14 @@ func exportCause(logPath string) string {
 		msg = adviceRE.ReplaceAllString(msg, "")
 		cause = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(msg), ".") + ": " + e)
 	}
-	return oneLine(cause, 300)
+	return oneLine(cause, 300), answered, silent
+}
+
+// exportCause is the backend exporter's last failure in the collector's
+// log, in one line (exportFailures).
+func exportCause(logPath string) string {
+	c, _, _ := exportFailures(logPath)
+	return c
 }
 
 // adviceRE matches the exporter's advice sentences in its failure message.

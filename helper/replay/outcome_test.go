@@ -1,11 +1,14 @@
 package replay
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,5 +161,126 @@ func TestSummaryTokenHint(t *testing.T) {
 		if c.want == "" && strings.Contains(sum, "hint:") || c.want != "" && !strings.Contains(sum, c.want) {
 			t.Errorf("%s:\n%s", c.cause, sum)
 		}
+	}
+}
+
+// hungListener accepts TCP connections and reads whatever arrives without
+// ever answering (a hung backend); it counts the connections it took.
+func hungListener(t *testing.T) (url string, conns *atomic.Int64) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns = &atomic.Int64{}
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+			go io.Copy(io.Discard, c)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return "http://" + l.Addr().String(), conns
+}
+
+// hungJobDir is jobDir with an exporter that waits 1 s per request and
+// retries for 2 s.
+func hungJobDir(t *testing.T) string {
+	job := jobDir(t)
+	cfg := strings.Replace(strings.Replace(jobConfig, "timeout: 5s", "timeout: 1s", 1), "max_elapsed_time: 30s", "max_elapsed_time: 2s\n      initial_interval: 200ms\n      max_interval: 500ms", 1)
+	write(t, filepath.Join(job, "otel", "collector.yaml"), cfg)
+	return job
+}
+
+// TestRunHungBackend: the real collector against a real listener that
+// accepts connections and never answers. The files are intact, so the
+// verdict is not LOSSES: it says the backend did not answer within the
+// bound (the exporter's timeout and retries), that nothing of the files is
+// lost, and to run replay again (Unanswered: the command's exit status 3).
+// When --timeout passes first, the same.
+func TestRunHungBackend(t *testing.T) {
+	bin := testenv.Collector(t)
+	hung, conns := hungListener(t)
+	start := time.Now()
+	res, err := Run(t.Context(), Options{Dir: hungJobDir(t), Endpoint: hung, TokenEnv: "OTEL_TOKEN", LookupEnv: withToken, Binary: bin, Timeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("replay to a hung backend: %v, %d connections", time.Since(start).Round(time.Millisecond), conns.Load())
+	sum := strings.Join(res.Summary(), "\n")
+	t.Logf("summary:\n%s", sum)
+	if conns.Load() == 0 {
+		t.Error("the hung listener took no connection")
+	}
+	if !res.Done || res.OK() || !res.Unanswered() || res.Silences == 0 || res.Refusals != 0 {
+		t.Errorf("done %v ok %v unanswered %v silences %d refusals %d: want done, not ok, unanswered", res.Done, res.OK(), res.Unanswered(), res.Silences, res.Refusals)
+	}
+	for _, want := range []string{"replay NOT ANSWERED: the backend " + hung + " did not answer within the bound (each request waited up to 1s; each batch was retried for up to 2s): 3 items failed after the retries; nothing of the job's files is lost (they are unchanged): run replay again when the backend answers", "\ncause: "} {
+		if !strings.Contains(sum, want) {
+			t.Errorf("summary lacks %q", want)
+		}
+	}
+	if strings.Contains(sum, "LOSSES") {
+		t.Error("the summary says LOSSES though the files are intact")
+	}
+
+	// --timeout before the retries end: not answered either.
+	job := jobDir(t) // 5 s per request, retries for 30 s
+	res, err = Run(t.Context(), Options{Dir: job, Endpoint: hung, TokenEnv: "OTEL_TOKEN", LookupEnv: withToken, Binary: bin, Timeout: 8 * time.Second})
+	if err == nil || res == nil || !res.TimedOut || !res.Unanswered() {
+		t.Fatalf("res %+v err %v: want --timeout and unanswered", res, err)
+	}
+	sum = strings.Join(res.Summary(), "\n")
+	if !strings.Contains(sum, "--timeout ") || !strings.Contains(sum, "replay NOT ANSWERED") || !strings.Contains(sum, "nothing of the job's files is lost") {
+		t.Errorf("summary after --timeout:\n%s", sum)
+	}
+}
+
+// TestUnansweredNotOnRefusal: a backend that answered a failure with a
+// status, a line that did not parse, or a replay cut short by the caller
+// is not "not answered".
+func TestUnansweredNotOnRefusal(t *testing.T) {
+	base := func() *Result {
+		return &Result{Endpoint: "https://b", Done: true, Silences: 2,
+			Signals: map[string]*Totals{"traces": {Files: 1, Items: 3, Exported: 3, Accepted: 3, SendFailed: 3}}}
+	}
+	if r := base(); !r.Unanswered() {
+		t.Error("timeouts only: not unanswered")
+	}
+	r := base()
+	r.Refusals = 1
+	if r.Unanswered() || !strings.Contains(strings.Join(r.Summary(), "\n"), "LOSSES") {
+		t.Error("a refusal with a status: unanswered, or no LOSSES")
+	}
+	r = base()
+	r.Signals["traces"].BadLines = 1
+	if r.Unanswered() {
+		t.Error("a bad line: unanswered")
+	}
+	r = base()
+	r.Done = false
+	if r.Unanswered() {
+		t.Error("interrupted (not done, no --timeout): unanswered")
+	}
+	r = base()
+	r.Silences = 0
+	if r.Unanswered() {
+		t.Error("no failure logged: unanswered")
 	}
 }

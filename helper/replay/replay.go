@@ -136,6 +136,69 @@ type Result struct {
 	// already accepted (duplicates there); a lower bound when AgainAtLeast.
 	Again        int64
 	AgainAtLeast bool
+	// Refusals counts the export attempts the backend answered with an
+	// error status and Silences those it did not answer at all (a request
+	// that timed out, a connection refused or reset), from the collector's
+	// log.
+	Refusals, Silences int
+	// RequestTimeout and RetryFor are the exporter's bounds: the timeout
+	// of one request and how long a batch is retried (0: not known).
+	RequestTimeout, RetryFor time.Duration
+	// TimedOut reports that Options.Timeout passed before everything was
+	// read and sent or failed.
+	TimedOut bool
+}
+
+// Unanswered reports whether the replay fell short only because the
+// backend did not answer within the bound: every export failure was a
+// request that timed out or found no connection (no HTTP status), none
+// was refused with a status, every line parsed and the file receivers
+// refused nothing; and either everything was read and sent or failed, or
+// Options.Timeout passed. The job's files are unchanged: a replay again
+// sends what the backend did not take (exit status 3 of the command).
+func (r *Result) Unanswered() bool {
+	if r.OK() || r.Refusals > 0 || r.Silences == 0 {
+		return false
+	}
+	for _, t := range r.Signals {
+		if t.BadLines > 0 || t.Refused > 0 {
+			return false
+		}
+	}
+	return r.Done || r.TimedOut
+}
+
+// notAnswered is the verdict of an Unanswered replay: what the backend did
+// not answer within which bound, that the files lost nothing, and what to
+// do.
+func (r *Result) notAnswered(took time.Duration, failed, pending, unread int64) string {
+	var bound []string
+	if r.RequestTimeout > 0 {
+		bound = append(bound, fmt.Sprintf("each request waited up to %v", r.RequestTimeout))
+	}
+	if r.RetryFor > 0 {
+		bound = append(bound, fmt.Sprintf("each batch was retried for up to %v", r.RetryFor))
+	}
+	if r.TimedOut {
+		bound = append(bound, fmt.Sprintf("--timeout %v passed", took))
+	}
+	b := ""
+	if len(bound) > 0 {
+		b = " (" + strings.Join(bound, "; ") + ")"
+	}
+	var sent int64
+	for _, t := range r.Signals {
+		sent += t.Sent
+	}
+	what := fmt.Sprintf("%d items failed after the retries", failed)
+	if r.TimedOut {
+		what = fmt.Sprintf("%d items failed after the retries, %d were still waiting for an answer, %d not yet read", failed, pending, unread)
+	}
+	again := "run replay again when the backend answers"
+	if sent > 0 {
+		again += fmt.Sprintf(" (the %d items it did accept will arrive again)", sent)
+	}
+	return fmt.Sprintf("replay NOT ANSWERED: the backend %s did not answer within the bound%s: %s; nothing of the job's files is lost (they are unchanged): %s", r.Endpoint, b, what, again)
 }
 
 // OK reports whether everything was read and the backend accepted all of it.
@@ -202,6 +265,8 @@ func (r *Result) Summary() []string {
 		lines = append(lines, fmt.Sprintf("of the items sent, %s%d the backend had already accepted (the receipts say so): each it accepts again it holds twice", atLeast, r.Again))
 	}
 	switch {
+	case r.Unanswered():
+		lines = append(lines, r.notAnswered(took, failed, pending, unread))
 	case r.OK():
 		lines = append(lines, fmt.Sprintf("replay complete: the backend %s accepted everything in %v", r.Endpoint, took))
 	case !r.Done && unread > 0:
@@ -373,6 +438,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 	}
 	res := newResult(endpoint, tokenEnv, files)
+	res.RequestTimeout, res.RetryFor = be.Bounds()
 	res.Delivered, res.Skipped, res.Again, res.AgainAtLeast = delivered, skippedDirs, again, againAtLeast
 	if len(files) == 0 {
 		// Every appended line was delivered at the drain (--force sends
@@ -495,7 +561,7 @@ func send(ctx context.Context, opt SendOptions, res *Result, start time.Time) (_
 		return res, false, err
 	}
 	defer killCollector(c)
-	defer func() { res.Cause = exportCause(logPath) }()
+	defer func() { res.Cause, res.Refusals, res.Silences = exportFailures(logPath) }()
 	fmt.Fprintf(opt.Out, "replay: %d file(s) to %s (collector pid %d)\n", len(opt.Files), res.Endpoint, c.Cmd.Process.Pid)
 
 	tick := time.NewTicker(every)
@@ -508,6 +574,7 @@ func send(ctx context.Context, opt SendOptions, res *Result, start time.Time) (_
 		case <-ctx.Done():
 			res.Took = time.Since(start)
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				res.TimedOut = true
 				if cause := exportCause(logPath); cause != "" {
 					return res, true, fmt.Errorf("--timeout: not everything was read and sent within %v; the exports' last failure: %s", opt.Timeout, cause)
 				}

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Dirs are where Slurm's commands are looked for before PATH (a job prolog
@@ -86,17 +87,51 @@ func Query(ctx context.Context, id uint32) (job Job, known bool, err error) {
 	return parse(text, id)
 }
 
-// run runs Slurm command name (found by Bin) with args, with only PATH,
-// SLURM_TIME_FORMAT=standard and SLURM_CONF (when set) in its environment, bounded by
-// ctx, and returns its output (stdout then stderr, at most maxOutput bytes
-// of each). The error is Bin's, or the command's exit.
+// QuerySubmit asks squeue for job id's submit and start times (whole
+// seconds, as slurmctld keeps them; squeue's %V and %S with
+// SLURM_TIME_FORMAT=%s). Errors: no answer (as Query's), or no plausible
+// pair (the job not known, a start before the submit, "N/A").
+func QuerySubmit(ctx context.Context, id uint32) (submit, start time.Time, err error) {
+	ids := strconv.FormatUint(uint64(id), 10)
+	text, err := runTimeFormat(ctx, "%s", "squeue", "-h", "--states=all", "-j", ids, "-o", "%V|%S")
+	if ctx.Err() != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("squeue -j %s: %w", ids, ctx.Err())
+	}
+	if err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("squeue -j %s: %v: %s", ids, err, firstLine(text))
+	}
+	return parseSubmit(text)
+}
+
+// parseSubmit reads "<submit>|<start>" in unix seconds.
+func parseSubmit(text string) (time.Time, time.Time, error) {
+	line, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
+	a, b, ok := strings.Cut(line, "|")
+	sub, err1 := strconv.ParseInt(a, 10, 64)
+	st, err2 := strconv.ParseInt(b, 10, 64)
+	if !ok || err1 != nil || err2 != nil || sub <= 0 || st < sub {
+		return time.Time{}, time.Time{}, fmt.Errorf("squeue: not a submit and start time: %q", line)
+	}
+	return time.Unix(sub, 0), time.Unix(st, 0), nil
+}
+
+// run is runTimeFormat with SLURM_TIME_FORMAT=standard.
 func run(ctx context.Context, name string, args ...string) (string, error) {
+	return runTimeFormat(ctx, "standard", name, args...)
+}
+
+// runTimeFormat runs Slurm command name (found by Bin) with args, with
+// only PATH, SLURM_TIME_FORMAT=timeFormat and SLURM_CONF (when set) in its
+// environment, bounded by ctx, and returns its output (stdout then stderr,
+// at most maxOutput bytes of each). The error is Bin's, or the command's
+// exit.
+func runTimeFormat(ctx context.Context, timeFormat, name string, args ...string) (string, error) {
 	bin, err := Bin(name)
 	if err != nil {
 		return "", err
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_TIME_FORMAT=standard"}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_TIME_FORMAT=" + timeFormat}
 	// An empty SLURM_CONF is not "unset" to Slurm: it retries stat("")
 	// for 60 s. Set it only when the caller has it.
 	if c := os.Getenv("SLURM_CONF"); c != "" {

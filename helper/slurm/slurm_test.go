@@ -1,6 +1,9 @@
 package slurm
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestParse(t *testing.T) {
 	cases := []struct {
@@ -51,5 +54,48 @@ func TestParseAccounting(t *testing.T) {
 		if (err != nil) != c.bad || known != c.known || a != c.want {
 			t.Errorf("%q: got %+v %v %v", c.text, a, known, err)
 		}
+	}
+}
+
+// parseSubmit takes squeue's "<submit>|<start>" in unix seconds, and
+// refuses an empty answer, a non-number, a start before the submit and
+// N/A.
+func TestParseSubmit(t *testing.T) {
+	sub, st, err := parseSubmit("1700000000|1700000099\n")
+	if err != nil || sub.Unix() != 1700000000 || st.Sub(sub).Seconds() != 99 {
+		t.Errorf("got %v %v %v", sub, st, err)
+	}
+	for _, bad := range []string{"", "x|1", "5|4", "N/A|N/A"} {
+		if _, _, err := parseSubmit(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// ReadConf reads keys as Slurm's parser does: any case, spaces around
+// "=", several pairs on a line, quoted values, comments and "\#".
+func TestParseConf(t *testing.T) {
+	c, err := parseConf(strings.NewReader(`# a comment with PrologTimeout=9
+PrologTimeout = 30
+JobSubmitPlugins=lua  # the cap
+NodeName=gn1 CPUs=2 State=UNKNOWN
+plugstackconfig="/etc/slurm/plug stack.conf"
+Epilog=/etc/slurm/ep\#ilog.sh
+EpilogTimeout=20
+EPILOGTIMEOUT=25
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{
+		"PrologTimeout": "30", "jobsubmitplugins": "lua", "CPUs": "2", "State": "UNKNOWN",
+		"PlugStackConfig": "/etc/slurm/plug stack.conf", "Epilog": "/etc/slurm/ep#ilog.sh", "EpilogTimeout": "25",
+	} {
+		if v, ok := c.Get(k); !ok || v != want {
+			t.Errorf("%s: %q %v, want %q", k, v, ok, want)
+		}
+	}
+	if _, ok := c.Get("comment"); ok {
+		t.Error("a comment was read")
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	tracev1 "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/replay"
@@ -52,12 +52,12 @@ import (
 //     which the supervisor waits for (killed at otel.shutdown_timeout_seconds:
 //     it still ends, marked slurm.drain.collector_killed). A collector that
 //     had exited before the drain gives slurm.end_known=false.
-//   - slurm.epilog: the job epilog tells its start (EnvEpilogStart, taken in
+//   - slurm.epilog: the job epilog tells its start (launch.EnvEpilogStart, taken in
 //     C before the Go core loads) on the hold socket, "epilog start <unix
 //     ms>", and the job's exit when slurmd set it in the epilog's
-//     environment ("<status> <derived>": JobExit; the span's
+//     environment ("<status> <derived>": launch.JobExit; the span's
 //     slurm.job.exit_code, signal, derived_exit_code, derived_signal and
-//     exit_from), before it signals the supervisor (TellEpilogStart: root
+//     exit_from), before it signals the supervisor (launch.TellEpilogStart: root
 //     writes nothing of the user's). Its end comes after the supervisor has exited
 //     (the epilog then ends the collector's cgroup and removes root's
 //     record), so the span ends at the line's writing and carries
@@ -66,77 +66,6 @@ import (
 //
 // Both are children of the node's slurm.job span and end after it (that
 // span is sent before the collector stops).
-
-// EnvEpilogStart is the job epilog's variable with its start (unix ms).
-const EnvEpilogStart = contract.EnvEpilogStart
-
-// epilogLine starts the hold socket line that tells the epilog's start.
-const epilogLine = "epilog start "
-
-// JobExit is the job's exit as slurmd gives it to the job epilog's
-// environment (Slurm 22.05 to 26.05, prep/script's slurmd part, when the
-// job's exit code is known): SLURM_JOB_EXIT_CODE, the batch script's
-// wait status (exit code << 8, or the signal), and SLURM_JOB_DERIVED_EC,
-// the highest of the steps' wait statuses; SLURM_JOB_EXIT_CODE2 is the
-// first as "code:signal".
-type JobExit struct {
-	Status, Derived uint32
-}
-
-// waitCode is the exit code of a wait status (WEXITSTATUS), waitSignal its
-// signal (WTERMSIG; 0: none).
-func waitCode(status uint32) int64   { return int64(status>>8) & 0xff }
-func waitSignal(status uint32) int64 { return int64(status & 0x7f) }
-
-// JobExitFromEnv reads the job's exit from the job epilog's environment
-// (getenv): SLURM_JOB_EXIT_CODE and SLURM_JOB_DERIVED_EC, both unsigned
-// wait statuses. nil when slurmd did not set them (the exit code not
-// known) or a value is not a number.
-func JobExitFromEnv(getenv func(string) string) *JobExit {
-	st, err1 := strconv.ParseUint(getenv("SLURM_JOB_EXIT_CODE"), 10, 32)
-	de, err2 := strconv.ParseUint(getenv("SLURM_JOB_DERIVED_EC"), 10, 32)
-	if err1 != nil {
-		return nil
-	}
-	if err2 != nil {
-		de = 0
-	}
-	return &JobExit{Status: uint32(st), Derived: uint32(de)}
-}
-
-// TellEpilogStart tells the job's supervisor on its hold socket (path, as
-// root's record has it) that the epilog started at at, and the job's exit
-// when known (exit, nil: not known): one line, "epilog start <unix ms>"
-// then "<status> <derived>", answered "ok", within HoldConnTimeout/4. The
-// path must pass CheckHoldSocket (a socket of root's in a dir only root
-// can write: the prolog's listener, which the supervisor serves), or
-// nothing is sent. Errors: not such a socket, no listener, no answer in
-// time.
-func TellEpilogStart(path string, at time.Time, exit *JobExit) error {
-	if err := CheckHoldSocket(path); err != nil {
-		return err
-	}
-	d := net.Dialer{Timeout: HoldConnTimeout / 4}
-	c, err := d.Dial("unix", path)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(HoldConnTimeout / 4))
-	line := fmt.Sprintf("%s%d", epilogLine, at.UnixMilli())
-	if exit != nil {
-		line += fmt.Sprintf(" %d %d", exit.Status, exit.Derived)
-	}
-	if _, err := fmt.Fprintf(c, "%s\n", line); err != nil {
-		return err
-	}
-	buf := make([]byte, 16)
-	n, _ := c.Read(buf)
-	if string(buf[:n]) != "ok\n" {
-		return fmt.Errorf("the supervisor answered %q", buf[:n])
-	}
-	return nil
-}
 
 // epilogStarted records the epilog's start told on the hold socket: a
 // plausible time (after the node's start of the job, not ahead of the
@@ -147,14 +76,14 @@ func (p *phases) epilogStarted(v string, exit ...string) string {
 	if err != nil || ms <= 0 {
 		return "bad time\n"
 	}
-	var je *JobExit
+	var je *launch.JobExit
 	if len(exit) == 2 {
 		st, err1 := strconv.ParseUint(exit[0], 10, 32)
 		de, err2 := strconv.ParseUint(exit[1], 10, 32)
 		if err1 != nil || err2 != nil {
 			return "bad exit\n"
 		}
-		je = &JobExit{Status: uint32(st), Derived: uint32(de)}
+		je = &launch.JobExit{Status: uint32(st), Derived: uint32(de)}
 	}
 	at := time.UnixMilli(ms)
 	if at.Before(p.start) || at.After(time.Now().Add(time.Minute)) {
@@ -205,8 +134,8 @@ func (p *phases) afterSpans(d drainEnd, now time.Time) []*tracev1.Span {
 		if je != nil {
 			// The job's exit as slurmd gave it to the epilog: the batch
 			// script's exit code or signal, the steps' highest exit code.
-			attrs = append(attrs, intAttr("slurm.job.exit_code", waitCode(je.Status)), intAttr("slurm.job.signal", waitSignal(je.Status)),
-				intAttr("slurm.job.derived_exit_code", waitCode(je.Derived)), intAttr("slurm.job.derived_signal", waitSignal(je.Derived)),
+			attrs = append(attrs, intAttr("slurm.job.exit_code", launch.WaitCode(je.Status)), intAttr("slurm.job.signal", launch.WaitSignal(je.Status)),
+				intAttr("slurm.job.derived_exit_code", launch.WaitCode(je.Derived)), intAttr("slurm.job.derived_signal", launch.WaitSignal(je.Derived)),
 				strAttr("slurm.job.exit_from", "SLURM_JOB_EXIT_CODE"))
 		}
 		e := p.span("slurm.epilog", p.spanID("epilog"), p.root, es, now, attrs...)
@@ -409,7 +338,8 @@ func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration, count
 		// spans it receives: these are the plugin's own too. (The metrics
 		// pipeline takes it off the connector's points, so their span
 		// metrics go without it.)
-		id := append(append([]render.Attr{}, metricsID...), render.Attr{Key: contract.SourceKey, Value: contract.SourceSlurm})
+		id := append(append([]render.Attr{}, metricsID...), render.Attr{Key: contract.SourceKey, Value: contract.SourceSlurm},
+			render.Attr{Key: contract.EmitterKey, Value: contract.EmitterPhases})
 		line, err := TracesLine(id, phaseScope, spans)
 		if err == nil {
 			var al appendedLine

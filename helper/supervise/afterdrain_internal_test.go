@@ -12,6 +12,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
@@ -85,24 +86,6 @@ func attrInt(s *tracev1.Span, k string) int64 {
 		}
 	}
 	return -1
-}
-
-// The job epilog's environment as slurmd sets it (prep/script's slurmd
-// part, Slurm 22.05 to 26.05): SLURM_JOB_EXIT_CODE the batch script's wait
-// status, SLURM_JOB_DERIVED_EC the steps' highest; not set when slurmd
-// does not know the exit code.
-func TestJobExitFromEnv(t *testing.T) {
-	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	if je := JobExitFromEnv(env(map[string]string{"SLURM_JOB_EXIT_CODE": "768", "SLURM_JOB_EXIT_CODE2": "3:0", "SLURM_JOB_DERIVED_EC": "9"})); je == nil ||
-		*je != (JobExit{Status: 768, Derived: 9}) || waitCode(je.Status) != 3 || waitSignal(je.Derived) != 9 {
-		t.Errorf("exit 3: %+v", je)
-	}
-	if je := JobExitFromEnv(env(map[string]string{"SLURM_JOB_EXIT_CODE": "15"})); je == nil || waitSignal(je.Status) != 15 || waitCode(je.Status) != 0 {
-		t.Errorf("signal 15: %+v", je)
-	}
-	if je := JobExitFromEnv(env(nil)); je != nil {
-		t.Errorf("not set: %+v", je)
-	}
 }
 
 // The line is OTLP-JSON as the file exporter writes it (the tests' reader
@@ -233,7 +216,7 @@ func TestTellEpilogStart(t *testing.T) {
 	rel, _ := filepath.Rel(mustGetwd(t), path)
 	for what, bad := range map[string]string{"another user's socket": otherPath, "a dir others can write": openPath,
 		"a symbolic link": link, "a file": file, "a relative path": rel, "an abstract name": "@gym-otel-hold-00112233445566ff"} {
-		if err := TellEpilogStart(bad, at, nil); err == nil {
+		if err := launch.TellEpilogStart(bad, at, nil); err == nil {
 			t.Errorf("%s (%s) taken", what, bad)
 		}
 	}
@@ -242,10 +225,10 @@ func TestTellEpilogStart(t *testing.T) {
 	}
 	// A job that exited 3 (wait status 768), one of its steps killed by
 	// signal 9.
-	if err := TellEpilogStart(path, at, &JobExit{Status: 3 << 8, Derived: 9}); err != nil {
+	if err := launch.TellEpilogStart(path, at, &launch.JobExit{Status: 3 << 8, Derived: 9}); err != nil {
 		t.Fatal(err)
 	}
-	if p.epilogStart.UnixMilli() != at.UnixMilli() || p.jobExit == nil || *p.jobExit != (JobExit{Status: 768, Derived: 9}) {
+	if p.epilogStart.UnixMilli() != at.UnixMilli() || p.jobExit == nil || *p.jobExit != (launch.JobExit{Status: 768, Derived: 9}) {
 		t.Errorf("epilog start %v, told %v; job exit %+v", p.epilogStart, at, p.jobExit)
 	}
 }
@@ -278,7 +261,7 @@ func TestTellEpilogStartSilent(t *testing.T) {
 	}()
 	done := make(chan error, 1)
 	t0 := time.Now()
-	go func() { done <- TellEpilogStart(path, time.Now(), nil) }()
+	go func() { done <- launch.TellEpilogStart(path, time.Now(), nil) }()
 	select {
 	case err := <-done:
 		if err == nil {
@@ -286,6 +269,6 @@ func TestTellEpilogStartSilent(t *testing.T) {
 		}
 		t.Logf("a silent listener: %v after %v", err, time.Since(t0).Round(time.Millisecond))
 	case <-time.After(10 * time.Second):
-		t.Fatal("TellEpilogStart waits on a silent listener")
+		t.Fatal("launch.TellEpilogStart waits on a silent listener")
 	}
 }

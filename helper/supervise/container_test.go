@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -62,8 +62,8 @@ func TestContainerRuntimeTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no report: %v\n%s", err, stderr.String())
 	}
-	var r supervise.Readiness
-	if err := json.Unmarshal([]byte(line), &r); err != nil || r.Status != supervise.StatusReady {
+	var r launch.Readiness
+	if err := json.Unmarshal([]byte(line), &r); err != nil || r.Status != launch.StatusReady {
 		t.Fatalf("report %q: %v\n%s", line, err, stderr.String())
 	}
 	argv, _ := os.ReadFile("/proc/" + strconv.Itoa(r.CollectorPID) + "/cmdline")

@@ -6,7 +6,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // The final scrape at the batch script's end (issue 29).
@@ -59,7 +61,7 @@ func (s *supervisor) finalScrape(ctx context.Context) {
 	}
 	s.finalDone = true
 	s.pollSelf()
-	if !s.spansAt.IsZero() && time.Since(s.spansAt) < s.pol.SpanMetricsSettle && s.fileBytes("traces")+s.fileBytes("metrics") > SpanCountMaxBytes {
+	if !s.spansAt.IsZero() && time.Since(s.spansAt) < s.pol.SpanMetricsSettle && s.fileBytes("traces")+s.fileBytes("metrics") > s.opt.SpanCountMaxBytes {
 		s.log.Infof("the batch script has ended: no early final scrape (spans arrived %v ago; their span metrics need %v, the files being too large to count at the drain); the hold waits for every target's next scrape",
 			time.Since(s.spansAt).Round(time.Millisecond), s.pol.SpanMetricsSettle)
 		return
@@ -93,11 +95,11 @@ func (s *supervisor) finalScrape(ctx context.Context) {
 		s.collGone = true
 		s.log.Warnf("after the final scrape, no collector until the job's end: %v", err)
 		appendLog(s.logPath, "gym-otel: after the final scrape, no collector until the job's end: "+err.Error())
-		s.writeState(StatusReady, "")
+		s.writeState(launch.StatusReady, "")
 		return
 	}
 	s.log.Infof("collector run %d started after the final scrape in %d ms: pid %d", s.runs+1, time.Since(start).Milliseconds()-stopped.Milliseconds(), s.coll.pid)
-	s.writeState(StatusReady, "")
+	s.writeState(launch.StatusReady, "")
 }
 
 // startNext writes the configuration again (scrape_on_shutdown as now set)
@@ -116,11 +118,11 @@ func (s *supervisor) startNext(ctx context.Context) error {
 	hctx, cancel := context.WithTimeout(ctx, s.pol.HealthWait)
 	defer cancel()
 	if err := waitHealthy(hctx, c, s.ports.Health, s.opt.HealthPoll); err != nil {
-		c.stop(2 * time.Second)
+		c.stop(timing.FailedStartStop)
 		return err
 	}
 	if err := s.provePorts(c); err != nil {
-		c.stop(2 * time.Second)
+		c.stop(timing.FailedStartStop)
 		return err
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
@@ -31,7 +31,7 @@ import (
 // <record_dir>/<node>/<job id>/hold/sock (helper/record's HoldSocketPath),
 // its dir root's and 0700. The prolog, as root, makes the dir, binds and
 // listens, and hands the listener to the supervisor as an inherited
-// descriptor (HoldListenerFD, after the readiness pipe); the supervisor
+// descriptor (launch.HoldListenerFD, after the readiness pipe); the supervisor
 // only accepts on it (InheritedHoldListener) and never sees the path.
 // Only root can connect: the dir's permission shuts out every other user,
 // the job's own too, so no one else can take the supervisor's connection
@@ -39,9 +39,9 @@ import (
 // removes it with the record, and a stale one of a crashed job goes with
 // its stale record (or when the job's id runs again on the node). The
 // clients (spank/holdsock.c's gos_hold_exchange in the steps,
-// TellEpilogStart in the epilog) connect only when the path is a socket
+// launch.TellEpilogStart in the epilog) connect only when the path is a socket
 // owned by root in a dir owned by root that neither group nor others can
-// write (CheckHoldSocket). A supervisor started without the plugin (the
+// write (launch.CheckHoldSocket). A supervisor started without the plugin (the
 // CLI's supervise by hand, or tests) has no inherited listener and serves
 // no hold socket: the batch step then waits its bound.
 //
@@ -83,15 +83,10 @@ const (
 	// slot (holdServer.admit).
 	HoldConns = 4
 	// HoldConnTimeout bounds one connection's request and answer.
-	HoldConnTimeout = time.Second
+	HoldConnTimeout = launch.HoldConnTimeout
 	// holdRequestMax bounds the request line, bytes.
 	holdRequestMax = 192
 )
-
-// HoldListenerFD is the descriptor on which the plugin's prolog hands the
-// supervisor its hold socket's listener (the second extra file, after the
-// readiness pipe at ReadinessFD).
-const HoldListenerFD = ReadinessFD + 1
 
 // DefaultSampledPoll is how often the supervisor reads the new lines of
 // metrics.jsonl for the hold socket's answer.
@@ -104,7 +99,7 @@ const DefaultSampledPoll = 250 * time.Millisecond
 // listening unix stream socket. The listener is close-on-exec (the
 // collector never holds it) and the descriptor itself is closed.
 func InheritedHoldListener() (*net.UnixListener, error) {
-	fd := HoldListenerFD
+	fd := launch.HoldListenerFD
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
 		return nil, nil
@@ -130,34 +125,6 @@ func InheritedHoldListener() (*net.UnixListener, error) {
 		return nil, fmt.Errorf("descriptor %d is not a unix listener", fd)
 	}
 	return ul, nil
-}
-
-// CheckHoldSocket returns an error unless path (from root's record) is a
-// socket owned by root in a directory owned by root that neither group nor
-// others can write, neither of them a symbolic link: then only root can
-// have bound it, and the listener is the one the prolog made and handed to
-// the job's supervisor. The steps check the same in C
-// (spank/holdsock.c).
-func CheckHoldSocket(path string) error {
-	if !filepath.IsAbs(path) || len(path) > contract.HoldPathMax {
-		return fmt.Errorf("hold socket %q: not an absolute path of at most %d bytes", path, contract.HoldPathMax)
-	}
-	dir := filepath.Dir(path)
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("hold socket: %w", err)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || !fi.IsDir() || st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("hold socket: %s is not a directory of root's that only root can write (%s)", dir, fi.Mode())
-	}
-	fi, err = os.Lstat(path)
-	if err != nil {
-		return fmt.Errorf("hold socket: %w", err)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || fi.Mode().Type() != os.ModeSocket || st.Uid != 0 {
-		return fmt.Errorf("hold socket: %s is not a socket of root's (%s)", path, fi.Mode())
-	}
-	return nil
 }
 
 // holdServer answers root's lines on the hold socket.

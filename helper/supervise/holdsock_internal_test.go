@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 )
 
 // holdListen listens on a socket in a fresh dir of the test's (root's and
@@ -55,7 +56,7 @@ type holdChildReport struct {
 
 // TestHoldInheritedChild is the supervisor's side of
 // TestHoldInheritedListener, in a process of its own (the test binary
-// again): it takes the listener at HoldListenerFD (InheritedHoldListener),
+// again): it takes the listener at launch.HoldListenerFD (InheritedHoldListener),
 // reports, and with GOS_HOLD_CHILD=serve answers "sampled" on it (3
 // targets) until its stdin closes.
 func TestHoldInheritedChild(t *testing.T) {
@@ -68,7 +69,7 @@ func TestHoldInheritedChild(t *testing.T) {
 	if err != nil {
 		r.Err = err.Error()
 	}
-	_, ferr := unix.FcntlInt(uintptr(HoldListenerFD), unix.F_GETFD, 0)
+	_, ferr := unix.FcntlInt(uintptr(launch.HoldListenerFD), unix.F_GETFD, 0)
 	r.FD4Open = ferr == nil
 	if ln != nil {
 		raw, _ := ln.SyscallConn()
@@ -91,7 +92,7 @@ func TestHoldInheritedChild(t *testing.T) {
 }
 
 // TestHoldInheritedListener: the supervisor serves the hold socket on the
-// listener its starter made and handed on at HoldListenerFD (as the
+// listener its starter made and handed on at launch.HoldListenerFD (as the
 // prolog does): a process of its own takes it (its fd 4 then closed, its
 // copy close-on-exec, so that a child of it, the collector, holds none),
 // answers on it, and once that process ends nothing answers at the path

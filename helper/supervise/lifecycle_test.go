@@ -24,9 +24,9 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
@@ -751,7 +751,7 @@ func TestStartFailures(t *testing.T) {
 // gone), and the supervisor's exit.
 func assertFailed(t testing.TB, s *harness.Sup, mentions ...string) {
 	t.Helper()
-	if s.Report.Status != supervise.StatusFailed {
+	if s.Report.Status != launch.StatusFailed {
 		t.Fatalf("report %+v, want failed", s.Report)
 	}
 	for _, m := range mentions {
@@ -774,7 +774,7 @@ func TestTwoSupervisors(t *testing.T) {
 	a := harness.StartSup(t, harness.Job{JobID: "1001", VLLMPort: vllm}).MustReady(t)
 	b := harness.StartSup(t, harness.Job{JobID: "1002", VLLMPort: vllm}).MustReady(t)
 	seen := map[int]string{}
-	for name, p := range map[string]supervise.Readiness{"a": a.Report, "b": b.Report} {
+	for name, p := range map[string]launch.Readiness{"a": a.Report, "b": b.Report} {
 		for _, port := range []int{p.Ports.OTLPGRPC, p.Ports.OTLPHTTP, p.Ports.Health, p.Ports.Telemetry} {
 			if port == 0 || seen[port] != "" {
 				t.Errorf("port %d of %s is zero or shared with %s", port, name, seen[port])
@@ -1028,7 +1028,7 @@ func TestSquatterAfterRestart(t *testing.T) {
 		!strings.Contains(out, "the collector does not listen on it") {
 		t.Errorf("the supervisor did not say that a port is not its collector's:\n%s", out)
 	}
-	if st := s.State(t); st.Status != supervise.StatusFailed || st.Restarts < 1 {
+	if st := s.State(t); st.Status != launch.StatusFailed || st.Restarts < 1 {
 		t.Errorf("state.json %+v: want failed after a restart", st)
 	}
 	for _, l := range strings.Split(out, "\n") {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 )
 
@@ -45,24 +46,6 @@ func TestSlurmdAliveFunc(t *testing.T) {
 	for _, v := range []string{"", "12", "x 1", "1 1", "12 -3", "12 3 4"} {
 		if SlurmdAliveFunc(v) != nil {
 			t.Errorf("%q parsed", v)
-		}
-	}
-}
-
-// SlurmdAnchor accepts only a process named slurmd.
-func TestSlurmdAnchorNotSlurmd(t *testing.T) {
-	if _, err := SlurmdAnchor(os.Getpid()); err == nil {
-		t.Error("the test process was taken for a slurmd")
-	}
-}
-
-func TestParseJobEnd(t *testing.T) {
-	if got := ParseJobEnd("1764590400"); !got.Equal(time.Unix(1764590400, 0)) {
-		t.Errorf("got %v", got)
-	}
-	for _, v := range []string{"", "0", "-5", "soon"} {
-		if !ParseJobEnd(v).IsZero() {
-			t.Errorf("%q gave a time", v)
 		}
 	}
 }
@@ -203,8 +186,8 @@ func TestTheSlurmdNotAUsersProcess(t *testing.T) {
 	if TheSlurmd(bin) != nil {
 		t.Error("root adopted a slurmd of an unprivileged user")
 	}
-	if _, err := SlurmdAnchor(fake.Process.Pid); err == nil || !strings.Contains(err.Error(), "does not run as root") {
-		t.Errorf("SlurmdAnchor of the fake: %v", err)
+	if _, err := launch.SlurmdAnchor(fake.Process.Pid); err == nil || !strings.Contains(err.Error(), "does not run as root") {
+		t.Errorf("launch.SlurmdAnchor of the fake: %v", err)
 	}
 	if got := theSlurmdAs(t, victim, bin); got != "none" {
 		t.Errorf("another user's supervisor: %s, want none", got)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
@@ -27,7 +28,7 @@ import (
 // key nv.dl.job.uuid) on them as on every span of the job.
 //
 // Root's side only hands facts on: the prolog's start time comes in the
-// supervisor's environment (EnvPrologStart, taken by the plugin's C prolog
+// supervisor's environment (launch.EnvPrologStart, taken by the plugin's C prolog
 // before it loads the Go core); each step's slurmstepd (spank/phase.c, C
 // only, never in a forked task) tells the supervisor on its hold socket
 // (holdsock.go) one line at the step's start and one at its end:
@@ -60,9 +61,6 @@ import (
 // exit code, summed duration), and at most MaxOpenSteps steps are tracked
 // open at once (more are counted as unseen).
 const (
-	// EnvPrologStart is the supervisor's environment variable with the
-	// prolog's start (unix ms), set by the plugin's prolog.
-	EnvPrologStart = contract.EnvPrologStart
 	// MaxStepSpans bounds the step spans of one node.
 	MaxStepSpans = 100
 	// MaxOpenSteps bounds the steps tracked between start and end.
@@ -97,16 +95,6 @@ func StepName(id uint32) string {
 		return "pending"
 	}
 	return strconv.FormatUint(uint64(id), 10)
-}
-
-// ParsePrologStart reads EnvPrologStart's value (unix ms); zero when empty
-// or not a plausible time.
-func ParsePrologStart(v string) time.Time {
-	ms, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || ms <= 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms)
 }
 
 type openStep struct {
@@ -163,7 +151,7 @@ type phases struct {
 	// jobExit is the job's exit status and derived exit code as the
 	// epilog told them (from slurmd's SLURM_JOB_EXIT_CODE and
 	// SLURM_JOB_DERIVED_EC; nil: not told).
-	jobExit *JobExit
+	jobExit *launch.JobExit
 }
 
 // newPhases starts the node's record; start is the prolog's start (zero:
@@ -239,7 +227,7 @@ func (p *phases) ready(at time.Time) {
 // answer, or "" when line is not a phase line.
 func (p *phases) handle(line string) string {
 	f := strings.Fields(line)
-	if (len(f) == 3 || len(f) == 5) && f[0]+" "+f[1]+" " == epilogLine {
+	if (len(f) == 3 || len(f) == 5) && f[0]+" "+f[1]+" " == launch.EpilogLine {
 		return p.epilogStarted(f[2], f[3:]...)
 	}
 	if len(f) < 4 || f[0] != "step" {
@@ -499,7 +487,8 @@ func (p *phases) take() []*tracev1.Span {
 func (p *phases) request(spans []*tracev1.Span) *tracev1.TracesData {
 	return &tracev1.TracesData{ResourceSpans: []*tracev1.ResourceSpans{{
 		Resource: &resourcev1.Resource{Attributes: []*commonv1.KeyValue{
-			strAttr("service.name", "slurm"), strAttr("host.name", p.facts.Node)}},
+			strAttr("service.name", "slurm"), strAttr("host.name", p.facts.Node),
+			strAttr(contract.EmitterKey, contract.EmitterPhases)}},
 		ScopeSpans: []*tracev1.ScopeSpans{{Scope: &commonv1.InstrumentationScope{Name: phaseScope}, Spans: spans}},
 	}}}
 }
@@ -568,7 +557,7 @@ func (s *supervisor) startPhases(ctx context.Context) (stop func()) {
 		// Not started by the plugin's prolog: no Slurm phases to tell.
 		return func() {}
 	}
-	s.phases = newPhases(s.opt.Facts, ParsePrologStart(os.Getenv(EnvPrologStart)), s.started)
+	s.phases = newPhases(s.opt.Facts, launch.ParsePrologStart(os.Getenv(launch.EnvPrologStart)), s.started)
 	s.phases.ready(time.Now())
 	if s.hold != nil {
 		s.hold.phases.Store(s.phases)

@@ -1,13 +1,9 @@
 package supervise
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
@@ -25,38 +21,16 @@ import (
 // SubmitQuery asks Slurm for a job's submit and start times.
 type SubmitQuery func(ctx context.Context, jobID string) (submit, start time.Time, err error)
 
-// squeueSubmit is SubmitQuery by squeue (%V|%S, SLURM_TIME_FORMAT=%s: unix
-// seconds), bounded by timing.LivenessQueryBound.
+// squeueSubmit is SubmitQuery by squeue (slurm.QuerySubmit), bounded by
+// timing.LivenessQueryBound.
 func squeueSubmit(ctx context.Context, jobID string) (time.Time, time.Time, error) {
-	if _, err := strconv.ParseUint(jobID, 10, 32); err != nil {
-		return time.Time{}, time.Time{}, fmt.Errorf("job id %q: %w", jobID, err)
-	}
-	bin, err := slurm.Bin("squeue")
+	id, err := strconv.ParseUint(jobID, 10, 32)
 	if err != nil {
-		return time.Time{}, time.Time{}, err
+		return time.Time{}, time.Time{}, fmt.Errorf("job id %q: %w", jobID, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timing.LivenessQueryBound)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-h", "--states=all", "-j", jobID, "-o", "%V|%S")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_CONF=" + os.Getenv("SLURM_CONF"), "SLURM_TIME_FORMAT=%s"}
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	if err := cmd.Run(); err != nil {
-		return time.Time{}, time.Time{}, fmt.Errorf("squeue -j %s: %v", jobID, err)
-	}
-	return parseSubmit(out.String())
-}
-
-// parseSubmit reads "<submit>|<start>" in unix seconds.
-func parseSubmit(text string) (time.Time, time.Time, error) {
-	line, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
-	a, b, ok := strings.Cut(line, "|")
-	sub, err1 := strconv.ParseInt(a, 10, 64)
-	st, err2 := strconv.ParseInt(b, 10, 64)
-	if !ok || err1 != nil || err2 != nil || sub <= 0 || st < sub {
-		return time.Time{}, time.Time{}, fmt.Errorf("squeue: not a submit and start time: %q", line)
-	}
-	return time.Unix(sub, 0), time.Unix(st, 0), nil
+	return slurm.QuerySubmit(ctx, uint32(id))
 }
 
 // queueWait adds the queue-wait span (see above); an error is kept for the

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 )
@@ -54,24 +55,30 @@ func assertCallsMatchSpans(t *testing.T, where string, traces, metrics otlptest.
 // spans in traces.jsonl outnumber). Without late spans of the job's own
 // ("quiet"), only the phase spans sent at the drain are late; a supervisor
 // without phase spans (not started by the plugin's prolog) and without
-// late spans ("unplugged") has nothing to append.
+// late spans ("unplugged") has nothing to append. Files larger than the
+// drain reads ("large": the supervisor's threshold lowered to 1 byte, as
+// with more than 128 MiB) make the drain wait for the connector's
+// flushes instead, and every span is counted still.
 func TestLateSpansCounted(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		name         string
-		late, record bool
-	}{{"late", true, true}, {"quiet", false, true}, {"unplugged", false, false}} {
+		name                string
+		late, record, large bool
+	}{{"late", true, true, false}, {"quiet", false, true, false}, {"unplugged", false, false, false}, {"large", true, true, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			lateSpansJob(t, c.late, c.record)
+			lateSpansJob(t, c.late, c.record, c.large)
 		})
 	}
 }
 
-func lateSpansJob(t *testing.T, late, record bool) {
+func lateSpansJob(t *testing.T, late, record, large bool) {
 	token := "tok-" + harness.RandHex(8)
 	be := harness.StartBackend(t, token)
 	j := harness.Job{JobID: "8686", Token: token, Endpoint: be.URL}
+	if large {
+		j.Env = []string{"GYM_OTEL_SPAN_COUNT_MAX_BYTES=1"}
+	}
 	if record {
 		j.Record = filepath.Join(harness.SharedDir(t), "record")
 		if err := os.WriteFile(j.Record, []byte("x"), 0o644); err != nil {
@@ -109,9 +116,16 @@ func lateSpansJob(t *testing.T, late, record bool) {
 		t.Errorf("drain took %v, more than the epilog's wait %v", took, s.Policy().DrainWait)
 	}
 	// The drain does not wait for the connector's flushes: the span
-	// metrics it did not export are counted from the files.
-	if took >= s.Policy().SpanMetricsSettle {
+	// metrics it did not export are counted from the files. Unless the
+	// files are too large to read within the drain: then it waits for
+	// two flushes after the last spans (the node's root span, sent at
+	// the drain's start, among them).
+	waited := strings.Contains(s.Output(), "for the span metrics of the last spans")
+	switch {
+	case !large && (took >= s.Policy().SpanMetricsSettle || waited):
 		t.Errorf("drain took %v: it waited for span metrics (settle %v)\n%s", took, s.Policy().SpanMetricsSettle, s.Output())
+	case large && (took < s.Policy().SpanMetricsSettle-time.Second || !waited):
+		t.Errorf("drain took %v, waited %v: files over the threshold should make it wait about %v for the connector's flushes\n%s", took, waited, s.Policy().SpanMetricsSettle, s.Output())
 	}
 	tr := otlptest.MustRead(t, s.Out, "traces")
 	want := map[string]int{"early.work": 1, "slurm.prolog": 1, "slurm.job": 1, "slurm.drain": 1}
@@ -128,6 +142,23 @@ func lateSpansJob(t *testing.T, late, record bool) {
 	}
 	m := otlptest.MustRead(t, s.Out, "metrics")
 	assertCallsMatchSpans(t, "metrics.jsonl", tr, m)
+	// inspect shows one calls figure per span name, the raw spans'.
+	r, err := inspect.Build(s.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := map[string]float64{}
+	for _, x := range r.Spans.SpanMetrics {
+		shown[x.Name] = float64(x.Calls)
+		if x.CallsNote != "" {
+			t.Errorf("inspect: %s: calls %v with a note %q: the files' span metrics should count every span", x.Name, x.Calls, x.CallsNote)
+		}
+	}
+	for n, c := range want {
+		if shown[n] != float64(c) {
+			t.Errorf("inspect: %s calls %v, want its %d spans", n, shown[n], c)
+		}
+	}
 	if record {
 		assertAppendedShape(t, m)
 	}

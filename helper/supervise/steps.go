@@ -6,26 +6,17 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 )
 
-// EnvSpawned is the supervisor's environment variable with the instant
-// (unix microseconds) the plugin's prolog began to start it: the
-// supervisor's first step, "spawn", is from then to its own start (the
-// fork into the group, the exec, Go's start-up, the options). Only for the
-// steps' times: a value that is missing, in the future or over 10 s old is
-// ignored.
-const EnvSpawned = "GYM_OTEL_SPAWNED_US"
-
-// SpawnedNow is EnvSpawned's value for the present instant.
-func SpawnedNow() string { return strconv.FormatInt(time.Now().UnixMicro(), 10) }
-
 // markSpawn starts t at the supervisor's start (now), with the step
-// "spawn" first when EnvSpawned gives a plausible instant before it, from
+// "spawn" first when launch.EnvSpawned gives a plausible instant before it, from
 // then to main (the supervisor's main, when not zero) and "options" from
 // main to now, else from then to now.
 func (t *stepTimes) markSpawn(now, main time.Time) {
 	t.last = now
-	us, err := strconv.ParseInt(os.Getenv(EnvSpawned), 10, 64)
+	us, err := strconv.ParseInt(os.Getenv(launch.EnvSpawned), 10, 64)
 	if err != nil {
 		return
 	}
@@ -43,7 +34,7 @@ func (t *stepTimes) markSpawn(now, main time.Time) {
 }
 
 // stepTimes times the supervisor's start-up steps for its ready report
-// (Readiness.Steps): each mark ends a step and names it with its duration
+// (launch.Readiness.Steps): each mark ends a step and names it with its duration
 // in milliseconds; a step marked again (a new port choice) adds up.
 type stepTimes struct {
 	last  time.Time

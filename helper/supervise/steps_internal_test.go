@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 )
 
 // TestMarkSpawn: the supervisor's first step is "spawn" when the prolog's
@@ -22,19 +24,19 @@ func TestMarkSpawn(t *testing.T) {
 		{strconv.FormatInt(now.Add(time.Second).UnixMicro(), 10), false},
 		{strconv.FormatInt(now.Add(-time.Minute).UnixMicro(), 10), false},
 	} {
-		t.Setenv(EnvSpawned, c.env)
+		t.Setenv(launch.EnvSpawned, c.env)
 		var st stepTimes
 		st.markSpawn(now, time.Time{})
 		st.mark("dir")
 		got := st.String()
 		if strings.HasPrefix(got, "spawn ") != c.spawn {
-			t.Errorf("%s=%q: steps %q", EnvSpawned, c.env, got)
+			t.Errorf("%s=%q: steps %q", launch.EnvSpawned, c.env, got)
 		}
 		if c.spawn && !strings.HasPrefix(got, "spawn 3") {
-			t.Errorf("%s=%q: steps %q, want spawn 30", EnvSpawned, c.env, got)
+			t.Errorf("%s=%q: steps %q, want spawn 30", launch.EnvSpawned, c.env, got)
 		}
 	}
-	t.Setenv(EnvSpawned, strconv.FormatInt(now.Add(-30*time.Millisecond).UnixMicro(), 10))
+	t.Setenv(launch.EnvSpawned, strconv.FormatInt(now.Add(-30*time.Millisecond).UnixMicro(), 10))
 	var st stepTimes
 	st.markSpawn(now, now.Add(-10*time.Millisecond))
 	if got := st.String(); got != "spawn 20, options 10" {

@@ -23,6 +23,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/heldir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
@@ -95,7 +96,7 @@ type Options struct {
 	// still bounds the wait for an epilog that never comes (a slurmd
 	// started without the plugin). nil: never adopted.
 	NewSlurmd func() func() bool
-	// Readiness receives the one Readiness line (nil: none).
+	// Readiness receives the one launch.Readiness line (nil: none).
 	Readiness io.Writer
 	// Log receives the supervisor's own log lines (nil: logrus standard).
 	Log *logrus.Logger
@@ -124,6 +125,12 @@ type Options struct {
 	// socket (the batch step waits its bound, the steps' phases are not
 	// told).
 	HoldListener *net.UnixListener
+	// SpanCountMaxBytes is the most bytes of traces.jsonl and
+	// metrics.jsonl together that the drain reads to count the spans the
+	// span metrics connector did not (0: SpanCountMaxBytes, the
+	// product's value); larger files make the drain wait for the
+	// connector's flushes instead. A test hook for large files.
+	SpanCountMaxBytes int64
 }
 
 // supervisor is one run's state.
@@ -265,6 +272,9 @@ func (s *supervisor) defaults() {
 	}
 	if s.opt.MaxRestarts == 0 {
 		s.opt.MaxRestarts = DefaultMaxRestarts
+	}
+	if s.opt.SpanCountMaxBytes <= 0 {
+		s.opt.SpanCountMaxBytes = SpanCountMaxBytes
 	}
 	if s.opt.JobRunning == nil {
 		s.opt.JobRunning = squeueRunning
@@ -558,7 +568,7 @@ func (s *supervisor) collectorEnv() []string {
 		s.o.TokenEnv + "=" + render.Escape(s.opt.Token),
 		render.ReceiverTokenEnv + "=" + s.rtoken, // hex: nothing to escape; referenced as a whole value
 		render.PluginTokenEnv + "=" + s.ptoken,   // likewise
-		fmt.Sprintf("GOMEMLIMIT=%dMiB", s.o.MemoryLimitMiB*4/5),
+		fmt.Sprintf("GOMEMLIMIT=%dMiB", render.GoMemLimitMiB(s.o.MemoryLimitMiB)),
 		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
 	}
 	if s.collectorYAML != nil {
@@ -610,7 +620,7 @@ func (s *supervisor) launch(ctx context.Context) error {
 		if err = s.provePorts(c); err == nil {
 			s.steps.mark("proof")
 			if err = s.checkStartedVersion(ctx, logStart); err != nil {
-				c.stop(2 * time.Second)
+				c.stop(timing.FailedStartStop)
 				return err
 			}
 			s.steps.mark("version")
@@ -619,10 +629,10 @@ func (s *supervisor) launch(ctx context.Context) error {
 		// A listener of another user, or a port the collector does not
 		// hold although something answered its health check: someone
 		// else was faster. Choose new ports.
-		c.stop(2 * time.Second)
+		c.stop(timing.FailedStartStop)
 		return fmt.Errorf("%w: %v", errBindRace, err)
 	}
-	c.stop(2 * time.Second)
+	c.stop(timing.FailedStartStop)
 	tail := tailFile(s.logPath, 8)
 	if strings.Contains(tail, "address already in use") {
 		return fmt.Errorf("%w: %s", errBindRace, lastLine(tail))
@@ -696,16 +706,16 @@ func lastLine(s string) string {
 // fail reports failed once and records the reason.
 func (s *supervisor) fail(err error) {
 	s.log.Errorf("collector not started: %v", err)
-	s.writeState(StatusFailed, err.Error())
-	s.sendReadiness(Readiness{Status: StatusFailed, Error: err.Error(), OutputDir: s.out, SupervisorPID: os.Getpid()})
+	s.writeState(launch.StatusFailed, err.Error())
+	s.sendReadiness(launch.Readiness{Status: launch.StatusFailed, Error: err.Error(), OutputDir: s.out, SupervisorPID: os.Getpid()})
 }
 
-func (s *supervisor) sendReadiness(r Readiness) {
+func (s *supervisor) sendReadiness(r launch.Readiness) {
 	if s.readinessSent || s.opt.Readiness == nil {
 		return
 	}
 	s.readinessSent = true
-	if err := WriteReadiness(s.opt.Readiness, r); err != nil {
+	if err := launch.WriteReadiness(s.opt.Readiness, r); err != nil {
 		s.log.Warnf("report: %v", err)
 	}
 	if c, ok := s.opt.Readiness.(io.Closer); ok {
@@ -722,9 +732,9 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	if fs := s.firstScrape; fs != nil {
 		s.log.Infof("first scrapes placed at %s (host %s)", fs.At.UTC().Format("15:04:05.000"), fs.Host)
 	}
-	s.writeState(StatusReady, "")
-	s.sendReadiness(Readiness{
-		Status: StatusReady, Ports: s.ports, ReceiverToken: s.rtoken,
+	s.writeState(launch.StatusReady, "")
+	s.sendReadiness(launch.Readiness{
+		Status: launch.StatusReady, Ports: s.ports, ReceiverToken: s.rtoken,
 		SupervisorPID: os.Getpid(), CollectorPID: s.coll.pid, CollectorStart: s.coll.start,
 		OutputDir: s.out, ReadyMillis: ready.Milliseconds(), Hold: s.hold != nil,
 		Steps: s.steps.String(),
@@ -742,7 +752,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	defer slurmTick.Stop()
 	ownerTick := time.NewTicker(TargetOwnerPoll)
 	defer ownerTick.Stop()
-	s.checkTargetOwners(StatusReady)
+	s.checkTargetOwners(launch.StatusReady)
 	askEvery, nextAsk := s.opt.SlurmPoll, time.Time{}
 	for {
 		exited := s.coll.Exited()
@@ -765,14 +775,14 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			s.finalScrape(ctx)
 		case <-exited:
 			if err := s.restart(ctx); err != nil {
-				s.writeState(StatusFailed, err.Error())
+				s.writeState(launch.StatusFailed, err.Error())
 				s.writeReceipt()
 				return err
 			}
 		case <-selfTick.C:
 			s.pollSelf()
 		case <-ownerTick.C:
-			s.checkTargetOwners(StatusReady)
+			s.checkTargetOwners(launch.StatusReady)
 		case <-recordTick.C:
 			if s.opt.RecordPath == "" {
 				continue
@@ -851,7 +861,7 @@ func (s *supervisor) pollSelf() {
 	}
 	if p := problems(all, s.signals(), "the file system refused the writes"); p != "" && p != s.problems {
 		s.problems = p
-		s.writeState(StatusReady, "")
+		s.writeState(launch.StatusReady, "")
 	}
 }
 
@@ -881,7 +891,7 @@ func (s *supervisor) restart(ctx context.Context) error {
 		if errors.Is(err, errExited) {
 			return s.restart(ctx)
 		}
-		c.stop(2 * time.Second)
+		c.stop(timing.FailedStartStop)
 		return err
 	}
 	// The ports were free while the collector was down: another user may
@@ -889,11 +899,11 @@ func (s *supervisor) restart(ctx context.Context) error {
 	// ports, so new ones cannot help: give up (the supervisor exits, and
 	// the steps that start from now on, seeing it gone, set no env).
 	if err := s.provePorts(c); err != nil {
-		c.stop(2 * time.Second)
+		c.stop(timing.FailedStartStop)
 		s.endRun(nil, fmt.Sprintf("collector run %d was stopped: after restart %d %v", s.runs+1, s.restarts, err))
 		return fmt.Errorf("after restart %d of the collector: %w; giving up (the job's later steps get no collector env on this node)", s.restarts, err)
 	}
-	s.writeState(StatusReady, "")
+	s.writeState(launch.StatusReady, "")
 	return nil
 }
 
@@ -957,7 +967,7 @@ func (s *supervisor) drain() error {
 	// after the collector's exit, unless the files are too large to read
 	// within the drain: then the connector's flushes are waited for.
 	countAll := true
-	if size := s.fileBytes("traces") + s.fileBytes("metrics"); size > SpanCountMaxBytes {
+	if size := s.fileBytes("traces") + s.fileBytes("metrics"); size > s.opt.SpanCountMaxBytes {
 		countAll = false
 		// The last spans the collector took: the job's (the receiver's
 		// counter, as pollSelf last saw it change) and the supervisor's
@@ -970,8 +980,8 @@ func (s *supervisor) drain() error {
 		// A new series is flushed as 0 first and with its count one
 		// interval later: wait two intervals after the last spans.
 		if wait := time.Until(last.Add(s.pol.SpanMetricsSettle)); !last.IsZero() && wait > 0 {
-			s.log.Infof("traces.jsonl and metrics.jsonl hold %d MiB (more than the %d MiB read at the drain): waiting %v for the span metrics of the last spans",
-				size>>20, SpanCountMaxBytes>>20, wait.Round(time.Millisecond))
+			s.log.Infof("traces.jsonl and metrics.jsonl hold %.1f MiB (more than the %.1f MiB read at the drain): waiting %v for the span metrics of the last spans",
+				float64(size)/(1<<20), float64(s.opt.SpanCountMaxBytes)/(1<<20), wait.Round(time.Millisecond))
 			time.Sleep(wait)
 		}
 		s.pollSelf()

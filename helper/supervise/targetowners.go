@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
@@ -45,7 +46,7 @@ func (s *supervisor) checkTargetOwners(status string) {
 	if len(targets) == 0 {
 		return
 	}
-	listen, err := nodeListeners()
+	listen, err := launch.NodeListeners()
 	if err != nil {
 		return
 	}
@@ -54,16 +55,16 @@ func (s *supervisor) checkTargetOwners(status string) {
 	changed := false
 	for _, t := range targets {
 		for _, sk := range listen[t.Port] {
-			if sk.uid == me {
+			if sk.UID == me {
 				continue
 			}
-			i := s.foreignIndex(t.Job, t.Port, sk.uid)
+			i := s.foreignIndex(t.Job, t.Port, sk.UID)
 			if i < 0 {
 				if len(s.foreign) >= jobdir.MaxForeignTargets {
 					continue
 				}
-				s.foreign = append(s.foreign, jobdir.ForeignTarget{Job: t.Job, Port: t.Port, UID: sk.uid, First: now, Last: now})
-				s.log.Warnf("the scrape target %s (127.0.0.1:%d) is served by uid %d, not the job's user: its series are not the job's", t.Job, t.Port, sk.uid)
+				s.foreign = append(s.foreign, jobdir.ForeignTarget{Job: t.Job, Port: t.Port, UID: sk.UID, First: now, Last: now})
+				s.log.Warnf("the scrape target %s (127.0.0.1:%d) is served by uid %d, not the job's user: its series are not the job's", t.Job, t.Port, sk.UID)
 				changed = true
 				continue
 			}

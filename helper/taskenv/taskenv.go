@@ -3,6 +3,7 @@ package taskenv
 import (
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
@@ -36,6 +37,11 @@ func TaskEnv(resolved *config.Resolved, f jobfacts.Facts, ports jobdir.Ports, re
 		// the space of "Bearer <token>" is percent-encoded.
 		{Key: "OTEL_EXPORTER_OTLP_HEADERS", Value: "Authorization=" + url.PathEscape("Bearer "+receiverToken)},
 	}
+	if f.SLUID != "" {
+		// Lens reads the run's SLUID from LENS_SLURM_SLUID (or
+		// NV_LAUNCH_SLUID), never from Slurm's own variable.
+		env = append(env, record.KV{Key: LensSLUIDEnv, Value: f.SLUID})
+	}
 	if resolved.Otel.GymTelemetry {
 		env = append(env,
 			record.KV{Key: "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", Value: "http://127.0.0.1:" + strconv.Itoa(ports.OTLPGRPC)},
@@ -43,6 +49,47 @@ func TaskEnv(resolved *config.Resolved, f jobfacts.Facts, ports jobdir.Ports, re
 		)
 	}
 	return env
+}
+
+// LensSLUIDEnv is the variable NeMo Lens reads slurm.sluid from
+// (src/nemo/lens/resources/slurm.py, derive_slurm_resource_attributes, at
+// 04914a2; no released Lens reads it yet).
+const LensSLUIDEnv = "LENS_SLURM_SLUID"
+
+// ResourceAttrs are attrs (key and plain value) as root's record carries
+// them for the steps (record.Record.ResAttrs): each value percent-encoded
+// as OTEL_RESOURCE_ATTRIBUTES carries it (every byte but A-Z a-z 0-9 - . _
+// ~, as Lens' format_otel_resource_attributes and Python's quote(safe="")
+// do; the OpenTelemetry specification requires "," and "=" encoded and
+// allows the rest). A key that the variable cannot carry ("", or one with
+// ",", "=", "%" or white space) is left out.
+func ResourceAttrs(attrs []record.KV) []record.KV {
+	var out []record.KV
+	for _, a := range attrs {
+		if a.Key == "" || strings.ContainsAny(a.Key, ",=% \t\r\n\x00") {
+			continue
+		}
+		out = append(out, record.KV{Key: a.Key, Value: PercentEncode(a.Value)})
+	}
+	return out
+}
+
+// PercentEncode is s with every byte but the unreserved ones (A-Z a-z 0-9
+// - . _ ~) as %XX (upper-case hex).
+func PercentEncode(s string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
 }
 
 // TokenCopies are the names under which Slurm may hand the forwarded token

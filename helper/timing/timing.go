@@ -41,6 +41,12 @@ const (
 	// start (the supervisor's cgroup, bounded by GroupKillBound) and write
 	// the record.
 	KillReserve = 6 * time.Second
+	// FailedStartStop bounds the stop (SIGTERM, then SIGKILL) of a
+	// collector run the supervisor gives up on before it was taken into
+	// service (the first start, a restart, the final scrape's new run):
+	// unhealthy, its ports not proven its own, or the wrong version.
+	// Nothing of the job's reached it, so it is not given the drain's time.
+	FailedStartStop = 2 * time.Second
 	// GroupKillBound bounds the kill of what is left in the job's cgroup.
 	GroupKillBound = 5 * time.Second
 	// RemoveReserve is kept free at the end of the epilog, after the

@@ -77,6 +77,19 @@ const SourceKey = "gym_otel.source"
 // SourceSlurm is SourceKey's value on what the plugin itself tells.
 const SourceSlurm = "slurm"
 
+// EmitterKey is the resource attribute NeMo Lens names the emitter of
+// Slurm envelope spans by: its reckoner (NVIDIA-NeMo/Lens pull request 22,
+// tools/slurm_telemetry_reckoner.py at e1cb901) sets
+// nemo.lens.emitter=slurm_reckoner on the spans it rebuilds from sacct,
+// some of them under the names of the phase spans' (slurm.job,
+// slurm.step). The supervisor sets EmitterPhases on the resource of its
+// phase spans, so that a backend holding both tells them apart on Lens'
+// own key and counts each phase once (docs/user-guide.md maps the names).
+const EmitterKey = "nemo.lens.emitter"
+
+// EmitterPhases is EmitterKey's value on the supervisor's phase spans.
+const EmitterPhases = "gym_otel_spank"
+
 // The keys of root's record (helper/record writes it, spank/record.c
 // reads it in every step): one "key=value" line each.
 const (
@@ -93,6 +106,10 @@ const (
 	RecordBackend         = "backend"          // the OTLP/HTTP base URL the collector ships to, no credentials
 	RecordEnv             = "env"              // one task variable, "NAME=value"
 	RecordUnset           = "unset"            // one variable the steps take out
+	// RecordResAttr is one resource attribute of the job's identity,
+	// "key=<value, percent-encoded>", that every task's
+	// OTEL_RESOURCE_ATTRIBUTES gets where the key is not there yet.
+	RecordResAttr = "resattr"
 )
 
 // The hold socket's question and the keys of its answer (helper/supervise
@@ -138,6 +155,7 @@ func defines() []define {
 		{"GOS_RECORD_BACKEND", "RecordBackend", RecordBackend},
 		{"GOS_RECORD_ENV", "RecordEnv", RecordEnv},
 		{"GOS_RECORD_UNSET", "RecordUnset", RecordUnset},
+		{"GOS_RECORD_RESATTR", "RecordResAttr", RecordResAttr},
 		{"GOS_HOLD_QUESTION", "HoldQuestion", HoldQuestion},
 		{"GOS_HOLD_TARGETS", "HoldTargets", HoldTargets},
 		{"GOS_HOLD_SAMPLED_MS", "HoldSampledMs", HoldSampledMs},

@@ -36,10 +36,14 @@ var layers = map[string]int{
 	"helper/portfilter":  1,
 	"helper/heldir":      1,
 	// 2: what builds on one leaf or two: root's record, the timing policy,
-	// the job's facts on a node; the header's generator.
+	// the job's facts on a node, the supervisor's launch contract, the
+	// delivery of a node dir's files to the backend from a checkpoint; the
+	// header's generator.
 	"helper/record":         2,
+	"helper/delivery":       2,
 	"helper/timing":         2,
 	"helper/jobfacts":       2,
+	"helper/launch":         2,
 	"internal/contract/gen": 2,
 	// 3: the collector's configuration, the task environment, inspect.
 	"helper/render":  3,

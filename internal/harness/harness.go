@@ -28,8 +28,8 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	hproc "github.com/gym-otel-spank/gym-otel-spank/helper/proc"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
@@ -411,7 +411,7 @@ type Sup struct {
 	Job    Job
 	Dir    string // the job's shared dir
 	Out    string // output dir
-	Report supervise.Readiness
+	Report launch.Readiness
 	// HoldPath is the hold socket the supervisor was handed the listener
 	// of (with a Record), "" for none.
 	HoldPath string
@@ -538,7 +538,7 @@ func StartSup(t testing.TB, j Job) *Sup {
 	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if j.Record != "" {
 		// As the plugin's prolog: the listener made here, handed on at
-		// supervise.HoldListenerFD, this process's copy closed.
+		// launch.HoldListenerFD, this process's copy closed.
 		s.HoldPath = filepath.Join(dir, "hold.sock")
 		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.HoldPath, Net: "unix"})
 		if err != nil {
@@ -584,7 +584,7 @@ func StartSup(t testing.TB, j Job) *Sup {
 		if !ok {
 			t.Fatalf("the supervisor exited without a report (%v); output:\n%s", p.Err, p.Out.String())
 		}
-		r, err := supervise.ReadReadiness([]byte(line))
+		r, err := launch.ReadReadiness([]byte(line))
 		if err != nil {
 			t.Fatalf("report %q: %v", line, err)
 		}
@@ -598,7 +598,7 @@ func StartSup(t testing.TB, j Job) *Sup {
 // MustReady fails unless the report says ready.
 func (s *Sup) MustReady(t testing.TB) *Sup {
 	t.Helper()
-	if s.Report.Status != supervise.StatusReady {
+	if s.Report.Status != launch.StatusReady {
 		t.Fatalf("supervisor not ready: %+v\noutput:\n%s", s.Report, s.Output())
 	}
 	return s

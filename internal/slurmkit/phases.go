@@ -179,6 +179,9 @@ func CheckNodePhases(t testing.TB, spans []PhaseSpan, want NodePhases) NodeSpans
 		if s.Resource[contract.SourceKey] != contract.SourceSlurm {
 			t.Errorf("%s: %s: resource %s=%q, want %q: the plugin's own receiver's mark", want.Node, s.Name, contract.SourceKey, s.Resource[contract.SourceKey], contract.SourceSlurm)
 		}
+		if s.Resource[contract.EmitterKey] != contract.EmitterPhases {
+			t.Errorf("%s: %s: resource %s=%q, want %q: what tells the phase spans from Lens' reckoner's", want.Node, s.Name, contract.EmitterKey, s.Resource[contract.EmitterKey], contract.EmitterPhases)
+		}
 		for k, v := range want.Identity {
 			if s.Resource[k] != v {
 				t.Errorf("%s: %s: resource %s=%q, want %q", want.Node, s.Name, k, s.Resource[k], v)

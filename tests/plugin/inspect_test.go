@@ -227,6 +227,25 @@ wait
 	if e := rep.Energy; e.Joules.Known() || e.Why != inspect.WhyNotAttributable || len(rep.GPUSharing) != 8 {
 		t.Errorf("energy %+v, sharing %q: want no figure on GPUs Slurm did not name", e, rep.GPUSharing)
 	}
+	// Energy per step: the batch script on gn1 and step 0 on both nodes,
+	// each over its own window, none attributed (the GPUs unnamed); per
+	// role (svc0 on gn1, svc1 on gn2) the servers' generation tokens.
+	var steps []string
+	for _, se := range rep.StepEnergy {
+		steps = append(steps, se.Node+" "+se.Step)
+		if se.Joules.Known() || se.Verdict.Trusted || len(se.Verdict.Why) != 1 || !strings.HasPrefix(se.Verdict.Why[0], inspect.ReasonNotAttributable) ||
+			!(se.WindowSeconds > 0) || len(se.GPUs) != 4 {
+			t.Errorf("energy of %s step %s: %+v", se.Node, se.Step, se)
+		}
+	}
+	if strings.Join(steps, ",") != "gn1 batch,gn1 0,gn2 0" {
+		t.Errorf("energy per step: %q", steps)
+	}
+	for _, re := range rep.RoleEnergy {
+		if re.Joules.Known() || re.Verdict.Trusted || !(re.GenerationTokens > 0) || len(re.Nodes) != 1 {
+			t.Errorf("energy of role %s step %s: %+v", re.Role, re.Step, re)
+		}
+	}
 
 	// Hosts: node_exporter's view of this host, from both nodes.
 	memTotal := procMemTotal(t)

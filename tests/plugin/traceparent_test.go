@@ -1,13 +1,16 @@
 package plugin_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
@@ -118,5 +121,44 @@ TRACEPARENT=%[2]s srun -n1 %[1]s/gym-standin --server usergym --rollouts 1 || ex
 	}
 	t.Logf("job %s: trace %s; batch script %s, step 0 %s; process root spans %d, linked rollouts %v",
 		job, jobTrace, batchScript, stepSpan["0"], len(procs), rollouts)
+
+	// inspect's tree: the job's run, the batch step with the batch
+	// script's process, step 0 with the srun's, each with its rollouts by
+	// link; the user's run (its own trace) is not under a step.
+	cli := filepath.Join(root, "build", "gym-otel-spank")
+	js, err := exec.Command(cli, "inspect", "--json", filepath.Join(d, "run")).Output()
+	if err != nil {
+		t.Fatalf("inspect --json: %v", err)
+	}
+	var rep inspect.Report
+	if err := json.Unmarshal(js, &rep); err != nil {
+		t.Fatal(err)
+	}
+	tree := rep.TraceTree
+	if len(tree.Runs) != 1 || tree.Runs[0].TraceID != jobTrace {
+		t.Fatalf("inspect's tree: runs %+v, want the job's trace %s", tree.Runs, jobTrace)
+	}
+	placed := map[string]string{} // step -> its processes
+	for _, st := range tree.Runs[0].Steps {
+		for _, p := range st.Processes {
+			placed[st.Step] += fmt.Sprintf("%s %s under %s, %d linked %d by resource;", p.Name, p.Producer, p.Under, p.Linked, p.ByResource)
+		}
+	}
+	for step, w := range map[string]string{
+		"batch": "gym.run nemo-gym/batchgym under slurm.batch_script, 2 linked 0 by resource;",
+		"0":     "gym.run nemo-gym/stepgym under slurm.step, 2 linked 0 by resource;",
+	} {
+		if placed[step] != w {
+			t.Errorf("inspect's tree, step %s: %q, want %q", step, placed[step], w)
+		}
+	}
+	if len(placed) != 2 || tree.Rollouts != 5 || tree.Linked != 4 || tree.Unplaced != 1 {
+		t.Errorf("inspect's tree: processes %v; rollouts %d, linked %d, not placed %d; want 2 steps, 5, 4, 1 (the user's run)",
+			placed, tree.Rollouts, tree.Linked, tree.Unplaced)
+	}
+	text, err := exec.Command(cli, "inspect", filepath.Join(d, "run")).CombinedOutput()
+	if err != nil || !strings.Contains(string(text), "== trace tree: job -> step -> process -> rollouts") {
+		t.Errorf("inspect's text has no tree: %v\n%s", err, text)
+	}
 	waitIdle(t)
 }

@@ -36,6 +36,7 @@ const jobUID = 2000
 type cluster struct {
 	suite, project, work, net, image, slurmVersion string
 	variant                                        string
+	portFilter                                     string // GOS_PORT_FILTER: "on" or "off" (up.sh)
 	token                                          string // the backend's bearer token
 	kit                                            *slurmkit.Cluster
 }
@@ -87,9 +88,13 @@ func load() (*cluster, error) {
 		}
 	}
 	c := &cluster{suite: env["GOS_SUITE"], project: env["GOS_PROJECT"], work: env["GOS_WORK"], net: env["GOS_NET"],
-		image: env["GOS_IMAGE"], slurmVersion: env["GOS_SLURM_VERSION"], variant: env["GOS_VARIANT"]}
+		image: env["GOS_IMAGE"], slurmVersion: env["GOS_SLURM_VERSION"], variant: env["GOS_VARIANT"],
+		portFilter: env["GOS_PORT_FILTER"]}
 	if c.project == "" || c.work == "" {
 		return nil, fmt.Errorf("%s/%s/env: no GOS_PROJECT/GOS_WORK", base, suite)
+	}
+	if c.portFilter != "on" && c.portFilter != "off" {
+		return nil, fmt.Errorf("%s/%s/env: GOS_PORT_FILTER=%q, want on or off (an up.sh of this release)", base, suite, c.portFilter)
 	}
 	sec, err := os.ReadFile(filepath.Join(c.work, "secret", "backend.env"))
 	if err != nil {

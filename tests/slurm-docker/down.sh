@@ -14,6 +14,9 @@ for s in $suites; do
 		ids=$(docker ps -aq --filter "label=com.docker.compose.project=$project")
 		[ -n "$ids" ] && docker rm -f $ids >/dev/null
 		docker network rm "${project}_net" >/dev/null 2>&1
+		# The nodes' groups in the host's unified hierarchy (lib.sh): the
+		# levels above the jobs', and a job's a killed node left.
+		[ -n "${cgroup2:-}" ] && [ -d "$cgroup2" ] && find "$cgroup2" -depth -type d -exec rmdir {} + 2>/dev/null
 		rm -f "$work/env"
 		[ "${2:-}" = --purge ] && rm -rf "$work"
 		true

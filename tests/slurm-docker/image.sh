@@ -26,7 +26,7 @@ if [ -z "$mirror" ]; then
 fi
 mirror=${mirror:-http://deb.debian.org/debian}
 
-packages=slurmd,slurmctld,slurm-client,munge,libslurm-dev,prometheus-node-exporter,curl,procps,tini,iproute2,ca-certificates,util-linux
+packages=slurmd,slurmctld,slurm-client,munge,libslurm-dev,prometheus-node-exporter,curl,procps,tini,iproute2,ca-certificates,util-linux,nftables
 # Run in the root filesystem after debootstrap: the unprivileged job user
 # (same uid/gid in every container) and the daemons' directories. No init
 # system starts services here: the container entrypoint (node.sh) does.

@@ -90,7 +90,20 @@ func TestMainJob(t *testing.T) {
 	start := time.Now()
 	jobID := c.sbatch(t, c.tokenEnv(), dir, fmt.Sprintf(
 		"-N2 --gym-otel=config=%s/submit.yaml,run_id=%s,benchmark=gsm8k -o %s/slurm-%%j.out job.sh", dir, runID, dir))
+	otelDir := map[string]string{"c1": filepath.Join(host, "otel"), "c2": filepath.Join(host, "otel", "nodes", "c2")}
+	// While it runs: each node's packet filter keeps the job's ports to it.
+	filter := c.watchPortFilter(jobID, host, map[string]string{"c1": "first.batch", "c2": "first.vllm.c2"}, otelDir)
 	state, exit := c.waitJob(t, jobID, 180*time.Second)
+	fs := <-filter
+	for _, e := range fs.errs {
+		t.Error("packet filter: " + e)
+	}
+	for _, l := range fs.seen {
+		t.Log("packet filter: " + l)
+	}
+	if c.portFilter != "on" {
+		t.Logf("the nodes run without the packet filter (GOS_PORT_FILTER=%s: up.sh says why)", c.portFilter)
+	}
 	out, _ := os.ReadFile(filepath.Join(host, "slurm-"+jobID+".out"))
 	t.Logf("job %s: %s %s after %v; output:\n%s", jobID, state, exit, time.Since(start).Round(time.Millisecond), out)
 	if state != "FAILED" || exit != "7:0" {
@@ -121,7 +134,6 @@ func TestMainJob(t *testing.T) {
 
 	// Every task has the Gym env pointing at its own node's collector (the
 	// port in that node's state.json), and no token.
-	otelDir := map[string]string{"c1": filepath.Join(host, "otel"), "c2": filepath.Join(host, "otel", "nodes", "c2")}
 	port := map[string]string{}
 	for n, d := range otelDir {
 		st, err := os.ReadFile(filepath.Join(d, "state.json"))

@@ -29,6 +29,12 @@ slurmver=$(docker image inspect -f '{{index .Config.Labels "gym-otel.slurm"}}' "
 mkdir -p "$work"
 rm -rf "$work/env" "$work/stage" "$work/jobs" "$work/log" "$work/backend" "$work/cluster" "$work/secret" "$work/include"
 mkdir -p "$work/include" "$work/cluster" "$work/secret" "$work/backend" "$work/log"/{ctl,c1,c2}
+if [ ${#compose_files[@]} -gt 2 ]; then
+	port_filter=on
+else
+	port_filter=off # no cgroup v2 hierarchy to give the nodes (lib.sh)
+	log "no unified (cgroup v2) hierarchy beside cgroup v1 on this host: the compute nodes run without the packet filter"
+fi
 chmod 0700 "$work/secret"
 install -d -m 1777 "$work/jobs"
 
@@ -96,4 +102,5 @@ log "up: Slurm $slurmver, variant $variant, image $image (image ${t_image}s, clu
 cat <<ENV | tee "$work/env"
 export GOS_SUITE=$suite GOS_PROJECT=$project GOS_WORK=$work GOS_NET=$net
 export GOS_IMAGE=$image GOS_SLURM_VERSION=$slurmver GOS_VARIANT=$variant
+export GOS_PORT_FILTER=$port_filter
 ENV

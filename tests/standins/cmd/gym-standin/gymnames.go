@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -64,8 +65,29 @@ func gymResource(server, runID string) []attribute.KeyValue {
 
 // lensSlurm derives Lens' Slurm resource attributes from this process's
 // environment, as Lens' derive_slurm_resource_attributes does (a subset:
-// the ids, restart count, cluster, user and nv.dl.job.uuid/run.uuid).
+// the ids, restart count, cluster, user and nv.dl.job.uuid/run.uuid), and
+// leaves out every key OTEL_RESOURCE_ATTRIBUTES carries: Lens' detect_slurm
+// (NVIDIA-NeMo/Lens src/nemo/lens/resources/slurm.py at 04914a2) takes
+// the launch's values as authoritative and never overwrites them with
+// derived ones (the SDK's resource already holds them: WithFromEnv).
 func lensSlurm() []attribute.KeyValue {
+	inherited := map[string]bool{}
+	for _, item := range strings.Split(os.Getenv("OTEL_RESOURCE_ATTRIBUTES"), ",") {
+		if k, _, ok := strings.Cut(item, "="); ok && strings.TrimSpace(k) != "" {
+			inherited[strings.TrimSpace(k)] = true
+		}
+	}
+	var out []attribute.KeyValue
+	for _, a := range deriveLensSlurm() {
+		if !inherited[string(a.Key)] {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// deriveLensSlurm is Lens' derivation from the Slurm variables alone.
+func deriveLensSlurm() []attribute.KeyValue {
 	raw := os.Getenv("SLURM_JOB_ID")
 	if raw == "" {
 		return nil

@@ -1,4 +1,4 @@
-package supervise_test
+package launch_test
 
 import (
 	"net"
@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 )
 
 // TestListenersIn: root's check of a supervisor's reported ports takes a
@@ -23,10 +23,10 @@ func TestListenersIn(t *testing.T) {
 	for _, ino := range proc.SocketInodes(os.Getpid()) {
 		ours[ino] = true
 	}
-	if err := supervise.ListenersIn([]int{port}, ours); err != nil {
+	if err := launch.ListenersIn([]int{port}, ours); err != nil {
 		t.Errorf("this process's own listener: %v", err)
 	}
-	if err := supervise.ListenersIn([]int{port}, map[uint64]bool{}); err == nil || !strings.Contains(err.Error(), "of no process in the job's cgroup") {
+	if err := launch.ListenersIn([]int{port}, map[uint64]bool{}); err == nil || !strings.Contains(err.Error(), "of no process in the job's cgroup") {
 		t.Errorf("a listener not among the job's sockets: %v", err)
 	}
 	free, err := net.Listen("tcp", "127.0.0.1:0")
@@ -35,7 +35,7 @@ func TestListenersIn(t *testing.T) {
 	}
 	nobody := free.Addr().(*net.TCPAddr).Port
 	free.Close()
-	if err := supervise.ListenersIn([]int{port, nobody}, ours); err == nil || !strings.Contains(err.Error(), "no process of the job's cgroup listens") {
+	if err := launch.ListenersIn([]int{port, nobody}, ours); err == nil || !strings.Contains(err.Error(), "no process of the job's cgroup listens") {
 		t.Errorf("a port nobody listens on: %v", err)
 	}
 }

@@ -1,18 +1,23 @@
-// Package supervise runs one job's collector on one node: it chooses
-// loopback ports, writes collector.yaml, starts the collector as the job's
-// user, gates on its health check, reports ready or failed once, restarts it
-// if it dies mid-job, notices when the job is gone, and drains it on SIGTERM.
-// `gym-otel-spank supervise` is this package's command; the SPANK plugin's
-// prolog starts it and its epilog stops it.
-package supervise
+// Package launch is the launch contract between root's side of the plugin
+// (the job prolog and epilog in the plugin's Go core, helper/callbacks) and
+// the job's supervisor (helper/supervise, `gym-otel-spank supervise
+// --from-env`): the supervisor's environment, the descriptors the prolog
+// hands it, the one readiness line it answers with, root's proof of the
+// ports it reports, and root's own client of the hold socket (the epilog's
+// start). Both sides import it from here, so that the plugin's core links
+// none of the supervisor (its servers, the collector's configuration, the
+// OTLP encoders) to start one.
+package launch
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // Status values of Readiness: state.json's words (jobdir.State).
@@ -32,7 +37,7 @@ type Readiness struct {
 	// and ends with the last lines of collector.log when there are any.
 	Error string `json:"error,omitempty"`
 	// Ports are the collector's loopback ports when ready.
-	Ports render.Ports `json:"ports"`
+	Ports jobdir.Ports `json:"ports"`
 	// ReceiverToken is the per-job bearer token the OTLP receivers require;
 	// tasks get it as OTEL_EXPORTER_OTLP_HEADERS. Not the backend token.
 	ReceiverToken string `json:"receiver_token,omitempty"`
@@ -48,7 +53,7 @@ type Readiness struct {
 	// ReadyMillis is the time from the supervisor's start to ready, in ms.
 	ReadyMillis int64 `json:"ready_ms,omitempty"`
 	// Hold is whether the supervisor serves the hold socket on the
-	// listener handed to it at HoldListenerFD (holdsock.go): the prolog
+	// listener handed to it at HoldListenerFD (helper/supervise's holdsock.go): the prolog
 	// names the socket in root's record only then.
 	Hold bool `json:"hold,omitempty"`
 	// Steps are the start-up's steps and their durations, "name ms, ...",
@@ -61,6 +66,11 @@ type Readiness struct {
 // file; the hold socket's listener follows at HoldListenerFD).
 const ReadinessFD = 3
 
+// HoldListenerFD is the descriptor on which the plugin's prolog hands the
+// supervisor its hold socket's listener (the second extra file, after the
+// readiness pipe at ReadinessFD).
+const HoldListenerFD = ReadinessFD + 1
+
 // The environment of `gym-otel-spank supervise --from-env`, which the
 // plugin's prolog sets (besides otel.token_env, SLURM_CONF, PATH, HOME, USER
 // and LOGNAME): the supervisor's launch contract, one source for both sides.
@@ -68,6 +78,18 @@ const (
 	EnvEncoded = "GYM_OTEL_SPEC"   // the encoded settings (config.Resolved.Encode)
 	EnvFacts   = "GYM_OTEL_FACTS"  // JSON of jobfacts.Facts
 	EnvRecord  = "GYM_OTEL_RECORD" // root's record of the job on this node; gone = the job ended
+	// EnvPrologStart is the supervisor's environment variable with the
+	// prolog's start (unix ms), set by the plugin's prolog (ParsePrologStart).
+	EnvPrologStart = contract.EnvPrologStart
+	// EnvEpilogStart is the job epilog's variable with its start (unix ms).
+	EnvEpilogStart = contract.EnvEpilogStart
+	// EnvSpawned is the instant (unix microseconds, SpawnedNow) the
+	// plugin's prolog began to start the supervisor: the supervisor's first
+	// step, "spawn", is from then to its own start (the fork into the
+	// group, the exec, Go's start-up, the options). Only for the steps'
+	// times: a value that is missing, in the future or over 10 s old is
+	// ignored.
+	EnvSpawned = "GYM_OTEL_SPAWNED_US"
 )
 
 // WriteReadiness writes r as one JSON line.
@@ -94,4 +116,17 @@ func ReadReadiness(data []byte) (Readiness, error) {
 		return r, fmt.Errorf("the supervisor's report has status %q", r.Status)
 	}
 	return r, nil
+}
+
+// SpawnedNow is EnvSpawned's value for the present instant.
+func SpawnedNow() string { return strconv.FormatInt(time.Now().UnixMicro(), 10) }
+
+// ParsePrologStart reads EnvPrologStart's value (unix ms); zero when empty
+// or not a plausible time.
+func ParsePrologStart(v string) time.Time {
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
 }

@@ -1,0 +1,680 @@
+// Package delivery sends a node dir's jsonl files (each line one OTLP
+// export request in OTLP-JSON, as the collector's file exporter writes
+// them) to the site's backend as OTLP/HTTP JSON requests, from a
+// checkpointed position: the backend's copy of a run follows from the
+// job's files.
+//
+// # What it does
+//
+// For each of traces.jsonl, metrics.jsonl and logs.jsonl it reads the
+// complete lines past the checkpoint's offset (a last line without its
+// newline is the file exporter's flush in progress: left for the next
+// pass), joins consecutive lines into one export request (their resource
+// arrays, in file order, up to MaxBatchItems items and MaxBatchBytes
+// bytes) and POSTs it to <endpoint>/v1/<signal> with Content-Type
+// application/json, the headers the caller gives (the bearer token read
+// from the environment: TokenHeaders) and the rendered compression
+// (gzip at its fastest level, or none). The backend's answer decides:
+//
+//   - 2xx: the request's items are acknowledged; a partial success's
+//     rejected count is counted as Rejected and never sent again. The
+//     offset moves past the request's lines and the checkpoint
+//     (CheckpointFile, beside receipt.json) is written whole.
+//   - 429, 502, 503, 504, a timeout, a refused or reset connection: the
+//     same request again after a backoff (Retry: doubling from Initial up
+//     to Max, with jitter; a Retry-After of the backend's is honoured up
+//     to Max), until MaxElapsed (0: until the context ends). An attempt
+//     whose outcome is unknown (a timeout, or a connection that failed
+//     after the request was written) adds the request's items to
+//     DuplicatesBound: the backend may have stored them (OTLP has no
+//     idempotency), so the backend holds at most that many items twice.
+//     A connection that was never made adds nothing. The request a sender
+//     had in flight when it died or was stopped is in the checkpoint
+//     (Position.InFlight, written before each attempt) and the next
+//     sender adds it.
+//   - 401, 403, 404, 405: a configuration error (the token, the
+//     endpoint's path): delivery stops with an error naming the status,
+//     the offset stays, and what is left is what a later delivery or
+//     `replay` sends.
+//   - any other status (400, 413, 500, ...): OTLP says not to retry it:
+//     the request's items are counted as Rejected and the offset moves
+//     on.
+//
+// A per-node rate cap (items per second over all files, a token bucket
+// with a burst of one second's items) keeps a catch-up after an outage
+// from starving the job's live data and from flooding a backend that
+// many nodes reach again at once: N nodes send at most N × RateCap items
+// per second between them (a request holds at most RateCap items).
+// Memory is one request and its compressed copy at a time (MaxBatchBytes,
+// or one line of at most MaxLine); the only file written is the
+// checkpoint, a few hundred bytes in the node dir.
+//
+// Backlogs counts what lies past the checkpoint in each file: what the
+// backend has not acknowledged, which a later delivery or `replay` sends.
+// A file truncated below the offset, or replaced by another (its device,
+// inode and a hash of its first 4 KiB are in the checkpoint), is an
+// error, never a position.
+//
+// # How it replaces the collector's live export (design; not wired yet)
+//
+// Today the collector's otlp_http/backend exporter sends live and drops
+// what its sending queue cannot hold during an outage (counted in the
+// receipt); the files keep everything. With delivery, the supervisor
+// renders no backend exporter: the collector writes only the files
+// (file exporter, flush_interval 1 s) and the supervisor runs Run with
+// Follow for the job's life, polling every Poll (250 ms) past the last
+// complete line. The live latency to the backend becomes the file
+// exporter's flush (at most 1 s) plus the poll (at most Poll) plus the
+// request's round trip; an outage of any length is caught up from the
+// checkpoint, in order, at RateCap. At the drain the supervisor cancels
+// the follower once the collector has exited and the lines it appends
+// after the exit are in the files, then runs one more pass bounded by the
+// drain's share for the delivery (timing.DeliveryBound); the receipt gains
+// the checkpoint's figures (acknowledged, rejected, duplicates bound,
+// when caught up) and what is still past the offset. A supervisor that
+// was killed and restarted (or a later link of a chain sharing the dir)
+// continues from the checkpoint: only the request in flight at the kill
+// can reach the backend twice, and the next delivery counts its items in
+// DuplicatesBound (Position.InFlight). The token stays in the supervisor's memory and the collector's
+// environment only, as today. Open before wiring: a job with
+// otel.token_resource_attribute has the token upserted as a resource
+// attribute only on the backend's pipeline (the files never hold it), so
+// the sender must add it to each line's resources as it sends; the
+// collector's exporter reads HTTPS_PROXY/NO_PROXY as net/http does (the
+// default transport here does the same), and the rendered exporter has no
+// TLS settings of its own to carry over; the rate cap becomes an otel:
+// key, with the arithmetic for N nodes in the admin guide (N × cap items
+// per second at the backend after one second's burst, TestRateCap).
+//
+// # How replay uses the checkpoint (design)
+//
+// `replay` by default sends, of each node dir, exactly the lines past the
+// checkpoint's offset, with this package instead of a collector of its
+// own, and advances the same checkpoint: a replay interrupted or run
+// twice sends nothing twice. A node dir without a checkpoint falls back
+// to the receipt's plan (helper/replay/plan.go). `--all` resets nothing:
+// it sends every line again and says how many the checkpoint counts as
+// acknowledged already (the duplicates it causes).
+package delivery
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	// DefaultRateCap is the per-node rate cap, items per second.
+	DefaultRateCap = 20000
+	// DefaultTimeout bounds one request.
+	DefaultTimeout = 5 * time.Second
+	// DefaultPoll is how often Follow looks for new lines.
+	DefaultPoll = 250 * time.Millisecond
+	// MaxLine bounds one line, bytes: a longer one is an error (the
+	// collector's batches are far smaller).
+	MaxLine = 64 << 20
+	// DefaultMaxBatchItems and DefaultMaxBatchBytes bound one request
+	// (the batch processor's default batch, and well below the 20 MiB a
+	// collector's OTLP/HTTP receiver accepts by default).
+	DefaultMaxBatchItems = 8192
+	DefaultMaxBatchBytes = 4 << 20
+)
+
+// Signals are the signals delivered, in the order of each pass.
+var Signals = []string{"traces", "metrics", "logs"}
+
+// Retry is the backoff between attempts of one line.
+type Retry struct {
+	// Initial is the first wait (0: 1 s); Max the longest (0: 30 s).
+	Initial, Max time.Duration
+	// MaxElapsed bounds the attempts of one line (0: until the context
+	// ends): past it, Run returns an error and the offset stays.
+	MaxElapsed time.Duration
+}
+
+// Options configure Run.
+type Options struct {
+	// Dir is the node dir: its jsonl files and its checkpoint.
+	Dir string
+	// Signals are the files to deliver (nil: Signals).
+	Signals []string
+	// Endpoint is the backend's OTLP/HTTP base URL (http:// or https://);
+	// requests go to Endpoint + "/v1/<signal>".
+	Endpoint string
+	// Headers are sent with every request (TokenHeaders: the bearer
+	// token).
+	Headers map[string]string
+	// Compression is "gzip" or "none" ("" : none), as the job's
+	// rendered exporter has it.
+	Compression string
+	// Timeout bounds one request (0: DefaultTimeout).
+	Timeout time.Duration
+	// RateCap is this node's cap, items per second over every file (0:
+	// DefaultRateCap; negative: none).
+	RateCap float64
+	// Retry is the backoff.
+	Retry Retry
+	// Follow keeps delivering new lines as they are written, looking
+	// every Poll (0: DefaultPoll), until ctx ends; without it Run returns
+	// once every complete line was answered.
+	Follow bool
+	Poll   time.Duration
+	// MaxBatchItems and MaxBatchBytes bound one request: consecutive
+	// lines of a file are joined into one export request while it stays
+	// within both (0: DefaultMaxBatchItems, DefaultMaxBatchBytes; the
+	// items never more than RateCap, one second's burst); a line larger
+	// than either goes alone.
+	MaxBatchItems int64
+	MaxBatchBytes int
+	// Client sends the requests (nil: one with Timeout).
+	Client *http.Client
+}
+
+// Stats are what one Run did, per file name (this run only; the
+// checkpoint holds the totals).
+type Stats struct {
+	Files map[string]*Position
+}
+
+// Total sums the stats over the files.
+func (s *Stats) Total() Position {
+	var t Position
+	for _, p := range s.Files {
+		t.Lines += p.Lines
+		t.BadLines += p.BadLines
+		t.Items += p.Items
+		t.Accepted += p.Accepted
+		t.Rejected += p.Rejected
+		t.Requests += p.Requests
+		t.Retries += p.Retries
+		t.DuplicatesBound += p.DuplicatesBound
+	}
+	return t
+}
+
+// ConfigError is a backend's answer that no retry changes (401, 403, 404,
+// 405): the token or the endpoint is wrong. The offset stays.
+type ConfigError struct {
+	Status int
+	URL    string
+	Body   string
+}
+
+func (e *ConfigError) Error() string {
+	hint := "check the endpoint's path"
+	if e.Status == 401 || e.Status == 403 {
+		hint = "check the bearer token (its variable) and its rights on this backend"
+	}
+	return fmt.Sprintf("the backend answered %d %s to %s (%s); nothing past the checkpoint was acknowledged: %s",
+		e.Status, http.StatusText(e.Status), e.URL, strings.TrimSpace(e.Body), hint)
+}
+
+// TokenHeaders is the Authorization header of the bearer token in the
+// variable tokenEnv, read with lookup (nil: os.LookupEnv). Errors name the
+// variable: unset or empty.
+func TokenHeaders(tokenEnv string, lookup func(string) (string, bool)) (map[string]string, error) {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	tok, ok := lookup(tokenEnv)
+	if !ok || tok == "" {
+		return nil, fmt.Errorf("otel.token_env: the variable %s is not set or empty", tokenEnv)
+	}
+	return map[string]string{"Authorization": "Bearer " + tok}, nil
+}
+
+// Run delivers opt.Dir's files from its checkpoint (see the package
+// doc). It returns this run's stats and an error when the options are
+// wrong (naming the field), the checkpoint or a file cannot be read or
+// was replaced under it, the backend answered a ConfigError, a line's
+// retries passed Retry.MaxElapsed, or ctx ended (ctx.Err(); with Follow
+// that is how it ends).
+func Run(ctx context.Context, opt Options) (*Stats, error) {
+	d, err := newDeliverer(opt)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		progressed := false
+		for _, sig := range d.opt.Signals {
+			n, err := d.file(ctx, sig, turnBatches)
+			if err != nil {
+				return d.stats, err
+			}
+			progressed = progressed || n > 0
+		}
+		if progressed {
+			continue
+		}
+		if !d.opt.Follow {
+			return d.stats, nil
+		}
+		select {
+		case <-ctx.Done():
+			return d.stats, ctx.Err()
+		case <-time.After(d.opt.Poll):
+		}
+	}
+}
+
+// turnBatches is how many requests one file sends before the next file's
+// turn: a long backlog of one signal (under the rate cap, a request is up
+// to a second's items) does not hold the others' new lines back.
+const turnBatches = 1
+
+type deliverer struct {
+	opt    Options
+	cp     *Checkpoint
+	stats  *Stats
+	bucket *bucket
+}
+
+func newDeliverer(opt Options) (*deliverer, error) {
+	u, err := url.Parse(opt.Endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("endpoint %q: not an http:// or https:// URL with a host", opt.Endpoint)
+	}
+	switch opt.Compression {
+	case "", "none", "gzip":
+	default:
+		return nil, fmt.Errorf("compression %q: delivery sends gzip or none", opt.Compression)
+	}
+	if opt.Signals == nil {
+		opt.Signals = Signals
+	}
+	for _, s := range opt.Signals {
+		if s != "traces" && s != "metrics" && s != "logs" {
+			return nil, fmt.Errorf("signal %q: not traces, metrics or logs", s)
+		}
+	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = DefaultTimeout
+	}
+	if opt.Poll <= 0 {
+		opt.Poll = DefaultPoll
+	}
+	if opt.RateCap == 0 {
+		opt.RateCap = DefaultRateCap
+	}
+	if opt.Retry.Initial <= 0 {
+		opt.Retry.Initial = time.Second
+	}
+	if opt.Retry.Max <= 0 {
+		opt.Retry.Max = 30 * time.Second
+	}
+	if opt.Client == nil {
+		opt.Client = &http.Client{Timeout: opt.Timeout}
+	}
+	if opt.MaxBatchItems <= 0 {
+		opt.MaxBatchItems = DefaultMaxBatchItems
+	}
+	if opt.RateCap > 0 {
+		opt.MaxBatchItems = max(1, min(opt.MaxBatchItems, int64(opt.RateCap)))
+	}
+	if opt.MaxBatchBytes <= 0 {
+		opt.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	cp, err := ReadCheckpoint(opt.Dir)
+	if err != nil {
+		return nil, err
+	}
+	stats := &Stats{Files: map[string]*Position{}}
+	for name, p := range cp.Files {
+		if p.InFlight > 0 {
+			// The previous sender's request without an answer: its lines
+			// are past the offset and go again.
+			p.DuplicatesBound += p.InFlight
+			stats.Files[name] = &Position{DuplicatesBound: p.InFlight}
+			p.InFlight = 0
+		}
+	}
+	return &deliverer{opt: opt, cp: cp, stats: stats, bucket: newBucket(opt.RateCap)}, nil
+}
+
+// file delivers the complete lines of one signal's file past its offset,
+// in at most turns requests, and returns how many lines it answered for.
+func (d *deliverer) file(ctx context.Context, sig string, turns int) (int64, error) {
+	name := sig + ".jsonl"
+	path := filepath.Join(d.opt.Dir, name)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	pos := d.cp.position(name)
+	fi, st, err := checkFile(f, path, pos)
+	if err != nil {
+		return 0, err
+	}
+	pos.Dev, pos.Ino = uint64(st.Dev), st.Ino
+	if fi.Size() == pos.Offset {
+		return 0, nil
+	}
+	if _, err := f.Seek(pos.Offset, io.SeekStart); err != nil {
+		return 0, err
+	}
+	run := d.stats.Files[name]
+	if run == nil {
+		run = &Position{}
+		d.stats.Files[name] = run
+	}
+	r := bufio.NewReaderSize(f, 1<<20)
+	var n int64
+	var carry []byte
+	for range turns {
+		b, next, err := d.nextBatch(r, sig, carry)
+		carry = next
+		if err != nil {
+			return n, fmt.Errorf("%s at offset %d: %w", path, pos.Offset, err)
+		}
+		if b.lines == 0 {
+			return n, nil // no complete line left
+		}
+		var acc, rej int64
+		if b.items > 0 || len(b.parts) > 0 {
+			if err := d.bucket.take(ctx, float64(b.items)); err != nil {
+				return n, err
+			}
+			acc, rej, err = d.send(ctx, sig, b.body(sig), b.items, pos, run)
+			if err != nil {
+				if ctx.Err() == nil {
+					// Answered, or its unknown outcome counted: nothing
+					// is in flight.
+					err = errors.Join(err, d.cp.Write(d.opt.Dir))
+				}
+				return n, err
+			}
+		}
+		if pos.HeadLen < HeadMax {
+			// The file's start, to tell it from a file written anew
+			// under the same inode.
+			pos.HeadLen = min(HeadMax, pos.Offset+b.bytes)
+			if pos.Head, err = head(f, pos.HeadLen); err != nil {
+				return n, err
+			}
+		}
+		if err := d.advance(pos, run, b, acc, rej); err != nil {
+			return n, err
+		}
+		n += b.lines
+	}
+	return n, nil
+}
+
+// batch is one request's worth of consecutive lines of a file.
+type batch struct {
+	// lines, bad and bytes count the lines (bad: not OTLP-JSON, not
+	// sent) and their bytes; items the items of the good ones.
+	lines, bad, bytes, items int64
+	// parts are the good lines' resource arrays without their brackets.
+	parts [][]byte
+}
+
+// resourceKeys are the top-level array of an export request by signal.
+var resourceKeys = map[string]string{"traces": "resourceSpans", "metrics": "resourceMetrics", "logs": "resourceLogs"}
+
+// body is the batch as one export request: the lines' resource arrays
+// joined.
+func (b *batch) body(sig string) []byte {
+	var buf bytes.Buffer
+	buf.WriteString(`{"` + resourceKeys[sig] + `":[`)
+	buf.Write(bytes.Join(b.parts, []byte(",")))
+	buf.WriteString("]}")
+	return buf.Bytes()
+}
+
+// nextBatch reads the next batch: complete lines (carry first, a line
+// read but left out of the previous batch) while the batch stays within
+// MaxBatchItems and MaxBatchBytes (its first line whatever its size).
+// next is the line read that did not fit.
+func (d *deliverer) nextBatch(r *bufio.Reader, sig string, carry []byte) (b batch, next []byte, err error) {
+	for {
+		line := carry
+		carry = nil
+		if line == nil {
+			line, err = readLine(r)
+			if err == io.EOF {
+				return b, nil, nil
+			}
+			if err != nil {
+				return b, nil, err
+			}
+		}
+		body := bytes.TrimRight(line, "\r\n")
+		items, ok := countItems(sig, body)
+		var part []byte
+		if ok {
+			part, ok = resourceArray(body, resourceKeys[sig])
+		}
+		if b.lines > 0 && ok && (b.items+items > d.opt.MaxBatchItems || b.bytes+int64(len(line)) > int64(d.opt.MaxBatchBytes)) {
+			return b, line, nil
+		}
+		b.lines++
+		b.bytes += int64(len(line))
+		if !ok {
+			// Not OTLP-JSON (a write cut short): the file receiver skips
+			// such lines too.
+			b.bad++
+			continue
+		}
+		b.items += items
+		if len(part) > 0 {
+			b.parts = append(b.parts, part)
+		}
+	}
+}
+
+// resourceArray is the content of the export request's top-level array
+// key, without its brackets (empty for an empty array or none); ok is
+// false when the line is not one JSON object.
+func resourceArray(line []byte, key string) (part []byte, ok bool) {
+	var top map[string]json.RawMessage
+	if len(line) == 0 || json.Unmarshal(line, &top) != nil {
+		return nil, false
+	}
+	raw := bytes.TrimSpace(top[key])
+	if len(raw) < 2 || raw[0] != '[' {
+		return nil, true
+	}
+	return bytes.TrimSpace(raw[1 : len(raw)-1]), true
+}
+
+// readLine is the next complete line with its newline; io.EOF when only
+// part of a line (or nothing) is left.
+func readLine(r *bufio.Reader) ([]byte, error) {
+	var buf []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		buf = append(buf, chunk...)
+		if len(buf) > MaxLine {
+			return nil, fmt.Errorf("a line longer than %d bytes", MaxLine)
+		}
+		switch {
+		case err == nil:
+			return buf, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return nil, err // io.EOF: a partial line is left
+		}
+	}
+}
+
+// advance moves pos (and this run's figures) past a batch whose items
+// the backend accepted (acc) or rejected (rej), and writes the
+// checkpoint.
+func (d *deliverer) advance(pos, run *Position, b batch, acc, rej int64) error {
+	now := time.Now()
+	for _, p := range []*Position{pos, run} {
+		p.Offset += b.bytes
+		p.Lines += b.lines
+		p.BadLines += b.bad
+		p.Items += acc + rej
+		p.Accepted += acc
+		p.Rejected += rej
+		p.AckedAt = now
+	}
+	pos.InFlight = 0
+	return d.cp.Write(d.opt.Dir)
+}
+
+// send sends one request until the backend answers for it: the items it
+// accepted and rejected, or an error (ConfigError, MaxElapsed, ctx).
+// Before each attempt the checkpoint is written with the request's items
+// in flight (Position.InFlight); once an attempt is answered, or its
+// unknown outcome is counted in DuplicatesBound, they are not.
+func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int64, pos, run *Position) (acc, rej int64, err error) {
+	target := strings.TrimRight(d.opt.Endpoint, "/") + "/v1/" + sig
+	payload := body
+	if d.opt.Compression == "gzip" {
+		var b bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed)
+		zw.Write(body)
+		zw.Close()
+		payload = b.Bytes()
+	}
+	start := time.Now()
+	wait := d.opt.Retry.Initial
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			pos.Retries++
+			run.Retries++
+		}
+		pos.Requests++
+		run.Requests++
+		pos.InFlight = items
+		if err := d.cp.Write(d.opt.Dir); err != nil {
+			return 0, 0, err
+		}
+		status, respBody, after, unknown, err := d.post(ctx, target, payload)
+		if err == nil {
+			pos.InFlight = 0
+		}
+		switch {
+		case err == nil && status/100 == 2:
+			n, _ := rejected(respBody)
+			n = min(max(n, 0), items)
+			return items - n, n, nil
+		case err == nil && (status == 401 || status == 403 || status == 404 || status == 405):
+			return 0, 0, &ConfigError{Status: status, URL: target, Body: string(respBody[:min(len(respBody), 200)])}
+		case err == nil && status != 429 && status != 502 && status != 503 && status != 504:
+			// Not retryable (OTLP/HTTP): refused for good.
+			return 0, items, nil
+		}
+		if ctx.Err() != nil {
+			// Stopped with the request in flight: InFlight stays in the
+			// checkpoint for the next sender to count.
+			return 0, 0, ctx.Err()
+		}
+		if unknown {
+			// The backend may have stored what it did not answer for:
+			// the next attempt may make duplicates.
+			pos.DuplicatesBound += items
+			run.DuplicatesBound += items
+		}
+		pos.InFlight = 0
+		w := wait/2 + rand.N(wait/2+1)
+		if after > 0 {
+			w = min(after, d.opt.Retry.Max)
+		}
+		if d.opt.Retry.MaxElapsed > 0 && time.Since(start)+w > d.opt.Retry.MaxElapsed {
+			why := fmt.Sprintf("HTTP %d", status)
+			if err != nil {
+				why = err.Error()
+			}
+			return 0, 0, fmt.Errorf("%s: no answer that ends the retries within %v (last: %s); the offset stays for the next delivery", target, d.opt.Retry.MaxElapsed, why)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, errors.Join(ctx.Err(), d.cp.Write(d.opt.Dir))
+		case <-time.After(w):
+		}
+		wait = min(2*wait, d.opt.Retry.Max)
+	}
+}
+
+// post makes one request: the status and body of the backend's answer, or
+// an error, and whether the backend may have stored a request it did not
+// answer for (unknown: the connection was made and then failed or timed
+// out). after is the answer's Retry-After.
+func (d *deliverer) post(ctx context.Context, target string, payload []byte) (status int, body []byte, after time.Duration, unknown bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(payload))
+	if err != nil {
+		return 0, nil, 0, false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if d.opt.Compression == "gzip" {
+		req.Header.Set("Content-Encoding", "gzip")
+	}
+	for k, v := range d.opt.Headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := d.opt.Client.Do(req)
+	if err != nil {
+		var op *net.OpError
+		dial := errors.As(err, &op) && op.Op == "dial"
+		return 0, nil, 0, !dial, err
+	}
+	defer resp.Body.Close()
+	body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		after = time.Duration(s) * time.Second
+	}
+	return resp.StatusCode, body, after, false, nil
+}
+
+// bucket is the rate cap: a token bucket of items per second with a
+// burst of one second's items; a line larger than the burst waits for a
+// full bucket and leaves it in debt.
+type bucket struct {
+	rate, tokens float64
+	last         time.Time
+}
+
+func newBucket(rate float64) *bucket {
+	if rate < 0 {
+		return nil
+	}
+	return &bucket{rate: rate, tokens: rate, last: time.Now()}
+}
+
+func (b *bucket) take(ctx context.Context, n float64) error {
+	if b == nil {
+		return nil
+	}
+	now := time.Now()
+	b.tokens = min(b.rate, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	b.last = now
+	need := min(n, b.rate)
+	if b.tokens < need {
+		w := time.Duration((need - b.tokens) / b.rate * float64(time.Second))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(w):
+		}
+		b.tokens = need
+		b.last = time.Now()
+	}
+	b.tokens -= n
+	return nil
+}

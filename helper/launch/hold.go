@@ -1,0 +1,114 @@
+package launch
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+)
+
+// CheckHoldSocket returns an error unless path (from root's record) is a
+// socket owned by root in a directory owned by root that neither group nor
+// others can write, neither of them a symbolic link: then only root can
+// have bound it, and the listener is the one the prolog made and handed to
+// the job's supervisor. The steps check the same in C
+// (spank/holdsock.c).
+func CheckHoldSocket(path string) error {
+	if !filepath.IsAbs(path) || len(path) > contract.HoldPathMax {
+		return fmt.Errorf("hold socket %q: not an absolute path of at most %d bytes", path, contract.HoldPathMax)
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("hold socket: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || !fi.IsDir() || st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("hold socket: %s is not a directory of root's that only root can write (%s)", dir, fi.Mode())
+	}
+	fi, err = os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("hold socket: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || fi.Mode().Type() != os.ModeSocket || st.Uid != 0 {
+		return fmt.Errorf("hold socket: %s is not a socket of root's (%s)", path, fi.Mode())
+	}
+	return nil
+}
+
+// EpilogLine starts the hold socket line that tells the epilog's start:
+// "epilog start <unix ms>\n", or with the job's exit "epilog start <unix
+// ms> <status> <derived>\n" (JobExit), answered "ok\n".
+const EpilogLine = "epilog start "
+
+// HoldConnTimeout bounds one connection's request and answer on the hold
+// socket (the supervisor's server closes a connection after it).
+const HoldConnTimeout = time.Second
+
+// JobExit is the job's exit as slurmd gives it to the job epilog's
+// environment (Slurm 22.05 to 26.05, prep/script's slurmd part, when the
+// job's exit code is known): SLURM_JOB_EXIT_CODE, the batch script's
+// wait status (exit code << 8, or the signal), and SLURM_JOB_DERIVED_EC,
+// the highest of the steps' wait statuses; SLURM_JOB_EXIT_CODE2 is the
+// first as "code:signal".
+type JobExit struct {
+	Status, Derived uint32
+}
+
+// WaitCode is the exit code of a wait status (WEXITSTATUS), WaitSignal its
+// signal (WTERMSIG; 0: none).
+func WaitCode(status uint32) int64   { return int64(status>>8) & 0xff }
+func WaitSignal(status uint32) int64 { return int64(status & 0x7f) }
+
+// JobExitFromEnv reads the job's exit from the job epilog's environment
+// (getenv): SLURM_JOB_EXIT_CODE and SLURM_JOB_DERIVED_EC, both unsigned
+// wait statuses (the derived one 0 when absent). nil when slurmd did not
+// set SLURM_JOB_EXIT_CODE (the exit code not known) or it is not a number.
+func JobExitFromEnv(getenv func(string) string) *JobExit {
+	st, err1 := strconv.ParseUint(getenv("SLURM_JOB_EXIT_CODE"), 10, 32)
+	de, err2 := strconv.ParseUint(getenv("SLURM_JOB_DERIVED_EC"), 10, 32)
+	if err1 != nil {
+		return nil
+	}
+	if err2 != nil {
+		de = 0
+	}
+	return &JobExit{Status: uint32(st), Derived: uint32(de)}
+}
+
+// TellEpilogStart tells the job's supervisor on its hold socket (path, as
+// root's record has it) that the epilog started at at, and the job's exit
+// when known (exit; nil: not known): one line, answered "ok", within
+// HoldConnTimeout/4. The path must pass CheckHoldSocket (a socket of
+// root's in a dir only root can write: the prolog's listener, which the
+// supervisor serves), or nothing is sent. Errors: not such a socket, no
+// listener, no answer in time.
+func TellEpilogStart(path string, at time.Time, exit *JobExit) error {
+	if err := CheckHoldSocket(path); err != nil {
+		return err
+	}
+	d := net.Dialer{Timeout: HoldConnTimeout / 4}
+	c, err := d.Dial("unix", path)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(HoldConnTimeout / 4))
+	line := fmt.Sprintf("%s%d", EpilogLine, at.UnixMilli())
+	if exit != nil {
+		line += fmt.Sprintf(" %d %d", exit.Status, exit.Derived)
+	}
+	if _, err := fmt.Fprintf(c, "%s\n", line); err != nil {
+		return err
+	}
+	buf := make([]byte, 16)
+	n, _ := c.Read(buf)
+	if string(buf[:n]) != "ok\n" {
+		return fmt.Errorf("the supervisor answered %q", buf[:n])
+	}
+	return nil
+}

@@ -53,6 +53,7 @@ func Epilog(a Args, cluster, node string, jobID uint32, getenv func(string) stri
 		getenv = os.Getenv
 	}
 	epilogStart = launch.ParsePrologStart(getenv(launch.EnvEpilogStart))
+	jobExit = launch.JobExitFromEnv(getenv)
 	return epilog(ctx, a.RecordDir, cluster, node, jobID, log)
 }
 
@@ -172,6 +173,10 @@ func stopSupervisor(ctx context.Context, rec *record.Record, g *cgroup.Group, jo
 // not stamped). One epilog runs per process.
 var epilogStart time.Time
 
+// jobExit is the job's exit as slurmd put it in the epilog's environment
+// (SLURM_JOB_EXIT_CODE, SLURM_JOB_DERIVED_EC; Epilog; nil: not there).
+var jobExit *launch.JobExit
+
 // tellEpilogStart tells the supervisor, on its hold socket, when the epilog
 // started (the C epilog's stamp, launch.EnvEpilogStart, else now), for
 // its slurm.epilog span: the supervisor writes the span, root writes
@@ -185,7 +190,9 @@ func tellEpilogStart(rec *record.Record, jobID uint32, log logrus.FieldLogger) {
 	if at.IsZero() || time.Since(at) < 0 || time.Since(at) > time.Hour {
 		at = time.Now()
 	}
-	if err := launch.TellEpilogStart(rec.HoldSocket, at); err != nil {
+	// The job's exit as slurmd put it in the epilog's environment, for the
+	// span's attributes: inspect's outcome when sacct cannot answer.
+	if err := launch.TellEpilogStart(rec.HoldSocket, at, jobExit); err != nil {
 		log.Debugf("job %d: the epilog's start was not told to the supervisor (no slurm.epilog span): %v", jobID, err)
 	}
 }

@@ -61,6 +61,7 @@ const (
 	maxExamples      = 20    // error spans and error log records listed
 	maxMetricNames   = 5000  // metric names listed
 	maxIdentityValue = 50    // values kept per identity attribute
+	maxIdentityHosts = 4096  // values kept of host.name: a job's nodes, shown as one hostlist
 )
 
 // seriesKey names one series: a metric on a node from a producer
@@ -217,7 +218,11 @@ func (a *aggregator) resourceInfo(r resource, items int) (node, producer, instan
 			if at.Value.IntValue != nil {
 				shown += " (int)"
 			}
-			if !contains(a.identity[k], shown) && len(a.identity[k]) < maxIdentityValue {
+			limit := maxIdentityValue
+			if k == "host.name" {
+				limit = maxIdentityHosts
+			}
+			if !contains(a.identity[k], shown) && len(a.identity[k]) < limit {
 				a.identity[k] = append(a.identity[k], shown)
 			}
 		}

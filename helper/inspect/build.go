@@ -15,6 +15,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
 
 func unixMs(ms int64) time.Time {
@@ -103,10 +104,20 @@ func (a *aggregator) report() *Report {
 			r.Job.Nodes = append(r.Job.Nodes, d.node)
 		}
 	}
+	sort.SliceStable(r.Job.Nodes, func(i, j int) bool { return slurm.NaturalLess(r.Job.Nodes[i], r.Job.Nodes[j]) })
 	r.Gym = a.gym()
+	// Per-node lists in the nodes' natural order (gn2 before gn10).
 	r.ModelServers = a.modelServers()
+	sort.SliceStable(r.ModelServers, func(i, j int) bool {
+		a, b := r.ModelServers[i].Node, r.ModelServers[j].Node
+		if a == "(all)" || b == "(all)" {
+			return b == "(all)" && a != "(all)" // the sum over the servers last
+		}
+		return slurm.NaturalLess(a, b)
+	})
 	r.Routers = a.routers()
 	r.GPUs = a.gpus()
+	sort.SliceStable(r.GPUs, func(i, j int) bool { return slurm.NaturalLess(r.GPUs[i].Node, r.GPUs[j].Node) })
 	r.GPUSharing = a.gpuSharing()
 	r.Energy = a.energy(r)
 	r.Hosts = a.hosts(r.Job.Nodes)

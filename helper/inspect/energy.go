@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
 
 // dcgm-exporter's energy counter (its default counters,
@@ -307,16 +309,25 @@ func (t *textOut) energyLines(r *Report) {
 }
 
 // sharingLines writes the GPUs that are not the job's alone under the
-// text report's GPU table.
+// text report's GPU table (foldSharing).
 func (t *textOut) sharingLines(r *Report) {
 	if len(r.GPUSharing) == 0 {
 		return
 	}
 	t.line("  not the job's alone (gpu_attribution):")
-	// One line per node and reason: "gn1 gpu 0, gpu 1: <why>".
+	for _, l := range foldSharing(r.GPUSharing) {
+		t.wrap("    ", l)
+	}
+}
+
+// foldSharing folds GPUSharing's lines ("<node> gpu N: <why>"): one line
+// per node and reason ("gn1 gpu 0, gpu 1: <why>"), then the nodes with the
+// same devices and reason on one line as a hostlist ("gn[1-64] gpu 0, gpu
+// 1: <why>").
+func foldSharing(sharing []string) []string {
 	var keys []string
 	names := map[string][]string{}
-	for _, l := range r.GPUSharing {
+	for _, l := range sharing {
 		name, why, _ := strings.Cut(l, ": ")
 		node, dev, _ := strings.Cut(name, " ")
 		k := node + "\x00" + why
@@ -325,8 +336,19 @@ func (t *textOut) sharingLines(r *Report) {
 		}
 		names[k] = append(names[k], dev)
 	}
+	var lines []string
+	nodes := map[string][]string{}
 	for _, k := range keys {
 		node, why, _ := strings.Cut(k, "\x00")
-		t.wrap("    ", node+" "+strings.Join(names[k], ", ")+": "+why)
+		l := strings.Join(names[k], ", ") + ": " + why
+		if nodes[l] == nil {
+			lines = append(lines, l)
+		}
+		nodes[l] = append(nodes[l], node)
 	}
+	out := make([]string, 0, len(lines))
+	for _, l := range lines {
+		out = append(out, slurm.CompressHostlist(nodes[l])+" "+l)
+	}
+	return out
 }

@@ -304,3 +304,57 @@ func TestManyNodesHTML(t *testing.T) {
 		t.Errorf("the page does not open on the outcome: %+v", l)
 	}
 }
+
+// TestOutcomeFromEpilog: the job epilog's exit code (slurmd's
+// SLURM_JOB_EXIT_CODE, on the slurm.epilog span as the supervisor writes
+// it) makes the outcome when sacct cannot answer, labelled with its
+// source: the cancelled job's epilog span given a job that exited 3 reads
+// FAILED, exit code 3, from the epilog; given signal 15, SIGNALED.
+func TestOutcomeFromEpilog(t *testing.T) {
+	for _, c := range []struct {
+		code, sig int
+		state     string
+	}{{3, 0, "FAILED"}, {0, 15, "SIGNALED"}} {
+		_, otel := slurmRun(t, "cancelled")
+		tr := filepath.Join(otel, "traces.jsonl")
+		data, err := os.ReadFile(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const known = `{"key":"slurm.end_known","value":{"boolValue":false}}]`
+		i := strings.Index(string(data), `"name":"slurm.epilog"`)
+		j := strings.Index(string(data[max(i, 0):]), known)
+		if i < 0 || j < 0 {
+			t.Fatalf("%s: no epilog span with slurm.end_known", tr)
+		}
+		at := i + j + len(known) - 1
+		attrs := fmt.Sprintf(`,{"key":"slurm.job.exit_code","value":{"intValue":"%d"}},{"key":"slurm.job.signal","value":{"intValue":"%d"}},`+
+			`{"key":"slurm.job.derived_exit_code","value":{"intValue":"%d"}},{"key":"slurm.job.derived_signal","value":{"intValue":"0"}},`+
+			`{"key":"slurm.job.exit_from","value":{"stringValue":"SLURM_JOB_EXIT_CODE"}}`, c.code, c.sig, c.code)
+		if err := os.WriteFile(tr, []byte(string(data[:at])+attrs+string(data[at:])), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r, err := Build(filepath.Dir(otel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := r.Outcome
+		if o.State != c.state || o.ExitCodeFrom != "epilog" || o.StateFrom != "derived" || !strings.Contains(o.StateWhy, "the job epilog on gn1 had SLURM_JOB_EXIT_CODE") ||
+			(c.sig == 0 && (o.ExitCode == nil || *o.ExitCode != c.code)) || (c.sig != 0 && (o.Signal == nil || *o.Signal != c.sig)) {
+			t.Errorf("exit %d signal %d: outcome %+v", c.code, c.sig, o)
+		}
+		var b strings.Builder
+		if err := r.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		if lines := strings.Split(b.String(), "\n"); lineWith(lines, 4, "== outcome", c.state, "the job epilog on gn1 had") < 0 {
+			t.Errorf("no outcome line from the epilog:\n%s", strings.Join(lines[:4], "\n"))
+		}
+		r.Account(context.Background(), func(context.Context, uint32) (slurm.Accounting, bool, error) {
+			return slurm.Accounting{ID: 9, State: "CANCELLED", ExitCode: 0, Signal: 15, ElapsedSeconds: 9}, true, nil
+		})
+		if o := r.Outcome; o.State != "CANCELLED" || o.ExitCodeFrom != "sacct" {
+			t.Errorf("sacct's answer does not replace the epilog's: %+v", o)
+		}
+	}
+}

@@ -27,7 +27,9 @@ type Outcome struct {
 	// limit or another signal; only sacct can say which); "unknown" when
 	// neither answers (StateWhy says why).
 	State string `json:"state"`
-	// StateFrom is "sacct", "derived" or "unknown".
+	// StateFrom is "sacct", "derived" or "unknown". A state derived from
+	// the job epilog's exit code (ExitCodeFrom "epilog") is COMPLETED,
+	// FAILED or SIGNALED as from the batch step.
 	StateFrom string `json:"state_from"`
 	// StateWhy says what the state was derived from, or why it is not
 	// known.
@@ -36,9 +38,13 @@ type Outcome struct {
 	// answered, or when it was not asked at all: Build alone reads files).
 	Sacct string `json:"sacct,omitempty"`
 	// ExitCode and Signal are the batch script's (sacct's ExitCode
-	// "code:signal", or the batch step's phase span); null when not known.
-	ExitCode *int `json:"exit_code"`
-	Signal   *int `json:"signal"`
+	// "code:signal"; else the job's exit code slurmd gave the job epilog,
+	// SLURM_JOB_EXIT_CODE, kept on the slurm.epilog span; else the batch
+	// step's phase span); null when not known. ExitCodeFrom names the
+	// source: "sacct", "epilog" or "batch step" ("" when not known).
+	ExitCode     *int   `json:"exit_code"`
+	Signal       *int   `json:"signal"`
+	ExitCodeFrom string `json:"exit_code_from,omitempty"`
 	// ElapsedSeconds is the job's elapsed time as sacct counts it, from its
 	// start to its end: sacct's ElapsedRaw, or from the phase spans (the
 	// start slurmctld gives the first node, else the earliest slurm.job
@@ -145,6 +151,33 @@ func (o *Outcome) deriveState(run []NodePhases, dirs []DirHealth) {
 			break
 		}
 	}
+	// The job's exit code as slurmd gave it to the job epilog: Slurm's
+	// own word (the batch node's epilog first).
+	var je *JobExit
+	jeNode := ""
+	for i := range run {
+		if p := run[i].find(phaseEpilog, ""); p != nil && p.JobExit != nil && (je == nil || run[i].Node == node) {
+			je, jeNode = p.JobExit, run[i].Node
+		}
+	}
+	if je != nil {
+		code, sig := je.ExitCode, je.Signal
+		o.ExitCodeFrom = "epilog"
+		o.StateFrom = "derived"
+		src := fmt.Sprintf("the job epilog on %s had %s", jeNode, je.From)
+		switch {
+		case sig != 0:
+			o.Signal, o.State = &sig, "SIGNALED"
+			o.StateWhy = fmt.Sprintf("%s: the batch script was killed by signal %d: a cancel, a time limit or another signal (sacct says which)", src, sig)
+		case code == 0:
+			o.ExitCode, o.State = &code, "COMPLETED"
+			o.StateWhy = src + ": exit code 0"
+		default:
+			o.ExitCode, o.State = &code, "FAILED"
+			o.StateWhy = fmt.Sprintf("%s: exit code %d", src, code)
+		}
+		return
+	}
 	if batch == nil {
 		o.StateWhy = "no batch step span in the files: the job still runs, or its batch node's files or phase spans are not here"
 		for _, d := range dirs {
@@ -156,6 +189,9 @@ func (o *Outcome) deriveState(run []NodePhases, dirs []DirHealth) {
 		return
 	}
 	o.ExitCode, o.Signal = batch.ExitCode, batch.Signal
+	if o.ExitCode != nil || o.Signal != nil {
+		o.ExitCodeFrom = "batch step"
+	}
 	switch {
 	case batch.End == nil:
 		o.StateWhy = "the batch step's end was not seen on " + node + " (its span was cut at the drain)"
@@ -249,7 +285,7 @@ func (r *Report) Account(ctx context.Context, query AccountingQuery) {
 	}
 	o.Sacct = ""
 	code, sig := a.ExitCode, a.Signal
-	o.State, o.StateFrom, o.StateWhy, o.ExitCode, o.Signal = a.State, "sacct", "", &code, nil
+	o.State, o.StateFrom, o.StateWhy, o.ExitCode, o.Signal, o.ExitCodeFrom = a.State, "sacct", "", &code, nil, "sacct"
 	if sig != 0 {
 		o.Signal = &sig
 	}

@@ -92,6 +92,10 @@ type Phase struct {
 	ExitCode *int `json:"exit_code,omitempty"`
 	Signal   *int `json:"signal,omitempty"`
 	Tasks    int  `json:"tasks,omitempty"`
+	// JobExit is the job's exit on the epilog's span: what slurmd gave
+	// the job epilog (SLURM_JOB_EXIT_CODE, SLURM_JOB_DERIVED_EC); nil on
+	// other phases and where the epilog did not have it.
+	JobExit *JobExit `json:"job_exit,omitempty"`
 	// Error is the span's error status message; Note its message when
 	// not an error (the prolog's start not handed on).
 	Error string `json:"error,omitempty"`
@@ -99,6 +103,19 @@ type Phase struct {
 	// Aggregated is slurm.steps.aggregated's figures: the steps past the
 	// supervisor's bound of step spans per node, folded.
 	Aggregated *AggregatedSteps `json:"aggregated,omitempty"`
+}
+
+// JobExit is the job's exit as slurmd gave it to the job epilog's
+// environment, carried on the slurm.epilog span: the batch script's exit
+// code and signal (0: none; SLURM_JOB_EXIT_CODE, "code:signal" in
+// SLURM_JOB_EXIT_CODE2), the highest of the steps'
+// (SLURM_JOB_DERIVED_EC), and the variable it came from.
+type JobExit struct {
+	ExitCode        int    `json:"exit_code"`
+	Signal          int    `json:"signal"`
+	DerivedExitCode int    `json:"derived_exit_code"`
+	DerivedSignal   int    `json:"derived_signal"`
+	From            string `json:"from"`
 }
 
 // AggregatedSteps are the steps folded into one span.
@@ -232,6 +249,16 @@ func (a *aggregator) phase(sp *span, node, restart string) {
 		r.Signal = &n
 	}
 	r.Tasks, _ = intOf("slurm.step.tasks")
+	if code, ok := intOf("slurm.job.exit_code"); ok && sp.Name == phaseEpilog {
+		je := &JobExit{ExitCode: code, From: "SLURM_JOB_EXIT_CODE"}
+		je.Signal, _ = intOf("slurm.job.signal")
+		je.DerivedExitCode, _ = intOf("slurm.job.derived_exit_code")
+		je.DerivedSignal, _ = intOf("slurm.job.derived_signal")
+		if v, ok := get("slurm.job.exit_from"); ok {
+			je.From = v.text()
+		}
+		r.JobExit = je
+	}
 	if sp.Status.Code == statusError {
 		r.Error = sp.Status.Message
 		if r.Error == "" {

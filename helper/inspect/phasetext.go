@@ -372,12 +372,25 @@ func (t *textOut) cgroupLines(r *Report) {
 	}
 	defer lookalikes()
 	t.section("cgroups (scrape job cgroup; the kernel's totals since each group was made)")
-	t.line("  %-22s %8s %11s %11s %11s %9s", "node group", "CPU s", "throttled s", "memory peak", "bound", "OOM kills")
+	// Past maxTableRows groups: each kind of group's figures aggregated over
+	// the nodes, the outliers' rows, and the reasons for what is not kept
+	// with the node's name folded ("<node>").
+	tb := r.htmlTables()["cgroups"]
+	show := map[int]bool{}
+	if tb.Aggregated {
+		t.aggLines(tb, "groups")
+		for _, i := range tb.OutlierRows {
+			show[i] = true
+		}
+	}
+	if !tb.Aggregated || len(show) > 0 {
+		t.line("  %-22s %8s %11s %11s %11s %9s", "node group", "CPU s", "throttled s", "memory peak", "bound", "OOM kills")
+	}
 	steps := map[string]int{}
 	var whys []string
 	where := map[string][]string{}     // reason -> the family lists it holds for, in order
 	groups := map[[2]string][]string{} // (reason, families) -> groups
-	for _, u := range r.Cgroups {
+	for ui, u := range r.Cgroups {
 		name := u.Node + " " + u.Group
 		if u.Link != "" {
 			name = u.Node + " (link " + u.Link + ") " + u.Group
@@ -404,10 +417,14 @@ func (t *textOut) cgroupLines(r *Report) {
 			byWhy[why] = append(byWhy[why], fam)
 		}
 		for _, why := range order {
+			fams := byWhy[why]
+			if tb.Aggregated {
+				why = nodeless(why, u.Node)
+			}
 			if where[why] == nil {
 				whys = append(whys, why)
 			}
-			k := [2]string{why, strings.Join(byWhy[why], ", ")}
+			k := [2]string{why, strings.Join(fams, ", ")}
 			if groups[k] == nil {
 				where[why] = append(where[why], k[1])
 			}
@@ -429,7 +446,9 @@ func (t *textOut) cgroupLines(r *Report) {
 				continue
 			}
 		}
-		t.cgroupRow(cut(name, 22), u)
+		if !tb.Aggregated || show[ui] {
+			t.cgroupRow(cut(name, 22), u)
+		}
 	}
 	if len(whys) > 0 {
 		t.line("  not kept here, and why:")
@@ -437,11 +456,34 @@ func (t *textOut) cgroupLines(r *Report) {
 	for _, why := range whys {
 		var of []string
 		for _, fams := range where[why] {
-			of = append(of, fams+" of "+strings.Join(groups[[2]string{why, fams}], ", "))
+			names := groups[[2]string{why, fams}]
+			if tb.Aggregated {
+				names = foldNames(names)
+			}
+			of = append(of, fams+" of "+strings.Join(names, ", "))
 		}
 		t.wrap("    ", strings.Join(of, "; ")+":")
 		t.wrap("      ", why)
 	}
+}
+
+// foldNames folds "<node> <group>" names by their group, the nodes as a
+// hostlist ("gn[1-64] job"), groups in their first name's order.
+func foldNames(names []string) []string {
+	var order []string
+	nodes := map[string][]string{}
+	for _, n := range names {
+		node, rest, _ := strings.Cut(n, " ")
+		if nodes[rest] == nil {
+			order = append(order, rest)
+		}
+		nodes[rest] = append(nodes[rest], node)
+	}
+	out := make([]string, 0, len(order))
+	for _, rest := range order {
+		out = append(out, strings.TrimSpace(slurm.CompressHostlist(nodes[rest])+" "+rest))
+	}
+	return out
 }
 
 // notKeptOr is v in its unit, or "not kept" where the node does not keep

@@ -63,25 +63,6 @@ func slurmRun(t *testing.T, name string) (*Report, string) {
 	return r, otel
 }
 
-// textSections keeps the sections of a text report whose title starts
-// with one of heads.
-func textSections(text string, heads ...string) string {
-	var b strings.Builder
-	keep := false
-	for _, l := range strings.SplitAfter(text, "\n") {
-		if strings.HasPrefix(l, "== ") {
-			keep = false
-			for _, h := range heads {
-				keep = keep || strings.HasPrefix(l, "== "+h)
-			}
-		}
-		if keep {
-			b.WriteString(l)
-		}
-	}
-	return b.String()
-}
-
 // slurmRunGolden compares the phase, first-rollout and cgroup sections of
 // the report (text and JSON) with testdata/slurmrun/<name>/golden.{txt,json}.
 func slurmRunGolden(t *testing.T, name string, r *Report, otel string) {

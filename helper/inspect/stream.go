@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
+	"sort"
 
 	json "github.com/goccy/go-json"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
 
 // Source is one node directory of a job: the first node's otel/ dir, an
@@ -31,12 +34,28 @@ type Source struct {
 // Sources returns the node directories of the job whose otel/ dir is dir
 // (a job dir with an otel/ subdir is taken as its otel/ dir): dir itself,
 // then each nodes/<node>/, then each later link of a chain
-// (links/<job id>/) with its nodes, each list sorted.
+// (links/<job id>/) with its nodes, the nodes in natural order.
 func Sources(dir string) []Source {
 	nodes, _ := jobdir.NodeDirs(jobdir.OtelDir(dir), nil)
 	out := make([]Source, 0, len(nodes))
 	for _, n := range nodes {
 		out = append(out, Source{Dir: n.Path, Node: n.Node, Link: n.Link})
+	}
+	// Each run of nodes/<node> dirs in the nodes' natural order (gn2
+	// before gn10), after the dir of the run's first node.
+	isNode := func(s Source) bool { return filepath.Base(filepath.Dir(s.Dir)) == "nodes" }
+	for i := 0; i < len(out); {
+		j := i
+		for j < len(out) && isNode(out[j]) && out[j].Link == out[i].Link {
+			j++
+		}
+		if j > i {
+			run := out[i:j]
+			sort.SliceStable(run, func(a, b int) bool { return slurm.NaturalLess(run[a].Node, run[b].Node) })
+			i = j
+		} else {
+			i++
+		}
 	}
 	return out
 }

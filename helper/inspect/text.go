@@ -192,7 +192,9 @@ func receiptKey(nr NodeReceipt) string {
 func (t *textOut) jobLines(j Job) {
 	t.section("job")
 	for _, k := range identityKeys {
-		if v := j.Identity[k]; len(v) > 0 {
+		if v := j.Identity[k]; k == "host.name" && len(v) > 0 {
+			t.wrap(fmt.Sprintf("  %-24s ", k), slurm.CompressHostlist(v))
+		} else if len(v) > 0 {
 			t.line("  %-24s %s", k, strings.Join(v, ", "))
 		}
 	}
@@ -244,15 +246,55 @@ func (t *textOut) gymLines(r *Report) {
 	t.absent(r, "gym", "gym")
 }
 
+// aggLines writes a per-node table aggregated (more than maxTableRows
+// rows): per group its rows' count and nodes, and a line a figure with its
+// min, median and max over them (the nodes of the min and the max); the
+// section writes the outliers' rows after it.
+func (t *textOut) aggLines(tb aggTable, what string) {
+	for _, g := range tb.Groups {
+		head := fmt.Sprintf("%d %s on %s", g.N, what, g.Hostlist)
+		if g.Name != "" {
+			head = fmt.Sprintf("%s on %d nodes %s", g.Name, g.N, g.Hostlist)
+		}
+		if len(g.Figures) == 0 {
+			t.wrap("  ", head+": no figures (not kept, below)")
+			continue
+		}
+		t.wrap("  ", head+": min / median / max over them (the nodes of the min and the max; --json lists each)")
+		for _, fg := range g.Figures {
+			t.wrap(fmt.Sprintf("    %-20s ", cut(fg[0], 20)), fg[1]+" / "+fg[2]+" / "+fg[3])
+		}
+	}
+	if len(tb.OutlierRows) == 0 {
+		t.line("  no outliers (no figure 3 scaled median absolute deviations and 20%% from the median)")
+	} else {
+		t.wrap("  ", fmt.Sprintf("%d outliers (a figure 3 scaled median absolute deviations and 20%% from the median), in full:", len(tb.OutlierRows)))
+	}
+}
+
 // modelServerLines writes the model servers section, one block per vLLM
-// server and the "(all)" sum, or why it is absent.
+// server and the "(all)" sum (past maxTableRows servers, their figures
+// aggregated and the outliers' blocks), or why it is absent.
 func (t *textOut) modelServerLines(r *Report) {
 	t.absent(r, "model servers", "model servers (vLLM)")
 	if len(r.ModelServers) == 0 {
 		return
 	}
 	t.section("model servers (vLLM)")
-	for _, m := range r.ModelServers {
+	shown := r.ModelServers
+	if tb := r.htmlTables()["servers"]; tb.Aggregated {
+		t.aggLines(tb, "servers")
+		shown = nil
+		for _, i := range tb.OutlierRows {
+			shown = append(shown, r.ModelServers[i])
+		}
+		for _, m := range r.ModelServers {
+			if m.Node == "(all)" {
+				shown = append(shown, m)
+			}
+		}
+	}
+	for _, m := range shown {
 		name := m.Node
 		if m.Producer != "" {
 			name += " " + m.Producer
@@ -325,10 +367,31 @@ func (t *textOut) gpuLines(r *Report) {
 		return
 	}
 	t.section("GPUs (dcgm-exporter)")
+	shown := r.GPUs
+	if tb := r.htmlTables()["gpus"]; tb.Aggregated {
+		t.aggLines(tb, "GPUs")
+		shown = nil
+		for _, i := range tb.OutlierRows {
+			shown = append(shown, r.GPUs[i])
+		}
+		var idle []string
+		for _, x := range r.GPUs {
+			if x.Idle {
+				idle = append(idle, x.Node)
+			}
+		}
+		if len(idle) > 0 {
+			t.wrap("  idle the whole run: ", fmt.Sprintf("%d GPUs on %s", len(idle), slurm.CompressHostlist(dedup(idle))))
+		}
+		if len(shown) == 0 {
+			t.sharingLines(r)
+			return
+		}
+	}
 	t.line("  %-14s %4s %-22s %9s %8s %14s %9s %9s", "node", "gpu", "model", "util mean", "util max", "mem max (MiB)", "power W", "power max")
 	var idle []string
 	dash := false
-	for _, x := range r.GPUs {
+	for _, x := range shown {
 		dash = dash || !x.UtilMean.Known() || !x.MemoryUsedMax.Known() || !x.PowerMean.Known()
 		gpu := x.GPU
 		if x.Instance != "" {
@@ -340,7 +403,7 @@ func (t *textOut) gpuLines(r *Report) {
 			idle = append(idle, x.Node+"/"+gpu)
 		}
 	}
-	if len(idle) > 0 {
+	if len(idle) > 0 && len(shown) == len(r.GPUs) {
 		t.wrap("  idle the whole run: ", strings.Join(idle, ", "))
 	}
 	if dash {
@@ -357,7 +420,15 @@ func (t *textOut) hostLines(r *Report) {
 		return
 	}
 	t.section("hosts (node_exporter)")
-	for _, h := range r.Hosts {
+	shown := r.Hosts
+	if tb := r.htmlTables()["hosts"]; tb.Aggregated {
+		t.aggLines(tb, "hosts")
+		shown = nil
+		for _, i := range tb.OutlierRows {
+			shown = append(shown, r.Hosts[i])
+		}
+	}
+	for _, h := range shown {
 		busy := pct(h.CPUBusy)
 		switch {
 		case !h.CPUBusy.Known() && h.CPUs > 0:
@@ -371,6 +442,19 @@ func (t *textOut) hostLines(r *Report) {
 		}
 		t.line("  %-14s %d CPUs, busy %s; %s; load1 max %s", cut(h.Node, 14), h.CPUs, busy, mem, fw(h.Load1Max, 2, "not sent"))
 	}
+}
+
+// dedup is names without repeats, in their order.
+func dedup(names []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // spanLines writes the spans section (by total time, by p99, the slowest,
@@ -453,6 +537,12 @@ func (t *textOut) errorLines(e Errors) {
 // state and targets, and what the bounds dropped.
 func (t *textOut) healthLines(hl Health) {
 	t.section("telemetry health")
+	// Past maxTableRows node dirs, the dirs whose health reads the same
+	// but for the node's name fold into one block, their nodes as a
+	// hostlist and "<node>" where the name was.
+	fold := len(hl.Dirs) > maxTableRows
+	var order []string
+	nodes := map[string][]string{}
 	for _, d := range hl.Dirs {
 		name := d.NodeName
 		if d.Link != "" {
@@ -462,14 +552,14 @@ func (t *textOut) healthLines(hl Health) {
 		if n := d.BadLines["metrics"] + d.BadLines["traces"] + d.BadLines["logs"]; n > 0 {
 			bad = fmt.Sprintf(", %d did not parse", n)
 		}
-		t.line("  %-14s lines: metrics %d, traces %d, logs %d%s; %d points, %d spans, %d logs",
-			cut(name, 14), d.Lines["metrics"], d.Lines["traces"], d.Lines["logs"], bad, d.Points, d.Spans, d.Logs)
+		block := []string{fmt.Sprintf("lines: metrics %d, traces %d, logs %d%s; %d points, %d spans, %d logs",
+			d.Lines["metrics"], d.Lines["traces"], d.Lines["logs"], bad, d.Points, d.Spans, d.Logs)}
 		for _, sig := range signals {
 			if msg, ok := d.FirstBad[sig]; ok {
-				t.line("    %s.jsonl first bad %s", sig, msg)
+				block = append(block, fmt.Sprintf("    %s.jsonl first bad %s", sig, msg))
 			}
 			if n := d.Writing[sig]; n > 0 {
-				t.line("    %s.jsonl: %d bytes of a line being written (the collector runs)", sig, n)
+				block = append(block, fmt.Sprintf("    %s.jsonl: %d bytes of a line being written (the collector runs)", sig, n))
 			}
 		}
 		if d.State != nil {
@@ -477,13 +567,50 @@ func (t *textOut) healthLines(hl Health) {
 			if d.State.ExportProblems != "" {
 				st += ", export problems: " + d.State.ExportProblems
 			}
-			t.line("%s", st)
+			block = append(block, st)
 		}
 		for _, x := range d.Targets {
-			t.line("    target %s (%s): %s", x.Job, x.Instance, ScrapeSummary(x.Scrapes, x.Answered, x.WarmingUp, x.Ended))
+			block = append(block, fmt.Sprintf("    target %s (%s): %s", x.Job, x.Instance, ScrapeSummary(x.Scrapes, x.Answered, x.WarmingUp, x.Ended)))
 			if x.LimitHits.Any() {
-				t.line("      LIMIT: %s", x.LimitHits)
+				block = append(block, fmt.Sprintf("      LIMIT: %s", x.LimitHits))
 			}
+		}
+		if !fold {
+			t.line("  %-14s %s", cut(name, 14), block[0])
+			for _, l := range block[1:] {
+				t.line("%s", l)
+			}
+			continue
+		}
+		k := strings.Join(block, "\n")
+		if d.NodeName != "" {
+			k = strings.ReplaceAll(k, d.NodeName, "<node>")
+		}
+		if d.Link != "" {
+			k = "link " + d.Link + "\n" + k
+		}
+		if nodes[k] == nil {
+			order = append(order, k)
+		}
+		nodes[k] = append(nodes[k], d.NodeName)
+	}
+	for _, k := range order {
+		ns, text := nodes[k], k
+		if len(ns) == 1 {
+			text = strings.ReplaceAll(k, "<node>", ns[0])
+		}
+		block := strings.Split(text, "\n")
+		link := ""
+		if strings.HasPrefix(block[0], "link ") {
+			link, block = " ("+block[0]+")", block[1:]
+		}
+		head := slurm.CompressHostlist(ns) + link
+		if len(ns) > 1 {
+			head = fmt.Sprintf("%d nodes %s", len(ns), head)
+		}
+		t.wrap("  ", head+": "+block[0])
+		for _, l := range block[1:] {
+			t.line("%s", l)
 		}
 	}
 	if hl.DroppedSeries > 0 || hl.SkippedPoints > 0 {

@@ -206,3 +206,22 @@ func bytesH(v Value) string {
 	}
 	return fmt.Sprintf("%.1f %s", x, units[i])
 }
+
+// textSections keeps the sections of a text report whose title starts
+// with one of heads.
+func textSections(text string, heads ...string) string {
+	var b strings.Builder
+	keep := false
+	for _, l := range strings.SplitAfter(text, "\n") {
+		if strings.HasPrefix(l, "== ") {
+			keep = false
+			for _, h := range heads {
+				keep = keep || strings.HasPrefix(l, "== "+h)
+			}
+		}
+		if keep {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
+}

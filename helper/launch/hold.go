@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -40,20 +41,53 @@ func CheckHoldSocket(path string) error {
 }
 
 // EpilogLine starts the hold socket line that tells the epilog's start:
-// "epilog start <unix ms>\n", answered "ok\n".
+// "epilog start <unix ms>\n", or with the job's exit "epilog start <unix
+// ms> <status> <derived>\n" (JobExit), answered "ok\n".
 const EpilogLine = "epilog start "
 
 // HoldConnTimeout bounds one connection's request and answer on the hold
 // socket (the supervisor's server closes a connection after it).
 const HoldConnTimeout = time.Second
 
+// JobExit is the job's exit as slurmd gives it to the job epilog's
+// environment (Slurm 22.05 to 26.05, prep/script's slurmd part, when the
+// job's exit code is known): SLURM_JOB_EXIT_CODE, the batch script's
+// wait status (exit code << 8, or the signal), and SLURM_JOB_DERIVED_EC,
+// the highest of the steps' wait statuses; SLURM_JOB_EXIT_CODE2 is the
+// first as "code:signal".
+type JobExit struct {
+	Status, Derived uint32
+}
+
+// WaitCode is the exit code of a wait status (WEXITSTATUS), WaitSignal its
+// signal (WTERMSIG; 0: none).
+func WaitCode(status uint32) int64   { return int64(status>>8) & 0xff }
+func WaitSignal(status uint32) int64 { return int64(status & 0x7f) }
+
+// JobExitFromEnv reads the job's exit from the job epilog's environment
+// (getenv): SLURM_JOB_EXIT_CODE and SLURM_JOB_DERIVED_EC, both unsigned
+// wait statuses (the derived one 0 when absent). nil when slurmd did not
+// set SLURM_JOB_EXIT_CODE (the exit code not known) or it is not a number.
+func JobExitFromEnv(getenv func(string) string) *JobExit {
+	st, err1 := strconv.ParseUint(getenv("SLURM_JOB_EXIT_CODE"), 10, 32)
+	de, err2 := strconv.ParseUint(getenv("SLURM_JOB_DERIVED_EC"), 10, 32)
+	if err1 != nil {
+		return nil
+	}
+	if err2 != nil {
+		de = 0
+	}
+	return &JobExit{Status: uint32(st), Derived: uint32(de)}
+}
+
 // TellEpilogStart tells the job's supervisor on its hold socket (path, as
-// root's record has it) that the epilog started at at: one line, answered
-// "ok", within HoldConnTimeout/4. The path must pass CheckHoldSocket (a
-// socket of root's in a dir only root can write: the prolog's listener,
-// which the supervisor serves), or nothing is sent. Errors: not such a
-// socket, no listener, no answer in time.
-func TellEpilogStart(path string, at time.Time) error {
+// root's record has it) that the epilog started at at, and the job's exit
+// when known (exit; nil: not known): one line, answered "ok", within
+// HoldConnTimeout/4. The path must pass CheckHoldSocket (a socket of
+// root's in a dir only root can write: the prolog's listener, which the
+// supervisor serves), or nothing is sent. Errors: not such a socket, no
+// listener, no answer in time.
+func TellEpilogStart(path string, at time.Time, exit *JobExit) error {
 	if err := CheckHoldSocket(path); err != nil {
 		return err
 	}
@@ -64,7 +98,11 @@ func TellEpilogStart(path string, at time.Time) error {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(HoldConnTimeout / 4))
-	if _, err := fmt.Fprintf(c, "%s%d\n", EpilogLine, at.UnixMilli()); err != nil {
+	line := fmt.Sprintf("%s%d", EpilogLine, at.UnixMilli())
+	if exit != nil {
+		line += fmt.Sprintf(" %d %d", exit.Status, exit.Derived)
+	}
+	if _, err := fmt.Fprintf(c, "%s\n", line); err != nil {
 		return err
 	}
 	buf := make([]byte, 16)

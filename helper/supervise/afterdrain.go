@@ -18,6 +18,7 @@ import (
 	tracev1 "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/replay"
@@ -53,8 +54,11 @@ import (
 //     had exited before the drain gives slurm.end_known=false.
 //   - slurm.epilog: the job epilog tells its start (launch.EnvEpilogStart, taken in
 //     C before the Go core loads) on the hold socket, "epilog start <unix
-//     ms>", before it signals the supervisor (TellEpilogStart: root writes
-//     nothing of the user's). Its end comes after the supervisor has exited
+//     ms>", and the job's exit when slurmd set it in the epilog's
+//     environment ("<status> <derived>": launch.JobExit; the span's
+//     slurm.job.exit_code, signal, derived_exit_code, derived_signal and
+//     exit_from), before it signals the supervisor (launch.TellEpilogStart: root
+//     writes nothing of the user's). Its end comes after the supervisor has exited
 //     (the epilog then ends the collector's cgroup and removes root's
 //     record), so the span ends at the line's writing and carries
 //     slurm.end_known=false; an epilog that did not tell (an older plugin,
@@ -65,11 +69,21 @@ import (
 
 // epilogStarted records the epilog's start told on the hold socket: a
 // plausible time (after the node's start of the job, not ahead of the
-// clock by more than a minute) once; later lines are refused.
-func (p *phases) epilogStarted(v string) string {
+// clock by more than a minute) once, and the job's exit when told (two
+// unsigned wait statuses); later lines are refused.
+func (p *phases) epilogStarted(v string, exit ...string) string {
 	ms, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || ms <= 0 {
 		return "bad time\n"
+	}
+	var je *launch.JobExit
+	if len(exit) == 2 {
+		st, err1 := strconv.ParseUint(exit[0], 10, 32)
+		de, err2 := strconv.ParseUint(exit[1], 10, 32)
+		if err1 != nil || err2 != nil {
+			return "bad exit\n"
+		}
+		je = &launch.JobExit{Status: uint32(st), Derived: uint32(de)}
 	}
 	at := time.UnixMilli(ms)
 	if at.Before(p.start) || at.After(time.Now().Add(time.Minute)) {
@@ -80,7 +94,7 @@ func (p *phases) epilogStarted(v string) string {
 	if !p.epilogStart.IsZero() {
 		return "bad line\n"
 	}
-	p.epilogStart = at
+	p.epilogStart, p.jobExit = at, je
 	return "ok\n"
 }
 
@@ -98,7 +112,7 @@ type drainEnd struct {
 // slurm.epilog when the epilog told its start; now is their writing.
 func (p *phases) afterSpans(d drainEnd, now time.Time) []*tracev1.Span {
 	p.mu.Lock()
-	es := p.epilogStart
+	es, je := p.epilogStart, p.jobExit
 	p.mu.Unlock()
 	if !es.IsZero() && strings.HasPrefix(d.cause, "signal") {
 		d.cause = "epilog (" + d.cause + ")"
@@ -116,7 +130,15 @@ func (p *phases) afterSpans(d drainEnd, now time.Time) []*tracev1.Span {
 	}
 	out := []*tracev1.Span{ds}
 	if !es.IsZero() {
-		e := p.span("slurm.epilog", p.spanID("epilog"), p.root, es, now, boolAttr("slurm.start_known", true), boolAttr("slurm.end_known", false))
+		attrs := []*commonv1.KeyValue{boolAttr("slurm.start_known", true), boolAttr("slurm.end_known", false)}
+		if je != nil {
+			// The job's exit as slurmd gave it to the epilog: the batch
+			// script's exit code or signal, the steps' highest exit code.
+			attrs = append(attrs, intAttr("slurm.job.exit_code", launch.WaitCode(je.Status)), intAttr("slurm.job.signal", launch.WaitSignal(je.Status)),
+				intAttr("slurm.job.derived_exit_code", launch.WaitCode(je.Derived)), intAttr("slurm.job.derived_signal", launch.WaitSignal(je.Derived)),
+				strAttr("slurm.job.exit_from", "SLURM_JOB_EXIT_CODE"))
+		}
+		e := p.span("slurm.epilog", p.spanID("epilog"), p.root, es, now, attrs...)
 		e.Status = &tracev1.Status{Message: "the epilog goes on after the supervisor has exited (it ends the collector's cgroup and removes root's record): the span ends when the supervisor wrote it"}
 		out = append(out, e)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
+	tracev1 "go.opentelemetry.io/proto/otlp/trace/v1"
 )
 
 // The drain's and the epilog's spans: the drain from the supervisor's stop
@@ -39,13 +40,15 @@ func TestAfterSpans(t *testing.T) {
 		t.Errorf("drain span %v", ds)
 	}
 	for _, bad := range []string{"epilog start x\n", "epilog start -1\n", "epilog start 1000\n",
-		"epilog start " + itoa(time.Now().Add(time.Hour).UnixMilli()) + "\n"} {
+		"epilog start " + itoa(time.Now().Add(time.Hour).UnixMilli()) + "\n",
+		"epilog start " + itoa(t0.Add(9*time.Second).UnixMilli()) + " x 0\n", "epilog start " + itoa(t0.Add(9*time.Second).UnixMilli()) + " -1 0\n"} {
 		if got := p.handle(bad); got == "ok\n" {
 			t.Errorf("%q taken", bad)
 		}
 	}
 	es := t0.Add(9 * time.Second)
-	if got := p.handle("epilog start " + itoa(es.UnixMilli()) + "\n"); got != "ok\n" {
+	// The batch script exited 3 (wait status 768); no step worse.
+	if got := p.handle("epilog start " + itoa(es.UnixMilli()) + " 768 768\n"); got != "ok\n" {
 		t.Fatalf("epilog start: %q", got)
 	}
 	if got := p.handle("epilog start " + itoa(es.Add(time.Second).UnixMilli()) + "\n"); got == "ok\n" {
@@ -64,6 +67,10 @@ func TestAfterSpans(t *testing.T) {
 		attrBool(e, "slurm.end_known") || !attrBool(e, "slurm.start_known") || string(e.ParentSpanId) != string(p.root) || e.Status.GetMessage() == "" {
 		t.Errorf("epilog span %v", e)
 	}
+	if attrInt(e, "slurm.job.exit_code") != 3 || attrInt(e, "slurm.job.signal") != 0 || attrInt(e, "slurm.job.derived_exit_code") != 3 ||
+		attr(e, "slurm.job.exit_from") != "SLURM_JOB_EXIT_CODE" {
+		t.Errorf("epilog span without the job's exit code 3: %v", e.Attributes)
+	}
 	d.exitKnown = false
 	if ds = p.afterSpans(d, time.Now())[0]; attrBool(ds, "slurm.end_known") || ds.Status.GetCode() != 2 {
 		t.Errorf("a collector gone before the drain: %v", ds)
@@ -71,6 +78,15 @@ func TestAfterSpans(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func attrInt(s *tracev1.Span, k string) int64 {
+	for _, a := range s.GetAttributes() {
+		if a.GetKey() == k {
+			return a.GetValue().GetIntValue()
+		}
+	}
+	return -1
+}
 
 // The line is OTLP-JSON as the file exporter writes it (the tests' reader
 // reads it): hex ids, the identity as the resource (slurm_job_restart_count
@@ -200,18 +216,20 @@ func TestTellEpilogStart(t *testing.T) {
 	rel, _ := filepath.Rel(mustGetwd(t), path)
 	for what, bad := range map[string]string{"another user's socket": otherPath, "a dir others can write": openPath,
 		"a symbolic link": link, "a file": file, "a relative path": rel, "an abstract name": "@gym-otel-hold-00112233445566ff"} {
-		if err := launch.TellEpilogStart(bad, at); err == nil {
+		if err := launch.TellEpilogStart(bad, at, nil); err == nil {
 			t.Errorf("%s (%s) taken", what, bad)
 		}
 	}
 	if !p.epilogStart.IsZero() {
 		t.Fatal("the epilog's start taken from a refused telling")
 	}
-	if err := launch.TellEpilogStart(path, at); err != nil {
+	// A job that exited 3 (wait status 768), one of its steps killed by
+	// signal 9.
+	if err := launch.TellEpilogStart(path, at, &launch.JobExit{Status: 3 << 8, Derived: 9}); err != nil {
 		t.Fatal(err)
 	}
-	if p.epilogStart.UnixMilli() != at.UnixMilli() {
-		t.Errorf("epilog start %v, told %v", p.epilogStart, at)
+	if p.epilogStart.UnixMilli() != at.UnixMilli() || p.jobExit == nil || *p.jobExit != (launch.JobExit{Status: 768, Derived: 9}) {
+		t.Errorf("epilog start %v, told %v; job exit %+v", p.epilogStart, at, p.jobExit)
 	}
 }
 
@@ -243,7 +261,7 @@ func TestTellEpilogStartSilent(t *testing.T) {
 	}()
 	done := make(chan error, 1)
 	t0 := time.Now()
-	go func() { done <- launch.TellEpilogStart(path, time.Now()) }()
+	go func() { done <- launch.TellEpilogStart(path, time.Now(), nil) }()
 	select {
 	case err := <-done:
 		if err == nil {

@@ -66,7 +66,8 @@ import (
 // counts, and only the first. Every step also sends its start and end
 // here as "step ..." lines (phases.go), answered "ok" once the collector
 // is ready, and the job epilog (Go, root) its start, "epilog start <unix
-// ms>" (afterdrain.go). The supervisor still checks each peer
+// ms>", with the job's exit when slurmd gave it ("<status> <derived>")
+// (afterdrain.go). The supervisor still checks each peer
 // (SO_PEERCRED: root or its own user, whose "step" and "final" lines do
 // not count) although only root can reach the socket.
 //

@@ -148,6 +148,10 @@ type phases struct {
 	lastErr  string
 	// epilogStart is the epilog's start as it told it (zero: not told).
 	epilogStart time.Time
+	// jobExit is the job's exit status and derived exit code as the
+	// epilog told them (from slurmd's SLURM_JOB_EXIT_CODE and
+	// SLURM_JOB_DERIVED_EC; nil: not told).
+	jobExit *launch.JobExit
 }
 
 // newPhases starts the node's record; start is the prolog's start (zero:
@@ -223,8 +227,8 @@ func (p *phases) ready(at time.Time) {
 // answer, or "" when line is not a phase line.
 func (p *phases) handle(line string) string {
 	f := strings.Fields(line)
-	if len(f) == 3 && f[0]+" "+f[1]+" " == launch.EpilogLine {
-		return p.epilogStarted(f[2])
+	if (len(f) == 3 || len(f) == 5) && f[0]+" "+f[1]+" " == launch.EpilogLine {
+		return p.epilogStarted(f[2], f[3:]...)
 	}
 	if len(f) < 4 || f[0] != "step" {
 		return ""

@@ -25,6 +25,7 @@ var layers = map[string]int{
 	"internal/contract":  1,
 	"internal/testenv":   1,
 	"internal/otlptest":  1,
+	"internal/jobgen":    1,
 	"helper/config":      1,
 	"helper/jobdir":      1,
 	"helper/proc":        1,

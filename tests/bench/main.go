@@ -16,7 +16,7 @@
 //	GYM_OTEL_BENCH_ONLY=P1,P2   only these (P1 includes P6, P2 includes P3, P4 includes P5 and P4M; P1S is
 //	                            srun true as a step of a --gym-otel job against one without the flag; P3B is P3
 //	                            at interval 15 s alone, with each target's wait for its first sample; P7,
-//	                            inspect of 1 GB of jsonl, P8, the files under five backend outages, and
+//	                            inspect of 1 GB of jsonl over 2 nodes (includes P7N: the same over 64), P8, the files under five backend outages, and
 //	                            P4M, the idle collector's memory by configuration and runtime setting,
 //	                            run without Slurm when alone)
 //	GYM_OTEL_BENCH_OUTAGE_SECONDS=N  P8's length of each outage run (default 180, quick 60; P8 takes
@@ -187,6 +187,12 @@ func main() {
 			rows = append(rows, r...)
 		}
 	}
+	if err == nil && want("P7", "P7N") {
+		var r []Row
+		if r, err = runP7N(); err == nil {
+			rows = append(rows, r...)
+		}
+	}
 	load2, _ := os.ReadFile("/proc/loadavg")
 	if slurm {
 		teardown()
@@ -195,7 +201,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	order := map[string]int{"P1": 1, "P2": 2, "P3": 3, "P4": 4, "P5": 5, "P6": 6, "P7": 7, "P8": 8}
+	order := map[string]int{"P1": 1, "P2": 2, "P3": 3, "P4": 4, "P5": 5, "P6": 6, "P7": 7, "P7N": 7, "P8": 8}
 	sortRows(rows, order)
 
 	var b strings.Builder

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
@@ -373,5 +375,57 @@ func TestDrainSpanNoFollow(t *testing.T) {
 	if !strings.Contains(string(log), "the drain's phase spans could not be written to traces.jsonl") {
 		t.Errorf("the supervisor's log does not say the drain's spans were not written:\n%s", log)
 	}
+	waitIdle(t)
+}
+
+// TestJobExitCodeFromEpilog: a batch script that exits 3. slurmd gives
+// the job epilog the job's exit code (SLURM_JOB_EXIT_CODE, the wait status
+// 768; SLURM_JOB_DERIVED_EC), the epilog tells it to the supervisor with
+// its start, and the slurm.epilog span carries it (slurm.job.exit_code 3,
+// signal 0, from SLURM_JOB_EXIT_CODE); inspect, with sacct not asked,
+// reads the outcome from it: FAILED, exit code 3, labelled as the
+// epilog's.
+func TestJobExitCodeFromEpilog(t *testing.T) {
+	waitIdle(t)
+	d := markerDir(t, "exit3")
+	script := writeScript(t, filepath.Base(d)+".sh", "echo running\nexit 3\n")
+	r := asUser(t, 60*time.Second, tokenEnv(), fmt.Sprintf("sbatch -w gn1 --gym-otel=job_dir=%s/run -o %s/job.out %s", d, d, script))
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	job := jobIDOf(t, r)
+	waitJobsGone(t, patience, []string{job})
+	waitNoCollector(t)
+	otel := filepath.Join(d, "run", "otel")
+	var epilog *phaseSpan
+	spans := phaseSpans(t, otel)
+	for i, s := range spans {
+		if s.Name == "slurm.epilog" {
+			epilog = &spans[i]
+		}
+	}
+	if epilog == nil {
+		t.Fatalf("no slurm.epilog span: %v", spans)
+	}
+	t.Logf("epilog span attributes %v", epilog.Attrs)
+	if epilog.Attrs["slurm.job.exit_code"] != "3" || epilog.Attrs["slurm.job.signal"] != "0" || epilog.Attrs["slurm.job.derived_exit_code"] == "" ||
+		epilog.Attrs["slurm.job.exit_from"] != "SLURM_JOB_EXIT_CODE" {
+		t.Errorf("the epilog span lacks the job's exit code 3: %v", epilog.Attrs)
+	}
+	cli := filepath.Join(root, "build", "gym-otel-spank")
+	out, err := exec.Command(cli, "inspect", "--json", "--no-sacct", filepath.Join(d, "run")).Output()
+	if err != nil {
+		t.Fatalf("inspect --json: %v", err)
+	}
+	var rep inspect.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatal(err)
+	}
+	o := rep.Outcome
+	if o.State != "FAILED" || o.ExitCode == nil || *o.ExitCode != 3 || o.ExitCodeFrom != "epilog" || !strings.Contains(o.StateWhy, "SLURM_JOB_EXIT_CODE") {
+		t.Errorf("outcome %+v: want FAILED, exit code 3 from the epilog", o)
+	}
+	text, _ := exec.Command(cli, "inspect", "--no-sacct", filepath.Join(d, "run")).CombinedOutput()
+	t.Logf("inspect:\n%s", strings.Join(strings.SplitN(string(text), "\n", 8)[:7], "\n"))
 	waitIdle(t)
 }

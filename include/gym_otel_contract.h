@@ -1,6 +1,6 @@
 /*
  * gym_otel_contract.h: the constants the C front shares with the Go side.
- * Generated from the Go constants of internal/contract (go generate); do
+ * Generated from the Go constants of helper/contract (go generate); do
  * not edit.
  */
 #ifndef GYM_OTEL_CONTRACT_H

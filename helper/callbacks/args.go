@@ -17,8 +17,8 @@ import (
 	"strings"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/portfilter"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // Defaults of the plugstack.conf arguments.

@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // parentJob returns the id of the running --gym-otel job this submit runs

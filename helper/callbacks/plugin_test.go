@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 func TestParseArgs(t *testing.T) {

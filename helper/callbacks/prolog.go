@@ -14,6 +14,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
@@ -22,7 +23,6 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/taskenv"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // SupervisorPath is the PATH the supervisor gets.

@@ -12,11 +12,11 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // MaxSweepQueries bounds the questions to slurmctld of one prolog's sweep:

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 )
 
 // Metric names the report reads, as they are in the files: the collector

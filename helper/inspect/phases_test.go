@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // maxPhasesShown bounds the phases the text shows per node (--json lists

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 )
 
 // CheckHoldSocket returns an error unless path (from root's record) is a

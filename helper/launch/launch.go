@@ -16,8 +16,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // Status values of Readiness: state.json's words (jobdir.State).

@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/atomicfile"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 )
 
 // Record is root's record of one job on one node: written by the prolog

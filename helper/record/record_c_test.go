@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 

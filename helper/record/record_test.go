@@ -10,7 +10,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 )
 
 func TestRecordRoundTrip(t *testing.T) {

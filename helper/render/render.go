@@ -47,10 +47,10 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // MinCollectorVersion is the oldest collector release the rendered

@@ -15,8 +15,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 

@@ -17,12 +17,12 @@ import (
 	commonv1 "go.opentelemetry.io/proto/otlp/common/v1"
 	tracev1 "go.opentelemetry.io/proto/otlp/trace/v1"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/replay"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // The drain and the epilog as spans. Both end after the collector that

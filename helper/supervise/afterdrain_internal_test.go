@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	tracev1 "go.opentelemetry.io/proto/otlp/trace/v1"
 )

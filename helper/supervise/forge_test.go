@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/selfmetrics"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 )

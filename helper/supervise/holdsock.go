@@ -15,9 +15,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // The hold socket: how root's side of the job talks to the job's

@@ -17,9 +17,9 @@ import (
 	tracev1 "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // The job's Slurm phases as spans (issue 28), emitted by the supervisor

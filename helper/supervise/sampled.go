@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // sampledMax bounds the bytes read from metrics.jsonl per poll; the rest is

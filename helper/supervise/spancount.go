@@ -17,8 +17,8 @@ import (
 
 	gojson "github.com/goccy/go-json"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // The span metrics the connector did not export (issue 38).

@@ -6,10 +6,10 @@ import (
 	"strings"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 )
 
 // TaskEnv is the env every task of the job on this node gets when the

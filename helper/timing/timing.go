@@ -5,14 +5,14 @@
 // for the drain, the prolog and epilog deadlines, the Slurm queries, the
 // kill of a group), computed once from the otel: block and the node's
 // bounds, and carried to every consumer. The cap the C front reads too
-// (the final wait's) is internal/contract's MaxFinalWait.
+// (the final wait's) is helper/contract's MaxFinalWait.
 package timing
 
 import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 )
 
 const (

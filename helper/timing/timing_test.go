@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 )
 
 // PhaseSpan is one slurm.* span of a node's traces.jsonl (the job's Slurm

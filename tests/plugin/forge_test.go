@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 )
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 )
 
 // recordDir is the plugin's record_dir on the guest: the default (/run,

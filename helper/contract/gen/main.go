@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gym-otel-spank/gym-otel-spank/internal/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 )
 
 func main() {

@@ -22,7 +22,7 @@ var layers = map[string]int{
 	// 1: leaves: the names shared with C, the otel: block, the job's files,
 	// processes, receipts, the collector's own telemetry, Slurm's
 	// commands; and the test kit.
-	"internal/contract":  1,
+	"helper/contract":    1,
 	"internal/testenv":   1,
 	"internal/otlptest":  1,
 	"internal/jobgen":    1,
@@ -39,12 +39,12 @@ var layers = map[string]int{
 	// the job's facts on a node, the supervisor's launch contract, the
 	// delivery of a node dir's files to the backend from a checkpoint; the
 	// header's generator.
-	"helper/record":         2,
-	"helper/delivery":       2,
-	"helper/timing":         2,
-	"helper/jobfacts":       2,
-	"helper/launch":         2,
-	"internal/contract/gen": 2,
+	"helper/record":       2,
+	"helper/delivery":     2,
+	"helper/timing":       2,
+	"helper/jobfacts":     2,
+	"helper/launch":       2,
+	"helper/contract/gen": 2,
 	// 3: the collector's configuration, the task environment, inspect.
 	"helper/render":  3,
 	"helper/taskenv": 3,

@@ -16,6 +16,6 @@ func TestHeaderCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(got) != Header() {
-		t.Fatalf("include/gym_otel_contract.h is stale: run `go generate ./internal/contract`\nwant:\n%s", Header())
+		t.Fatalf("include/gym_otel_contract.h is stale: run `go generate ./helper/contract`\nwant:\n%s", Header())
 	}
 }

@@ -3,7 +3,7 @@
 // socket's keys, bounds) and writes them into
 // include/gym_otel_contract.h, so that the two cannot drift. It is a leaf:
 // the Go packages that use a name import it from here. Regenerate the
-// header with `go generate ./internal/contract`; TestHeaderCurrent fails
+// header with `go generate ./helper/contract`; TestHeaderCurrent fails
 // while the committed header differs.
 package contract
 
@@ -170,7 +170,7 @@ func Header() string {
 	var b strings.Builder
 	b.WriteString(`/*
  * gym_otel_contract.h: the constants the C front shares with the Go side.
- * Generated from the Go constants of internal/contract (go generate); do
+ * Generated from the Go constants of helper/contract (go generate); do
  * not edit.
  */
 #ifndef GYM_OTEL_CONTRACT_H

@@ -144,6 +144,7 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	"join":        strings.Join,
 	"hostlist":    slurm.CompressHostlist,
 	"foldSharing": foldSharing,
+	"foldReasons": foldNodeReasons,
 	"s3":          secs3,
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -237,12 +238,10 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 <tr><td>per rollout</td><td class="l">{{if .JoulesPerRollout.Known}}{{f .JoulesPerRollout 2}} J ({{f .Rollouts 0}} rollouts, {{.RolloutsSource}}){{else}}- (no rollouts counted){{end}}</td></tr>
 {{end}}</table>{{end}}{{end}}
 {{if .R.StepEnergy}}<h2>Energy per step</h2>
-<table id="step-energy"><tr><th class="l">node</th><th class="l">step</th><th>window s</th><th>J</th><th>window's own J from</th><th>bracket s</th><th>max gap s</th><th class="l">from</th><th>GPUs</th><th class="l">verdict</th></tr>
-{{range .R.StepEnergy}}<tr><td class="l">{{.Node}}</td><td class="l">{{.Step}}</td><td>{{f .WindowSeconds 2}}</td><td>{{f .Joules 1}}</td><td>{{if .ErrorJoules.Known}}{{f (sub .Joules .ErrorJoules) 1}}{{else}}-{{end}}</td><td>{{f .BracketSeconds 2}}</td><td>{{f .MaxGapSeconds 2}}</td><td class="l">{{.Source}}</td><td>{{len .GPUs}}</td><td class="l">{{if .Verdict.Trusted}}trusted{{else}}not trusted: {{range .Verdict.Why}}{{.}}; {{end}}{{end}}</td></tr>
-{{end}}</table>{{end}}
+{{template "agg" index .Tables "step-energy"}}{{end}}
 {{if .R.RoleEnergy}}<h2>Energy per role</h2>
 <table id="role-energy"><tr><th class="l">role</th><th class="l">step</th><th class="l">nodes</th><th>J</th><th>generation tokens</th><th>J per 1,000 tokens</th><th class="l">from</th><th class="l">verdict</th></tr>
-{{range .R.RoleEnergy}}<tr><td class="l">{{.Role}}</td><td class="l">{{.Step}}</td><td class="l">{{range $i, $n := .Nodes}}{{if $i}}, {{end}}{{$n}}{{end}}</td><td>{{f .Joules 1}}</td><td>{{f .GenerationTokens 0}}</td><td>{{f .JoulesPer1kTokens 2}}</td><td class="l">{{.Source}}</td><td class="l">{{if .Verdict.Trusted}}trusted{{else}}not trusted: {{range .Verdict.Why}}{{.}}; {{end}}{{end}}</td></tr>
+{{range .R.RoleEnergy}}<tr><td class="l">{{.Role}}</td><td class="l">{{.Step}}</td><td class="l">{{hostlist .Nodes}}</td><td>{{f .Joules 1}}</td><td>{{f .GenerationTokens 0}}</td><td>{{f .JoulesPer1kTokens 2}}</td><td class="l">{{.Source}}</td><td class="l">{{if .Verdict.Trusted}}trusted{{else}}not trusted: {{range (foldReasons .Verdict .Nodes).Why}}{{.}}; {{end}}{{end}}</td></tr>
 {{end}}</table>{{end}}
 {{if .R.Hosts}}<h2>Hosts</h2>
 {{template "agg" index .Tables "hosts"}}{{end}}

@@ -332,7 +332,42 @@ func (r *Report) htmlTables() map[string]aggTable {
 				return strings.Join(s, "; ")
 			}},
 		})
+	se := r.StepEnergy
+	tables["step-energy"] = buildAggTable("step-energy", "node", len(se),
+		func(i int) string { return se[i].Node }, func(i int) string { return se[i].Node },
+		func(i int) string { return stepEnergyGroup(se[i]) },
+		[]aggCol{
+			{Head: "step", Left: true, Text: func(i int) string { return strings.TrimPrefix(stepEnergyGroup(se[i]), "step ") }},
+			{Head: "window s", Text: func(i int) string { return f(se[i].WindowSeconds, 2) }, Num: func(i int) float64 { return fv(se[i].WindowSeconds) }, Fmt: fmtP(2)},
+			{Head: "J", Text: func(i int) string { return f(se[i].Joules, 1) }, Num: func(i int) float64 { return fv(se[i].Joules) }, Fmt: fmtP(1)},
+			{Head: "window's own J from", Text: func(i int) string {
+				if !se[i].ErrorJoules.Known() {
+					return "-"
+				}
+				return f(se[i].Joules-se[i].ErrorJoules, 1)
+			}},
+			{Head: "bracket s", Text: func(i int) string { return f(se[i].BracketSeconds, 2) }, Num: func(i int) float64 { return fv(se[i].BracketSeconds) }, Fmt: fmtP(2)},
+			{Head: "max gap s", Text: func(i int) string { return f(se[i].MaxGapSeconds, 2) }, Num: func(i int) float64 { return fv(se[i].MaxGapSeconds) }, Fmt: fmtP(2)},
+			{Head: "from", Left: true, Text: func(i int) string { return se[i].Source }},
+			{Head: "GPUs", Text: func(i int) string { return fmt.Sprint(len(se[i].GPUs)) }, Num: func(i int) float64 { return float64(len(se[i].GPUs)) }, Fmt: fmtP(0)},
+			{Head: "verdict", Left: true, Text: func(i int) string {
+				if se[i].Verdict.Trusted {
+					return "trusted"
+				}
+				return "not trusted: " + strings.Join(se[i].Verdict.Why, "; ")
+			}},
+		})
 	return tables
+}
+
+// stepEnergyGroup names the step of a StepEnergy row, the rows of one step
+// (of one run, of one chain link) aggregated together over the nodes.
+func stepEnergyGroup(e StepEnergy) string {
+	g := "step " + e.Step + runName(e.Restart)
+	if e.Link != "" {
+		g = "link " + e.Link + " " + g
+	}
+	return g
 }
 
 func quantOrNot(q Quantiles, p int) string {

@@ -101,10 +101,14 @@ func TestJob64Text(t *testing.T) {
 		!strings.Contains(h, "target dcgm (<node>:18365)") || !strings.Contains(h, "\n  gn1: lines:") || strings.Count(h, "\n") > 20 {
 		t.Errorf("telemetry health not folded:\n%s", h[:min(len(h), 3000)])
 	}
-	// Every section but the energy per step and role (its own layout, not
-	// yet aggregated over the nodes) in under 250 lines.
-	if n := len(lines) - strings.Count(textSections(text, "energy per step and role"), "\n"); n > 250 {
-		t.Errorf("%d lines besides the energy per step and role", n)
+	// The energy per step and role aggregated over the nodes too: its
+	// node windows' figures per step, the verdicts as hostlists.
+	e := textSections(text, "energy per step and role")
+	if n := strings.Count(e, "\n"); n > 60 || !strings.Contains(e, "step 0 on 64 nodes gn[1-64]: min / median / max") || !strings.Contains(e, "on 64 nodes\n") && !strings.Contains(e, "on 64 nodes gn[1-64]") {
+		t.Errorf("energy per step and role: %d lines, not aggregated:\n%s", n, e[:min(len(e), 3000)])
+	}
+	if len(lines) > 250 {
+		t.Errorf("%d lines", len(lines))
 	}
 }
 

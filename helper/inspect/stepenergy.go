@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 	"gopkg.in/yaml.v3"
 )
 
@@ -853,14 +854,62 @@ func verdictText(v Verdict, short bool) string {
 	if v.Trusted {
 		return "trusted"
 	}
-	why := make([]string, len(v.Why))
-	for i, w := range v.Why {
+	var why []string
+	seen := map[string]bool{}
+	for _, w := range v.Why {
 		if short && strings.HasPrefix(w, ReasonNotAttributable+": ") {
 			w = ReasonNotAttributable + " (the GPUs above)"
 		}
-		why[i] = w
+		if !seen[w] { // once, however many nodes' GPUs gave it
+			seen[w] = true
+			why = append(why, w)
+		}
 	}
 	return "NOT TRUSTED: " + strings.Join(why, "; ")
+}
+
+// foldNodeReasons folds the reasons of a verdict over several nodes (a
+// role's): the reasons of one kind (but ReasonNotAttributable's, which
+// verdictText's short form writes once) (the text before its first ": ") that
+// each name one of nodes (": <node> ") become one, "<kind> on N nodes
+// <hostlist>, e.g. <the first>", when more than two nodes give it; the
+// others stay as they are, in their order.
+func foldNodeReasons(v Verdict, nodes []string) Verdict {
+	if v.Trusted || len(v.Why) <= 2 {
+		return v
+	}
+	kindOf := func(w string) (kind, node string) {
+		k, rest, ok := strings.Cut(w, ": ")
+		if !ok || k == ReasonNotAttributable { // verdictText's short form says it once
+			return "", ""
+		}
+		for _, n := range nodes {
+			if strings.HasPrefix(rest, n+" ") || strings.HasPrefix(rest, n+":") {
+				return k, n
+			}
+		}
+		return "", ""
+	}
+	byKind := map[string][]string{}
+	for _, w := range v.Why {
+		if k, n := kindOf(w); n != "" {
+			byKind[k] = append(byKind[k], n)
+		}
+	}
+	out := Verdict{Trusted: v.Trusted}
+	done := map[string]bool{}
+	for _, w := range v.Why {
+		k, n := kindOf(w)
+		switch {
+		case n == "" || len(byKind[k]) <= 2:
+			out.Why = append(out.Why, w)
+		case !done[k]:
+			done[k] = true
+			ns := byKind[k]
+			out.Why = append(out.Why, fmt.Sprintf("%s on %d nodes %s, e.g. %s", k, len(ns), slurm.CompressHostlist(dedup(ns)), w))
+		}
+	}
+	return out
 }
 
 // stepEnergyLines writes the text report's energy per step and per role.
@@ -870,9 +919,17 @@ func (t *textOut) stepEnergyLines(r *Report) {
 	}
 	t.section("energy per step and role (dcgm-exporter)")
 	if m := r.EnergyMatching; m.By != "" {
-		var kept []string
+		// The nodes that kept their GPUs alike, as one hostlist each.
+		var kept, order []string
+		by := map[string][]string{}
 		for _, n := range m.Nodes {
-			kept = append(kept, n.Node+" by "+n.KeptBy)
+			if by[n.KeptBy] == nil {
+				order = append(order, n.KeptBy)
+			}
+			by[n.KeptBy] = append(by[n.KeptBy], n.Node)
+		}
+		for _, k := range order {
+			kept = append(kept, slurm.CompressHostlist(by[k])+" by "+k)
 		}
 		line := m.By + " label"
 		if len(kept) > 0 {
@@ -880,7 +937,19 @@ func (t *textOut) stepEnergyLines(r *Report) {
 		}
 		t.wrap(fmt.Sprintf("  %-24s ", "GPUs named by"), line+"; "+m.Note)
 	}
-	for _, se := range r.StepEnergy {
+	shown := r.StepEnergy
+	if tb := r.htmlTables()["step-energy"]; tb.Aggregated {
+		// Past maxTableRows node windows: per step its figures' min,
+		// median and max over the nodes, the verdicts folded into
+		// hostlists, then the outliers' lines.
+		t.aggLines(tb, "node windows")
+		t.stepVerdictLines(r.StepEnergy)
+		shown = nil
+		for _, i := range tb.OutlierRows {
+			shown = append(shown, r.StepEnergy[i])
+		}
+	}
+	for _, se := range shown {
 		name := se.Node + runName(se.Restart) + " step " + se.Step
 		if se.Link != "" {
 			name = se.Node + " link " + se.Link + " step " + se.Step
@@ -900,7 +969,26 @@ func (t *textOut) stepEnergyLines(r *Report) {
 		} else if re.GenerationTokens.Known() {
 			tok = fmt.Sprintf("- per 1,000 tokens (%s generation tokens)", f(re.GenerationTokens, 0))
 		}
-		t.wrap(fmt.Sprintf("  %-24s ", name), fmt.Sprintf("%s on %s, %s; %s", figureText(re.GPUEnergy), strings.Join(re.Nodes, ","),
-			tok, verdictText(re.Verdict, true)))
+		t.wrap(fmt.Sprintf("  %-24s ", name), fmt.Sprintf("%s on %s, %s; %s", figureText(re.GPUEnergy), slurm.CompressHostlist(re.Nodes),
+			tok, verdictText(foldNodeReasons(re.Verdict, re.Nodes), true)))
+	}
+}
+
+// stepVerdictLines writes, per step, each verdict of its node windows (the
+// node's name in it read as <node>) once, with the nodes that have it as a
+// hostlist.
+func (t *textOut) stepVerdictLines(rows []StepEnergy) {
+	type key struct{ group, verdict string }
+	var order []key
+	nodes := map[key][]string{}
+	for _, e := range rows {
+		k := key{stepEnergyGroup(e), nodeless(verdictText(e.Verdict, true), e.Node)}
+		if nodes[k] == nil {
+			order = append(order, k)
+		}
+		nodes[k] = append(nodes[k], e.Node)
+	}
+	for _, k := range order {
+		t.wrap(fmt.Sprintf("  %-24s ", k.group), fmt.Sprintf("%s on %d %s %s", k.verdict, len(nodes[k]), plural(len(nodes[k]), "node"), slurm.CompressHostlist(nodes[k])))
 	}
 }

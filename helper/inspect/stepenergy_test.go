@@ -265,7 +265,7 @@ func TestStepEnergy(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`<table id="step-energy">`, `<table id="role-energy">`,
-		`<td class="l">gn1</td><td class="l">batch</td><td>15.00</td><td>8000.0</td><td>7000.0</td><td>1.00</td>`,
+		`<td>gn1</td><td class="l">batch</td><td>15.00</td><td>8000.0</td><td>7000.0</td><td>1.00</td>`,
 		`<td class="l">policy</td><td class="l">0</td><td class="l">gn1</td><td>4000.0</td><td>80</td><td>50000.00</td>`} {
 		if !strings.Contains(page.String(), want) {
 			t.Errorf("page lacks %s", want)

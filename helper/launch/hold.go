@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -83,14 +84,39 @@ func JobExitFromEnv(getenv func(string) string) *JobExit {
 // TellEpilogStart tells the job's supervisor on its hold socket (path, as
 // root's record has it) that the epilog started at at, and the job's exit
 // when known (exit; nil: not known): one line, answered "ok", within
-// HoldConnTimeout/4. The path must pass CheckHoldSocket (a socket of
-// root's in a dir only root can write: the prolog's listener, which the
-// supervisor serves), or nothing is sent. Errors: not such a socket, no
-// listener, no answer in time.
+// HoldConnTimeout/4. A supervisor of an earlier release (a job started
+// before the node's upgrade) knows only the line without the exit: when
+// it does not answer "ok" to the line with it, that line is sent once
+// more without it, within another HoldConnTimeout/4. The path must pass
+// CheckHoldSocket (a socket of root's in a dir only root can write: the
+// prolog's listener, which the supervisor serves), or nothing is sent.
+// Errors: not such a socket, no listener, no answer in time.
 func TellEpilogStart(path string, at time.Time, exit *JobExit) error {
 	if err := CheckHoldSocket(path); err != nil {
 		return err
 	}
+	line := fmt.Sprintf("%s%d", EpilogLine, at.UnixMilli())
+	if exit == nil {
+		return tellHold(path, line)
+	}
+	err := tellHold(path, line+fmt.Sprintf(" %d %d", exit.Status, exit.Derived))
+	var refused errNotOK
+	if errors.As(err, &refused) {
+		return tellHold(path, line)
+	}
+	return err
+}
+
+// errNotOK is a supervisor's answer other than "ok".
+type errNotOK struct{ answer []byte }
+
+func (e errNotOK) Error() string { return fmt.Sprintf("the supervisor answered %q", e.answer) }
+
+// tellHold sends line on the hold socket at path and reads the answer,
+// within HoldConnTimeout/4; an answer other than "ok" (the connection
+// closed unanswered among them) is errNotOK, no answer in time another
+// error.
+func tellHold(path, line string) error {
 	d := net.Dialer{Timeout: HoldConnTimeout / 4}
 	c, err := d.Dial("unix", path)
 	if err != nil {
@@ -98,17 +124,16 @@ func TellEpilogStart(path string, at time.Time, exit *JobExit) error {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(HoldConnTimeout / 4))
-	line := fmt.Sprintf("%s%d", EpilogLine, at.UnixMilli())
-	if exit != nil {
-		line += fmt.Sprintf(" %d %d", exit.Status, exit.Derived)
-	}
 	if _, err := fmt.Fprintf(c, "%s\n", line); err != nil {
 		return err
 	}
 	buf := make([]byte, 16)
-	n, _ := c.Read(buf)
+	n, err := c.Read(buf)
+	if os.IsTimeout(err) {
+		return fmt.Errorf("the supervisor did not answer within %v", HoldConnTimeout/4)
+	}
 	if string(buf[:n]) != "ok\n" {
-		return fmt.Errorf("the supervisor answered %q", buf[:n])
+		return errNotOK{buf[:n]}
 	}
 	return nil
 }

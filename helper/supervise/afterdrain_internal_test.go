@@ -272,3 +272,44 @@ func TestTellEpilogStartSilent(t *testing.T) {
 		t.Fatal("launch.TellEpilogStart waits on a silent listener")
 	}
 }
+
+// A supervisor of the release before the job's exit was told (it answers
+// only "epilog start <ms>", and closes a line with more fields
+// unanswered) still gets the epilog's start: the line is sent again
+// without the exit.
+func TestTellEpilogStartEarlierSupervisor(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the epilog trusts root's hold socket only: run as root")
+	}
+	ln, path := holdListen(t)
+	defer ln.Close()
+	lines := make(chan string, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 256)
+			n, _ := c.Read(buf)
+			line := strings.TrimSpace(string(buf[:n]))
+			lines <- line
+			if len(strings.Fields(line)) == 3 {
+				c.Write([]byte("ok\n"))
+			}
+			c.Close()
+		}
+	}()
+	at := time.UnixMilli(1_700_000_000_123)
+	if err := launch.TellEpilogStart(path, at, &launch.JobExit{Status: 3 << 8}); err != nil {
+		t.Fatal(err)
+	}
+	close(lines)
+	var got []string
+	for l := range lines {
+		got = append(got, l)
+	}
+	if want := []string{"epilog start 1700000000123 768 0", "epilog start 1700000000123"}; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("lines %q, want %q", got, want)
+	}
+}

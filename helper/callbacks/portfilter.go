@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -91,12 +92,22 @@ func installFilter(ctx context.Context, node string, jobID, uid uint32, group *c
 	// the job's own cgroup listen on every one, so that a forged report
 	// cannot point the rules at another job's ports.
 	ours := map[uint64]bool{}
+	var unreadable []int
+	var readErr error
 	for _, pid := range group.Pids() {
-		for _, ino := range proc.SocketInodes(pid) {
+		inos, err := proc.ReadSocketInodes(pid)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			unreadable, readErr = append(unreadable, pid), err
+		}
+		for _, ino := range inos {
 			ours[ino] = true
 		}
 	}
 	if err := launch.ListenersIn(ports, ours); err != nil {
+		if len(unreadable) > 0 {
+			// Not a forged report, most likely: root could not look.
+			err = fmt.Errorf("%w; but root could not read the descriptors of %d of the group's processes (%v): root without CAP_SYS_PTRACE (as in a container) cannot see the sockets of the supervisor and the collector, which are not dumpable", err, len(unreadable), readErr)
+		}
 		return errNotOurs{err}
 	}
 	j := portfilter.Job{ID: jobID, Node: node, UID: uid, Ports: ports, Group: name, Level: level}

@@ -66,8 +66,17 @@ func Environ(pid int) ([]byte, error) {
 // socket:[<inode>] links of /proc/<pid>/fd), as far as this process may
 // read them; none when it may not.
 func SocketInodes(pid int) []uint64 {
+	out, _ := ReadSocketInodes(pid)
+	return out
+}
+
+// ReadSocketInodes is SocketInodes with the error of reading pid's
+// descriptor dir (fs.ErrNotExist: pid is gone; fs.ErrPermission: a
+// process of another user, or one that is not dumpable, to a reader
+// without CAP_SYS_PTRACE).
+func ReadSocketInodes(pid int) ([]uint64, error) {
 	dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
-	fds, _ := os.ReadDir(dir)
+	fds, err := os.ReadDir(dir)
 	var out []uint64
 	for _, fd := range fds {
 		link, err := os.Readlink(filepath.Join(dir, fd.Name()))
@@ -80,7 +89,7 @@ func SocketInodes(pid int) []uint64 {
 			}
 		}
 	}
-	return out
+	return out, err
 }
 
 // BootTime is when this node booted (the btime line of /proc/stat); zero

@@ -2,9 +2,14 @@ package proc
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
+	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -56,5 +61,36 @@ func TestParseTCP(t *testing.T) {
 	}
 	if _, err := ReadTCP(NetTCP); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// ReadSocketInodes lists a listening socket of this process by its inode,
+// and says fs.ErrNotExist for a process that is gone (the prolog skips
+// those, and names the processes it could not read otherwise).
+func TestReadSocketInodes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	inos, err := ReadSocketInodes(os.Getpid())
+	if err != nil || !slices.Contains(inos, st.Ino) {
+		t.Errorf("own sockets %v %v: no %d", inos, err, st.Ino)
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadSocketInodes(cmd.Process.Pid); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a process gone: %v", err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
 
 // The job's Slurm phases: the spans of the scope contract.PhaseScope whose
@@ -27,15 +29,15 @@ import (
 
 // Span names of the phase spans.
 const (
-	phaseJob        = "slurm.job"
-	phaseQueueWait  = "slurm.queue_wait"
-	phaseProlog     = "slurm.prolog"
-	phaseStep       = "slurm.step"
-	phaseBatch      = "slurm.batch_script"
-	phaseFinalWait  = "slurm.final_wait"
-	phaseAggregated = "slurm.steps.aggregated"
-	phaseEpilog     = "slurm.epilog"
-	phaseDrain      = "slurm.drain"
+	phaseJob        = vocab.SpanJob
+	phaseQueueWait  = vocab.SpanQueueWait
+	phaseProlog     = vocab.SpanProlog
+	phaseStep       = vocab.SpanStep
+	phaseBatch      = vocab.SpanBatchScript
+	phaseFinalWait  = vocab.SpanFinalWait
+	phaseAggregated = vocab.SpanStepsAggregated
+	phaseEpilog     = vocab.SpanEpilog
+	phaseDrain      = vocab.SpanDrain
 )
 
 // Bounds on the phases kept, whatever the files hold.
@@ -227,34 +229,34 @@ func (a *aggregator) phase(sp *span, node, restart string) {
 	r := phaseRec{id: sp.SpanID, parent: sp.ParentSpanID}
 	r.Name, r.SpanStart, r.SpanEnd, r.DurationSeconds = sp.Name, st, en, Value(math.NaN())
 	if sp.Name == phaseStep {
-		v, _ := get("slurm.step.id")
+		v, _ := get(vocab.AttrStepID)
 		r.Step = v.text()
 	}
-	if known("slurm.start_known") {
+	if known(vocab.AttrStartKnown) {
 		r.Start = &st
 	}
-	if known("slurm.end_known") {
+	if known(vocab.AttrEndKnown) {
 		r.End = &en
 	}
 	if r.Start != nil && r.End != nil {
 		r.DurationSeconds = Value(en.Sub(st).Seconds())
 	}
-	if v, ok := get("slurm.time_precision"); ok {
+	if v, ok := get(vocab.AttrTimePrecision); ok {
 		r.Precision = v.text()
 	}
-	if n, ok := intOf("slurm.step.exit_code"); ok {
+	if n, ok := intOf(vocab.AttrStepExitCode); ok {
 		r.ExitCode = &n
 	}
-	if n, ok := intOf("slurm.step.signal"); ok {
+	if n, ok := intOf(vocab.AttrStepSignal); ok {
 		r.Signal = &n
 	}
-	r.Tasks, _ = intOf("slurm.step.tasks")
-	if code, ok := intOf("slurm.job.exit_code"); ok && sp.Name == phaseEpilog {
+	r.Tasks, _ = intOf(vocab.AttrStepTasks)
+	if code, ok := intOf(vocab.AttrJobExitCode); ok && sp.Name == phaseEpilog {
 		je := &JobExit{ExitCode: code, From: "SLURM_JOB_EXIT_CODE"}
-		je.Signal, _ = intOf("slurm.job.signal")
-		je.DerivedExitCode, _ = intOf("slurm.job.derived_exit_code")
-		je.DerivedSignal, _ = intOf("slurm.job.derived_signal")
-		if v, ok := get("slurm.job.exit_from"); ok {
+		je.Signal, _ = intOf(vocab.AttrJobSignal)
+		je.DerivedExitCode, _ = intOf(vocab.AttrJobDerivedExitCode)
+		je.DerivedSignal, _ = intOf(vocab.AttrJobDerivedSignal)
+		if v, ok := get(vocab.AttrJobExitFrom); ok {
 			je.From = v.text()
 		}
 		r.JobExit = je
@@ -269,18 +271,18 @@ func (a *aggregator) phase(sp *span, node, restart string) {
 	}
 	if sp.Name == phaseAggregated {
 		ag := &AggregatedSteps{}
-		ag.Count, _ = intOf("slurm.steps.count")
-		ag.Failed, _ = intOf("slurm.steps.failed")
-		ag.WorstExitCode, _ = intOf("slurm.steps.worst_exit_code")
-		ms, _ := intOf("slurm.steps.total_ms")
+		ag.Count, _ = intOf(vocab.AttrStepsCount)
+		ag.Failed, _ = intOf(vocab.AttrStepsFailed)
+		ag.WorstExitCode, _ = intOf(vocab.AttrStepsWorstExitCode)
+		ms, _ := intOf(vocab.AttrStepsTotalMs)
 		ag.TotalSeconds = float64(ms) / 1000
-		ag.Kept, _ = intOf("slurm.steps.kept")
+		ag.Kept, _ = intOf(vocab.AttrStepsKept)
 		r.Aggregated = ag
 	}
 	if sp.Name == phaseJob {
-		v, _ := get("slurm.job.id")
+		v, _ := get(vocab.AttrJobID)
 		r.jobID = v.text()
-		if v, ok := get("slurm.queue_wait.unknown"); ok {
+		if v, ok := get(vocab.AttrQueueUnknown); ok {
 			r.queueErr = v.text()
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/replay"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
 
 // The drain and the epilog as spans. Both end after the collector that
@@ -117,9 +118,9 @@ func (p *phases) afterSpans(d drainEnd, now time.Time) []*tracev1.Span {
 	if !es.IsZero() && strings.HasPrefix(d.cause, "signal") {
 		d.cause = "epilog (" + d.cause + ")"
 	}
-	attrs := []*commonv1.KeyValue{strAttr("slurm.drain.cause", d.cause), boolAttr("slurm.end_known", d.exitKnown),
-		boolAttr("slurm.drain.clean", d.clean), boolAttr("slurm.drain.collector_killed", d.killed)}
-	ds := p.span("slurm.drain", p.spanID("drain"), p.root, d.start, d.exit, attrs...)
+	attrs := []*commonv1.KeyValue{strAttr(vocab.AttrDrainCause, d.cause), boolAttr(vocab.AttrEndKnown, d.exitKnown),
+		boolAttr(vocab.AttrDrainClean, d.clean), boolAttr(vocab.AttrDrainCollectorKilled, d.killed)}
+	ds := p.span(vocab.SpanDrain, p.spanID("drain"), p.root, d.start, d.exit, attrs...)
 	switch {
 	case !d.exitKnown:
 		ds.Status = errStatus("the collector had exited before the drain: the drain ends where the supervisor found it gone")
@@ -130,15 +131,15 @@ func (p *phases) afterSpans(d drainEnd, now time.Time) []*tracev1.Span {
 	}
 	out := []*tracev1.Span{ds}
 	if !es.IsZero() {
-		attrs := []*commonv1.KeyValue{boolAttr("slurm.start_known", true), boolAttr("slurm.end_known", false)}
+		attrs := []*commonv1.KeyValue{boolAttr(vocab.AttrStartKnown, true), boolAttr(vocab.AttrEndKnown, false)}
 		if je != nil {
 			// The job's exit as slurmd gave it to the epilog: the batch
 			// script's exit code or signal, the steps' highest exit code.
-			attrs = append(attrs, intAttr("slurm.job.exit_code", launch.WaitCode(je.Status)), intAttr("slurm.job.signal", launch.WaitSignal(je.Status)),
-				intAttr("slurm.job.derived_exit_code", launch.WaitCode(je.Derived)), intAttr("slurm.job.derived_signal", launch.WaitSignal(je.Derived)),
-				strAttr("slurm.job.exit_from", "SLURM_JOB_EXIT_CODE"))
+			attrs = append(attrs, intAttr(vocab.AttrJobExitCode, launch.WaitCode(je.Status)), intAttr(vocab.AttrJobSignal, launch.WaitSignal(je.Status)),
+				intAttr(vocab.AttrJobDerivedExitCode, launch.WaitCode(je.Derived)), intAttr(vocab.AttrJobDerivedSignal, launch.WaitSignal(je.Derived)),
+				strAttr(vocab.AttrJobExitFrom, "SLURM_JOB_EXIT_CODE"))
 		}
-		e := p.span("slurm.epilog", p.spanID("epilog"), p.root, es, now, attrs...)
+		e := p.span(vocab.SpanEpilog, p.spanID("epilog"), p.root, es, now, attrs...)
 		e.Status = &tracev1.Status{Message: "the epilog goes on after the supervisor has exited (it ends the collector's cgroup and removes root's record): the span ends when the supervisor wrote it"}
 		out = append(out, e)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
 
 // The job's Slurm phases as spans (issue 28), emitted by the supervisor
@@ -118,7 +119,7 @@ type aggregate struct {
 // (the plugin's checks, the launch as the user), the collector's start
 // after it. With the prolog's start handed on it is later than the span's
 // start; without, equal.
-const PrologSupervisorStart = "slurm.prolog.supervisor_start_unix_nano"
+const PrologSupervisorStart = vocab.AttrPrologSupervisorStart
 
 // phases records the node's phases and exports them as spans.
 type phases struct {
@@ -199,7 +200,7 @@ func (p *phases) span(name string, id, parent []byte, start, end time.Time, attr
 	return &tracev1.Span{
 		TraceId: p.trace, SpanId: id, ParentSpanId: parent, Name: name, Kind: tracev1.Span_SPAN_KIND_INTERNAL,
 		StartTimeUnixNano: uint64(start.UnixNano()), EndTimeUnixNano: uint64(end.UnixNano()),
-		Attributes: append([]*commonv1.KeyValue{strAttr("slurm.node", p.facts.Node)}, attrs...),
+		Attributes: append([]*commonv1.KeyValue{strAttr(vocab.AttrNode, p.facts.Node)}, attrs...),
 	}
 }
 
@@ -210,11 +211,11 @@ func errStatus(msg string) *tracev1.Status {
 // ready records the prolog span: its start to the collector's ready, with
 // the supervisor's own start (slurm.prolog.supervisor_start_unix_nano).
 func (p *phases) ready(at time.Time) {
-	attrs := []*commonv1.KeyValue{boolAttr("slurm.start_known", !p.guessed)}
+	attrs := []*commonv1.KeyValue{boolAttr(vocab.AttrStartKnown, !p.guessed)}
 	if !p.supervisorStart.IsZero() {
 		attrs = append(attrs, intAttr(PrologSupervisorStart, p.supervisorStart.UnixNano()))
 	}
-	s := p.span("slurm.prolog", p.spanID("prolog"), p.root, p.start, at, attrs...)
+	s := p.span(vocab.SpanProlog, p.spanID("prolog"), p.root, p.start, at, attrs...)
 	if p.guessed {
 		s.Status = &tracev1.Status{Message: "the prolog's start was not handed on: the span starts at the supervisor's start"}
 	}
@@ -394,17 +395,17 @@ func (p *phases) addStep(e stepEnd) {
 	}
 	name := StepName(e.id)
 	sid := p.stepSpanID(e.id, e.start)
-	attrs := []*commonv1.KeyValue{strAttr("slurm.step.id", name), boolAttr("slurm.end_known", e.known)}
+	attrs := []*commonv1.KeyValue{strAttr(vocab.AttrStepID, name), boolAttr(vocab.AttrEndKnown, e.known)}
 	if e.tasks > 0 {
-		attrs = append(attrs, intAttr("slurm.step.tasks", int64(e.tasks)))
+		attrs = append(attrs, intAttr(vocab.AttrStepTasks, int64(e.tasks)))
 	}
 	switch {
 	case e.signal != 0:
-		attrs = append(attrs, intAttr("slurm.step.signal", int64(e.signal)))
+		attrs = append(attrs, intAttr(vocab.AttrStepSignal, int64(e.signal)))
 	case e.exit >= 0:
-		attrs = append(attrs, intAttr("slurm.step.exit_code", int64(e.exit)))
+		attrs = append(attrs, intAttr(vocab.AttrStepExitCode, int64(e.exit)))
 	}
-	s := p.span("slurm.step", sid, p.root, e.start, e.end, attrs...)
+	s := p.span(vocab.SpanStep, sid, p.root, e.start, e.end, attrs...)
 	switch {
 	case !e.known:
 		s.Status = errStatus("the step's end was not seen on this node (the job was cancelled, timed out or lost the node): ended at the drain")
@@ -421,15 +422,15 @@ func (p *phases) addStep(e stepEnd) {
 	if !scriptKnown {
 		scriptEnd = e.end
 	}
-	bs := p.span("slurm.batch_script", p.spanID("batch_script/"+strconv.FormatInt(e.start.UnixMilli(), 10)), sid, e.start, scriptEnd,
-		boolAttr("slurm.end_known", scriptKnown))
+	bs := p.span(vocab.SpanBatchScript, p.spanID("batch_script/"+strconv.FormatInt(e.start.UnixMilli(), 10)), sid, e.start, scriptEnd,
+		boolAttr(vocab.AttrEndKnown, scriptKnown))
 	bs.Status = s.Status
 	if !scriptKnown {
 		bs.Status = errStatus("the script's end was not seen: ended with its step")
 	}
 	p.pending = append(p.pending, bs)
 	if scriptKnown && !e.finalEnd.IsZero() {
-		p.pending = append(p.pending, p.span("slurm.final_wait", p.spanID("final_wait/"+strconv.FormatInt(e.start.UnixMilli(), 10)), sid,
+		p.pending = append(p.pending, p.span(vocab.SpanFinalWait, p.spanID("final_wait/"+strconv.FormatInt(e.start.UnixMilli(), 10)), sid,
 			scriptEnd, e.finalEnd))
 	}
 }
@@ -454,23 +455,23 @@ func (p *phases) end(at time.Time) {
 	defer p.mu.Unlock()
 	p.ended = true
 	if a := p.agg; a.count > 0 {
-		p.pending = append(p.pending, p.span("slurm.steps.aggregated", p.spanID("aggregated"), p.root, a.first, a.last,
-			intAttr("slurm.steps.count", int64(a.count)), intAttr("slurm.steps.failed", int64(a.failed)),
-			intAttr("slurm.steps.worst_exit_code", int64(a.worstExit)), intAttr("slurm.steps.total_ms", a.total.Milliseconds()),
-			intAttr("slurm.steps.kept", int64(MaxStepSpans))))
+		p.pending = append(p.pending, p.span(vocab.SpanStepsAggregated, p.spanID("aggregated"), p.root, a.first, a.last,
+			intAttr(vocab.AttrStepsCount, int64(a.count)), intAttr(vocab.AttrStepsFailed, int64(a.failed)),
+			intAttr(vocab.AttrStepsWorstExitCode, int64(a.worstExit)), intAttr(vocab.AttrStepsTotalMs, a.total.Milliseconds()),
+			intAttr(vocab.AttrStepsKept, int64(MaxStepSpans))))
 	}
-	attrs := []*commonv1.KeyValue{strAttr("slurm.job.id", p.facts.JobID), boolAttr("slurm.start_known", !p.guessed)}
+	attrs := []*commonv1.KeyValue{strAttr(vocab.AttrJobID, p.facts.JobID), boolAttr(vocab.AttrStartKnown, !p.guessed)}
 	start := p.start
 	if !p.submit.IsZero() && p.submit.Before(start) {
 		start = p.submit // the first node's span holds the queue wait
 	}
 	if p.queueErr != "" {
-		attrs = append(attrs, strAttr("slurm.queue_wait.unknown", p.queueErr))
+		attrs = append(attrs, strAttr(vocab.AttrQueueUnknown, p.queueErr))
 	}
 	if p.unseen > 0 {
-		attrs = append(attrs, intAttr("slurm.steps.untracked", int64(p.unseen)))
+		attrs = append(attrs, intAttr(vocab.AttrStepsUntracked, int64(p.unseen)))
 	}
-	p.pending = append(p.pending, p.span("slurm.job", p.root, nil, start, at, attrs...))
+	p.pending = append(p.pending, p.span(vocab.SpanJob, p.root, nil, start, at, attrs...))
 }
 
 // take returns the spans not exported yet.

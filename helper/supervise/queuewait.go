@@ -8,6 +8,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
 
 // The queue wait: the job's submit time is not in the prolog's
@@ -47,6 +48,6 @@ func (p *phases) queueWait(ctx context.Context, q SubmitQuery) {
 		return
 	}
 	p.submit = submit
-	p.pending = append(p.pending, p.span("slurm.queue_wait", p.spanID("queue_wait"), p.root, submit, start,
-		strAttr("slurm.time_precision", "1s")))
+	p.pending = append(p.pending, p.span(vocab.SpanQueueWait, p.spanID("queue_wait"), p.root, submit, start,
+		strAttr(vocab.AttrTimePrecision, "1s")))
 }

@@ -22,6 +22,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
 
 // Options say how the nodes vary. Node names are "gn<i>", i from 1.
@@ -282,7 +284,7 @@ func scale(dp obj, k, bound float64, counter bool) {
 // lateProlog moves the end of the line's slurm.prolog spans later by
 // late seconds.
 func lateProlog(l []byte, late float64) ([]byte, error) {
-	if !bytes.Contains(l, []byte(`"slurm.prolog"`)) {
+	if !bytes.Contains(l, []byte(`"`+vocab.SpanProlog+`"`)) {
 		return l, nil
 	}
 	m, err := decode(l)
@@ -293,7 +295,7 @@ func lateProlog(l []byte, late float64) ([]byte, error) {
 		for _, ss := range list(object(rs)["scopeSpans"]) {
 			for _, sv := range list(object(ss)["spans"]) {
 				sp := object(sv)
-				if sp["name"] != "slurm.prolog" {
+				if sp["name"] != vocab.SpanProlog {
 					continue
 				}
 				end, err := strconv.ParseUint(fmt.Sprint(sp["endTimeUnixNano"]), 10, 64)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
 
 // PhaseSpan is one slurm.* span of a node's traces.jsonl (the job's Slurm
@@ -149,32 +150,32 @@ func CheckNodePhases(t testing.TB, spans []PhaseSpan, want NodePhases) NodeSpans
 	ns := NodeSpans{Steps: map[string]PhaseSpan{}, ByName: map[string][]PhaseSpan{}}
 	for _, s := range spans {
 		ns.ByName[s.Name] = append(ns.ByName[s.Name], s)
-		if s.Name == "slurm.step" {
-			ns.Steps[s.Attrs["slurm.step.id"]] = s
+		if s.Name == vocab.SpanStep {
+			ns.Steps[s.Attrs[vocab.AttrStepID]] = s
 		}
-		t.Logf("%s: %-20s step=%-6s %s .. %s (%v) exit=%s signal=%s end_known=%s %s", want.Node, s.Name, s.Attrs["slurm.step.id"],
+		t.Logf("%s: %-20s step=%-6s %s .. %s (%v) exit=%s signal=%s end_known=%s %s", want.Node, s.Name, s.Attrs[vocab.AttrStepID],
 			s.Start.Format("15:04:05.000"), s.End.Format("15:04:05.000"), s.End.Sub(s.Start).Round(time.Millisecond),
-			s.Attrs["slurm.step.exit_code"], s.Attrs["slurm.step.signal"], s.Attrs["slurm.end_known"], s.Status)
+			s.Attrs[vocab.AttrStepExitCode], s.Attrs[vocab.AttrStepSignal], s.Attrs[vocab.AttrEndKnown], s.Status)
 	}
-	counts := map[string]int{"slurm.job": 1, "slurm.prolog": 1, "slurm.drain": 1, "slurm.epilog": 1}
+	counts := map[string]int{vocab.SpanJob: 1, vocab.SpanProlog: 1, vocab.SpanDrain: 1, vocab.SpanEpilog: 1}
 	if want.Batch {
-		counts["slurm.batch_script"], counts["slurm.final_wait"] = 1, 1
+		counts[vocab.SpanBatchScript], counts[vocab.SpanFinalWait] = 1, 1
 	} else {
-		counts["slurm.batch_script"], counts["slurm.final_wait"] = 0, 0
+		counts[vocab.SpanBatchScript], counts[vocab.SpanFinalWait] = 0, 0
 	}
 	for name, n := range counts {
 		if len(ns.ByName[name]) != n {
 			t.Fatalf("%s: %d %s spans, want %d", want.Node, len(ns.ByName[name]), name, n)
 		}
 	}
-	root := ns.ByName["slurm.job"][0]
+	root := ns.ByName[vocab.SpanJob][0]
 	ns.Job = root
 	for _, s := range spans {
 		if s.Trace != root.Trace {
 			t.Errorf("%s: %s: trace %s, the job's is %s", want.Node, s.Name, s.Trace, root.Trace)
 		}
-		if s.Resource["host.name"] != want.Node || s.Attrs["slurm.node"] != want.Node {
-			t.Errorf("%s: %s: host.name %q slurm.node %q", want.Node, s.Name, s.Resource["host.name"], s.Attrs["slurm.node"])
+		if s.Resource["host.name"] != want.Node || s.Attrs[vocab.AttrNode] != want.Node {
+			t.Errorf("%s: %s: host.name %q slurm.node %q", want.Node, s.Name, s.Resource["host.name"], s.Attrs[vocab.AttrNode])
 		}
 		if s.Resource[contract.SourceKey] != contract.SourceSlurm {
 			t.Errorf("%s: %s: resource %s=%q, want %q: the plugin's own receiver's mark", want.Node, s.Name, contract.SourceKey, s.Resource[contract.SourceKey], contract.SourceSlurm)
@@ -187,7 +188,7 @@ func CheckNodePhases(t testing.TB, spans []PhaseSpan, want NodePhases) NodeSpans
 				t.Errorf("%s: %s: resource %s=%q, want %q", want.Node, s.Name, k, s.Resource[k], v)
 			}
 		}
-		if s.Name == "slurm.drain" || s.Name == "slurm.epilog" {
+		if s.Name == vocab.SpanDrain || s.Name == vocab.SpanEpilog {
 			if s.Parent != root.ID || fmt.Sprint(s.Resource) != fmt.Sprint(root.Resource) {
 				t.Errorf("%s: %s: parent %s, resource %v; want the job's span %s and its resource %v", want.Node, s.Name, s.Parent, s.Resource, root.ID, root.Resource)
 			}
@@ -197,8 +198,8 @@ func CheckNodePhases(t testing.TB, spans []PhaseSpan, want NodePhases) NodeSpans
 			t.Errorf("%s: %s (%v .. %v) not inside the job's span (%v .. %v)", want.Node, s.Name, s.Start, s.End, root.Start, root.End)
 		}
 	}
-	if pr := ns.ByName["slurm.prolog"][0]; pr.Parent != root.ID || pr.Attrs["slurm.start_known"] != "true" {
-		t.Errorf("%s: prolog parent %s start_known %q, want the job's span %s and its start known", want.Node, pr.Parent, pr.Attrs["slurm.start_known"], root.ID)
+	if pr := ns.ByName[vocab.SpanProlog][0]; pr.Parent != root.ID || pr.Attrs[vocab.AttrStartKnown] != "true" {
+		t.Errorf("%s: prolog parent %s start_known %q, want the job's span %s and its start known", want.Node, pr.Parent, pr.Attrs[vocab.AttrStartKnown], root.ID)
 	}
 	ids := []string{}
 	for id := range want.Steps {
@@ -217,13 +218,13 @@ func CheckNodePhases(t testing.TB, spans []PhaseSpan, want NodePhases) NodeSpans
 			t.Errorf("%s: step %s: parent %s, not the job's span %s", want.Node, id, s.Parent, root.ID)
 		}
 		code := want.Steps[id] // batch: 0
-		if s.Attrs["slurm.step.exit_code"] != strconv.Itoa(code) || s.Error != (code != 0) {
-			t.Errorf("%s: step %s: exit code %q (error %v), want %d", want.Node, id, s.Attrs["slurm.step.exit_code"], s.Error, code)
+		if s.Attrs[vocab.AttrStepExitCode] != strconv.Itoa(code) || s.Error != (code != 0) {
+			t.Errorf("%s: step %s: exit code %q (error %v), want %d", want.Node, id, s.Attrs[vocab.AttrStepExitCode], s.Error, code)
 		}
 	}
 	if want.Batch {
 		b := ns.Steps["batch"]
-		bs, fw := ns.ByName["slurm.batch_script"][0], ns.ByName["slurm.final_wait"][0]
+		bs, fw := ns.ByName[vocab.SpanBatchScript][0], ns.ByName[vocab.SpanFinalWait][0]
 		if bs.Parent != b.ID || fw.Parent != b.ID || !fw.Start.Equal(bs.End) {
 			t.Errorf("%s: the batch script and the final wait are not the batch step's two parts", want.Node)
 		}
@@ -233,11 +234,11 @@ func CheckNodePhases(t testing.TB, spans []PhaseSpan, want NodePhases) NodeSpans
 			}
 		}
 	}
-	dr, ep := ns.ByName["slurm.drain"][0], ns.ByName["slurm.epilog"][0]
-	if dr.Attrs["slurm.end_known"] != "true" || !strings.HasPrefix(dr.Attrs["slurm.drain.cause"], "epilog") || dr.Start.After(root.End) || dr.End.Before(root.End) {
+	dr, ep := ns.ByName[vocab.SpanDrain][0], ns.ByName[vocab.SpanEpilog][0]
+	if dr.Attrs[vocab.AttrEndKnown] != "true" || !strings.HasPrefix(dr.Attrs[vocab.AttrDrainCause], "epilog") || dr.Start.After(root.End) || dr.End.Before(root.End) {
 		t.Errorf("%s: drain %v .. %v %v: want begun by the epilog, its end known, around the job span's end %v", want.Node, dr.Start, dr.End, dr.Attrs, root.End)
 	}
-	if ep.Attrs["slurm.start_known"] != "true" || ep.Start.After(dr.Start) {
+	if ep.Attrs[vocab.AttrStartKnown] != "true" || ep.Start.After(dr.Start) {
 		t.Errorf("%s: epilog %v .. %v %v: want its start known, before the drain's %v", want.Node, ep.Start, ep.End, ep.Attrs, dr.Start)
 	}
 	return ns

@@ -1,0 +1,61 @@
+// Package vocab is the plugin's own telemetry vocabulary: the names of the
+// job's Slurm phase spans and the keys of their attributes. The supervisor
+// writes them (helper/supervise), inspect reads them (helper/inspect), the
+// test kit checks them (internal/slurmkit, internal/jobgen), and the user
+// guide's table of phase spans is checked against Spans; a rename here is
+// a rename everywhere. The marks that tell the plugin's telling apart
+// (gym_otel.source, nemo.lens.emitter, the phase scope) are shared with C
+// and live in helper/contract. A leaf: it imports nothing of the module.
+package vocab
+
+// The job's Slurm phases, one span each per node (the step spans per step,
+// up to the supervisor's cap, the rest in SpanStepsAggregated).
+const (
+	SpanJob             = "slurm.job"              // the node's whole job, the root
+	SpanQueueWait       = "slurm.queue_wait"       // from the submit to the start (the first node)
+	SpanProlog          = "slurm.prolog"           // the job prolog, to the collector's readiness
+	SpanStep            = "slurm.step"             // one step on the node
+	SpanBatchScript     = "slurm.batch_script"     // the batch script's run, inside the batch step
+	SpanFinalWait       = "slurm.final_wait"       // the batch step's wait for the final scrape
+	SpanStepsAggregated = "slurm.steps.aggregated" // the steps past the cap, folded
+	SpanEpilog          = "slurm.epilog"           // the job epilog, from its start
+	SpanDrain           = "slurm.drain"            // the collector's stop
+)
+
+// Spans is every phase span name, in the order of a job's life.
+var Spans = []string{SpanJob, SpanQueueWait, SpanProlog, SpanStep, SpanBatchScript, SpanFinalWait, SpanStepsAggregated, SpanEpilog, SpanDrain}
+
+// The phase spans' attributes.
+const (
+	AttrNode          = "slurm.node"           // string: the node (every phase span)
+	AttrJobID         = "slurm.job.id"         // string: the job id (SpanJob)
+	AttrStartKnown    = "slurm.start_known"    // bool: the start is measured, not taken from a later moment
+	AttrEndKnown      = "slurm.end_known"      // bool: the end is measured
+	AttrTimePrecision = "slurm.time_precision" // string: "1s" where Slurm keeps whole seconds
+	AttrQueueUnknown  = "slurm.queue_wait.unknown"
+	// AttrPrologSupervisorStart (Int, unix ns) is when the prolog started
+	// the supervisor (SpanProlog).
+	AttrPrologSupervisorStart = "slurm.prolog.supervisor_start_unix_nano"
+
+	AttrStepID       = "slurm.step.id"        // string: "batch", "extern", "0", ...
+	AttrStepTasks    = "slurm.step.tasks"     // Int: the step's tasks on the node
+	AttrStepExitCode = "slurm.step.exit_code" // Int
+	AttrStepSignal   = "slurm.step.signal"    // Int
+
+	AttrStepsCount         = "slurm.steps.count" // Int: steps folded (SpanStepsAggregated)
+	AttrStepsFailed        = "slurm.steps.failed"
+	AttrStepsWorstExitCode = "slurm.steps.worst_exit_code"
+	AttrStepsTotalMs       = "slurm.steps.total_ms"
+	AttrStepsKept          = "slurm.steps.kept"
+	AttrStepsUntracked     = "slurm.steps.untracked"
+
+	AttrJobExitCode        = "slurm.job.exit_code" // Int, from the job epilog's environment (SpanEpilog)
+	AttrJobSignal          = "slurm.job.signal"
+	AttrJobDerivedExitCode = "slurm.job.derived_exit_code"
+	AttrJobDerivedSignal   = "slurm.job.derived_signal"
+	AttrJobExitFrom        = "slurm.job.exit_from" // string: where the exit code was read
+
+	AttrDrainCause           = "slurm.drain.cause" // string: what stopped the collector
+	AttrDrainClean           = "slurm.drain.clean" // bool: it stopped within its bound, without error
+	AttrDrainCollectorKilled = "slurm.drain.collector_killed"
+)

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -292,8 +293,8 @@ func StartBackend(t testing.TB, token string) *Backend {
 		if err == nil {
 			return b
 		}
-		if try < 3 && strings.Contains(err.Error(), "address already in use") {
-			t.Logf("backend: a port was taken before it bound it; again on other ports")
+		if try < 3 && (strings.Contains(err.Error(), "address already in use") || errors.Is(err, errBackendStart)) {
+			t.Logf("backend: %v; again on other ports", firstLine(err.Error()))
 			continue
 		}
 		t.Fatal(err)
@@ -357,19 +358,29 @@ service:
 		t.Fatal(err)
 	}
 	p := StartProc(t, "backend", []string{"PATH=/usr/bin:/bin"}, testenv.Collector(t), "--config", cfgPath)
-	var exited error
-	WaitFor(t, 20*time.Second, "the backend's health check", func() bool {
+	// A backend starts in about a second even on a busy host; one that
+	// answers no health check in backendStart (its health port answered
+	// by something else, or held) is ended and started again on other
+	// ports, as one that could not bind.
+	deadline := time.Now().Add(backendStart)
+	for !HTTPOK(fmt.Sprintf("http://127.0.0.1:%d/", health)) {
 		if !p.Running() {
-			exited = fmt.Errorf("backend exited: %v\n%s", p.Err, p.Out.String())
-			return true
+			return nil, fmt.Errorf("backend exited: %v\n%s", p.Err, p.Out.String())
 		}
-		return HTTPOK(fmt.Sprintf("http://127.0.0.1:%d/", health))
-	})
-	if exited != nil {
-		return nil, exited
+		if time.Now().After(deadline) {
+			p.Kill()
+			return nil, fmt.Errorf("%w: the backend answered no health check on port %d within %v\n%s", errBackendStart, health, backendStart, p.Out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	return &Backend{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Dir: dir, P: p}, nil
 }
+
+// backendStart bounds a backend's start, to its health check's answer.
+const backendStart = 30 * time.Second
+
+// errBackendStart: a backend did not start within backendStart.
+var errBackendStart = errors.New("backend not started")
 
 // Stop drains the backend so its files are complete.
 func (b *Backend) Stop(t testing.TB) {
@@ -863,4 +874,10 @@ func AssertNoLeak(t testing.TB, secret, dir string, extra map[string]string) {
 	if n < 5 {
 		t.Errorf("read only %d /proc/*/cmdline", n)
 	}
+}
+
+// firstLine is s up to its first newline.
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
 }

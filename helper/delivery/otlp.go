@@ -3,68 +3,16 @@ package delivery
 import (
 	"encoding/json"
 	"strconv"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 )
 
-// line holds what is counted of one OTLP-JSON export request.
-type line struct {
-	ResourceSpans []struct {
-		ScopeSpans []struct {
-			Spans []json.RawMessage `json:"spans"`
-		} `json:"scopeSpans"`
-	} `json:"resourceSpans"`
-	ResourceMetrics []struct {
-		ScopeMetrics []struct {
-			Metrics []struct {
-				Gauge, Sum, Histogram, ExponentialHistogram, Summary *struct {
-					DataPoints []json.RawMessage `json:"dataPoints"`
-				}
-			} `json:"metrics"`
-		} `json:"scopeMetrics"`
-	} `json:"resourceMetrics"`
-	ResourceLogs []struct {
-		ScopeLogs []struct {
-			LogRecords []json.RawMessage `json:"logRecords"`
-		} `json:"scopeLogs"`
-	} `json:"resourceLogs"`
-}
-
 // countItems counts the items of one OTLP-JSON line of signal as an
-// exporter counts them: spans, metric data points, log records. ok is
-// false when the line is not a JSON object.
+// exporter counts them (jobdir.CountItems: spans, metric data points, log
+// records). ok is false when the line is not a JSON object.
 func countItems(signal string, b []byte) (n int64, ok bool) {
-	var l line
-	if json.Unmarshal(b, &l) != nil {
-		return 0, false
-	}
-	switch signal {
-	case "traces":
-		for _, rs := range l.ResourceSpans {
-			for _, ss := range rs.ScopeSpans {
-				n += int64(len(ss.Spans))
-			}
-		}
-	case "metrics":
-		for _, rm := range l.ResourceMetrics {
-			for _, sm := range rm.ScopeMetrics {
-				for _, m := range sm.Metrics {
-					for _, d := range []*struct {
-						DataPoints []json.RawMessage `json:"dataPoints"`
-					}{m.Gauge, m.Sum, m.Histogram, m.ExponentialHistogram, m.Summary} {
-						if d != nil {
-							n += int64(len(d.DataPoints))
-						}
-					}
-				}
-			}
-		}
-	case "logs":
-		for _, rl := range l.ResourceLogs {
-			for _, sl := range rl.ScopeLogs {
-				n += int64(len(sl.LogRecords))
-			}
-		}
-	}
-	return n, true
+	n, _, ok = jobdir.CountItems(signal, b)
+	return n, ok
 }
 
 // int64JSON is an int64 as OTLP-JSON writes it: a string (the protobuf

@@ -3,7 +3,6 @@ package replay
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -192,29 +191,6 @@ func Scan(dirs []string) ([]File, error) {
 	return files, nil
 }
 
-// otlpLine holds what is counted of one OTLP-JSON line.
-type otlpLine struct {
-	ResourceSpans []struct {
-		ScopeSpans []struct {
-			Spans []json.RawMessage `json:"spans"`
-		} `json:"scopeSpans"`
-	} `json:"resourceSpans"`
-	ResourceMetrics []struct {
-		ScopeMetrics []struct {
-			Metrics []struct {
-				Gauge, Sum, Histogram, ExponentialHistogram, Summary *struct {
-					DataPoints []json.RawMessage `json:"dataPoints"`
-				}
-			} `json:"metrics"`
-		} `json:"scopeMetrics"`
-	} `json:"resourceMetrics"`
-	ResourceLogs []struct {
-		ScopeLogs []struct {
-			LogRecords []json.RawMessage `json:"logRecords"`
-		} `json:"scopeLogs"`
-	} `json:"resourceLogs"`
-}
-
 func countFile(path, sig string) (File, error) {
 	f := File{Path: path, Signal: sig}
 	fh, err := os.Open(path)
@@ -240,40 +216,15 @@ func countFile(path, sig string) (File, error) {
 func (f *File) count(line []byte) {
 	f.Lines++
 	f.MaxLine = max(f.MaxLine, len(line))
-	var l otlpLine
-	if json.Unmarshal(line, &l) != nil {
+	exported, metrics, ok := jobdir.CountItems(f.Signal, line)
+	if !ok {
 		f.BadLines++
 		return
 	}
-	switch f.Signal {
-	case "traces":
-		for _, rs := range l.ResourceSpans {
-			for _, ss := range rs.ScopeSpans {
-				f.Items += int64(len(ss.Spans))
-			}
-		}
-		f.Exported = f.Items
-	case "metrics":
-		for _, rm := range l.ResourceMetrics {
-			for _, sm := range rm.ScopeMetrics {
-				for _, m := range sm.Metrics {
-					f.Items++
-					for _, d := range []*struct {
-						DataPoints []json.RawMessage `json:"dataPoints"`
-					}{m.Gauge, m.Sum, m.Histogram, m.ExponentialHistogram, m.Summary} {
-						if d != nil {
-							f.Exported += int64(len(d.DataPoints))
-						}
-					}
-				}
-			}
-		}
-	case "logs":
-		for _, rl := range l.ResourceLogs {
-			for _, sl := range rl.ScopeLogs {
-				f.Items += int64(len(sl.LogRecords))
-			}
-		}
-		f.Exported = f.Items
+	f.Exported += exported
+	if f.Signal == "metrics" {
+		f.Items += metrics
+	} else {
+		f.Items += exported
 	}
 }

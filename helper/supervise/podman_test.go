@@ -3,6 +3,7 @@ package supervise_test
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -148,7 +149,8 @@ func TestContainerPodman(t *testing.T) {
 		t.Errorf("state.json: %+v; want drained without export problems", st)
 	}
 	if _, err := os.Stat(rundir); !os.IsNotExist(err) {
-		t.Errorf("{rundir} %s after the supervisor's end: %v, want it removed", rundir, err)
+		left, _ := exec.Command("find", rundir, "-maxdepth", "4", "-printf", "%u %m %p\n").CombinedOutput()
+		t.Errorf("{rundir} %s after the supervisor's end: %v, want it removed; left:\n%s\nthe supervisor:\n%s", rundir, err, left, s.Output())
 	}
 	be.Stop(t)
 	if d := otlptest.MustRead(t, be.Dir, "traces"); d.SpanCount("gym.rollout") != 2 {

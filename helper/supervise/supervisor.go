@@ -673,11 +673,22 @@ func (s *supervisor) removeRunDir() {
 		}
 		return nil
 	})
-	if err := os.RemoveAll(s.rundir); err != nil {
+	// A process the runtime left, ended just before, may still let go of
+	// its files for a moment: try again within runDirRemoveBound.
+	var err error
+	for deadline := time.Now().Add(runDirRemoveBound); ; time.Sleep(100 * time.Millisecond) {
+		if err = os.RemoveAll(s.rundir); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
 		s.log.Warnf("otel.container_runtime: removing the run dir %s: %v", s.rundir, err)
 	}
 	s.rundir = ""
 }
+
+// runDirRemoveBound bounds the removal of {rundir} at the supervisor's end.
+const runDirRemoveBound = 2 * time.Second
 
 // containerEnvNames are the variables a collector in a container needs
 // from the runtime's environment: the three tokens its configuration reads

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
 
 // The job's cgroups: the series of the scrape job "cgroup" that the
@@ -23,21 +25,21 @@ import (
 // its metric names as the supervisor serves them.
 const (
 	cgroupJob            = "cgroup"
-	mCgCPU               = "cgroup_cpu_usage_seconds_total"
-	mCgPeriods           = "cgroup_cpu_periods_total"
-	mCgThrottledPeriods  = "cgroup_cpu_throttled_periods_total"
-	mCgThrottledSeconds  = "cgroup_cpu_throttled_seconds_total"
-	mCgMemCurrent        = "cgroup_memory_current_bytes"
-	mCgMemPeak           = "cgroup_memory_peak_bytes"
-	mCgMemLimit          = "cgroup_memory_limit_bytes"
-	mCgOOMKills          = "cgroup_oom_kills_total"
-	mCgCPUPressureSome   = "cgroup_cpu_pressure_some_seconds_total"
-	mCgCPUPressureFull   = "cgroup_cpu_pressure_full_seconds_total"
-	mCgMemPressureSome   = "cgroup_memory_pressure_some_seconds_total"
-	mCgMemPressureFull   = "cgroup_memory_pressure_full_seconds_total"
-	mCgIOPressureSome    = "cgroup_io_pressure_some_seconds_total"
-	mCgIOPressureFull    = "cgroup_io_pressure_full_seconds_total"
-	mCgNotKept           = "cgroup_not_kept"
+	mCgCPU               = vocab.CgroupCPUSeconds
+	mCgPeriods           = vocab.CgroupCPUPeriods
+	mCgThrottledPeriods  = vocab.CgroupThrottledPeriods
+	mCgThrottledSeconds  = vocab.CgroupThrottledSeconds
+	mCgMemCurrent        = vocab.CgroupMemoryCurrent
+	mCgMemPeak           = vocab.CgroupMemoryPeak
+	mCgMemLimit          = vocab.CgroupMemoryLimit
+	mCgOOMKills          = vocab.CgroupOOMKills
+	mCgCPUPressureSome   = vocab.CgroupCPUPressureSome
+	mCgCPUPressureFull   = vocab.CgroupCPUPressureFull
+	mCgMemPressureSome   = vocab.CgroupMemoryPressureSome
+	mCgMemPressureFull   = vocab.CgroupMemoryPressureFull
+	mCgIOPressureSome    = vocab.CgroupIOPressureSome
+	mCgIOPressureFull    = vocab.CgroupIOPressureFull
+	mCgNotKept           = vocab.CgroupNotKept
 	cgFamilyAll          = "all"
 	maxCgroupGroups      = 4096 // groups kept over all nodes
 	maxCgroupStepsShown  = 8    // step groups the text shows per node

@@ -40,6 +40,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
 
 // MaxCgroupSteps bounds the step groups read per scrape (a job's steps
@@ -59,24 +60,21 @@ type cgroupMetric struct {
 // cgroupMetricFamilies are the families served, in order: the stat read
 // (cgroup.Stats.Values key), the Prometheus name, type and help.
 var cgroupMetricFamilies = []cgroupMetric{
-	{cgroup.CPUSeconds, "cgroup_cpu_usage_seconds_total", "counter", "CPU time used by the group, seconds."},
-	{cgroup.CPUPeriods, "cgroup_cpu_periods_total", "counter", "CFS bandwidth periods of the group."},
-	{cgroup.CPUThrottledPeriods, "cgroup_cpu_throttled_periods_total", "counter", "CFS bandwidth periods in which the group was throttled."},
-	{cgroup.CPUThrottledSeconds, "cgroup_cpu_throttled_seconds_total", "counter", "Time the group was throttled, seconds."},
-	{cgroup.MemoryCurrentBytes, "cgroup_memory_current_bytes", "gauge", "Memory charged to the group now, bytes."},
-	{cgroup.MemoryPeakBytes, "cgroup_memory_peak_bytes", "gauge", "Highest memory charged to the group, bytes."},
-	{cgroup.MemoryLimitBytes, "cgroup_memory_limit_bytes", "gauge", "The group's hard memory bound, bytes (absent: none)."},
-	{cgroup.OOMKills, "cgroup_oom_kills_total", "counter", "Processes the kernel killed at the group's memory bound."},
-	{cgroup.CPUPressureSome, "cgroup_cpu_pressure_some_seconds_total", "counter", "Time some of the group's tasks stalled on CPU, seconds (PSI)."},
-	{cgroup.CPUPressureFull, "cgroup_cpu_pressure_full_seconds_total", "counter", "Time all of the group's tasks stalled on CPU, seconds (PSI)."},
-	{cgroup.MemoryPressureSome, "cgroup_memory_pressure_some_seconds_total", "counter", "Time some of the group's tasks stalled on memory, seconds (PSI)."},
-	{cgroup.MemoryPressureFull, "cgroup_memory_pressure_full_seconds_total", "counter", "Time all of the group's tasks stalled on memory, seconds (PSI)."},
-	{cgroup.IOPressureSome, "cgroup_io_pressure_some_seconds_total", "counter", "Time some of the group's tasks stalled on IO, seconds (PSI)."},
-	{cgroup.IOPressureFull, "cgroup_io_pressure_full_seconds_total", "counter", "Time all of the group's tasks stalled on IO, seconds (PSI)."},
+	{cgroup.CPUSeconds, vocab.CgroupCPUSeconds, "counter", "CPU time used by the group, seconds."},
+	{cgroup.CPUPeriods, vocab.CgroupCPUPeriods, "counter", "CFS bandwidth periods of the group."},
+	{cgroup.CPUThrottledPeriods, vocab.CgroupThrottledPeriods, "counter", "CFS bandwidth periods in which the group was throttled."},
+	{cgroup.CPUThrottledSeconds, vocab.CgroupThrottledSeconds, "counter", "Time the group was throttled, seconds."},
+	{cgroup.MemoryCurrentBytes, vocab.CgroupMemoryCurrent, "gauge", "Memory charged to the group now, bytes."},
+	{cgroup.MemoryPeakBytes, vocab.CgroupMemoryPeak, "gauge", "Highest memory charged to the group, bytes."},
+	{cgroup.MemoryLimitBytes, vocab.CgroupMemoryLimit, "gauge", "The group's hard memory bound, bytes (absent: none)."},
+	{cgroup.OOMKills, vocab.CgroupOOMKills, "counter", "Processes the kernel killed at the group's memory bound."},
+	{cgroup.CPUPressureSome, vocab.CgroupCPUPressureSome, "counter", "Time some of the group's tasks stalled on CPU, seconds (PSI)."},
+	{cgroup.CPUPressureFull, vocab.CgroupCPUPressureFull, "counter", "Time all of the group's tasks stalled on CPU, seconds (PSI)."},
+	{cgroup.MemoryPressureSome, vocab.CgroupMemoryPressureSome, "counter", "Time some of the group's tasks stalled on memory, seconds (PSI)."},
+	{cgroup.MemoryPressureFull, vocab.CgroupMemoryPressureFull, "counter", "Time all of the group's tasks stalled on memory, seconds (PSI)."},
+	{cgroup.IOPressureSome, vocab.CgroupIOPressureSome, "counter", "Time some of the group's tasks stalled on IO, seconds (PSI)."},
+	{cgroup.IOPressureFull, vocab.CgroupIOPressureFull, "counter", "Time all of the group's tasks stalled on IO, seconds (PSI)."},
 }
-
-// CgroupNotKept is the name of the series that says what is not kept.
-const CgroupNotKept = "cgroup_not_kept"
 
 // cgroupReader reads one node's groups of one job.
 type cgroupReader struct {
@@ -185,15 +183,15 @@ func writeCgroupText(w io.Writer, gs []cgroupGroup) error {
 			fmt.Fprintf(&b, "%s{%s} %s\n", m.name, groupLabels(g), strconv.FormatFloat(v, 'g', -1, 64))
 		}
 	}
-	fmt.Fprintf(&b, "# HELP %s What this node does not keep for the group (family \"all\": the whole group), and why; 1 per family.\n# TYPE %s gauge\n", CgroupNotKept, CgroupNotKept)
+	fmt.Fprintf(&b, "# HELP %s What this node does not keep for the group (family \"all\": the whole group), and why; 1 per family.\n# TYPE %s gauge\n", vocab.CgroupNotKept, vocab.CgroupNotKept)
 	for _, g := range gs {
 		if g.why != "" {
-			fmt.Fprintf(&b, "%s{%s,family=\"all\",reason=%s} 1\n", CgroupNotKept, groupLabels(g), quoteLabel(g.why))
+			fmt.Fprintf(&b, "%s{%s,family=\"all\",reason=%s} 1\n", vocab.CgroupNotKept, groupLabels(g), quoteLabel(g.why))
 			continue
 		}
 		for _, fam := range cgroup.FamilyNames() {
 			if why, ok := g.st.NotKept[fam]; ok {
-				fmt.Fprintf(&b, "%s{%s,family=%q,reason=%s} 1\n", CgroupNotKept, groupLabels(g), fam, quoteLabel(why))
+				fmt.Fprintf(&b, "%s{%s,family=%q,reason=%s} 1\n", vocab.CgroupNotKept, groupLabels(g), fam, quoteLabel(why))
 			}
 		}
 	}

@@ -145,7 +145,7 @@ func TestCgroupServerAnotherUser(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(b), CgroupNotKept) {
+	if !strings.Contains(string(b), "cgroup_not_kept") {
 		t.Errorf("the page to the supervisor's own user: %q", b)
 	}
 	if f := srv.ln.Foreign(); f != n {

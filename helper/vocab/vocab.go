@@ -1,5 +1,6 @@
 // Package vocab is the plugin's own telemetry vocabulary: the names of the
-// job's Slurm phase spans and the keys of their attributes. The supervisor
+// job's Slurm phase spans and the keys of their attributes, and the metric
+// families of the job's cgroups (the supervisor's cgroup scrape job). The supervisor
 // writes them (helper/supervise), inspect reads them (helper/inspect), the
 // test kit checks them (internal/slurmkit, internal/jobgen), and the user
 // guide's table of phase spans is checked against Spans; a rename here is
@@ -58,4 +59,25 @@ const (
 	AttrDrainCause           = "slurm.drain.cause" // string: what stopped the collector
 	AttrDrainClean           = "slurm.drain.clean" // bool: it stopped within its bound, without error
 	AttrDrainCollectorKilled = "slurm.drain.collector_killed"
+)
+
+// The metric families of the job's cgroups, served by the supervisor for
+// the collector's cgroup scrape job (Prometheus text; helper/supervise's
+// cgroupmetrics.go gives each its type and help), read by inspect.
+const (
+	CgroupCPUSeconds         = "cgroup_cpu_usage_seconds_total"
+	CgroupCPUPeriods         = "cgroup_cpu_periods_total"
+	CgroupThrottledPeriods   = "cgroup_cpu_throttled_periods_total"
+	CgroupThrottledSeconds   = "cgroup_cpu_throttled_seconds_total"
+	CgroupMemoryCurrent      = "cgroup_memory_current_bytes"
+	CgroupMemoryPeak         = "cgroup_memory_peak_bytes"
+	CgroupMemoryLimit        = "cgroup_memory_limit_bytes"
+	CgroupOOMKills           = "cgroup_oom_kills_total"
+	CgroupCPUPressureSome    = "cgroup_cpu_pressure_some_seconds_total"
+	CgroupCPUPressureFull    = "cgroup_cpu_pressure_full_seconds_total"
+	CgroupMemoryPressureSome = "cgroup_memory_pressure_some_seconds_total"
+	CgroupMemoryPressureFull = "cgroup_memory_pressure_full_seconds_total"
+	CgroupIOPressureSome     = "cgroup_io_pressure_some_seconds_total"
+	CgroupIOPressureFull     = "cgroup_io_pressure_full_seconds_total"
+	CgroupNotKept            = "cgroup_not_kept" // what is not kept, and why
 )

@@ -78,7 +78,7 @@ func varied(name string) (bool, float64) {
 	case strings.HasPrefix(name, "vllm_num_requests_"):
 		return false, 0 // counts of requests at a scrape stay whole
 	case strings.HasPrefix(name, "vllm_"), name == "DCGM_FI_DEV_POWER_USAGE", strings.HasPrefix(name, "node_load"),
-		name == "cgroup_cpu_usage_seconds_total", name == "cgroup_memory_peak_bytes":
+		name == vocab.CgroupCPUSeconds, name == vocab.CgroupMemoryPeak:
 		return true, 0
 	}
 	return false, 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/portfilter"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
@@ -37,6 +40,53 @@ const MaxSweepQueries = 2
 func SweepStale(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
 	sweepStaleRecords(ctx, recordDir, cluster, node, current, log)
 	sweepOrphanGroups(ctx, recordDir, cluster, node, current, log)
+	sweepOrphanRules(ctx, recordDir, node, current, log)
+}
+
+// sweepOrphanRules removes this node's packet-filter rules of jobs that
+// have no record dir on the node (portfilter.Orphans): left by an epilog
+// whose removal failed, or by a record dir removed by hand. The prolog
+// makes a job's record dir before its rules and the epilog removes the
+// rules before the dir, so a job that has rules and no dir is over, unless
+// every port of its rules is listened on (then it is a live job of another
+// cluster with a node of the same name on this host). Best effort, logged.
+func sweepOrphanRules(ctx context.Context, recordDir, node string, current uint32, log logrus.FieldLogger) {
+	nft := portfilter.Nft()
+	if nft == "" || ctx.Err() != nil {
+		return
+	}
+	has := func(id uint32) bool {
+		if id == current {
+			return true
+		}
+		_, err := os.Lstat(filepath.Join(recordDir, node, strconv.FormatUint(uint64(id), 10)))
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	orphans, err := portfilter.Orphans(ctx, nft, node, has)
+	if err != nil {
+		log.Debugf("the packet filter's orphaned rules: %v", err)
+		return
+	}
+	listen, _ := launch.NodeListeners()
+	run := portfilter.NftRunner(nft)
+	for _, j := range orphans {
+		// Every port listened on: a live job's collector, of another
+		// cluster whose node has the same name on this host (test
+		// clusters), not an orphan.
+		held := len(j.Ports) > 0
+		for _, p := range j.Ports {
+			held = held && len(listen[p]) > 0
+		}
+		if held {
+			log.Debugf("job %d: its packet filter rules have no record on %s but every port of theirs is listened on: left", j.ID, node)
+			continue
+		}
+		if err := portfilter.Remove(ctx, run, j); err != nil {
+			log.Warnf("job %d: removing its orphaned packet filter rules (ports %v; the job has no record on %s): %v", j.ID, j.Ports, node, err)
+			continue
+		}
+		log.Infof("job %d: removed its orphaned packet filter rules (ports %v; the job has no record on %s)", j.ID, j.Ports, node)
+	}
 }
 
 func sweepStaleRecords(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {

@@ -102,11 +102,11 @@ type Job struct {
 	Level int
 }
 
-// chain is the name of the job's chain on its node for hook ("out" or
+// Chain is the name of the job's chain on its node for hook ("out" or
 // "in"): job_<id>_<node>_<hook>, the node's name kept to letters, digits
 // and "_" with the first 8 hex digits of its SHA-256 after it, so that two
 // names that differ only in other characters stay apart.
-func (j Job) chain(hook string) string {
+func (j Job) Chain(hook string) string {
 	sum := sha256.Sum256([]byte(j.Node))
 	node := strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
@@ -177,7 +177,7 @@ func AddScript(j Job) (string, error) {
 	}
 	var b strings.Builder
 	b.WriteString(tableScript())
-	out, in := j.chain("out"), j.chain("in")
+	out, in := j.Chain("out"), j.Chain("in")
 	fmt.Fprintf(&b, "add chain inet %s %s\n", Table, out)
 	fmt.Fprintf(&b, "flush chain inet %s %s\n", Table, out)
 	// Root may connect (an admin's check of a job's collector); no other
@@ -203,8 +203,8 @@ func removeStatements(j Job) []string {
 		out = append(out, fmt.Sprintf("delete element inet %s in_ports { %d }", Table, p))
 	}
 	for _, h := range []string{"out", "in"} {
-		out = append(out, fmt.Sprintf("flush chain inet %s %s", Table, j.chain(h)))
-		out = append(out, fmt.Sprintf("delete chain inet %s %s", Table, j.chain(h)))
+		out = append(out, fmt.Sprintf("flush chain inet %s %s", Table, j.Chain(h)))
+		out = append(out, fmt.Sprintf("delete chain inet %s %s", Table, j.Chain(h)))
 	}
 	return out
 }

@@ -1,8 +1,10 @@
 package plugin_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,4 +149,97 @@ func lastLines(text, pat string, n int) string {
 		out = out[len(out)-n:]
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestPortFilterOrphansSwept: rules of a job that has no record on the
+// node (an epilog whose removal failed, a record dir removed by hand) keep
+// resetting connections to their ports after the job is gone, whoever
+// listens there next: an srun's own port for its step's launch answer
+// among them, which then waits for ever ("_send_launch_resp: Failed to
+// send RESPONSE_LAUNCH_TASKS: Connection refused"). The next prolog on the
+// node removes them, and a listener on such a port is reached again.
+func TestPortFilterOrphansSwept(t *testing.T) {
+	waitIdle(t)
+	nft := portfilter.Nft()
+	if nft == "" {
+		t.Fatal("no nft on this node: .ci/install-deps.sh installs nftables")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	// A second port of the gone job's that nobody listens on now: a live
+	// job of another cluster on this host would hold every port of its
+	// rules, and the sweep leaves such rules alone.
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port2 := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	orphan := portfilter.Job{ID: 4000000001, Node: "gn1"}
+	in, out := orphan.Chain("in"), orphan.Chain("out")
+	plant := fmt.Sprintf(`add table inet %[1]s
+add map inet %[1]s out_ports { type inet_service : verdict; }
+add map inet %[1]s in_ports { type inet_service : verdict; }
+add chain inet %[1]s output { type filter hook output priority -10; policy accept; }
+add chain inet %[1]s input { type filter hook input priority -10; policy accept; }
+add chain inet %[1]s %[2]s
+add rule inet %[1]s %[2]s reject with tcp reset
+add chain inet %[1]s %[3]s
+add rule inet %[1]s %[3]s reject with tcp reset
+flush chain inet %[1]s output
+flush chain inet %[1]s input
+add rule inet %[1]s output ip daddr 127.0.0.1 tcp dport vmap @out_ports
+add rule inet %[1]s input ip daddr 127.0.0.1 tcp flags & (syn | ack) == syn tcp dport vmap @in_ports
+add element inet %[1]s in_ports { %[4]d : jump %[2]s, %[5]d : jump %[2]s }
+add element inet %[1]s out_ports { %[4]d : jump %[3]s, %[5]d : jump %[3]s }
+`, portfilter.Table, in, out, port, port2)
+	cmd := exec.Command(nft, "-f", "-")
+	cmd.Stdin = strings.NewReader(plant)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("planting the orphaned rules: %v: %s", err, b)
+	}
+	t.Cleanup(func() {
+		_ = portfilter.Remove(context.Background(), portfilter.NftRunner(nft), portfilter.Job{ID: orphan.ID, Node: orphan.Node, Ports: []int{port, port2}})
+	})
+	// The base chains' rules as the plugin's prolog writes them: the
+	// planted entry resets a connection to the port, whoever listens.
+	reach := func() error {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := reach(); err == nil {
+		t.Fatal("the planted orphaned rules let a connection to their port through")
+	}
+	r := asUser(t, 120*time.Second, tokenEnv(), "sbatch -N1 -w gn1 --wait --gym-otel -o /dev/null --wrap true")
+	if r.code != 0 {
+		t.Fatalf("the job failed (exit %d): %s", r.code, r.stderr)
+	}
+	waitNoCollector(t)
+	list, _ := exec.Command(nft, "list", "table", "inet", portfilter.Table).CombinedOutput()
+	if strings.Contains(string(list), in) || strings.Contains(string(list), out) {
+		t.Errorf("the orphaned rules outlived the next prolog on gn1:\n%s", list)
+	}
+	if err := reach(); err != nil {
+		t.Errorf("a listener on the orphaned rules' port after the sweep: %v", err)
+	}
+	if !strings.Contains(slurmdLogs(t), fmt.Sprintf("job %d: removed its orphaned packet filter rules (ports [%d %d]", orphan.ID, port, port2)) {
+		t.Errorf("no line of the sweep in slurmd's log:\n%s", lastLines(slurmdLogs(t), "orphaned", 5))
+	}
+	waitIdle(t)
 }

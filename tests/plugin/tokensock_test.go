@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -164,10 +165,11 @@ const (
 func TestTokenSocketOtherUser(t *testing.T) {
 	waitIdle(t)
 	d := markerDir(t, "tokensock")
-	uid, err := strconv.Atoi(os.Getenv("GOS_SLURM_UID"))
+	u, err := user.Lookup(slurmEnv["GOS_SLURM_USER"])
 	if err != nil {
-		t.Fatalf("GOS_SLURM_UID: %v", err)
+		t.Fatalf("the job's user %q: %v", slurmEnv["GOS_SLURM_USER"], err)
 	}
+	uid, _ := strconv.Atoi(u.Uid)
 	// The job dir, made by the job's user as a shared project's is: 0755.
 	if err := os.Mkdir(d+"/run", 0o755); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package delivery
 
 import (
 	"encoding/json"
-	"strconv"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 )
@@ -15,34 +14,14 @@ func countItems(signal string, b []byte) (n int64, ok bool) {
 	return n, ok
 }
 
-// int64JSON is an int64 as OTLP-JSON writes it: a string (the protobuf
-// JSON mapping of int64) or a number.
-type int64JSON int64
-
-func (v *int64JSON) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		*v = int64JSON(n)
-		return err
-	}
-	var n int64
-	err := json.Unmarshal(b, &n)
-	*v = int64JSON(n)
-	return err
-}
-
 // exportResponse is an OTLP/HTTP JSON export response: only its partial
 // success (the items the backend rejected and why).
 type exportResponse struct {
 	PartialSuccess *struct {
-		RejectedSpans      int64JSON `json:"rejectedSpans"`
-		RejectedDataPoints int64JSON `json:"rejectedDataPoints"`
-		RejectedLogRecords int64JSON `json:"rejectedLogRecords"`
-		ErrorMessage       string    `json:"errorMessage"`
+		RejectedSpans      jobdir.Int64 `json:"rejectedSpans"`
+		RejectedDataPoints jobdir.Int64 `json:"rejectedDataPoints"`
+		RejectedLogRecords jobdir.Int64 `json:"rejectedLogRecords"`
+		ErrorMessage       string       `json:"errorMessage"`
 	} `json:"partialSuccess"`
 }
 

@@ -1,6 +1,10 @@
 package jobdir
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+)
 
 // otlpLine holds what is counted of one OTLP-JSON export request.
 type otlpLine struct {
@@ -65,4 +69,25 @@ func CountItems(signal string, line []byte) (exported, metrics int64, ok bool) {
 		}
 	}
 	return exported, metrics, true
+}
+
+// Int64 is a 64-bit integer of an OTLP-JSON line: the protobuf JSON
+// mapping writes it as a string ("123"), some writers as a number; null
+// or an empty string reads as 0. Errors: anything else that is not a
+// whole number.
+type Int64 int64
+
+// UnmarshalJSON reads a string or a number.
+func (n *Int64) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	if s == "" || s == "null" {
+		*n = 0
+		return nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return err
+	}
+	*n = Int64(v)
+	return nil
 }

@@ -11,13 +11,13 @@ import (
 	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	gojson "github.com/goccy/go-json"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 )
 
@@ -78,29 +78,12 @@ type rawKV struct {
 	Value json.RawMessage `json:"value"`
 }
 
-// i64 is an OTLP-JSON 64-bit integer: a string, or a number.
-type i64 int64
-
-func (n *i64) UnmarshalJSON(b []byte) error {
-	s := strings.Trim(string(b), `"`)
-	if s == "" || s == "null" {
-		*n = 0
-		return nil
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return err
-	}
-	*n = i64(v)
-	return nil
-}
-
 // valueText is an attribute value as one comparable text: its type and
 // value, whatever the writer's escaping ("" for none).
 func valueText(raw json.RawMessage) string {
 	var v struct {
 		S *string         `json:"stringValue"`
-		I *i64            `json:"intValue"`
+		I *jobdir.Int64   `json:"intValue"`
 		B *bool           `json:"boolValue"`
 		D *float64        `json:"doubleValue"`
 		X json.RawMessage `json:"arrayValue"`
@@ -178,8 +161,8 @@ func (h *histo) observe(bounds []float64, ms float64) {
 type connPoint struct {
 	resource json.RawMessage // the resource's attributes, as written
 	attrs    []rawKV
-	start    i64
-	time     i64
+	start    jobdir.Int64
+	time     jobdir.Int64
 	calls    int64
 	hist     histo
 	bounds   []float64
@@ -266,15 +249,15 @@ func eachLine(path string, fn func([]byte) error) error {
 // Lines that do not parse are skipped.
 func readConnectorSeries(path string) (map[string]*connSeries, error) {
 	type point struct {
-		Attributes     []rawKV   `json:"attributes"`
-		Start          i64       `json:"startTimeUnixNano"`
-		Time           i64       `json:"timeUnixNano"`
-		AsInt          *i64      `json:"asInt"`
-		AsDouble       *float64  `json:"asDouble"`
-		Count          i64       `json:"count"`
-		Sum            float64   `json:"sum"`
-		BucketCounts   []i64     `json:"bucketCounts"`
-		ExplicitBounds []float64 `json:"explicitBounds"`
+		Attributes     []rawKV        `json:"attributes"`
+		Start          jobdir.Int64   `json:"startTimeUnixNano"`
+		Time           jobdir.Int64   `json:"timeUnixNano"`
+		AsInt          *jobdir.Int64  `json:"asInt"`
+		AsDouble       *float64       `json:"asDouble"`
+		Count          jobdir.Int64   `json:"count"`
+		Sum            float64        `json:"sum"`
+		BucketCounts   []jobdir.Int64 `json:"bucketCounts"`
+		ExplicitBounds []float64      `json:"explicitBounds"`
 	}
 	var line struct {
 		ResourceMetrics []struct {
@@ -391,8 +374,8 @@ func readSpanSeries(path string, dimensions []string) (map[string]*fileSeries, e
 		SpanID     string          `json:"spanId"`
 		Name       string          `json:"name"`
 		Kind       int32           `json:"kind"`
-		Start      i64             `json:"startTimeUnixNano"`
-		End        i64             `json:"endTimeUnixNano"`
+		Start      jobdir.Int64    `json:"startTimeUnixNano"`
+		End        jobdir.Int64    `json:"endTimeUnixNano"`
 		Attributes json.RawMessage `json:"attributes"`
 		Status     struct {
 			Code int32 `json:"code"`

@@ -228,28 +228,37 @@ func Nft() string {
 // environment. Errors: nft's exit with its first line of standard error.
 func NftRunner(path string) Runner {
 	return func(ctx context.Context, script string) error {
-		ctx, cancel := context.WithTimeout(ctx, Timeout)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, path, "-f", "-")
-		cmd.Stdin = strings.NewReader(script)
-		cmd.Env = []string{}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Run(); err != nil {
-			msg := strings.TrimSpace(stderr.String())
-			if i := strings.IndexByte(msg, '\n'); i >= 0 {
-				msg = msg[:i]
-			}
-			if len(msg) > 300 {
-				msg = msg[:300]
-			}
-			if msg != "" {
-				return fmt.Errorf("nft: %v: %s", err, msg)
-			}
-			return fmt.Errorf("nft: %w", err)
-		}
-		return nil
+		_, err := runNft(ctx, path, script, "-f", "-")
+		return err
 	}
+}
+
+// runNft runs the nft program at path with args and stdin on its standard
+// input, within Timeout, with an empty environment, and returns its
+// standard output. Errors: nft's exit with its first line of standard
+// error (at most 300 bytes).
+func runNft(ctx context.Context, path, stdin string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Env = []string{}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if i := strings.IndexByte(msg, '\n'); i >= 0 {
+			msg = msg[:i]
+		}
+		if len(msg) > 300 {
+			msg = msg[:300]
+		}
+		if msg != "" {
+			return nil, fmt.Errorf("nft: %v: %s", err, msg)
+		}
+		return nil, fmt.Errorf("nft: %w", err)
+	}
+	return stdout.Bytes(), nil
 }
 
 // Install installs j's rules with run. A port of j still in the maps (a

@@ -1,11 +1,9 @@
 package portfilter
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 )
@@ -20,19 +18,14 @@ import (
 // step's launch answer among them) gets every connection reset. No table:
 // none. Errors: nft's, or output that is not its JSON.
 func Orphans(ctx context.Context, nftPath, node string, has func(jobID uint32) bool) ([]Job, error) {
-	ctx, cancel := context.WithTimeout(ctx, Timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, nftPath, "-j", "list", "table", "inet", Table)
-	cmd.Env = []string{}
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := cmd.Run(); err != nil {
-		if strings.Contains(stderr.String(), "No such file or directory") {
+	listing, err := runNft(ctx, nftPath, "", "-j", "list", "table", "inet", Table)
+	if err != nil {
+		if strings.Contains(err.Error(), "No such file or directory") {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("nft list table inet %s: %v: %s", Table, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("nft list table inet %s: %w", Table, err)
 	}
-	return orphansIn(out.Bytes(), node, has)
+	return orphansIn(listing, node, has)
 }
 
 // orphansIn reads nft's JSON listing of the table (Orphans).

@@ -52,7 +52,15 @@ func manyNodes(t *testing.T, n int, edit func(otel string)) (*Report, []string, 
 	if edit != nil {
 		edit(otel)
 	}
-	r, err := Build(filepath.Dir(otel))
+	r, lines := reportText(t, filepath.Dir(otel))
+	return r, lines, otel
+}
+
+// reportText builds the report of the job dir job and writes its text,
+// every line within Width columns.
+func reportText(t *testing.T, job string) (*Report, []string) {
+	t.Helper()
+	r, err := Build(job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +74,7 @@ func manyNodes(t *testing.T, n int, edit func(otel string)) (*Report, []string, 
 			t.Errorf("line over %d columns: %q", Width, l)
 		}
 	}
-	return r, lines, otel
+	return r, lines
 }
 
 // lineWith returns the index of the first of lines[:n] holding every one of

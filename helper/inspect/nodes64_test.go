@@ -23,21 +23,7 @@ func job64(t *testing.T) (*Report, []string) {
 	if err := jobgen.Make(filepath.Join("testdata", "slurmrun", "gym-two-nodes", "otel"), filepath.Join(job, "otel"), jobgen.Default(64)); err != nil {
 		t.Fatal(err)
 	}
-	r, err := Build(job)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	if err := r.WriteText(&b); err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(b.String(), "\n")
-	for _, l := range lines {
-		if len([]rune(l)) > Width {
-			t.Errorf("line over %d columns: %q", Width, l)
-		}
-	}
-	return r, lines
+	return reportText(t, job)
 }
 
 // TestJob64Text: the 64-node job reads on one screen: the outcome and

@@ -2,7 +2,6 @@ package launch
 
 import (
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
@@ -39,11 +38,6 @@ func NodeListeners() (map[int][]Listener, error) {
 // loopbackListeners.
 func tcpListeners(path string) (map[int][]Listener, error) {
 	rows, err := proc.ReadTCP(path)
-	return loopbackListeners(rows), err
-}
-
-func parseTCP(r io.Reader) (map[int][]Listener, error) {
-	rows, err := proc.ParseTCP(r)
 	return loopbackListeners(rows), err
 }
 

@@ -22,7 +22,7 @@ PKGS=(
 	# otel.container under rootless Podman (helper/supervise
 	# TestContainerPodman); runc, as Debian 12's crun refuses a host with
 	# a cgroup v1 hierarchy beside a v2 one that has controllers
-	podman runc
+	podman runc uidmap
 	# inspect --html: Chart.js inlined into the page; a real headless
 	# browser opens it in the tests
 	libjs-chart.js chromium

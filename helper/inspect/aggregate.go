@@ -3,6 +3,7 @@ package inspect
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 
@@ -130,7 +131,7 @@ type aggregator struct {
 	droppedSer  int
 	skipped     int // points skipped (bounds changed, unreadable)
 	metricNames map[string]int
-	identity    map[string][]string
+	identity    map[string][]AttrValue
 	producers   map[string]int
 	firstMs     int64
 	lastMs      int64
@@ -170,7 +171,7 @@ type aggregator struct {
 
 func newAggregator() *aggregator {
 	return &aggregator{
-		series: map[seriesKey]*series{}, metricNames: map[string]int{}, identity: map[string][]string{},
+		series: map[seriesKey]*series{}, metricNames: map[string]int{}, identity: map[string][]AttrValue{},
 		producers: map[string]int{}, spans: map[[2]string]*spanStat{}, verifySpans: map[string]int{},
 		logsBySev: map[string]int{}, rng: rand.New(rand.NewPCG(1, 2)),
 		phaseNodes: map[phaseKey]*phaseNode{}, cgGroups: map[cgKey]*cgGroup{}, tree: newTreeState(),
@@ -214,16 +215,16 @@ func (a *aggregator) resourceInfo(r resource, items int) (node, producer, instan
 			if at.Key != k {
 				continue
 			}
-			shown := v
-			if at.Value.IntValue != nil {
-				shown += " (int)"
+			av, ok := attrValue(at.Value)
+			if !ok {
+				continue
 			}
 			limit := maxIdentityValue
 			if k == "host.name" {
 				limit = maxIdentityHosts
 			}
-			if !contains(a.identity[k], shown) && len(a.identity[k]) < limit {
-				a.identity[k] = append(a.identity[k], shown)
+			if !slices.Contains(a.identity[k], av) && len(a.identity[k]) < limit {
+				a.identity[k] = append(a.identity[k], av)
 			}
 		}
 	}

@@ -90,9 +90,15 @@ func Build(dir string) (*Report, error) {
 
 func (a *aggregator) report() *Report {
 	r := &Report{Version: ReportVersion}
-	for k, v := range a.identity {
-		sort.Strings(v)
-		a.identity[k] = v
+	// Each attribute's values in natural order (gn2 before gn10; the
+	// string "0" before the int 0).
+	for _, v := range a.identity {
+		sort.SliceStable(v, func(i, j int) bool {
+			if v[i].Text != v[j].Text {
+				return slurm.NaturalLess(v[i].Text, v[j].Text)
+			}
+			return v[i].Kind > v[j].Kind
+		})
 	}
 	r.Job = Job{Identity: a.identity, Start: unixMs(a.firstMs), End: unixMs(a.lastMs),
 		DurationSeconds: Value(math.NaN()), Producers: a.producers, MetricNames: a.metricNames}

@@ -120,8 +120,10 @@ type NodeReceipt struct {
 type Job struct {
 	// Identity holds the resource attributes user, run_id, slurm_job_id,
 	// slurm_job_restart_count, slurm_job_sluid, benchmark, cluster, model,
-	// service.name and host.name seen (an Int value ends in " (int)").
-	Identity map[string][]string `json:"identity"`
+	// service.name and host.name seen, each value as the files typed it
+	// (a JSON string, number or boolean), in natural order (gn2 before
+	// gn10); host.name up to 4096 values, the others up to 50.
+	Identity map[string][]AttrValue `json:"identity"`
 	// Start and End are the first and last timestamp of any item.
 	Start           time.Time `json:"start"`
 	End             time.Time `json:"end"`

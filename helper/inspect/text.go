@@ -193,9 +193,9 @@ func (t *textOut) jobLines(j Job) {
 	t.section("job")
 	for _, k := range identityKeys {
 		if v := j.Identity[k]; k == "host.name" && len(v) > 0 {
-			t.wrap(fmt.Sprintf("  %-24s ", k), slurm.CompressHostlist(v))
+			t.wrap(fmt.Sprintf("  %-24s ", k), slurm.CompressHostlist(Texts(v)))
 		} else if len(v) > 0 {
-			t.line("  %-24s %s", k, strings.Join(v, ", "))
+			t.line("  %-24s %s", k, strings.Join(textForms(v), ", "))
 		}
 	}
 	if !j.Start.IsZero() {

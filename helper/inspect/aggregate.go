@@ -443,8 +443,11 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 			if p.Min != nil {
 				mm.min, mm.hasMin = float64(*p.Min), true
 			}
-			if !s.h.add(p.Time.ms(), p.ExplicitBounds, counts, float64(p.Count), float64(p.Sum), mm, m.Histogram.Temporality == temporalityDelta) {
+			first, delta := s.h.n == 0, m.Histogram.Temporality == temporalityDelta
+			if !s.h.add(p.Time.ms(), p.ExplicitBounds, counts, float64(p.Count), float64(p.Sum), mm, delta) {
 				a.skipped++
+			} else if first && !delta {
+				s.h.startMs = p.Start.ms()
 			}
 		}
 	}

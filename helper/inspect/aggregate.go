@@ -165,6 +165,7 @@ type aggregator struct {
 	// names without the plugin's mark (contract.SourceKey): sent by the
 	// job, not Slurm's (JobLookalikes).
 	lookalikeSpans, lookalikePoints int
+	phaseSpans                      int // the plugin's phase spans (marked), shown as the phases
 	// tree is what the trace tree keeps while reading (tree.go).
 	tree *treeState
 }
@@ -472,6 +473,7 @@ func (a *aggregator) traces(l *otlpLine) {
 				// as the phase timeline (phases.go), not ranked with
 				// the job's own spans.
 				restart := rs.Resource.Attributes.get("slurm_job_restart_count")
+				a.phaseSpans += len(ss.Spans)
 				for i := range ss.Spans {
 					a.phase(&ss.Spans[i], node, restart)
 				}

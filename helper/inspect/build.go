@@ -210,6 +210,16 @@ func (r *Report) receipts(srcs []Source) {
 			missing++
 		} else {
 			nr.Receipt, nr.Summary = rc, rc.Summary()
+			if undeliveredAppended(rc) > 0 {
+				// A line the supervisor appended after the
+				// collector's exit that the backend did not take:
+				// in the files, not at the backend.
+				for _, l := range nr.Summary {
+					if strings.Contains(l, "NOT delivered") {
+						lost = append(lost, fmt.Sprintf("%s: %s", rc.Node, strings.TrimSpace(l)))
+					}
+				}
+			}
 			if rc.Trouble() || !rc.Complete() {
 				for _, l := range nr.Summary {
 					t := strings.TrimSpace(l)

@@ -288,7 +288,17 @@ type Host struct {
 
 // Spans are the span statistics.
 type Spans struct {
+	// Total is the job's own spans (every span of the files but the
+	// plugin's phase spans), the spans ranked below.
 	Total int `json:"total"`
+	// PhaseSpans is the plugin's Slurm phase spans (marked
+	// gym_otel.source=slurm), shown as the phases, not ranked here.
+	PhaseSpans int `json:"phase_spans"`
+	// InFiles is every span of the files read: Total + PhaseSpans, the
+	// sum of health.dirs[].spans; what the receipts count as sent (the
+	// collector's and the supervisor's appended lines) when nothing was
+	// lost.
+	InFiles int `json:"in_files"`
 	// ByName are the raw spans' statistics by name and producer, sorted by
 	// total time; ByP99 the same sorted by p99.
 	ByName []SpanName `json:"by_name"`

@@ -197,7 +197,7 @@ func (r *Report) health(a *aggregator) error {
 func (r *Report) receipts(srcs []Source) {
 	r.Receipts, r.Trouble = []NodeReceipt{}, []string{}
 	missing := 0
-	var lost, other []string
+	var lost, hints, other []string
 	replay := ""
 	for _, s := range srcs {
 		if _, err := os.Stat(filepath.Join(s.Dir, jobdir.ConfigFile)); err != nil {
@@ -220,6 +220,9 @@ func (r *Report) receipts(srcs []Source) {
 					}
 				}
 			}
+			if h := tokenHint(s.Dir, rc); h != "" {
+				hints = append(hints, fmt.Sprintf("%s: %s", rc.Node, h))
+			}
 			if rc.Trouble() || !rc.Complete() {
 				for _, l := range nr.Summary {
 					t := strings.TrimSpace(l)
@@ -239,6 +242,7 @@ func (r *Report) receipts(srcs []Source) {
 	// What the backend lost first, then what to do about it, then what is
 	// not known.
 	r.Trouble = append(r.Trouble, lost...)
+	r.Trouble = append(r.Trouble, hints...)
 	if len(lost) > 0 && replay != "" {
 		r.Trouble = append(r.Trouble, replay)
 	}

@@ -197,7 +197,7 @@ func (r *Report) health(a *aggregator) error {
 func (r *Report) receipts(srcs []Source) {
 	r.Receipts, r.Trouble = []NodeReceipt{}, []string{}
 	missing := 0
-	var lost, hints, other []string
+	var lost, hints, unsent, other []string
 	replay := ""
 	for _, s := range srcs {
 		if _, err := os.Stat(filepath.Join(s.Dir, jobdir.ConfigFile)); err != nil {
@@ -216,7 +216,7 @@ func (r *Report) receipts(srcs []Source) {
 				// in the files, not at the backend.
 				for _, l := range nr.Summary {
 					if strings.Contains(l, "NOT delivered") {
-						lost = append(lost, fmt.Sprintf("%s: %s", rc.Node, strings.TrimSpace(l)))
+						unsent = append(unsent, fmt.Sprintf("%s: %s", rc.Node, strings.TrimSpace(l)))
 					}
 				}
 			}
@@ -231,7 +231,9 @@ func (r *Report) receipts(srcs []Source) {
 						lost = append(lost, fmt.Sprintf("%s: %s", rc.Node, t))
 					case strings.HasPrefix(t, "UNKNOWN:") || strings.Contains(l, "INCOMPLETE") || strings.Contains(l, "NO FIGURES"):
 						other = append(other, fmt.Sprintf("%s: %s", rc.Node, t))
-					case strings.Contains(t, "replay"):
+					case strings.Contains(t, "replay") && !strings.Contains(t, "NOT delivered") && replay == "":
+						// What to do about the loss (the appended
+						// lines not delivered are said apart).
 						replay = t
 					}
 				}
@@ -239,13 +241,17 @@ func (r *Report) receipts(srcs []Source) {
 		}
 		r.Receipts = append(r.Receipts, nr)
 	}
-	// What the backend lost first, then what to do about it, then what is
-	// not known.
+	// What the backend lost first, then what to check and what to do
+	// about it, then the appended lines not delivered, then what is not
+	// known.
 	r.Trouble = append(r.Trouble, lost...)
 	r.Trouble = append(r.Trouble, hints...)
 	if len(lost) > 0 && replay != "" {
 		r.Trouble = append(r.Trouble, replay)
 	}
+	// The supervisor's appended lines the backend did not take: after
+	// what the collectors lost (a backend down loses both).
+	r.Trouble = append(r.Trouble, unsent...)
 	r.Trouble = append(r.Trouble, other...)
 	// A final receipt counts everything the state's export problems say:
 	// said once, from the receipt.

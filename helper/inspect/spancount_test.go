@@ -92,4 +92,28 @@ func TestAppendedNotDeliveredIsLost(t *testing.T) {
 	if strings.Contains(textSections(text, "receipts"), "nothing failed") {
 		t.Errorf("the receipt folded as nothing failed:\n%s", textSections(text, "receipts"))
 	}
+	// A backend down loses the collector's items too: those and the
+	// replay come first, the appended lines after them.
+	for sig, c := range rc.Signals {
+		c.SendFailed, c.Sent = c.Sent, 0
+		rc.Signals[sig] = c
+	}
+	if err := rc.Write(otel); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = Build(filepath.Dir(otel)); err != nil {
+		t.Fatal(err)
+	}
+	replay, appended := -1, -1
+	for i, l := range r.Trouble {
+		if strings.Contains(l, "`gym-otel-spank replay DIR`") && replay < 0 {
+			replay = i
+		}
+		if strings.Contains(l, "NOT delivered") && appended < 0 {
+			appended = i
+		}
+	}
+	if !strings.Contains(r.Trouble[0], "LOST: the backend did not get") || replay < 0 || appended < replay {
+		t.Errorf("trouble order: want the LOST lines, the replay, then the appended lines:\n%s", strings.Join(r.Trouble, "\n"))
+	}
 }

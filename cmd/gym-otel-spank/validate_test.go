@@ -156,3 +156,28 @@ func TestValidateUnreadableSiteOneError(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateUnreadableGymConfigOneError: a Gym config that is not there
+// or is not YAML is one error (the YAML one at the file's line), as an
+// unreadable site file is: without a site file, the otel.endpoint and
+// otel.service_name it would set are not reported "not set" on top of
+// it, nor the default token variable's absence (it may name another).
+func TestValidateUnreadableGymConfigOneError(t *testing.T) {
+	t.Setenv("OTEL_TOKEN", "")
+	dir := t.TempDir()
+	t.Setenv("SLURM_CONF", filepath.Join(dir, "none.conf")) // no site settings
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("policy_model:\n  name: x\notel:\n  endpoint: https://otel.example:4318\n  targets: [a, b\n  service_name: gym\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ cfg, first string }{
+		{filepath.Join(dir, "missing.yaml"), "gym-otel: reading " + filepath.Join(dir, "missing.yaml") + ": "},
+		{bad, "gym-otel: " + bad + ":5: not valid YAML: "},
+	} {
+		code, out, errOut := runCLI(t, "validate", "--spec", "config="+c.cfg)
+		lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+		if code != 1 || out != "" || len(lines) != 2 || !strings.HasPrefix(lines[0], c.first) || !strings.HasPrefix(lines[1], "gym-otel: checked: ") {
+			t.Errorf("%s: exit %d:\n%s", c.cfg, code, errOut)
+		}
+	}
+}

@@ -11,8 +11,10 @@ import (
 // with several mistakes shows every one in one run. Validate's errors about
 // a key that resolveErr already names are left out (that key kept its
 // default or another layer's value, and the first error is the one to
-// fix); so are its "not set" errors when the site file cannot be read or
-// is not YAML (the site file's one error is the cause). Every otel.<key> error of Validate is prefixed with where the key
+// fix); so are its "not set" errors, and the default token variable's
+// absence, when the site file or the Gym config cannot be read or is not
+// YAML (that file's one error is the cause). Every otel.<key> error of
+// Validate is prefixed with where the key
 // was set (file:line, or the inline source), from in's layers. r may be
 // nil (then resolveErr alone). Validate's warnings are returned too.
 func AlsoValidate(r *Resolved, in Inputs, resolveErr error, env LookupEnv) ([]string, error) {
@@ -41,12 +43,18 @@ func AlsoValidate(r *Resolved, in Inputs, resolveErr error, env LookupEnv) ([]st
 			named[m[1]] = true
 		}
 	}
-	// A site file that cannot be read or parsed sets nothing: the keys
-	// only it sets are "not set" because of that one error, said already.
-	siteUnread := false
+	// A site file or a Gym config that cannot be read or parsed sets
+	// nothing: the keys only it would set are "not set" because of that
+	// one error, said already, and so is the default token variable's
+	// absence (the file may name another).
+	unread := false
 	if in.SiteFile != "" {
 		_, err := readYAML(in.SiteFile)
-		siteUnread = err != nil
+		unread = err != nil
+	}
+	if spec, _ := ParseSpec(in.Spec); spec.ConfigPath != "" {
+		_, err := readYAML(absUnder(in.WorkDir, spec.ConfigPath))
+		unread = unread || err != nil
 	}
 	origins := Origins(in)
 	errs := []error{resolveErr}
@@ -55,7 +63,7 @@ func AlsoValidate(r *Resolved, in Inputs, resolveErr error, env LookupEnv) ([]st
 		if m != nil && named[m[1]] {
 			continue
 		}
-		if m != nil && siteUnread && notSetRE.MatchString(e.Error()) {
+		if m != nil && unread && (notSetRE.MatchString(e.Error()) || m[1] == "token_env" && origins["token_env"] == "") {
 			continue
 		}
 		if m != nil && origins[m[1]] != "" && !strings.HasPrefix(e.Error(), origins[m[1]]) {

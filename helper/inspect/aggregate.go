@@ -3,6 +3,7 @@ package inspect
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 
@@ -130,7 +131,7 @@ type aggregator struct {
 	droppedSer  int
 	skipped     int // points skipped (bounds changed, unreadable)
 	metricNames map[string]int
-	identity    map[string][]string
+	identity    map[string][]AttrValue
 	producers   map[string]int
 	firstMs     int64
 	lastMs      int64
@@ -164,13 +165,14 @@ type aggregator struct {
 	// names without the plugin's mark (contract.SourceKey): sent by the
 	// job, not Slurm's (JobLookalikes).
 	lookalikeSpans, lookalikePoints int
+	phaseSpans                      int // the plugin's phase spans (marked), shown as the phases
 	// tree is what the trace tree keeps while reading (tree.go).
 	tree *treeState
 }
 
 func newAggregator() *aggregator {
 	return &aggregator{
-		series: map[seriesKey]*series{}, metricNames: map[string]int{}, identity: map[string][]string{},
+		series: map[seriesKey]*series{}, metricNames: map[string]int{}, identity: map[string][]AttrValue{},
 		producers: map[string]int{}, spans: map[[2]string]*spanStat{}, verifySpans: map[string]int{},
 		logsBySev: map[string]int{}, rng: rand.New(rand.NewPCG(1, 2)),
 		phaseNodes: map[phaseKey]*phaseNode{}, cgGroups: map[cgKey]*cgGroup{}, tree: newTreeState(),
@@ -214,16 +216,16 @@ func (a *aggregator) resourceInfo(r resource, items int) (node, producer, instan
 			if at.Key != k {
 				continue
 			}
-			shown := v
-			if at.Value.IntValue != nil {
-				shown += " (int)"
+			av, ok := attrValue(at.Value)
+			if !ok {
+				continue
 			}
 			limit := maxIdentityValue
 			if k == "host.name" {
 				limit = maxIdentityHosts
 			}
-			if !contains(a.identity[k], shown) && len(a.identity[k]) < limit {
-				a.identity[k] = append(a.identity[k], shown)
+			if !slices.Contains(a.identity[k], av) && len(a.identity[k]) < limit {
+				a.identity[k] = append(a.identity[k], av)
 			}
 		}
 	}
@@ -442,8 +444,11 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 			if p.Min != nil {
 				mm.min, mm.hasMin = float64(*p.Min), true
 			}
-			if !s.h.add(p.Time.ms(), p.ExplicitBounds, counts, float64(p.Count), float64(p.Sum), mm, m.Histogram.Temporality == temporalityDelta) {
+			first, delta := s.h.n == 0, m.Histogram.Temporality == temporalityDelta
+			if !s.h.add(p.Time.ms(), p.ExplicitBounds, counts, float64(p.Count), float64(p.Sum), mm, delta) {
 				a.skipped++
+			} else if first && !delta {
+				s.h.startMs = p.Start.ms()
 			}
 		}
 	}
@@ -468,6 +473,7 @@ func (a *aggregator) traces(l *otlpLine) {
 				// as the phase timeline (phases.go), not ranked with
 				// the job's own spans.
 				restart := rs.Resource.Attributes.get("slurm_job_restart_count")
+				a.phaseSpans += len(ss.Spans)
 				for i := range ss.Spans {
 					a.phase(&ss.Spans[i], node, restart)
 				}

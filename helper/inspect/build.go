@@ -90,9 +90,15 @@ func Build(dir string) (*Report, error) {
 
 func (a *aggregator) report() *Report {
 	r := &Report{Version: ReportVersion}
-	for k, v := range a.identity {
-		sort.Strings(v)
-		a.identity[k] = v
+	// Each attribute's values in natural order (gn2 before gn10; the
+	// string "0" before the int 0).
+	for _, v := range a.identity {
+		sort.SliceStable(v, func(i, j int) bool {
+			if v[i].Text != v[j].Text {
+				return slurm.NaturalLess(v[i].Text, v[j].Text)
+			}
+			return v[i].Kind > v[j].Kind
+		})
 	}
 	r.Job = Job{Identity: a.identity, Start: unixMs(a.firstMs), End: unixMs(a.lastMs),
 		DurationSeconds: Value(math.NaN()), Producers: a.producers, MetricNames: a.metricNames}
@@ -191,7 +197,7 @@ func (r *Report) health(a *aggregator) error {
 func (r *Report) receipts(srcs []Source) {
 	r.Receipts, r.Trouble = []NodeReceipt{}, []string{}
 	missing := 0
-	var lost, other []string
+	var lost, hints, unsent, other []string
 	replay := ""
 	for _, s := range srcs {
 		if _, err := os.Stat(filepath.Join(s.Dir, jobdir.ConfigFile)); err != nil {
@@ -204,6 +210,19 @@ func (r *Report) receipts(srcs []Source) {
 			missing++
 		} else {
 			nr.Receipt, nr.Summary = rc, rc.Summary()
+			if undeliveredAppended(rc) > 0 {
+				// A line the supervisor appended after the
+				// collector's exit that the backend did not take:
+				// in the files, not at the backend.
+				for _, l := range nr.Summary {
+					if strings.Contains(l, "NOT delivered") {
+						unsent = append(unsent, fmt.Sprintf("%s: %s", rc.Node, strings.TrimSpace(l)))
+					}
+				}
+			}
+			if h := tokenHint(s.Dir, rc); h != "" {
+				hints = append(hints, fmt.Sprintf("%s: %s", rc.Node, h))
+			}
 			if rc.Trouble() || !rc.Complete() {
 				for _, l := range nr.Summary {
 					t := strings.TrimSpace(l)
@@ -212,7 +231,9 @@ func (r *Report) receipts(srcs []Source) {
 						lost = append(lost, fmt.Sprintf("%s: %s", rc.Node, t))
 					case strings.HasPrefix(t, "UNKNOWN:") || strings.Contains(l, "INCOMPLETE") || strings.Contains(l, "NO FIGURES"):
 						other = append(other, fmt.Sprintf("%s: %s", rc.Node, t))
-					case strings.Contains(t, "replay"):
+					case strings.Contains(t, "replay") && !strings.Contains(t, "NOT delivered") && replay == "":
+						// What to do about the loss (the appended
+						// lines not delivered are said apart).
 						replay = t
 					}
 				}
@@ -220,12 +241,17 @@ func (r *Report) receipts(srcs []Source) {
 		}
 		r.Receipts = append(r.Receipts, nr)
 	}
-	// What the backend lost first, then what to do about it, then what is
-	// not known.
+	// What the backend lost first, then what to check and what to do
+	// about it, then the appended lines not delivered, then what is not
+	// known.
 	r.Trouble = append(r.Trouble, lost...)
+	r.Trouble = append(r.Trouble, hints...)
 	if len(lost) > 0 && replay != "" {
 		r.Trouble = append(r.Trouble, replay)
 	}
+	// The supervisor's appended lines the backend did not take: after
+	// what the collectors lost (a backend down loses both).
+	r.Trouble = append(r.Trouble, unsent...)
 	r.Trouble = append(r.Trouble, other...)
 	// A final receipt counts everything the state's export problems say:
 	// said once, from the receipt.

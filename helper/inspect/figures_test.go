@@ -120,6 +120,17 @@ func TestDemoFigures(t *testing.T) {
 	if !near(r.Gym.RolloutsCounted, 3) || !r.Gym.RolloutsWindowSeconds.Known() || r.Gym.RolloutsWindowSeconds > 1 {
 		t.Errorf("rollouts %v in %v s", r.Gym.RolloutsCounted, r.Gym.RolloutsWindowSeconds)
 	}
+	// The rollout rate's first interval: the histogram counts from its
+	// series' start time (10:45:47.513), so its first point's 3 rollouts
+	// (at 47.609) are a rate of 3 in 0.096 s, as the throughput line's
+	// spans say (not a series that starts at its second point with 0).
+	rate, over := r.Gym.RolloutRate["n1"], r.Gym.RolloutsOverTime["n1 nemo-gym/agent"]
+	if len(rate) == 0 || rate[0][0] != 1795949147609 || math.Abs(rate[0][1]-3/0.096) > 0.5 {
+		t.Errorf("rollout rate %v: want 31.2 rollouts/s at 47.609 first (3 since the series' start at 47.513)", rate)
+	}
+	if len(over) == 0 || over[0][0] != 1795949147513 || over[0][1] != 0 {
+		t.Errorf("rollouts over time %v: want 0 at the series' start 47.513 first", over)
+	}
 	// Files without a collector.yaml (as a backend's): nothing says what
 	// was scraped, so a section is not called "not scraped".
 	for _, sec := range []string{"model servers", "GPUs", "hosts"} {

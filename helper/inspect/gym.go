@@ -26,9 +26,16 @@ func (a *aggregator) gym() Gym {
 		sets = append(sets, s.h.cumulative())
 		hs.add(s.h)
 		k := s.key.node + " " + s.key.producer
-		g.RolloutsOverTime[k] = append(g.RolloutsOverTime[k], points(s.h.tl.pts)...)
+		// A cumulative series counts from its start time: the rollouts
+		// of its first point are those since then, the first interval
+		// of the rate (0 at the start, not a rate dropped).
+		pts := s.h.tl.pts
+		if st := s.h.startMs; st > 0 && len(pts) > 0 && float64(st) < pts[0][0] {
+			pts = append([][2]float64{{float64(st), 0}}, pts...)
+		}
+		g.RolloutsOverTime[k] = append(g.RolloutsOverTime[k], points(pts)...)
 		c := &counter{}
-		for _, p := range s.h.tl.pts {
+		for _, p := range pts {
 			c.add(int64(p[0]), p[1])
 		}
 		g.RolloutRate[s.key.node] = append(g.RolloutRate[s.key.node], points(c.rates())...)

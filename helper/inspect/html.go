@@ -143,6 +143,8 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	"dec":         func(i int) int { return i - 1 },
 	"join":        strings.Join,
 	"hostlist":    slurm.CompressHostlist,
+	"texts":       Texts,
+	"textForms":   textForms,
 	"foldSharing": foldSharing,
 	"foldReasons": foldNodeReasons,
 	"s3":          secs3,
@@ -184,7 +186,7 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 </section>{{end}}
 <section id="summary">
 <p>{{if not .R.Job.Start.IsZero}}{{.R.Job.Start.Format "2006-01-02 15:04:05"}} .. {{.R.Job.End.Format "15:04:05"}} UTC ({{f .R.Job.DurationSeconds 1}} s) on {{.R.Outcome.Hostlist}}{{end}}
-{{range $k, $v := .R.Job.Identity}} &nbsp; <b>{{$k}}</b> {{if eq $k "host.name"}}{{hostlist $v}}{{else}}{{join $v ", "}}{{end}}{{end}}</p>
+{{range $k, $v := .R.Job.Identity}} &nbsp; <b>{{$k}}</b> {{if eq $k "host.name"}}{{hostlist (texts $v)}}{{else}}{{join (textForms $v) ", "}}{{end}}{{end}}</p>
 {{with .R.Summary}}<div class="delivery {{.DeliveryState}}" id="delivery">Backend: {{.Delivery}}</div>
 <div class="summary">
 <div class="fig" id="sum-rollouts"><b>{{f .Rollouts 0}}</b><span>rollouts{{if not .Rollouts.Known}} (no gym.rollout spans or histogram){{end}}</span></div>

@@ -170,6 +170,10 @@ type histogram struct {
 	n          int
 	lastMs     int64
 	tl         timeline // cumulative observation count
+	// startMs is the start time of a cumulative series' first point
+	// (its startTimeUnixNano, ms): its count is what was observed since
+	// then; 0 when not told, or for a delta series.
+	startMs int64
 }
 
 func sameBounds(a, b []float64) bool {

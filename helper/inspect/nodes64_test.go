@@ -100,7 +100,9 @@ func TestJob64Text(t *testing.T) {
 
 // TestJob64JSON: --json of the 64-node job: the outcome's figures typed
 // (numbers as numbers), the 64 nodes' hostlist, every node's server, GPU
-// and host in natural order, host.name's 64 values all kept.
+// and host in natural order, host.name's 64 values all kept in natural
+// order, each identity value its JSON type (the int
+// slurm_job_restart_count the number 0, not "0 (int)").
 func TestJob64JSON(t *testing.T) {
 	r, _ := job64(t)
 	raw, err := json.Marshal(r)
@@ -119,7 +121,7 @@ func TestJob64JSON(t *testing.T) {
 			Node string `json:"node"`
 		} `json:"hosts"`
 		Job struct {
-			Identity map[string][]string `json:"identity"`
+			Identity map[string][]any `json:"identity"`
 		} `json:"job"`
 	}
 	if err := json.Unmarshal(raw, &got); err != nil {
@@ -147,8 +149,28 @@ func TestJob64JSON(t *testing.T) {
 			t.Fatalf("row %d: server on %s, GPU on %s, host %s: want %s (natural order)", i, got.Servers[i].Node, got.GPUs[4*i].Node, got.Hosts[i].Node, want)
 		}
 	}
-	if n := len(got.Job.Identity["host.name"]); n != 64 {
-		t.Errorf("identity host.name keeps %d values, want 64", n)
+	hosts := got.Job.Identity["host.name"]
+	if len(hosts) != 64 {
+		t.Errorf("identity host.name keeps %d values, want 64", len(hosts))
+	}
+	for i, h := range hosts {
+		if want := fmt.Sprintf("gn%d", i+1); h != want {
+			t.Fatalf("identity host.name[%d] = %#v, want %q (natural order)", i, h, want)
+		}
+	}
+	if rc := got.Job.Identity["slurm_job_restart_count"]; len(rc) != 1 || rc[0] != 0.0 {
+		t.Errorf("identity slurm_job_restart_count = %#v, want [0] (a number)", rc)
+	}
+	if id := got.Job.Identity["slurm_job_id"]; len(id) != 1 || id[0] != "2" {
+		t.Errorf("identity slurm_job_id = %#v, want [\"2\"] (a string, as the files have it)", id)
+	}
+	// The Go reader of --json reads the types back.
+	var back Report
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if rc := back.Job.Identity["slurm_job_restart_count"]; len(rc) != 1 || rc[0] != (AttrValue{Text: "0", Kind: "int"}) {
+		t.Errorf("read back: slurm_job_restart_count %#v", rc)
 	}
 }
 

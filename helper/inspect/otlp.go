@@ -120,6 +120,7 @@ func (p numberPoint) value() (float64, bool) {
 
 type histogramPoint struct {
 	Attributes     attrs     `json:"attributes"`
+	Start          nanos     `json:"startTimeUnixNano"`
 	Time           nanos     `json:"timeUnixNano"`
 	Count          num       `json:"count"`
 	Sum            num       `json:"sum"`

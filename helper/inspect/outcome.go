@@ -94,7 +94,7 @@ func (r *Report) outcome() {
 	}
 	if o.JobID == "" {
 		if ids := r.Job.Identity["slurm_job_id"]; len(ids) == 1 {
-			o.JobID = trimInt(ids[0])
+			o.JobID = ids[0].Text
 		}
 	}
 	if fr := r.FirstRollout; fr.Submit != nil && fr.Start != nil {
@@ -103,13 +103,6 @@ func (r *Report) outcome() {
 	o.deriveState(run, r.Health.Dirs)
 	o.deriveElapsed(run, r.FirstRollout.Start)
 	r.Outcome = o
-}
-
-func trimInt(s string) string {
-	if n := len(s) - len(" (int)"); n > 0 && s[n:] == " (int)" {
-		return s[:n]
-	}
-	return s
 }
 
 // firstRun is the phases of the job's first run read (the run whose trace

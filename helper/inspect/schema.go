@@ -120,8 +120,10 @@ type NodeReceipt struct {
 type Job struct {
 	// Identity holds the resource attributes user, run_id, slurm_job_id,
 	// slurm_job_restart_count, slurm_job_sluid, benchmark, cluster, model,
-	// service.name and host.name seen (an Int value ends in " (int)").
-	Identity map[string][]string `json:"identity"`
+	// service.name and host.name seen, each value as the files typed it
+	// (a JSON string, number or boolean), in natural order (gn2 before
+	// gn10); host.name up to 4096 values, the others up to 50.
+	Identity map[string][]AttrValue `json:"identity"`
 	// Start and End are the first and last timestamp of any item.
 	Start           time.Time `json:"start"`
 	End             time.Time `json:"end"`
@@ -286,7 +288,17 @@ type Host struct {
 
 // Spans are the span statistics.
 type Spans struct {
+	// Total is the job's own spans (every span of the files but the
+	// plugin's phase spans), the spans ranked below.
 	Total int `json:"total"`
+	// PhaseSpans is the plugin's Slurm phase spans (marked
+	// gym_otel.source=slurm), shown as the phases, not ranked here.
+	PhaseSpans int `json:"phase_spans"`
+	// InFiles is every span of the files read: Total + PhaseSpans, the
+	// sum of health.dirs[].spans; what the receipts count as sent (the
+	// collector's and the supervisor's appended lines) when nothing was
+	// lost.
+	InFiles int `json:"in_files"`
 	// ByName are the raw spans' statistics by name and producer, sorted by
 	// total time; ByP99 the same sorted by p99.
 	ByName []SpanName `json:"by_name"`

@@ -7,7 +7,7 @@ import (
 )
 
 func (a *aggregator) spanReport() Spans {
-	sp := Spans{ByName: []SpanName{}, ByP99: []SpanName{}, Slowest: a.slowest, SpanMetrics: []SpanMetric{}}
+	sp := Spans{ByName: []SpanName{}, ByP99: []SpanName{}, Slowest: a.slowest, SpanMetrics: []SpanMetric{}, PhaseSpans: a.phaseSpans}
 	if sp.Slowest == nil {
 		sp.Slowest = []SlowSpan{}
 	}
@@ -23,6 +23,7 @@ func (a *aggregator) spanReport() Spans {
 		sp.ByName = append(sp.ByName, SpanName{Name: st.name, Producer: st.producer, TotalMs: st.totalMs, Errors: st.errors,
 			Duration: sampleQuantiles(st.sample, st.count, st.totalMs, st.minMs, st.maxMs)})
 	}
+	sp.InFiles = sp.Total + sp.PhaseSpans
 	sort.Slice(sp.ByName, func(i, j int) bool {
 		if sp.ByName[i].TotalMs != sp.ByName[j].TotalMs {
 			return sp.ByName[i].TotalMs > sp.ByName[j].TotalMs

@@ -70,7 +70,7 @@ func (r *Report) delivery() (string, string) {
 	}
 	lost := false
 	for _, nr := range r.Receipts {
-		lost = lost || (nr.Receipt != nil && nr.Receipt.Trouble())
+		lost = lost || (nr.Receipt != nil && (nr.Receipt.Trouble() || undeliveredAppended(nr.Receipt) > 0))
 	}
 	if lost {
 		return "NOT everything: " + r.Trouble[0], "lost"
@@ -78,21 +78,69 @@ func (r *Report) delivery() (string, string) {
 	if len(r.Trouble) > 0 {
 		return "unknown: " + r.Trouble[0], "unknown"
 	}
-	sent := map[string]int64{}
+	var rcs []*receipt.Receipt
 	for _, nr := range r.Receipts {
 		if nr.Receipt == nil || !nr.Receipt.Complete() {
 			return "unknown: a receipt is missing or incomplete", "unknown"
 		}
-		for sig, c := range nr.Receipt.Signals {
-			sent[sig] += c.Sent
+		rcs = append(rcs, nr.Receipt)
+	}
+	sent, app := sentText(rcs)
+	if app != "" {
+		app = fmt.Sprintf("; the supervisor delivered %s of them, appended after the collector's exit", app)
+	}
+	return fmt.Sprintf("nothing lost: the backend accepted all %s (final receipts of %d %s%s)", sent,
+		len(r.Receipts), plural(len(r.Receipts), "node"), app), "ok"
+}
+
+// signalWords are the items of each signal, as the report names them.
+var signalWords = map[string]string{"traces": "spans", "metrics": "metric points", "logs": "log records"}
+
+// sentText is what the receipts say reached the backend, per signal: the
+// collector's sent items with the lines the supervisor appended after the
+// collector's exit and delivered itself ("24 spans, 46 metric points, 5
+// log records"), so that the count agrees with the files' items; and the
+// latter apart ("2 spans and 34 metric points", "" when none).
+func sentText(rcs []*receipt.Receipt) (sent, appended string) {
+	sentN, appN := map[string]int64{}, map[string]int64{}
+	for _, rc := range rcs {
+		for sig, c := range rc.Signals {
+			sentN[sig] += c.Sent
+		}
+		for _, a := range rc.Appended {
+			if !a.Delivered {
+				continue
+			}
+			sig := strings.TrimSuffix(a.File, ".jsonl")
+			n := int64(a.Spans)
+			if sig == "metrics" {
+				n = int64(a.Points)
+			}
+			sentN[sig] += n
+			appN[sig] += n
 		}
 	}
-	var parts []string
+	var parts, app []string
 	for _, sig := range receipt.Signals {
-		if n, ok := sent[sig]; ok {
-			parts = append(parts, fmt.Sprintf("%d %s", n, map[string]string{"traces": "spans", "metrics": "metric points", "logs": "log records"}[sig]))
+		if n, ok := sentN[sig]; ok {
+			parts = append(parts, fmt.Sprintf("%d %s", n, signalWords[sig]))
+		}
+		if n := appN[sig]; n > 0 {
+			app = append(app, fmt.Sprintf("%d %s", n, signalWords[sig]))
 		}
 	}
-	return fmt.Sprintf("nothing lost: the backend accepted all %s (final receipts of %d %s)", strings.Join(parts, ", "),
-		len(r.Receipts), plural(len(r.Receipts), "node")), "ok"
+	return strings.Join(parts, ", "), strings.Join(app, " and ")
+}
+
+// undeliveredAppended counts the lines the supervisor appended to rc's
+// files after the collector's exit that the backend did not take (or whose
+// delivery no receipt records): in the files, not at the backend.
+func undeliveredAppended(rc *receipt.Receipt) int {
+	n := 0
+	for _, a := range rc.Appended {
+		if !a.Delivered {
+			n++
+		}
+	}
+	return n
 }

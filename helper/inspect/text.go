@@ -150,17 +150,19 @@ func (t *textOut) receiptLines(r *Report) {
 			}
 			continue
 		}
-		var sent [3]int64
+		var rcs []*receipt.Receipt
 		for _, n := range ns {
 			if rc := byNode[n].Receipt; rc != nil {
-				for i, sig := range receipt.Signals {
-					sent[i] += rc.Signals[sig].Sent
-				}
+				rcs = append(rcs, rc)
 			}
 		}
 		line := fmt.Sprintf("%d %s %s: %s", len(ns), plural(len(ns), "node"), slurm.CompressHostlist(ns), k)
-		if byNode[ns[0]].Receipt != nil {
-			line += fmt.Sprintf(" (sent to the backend: %d spans, %d metric points, %d log records)", sent[0], sent[1], sent[2])
+		if len(rcs) > 0 {
+			sent, app := sentText(rcs)
+			if app != "" {
+				app = fmt.Sprintf("; %s of them by the supervisor after the collector's exit", app)
+			}
+			line += fmt.Sprintf(" (sent to the backend: %s%s)", sent, app)
 		}
 		t.wrap("  ", line)
 	}
@@ -173,7 +175,7 @@ func receiptKey(nr NodeReceipt) string {
 	if rc == nil {
 		return "no receipt.json (what reached the backend is unknown there)"
 	}
-	if rc.Trouble() {
+	if rc.Trouble() || undeliveredAppended(rc) > 0 {
 		return ""
 	}
 	head := nr.Summary[0]
@@ -193,9 +195,9 @@ func (t *textOut) jobLines(j Job) {
 	t.section("job")
 	for _, k := range identityKeys {
 		if v := j.Identity[k]; k == "host.name" && len(v) > 0 {
-			t.wrap(fmt.Sprintf("  %-24s ", k), slurm.CompressHostlist(v))
+			t.wrap(fmt.Sprintf("  %-24s ", k), slurm.CompressHostlist(Texts(v)))
 		} else if len(v) > 0 {
-			t.line("  %-24s %s", k, strings.Join(v, ", "))
+			t.line("  %-24s %s", k, strings.Join(textForms(v), ", "))
 		}
 	}
 	if !j.Start.IsZero() {
@@ -465,7 +467,13 @@ func (t *textOut) spanLines(r *Report) {
 	if s.Total == 0 && len(s.SpanMetrics) == 0 {
 		return
 	}
-	t.section(fmt.Sprintf("spans (%d)", s.Total))
+	if s.PhaseSpans == 0 {
+		t.section(fmt.Sprintf("spans (%d)", s.Total))
+	} else {
+		t.section(fmt.Sprintf("spans (%d of the job's)", s.Total))
+		t.wrap("  ", fmt.Sprintf("the files hold %d spans: these %d and the %d Slurm phase spans (the plugin's, under Slurm phases)",
+			s.InFiles, s.Total, s.PhaseSpans))
+	}
 	if len(s.ByName) > 0 {
 		t.line("  %-30s %-16s %7s %11s %9s %9s %9s", "by total time: name", "producer", "count", "total ms", "p50 ms", "p99 ms", "max ms")
 		for i, x := range s.ByName {

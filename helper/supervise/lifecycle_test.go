@@ -499,6 +499,13 @@ func TestBackendFailures(t *testing.T) {
 			if !strings.Contains(sum, "LOST: the backend did not get") || !strings.Contains(sum, "replay") {
 				t.Errorf("the receipt's summary does not say the backend lost data:\n%s", sum)
 			}
+			// inspect: a refused token says what to check, after the
+			// LOST lines; a backend down or hung says nothing of it.
+			insp, _ := exec.Command(harness.CLI(t), "inspect", "--no-sacct", s.Out).CombinedOutput()
+			hint := strings.Contains(string(insp), "the backend answered HTTP 401 (collector.log): it did not accept the job's bearer token")
+			if want := c.name == "wrong-token" || c.name == "401"; hint != want {
+				t.Errorf("inspect: the 401 hint %v, want %v:\n%s", hint, want, insp)
+			}
 			for _, name := range []string{"gym.rollout", "gym.verify", "sandbox.exec"} {
 				if n := tr.SpanCount(name); n != 3 {
 					t.Errorf("traces.jsonl: %d %s spans, want 3", n, name)

@@ -145,7 +145,7 @@ wait
 	html := filepath.Join(art, "report.html")
 
 	near := func(v inspect.Value, want float64) bool { return math.Abs(float64(v)-want) < 1e-6 }
-	if strings.Join(rep.Job.Nodes, ",") != "gn1,gn2" || strings.Join(rep.Job.Identity["slurm_job_id"], ",") != jobID {
+	if strings.Join(rep.Job.Nodes, ",") != "gn1,gn2" || strings.Join(inspect.Texts(rep.Job.Identity["slurm_job_id"]), ",") != jobID {
 		t.Errorf("nodes %v identity %v", rep.Job.Nodes, rep.Job.Identity)
 	}
 

@@ -55,7 +55,7 @@ func checkInspect(t *testing.T, host, jobID string) {
 	html := filepath.Join(art, "report.html")
 
 	near := func(v inspect.Value, want float64) bool { return math.Abs(float64(v)-want) < 1e-9 }
-	if strings.Join(r.Job.Nodes, ",") != "c1,c2" || strings.Join(r.Job.Identity["slurm_job_id"], ",") != jobID {
+	if strings.Join(r.Job.Nodes, ",") != "c1,c2" || strings.Join(inspect.Texts(r.Job.Identity["slurm_job_id"]), ",") != jobID {
 		t.Errorf("inspect: nodes %v, job %v", r.Job.Nodes, r.Job.Identity["slurm_job_id"])
 	}
 	if len(r.ModelServers) != 3 {

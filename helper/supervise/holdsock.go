@@ -46,8 +46,11 @@ import (
 // CLI's supervise by hand, or tests) has no inherited listener and serves
 // no hold socket: the batch step then waits its bound.
 //
-// The batch step sends the request line "sampled" and reads at most 256
-// bytes of answer within 250 ms:
+// Every line it takes is in holdVerbs, with its words from helper/contract
+// (Hold*), which also writes them into the C front's header; the answer
+// that takes a line is contract.HoldOK. The batch step sends the request
+// line "sampled" and reads less than contract.HoldAnswerMax (256) bytes of
+// answer within contract.HoldExchangeMs (250 ms):
 //
 //	targets=<number of scrape targets on this node>
 //	sampled_ms=<unix ms: every target has a sample stamped at or after it; 0: not yet>

@@ -56,6 +56,22 @@
 #define GOS_HOLD_SAMPLED_MS "sampled_ms"
 /* HoldFinal */
 #define GOS_HOLD_FINAL "final"
+/* HoldStepStart */
+#define GOS_HOLD_STEP_START "step start"
+/* HoldStepEnd */
+#define GOS_HOLD_STEP_END "step end"
+/* HoldEpilogStart */
+#define GOS_HOLD_EPILOG_START "epilog start"
+/* HoldOK */
+#define GOS_HOLD_OK "ok"
+/* HoldRequestMax */
+#define GOS_HOLD_REQUEST_MAX 192
+/* HoldAnswerMax */
+#define GOS_HOLD_ANSWER_MAX 256
+/* HoldExchangeMs */
+#define GOS_HOLD_EXCHANGE_MS 250
+/* TraceparentLen */
+#define GOS_TRACEPARENT_LEN 55
 /* EnvPrologStart */
 #define GOS_ENV_PROLOG_START "GYM_OTEL_PROLOG_START_MS"
 /* EnvEpilogStart */

@@ -47,12 +47,15 @@ int gym_otel_core_prolog(const char *args, const char *encoded,
 			 unsigned int uid, unsigned int gid);
 
 /*
- * Job epilog (root): stop the supervisor recorded in
- * <record_dir>/<node>/<job_id>/record (SIGTERM, bounded wait, SIGKILL of its
- * session) and remove that directory, all within the epilog's deadline
- * (prolog_timeout from args, the plugstack arguments joined by '\n', and
- * Slurm's EpilogTimeout). record_dir is the one to use whatever args say.
- * Returns 0, or 1 on a logged problem.
+ * Job epilog (root), all within the epilog's deadline (prolog_timeout from
+ * args, the plugstack arguments joined by '\n', and Slurm's EpilogTimeout):
+ * tell the supervisor recorded in <record_dir>/<node>/<job_id>/record the
+ * epilog's start on its hold socket and stop it (SIGTERM, a wait bounded
+ * by the record's drain bound), end what is left of the job's collector
+ * cgroup (or SIGKILL the supervisor's session on a node without one),
+ * remove the job's rules of the node's packet filter and that directory,
+ * then end orphaned groups of earlier jobs on the node. record_dir is the
+ * one to use whatever args say. Returns 0, or 1 on a logged problem.
  */
 int gym_otel_core_epilog(const char *args, const char *record_dir,
 			 const char *node, unsigned int job_id);

@@ -13,18 +13,23 @@
  *           job_prolog: start the supervisor, write  prolog.c
  *           root's record
  *   step    (remote: slurmstepd; pure C, never Go)   step.c
- *           init_post_opt: task env from root's      taskenv.c
- *           record;
+ *           init_post_opt: tell the supervisor the   phase.c
+ *           step's start, get its TRACEPARENT;
+ *           task env from root's record;             taskenv.c
  *           task_init: the batch step names the job's notice.c
  *           files, backend and inspect command in
  *           the job's output; fail the tasks when
  *           the collector failed and on_failure=fail;
  *           task_post_fork: the collector's CPU set  cgroup.c
  *           follows the job's;
- *           task_exit: final-scrape wait             hold.c
+ *           task_exit: the tasks' exits;             phase.c
+ *           final-scrape wait                        hold.c
+ *           exit: tell the supervisor the step's     phase.c
+ *           end
  *   epilog  (job_script: `slurmstepd spank epilog`, root)
- *           job_epilog: stop the supervisor, remove  prolog.c
- *           the record
+ *           job_epilog: stamp the epilog's start,    prolog.c
+ *           then the Go core tells the supervisor,
+ *           stops it, removes the record
  *
  * Apart from task_init, no callback in slurmstepd or in the prolog/epilog
  * returns non-zero: a failure there must never drain a node.

@@ -33,15 +33,6 @@
 #include "holdsock.h"
 #include "log.h"
 
-/* Monotonic milliseconds. */
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /*
  * Whether slurmctld says the job is over or ending (scancel, a time limit
  * during the final wait). One RPC; an unanswered one is "not ended".
@@ -95,7 +86,7 @@ static int job_nodes(spank_t sp)
  */
 static void final_wait(uint32_t job_id, int seconds, int nodes, const char *node, const char *hold_socket)
 {
-	long long start = now_ms(), end = start + (long long)seconds * 1000, next = start + 1000;
+	long long start = gos_mono_ms(), end = start + (long long)seconds * 1000, next = start + 1000;
 	long long since = gos_now_ms();
 	struct timespec slice = { 0, 100 * 1000 * 1000 };
 	const char *why = NULL;
@@ -105,13 +96,13 @@ static void final_wait(uint32_t job_id, int seconds, int nodes, const char *node
 	if (nodes && !gos_hold_final(hold_socket, nodes))
 		gos_info("job %u: the supervisor on %s did not take the final-scrape request: "
 			 "waiting for every target's next scrape", job_id, node);
-	while (!why && now_ms() < end) {
+	while (!why && gos_mono_ms() < end) {
 		nanosleep(&slice, NULL);
 		if (nodes && (sampled = gos_hold_sampled(hold_socket, since))) {
 			gos_info("job %u: %s %s%s: final-scrape wait ended after %lld ms", job_id,
 				 sampled == 2 ? "no scrape target on" : "every target on", nodes > 1 ? "every node" : node,
 				 sampled == 2 ? "" : " has a sample after the script's last line",
-				 now_ms() - start);
+				 gos_mono_ms() - start);
 			why = "sampled";
 			break;
 		}
@@ -119,13 +110,13 @@ static void final_wait(uint32_t job_id, int seconds, int nodes, const char *node
 			child = -1;
 			if (WIFEXITED(status) && WEXITSTATUS(status) == 1) {
 				gos_info("job %u: the job is ending (cancelled or out of time): "
-					 "final-scrape wait cut short after %lld ms", job_id, now_ms() - start);
+					 "final-scrape wait cut short after %lld ms", job_id, gos_mono_ms() - start);
 				why = "ending";
 				break;
 			}
 		}
-		if (child < 0 && now_ms() >= next && now_ms() < end - 500) {
-			next = now_ms() + 1000;
+		if (child < 0 && gos_mono_ms() >= next && gos_mono_ms() < end - 500) {
+			next = gos_mono_ms() + 1000;
 			child = fork();
 			if (child == 0)
 				_exit(job_ending(job_id) ? 1 : 0);
@@ -136,11 +127,11 @@ static void final_wait(uint32_t job_id, int seconds, int nodes, const char *node
 		waitpid(child, &status, 0);
 		if (!why)
 			gos_info("job %u: final-scrape wait done after %lld ms (slurmctld did not answer the last query)",
-				 job_id, now_ms() - start);
+				 job_id, gos_mono_ms() - start);
 		return;
 	}
 	if (!why)
-		gos_info("job %u: final-scrape wait done after %lld ms", job_id, now_ms() - start);
+		gos_info("job %u: final-scrape wait done after %lld ms", job_id, gos_mono_ms() - start);
 }
 
 void gos_hold(spank_t sp, uint32_t job_id, int seconds, const char *node, const char *hold_socket)

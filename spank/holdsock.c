@@ -1,13 +1,16 @@
 /*
- * holdsock.c: root's exchanges with the job's supervisor on the node, on
- * the supervisor's hold socket (helper/supervise/holdsock.go), pure C in
- * slurmstepd: the batch step's question (has every scrape target a
- * sample stamped at or after the script's end? hold.c asks it and ends
- * the hold early on a yes), its final-scrape request before the first
- * question ("final": the supervisor then scrapes every target at once,
- * helper/supervise/finalscrape.go, instead of at each target's next
- * interval), and every step's phase lines (phase.c). All of them go
- * through gos_hold_exchange.
+ * holdsock.c: the steps' one client of the job's supervisor on the node,
+ * on the supervisor's hold socket (helper/supervise/holdsock.go serves it;
+ * the words are helper/contract's, GOS_HOLD_* in gym_otel_contract.h),
+ * pure C in slurmstepd: the batch step's question (has every scrape
+ * target a sample stamped at or after the script's end? hold.c asks it
+ * and ends the hold early on a yes), its final-scrape request before the
+ * first question ("final": the supervisor then scrapes every target at
+ * once, helper/supervise/finalscrape.go, instead of at each target's next
+ * interval), and every step's start and end (phase.c), whose start's
+ * answer may carry the step's traceparent. All of them go through
+ * gos_hold_exchange. (The job epilog's line is sent by the Go core,
+ * helper/launch's TellEpilogStart.)
  *
  * The socket is a pathname socket in root's record dir of the job
  * (root's record names it), in a dir of its own that only root can enter:
@@ -15,8 +18,8 @@
  * so no other user, the job's own neither, can connect, flood it or read
  * its answers. It is trusted only when it is a socket owned by root in a
  * directory owned by root that neither group nor others can write (no
- * symbolic link either); at most GOS_HOLD_MAX bytes are read within
- * GOS_HOLD_MS, and the answer is trusted no further than ending the job's
+ * symbolic link either); less than GOS_HOLD_ANSWER_MAX bytes are read
+ * within GOS_HOLD_EXCHANGE_MS, and the answer is trusted no further than ending the job's
  * own hold early or making its phase spans.
  */
 #define _GNU_SOURCE
@@ -28,19 +31,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "gym_otel_contract.h"
 #include "holdsock.h"
 
-static long long mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+/* The answer that takes a line. */
+#define OK_LINE GOS_HOLD_OK "\n"
 
 /* The value of "key=<digits>\n" in text, or -1. */
 static long long field(const char *text, const char *key)
@@ -86,15 +84,15 @@ static int trusted(const char *path)
 	return !lstat(path, &st) && S_ISSOCK(st.st_mode) && st.st_uid == 0;
 }
 
-ssize_t gos_hold_exchange(const char *path, const char *line, char buf[GOS_HOLD_MAX + 1])
+ssize_t gos_hold_exchange(const char *path, const char *line, char buf[GOS_HOLD_ANSWER_MAX + 1])
 {
 	struct sockaddr_un a;
 	size_t ll = strlen(line);
-	long long end = mono_ms() + GOS_HOLD_MS;
+	long long end = gos_mono_ms() + GOS_HOLD_EXCHANGE_MS;
 	ssize_t got = 0, n, rc = -1;
 	int fd;
 
-	if (!path || !trusted(path))
+	if (!path || !trusted(path) || ll > GOS_HOLD_REQUEST_MAX)
 		return -1;
 	memset(&a, 0, sizeof(a));
 	a.sun_family = AF_UNIX;
@@ -106,20 +104,20 @@ ssize_t gos_hold_exchange(const char *path, const char *line, char buf[GOS_HOLD_
 		goto out;
 	if (send(fd, line, ll, MSG_NOSIGNAL) != (ssize_t)ll)
 		goto out;
-	while (got < GOS_HOLD_MAX) {
+	while (got < GOS_HOLD_ANSWER_MAX) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long long left = end - mono_ms();
+		long long left = end - gos_mono_ms();
 
 		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
 			goto out; /* no complete answer in time */
-		n = read(fd, buf + got, GOS_HOLD_MAX - got);
+		n = read(fd, buf + got, GOS_HOLD_ANSWER_MAX - got);
 		if (n < 0 && (errno == EAGAIN || errno == EINTR))
 			continue;
 		if (n <= 0)
 			break; /* the answer is complete */
 		got += n;
 	}
-	if (got >= GOS_HOLD_MAX)
+	if (got >= GOS_HOLD_ANSWER_MAX)
 		goto out; /* more than an answer can be */
 	buf[got] = 0;
 	rc = got;
@@ -130,7 +128,7 @@ out:
 
 int gos_hold_sampled(const char *path, long long since_ms)
 {
-	char buf[GOS_HOLD_MAX + 1];
+	char buf[GOS_HOLD_ANSWER_MAX + 1];
 	long long targets, at;
 
 	if (gos_hold_exchange(path, GOS_HOLD_QUESTION "\n", buf) <= 0)
@@ -144,8 +142,66 @@ int gos_hold_sampled(const char *path, long long since_ms)
 
 int gos_hold_final(const char *path, int nodes)
 {
-	char buf[GOS_HOLD_MAX + 1], line[48];
+	char buf[GOS_HOLD_ANSWER_MAX + 1], line[48];
 
 	snprintf(line, sizeof(line), GOS_HOLD_FINAL " %d\n", nodes);
-	return gos_hold_exchange(path, line, buf) > 0 && !strcmp(buf, "ok\n");
+	return gos_hold_exchange(path, line, buf) > 0 && !strcmp(buf, OK_LINE);
+}
+
+/* Whether s is a traceparent of version 00 (W3C trace-context): lower-case
+ * hex, a trace id and a span id not all zeros. */
+static int valid_traceparent(const char *s)
+{
+	int trace = 0, span = 0;
+
+	if (strlen(s) != GOS_TRACEPARENT_LEN || strncmp(s, "00-", 3))
+		return 0;
+	for (int i = 3; i < GOS_TRACEPARENT_LEN; i++) {
+		char c = s[i];
+
+		if (i == 35 || i == 52) {
+			if (c != '-')
+				return 0;
+			continue;
+		}
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+			return 0;
+		if (c != '0' && i < 35)
+			trace = 1;
+		if (c != '0' && i > 35 && i < 52)
+			span = 1;
+	}
+	return trace && span;
+}
+
+int gos_hold_step_start(const char *path, uint32_t step_id, long long start_ms,
+			char traceparent[GOS_TRACEPARENT_LEN + 1])
+{
+	char line[96], buf[GOS_HOLD_ANSWER_MAX + 1];
+	size_t n, ok = strlen(GOS_HOLD_OK);
+
+	traceparent[0] = 0;
+	snprintf(line, sizeof(line), GOS_HOLD_STEP_START " %u %lld\n", step_id, start_ms);
+	if (gos_hold_exchange(path, line, buf) <= 0 || strncmp(buf, GOS_HOLD_OK, ok))
+		return -1;
+	if (!strcmp(buf, OK_LINE))
+		return 0;
+	n = strlen(buf);
+	if (n == ok + 1 + GOS_TRACEPARENT_LEN + 1 && buf[ok] == ' ' && buf[n - 1] == '\n') {
+		buf[n - 1] = 0;
+		if (valid_traceparent(buf + ok + 1)) {
+			memcpy(traceparent, buf + ok + 1, GOS_TRACEPARENT_LEN + 1);
+			return 0;
+		}
+	}
+	return 1;
+}
+
+int gos_hold_step_end(const char *path, const struct gos_hold_step_end *e)
+{
+	char line[GOS_HOLD_REQUEST_MAX + 1], buf[GOS_HOLD_ANSWER_MAX + 1];
+
+	snprintf(line, sizeof(line), GOS_HOLD_STEP_END " %u %lld %lld %lld %lld %d %d %d\n", e->step_id,
+		 e->start_ms, e->end_ms, e->tasks_end_ms, e->final_end_ms, e->exit, e->signal, e->tasks);
+	return gos_hold_exchange(path, line, buf) > 0 && !strcmp(buf, OK_LINE) ? 0 : -1;
 }

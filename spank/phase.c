@@ -9,11 +9,13 @@
  *   step start <step id> <unix ms>
  *   step end <step id> <start ms> <end ms> <tasks end ms|0> <final wait end ms|0> <exit|-1> <signal|0> <tasks>
  *
- * and reads its short answer, "ok", through holdsock.c's
- * gos_hold_exchange: the socket is trusted only when it is root's in a
- * dir only root can write, and each exchange is bounded by GOS_HOLD_MS
- * and GOS_HOLD_MAX bytes; a supervisor that does not answer costs the
- * step at most that, twice, and loses only the span. The task exits
+ * and reads its short answer, "ok", through holdsock.c
+ * (gos_hold_step_start, gos_hold_step_end: the words are helper/contract's
+ * GOS_HOLD_STEP_START and GOS_HOLD_STEP_END): the socket is trusted only
+ * when it is root's in a dir only root can write, and each exchange is
+ * bounded by GOS_HOLD_EXCHANGE_MS and GOS_HOLD_ANSWER_MAX bytes; a
+ * supervisor that does not answer costs the step at most that, twice, and
+ * loses only the span. The task exits
  * (task_exit, in slurmstepd) give the worst exit code or the first signal
  * of the node's tasks, and the batch script's end; the final wait's end
  * is taken when the batch step's task_exit returns.
@@ -26,8 +28,8 @@
  * hashes over facts only the supervisor holds together (the run's cluster,
  * restart count and SLUID, the node, the step's start), and one
  * derivation cannot drift from a second one. No answer within the
- * exchange's bound, or one that is not a valid traceparent: no
- * TRACEPARENT, and the step goes on.
+ * exchange's bound, or one that is not a valid traceparent (holdsock.c
+ * checks it): no TRACEPARENT, and the step goes on.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -51,46 +53,10 @@ static struct {
 	int waits; /* the last task exited (no signal): the final wait may run */
 } ph;
 
-/* Sends line to the supervisor and waits (bounded) for its answer: 0 when
- * it answered "ok". */
-static int tell(const char *line)
-{
-	char buf[GOS_HOLD_MAX + 1];
-
-	return gos_hold_exchange(ph.sock, line, buf) > 0 && !strcmp(buf, "ok\n") ? 0 : -1;
-}
-
-/* Whether s is a traceparent of version 00 (W3C trace-context): lower-case
- * hex, a trace id and a span id not all zeros. */
-static int valid_traceparent(const char *s)
-{
-	int trace = 0, span = 0;
-
-	if (strlen(s) != GOS_TRACEPARENT_LEN || strncmp(s, "00-", 3))
-		return 0;
-	for (int i = 3; i < GOS_TRACEPARENT_LEN; i++) {
-		char c = s[i];
-
-		if (i == 35 || i == 52) {
-			if (c != '-')
-				return 0;
-			continue;
-		}
-		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-			return 0;
-		if (c != '0' && i < 35)
-			trace = 1;
-		if (c != '0' && i > 35 && i < 52)
-			span = 1;
-	}
-	return trace && span;
-}
-
 void gos_phase_step_start(spank_t sp, uint32_t job_id, uint32_t step_id, const struct gos_record *r,
 			  char traceparent[GOS_TRACEPARENT_LEN + 1])
 {
-	char line[96], buf[GOS_HOLD_MAX + 1];
-	size_t n;
+	int rc;
 
 	(void)sp;
 	memset(&ph, 0, sizeof(ph));
@@ -102,18 +68,10 @@ void gos_phase_step_start(spank_t sp, uint32_t job_id, uint32_t step_id, const s
 	ph.exit = -1;
 	snprintf(ph.sock, sizeof(ph.sock), "%s", r->hold_socket);
 	ph.start = gos_now_ms();
-	snprintf(line, sizeof(line), "step start %u %lld\n", step_id, ph.start);
-	if (gos_hold_exchange(ph.sock, line, buf) <= 0 || strncmp(buf, "ok", 2)) {
+	rc = gos_hold_step_start(ph.sock, step_id, ph.start, traceparent);
+	if (rc < 0)
 		gos_debug("job %u step %u: the supervisor did not take the step's start", job_id, step_id);
-		return;
-	}
-	n = strlen(buf);
-	if (n == 3 + GOS_TRACEPARENT_LEN + 1 && buf[2] == ' ' && buf[n - 1] == '\n') {
-		buf[n - 1] = 0;
-		if (valid_traceparent(buf + 3))
-			memcpy(traceparent, buf + 3, GOS_TRACEPARENT_LEN + 1);
-	}
-	if (!traceparent[0] && strcmp(buf, "ok\n"))
+	else if (rc > 0)
 		gos_debug("job %u step %u: the supervisor's trace context is not a traceparent", job_id, step_id);
 }
 
@@ -142,13 +100,14 @@ void gos_phase_task_exit_done(void)
 
 void gos_phase_step_end(void)
 {
-	char line[192];
+	struct gos_hold_step_end e;
 
 	if (!ph.on)
 		return;
-	snprintf(line, sizeof(line), "step end %u %lld %lld %lld %lld %d %d %d\n", ph.step_id, ph.start,
-		 gos_now_ms(), ph.tasks_end, ph.final_end, ph.exit, ph.signal, ph.tasks);
-	if (tell(line))
+	e = (struct gos_hold_step_end){ .step_id = ph.step_id, .start_ms = ph.start, .end_ms = gos_now_ms(),
+					.tasks_end_ms = ph.tasks_end, .final_end_ms = ph.final_end,
+					.exit = ph.exit, .signal = ph.signal, .tasks = ph.tasks };
+	if (gos_hold_step_end(ph.sock, &e))
 		gos_debug("step %u: the supervisor did not take the step's end", ph.step_id);
 	memset(&ph, 0, sizeof(ph));
 }

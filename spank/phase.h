@@ -8,13 +8,12 @@
 #include <stdint.h>
 #include <slurm/spank.h>
 
+#include "gym_otel_contract.h"
 #include "record.h"
 
-/* A W3C trace-context traceparent, "00-<32 hex>-<16 hex>-<2 hex>". */
-#define GOS_TRACEPARENT_LEN 55
-
 /* init_post_opt: the step starts (r: root's record of a ready collector).
- * traceparent gets the context the step's tasks run in, as the supervisor
+ * traceparent (GOS_TRACEPARENT_LEN, a W3C trace-context traceparent)
+ * gets the context the step's tasks run in, as the supervisor
  * answered it, or "" (no answer in time, an answer without one, or not a
  * valid traceparent). */
 void gos_phase_step_start(spank_t sp, uint32_t job_id, uint32_t step_id, const struct gos_record *r,

@@ -15,7 +15,10 @@
  *     is missing, or fail the tasks when the collector failed and
  *     on_failure=fail (fails the job, never drains the node) (notice.c)
  *   task_post_fork: the collector's CPU set follows the step's (cgroup.c)
- *   task_exit (batch step): the final-scrape wait (hold.c)
+ *   task_exit: each task's exit status, for the step's end (phase.c);
+ *     in the batch step, the final-scrape wait (hold.c), and its end
+ *     (phase.c)
+ *   exit (slurm_spank_exit): tell the supervisor the step's end (phase.c)
  */
 #define _GNU_SOURCE
 #include <stdio.h>

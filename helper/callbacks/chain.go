@@ -102,10 +102,13 @@ var (
 // supervisor still is and has not finished: it may be restarting it.
 type restarting struct{ error }
 
-// collectorToken reads the value of tokenEnv from the environment of the
-// collector that state.json in dir names. An error wraps restarting when
-// no collector runs but the supervisor state.json names is still there
-// and has not ended (its status is not drained or failed).
+// collectorToken takes the running job's backend token for a nested
+// submit: from the supervisor's token socket in dir (socketToken), and
+// only when there is no such socket (a supervisor of an earlier release)
+// from the environment of the collector that state.json in dir names, as
+// the value of tokenEnv. An error wraps restarting when no collector runs
+// but the supervisor state.json names is still there and has not ended
+// (its status is not drained or failed).
 func collectorToken(dir, tokenEnv string) (string, error) {
 	// The supervisor's token socket first (jobdir.TokenSocket): the
 	// collector is not dumpable, its environment not open to this user.

@@ -4,28 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/memory"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
-
-// CgroupBase is the directory, below each cgroup hierarchy's mount, that
-// holds the plugin's groups: <mount>/gym_otel/<cluster>/<node>/job_<id>
-// (job ids are per cluster; <cluster> is SLURM_CLUSTER_NAME).
-const CgroupBase = "gym_otel"
-
-// groupBase is CgroupBase/<cluster>, or CgroupBase without a usable
-// cluster name.
-func groupBase(cluster string) string {
-	if cluster == "" || strings.ContainsAny(cluster, "/\x00") || cluster == "." || cluster == ".." {
-		return CgroupBase
-	}
-	return CgroupBase + "/" + cluster
-}
 
 // CgroupMemoryFactor sets a job group's memory bound at the prolog:
 // CgroupMemoryFactor x otel.memory_limit_mib (the collector's own soft
@@ -53,17 +39,15 @@ func groupBase(cluster string) string {
 // at or below the least memory a job gets on a node. Without Contain the
 // window lasts until the node's first step: on a node where the job runs
 // no step, for the job's life.
-const CgroupMemoryFactor = 2
+const CgroupMemoryFactor = memory.GroupFactor
 
 // cgroupMemoryBytes is the memory bound of a job's group at the prolog,
-// bytes: CgroupMemoryFactor x memMiB (the settings' memory_limit_mib, already
-// validated), at most capMiB; capped says the cap decided it.
+// bytes: the memory policy's (memory.Of) of memMiB (the settings'
+// memory_limit_mib, already validated) under the cap capMiB; capped says
+// the cap decided it.
 func cgroupMemoryBytes(memMiB, capMiB int) (n int64, capped bool) {
-	n = int64(memMiB) * CgroupMemoryFactor << 20
-	if c := int64(capMiB) << 20; capMiB > 0 && n > c {
-		return c, true
-	}
-	return n, false
+	p := memory.Of(memMiB, capMiB)
+	return p.GroupBytes, p.GroupCapped
 }
 
 // Values of the plugstack argument cgroup=.
@@ -95,7 +79,7 @@ func jobGroup(a Args, cluster, node string, jobID uint32, memBytes int64, log lo
 	if a.Cgroup == CgroupOff {
 		return nil, nil
 	}
-	rel, err := cgroup.RelPath(groupBase(cluster), node, jobID)
+	rel, err := cgroup.JobPath(cluster, node, jobID)
 	if err != nil {
 		return nil, fmt.Errorf("the collector's cgroup (plugstack cgroup=%s): %w", a.Cgroup, err)
 	}
@@ -151,7 +135,7 @@ func jobGroup(a Args, cluster, node string, jobID uint32, memBytes int64, log lo
 // openJobGroup finds the job's cgroup on this node as it exists (empty when
 // none).
 func openJobGroup(cluster, node string, jobID uint32) *cgroup.Group {
-	rel, err := cgroup.RelPath(groupBase(cluster), node, jobID)
+	rel, err := cgroup.JobPath(cluster, node, jobID)
 	if err != nil {
 		return &cgroup.Group{}
 	}

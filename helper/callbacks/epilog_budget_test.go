@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
@@ -67,7 +68,7 @@ func fakeGroup(t *testing.T, mounts []string, id uint32, procs string) []string 
 	t.Helper()
 	var dirs []string
 	for i, m := range mounts {
-		d := filepath.Join(m, groupBase(testCluster), testNode, fmt.Sprintf("job_%d", id))
+		d := filepath.Join(m, cgroup.ClusterBase(testCluster), testNode, fmt.Sprintf("job_%d", id))
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/portfilter"
@@ -156,26 +157,29 @@ func sweepOrphanGroups(ctx context.Context, recordDir, cluster, node string, cur
 	hs := nodeHierarchies(node)
 	seen := map[uint32]bool{}
 	var left []uint32
+	nodePath, err := cgroup.NodePath(cluster, node)
+	if err != nil {
+		return
+	}
 	for _, h := range hs {
-		ents, err := os.ReadDir(filepath.Join(h.GroupRoot(), groupBase(cluster), node))
+		ents, err := os.ReadDir(filepath.Join(h.GroupRoot(), nodePath))
 		if err != nil {
 			continue
 		}
 		for _, e := range ents {
-			n, ok := strings.CutPrefix(e.Name(), "job_")
-			id, err := strconv.ParseUint(n, 10, 32)
-			if !ok || err != nil || !e.IsDir() || uint32(id) == current || seen[uint32(id)] {
+			id, ok := cgroup.GroupJobID(e.Name())
+			if !ok || !e.IsDir() || id == current || seen[id] {
 				continue
 			}
-			seen[uint32(id)] = true
-			if _, err := os.Lstat(record.JobDir(recordDir, node, uint32(id))); !errors.Is(err, os.ErrNotExist) {
+			seen[id] = true
+			if _, err := os.Lstat(record.JobDir(recordDir, node, id)); !errors.Is(err, os.ErrNotExist) {
 				continue
 			}
 			if ctx.Err() != nil {
-				left = append(left, uint32(id))
+				left = append(left, id)
 				continue
 			}
-			if err := endJobGroup(ctx, openJobGroup(cluster, node, uint32(id)), uint32(id), log); err != nil {
+			if err := endJobGroup(ctx, openJobGroup(cluster, node, id), id, log); err != nil {
 				log.Warnf("job %d: the orphan cgroup of job %d: %v", current, id, err)
 				continue
 			}

@@ -224,7 +224,47 @@ func RelPath(base, node string, jobID uint32) (string, error) {
 // GroupName is the last element of the plugin's group of job jobID
 // (decimal) on every hierarchy: job_<id>, as Slurm names its own job
 // groups.
-func GroupName(jobID string) string { return "job_" + jobID }
+func GroupName(jobID string) string { return groupPrefix + jobID }
+
+// groupPrefix starts GroupName.
+const groupPrefix = "job_"
+
+// GroupJobID is the job id of a directory named name by GroupName, and
+// whether name is one.
+func GroupJobID(name string) (uint32, bool) {
+	n, ok := strings.CutPrefix(name, groupPrefix)
+	id, err := strconv.ParseUint(n, 10, 32)
+	return uint32(id), ok && err == nil
+}
+
+// Base is the directory, below each cgroup hierarchy's mount, that holds
+// the plugin's groups: <mount>/gym_otel/<cluster>/<node>/job_<id> (job ids
+// are per cluster; <cluster> is SLURM_CLUSTER_NAME).
+const Base = "gym_otel"
+
+// ClusterBase is Base/<cluster>, or Base without a usable cluster name.
+func ClusterBase(cluster string) string {
+	if cluster == "" || strings.ContainsAny(cluster, "/\x00") || cluster == "." || cluster == ".." {
+		return Base
+	}
+	return Base + "/" + cluster
+}
+
+// JobPath is the one builder of the path of the plugin's group of job
+// jobID of cluster on node, below each mount:
+// <Base>/<cluster>/<node>/job_<id> (ClusterBase, RelPath): the prolog
+// makes it there, the epilog and the sweep of orphans open it there.
+// Errors: a node name not usable in a path.
+func JobPath(cluster, node string, jobID uint32) (string, error) {
+	return RelPath(ClusterBase(cluster), node, jobID)
+}
+
+// NodePath is the directory below each mount that holds the node's job
+// groups of cluster (JobPath's parent): <Base>/<cluster>/<node>.
+func NodePath(cluster, node string) (string, error) {
+	rel, err := JobPath(cluster, node, 0)
+	return filepath.Dir(rel), err
+}
 
 // CreateAttempts is how many times Create tries to make a group before it
 // gives up (a level removed by something else meanwhile, an rmdir of a

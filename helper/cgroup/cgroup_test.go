@@ -247,3 +247,31 @@ func TestAnchored(t *testing.T) {
 		t.Error("v2 anchors")
 	}
 }
+
+// TestJobPath: the job group's path and its node's dir, the cluster left
+// out when it is not a usable name, and GroupJobID reads back what
+// GroupName names.
+func TestJobPath(t *testing.T) {
+	for _, c := range [][3]string{{"c1", "gn1", "gym_otel/c1/gn1/job_42"}, {"", "gn1", "gym_otel/gn1/job_42"}, {"a/b", "gn1", "gym_otel/gn1/job_42"}, {"..", "gn1", "gym_otel/gn1/job_42"}} {
+		if p, err := JobPath(c[0], c[1], 42); err != nil || p != c[2] {
+			t.Errorf("JobPath(%q, %q, 42) = %q, %v; want %q", c[0], c[1], p, err, c[2])
+		}
+		if p, err := NodePath(c[0], c[1]); err != nil || p != filepath.Dir(c[2]) {
+			t.Errorf("NodePath(%q, %q) = %q, %v; want %q", c[0], c[1], p, err, filepath.Dir(c[2]))
+		}
+	}
+	if _, err := JobPath("c1", "a/b", 1); err == nil {
+		t.Error("a node name with a / was taken")
+	}
+	if _, err := NodePath("c1", ".."); err == nil {
+		t.Error("node .. was taken")
+	}
+	if id, ok := GroupJobID(GroupName("4294967295")); !ok || id != 4294967295 {
+		t.Errorf("GroupJobID: %d, %v", id, ok)
+	}
+	for _, bad := range []string{"job_", "job_x", "job_4294967296", "step_1", "7"} {
+		if _, ok := GroupJobID(bad); ok {
+			t.Errorf("GroupJobID(%q) took it", bad)
+		}
+	}
+}

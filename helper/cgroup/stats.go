@@ -432,7 +432,7 @@ func (ds StatsDirs) Steps() map[string]StatsDirs {
 
 // jobDir is the job's directory in h ("" when none) and what was looked for.
 func (j SlurmJob) jobDir(h Hierarchy) (string, []string) {
-	name := "job_" + j.JobID // Slurm's name, which the plugin's group shares (GroupName)
+	name := GroupName(j.JobID) // Slurm's name, which the plugin's group shares
 	if h.Version == V1 {
 		sub := filepath.Join("uid_"+strconv.Itoa(j.UID), name)
 		var cands []string

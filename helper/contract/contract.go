@@ -112,18 +112,55 @@ const (
 	RecordResAttr = "resattr"
 )
 
-// The hold socket's question and the keys of its answer (helper/supervise
-// answers, spank/holdsock.c asks): the question is one line, the answer
-// "key=<digits>" lines.
+// The hold socket's protocol: root's lines to the job's supervisor on the
+// node (helper/supervise's holdsock.go answers; spank/holdsock.c sends
+// the steps' lines, helper/launch the epilog's). One connection carries
+// one request line, ended by "\n", of at most HoldRequestMax bytes, and
+// one answer of less than HoldAnswerMax bytes; root's clients wait at
+// most HoldExchangeMs for the answer.
 const (
-	HoldQuestion  = "sampled"    // has every target a sample after the script's end?
-	HoldTargets   = "targets"    // the node's scrape targets
+	// HoldQuestion is the batch step's question after its script's end,
+	// "sampled": has every scrape target of the job a sample stamped at
+	// or after the script's end? The answer is two "key=<digits>" lines,
+	// HoldTargets and HoldSampledMs, or none while the supervisor does
+	// not know yet.
+	HoldQuestion  = "sampled"
+	HoldTargets   = "targets"    // the job's scrape targets
 	HoldSampledMs = "sampled_ms" // unix ms: every target has a sample at or after it; 0: not yet
 	// HoldFinal starts the batch step's line once its script has ended
 	// ("final <the job's node count>", root only): the supervisor scrapes
 	// every target once now, while the job's services still run (and asks
-	// the other nodes' supervisors to), and answers "ok" at once.
+	// the other nodes' supervisors to), and answers HoldOK at once.
 	HoldFinal = "final"
+	// HoldStepStart starts a step's line at its start (root only):
+	// "step start <step id> <unix ms>". The answer is HoldOK, or HoldOK,
+	// a space and the traceparent (TraceparentLen characters) the step's
+	// tasks get as TRACEPARENT.
+	HoldStepStart = "step start"
+	// HoldStepEnd starts a step's line at its end (root only): "step end
+	// <step id> <start ms> <end ms> <tasks end ms|0> <final wait end ms|0>
+	// <exit code|-1> <signal|0> <tasks>", answered HoldOK.
+	HoldStepEnd = "step end"
+	// HoldEpilogStart starts the job epilog's line: "epilog start <unix
+	// ms>", or with the job's exit "epilog start <unix ms> <status>
+	// <derived>" (two wait statuses), answered HoldOK.
+	HoldEpilogStart = "epilog start"
+	// HoldOK is the answer that takes a line (followed by "\n", or for
+	// HoldStepStart by " <traceparent>\n"); any other answer, or none,
+	// refuses it.
+	HoldOK = "ok"
+	// HoldRequestMax bounds a request line, bytes with its "\n": longer
+	// ones are closed unanswered.
+	HoldRequestMax = 192
+	// HoldAnswerMax bounds an answer, bytes: root's clients refuse one of
+	// this many bytes or more.
+	HoldAnswerMax = 256
+	// HoldExchangeMs bounds one exchange of a step (connect, line,
+	// answer) in milliseconds.
+	HoldExchangeMs = 250
+	// TraceparentLen is the length of a W3C trace-context traceparent of
+	// version 00, "00-<32 hex>-<16 hex>-<2 hex>".
+	TraceparentLen = 55
 )
 
 // define is one #define: a C macro name, its Go source, and its value
@@ -160,6 +197,14 @@ func defines() []define {
 		{"GOS_HOLD_TARGETS", "HoldTargets", HoldTargets},
 		{"GOS_HOLD_SAMPLED_MS", "HoldSampledMs", HoldSampledMs},
 		{"GOS_HOLD_FINAL", "HoldFinal", HoldFinal},
+		{"GOS_HOLD_STEP_START", "HoldStepStart", HoldStepStart},
+		{"GOS_HOLD_STEP_END", "HoldStepEnd", HoldStepEnd},
+		{"GOS_HOLD_EPILOG_START", "HoldEpilogStart", HoldEpilogStart},
+		{"GOS_HOLD_OK", "HoldOK", HoldOK},
+		{"GOS_HOLD_REQUEST_MAX", "HoldRequestMax", HoldRequestMax},
+		{"GOS_HOLD_ANSWER_MAX", "HoldAnswerMax", HoldAnswerMax},
+		{"GOS_HOLD_EXCHANGE_MS", "HoldExchangeMs", HoldExchangeMs},
+		{"GOS_TRACEPARENT_LEN", "TraceparentLen", TraceparentLen},
 		{"GOS_ENV_PROLOG_START", "EnvPrologStart", EnvPrologStart},
 		{"GOS_ENV_EPILOG_START", "EnvEpilogStart", EnvEpilogStart},
 	}

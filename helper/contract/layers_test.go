@@ -18,9 +18,11 @@ import (
 // A new package gets a level here, as low as what it imports allows.
 var layers = map[string]int{
 	// 0: writing a file whole, under the leaves that own files; the
-	// plugin's telemetry vocabulary, which imports nothing.
+	// plugin's telemetry vocabulary and the collector's memory policy,
+	// which import nothing.
 	"helper/atomicfile": 0,
 	"helper/vocab":      0,
+	"helper/memory":     0,
 	// 1: leaves: the names shared with C, the otel: block, the job's files,
 	// processes, receipts, the collector's own telemetry, Slurm's
 	// commands; and the test kit.

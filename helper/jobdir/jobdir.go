@@ -4,8 +4,9 @@
 // for a later link of a chain), the names of the files of such a node dir,
 // and State, which the supervisor writes (WriteState) and inspect, replay
 // and a nested submit read (ReadState). receipt.json has its own package
-// (helper/receipt). jobdir imports nothing of the project: every package
-// that writes or reads a job's files can import it.
+// (helper/receipt). jobdir imports only helper/atomicfile (a leaf, its
+// writer of whole files) of the project: every package that writes or
+// reads a job's files can import it.
 package jobdir
 
 import (

@@ -41,11 +41,6 @@ func CheckHoldSocket(path string) error {
 	return nil
 }
 
-// EpilogLine starts the hold socket line that tells the epilog's start:
-// "epilog start <unix ms>\n", or with the job's exit "epilog start <unix
-// ms> <status> <derived>\n" (JobExit), answered "ok\n".
-const EpilogLine = "epilog start "
-
 // HoldConnTimeout bounds one connection's request and answer on the hold
 // socket (the supervisor's server closes a connection after it).
 const HoldConnTimeout = time.Second
@@ -83,7 +78,8 @@ func JobExitFromEnv(getenv func(string) string) *JobExit {
 
 // TellEpilogStart tells the job's supervisor on its hold socket (path, as
 // root's record has it) that the epilog started at at, and the job's exit
-// when known (exit; nil: not known): one line, answered "ok", within
+// when known (exit; nil: not known): one line, contract.HoldEpilogStart's
+// "epilog start <unix ms> [<status> <derived>]", answered "ok", within
 // HoldConnTimeout/4. A supervisor of an earlier release (a job started
 // before the node's upgrade) knows only the line without the exit: when
 // it does not answer "ok" to the line with it, that line is sent once
@@ -95,7 +91,7 @@ func TellEpilogStart(path string, at time.Time, exit *JobExit) error {
 	if err := CheckHoldSocket(path); err != nil {
 		return err
 	}
-	line := fmt.Sprintf("%s%d", EpilogLine, at.UnixMilli())
+	line := fmt.Sprintf("%s %d", contract.HoldEpilogStart, at.UnixMilli())
 	if exit == nil {
 		return tellHold(path, line)
 	}
@@ -132,7 +128,7 @@ func tellHold(path, line string) error {
 	if os.IsTimeout(err) {
 		return fmt.Errorf("the supervisor did not answer within %v", HoldConnTimeout/4)
 	}
-	if string(buf[:n]) != "ok\n" {
+	if string(buf[:n]) != contract.HoldOK+"\n" {
 		return errNotOK{buf[:n]}
 	}
 	return nil

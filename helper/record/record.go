@@ -52,7 +52,7 @@ type Record struct {
 	SupervisorStart uint64
 	UID             uint32
 	// Cgroup is the collector's cgroup below each hierarchy's mount
-	// (<CgroupBase>/<node>/job_<id>), "" on a node without one.
+	// (cgroup.JobPath: gym_otel/<cluster>/<node>/job_<id>), "" on a node without one.
 	Cgroup string
 	// CgroupMemory is the absolute path of that group's memory bound
 	// (memory.limit_in_bytes or memory.max), "" when none.

@@ -50,6 +50,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/memory"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
@@ -82,20 +83,10 @@ const ConfigEnv = "GYM_OTEL_COLLECTOR_CONFIG"
 // shows them too).
 type Ports = jobdir.Ports
 
-// The collector's memory policy, from otel.memory_limit_mib (limit, MiB):
-// the memory_limiter refuses data above limit and forces a collection
-// above limit - SpikeLimitMiB(limit); the Go runtime's soft limit
-// (GOMEMLIMIT, set by the supervisor in the collector's environment) is
-// GoMemLimitMiB(limit), so that the runtime collects before the limiter
-// refuses. The hard bound of the plugin's group on the node (the prolog's,
-// helper/callbacks' cgroupMemoryBytes) is twice limit, at most the site's
-// plugstack cgroup_memory_max_mib.
-
-// SpikeLimitMiB is the memory_limiter's spike_limit_mib: a fifth of limit.
-func SpikeLimitMiB(limit int) int { return limit / 5 }
-
-// GoMemLimitMiB is the collector's GOMEMLIMIT in MiB: four fifths of limit.
-func GoMemLimitMiB(limit int) int { return limit * 4 / 5 }
+// GoMemLimitMiB is the collector's GOMEMLIMIT in MiB for memory_limit_mib
+// limit: the memory policy's (memory.Of), which the supervisor sets in
+// the collector's environment.
+func GoMemLimitMiB(limit int) int { return memory.Of(limit, 0).GoMemLimitMiB }
 
 // FinalFlushIntervalMillis is the interval of the collector's periodic
 // reader towards Ports.Final, in ms (24 h): only its flush at shutdown is
@@ -383,7 +374,7 @@ func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
 		{"memory_limiter", omap{
 			{"check_interval", "1s"},
 			{"limit_mib", o.MemoryLimitMiB},
-			{"spike_limit_mib", SpikeLimitMiB(o.MemoryLimitMiB)},
+			{"spike_limit_mib", memory.Of(o.MemoryLimitMiB, 0).SpikeLimitMiB},
 		}},
 	}
 	metricsProcs := []string{"memory_limiter", UnsourceProcessor}

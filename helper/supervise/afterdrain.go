@@ -68,12 +68,17 @@ import (
 // Both are children of the node's slurm.job span and end after it (that
 // span is sent before the collector stops).
 
-// epilogStarted records the epilog's start told on the hold socket: a
-// plausible time (after the node's start of the job, not ahead of the
-// clock by more than a minute) once, and the job's exit when told (two
-// unsigned wait statuses); later lines are refused.
-func (p *phases) epilogStarted(v string, exit ...string) string {
-	ms, err := strconv.ParseInt(v, 10, 64)
+// epilogLine serves "epilog start <unix ms> [<status> <derived>]"
+// (contract.HoldEpilogStart): it records the epilog's start, a plausible
+// time (after the node's start of the job, not ahead of the clock by more
+// than a minute) once, and the job's exit when told (two unsigned wait
+// statuses); later lines are refused.
+func (p *phases) epilogLine(args []string) string {
+	if len(args) != 1 && len(args) != 3 {
+		return "bad line\n"
+	}
+	exit := args[1:]
+	ms, err := strconv.ParseInt(args[0], 10, 64)
 	if err != nil || ms <= 0 {
 		return "bad time\n"
 	}
@@ -96,7 +101,7 @@ func (p *phases) epilogStarted(v string, exit ...string) string {
 		return "bad line\n"
 	}
 	p.epilogStart, p.jobExit = at, je
-	return "ok\n"
+	return okLine
 }
 
 // drainEnd is what the supervisor knows of its drain once the collector

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,8 +46,11 @@ import (
 // CLI's supervise by hand, or tests) has no inherited listener and serves
 // no hold socket: the batch step then waits its bound.
 //
-// The batch step sends the request line "sampled" and reads at most 256
-// bytes of answer within 250 ms:
+// Every line it takes is in holdVerbs, with its words from helper/contract
+// (Hold*), which also writes them into the C front's header; the answer
+// that takes a line is contract.HoldOK. The batch step sends the request
+// line "sampled" and reads less than contract.HoldAnswerMax (256) bytes of
+// answer within contract.HoldExchangeMs (250 ms):
 //
 //	targets=<number of scrape targets on this node>
 //	sampled_ms=<unix ms: every target has a sample stamped at or after it; 0: not yet>
@@ -84,8 +88,6 @@ const (
 	HoldConns = 4
 	// HoldConnTimeout bounds one connection's request and answer.
 	HoldConnTimeout = launch.HoldConnTimeout
-	// holdRequestMax bounds the request line, bytes.
-	holdRequestMax = 192
 )
 
 // DefaultSampledPoll is how often the supervisor reads the new lines of
@@ -279,7 +281,49 @@ func (s *holdServer) lineCame(c *net.UnixConn) {
 	s.mu.Unlock()
 }
 
-// answer serves one connection: root or this user only, one request line.
+// holdVerb is one line the hold socket takes (holdVerbs).
+type holdVerb struct {
+	// words are the line's first words (contract.Hold*); the others are
+	// the verb's arguments.
+	words []string
+	// root: only stepUID's (root's, slurmstepd's) line counts; another
+	// peer's gets no answer.
+	root bool
+	// hold answers a line of the server's own (the batch step's hold);
+	// "": no answer (the connection is closed unanswered).
+	hold func(s *holdServer, args []string) string
+	// phase answers a line of the phase spans (phases.go), once the
+	// collector is ready (no answer before).
+	phase func(p *phases, args []string) string
+}
+
+// holdVerbs is every line the hold socket takes, the one table of its
+// protocol on this side (contract's Hold* names the words, the C client
+// spank/holdsock.c and launch.TellEpilogStart send them). A line that
+// starts with none of them gets no answer.
+var holdVerbs = []holdVerb{
+	{words: []string{contract.HoldQuestion}, hold: (*holdServer).sampledAnswer},
+	{words: []string{contract.HoldFinal}, root: true, hold: (*holdServer).finalAnswer},
+	{words: strings.Fields(contract.HoldStepStart), root: true, phase: (*phases).stepStartLine},
+	{words: strings.Fields(contract.HoldStepEnd), root: true, phase: (*phases).stepEndLine},
+	{words: strings.Fields(contract.HoldEpilogStart), root: true, phase: (*phases).epilogLine},
+}
+
+// holdVerbOf finds line's verb in holdVerbs and its arguments (nil: no
+// verb of the socket).
+func holdVerbOf(line string) (*holdVerb, []string) {
+	f := strings.Fields(line)
+	for i := range holdVerbs {
+		v := &holdVerbs[i]
+		if len(f) >= len(v.words) && slices.Equal(f[:len(v.words)], v.words) {
+			return v, f[len(v.words):]
+		}
+	}
+	return nil, nil
+}
+
+// answer serves one connection: root or this user only, one request line,
+// answered by its verb (holdVerbs).
 func (s *holdServer) answer(c *net.UnixConn) {
 	defer func() {
 		s.lineCame(c)
@@ -290,41 +334,61 @@ func (s *holdServer) answer(c *net.UnixConn) {
 	if !ok || (uid != 0 && uid != uint32(os.Getuid())) {
 		return
 	}
-	line, err := bufio.NewReaderSize(&limitedReader{c, holdRequestMax}, 16).ReadString('\n')
+	line, err := bufio.NewReaderSize(&limitedReader{c, contract.HoldRequestMax}, 16).ReadString('\n')
 	s.lineCame(c)
 	if err != nil {
 		return
 	}
-	if req, nodes, ok := finalRequest(line); ok && req {
-		if uid != s.stepUID {
-			return // slurmstepd's line only
-		}
-		if nodes > 1 {
-			s.nodes.CompareAndSwap(0, int64(nodes))
-		}
-		select {
-		case s.finals <- struct{}{}:
-		default: // one is pending already
-		}
-		_, _ = c.Write([]byte("ok\n"))
+	v, args := holdVerbOf(line)
+	if v == nil || (v.root && uid != s.stepUID) {
 		return
 	}
-	if strings.TrimSpace(line) != contract.HoldQuestion {
-		if p := s.phases.Load(); p != nil && uid == s.stepUID {
-			_, _ = c.Write([]byte(p.handle(line)))
-		}
-		return
+	var a string
+	if v.hold != nil {
+		a = v.hold(s, args)
+	} else if p := s.phases.Load(); p != nil {
+		a = v.phase(p, args)
+	}
+	if a != "" {
+		_, _ = c.Write([]byte(a))
+	}
+}
+
+// finalAnswer serves the batch step's "final [<job's node count>]": it
+// queues one final scrape (one pending at most) and answers "ok"; a bad
+// count gets no answer.
+func (s *holdServer) finalAnswer(args []string) string {
+	nodes, ok := finalNodes(args)
+	if !ok {
+		return ""
+	}
+	if nodes > 1 {
+		s.nodes.CompareAndSwap(0, int64(nodes))
+	}
+	select {
+	case s.finals <- struct{}{}:
+	default: // one is pending already
+	}
+	return okLine
+}
+
+// sampledAnswer serves "sampled": the job's targets and the time at or
+// after which each has a sample (sampledText), none while not known (the
+// step keeps waiting) or with arguments.
+func (s *holdServer) sampledAnswer(args []string) string {
+	if len(args) != 0 {
+		return ""
 	}
 	t, at := s.targets.Load(), s.at.Load()
 	if t < 0 {
-		return // not known yet: the step keeps waiting
+		return "" // not known yet: the step keeps waiting
 	}
 	if s.nodes.Load() > 1 {
 		// The whole job's answer: none until every other node has
 		// answered (peers.go).
 		pt, pat := s.peerTargets.Load(), s.peersAt.Load()
 		if pt < 0 {
-			return
+			return ""
 		}
 		switch {
 		case t == 0:
@@ -334,7 +398,7 @@ func (s *holdServer) answer(c *net.UnixConn) {
 		}
 		t += pt
 	}
-	_, _ = c.Write(sampledText(int(t), at))
+	return string(sampledText(int(t), at))
 }
 
 // setPeers records the other nodes' part of the answer: their number of
@@ -344,21 +408,20 @@ func (s *holdServer) setPeers(targets int64, at time.Time) {
 	s.peerTargets.Store(targets)
 }
 
-// finalRequest parses the batch step's request line: "final" or "final
-// <job's node count>" (1..maxPeers+1). req is false for any other line.
-func finalRequest(line string) (req bool, nodes int, ok bool) {
-	f := strings.Fields(line)
-	if len(f) == 0 || f[0] != contract.HoldFinal || len(f) > 2 {
-		return false, 0, false
+// finalNodes parses the arguments of the batch step's "final" line: none
+// (1 node) or the job's node count (1..maxPeers+1).
+func finalNodes(args []string) (nodes int, ok bool) {
+	switch len(args) {
+	case 0:
+		return 1, true
+	case 1:
+		n, err := strconv.Atoi(args[0])
+		if err != nil || n < 1 || n > maxPeers+1 {
+			return 0, false
+		}
+		return n, true
 	}
-	if len(f) == 1 {
-		return true, 1, true
-	}
-	n, err := strconv.Atoi(f[1])
-	if err != nil || n < 1 || n > maxPeers+1 {
-		return false, 0, false
-	}
-	return true, n, true
+	return 0, false
 }
 
 // limitedReader reads at most n bytes from r in all.

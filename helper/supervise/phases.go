@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -224,55 +223,72 @@ func (p *phases) ready(at time.Time) {
 	p.mu.Unlock()
 }
 
-// handle serves one line of the hold socket other than "sampled": the
-// answer, or "" when line is not a phase line.
+// handle serves one of the steps' and the epilog's lines of the hold
+// socket (holdVerbs): the answer, or "" when line is none of them.
 func (p *phases) handle(line string) string {
-	f := strings.Fields(line)
-	if (len(f) == 3 || len(f) == 5) && f[0]+" "+f[1]+" " == launch.EpilogLine {
-		return p.epilogStarted(f[2], f[3:]...)
-	}
-	if len(f) < 4 || f[0] != "step" {
+	v, args := holdVerbOf(line)
+	if v == nil || v.phase == nil {
 		return ""
 	}
-	num := func(s string) (int64, bool) {
-		v, err := strconv.ParseInt(s, 10, 64)
-		return v, err == nil
+	return v.phase(p, args)
+}
+
+// okLine is the answer that takes a line (contract.HoldOK).
+const okLine = contract.HoldOK + "\n"
+
+// stepStartLine serves "step start <step id> <unix ms>": "ok", or "ok
+// <traceparent>" when the step has a span to run its tasks in.
+func (p *phases) stepStartLine(args []string) string {
+	if len(args) != 2 {
+		return "bad line\n"
 	}
-	id64, err := strconv.ParseUint(f[2], 10, 32)
-	if err != nil {
+	id, ok := stepID(args[0])
+	if !ok {
 		return "bad step id\n"
 	}
-	id := uint32(id64)
+	t, err := strconv.ParseInt(args[1], 10, 64)
+	if err != nil || t <= 0 {
+		return "bad time\n"
+	}
+	if tp := p.stepStart(id, time.UnixMilli(t)); tp != "" {
+		return contract.HoldOK + " " + tp + "\n"
+	}
+	return okLine
+}
+
+// stepEndLine serves "step end <step id> <start ms> <end ms> <tasks end
+// ms|0> <final wait end ms|0> <exit code|-1> <signal|0> <tasks>": "ok".
+func (p *phases) stepEndLine(args []string) string {
+	if len(args) != 8 {
+		return "bad line\n"
+	}
+	id, ok := stepID(args[0])
+	if !ok {
+		return "bad step id\n"
+	}
+	var v [7]int64
+	for i := range v {
+		n, err := strconv.ParseInt(args[1+i], 10, 64)
+		if err != nil {
+			return "bad field\n"
+		}
+		v[i] = n
+	}
 	ms := func(v int64) time.Time {
 		if v <= 0 {
 			return time.Time{}
 		}
 		return time.UnixMilli(v)
 	}
-	switch {
-	case f[1] == "start" && len(f) == 4:
-		t, ok := num(f[3])
-		if !ok || t <= 0 {
-			return "bad time\n"
-		}
-		if tp := p.stepStart(id, ms(t)); tp != "" {
-			return "ok " + tp + "\n"
-		}
-	case f[1] == "end" && len(f) == 10:
-		var v [7]int64
-		for i := range v {
-			n, ok := num(f[3+i])
-			if !ok {
-				return "bad field\n"
-			}
-			v[i] = n
-		}
-		p.stepEnd(stepEnd{id: id, start: ms(v[0]), end: ms(v[1]), tasksEnd: ms(v[2]), finalEnd: ms(v[3]),
-			exit: int(v[4]), signal: int(v[5]), tasks: int(v[6])})
-	default:
-		return "bad line\n"
-	}
-	return "ok\n"
+	p.stepEnd(stepEnd{id: id, start: ms(v[0]), end: ms(v[1]), tasksEnd: ms(v[2]), finalEnd: ms(v[3]),
+		exit: int(v[4]), signal: int(v[5]), tasks: int(v[6])})
+	return okLine
+}
+
+// stepID parses a step id (Slurm's uint32, the special ids among them).
+func stepID(s string) (uint32, bool) {
+	v, err := strconv.ParseUint(s, 10, 32)
+	return uint32(v), err == nil
 }
 
 // stepStart opens the step and returns the trace context its tasks get as

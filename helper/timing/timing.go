@@ -1,11 +1,15 @@
-// Package timing is the plugin's one timing policy: every bound a job's
-// telemetry lifecycle keeps on a node (the batch step's final-scrape wait,
-// the collector's health wait, the prolog's wait for the supervisor's
-// report, the span-metrics flush, the collector's stop, the epilog's wait
-// for the drain, the prolog and epilog deadlines, the Slurm queries, the
-// kill of a group), computed once from the otel: block and the node's
-// bounds, and carried to every consumer. The cap the C front reads too
-// (the final wait's) is helper/contract's MaxFinalWait.
+// Package timing is the timing policy of a job's telemetry lifecycle on a
+// node: the bounds that follow from the otel: block and the node's bounds
+// (Policy: the batch step's final-scrape wait, the collector's health
+// wait, the prolog's wait for the supervisor's report, the collector's
+// stop, the epilog's wait for the drain, the prolog and epilog
+// deadlines), computed once and carried to every consumer, and the fixed
+// bounds several packages share (the span-metrics flush, the delivery of
+// the appended lines, the Slurm queries, a failed start's stop, the kill
+// of a group, the epilog's reserves). The cap the C front reads too (the
+// final wait's) is helper/contract's MaxFinalWait; the bounds of one
+// protocol stay with it (the hold socket's in helper/contract and
+// helper/launch, the token socket's and the peers' in helper/supervise).
 package timing
 
 import (

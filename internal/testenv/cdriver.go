@@ -15,6 +15,13 @@ import (
 // (or fails, with real parts required) without gcc or Slurm's spank.h.
 func BuildCDriver(t *testing.T, dir, name, source, driver string) string {
 	t.Helper()
+	return BuildCProgram(t, dir, name, driver, source)
+}
+
+// BuildCProgram is BuildCDriver for a driver linked with several of the C
+// front's files (sources, each spank/<source>).
+func BuildCProgram(t *testing.T, dir, name, driver string, sources ...string) string {
+	t.Helper()
 	cc, err := exec.LookPath("gcc")
 	if err != nil {
 		Missing(t, "gcc")
@@ -28,9 +35,13 @@ func BuildCDriver(t *testing.T, dir, name, source, driver string) string {
 	}
 	root := Root()
 	bin := filepath.Join(dir, name)
-	if out, err := exec.Command(cc, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g",
-		"-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-I"+filepath.Join(root, "spank"),
-		"-I"+filepath.Join(root, "include"), "-o", bin, filepath.Join(root, "spank", source), main).CombinedOutput(); err != nil {
+	args := []string{"-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g",
+		"-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-I" + filepath.Join(root, "spank"),
+		"-I" + filepath.Join(root, "include"), "-o", bin}
+	for _, s := range sources {
+		args = append(args, filepath.Join(root, "spank", s))
+	}
+	if out, err := exec.Command(cc, append(args, main)...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	return bin
@@ -56,4 +67,58 @@ int main(int argc, char **argv) {
 	return 0;
 }
 `)
+}
+
+// PhaseDriver compiles spank/phase.c (a step's start and end told to the
+// supervisor) with spank/holdsock.c, its client of the hold socket, and a
+// driver that plays slurmstepd's calls for one step on the hold socket at
+// path: `phase <path> <step id> <wait status|-> ...`, one task_exit per
+// status ("-": none). It prints "traceparent=<what the step's tasks get>"
+// on stdout, and the plugin's debug lines (slurm_debug) on stderr.
+func PhaseDriver(t *testing.T) string {
+	t.Helper()
+	return BuildCProgram(t, t.TempDir(), "phase", `#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "phase.h"
+static int status;
+spank_err_t spank_get_item(spank_t sp, spank_item_t item, ...) {
+	va_list ap;
+	(void)sp;
+	if (item != S_TASK_EXIT_STATUS)
+		return ESPANK_ERROR;
+	va_start(ap, item);
+	*va_arg(ap, int *) = status;
+	va_end(ap);
+	return ESPANK_SUCCESS;
+}
+void slurm_debug(const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+int main(int argc, char **argv) {
+	struct gos_record r;
+	char tp[GOS_TRACEPARENT_LEN + 1];
+	if (argc < 3)
+		return 2;
+	memset(&r, 0, sizeof(r));
+	r.ready = 1;
+	snprintf(r.hold_socket, sizeof(r.hold_socket), "%s", argv[1]);
+	gos_phase_step_start(NULL, 42, (uint32_t)strtoul(argv[2], NULL, 10), &r, tp);
+	printf("traceparent=%s\n", tp);
+	for (int i = 3; i < argc; i++) {
+		if (!strcmp(argv[i], "-"))
+			continue;
+		status = atoi(argv[i]);
+		gos_phase_task_exit(NULL);
+	}
+	gos_phase_task_exit_done();
+	gos_phase_step_end();
+	return 0;
+}
+`, "phase.c", "holdsock.c")
 }

@@ -1,7 +1,8 @@
 # The one slurm.conf template of the test clusters: the local cluster
-# (tests/slurm/up.sh) and the docker cluster (tests/slurm-docker/lib.sh)
-# source this file and call slurm_conf, then append their nodes, their
-# partition and their overrides (a later line wins).
+# (tests/slurm/up.sh), the docker cluster (tests/slurm-docker/lib.sh) and
+# the VM guest (tests/vm/slurm_conf.sh) source this file and call
+# slurm_conf, then append their nodes, their partition and their overrides
+# (a later line wins).
 # shellcheck shell=bash
 
 # slurm_conf prints slurm.conf up to PrologFlags from these variables
@@ -20,7 +21,7 @@
 #   conf_slurmd_log    SlurmdLogFile
 #   conf_plugstack     PlugStackConfig
 #   conf_switch?       SwitchType
-#   conf_slurmd_params SlurmdParameters
+#   conf_slurmd_params? SlurmdParameters
 #   conf_slurmd_timeout SlurmdTimeout (s)
 #   conf_min_job_age   MinJobAge (s)
 #   conf_tmpfs?        TmpFS
@@ -65,7 +66,9 @@ SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
-SlurmdParameters=$conf_slurmd_params
+CONF
+	[ -z "${conf_slurmd_params:-}" ] || echo "SlurmdParameters=$conf_slurmd_params"
+	cat <<CONF
 ReturnToService=2
 SlurmdTimeout=$conf_slurmd_timeout
 SlurmctldTimeout=30

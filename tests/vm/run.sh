@@ -28,6 +28,8 @@
 # tests/vm/accel.sh; else tcg,thread=multi).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/vm/slurm_conf.sh
+. "$here/slurm_conf.sh"
 repo=$(cd "$here/../.." && pwd)
 export PATH=/usr/local/go/bin:$PATH
 log() { echo "vm-test: $*" >&2; }
@@ -68,7 +70,8 @@ install -m 0755 "$repo/build/otelcol-gym" "$pl/bin/otelcol-gym"
 gcc -O2 -I"$image/include" -o "$pl/bin/forge" "$repo/tests/plugin/testdata/forge.c" \
 	-L"$image/lib" -lslurm -Wl,--allow-shlib-undefined
 install -m 0755 "$here/guest/run.sh" "$pl/run.sh"
-cp "$here/guest/slurm.conf" "$here/guest/cgroup.conf" "$here/guest/gym-otel.yaml" "$repo/tests/backend/backend.yaml" "$pl/conf/"
+cp "$here/guest/cgroup.conf" "$here/guest/gym-otel.yaml" "$repo/tests/backend/backend.yaml" "$pl/conf/"
+guest_slurm_conf >"$pl/conf/slurm.conf"
 [ -n "${GYM_VM_RUN:-}" ] && printf '%s\n' "$GYM_VM_RUN" >"$pl/conf/run"
 chmod -R go+rX "$pl"
 mb=$(du -sm "$pl" | cut -f1)

@@ -21,6 +21,7 @@ var layers = map[string]int{
 	// plugin's telemetry vocabulary, which imports nothing.
 	"helper/atomicfile": 0,
 	"helper/vocab":      0,
+	"helper/gpudev":     0,
 	// 1: leaves: the names shared with C, the otel: block, the job's files,
 	// processes, receipts, the collector's own telemetry, Slurm's
 	// commands; and the test kit.

@@ -163,7 +163,7 @@ func (a *aggregator) gpuSharing() []string {
 			continue
 		}
 		seen[d] = true
-		if why := attributionWhy(s.labels); why != "" {
+		if why, _, _ := a.seriesWhy(s.key.node, s.labels); why != "" {
 			name := d.String()
 			if p := s.labels[aGPUProfile]; p != "" {
 				name += " (" + p + ")"

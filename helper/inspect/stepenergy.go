@@ -198,10 +198,19 @@ const (
 	KeptByMIG = "every MIG instance"
 	// KeptByAll: no filter (Slurm named no GPU on the node).
 	KeptByAll = "every GPU"
+	// KeptByPCI: by pci_bus_id, the PCI bus ids the supervisor read from
+	// the NVIDIA driver for the devices Slurm named: by device.
+	KeptByPCI = "pci_bus_id"
 )
 
+// matchNoteByDevice: every node's state.json recorded the job's GPUs.
+const matchNoteByDevice = "every GPU matched by device: the supervisor recorded each of the job's GPUs' minor number and PCI bus id " +
+	"from the NVIDIA driver (/proc/driver/nvidia/gpus/<bus>/information; state.json gpus), a GRES index read as its device file's " +
+	"minor (/dev/nvidia<N>), a UUID as the driver's GPU UUID, and dcgm-exporter's series are matched by pci_bus_id"
+
 // matchNote: what inspect cannot check from the files.
-const matchNote = "a GPU is matched by device where Slurm named it by UUID (Slurm 25.11 and later, or MIG devices); " +
+const matchNote = "a GPU is matched by device where Slurm named it by UUID (Slurm 25.11 and later, or MIG devices) or where the " +
+	"supervisor recorded the job's GPUs from the NVIDIA driver (state.json gpus; not on every node here); " +
 	"where it named Slurm's indexes (SLURM_JOB_GPUS) the collector matched them to dcgm-exporter's gpu label in index order, " +
 	"and Slurm's order (its GRES device files, /dev/nvidiaN, by minor number) and DCGM's (NVML's, by PCI bus) can differ. " +
 	"The GRES files' minor numbers are not in the files, and dcgm-exporter's device label (nvidia<DCGM GPU id>) is not the " +
@@ -231,6 +240,8 @@ func keptBy(dir string) string {
 	}
 	cond := strings.Join(f.Metrics.Datapoint, " ")
 	switch {
+	case strings.Contains(cond, `attributes["pci_bus_id"]`):
+		return KeptByPCI
 	case strings.Contains(cond, `attributes["gpu"] == "`):
 		return KeptByIndex
 	case strings.Contains(cond, `attributes["UUID"] == "`):
@@ -388,8 +399,8 @@ func (a *aggregator) nodeGPUs() map[string][]*gpuSeries {
 		d := gpuDevice{s.key.node, s.labels["gpu"], s.labels[aGPUInstance]}
 		g := by[d]
 		if g == nil {
-			g = &gpuSeries{dev: d, why: attributionWhy(s.labels)}
-			g.id, g.by = gpuID(s.labels)
+			g = &gpuSeries{dev: d}
+			g.why, g.id, g.by = a.seriesWhy(s.key.node, s.labels)
 			by[d] = g
 			out[d.node] = append(out[d.node], g)
 		}
@@ -397,6 +408,22 @@ func (a *aggregator) nodeGPUs() map[string][]*gpuSeries {
 			g.counter, g.counterSamples = s, a.samples[s]
 		} else {
 			g.power, g.powerSamples = s, a.samples[s]
+		}
+	}
+	// A GPU the supervisor recorded for the job that has no series: a
+	// GPU of the figure without samples (the verdict names it).
+	for node, devs := range a.recordedGPUs() {
+		if len(out[node]) == 0 {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, g := range out[node] {
+			seen[g.id] = true
+		}
+		for _, dv := range devs {
+			if id := deviceID(dv); !seen[id] {
+				out[node] = append(out[node], &gpuSeries{dev: gpuDevice{node, "", dv.Instance}, id: id, by: aPCIBusID})
+			}
 		}
 	}
 	return out
@@ -638,6 +665,17 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 		for _, g := range gs {
 			bys[g.by] = true
 		}
+	}
+	rec := a.recordedGPUs()
+	byDevice := len(rec) > 0
+	for n := range gpus {
+		if rec[n] == nil {
+			byDevice = false
+		}
+	}
+	if byDevice {
+		match.Note = matchNoteByDevice
+		bys = map[string]bool{aPCIBusID: true}
 	}
 	for _, b := range []string{"UUID", "pci_bus_id", "gpu"} {
 		if bys[b] {

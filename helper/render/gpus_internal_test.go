@@ -36,20 +36,20 @@ func TestPlanGPUs(t *testing.T) {
 		{"quote", nil, []string{`GPU-"x`}, gpuPlan{named: true, anyMIG: true, anyWhole: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := planGPUs(c.indexes, c.devices)
+			got := planGPUs(c.indexes, c.devices, nil)
 			if !reflect.DeepEqual(got, c.want) {
 				t.Errorf("planGPUs(%q, %q) = %+v, want %+v", c.indexes, c.devices, got, c.want)
 			}
 		})
 	}
 	// Keeping everything needs no filter; nothing named is marked unnamed.
-	if f := planGPUs(nil, nil).filter(); f != "" {
+	if f := planGPUs(nil, nil, nil).filter(); f != "" {
 		t.Errorf("nothing named: filter %q", f)
 	}
-	if f := planGPUs(nil, []string{"nvidia0"}).filter(); f != "" {
+	if f := planGPUs(nil, []string{"nvidia0"}, nil).filter(); f != "" {
 		t.Errorf("unknown form: filter %q, want none (everything kept, shared)", f)
 	}
-	if m := planGPUs(nil, nil).marks(); len(m) != 1 || !strings.Contains(m[0], `"unnamed"`) {
+	if m := planGPUs(nil, nil, nil).marks(); len(m) != 1 || !strings.Contains(m[0], `"unnamed"`) {
 		t.Errorf("nothing named: marks %q", m)
 	}
 }

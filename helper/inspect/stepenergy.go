@@ -136,6 +136,10 @@ type GPUEnergy struct {
 	GPUs      []string `json:"gpus"`
 	MatchedBy string   `json:"matched_by,omitempty"`
 	Verdict   Verdict  `json:"verdict"`
+	// Estimate is given where Joules is refused because the GPUs are MIG
+	// instances of the job's (migestimate.go): always an estimate, with
+	// its method; nil otherwise.
+	Estimate *Estimate `json:"estimate,omitempty"`
 }
 
 // RoleEnergy is the energy of a Gym role's GPUs over one step's window,
@@ -164,6 +168,9 @@ type RoleEnergy struct {
 	// them (J). Null when either is.
 	GenerationTokens  Value `json:"generation_tokens"`
 	JoulesPer1kTokens Value `json:"joules_per_1k_generation_tokens"`
+	// EstimatePer1kTokens is GPUEnergy.Estimate per 1,000 of the
+	// generation tokens (J): an estimate, null without one.
+	EstimatePer1kTokens Value `json:"estimate_per_1k_generation_tokens"`
 }
 
 // EnergyMatching says how the GPUs were matched to the job.
@@ -357,12 +364,18 @@ func stepWindows(phases []NodePhases) []window {
 // gpuSeries is one GPU (or MIG instance) of a node: its id and its
 // energy and power series.
 type gpuSeries struct {
-	dev            gpuDevice
-	id, by         string
-	why            string // not the job's alone: why
-	counter, power *series
-	counterSamples *sampled
-	powerSamples   *sampled
+	dev    gpuDevice
+	id, by string
+	why    string // not the job's alone: why
+	// jobInstance: a MIG instance that is the job's exactly (marked
+	// "mig", or recorded by device); parent names its GPU (the series of
+	// every instance of one GPU repeat its power and energy); profile is
+	// its GPU_I_PROFILE, model the GPU's modelName (migestimate.go).
+	jobInstance            bool
+	parent, profile, model string
+	counter, power         *series
+	counterSamples         *sampled
+	powerSamples           *sampled
 }
 
 // gpuID names a GPU by the first label that names a device: UUID (or the
@@ -399,8 +412,10 @@ func (a *aggregator) nodeGPUs() map[string][]*gpuSeries {
 		d := gpuDevice{s.key.node, s.labels["gpu"], s.labels[aGPUInstance]}
 		g := by[d]
 		if g == nil {
-			g = &gpuSeries{dev: d}
+			g = &gpuSeries{dev: d, profile: s.labels[aGPUProfile], model: s.labels["modelName"]}
 			g.why, g.id, g.by = a.seriesWhy(s.key.node, s.labels)
+			g.jobInstance = d.instance != "" && g.why == whyJobInstance
+			g.parent, _ = gpuID(map[string]string{"UUID": s.labels["UUID"], "uuid": s.labels["uuid"], aPCIBusID: s.labels[aPCIBusID], "gpu": s.labels["gpu"]})
 			by[d] = g
 			out[d.node] = append(out[d.node], g)
 		}
@@ -503,6 +518,7 @@ func gpusOver(node string, gpus []*gpuSeries, t0, t1 int64) GPUEnergy {
 		}
 		f.Verdict.add(ReasonNotAttributable, notJob...)
 		f.Verdict.done()
+		f.Estimate = migEstimate(node, gpus, t0, t1)
 		return f
 	}
 	joules, errJ, bracketMs, gapMs := 0.0, 0.0, int64(0), int64(0)
@@ -763,7 +779,7 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 		for _, role := range roleOrder {
 			x := roles[role]
 			re := RoleEnergy{Role: role, Producers: x.producers, Nodes: x.nodes, Restart: k.restart, Step: step, Start: g.t0, End: g.t1,
-				GenerationTokens: nan, JoulesPer1kTokens: nan}
+				GenerationTokens: nan, JoulesPer1kTokens: nan, EstimatePer1kTokens: nan}
 			re.GPUEnergy = GPUEnergy{Joules: nan, ErrorJoules: nan, BracketSeconds: nan, MaxGapSeconds: nan, GPUs: []string{}}
 			if !g.known || g.t0 == nil {
 				re.Verdict.add(ReasonWindowUnknown, "step "+step+": its start or end was not seen on a node")
@@ -775,12 +791,26 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 			joules, errJ, bracketS, gapS := 0.0, 0.0, 0.0, 0.0
 			errKnown, ok := true, true
 			var srcs []string
+			// The MIG estimate: every node's figure measured or estimated.
+			est, estOK := &Estimate{Method: MethodMIGShare}, true
 			for _, n := range x.nodes {
 				if rs := nodeRoles[n]; len(rs) > 1 {
 					re.Verdict.add(ReasonSharedNode, fmt.Sprintf("%s serves %s: its GPUs cannot be split between them", n, strings.Join(rs, ", ")))
 					ok = false
 				}
 				f := gpusOver(n, gpus[n], t0, t1)
+				switch {
+				case f.Joules.Known():
+					est.Joules += f.Joules
+				case f.Estimate != nil && f.Estimate.Joules.Known():
+					est.Joules += f.Estimate.Joules
+					est.Method += strings.TrimPrefix(f.Estimate.Method, MethodMIGShare)
+					for _, w := range f.Estimate.Verdict.Why {
+						est.Verdict.add(w)
+					}
+				default:
+					estOK = false
+				}
 				re.GPUs = append(re.GPUs, f.GPUs...)
 				for _, w := range f.Verdict.Why {
 					re.Verdict.add(w)
@@ -836,6 +866,18 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 				tokens += inc
 			}
 			re.GenerationTokens = Value(tokens)
+			if !ok && estOK && est.Method != MethodMIGShare {
+				for _, w := range re.Verdict.Why {
+					if !strings.HasPrefix(w, ReasonNotAttributable) {
+						est.Verdict.add(w)
+					}
+				}
+				est.Verdict.done()
+				re.Estimate = est
+				if re.GenerationTokens > 0 {
+					re.EstimatePer1kTokens = est.Joules / re.GenerationTokens * 1000
+				}
+			}
 			if ok {
 				re.Joules = Value(joules)
 				re.MaxGapSeconds, re.BracketSeconds = Value(gapS), Value(bracketS)
@@ -857,6 +899,9 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 // figureText is one figure in a line: "1234.5 J (-0.8 J)" or "- (why)".
 func figureText(fg GPUEnergy) string {
 	if !fg.Joules.Known() {
+		if x := fg.Estimate; x != nil && x.Joules.Known() {
+			return fmt.Sprintf("- (AN ESTIMATE: %s J by the %s; %s)", f(x.Joules, 1), x.Method, verdictText(x.Verdict, false))
+		}
 		return "-"
 	}
 	s := f(fg.Joules, 1) + " J"

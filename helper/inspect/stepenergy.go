@@ -220,9 +220,9 @@ const matchNote = "a GPU is matched by device where Slurm named it by UUID (Slur
 	"supervisor recorded the job's GPUs from the NVIDIA driver (state.json gpus; not on every node here); " +
 	"where it named Slurm's indexes (SLURM_JOB_GPUS) the collector matched them to dcgm-exporter's gpu label in index order, " +
 	"and Slurm's order (its GRES device files, /dev/nvidiaN, by minor number) and DCGM's (NVML's, by PCI bus) can differ. " +
-	"The GRES files' minor numbers are not in the files, and dcgm-exporter's device label (nvidia<DCGM GPU id>) is not the " +
-	"minor number; each GPU's minor is in the node's /proc/driver/nvidia/gpus/<PCI bus id>/information (Device Minor), " +
-	"whose PCI bus id is dcgm-exporter's pci_bus_id: recorded per job by the supervisor, it would match every GPU by device"
+	"dcgm-exporter's device label (nvidia<DCGM GPU id>) is not the minor number; the supervisor records each GPU's minor and " +
+	"PCI bus id from the node's /proc/driver/nvidia/gpus/<PCI bus id>/information where it can read them for every device " +
+	"Slurm named, and then every GPU is matched by device (dcgm-exporter's pci_bus_id)"
 
 // keptBy reads how the collector of node dir dir kept the job's GPUs
 // ("" when the dir has no collector.yaml).

@@ -3,6 +3,7 @@ package supervise_test
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -116,6 +117,20 @@ func TestGPUAttribution(t *testing.T) {
 					seen[gpu+"/"+gi+"="+at] = true
 				}
 			}
+			// The energy counter of the kept series (mJ), for the MIG
+			// estimate: its first and last values.
+			var mjFirst, mjLast float64
+			for _, mt := range m.Metrics {
+				if mt.Name != "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" || mt.Sum == nil {
+					continue
+				}
+				for _, dp := range mt.Sum.DataPoints {
+					if v := dp.Value(); mjFirst == 0 || v < mjFirst {
+						mjFirst = v
+					}
+					mjLast = max(mjLast, dp.Value())
+				}
+			}
 			var got []string
 			for k := range seen {
 				got = append(got, k)
@@ -170,6 +185,20 @@ func TestGPUAttribution(t *testing.T) {
 				if !strings.Contains(text.String(), "cannot be attributed to the job") {
 					t.Errorf("text does not say the energy cannot be attributed:\n%s", text.String())
 				}
+			}
+			// The job's own MIG instance (3g.40gb): an estimate beside the
+			// refusal, the parent's counter increase times 3/7; none where
+			// the instances cannot be told apart.
+			if x := e.Estimate; c.mig && c.name != "mig-uuid" {
+				want := (mjLast - mjFirst) / 1000 * 3 / 7
+				if x == nil || want <= 0 || math.Abs(float64(x.Joules)-want) > 1e-6*want || !strings.HasPrefix(x.Method, inspect.MethodMIGShare) ||
+					!strings.Contains(text.String(), "AN ESTIMATE") {
+					t.Errorf("MIG estimate %+v, want %v J (the parent's %v mJ increase x 3/7), labelled", x, want, mjLast-mjFirst)
+				} else {
+					t.Logf("MIG estimate %.1f J = %.1f J x 3/7", float64(x.Joules), (mjLast-mjFirst)/1000)
+				}
+			} else if x != nil {
+				t.Errorf("estimate %+v, want none", x)
 			}
 			if len(r.Trouble) > 0 || !r.Summary.DeliveryOK {
 				t.Errorf("trouble %q, delivery %q", r.Trouble, r.Summary.Delivery)

@@ -22,9 +22,15 @@ import (
 // OTLP-JSON line to metrics.jsonl, which it then sends to the backend with
 // the drain's other lines (afterdrain.go), under the run's identity
 // (render.Identity), so that a dashboard can sum a campaign's joules by
-// run, step, role or verdict. The files are read whole, so only up to
-// SpanCountMaxBytes (metrics.jsonl plus traces.jsonl); a larger node dir
-// gets no line (the log says so) and `inspect` still gives the figures.
+// run, step, role or verdict. The files are read whole within the
+// drain's wait, so only up to EnergyMaxBytes (metrics.jsonl plus
+// traces.jsonl; about 1.5 s for 11 MiB on 2 cores); a larger node dir gets
+// no line (the log says so) and `inspect` still gives the figures.
+
+// EnergyMaxBytes is the most bytes of metrics.jsonl and traces.jsonl the
+// supervisor reads at the drain for the energy per step (or
+// Options.SpanCountMaxBytes where that is lower: the tests' hook).
+const EnergyMaxBytes = 16 << 20
 
 const (
 	// EnergyMetric is the measured energy of the job's GPUs on the node
@@ -153,7 +159,7 @@ func EnergyMetricsLine(identity []render.Attr, steps []inspect.StepEnergy, roles
 }
 
 // appendEnergyMetrics reads the node dir (inspect.BuildNode, bounded by
-// SpanCountMaxBytes) and appends its energy per step (EnergyMetricsLine)
+// EnergyMaxBytes) and appends its energy per step (EnergyMetricsLine)
 // to metrics.jsonl, noted for the receipt; false when there is nothing to
 // append or it could not be (logged).
 func (s *supervisor) appendEnergyMetrics(identity []render.Attr) (appendedLine, bool) {
@@ -166,8 +172,8 @@ func (s *supervisor) appendEnergyMetrics(identity []render.Attr) (appendedLine, 
 			size += fi.Size()
 		}
 	}
-	if size > s.opt.SpanCountMaxBytes {
-		s.log.Infof("energy per step not appended: the node's files (%d bytes) are over %d bytes; `inspect` gives the figures", size, s.opt.SpanCountMaxBytes)
+	if limit := min(int64(EnergyMaxBytes), s.opt.SpanCountMaxBytes); size > limit {
+		s.log.Infof("energy per step not appended: the node's files (%d bytes) are over %d bytes; `inspect` gives the figures", size, limit)
 		return appendedLine{}, false
 	}
 	start := time.Now()

@@ -24,10 +24,13 @@ import (
 // DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (a counter in mJ since the driver
 // loaded: NVIDIA/dcgm-exporter etc/default-counters.csv, commit b54068a)
 // where the GPU has it, else from DCGM_FI_DEV_POWER_USAGE (a gauge in W)
-// integrated. A GPU is named by dcgm-exporter's UUID label (pci_bus_id,
-// else its gpu index, where the files lack it; labels as rendered by
-// internal/pkg/rendermetrics/render_metrics.go, commit 1f7abdb), not by
-// index order.
+// integrated. Where the node dir's state.json records the job's GPUs by
+// device (gpumatch.go), a series is matched to them by its pci_bus_id;
+// else a GPU is named by dcgm-exporter's UUID label (pci_bus_id, else its
+// gpu index, where the files lack it; labels as rendered by
+// internal/pkg/rendermetrics/render_metrics.go, commit 1f7abdb). Where the
+// job's GPUs are MIG instances of its own, an estimate is given beside the
+// refused figure (migestimate.go).
 //
 // The verdict follows the checks InferenceX applies before it publishes
 // a window's energy: the GPU ids matched one to one between the window's

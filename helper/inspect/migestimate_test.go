@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -51,5 +52,25 @@ func TestMIGEstimate(t *testing.T) {
 	shared.jobInstance, shared.why = false, "shared: a MIG instance Slurm could not name exactly"
 	if f := gpusOver("gn1", []*gpuSeries{inst("1", "3g.40gb"), shared}, 1000, 11000); f.Estimate != nil {
 		t.Errorf("shared instance: estimate %+v, want none", f.Estimate)
+	}
+}
+
+// TestMIGEstimateHTML: the real collector's files of a MIG instance of the
+// job's (testdata/gpus/mig-exact): the HTML's energy table gives the
+// estimate beside the refusal, labelled; the shared instances'
+// (mig-uuid) none.
+func TestMIGEstimateHTML(t *testing.T) {
+	for name, want := range map[string]bool{"mig-exact": true, "mig-uuid": false} {
+		r, err := Build(filepath.Join("testdata", "gpus", name, "otel"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		if err := r.WriteHTML(&b, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(b.String(), "AN ESTIMATE by the MIG share of the parent GPU"); got != want {
+			t.Errorf("%s: estimate in the HTML %v, want %v", name, got, want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -38,6 +39,9 @@ const (
 	// supervise.SpanCountMaxBytes, 128 MiB). A test hook for the drain
 	// of files too large to count.
 	envSpanCountMaxBytes = "GYM_OTEL_SPAN_COUNT_MAX_BYTES"
+	// envNvidiaProc optionally sets supervise.Options.NvidiaRoot (default
+	// /proc/driver/nvidia). A test hook for a node's GPUs by device.
+	envNvidiaProc = "GYM_OTEL_NVIDIA_PROC"
 )
 
 func init() {
@@ -164,6 +168,12 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s: %q is not a positive number of bytes", envSpanCountMaxBytes, v)
 		}
 		opt.SpanCountMaxBytes = n
+	}
+	if v := os.Getenv(envNvidiaProc); v != "" {
+		if !filepath.IsAbs(v) {
+			return fmt.Errorf("%s: %q is not an absolute path", envNvidiaProc, v)
+		}
+		opt.NvidiaRoot = v
 	}
 	return supervise.Run(context.Background(), opt)
 }

@@ -23,6 +23,7 @@ var layers = map[string]int{
 	"helper/atomicfile": 0,
 	"helper/vocab":      0,
 	"helper/memory":     0,
+	"helper/gpudev":     0,
 	// 1: leaves: the names shared with C, the otel: block, the job's files,
 	// processes, receipts, the collector's own telemetry, Slurm's
 	// commands; and the test kit.

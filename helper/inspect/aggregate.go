@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/gpudev"
 )
 
 // Metric names the report reads, as they are in the files: the collector
@@ -149,10 +150,11 @@ type aggregator struct {
 	errorLogEx   []ErrorLog
 	dirs         []*dirStat
 	cur          *dirStat
-	prodNames    map[string][]string   // producer -> metric names it sent (bounded)
-	scraped      map[string]bool       // producers with `up` points (scrape targets)
-	power        map[*series]*integral // DCGM_FI_DEV_POWER_USAGE series' energy (energy.go)
-	samples      map[*series]*sampled  // raw energy, power and token samples (stepenergy.go)
+	prodNames    map[string][]string        // producer -> metric names it sent (bounded)
+	scraped      map[string]bool            // producers with `up` points (scrape targets)
+	power        map[*series]*integral      // DCGM_FI_DEV_POWER_USAGE series' energy (energy.go)
+	recorded     map[string][]gpudev.Device // per node, the job's GPUs by device (gpumatch.go)
+	samples      map[*series]*sampled       // raw energy, power and token samples (stepenergy.go)
 	rng          *rand.Rand
 
 	rolloutFirstNode string                  // the node of the first gym.rollout span

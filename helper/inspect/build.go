@@ -29,7 +29,18 @@ func unixMs(ms int64) time.Time {
 // dir, streaming, and returns its report. A node dir without any jsonl file
 // is an error naming it; lines that do not parse are counted, not fatal.
 func Build(dir string) (*Report, error) {
-	srcs := Sources(dir)
+	return build(Sources(dir))
+}
+
+// BuildNode is Build of the one node dir dir (none of its nodes/ or links/
+// subdirs), whose node is node ("" for the host.name its resources
+// carry): what one node's supervisor reads of its own files at the drain
+// (its energy per step, StepEnergy). Errors: Build's.
+func BuildNode(dir, node string) (*Report, error) {
+	return build([]Source{{Dir: dir, Node: node}})
+}
+
+func build(srcs []Source) (*Report, error) {
 	a := newAggregator()
 	for _, src := range srcs {
 		d := &dirStat{src: src, lines: map[string]int{}, bad: map[string]int{}, firstBad: map[string]string{}, up: map[[2]string]*scrapeLog{}}

@@ -67,6 +67,13 @@ type Energy struct {
 	NotAttributable []string `json:"not_attributable,omitempty"`
 	// Why says in a few words why Joules is null ("" when it is known).
 	Why string `json:"why,omitempty"`
+	// Estimate is given where Joules is refused because the job's GPUs
+	// are MIG instances of its own (migestimate.go), over each node's
+	// samples; EstimatePer1kTokens is it per 1,000 generation tokens (J).
+	// Always estimates, labelled with their method; nil and null
+	// otherwise.
+	Estimate            *Estimate `json:"estimate,omitempty"`
+	EstimatePer1kTokens Value     `json:"estimate_per_1k_generation_tokens"`
 }
 
 // Why Energy has no figure.
@@ -121,6 +128,9 @@ func (d gpuDevice) String() string {
 	return s
 }
 
+// whyJobInstance is why a MIG instance of the job's has no measured figure.
+const whyJobInstance = "a MIG instance of the job's: DCGM's power and energy are the whole GPU's, other instances' work included"
+
 // attributionWhy says why a GPU series' energy is not the job's ("" when
 // it is: a whole GPU marked "job").
 func attributionWhy(labels map[string]string) string {
@@ -132,7 +142,7 @@ func attributionWhy(labels map[string]string) string {
 		}
 		return ""
 	case "mig":
-		return "a MIG instance of the job's: DCGM's power and energy are the whole GPU's, other instances' work included"
+		return whyJobInstance
 	case "shared":
 		if mig {
 			return "shared: a MIG instance Slurm could not name exactly (other tenants' slices kept)"
@@ -163,7 +173,7 @@ func (a *aggregator) gpuSharing() []string {
 			continue
 		}
 		seen[d] = true
-		if why := attributionWhy(s.labels); why != "" {
+		if why, _, _ := a.seriesWhy(s.key.node, s.labels); why != "" {
 			name := d.String()
 			if p := s.labels[aGPUProfile]; p != "" {
 				name += " (" + p + ")"
@@ -179,7 +189,7 @@ func (a *aggregator) gpuSharing() []string {
 // and Gym's rollouts (r.Gym filled before).
 func (a *aggregator) energy(r *Report) Energy {
 	nan := Value(math.NaN())
-	e := Energy{Joules: nan, WindowSeconds: nan, GenerationTokens: nan, Rollouts: nan, JoulesPer1kTokens: nan, JoulesPerRollout: nan}
+	e := Energy{Joules: nan, WindowSeconds: nan, GenerationTokens: nan, Rollouts: nan, JoulesPer1kTokens: nan, JoulesPerRollout: nan, EstimatePer1kTokens: nan}
 	for _, s := range a.byMetric(mGenTokens) {
 		if s.c != nil {
 			e.GenerationTokens = addV(e.GenerationTokens, s.c.total())
@@ -225,6 +235,10 @@ func (a *aggregator) energy(r *Report) Energy {
 	switch {
 	case len(e.NotAttributable) > 0:
 		e.Why = WhyNotAttributable
+		e.Estimate = a.runEstimate()
+		if e.Estimate != nil && e.Estimate.Joules.Known() && e.GenerationTokens.Known() && e.GenerationTokens > 0 {
+			e.EstimatePer1kTokens = e.Estimate.Joules / e.GenerationTokens * 1000
+		}
 		return e
 	case len(order) == 0 && len(a.byMetric(mGPUUtil)) > 0:
 		e.Why = WhyNoPower
@@ -279,6 +293,48 @@ func (a *aggregator) energy(r *Report) Energy {
 	return e
 }
 
+// runEstimate is the MIG estimate over the run: per node over its GPU
+// series' samples (nil where a node's GPUs allow none).
+func (a *aggregator) runEstimate() *Estimate {
+	nodes := a.nodeGPUs()
+	var names []string
+	for n := range nodes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out *Estimate
+	for _, n := range names {
+		var t0, t1 int64
+		for _, g := range nodes[n] {
+			for _, sm := range []*sampled{g.counterSamples, g.powerSamples} {
+				if sm == nil || len(sm.pts) == 0 {
+					continue
+				}
+				if f := sm.pts[0].ms; t0 == 0 || f < t0 {
+					t0 = f
+				}
+				t1 = max(t1, sm.pts[len(sm.pts)-1].ms)
+			}
+		}
+		est := migEstimate(n, nodes[n], t0, t1)
+		if est == nil {
+			return nil
+		}
+		if out == nil {
+			out = &Estimate{Method: MethodMIGShare}
+		}
+		out.Joules += est.Joules
+		out.Method += strings.TrimPrefix(est.Method, MethodMIGShare)
+		for _, w := range est.Verdict.Why {
+			out.Verdict.add(w)
+		}
+	}
+	if out != nil {
+		out.Verdict.done()
+	}
+	return out
+}
+
 // energyLines writes the text report's energy section.
 func (t *textOut) energyLines(r *Report) {
 	e := r.Energy
@@ -288,6 +344,13 @@ func (t *textOut) energyLines(r *Report) {
 	t.section("energy (dcgm-exporter)")
 	if len(e.NotAttributable) > 0 {
 		t.wrap(fmt.Sprintf("  %-24s ", "energy"), WhyNotAttributable+": DCGM's power and energy of a shared or MIG-partitioned GPU are not the job's alone (the GPUs above)")
+		if x := e.Estimate; x != nil && x.Joules.Known() {
+			line := fmt.Sprintf("%s J, AN ESTIMATE by the %s", f(x.Joules, 1), x.Method)
+			if e.EstimatePer1kTokens.Known() {
+				line += fmt.Sprintf("; %s J per 1,000 generation tokens", f(e.EstimatePer1kTokens, 2))
+			}
+			t.wrap(fmt.Sprintf("  %-24s ", "estimate"), line+"; "+verdictText(x.Verdict, false))
+		}
 		return
 	}
 	if !e.Joules.Known() {

@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -133,6 +134,23 @@ func TestEnergyNotAttributable(t *testing.T) {
 			var text strings.Builder
 			if err := r.WriteText(&text); err != nil {
 				t.Fatal(err)
+			}
+			if c.attribution == "mig" {
+				// The job's own MIG instance (3g.40gb): the parent's 1500 J
+				// (100 to 200 W over 10 s) times 3/7, an estimate, not
+				// trusted (10 s between power samples).
+				x := e.Estimate
+				if x == nil || math.Abs(float64(x.Joules)-1500*3.0/7) > 1e-6 || x.Verdict.Trusted || !strings.HasPrefix(x.Method, MethodMIGShare) ||
+					math.Abs(float64(e.EstimatePer1kTokens)-1500*3.0/7) > 1e-6 {
+					t.Errorf("estimate %+v (%v per 1,000 tokens): want 642.86 J by the MIG share, not trusted", x, e.EstimatePer1kTokens)
+				}
+				if !strings.Contains(text.String(), "estimate                 642.9 J, AN ESTIMATE by the MIG share") {
+					t.Errorf("text without the estimate:\n%s", text.String())
+				}
+				return
+			}
+			if e.Estimate != nil {
+				t.Errorf("estimate %+v where the instances are not the job's own", e.Estimate)
 			}
 			if !strings.Contains(text.String(), "energy                   cannot be attributed to the job") || strings.Contains(text.String(), " J ") {
 				t.Errorf("text:\n%s", text.String())

@@ -234,6 +234,7 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 {{if .R.GPUSharing}}<p id="gpu-sharing">Not the job's alone:</p><ul>{{range foldSharing .R.GPUSharing}}<li>{{.}}</li>{{end}}</ul>{{end}}{{end}}
 {{with .R.Energy}}{{if ne .Why "` + WhyNoGPUs + `"}}<h2>Energy</h2>
 <table id="energy">{{if .NotAttributable}}<tr><td>energy</td><td class="l">` + WhyNotAttributable + `: a shared or MIG-partitioned GPU's power is not the job's alone</td></tr>
+{{with .Estimate}}{{if .Joules.Known}}<tr><td>estimate</td><td class="l">{{f .Joules 1}} J, AN ESTIMATE by the {{.Method}}; {{if .Verdict.Trusted}}trusted{{else}}not trusted: {{range .Verdict.Why}}{{.}}; {{end}}{{end}}</td></tr>{{end}}{{end}}
 {{else if not .Joules.Known}}<tr><td>energy</td><td class="l">- ({{.Why}})</td></tr>
 {{else}}<tr><td>energy</td><td class="l">{{f .Joules 1}} J over {{dur .WindowSeconds}}, {{.GPUs}} GPU(s), from {{.Source}}</td></tr>
 <tr><td>per 1,000 generation tokens</td><td class="l">{{if .JoulesPer1kTokens.Known}}{{f .JoulesPer1kTokens 2}} J ({{f .GenerationTokens 0}} tokens, vllm:generation_tokens_total){{else}}- (no vllm:generation_tokens_total){{end}}</td></tr>
@@ -243,7 +244,7 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 {{template "agg" index .Tables "step-energy"}}{{end}}
 {{if .R.RoleEnergy}}<h2>Energy per role</h2>
 <table id="role-energy"><tr><th class="l">role</th><th class="l">step</th><th class="l">nodes</th><th>J</th><th>generation tokens</th><th>J per 1,000 tokens</th><th class="l">from</th><th class="l">verdict</th></tr>
-{{range .R.RoleEnergy}}<tr><td class="l">{{.Role}}</td><td class="l">{{.Step}}</td><td class="l">{{hostlist .Nodes}}</td><td>{{f .Joules 1}}</td><td>{{f .GenerationTokens 0}}</td><td>{{f .JoulesPer1kTokens 2}}</td><td class="l">{{.Source}}</td><td class="l">{{if .Verdict.Trusted}}trusted{{else}}not trusted: {{range (foldReasons .Verdict .Nodes).Why}}{{.}}; {{end}}{{end}}</td></tr>
+{{range .R.RoleEnergy}}<tr><td class="l">{{.Role}}</td><td class="l">{{.Step}}</td><td class="l">{{hostlist .Nodes}}</td><td>{{f .Joules 1}}</td><td>{{f .GenerationTokens 0}}</td><td>{{f .JoulesPer1kTokens 2}}</td><td class="l">{{.Source}}</td><td class="l">{{if .Verdict.Trusted}}trusted{{else}}not trusted: {{range (foldReasons .Verdict .Nodes).Why}}{{.}}; {{end}}{{end}}{{with .Estimate}}{{if .Joules.Known}} AN ESTIMATE: {{f .Joules 1}} J by the {{.Method}}{{end}}{{end}}</td></tr>
 {{end}}</table>{{end}}
 {{if .R.Hosts}}<h2>Hosts</h2>
 {{template "agg" index .Tables "hosts"}}{{end}}

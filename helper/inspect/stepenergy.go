@@ -24,10 +24,13 @@ import (
 // DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (a counter in mJ since the driver
 // loaded: NVIDIA/dcgm-exporter etc/default-counters.csv, commit b54068a)
 // where the GPU has it, else from DCGM_FI_DEV_POWER_USAGE (a gauge in W)
-// integrated. A GPU is named by dcgm-exporter's UUID label (pci_bus_id,
-// else its gpu index, where the files lack it; labels as rendered by
-// internal/pkg/rendermetrics/render_metrics.go, commit 1f7abdb), not by
-// index order.
+// integrated. Where the node dir's state.json records the job's GPUs by
+// device (gpumatch.go), a series is matched to them by its pci_bus_id;
+// else a GPU is named by dcgm-exporter's UUID label (pci_bus_id, else its
+// gpu index, where the files lack it; labels as rendered by
+// internal/pkg/rendermetrics/render_metrics.go, commit 1f7abdb). Where the
+// job's GPUs are MIG instances of its own, an estimate is given beside the
+// refused figure (migestimate.go).
 //
 // The verdict follows the checks InferenceX applies before it publishes
 // a window's energy: the GPU ids matched one to one between the window's
@@ -136,6 +139,10 @@ type GPUEnergy struct {
 	GPUs      []string `json:"gpus"`
 	MatchedBy string   `json:"matched_by,omitempty"`
 	Verdict   Verdict  `json:"verdict"`
+	// Estimate is given where Joules is refused because the GPUs are MIG
+	// instances of the job's (migestimate.go): always an estimate, with
+	// its method; nil otherwise.
+	Estimate *Estimate `json:"estimate,omitempty"`
 }
 
 // RoleEnergy is the energy of a Gym role's GPUs over one step's window,
@@ -164,6 +171,9 @@ type RoleEnergy struct {
 	// them (J). Null when either is.
 	GenerationTokens  Value `json:"generation_tokens"`
 	JoulesPer1kTokens Value `json:"joules_per_1k_generation_tokens"`
+	// EstimatePer1kTokens is GPUEnergy.Estimate per 1,000 of the
+	// generation tokens (J): an estimate, null without one.
+	EstimatePer1kTokens Value `json:"estimate_per_1k_generation_tokens"`
 }
 
 // EnergyMatching says how the GPUs were matched to the job.
@@ -198,15 +208,24 @@ const (
 	KeptByMIG = "every MIG instance"
 	// KeptByAll: no filter (Slurm named no GPU on the node).
 	KeptByAll = "every GPU"
+	// KeptByPCI: by pci_bus_id, the PCI bus ids the supervisor read from
+	// the NVIDIA driver for the devices Slurm named: by device.
+	KeptByPCI = "pci_bus_id"
 )
 
+// matchNoteByDevice: every node's state.json recorded the job's GPUs.
+const matchNoteByDevice = "every GPU matched by device: the supervisor recorded each of the job's GPUs' minor number and PCI bus id " +
+	"from the NVIDIA driver (/proc/driver/nvidia/gpus/<bus>/information; state.json gpus), a GRES index read as its device file's " +
+	"minor (/dev/nvidia<N>), a UUID as the driver's GPU UUID, and dcgm-exporter's series are matched by pci_bus_id"
+
 // matchNote: what inspect cannot check from the files.
-const matchNote = "a GPU is matched by device where Slurm named it by UUID (Slurm 25.11 and later, or MIG devices); " +
+const matchNote = "a GPU is matched by device where Slurm named it by UUID (Slurm 25.11 and later, or MIG devices) or where the " +
+	"supervisor recorded the job's GPUs from the NVIDIA driver (state.json gpus; not on every node here); " +
 	"where it named Slurm's indexes (SLURM_JOB_GPUS) the collector matched them to dcgm-exporter's gpu label in index order, " +
 	"and Slurm's order (its GRES device files, /dev/nvidiaN, by minor number) and DCGM's (NVML's, by PCI bus) can differ. " +
-	"The GRES files' minor numbers are not in the files, and dcgm-exporter's device label (nvidia<DCGM GPU id>) is not the " +
-	"minor number; each GPU's minor is in the node's /proc/driver/nvidia/gpus/<PCI bus id>/information (Device Minor), " +
-	"whose PCI bus id is dcgm-exporter's pci_bus_id: recorded per job by the supervisor, it would match every GPU by device"
+	"dcgm-exporter's device label (nvidia<DCGM GPU id>) is not the minor number; the supervisor records each GPU's minor and " +
+	"PCI bus id from the node's /proc/driver/nvidia/gpus/<PCI bus id>/information where it can read them for every device " +
+	"Slurm named, and then every GPU is matched by device (dcgm-exporter's pci_bus_id)"
 
 // keptBy reads how the collector of node dir dir kept the job's GPUs
 // ("" when the dir has no collector.yaml).
@@ -231,6 +250,8 @@ func keptBy(dir string) string {
 	}
 	cond := strings.Join(f.Metrics.Datapoint, " ")
 	switch {
+	case strings.Contains(cond, `attributes["pci_bus_id"]`):
+		return KeptByPCI
 	case strings.Contains(cond, `attributes["gpu"] == "`):
 		return KeptByIndex
 	case strings.Contains(cond, `attributes["UUID"] == "`):
@@ -346,12 +367,18 @@ func stepWindows(phases []NodePhases) []window {
 // gpuSeries is one GPU (or MIG instance) of a node: its id and its
 // energy and power series.
 type gpuSeries struct {
-	dev            gpuDevice
-	id, by         string
-	why            string // not the job's alone: why
-	counter, power *series
-	counterSamples *sampled
-	powerSamples   *sampled
+	dev    gpuDevice
+	id, by string
+	why    string // not the job's alone: why
+	// jobInstance: a MIG instance that is the job's exactly (marked
+	// "mig", or recorded by device); parent names its GPU (the series of
+	// every instance of one GPU repeat its power and energy); profile is
+	// its GPU_I_PROFILE, model the GPU's modelName (migestimate.go).
+	jobInstance            bool
+	parent, profile, model string
+	counter, power         *series
+	counterSamples         *sampled
+	powerSamples           *sampled
 }
 
 // gpuID names a GPU by the first label that names a device: UUID (or the
@@ -388,8 +415,10 @@ func (a *aggregator) nodeGPUs() map[string][]*gpuSeries {
 		d := gpuDevice{s.key.node, s.labels["gpu"], s.labels[aGPUInstance]}
 		g := by[d]
 		if g == nil {
-			g = &gpuSeries{dev: d, why: attributionWhy(s.labels)}
-			g.id, g.by = gpuID(s.labels)
+			g = &gpuSeries{dev: d, profile: s.labels[aGPUProfile], model: s.labels["modelName"]}
+			g.why, g.id, g.by = a.seriesWhy(s.key.node, s.labels)
+			g.jobInstance = d.instance != "" && g.why == whyJobInstance
+			g.parent, _ = gpuID(map[string]string{"UUID": s.labels["UUID"], "uuid": s.labels["uuid"], aPCIBusID: s.labels[aPCIBusID], "gpu": s.labels["gpu"]})
 			by[d] = g
 			out[d.node] = append(out[d.node], g)
 		}
@@ -397,6 +426,22 @@ func (a *aggregator) nodeGPUs() map[string][]*gpuSeries {
 			g.counter, g.counterSamples = s, a.samples[s]
 		} else {
 			g.power, g.powerSamples = s, a.samples[s]
+		}
+	}
+	// A GPU the supervisor recorded for the job that has no series: a
+	// GPU of the figure without samples (the verdict names it).
+	for node, devs := range a.recordedGPUs() {
+		if len(out[node]) == 0 {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, g := range out[node] {
+			seen[g.id] = true
+		}
+		for _, dv := range devs {
+			if id := deviceID(dv); !seen[id] {
+				out[node] = append(out[node], &gpuSeries{dev: gpuDevice{node, "", dv.Instance}, id: id, by: aPCIBusID})
+			}
 		}
 	}
 	return out
@@ -476,6 +521,7 @@ func gpusOver(node string, gpus []*gpuSeries, t0, t1 int64) GPUEnergy {
 		}
 		f.Verdict.add(ReasonNotAttributable, notJob...)
 		f.Verdict.done()
+		f.Estimate = migEstimate(node, gpus, t0, t1)
 		return f
 	}
 	joules, errJ, bracketMs, gapMs := 0.0, 0.0, int64(0), int64(0)
@@ -639,6 +685,17 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 			bys[g.by] = true
 		}
 	}
+	rec := a.recordedGPUs()
+	byDevice := len(rec) > 0
+	for n := range gpus {
+		if rec[n] == nil {
+			byDevice = false
+		}
+	}
+	if byDevice {
+		match.Note = matchNoteByDevice
+		bys = map[string]bool{aPCIBusID: true}
+	}
 	for _, b := range []string{"UUID", "pci_bus_id", "gpu"} {
 		if bys[b] {
 			match.By = b
@@ -725,7 +782,7 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 		for _, role := range roleOrder {
 			x := roles[role]
 			re := RoleEnergy{Role: role, Producers: x.producers, Nodes: x.nodes, Restart: k.restart, Step: step, Start: g.t0, End: g.t1,
-				GenerationTokens: nan, JoulesPer1kTokens: nan}
+				GenerationTokens: nan, JoulesPer1kTokens: nan, EstimatePer1kTokens: nan}
 			re.GPUEnergy = GPUEnergy{Joules: nan, ErrorJoules: nan, BracketSeconds: nan, MaxGapSeconds: nan, GPUs: []string{}}
 			if !g.known || g.t0 == nil {
 				re.Verdict.add(ReasonWindowUnknown, "step "+step+": its start or end was not seen on a node")
@@ -737,12 +794,26 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 			joules, errJ, bracketS, gapS := 0.0, 0.0, 0.0, 0.0
 			errKnown, ok := true, true
 			var srcs []string
+			// The MIG estimate: every node's figure measured or estimated.
+			est, estOK := &Estimate{Method: MethodMIGShare}, true
 			for _, n := range x.nodes {
 				if rs := nodeRoles[n]; len(rs) > 1 {
 					re.Verdict.add(ReasonSharedNode, fmt.Sprintf("%s serves %s: its GPUs cannot be split between them", n, strings.Join(rs, ", ")))
 					ok = false
 				}
 				f := gpusOver(n, gpus[n], t0, t1)
+				switch {
+				case f.Joules.Known():
+					est.Joules += f.Joules
+				case f.Estimate != nil && f.Estimate.Joules.Known():
+					est.Joules += f.Estimate.Joules
+					est.Method += strings.TrimPrefix(f.Estimate.Method, MethodMIGShare)
+					for _, w := range f.Estimate.Verdict.Why {
+						est.Verdict.add(w)
+					}
+				default:
+					estOK = false
+				}
 				re.GPUs = append(re.GPUs, f.GPUs...)
 				for _, w := range f.Verdict.Why {
 					re.Verdict.add(w)
@@ -798,6 +869,18 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 				tokens += inc
 			}
 			re.GenerationTokens = Value(tokens)
+			if !ok && estOK && est.Method != MethodMIGShare {
+				for _, w := range re.Verdict.Why {
+					if !strings.HasPrefix(w, ReasonNotAttributable) {
+						est.Verdict.add(w)
+					}
+				}
+				est.Verdict.done()
+				re.Estimate = est
+				if re.GenerationTokens > 0 {
+					re.EstimatePer1kTokens = est.Joules / re.GenerationTokens * 1000
+				}
+			}
 			if ok {
 				re.Joules = Value(joules)
 				re.MaxGapSeconds, re.BracketSeconds = Value(gapS), Value(bracketS)
@@ -819,6 +902,9 @@ func (a *aggregator) stepEnergy(phases []NodePhases) ([]StepEnergy, []RoleEnergy
 // figureText is one figure in a line: "1234.5 J (-0.8 J)" or "- (why)".
 func figureText(fg GPUEnergy) string {
 	if !fg.Joules.Known() {
+		if x := fg.Estimate; x != nil && x.Joules.Known() {
+			return fmt.Sprintf("- (AN ESTIMATE: %s J by the %s; %s)", f(x.Joules, 1), x.Method, verdictText(x.Verdict, false))
+		}
 		return "-"
 	}
 	s := f(fg.Joules, 1) + " J"

@@ -18,6 +18,7 @@ import (
 	"sort"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/atomicfile"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/gpudev"
 )
 
 // The dirs of the layout, relative to a job dir.
@@ -237,6 +238,11 @@ type State struct {
 	JobID        string `json:"job_id,omitempty"`
 	RestartCount string `json:"restart_count,omitempty"`
 	SLUID        string `json:"sluid,omitempty"`
+	// GPUs are the job's GPUs on this node named by device (minor number,
+	// PCI bus id as dcgm-exporter's pci_bus_id), as the supervisor read
+	// them from the NVIDIA driver at start; empty when it could not
+	// (jobfacts.Facts.GPUPCI).
+	GPUs []gpudev.Device `json:"gpus,omitempty"`
 }
 
 // MaxForeignTargets bounds State.ForeignTargets.

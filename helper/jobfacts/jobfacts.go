@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/gpudev"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 )
 
@@ -50,6 +51,12 @@ type Facts struct {
 	// devices, GPU UUIDs (Slurm 25.11+) or indexes for whole GPUs
 	// (render.Job.GPUDevices); nil when unset.
 	GPUDevices []string `json:"gpu_devices,omitempty"`
+	// GPUPCI are the job's GPUs (and MIG instances) on this node named by
+	// device: each one's minor number and PCI bus id from the NVIDIA
+	// driver's /proc/driver/nvidia/gpus/<bus>/information, matched to
+	// GPUs and GPUDevices (gpudev.Resolve); nil when not resolved (no
+	// driver, or a device Slurm named that the driver does not list).
+	GPUPCI []gpudev.Device `json:"gpu_pci,omitempty"`
 }
 
 // ExpandJobDir expands %j (job id), %A (array master job id, else the job id),

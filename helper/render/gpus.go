@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/gpudev"
 )
 
 // The attribute the collector stamps on every dcgm-exporter data point
@@ -52,6 +54,10 @@ var (
 // instance id (dcgm-exporter's UUID and GPU_I_ID labels).
 type gpuInstance struct{ uuid, gi string }
 
+// busDevice is a GPU named by its PCI bus id in NVML's form
+// (dcgm-exporter's pci_bus_id), or a MIG instance of it (gi set).
+type busDevice struct{ bus, gi string }
+
 // gpuPlan is which dcgm-exporter series the collector keeps, and how it
 // marks them.
 type gpuPlan struct {
@@ -69,11 +75,24 @@ type gpuPlan struct {
 	// every whole-GPU series, marked GPUShared: the devices Slurm named
 	// could not be told apart.
 	anyMIG, anyWhole bool
+	// buses are the job's GPUs and MIG instances by PCI bus id (the
+	// supervisor found every device Slurm named in the driver's files):
+	// GPUJob and GPUMIG. When set, the fields above are not.
+	buses []busDevice
 }
 
 // planGPUs reads the job's GPUs on the node: indexes from SLURM_JOB_GPUS,
-// devices from CUDA_VISIBLE_DEVICES (both as the prolog saw them).
-func planGPUs(indexes, devices []string) gpuPlan {
+// devices from CUDA_VISIBLE_DEVICES (both as the prolog saw them), and
+// pci, the same devices named by PCI bus id (gpudev.Resolve), which wins
+// when set.
+func planGPUs(indexes, devices []string, pci []gpudev.Device) gpuPlan {
+	if len(pci) > 0 {
+		p := gpuPlan{named: true}
+		for _, d := range pci {
+			p.buses = append(p.buses, busDevice{d.PCIBusID, d.Instance})
+		}
+		return p
+	}
 	p := gpuPlan{named: len(indexes) > 0 || len(devices) > 0}
 	numeric := false
 	for _, d := range devices {
@@ -117,6 +136,17 @@ const (
 // instances of the GPU of that index; for the marks it does not (they stay
 // GPUShared).
 func (p gpuPlan) terms(shared bool) (job, mig []string) {
+	for _, b := range p.buses {
+		t := busTerm(b.bus)
+		switch {
+		case b.gi != "":
+			mig = append(mig, t+fmt.Sprintf(` and attributes["GPU_I_ID"] == %s`, ottlString(b.gi)))
+		case !shared:
+			job = append(job, t+` and attributes["GPU_I_ID"] == nil`)
+		default:
+			job = append(job, t)
+		}
+	}
 	for _, i := range p.indexes {
 		t := fmt.Sprintf(`attributes["gpu"] == %s`, ottlString(i))
 		if !shared {
@@ -131,6 +161,16 @@ func (p gpuPlan) terms(shared bool) (job, mig []string) {
 		mig = append(mig, fmt.Sprintf(uuidOf+` and attributes["GPU_I_ID"] == %s`, ottlString(x.uuid), ottlString(x.gi)))
 	}
 	return job, mig
+}
+
+// busTerm is the OTTL condition of the series of the GPU of PCI bus id
+// bus (NVML's form, "00000000:18:00.0"): dcgm-exporter's pci_bus_id in
+// NVML's form or Linux's ("0000:18:00.0"), either case.
+func busTerm(bus string) string {
+	dom, rest, _ := strings.Cut(bus, ":")
+	dom = strings.TrimLeft(dom, "0")
+	re := "(?i)^0*" + dom + ":" + strings.ReplaceAll(rest, ".", "[.]") + "$"
+	return fmt.Sprintf(`attributes["pci_bus_id"] != nil and IsMatch(attributes["pci_bus_id"], %s)`, ottlString(re))
 }
 
 // filter is the filter/dcgm condition: true for the dcgm points of GPUs

@@ -2,8 +2,11 @@ package render
 
 import (
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/gpudev"
 )
 
 // TestPlanGPUs: what the prolog's SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES
@@ -36,20 +39,39 @@ func TestPlanGPUs(t *testing.T) {
 		{"quote", nil, []string{`GPU-"x`}, gpuPlan{named: true, anyMIG: true, anyWhole: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := planGPUs(c.indexes, c.devices)
+			got := planGPUs(c.indexes, c.devices, nil)
 			if !reflect.DeepEqual(got, c.want) {
 				t.Errorf("planGPUs(%q, %q) = %+v, want %+v", c.indexes, c.devices, got, c.want)
 			}
 		})
 	}
 	// Keeping everything needs no filter; nothing named is marked unnamed.
-	if f := planGPUs(nil, nil).filter(); f != "" {
+	if f := planGPUs(nil, nil, nil).filter(); f != "" {
 		t.Errorf("nothing named: filter %q", f)
 	}
-	if f := planGPUs(nil, []string{"nvidia0"}).filter(); f != "" {
+	if f := planGPUs(nil, []string{"nvidia0"}, nil).filter(); f != "" {
 		t.Errorf("unknown form: filter %q, want none (everything kept, shared)", f)
 	}
-	if m := planGPUs(nil, nil).marks(); len(m) != 1 || !strings.Contains(m[0], `"unnamed"`) {
+	if m := planGPUs(nil, nil, nil).marks(); len(m) != 1 || !strings.Contains(m[0], `"unnamed"`) {
 		t.Errorf("nothing named: marks %q", m)
+	}
+	// Named by PCI bus id (the supervisor's gpudev.Resolve): the filter and
+	// the marks match dcgm-exporter's pci_bus_id in NVML's form or Linux's
+	// ($ written $$, as every literal of the configuration).
+	p := planGPUs([]string{"0"}, []string{"0"}, []gpudev.Device{{Slurm: "0", By: gpudev.ByMinor, PCIBusID: "00000000:19:00.0"},
+		{Slurm: "MIG-GPU-x/2/0", By: gpudev.ByUUID, PCIBusID: "00000001:3B:00.0", Instance: "2"}})
+	f := p.filter()
+	for _, want := range []string{`IsMatch(attributes["pci_bus_id"], "(?i)^0*:19:00[.]0$$")`, `IsMatch(attributes["pci_bus_id"], "(?i)^0*1:3B:00[.]0$$") and attributes["GPU_I_ID"] == "2"`} {
+		if !strings.Contains(f, want) {
+			t.Errorf("by bus id: filter %q lacks %q", f, want)
+		}
+	}
+	if m := strings.Join(p.marks(), "\n"); !strings.Contains(m, `"job") where`) || !strings.Contains(m, `"mig") where`) || strings.Contains(m, `attributes["gpu"] ==`) {
+		t.Errorf("by bus id: marks %q", m)
+	}
+	for _, id := range []string{"00000000:19:00.0", "0000:19:00.0", "0:19:00.0"} {
+		if !regexp.MustCompile("(?i)^0*:19:00[.]0$").MatchString(id) {
+			t.Errorf("%s does not match", id)
+		}
 	}
 }

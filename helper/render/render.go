@@ -48,6 +48,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/gpudev"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/memory"
@@ -131,6 +132,10 @@ type Job struct {
 	// when unset. With neither GPUs nor GPUDevices every GPU is kept
 	// (gpu_attribution "unnamed").
 	GPUDevices []string
+	// GPUPCI are the same devices named by PCI bus id
+	// (jobfacts.Facts.GPUPCI): when set the collector keeps dcgm-exporter's
+	// series by pci_bus_id instead.
+	GPUPCI []gpudev.Device
 	// SlurmCluster is SLURM_CLUSTER_NAME as Slurm gives it ("" when
 	// unknown), whatever Cluster says: Lens' slurm.cluster.name and the
 	// seed of its nv.dl.job.uuid (lens.go).
@@ -164,6 +169,7 @@ func JobOf(resolved *config.Resolved, f jobfacts.Facts) Job {
 		NodeIndex:    f.NodeIndex,
 		GPUs:         f.GPUs,
 		GPUDevices:   f.GPUDevices,
+		GPUPCI:       f.GPUPCI,
 		SlurmCluster: f.Cluster,
 		ArrayJobID:   f.ArrayJobID,
 		ArrayTaskID:  f.ArrayTaskID,
@@ -397,7 +403,7 @@ func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
 	if o.GPUMetricsPort != 0 {
 		// The job's GPUs (gpus.go): drop the others' series, then say of
 		// each series kept whether it is the job's alone.
-		plan := planGPUs(in.Job.GPUs, in.Job.GPUDevices)
+		plan := planGPUs(in.Job.GPUs, in.Job.GPUDevices, in.Job.GPUPCI)
 		if cond := plan.filter(); cond != "" {
 			processors = append(processors, kv{"filter/dcgm", omap{
 				{"error_mode", "ignore"},

@@ -376,6 +376,11 @@ func (s *supervisor) appendAfterCollector(d drainEnd, bound time.Duration, count
 	if ok {
 		lines = append(lines, ml)
 	}
+	// The energy of the job's GPUs per step (energymetrics.go), under the
+	// run's identity.
+	if el, ok := s.appendEnergyMetrics(render.Identity(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)}, "slurm")); ok {
+		lines = append(lines, el)
+	}
 	if len(lines) == 0 {
 		return
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/atomicfile"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/gpudev"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/heldir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
@@ -65,8 +66,13 @@ type Options struct {
 	MainStart time.Time
 	// Resolved is the job's validated resolved settings.
 	Resolved *config.Resolved
-	// Facts are the job's facts on this node.
+	// Facts are the job's facts on this node. Where Facts.GPUPCI is nil
+	// and Slurm named GPUs, the supervisor fills it at start from the
+	// NVIDIA driver's information files under NvidiaRoot.
 	Facts jobfacts.Facts
+	// NvidiaRoot is the NVIDIA driver's proc directory ("":
+	// gpudev.DefaultRoot); a test writes a tree of its own.
+	NvidiaRoot string
 	// Token is the backend bearer token (the value of otel.token_env); it
 	// goes into the collector's environment only.
 	Token string
@@ -297,6 +303,35 @@ func (s *supervisor) defaults() {
 	s.unheld = true
 }
 
+// resolveGPUs names the job's GPUs by device (Facts.GPUPCI) from the
+// driver's information files, before anything is rendered: the collector
+// then keeps dcgm-exporter's series by pci_bus_id, and state.json records
+// them for inspect. Where a device Slurm named is not found, GPUPCI stays
+// nil and the GPUs are kept as Slurm named them.
+func (s *supervisor) resolveGPUs() {
+	f := &s.opt.Facts
+	if f.GPUPCI != nil || (len(f.GPUs) == 0 && len(f.GPUDevices) == 0) {
+		return
+	}
+	root := s.opt.NvidiaRoot
+	if root == "" {
+		root = gpudev.DefaultRoot
+	}
+	gpus, err := gpudev.Read(root)
+	if err != nil {
+		if !os.IsNotExist(err) {
+			s.log.Warnf("the job's GPUs by device: %v (kept as Slurm named them)", err)
+		}
+		return
+	}
+	devs, unresolved := gpudev.Resolve(gpus, f.GPUs, f.GPUDevices)
+	if len(unresolved) > 0 {
+		s.log.Warnf("the job's GPUs by device: %s (kept as Slurm named them)", strings.Join(unresolved, "; "))
+		return
+	}
+	f.GPUPCI = devs
+}
+
 // base is the base path of the file operations in the output dir: the held
 // dir's (at), "" while it is not held, the path itself for a supervisor
 // made without Run (the package's own tests).
@@ -390,6 +425,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		f.Close()
 		os.Remove(f.Name())
 	}
+	s.resolveGPUs()
 	if s.o.Container == "" {
 		// Inside a container the collector's host name is the
 		// container's: the phases are left to Prometheus there.
@@ -1192,6 +1228,7 @@ func (s *supervisor) writeState(status, errText string) {
 		Status: status, Error: errText, Ports: s.ports, SupervisorPID: os.Getpid(),
 		Restarts: s.restarts, ExportProblems: s.problems, ForeignTargets: s.foreign, UpdatedAt: time.Now().UTC().Format(time.RFC3339Nano),
 		JobID: s.opt.Facts.JobID, RestartCount: s.opt.Facts.RestartCount, SLUID: s.opt.Facts.SLUID,
+		GPUs: s.opt.Facts.GPUPCI,
 	}
 	if s.coll != nil && s.coll.Running() {
 		st.CollectorPID = s.coll.pid

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,4 +99,22 @@ func ReadTime(t testing.TB, p string) time.Time {
 		t.Fatalf("%s: %v", p, err)
 	}
 	return tm
+}
+
+// NvidiaGPU writes root/gpus/<bus>/information as the NVIDIA driver's
+// procfs does (kernel-open/nvidia/nv-procfs.c, nv_procfs_read_gpu_info):
+// a GPU of PCI bus id bus ("0000:3b:00.0"), device minor minor and UUID
+// uuid, for a test's stand-in of /proc/driver/nvidia.
+func NvidiaGPU(t testing.TB, root, bus string, minor int, uuid string) {
+	t.Helper()
+	dir := filepath.Join(root, "gpus", bus)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	text := "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 183\nGPU UUID: \t " + uuid + "\nVideo BIOS: \t 96.00.74.00.0d\n" +
+		"Bus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\nBus Location: \t " + bus + "\n" +
+		"Device Minor: \t " + strconv.Itoa(minor) + "\nGPU Excluded:\t No\n"
+	if err := os.WriteFile(filepath.Join(dir, "information"), []byte(text), 0o444); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -18,8 +18,8 @@ import (
 // A new package gets a level here, as low as what it imports allows.
 var layers = map[string]int{
 	// 0: writing a file whole, under the leaves that own files; the
-	// plugin's telemetry vocabulary and the collector's memory policy,
-	// which import nothing.
+	// plugin's telemetry vocabulary, the collector's memory policy and the
+	// NVIDIA driver's GPU list, which import nothing.
 	"helper/atomicfile": 0,
 	"helper/vocab":      0,
 	"helper/memory":     0,

@@ -398,7 +398,7 @@ func (st *launchState) start(ctx context.Context, env []string, groups []uint32,
 			sup.kill()
 			return nil, launch.Readiness{}, err
 		}
-		clock.mark("record")
+		clock.mark("starting")
 		rep, err := sup.wait(max(time.Until(end), 0))
 		if err == nil && rep.Status != launch.StatusReady {
 			err = fmt.Errorf("the collector failed to start: %s", rep.Error)

@@ -75,9 +75,13 @@ func indexByte(s string, c byte) int {
 // returned error is for the log only: the prolog always returns 0 to Slurm.
 // Its steps, in order: the deadline, the node's housekeeping (tidyNode), the
 // job's settings (acceptSettings), the job's user (jobAccount), the job's
-// facts, the supervisor's environment (supervisorEnv), its cgroup
-// (collectorGroup), its start and report (launch), the node's packet
-// filter for its ports (keepPorts), and the ready record (recordReady).
+// facts, the supervisor's environment (supervisorEnv) with the receiver
+// token root mints; then, per attempt (launchState.start), the collector's
+// cgroup (collectorGroup), root's choice of the ports, the node's packet
+// filter for them (filterPorts), the supervisor's start, root's record
+// before its report (status starting) and the report; then the proof of
+// the ports through the filter (proveFilter) and the ready record
+// (recordReady).
 func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	// The steps' times for the ready line: the first one is the core's
 	// load, from the C prolog's stamp (when plausible) to here.

@@ -374,7 +374,8 @@ func (s *supervisor) holdDir(mode os.FileMode) error {
 	return nil
 }
 
-// startUp makes the output dir, checks the binary, chooses ports and starts
+// startUp makes the output dir, checks the binary, takes root's ports (or
+// chooses its own: Options.Ports) and starts
 // the collector until it is healthy, within health_check_timeout_seconds.
 func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	ctx, cancel := context.WithTimeout(ctx, s.pol.HealthWait)

@@ -447,6 +447,11 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		if r, err := newCgroupReader(s.opt.Facts); err != nil {
 			s.log.Warnf("the job's cgroup metrics are not served: the node's cgroup mounts: %v", err)
 		} else if s.cgroups, err = newCgroupServer(r, s.opt.Ports.Cgroup); err != nil {
+			if perr := s.portErr(err); errors.Is(perr, errBindRace) {
+				// Root's port for the page, bound by another socket:
+				// the collector would scrape whoever holds it.
+				return fmt.Errorf("the cgroup page's loopback port: %w", perr)
+			}
 			s.log.Warnf("the job's cgroup metrics are not served: a loopback port: %v", err)
 		} else {
 			s.cgroups.ln.setLog(s.log.Warnf)

@@ -83,8 +83,7 @@ func TestRootPortsRefused(t *testing.T) {
 	t.Parallel()
 	bad := "1,2,3"
 	s := harness.StartSup(t, harness.Job{JobID: "8585", Env: []string{launch.EnvPorts + "=" + bad}})
-	out := s.Output()
-	if s.Report.Status == launch.StatusReady || !strings.Contains(out, fmt.Sprintf("%s=%q", launch.EnvPorts, bad)) {
-		t.Fatalf("%s=%s: report %+v; output:\n%s", launch.EnvPorts, bad, s.Report, out)
+	if s.Report.Status != launch.StatusFailed || !strings.Contains(s.Report.Error, fmt.Sprintf("%s=%q", launch.EnvPorts, bad)) {
+		t.Fatalf("%s=%s: report %+v; output:\n%s", launch.EnvPorts, bad, s.Report, s.Output())
 	}
 }

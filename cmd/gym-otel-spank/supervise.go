@@ -146,6 +146,12 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	if err := takeToken(&opt); err != nil {
 		return err
 	}
+	if err := takeRootChoices(&opt); err != nil {
+		if opt.Readiness != nil {
+			launch.WriteReadiness(opt.Readiness, launch.Readiness{Status: launch.StatusFailed, Error: err.Error(), SupervisorPID: os.Getpid()})
+		}
+		return err
+	}
 	if v := os.Getenv(envRecordPoll); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -213,5 +219,28 @@ func takeToken(opt *supervise.Options) error {
 		return fmt.Errorf("otel.token_env: %s is empty in the supervisor's environment", opt.Resolved.Otel.TokenEnv)
 	}
 	os.Unsetenv(opt.Resolved.Otel.TokenEnv)
+	return nil
+}
+
+// takeRootChoices moves root's choices into opt when its environment has
+// them (the plugin's prolog sets both; a test may): the job's ports
+// (launch.EnvPorts) and the receiver token (launch.EnvReceiverToken), which
+// leaves the environment for the collector's alone. Errors: a value that
+// is not what root writes, naming the variable.
+func takeRootChoices(opt *supervise.Options) error {
+	if v := os.Getenv(launch.EnvPorts); v != "" {
+		p, err := launch.ParsePorts(v)
+		if err != nil {
+			return err
+		}
+		opt.Ports = p
+	}
+	if v := os.Getenv(launch.EnvReceiverToken); v != "" {
+		if len(v) < 16 || strings.ContainsAny(v, " \t\n\r,=%$") {
+			return fmt.Errorf("%s: not a receiver token (at least 16 characters, no blanks, commas, '=', '%%' or '$')", launch.EnvReceiverToken)
+		}
+		opt.ReceiverToken = v
+		os.Unsetenv(launch.EnvReceiverToken)
+	}
 	return nil
 }

@@ -85,7 +85,7 @@ func endJob(ctx context.Context, recordDir, cluster, node string, jobID uint32, 
 		return errors.Join(err, endJobGroup(ctx, group, jobID, log))
 	}
 	rec, rerr := record.Read(dir)
-	if rerr == nil && rec.Status == "ready" && rec.SupervisorPID > 1 {
+	if rerr == nil && rec.Status == record.StatusReady && rec.SupervisorPID > 1 {
 		stopSupervisor(ctx, rec, group, jobID, log)
 	}
 	gerr := endJobGroup(ctx, group, jobID, log)

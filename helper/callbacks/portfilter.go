@@ -32,46 +32,68 @@ var nftRunner = func() portfilter.Runner {
 // reachable through its new rules.
 const probeTimeout = time.Second
 
-// keepPorts installs the node's packet filter for the job's loopback ports
-// once its collector holds them (portfilter), before root's record gives
-// any task the endpoint, and notes the ports in rec for the epilog. Where
-// the node cannot filter (no nft, no cgroup v2 group below
-// /sys/fs/cgroup, nft refused, the collector unreachable through the
-// rules), the plugstack's port_filter decides: require returns the error
-// (no collector), auto logs a warning once per node and reason and goes
-// on, off never gets here. probe is the port the check connects to.
-func keepPorts(ctx context.Context, a Args, node string, jobID, uid uint32, group *cgroup.Group, ports []int, probe int, rec *record.Record, log logrus.FieldLogger) error {
+// filterPorts installs the node's packet filter for the job's loopback
+// ports, as root chose them, before the supervisor starts (portfilter):
+// from then on only sockets of the job's cgroup receive connections on
+// them and only the job's uid (and root) connects, so that whoever binds
+// one of them before the collector does gets nothing, and a collector
+// restart's gap is kept the same way until the epilog removes the rules.
+// It notes the ports in rec for the epilog. Where the node cannot filter
+// (no nft, no cgroup v2 group below /sys/fs/cgroup, nft refused), the
+// plugstack's port_filter decides: require returns the error (no
+// collector), auto logs a warning once per node and reason and goes on,
+// off never gets here.
+func filterPorts(ctx context.Context, a Args, node string, jobID, uid uint32, group *cgroup.Group, ports []int, rec *record.Record, log logrus.FieldLogger) error {
 	if a.PortFilter == portfilter.ModeOff {
 		return nil
 	}
-	err := installFilter(ctx, node, jobID, uid, group, ports, probe)
+	err := installFilter(ctx, node, jobID, uid, group, ports)
 	if err == nil {
 		rec.FilterPorts = ports
 		return nil
 	}
-	var notOurs errNotOurs
-	if errors.As(err, &notOurs) {
-		// Not the node's limits but a report that does not match the
-		// kernel: no collector, whatever port_filter says.
-		return fmt.Errorf("the supervisor's report names ports its collector does not hold: %v", notOurs.err)
-	}
+	return filterUnavailable(a, node, err, log)
+}
+
+// filterUnavailable is port_filter's answer to a node that cannot keep the
+// job's ports (why: err): require, the error; auto, a warning once per
+// node and kind of reason, and nil.
+func filterUnavailable(a Args, node string, err error, log logrus.FieldLogger) error {
 	if a.PortFilter == portfilter.ModeRequire {
 		return fmt.Errorf("port_filter=require: the job's ports cannot be kept to the job on this node: %v", err)
 	}
 	warnOnce(a.RecordDir, node, ".port-filter-warned", digits.ReplaceAllString(err.Error(), "N"), func() {
-		log.Warnf("the job's loopback ports are not kept to the job on %s (plugstack port_filter=auto): %v; other local users can connect to a job's collector and take its ports after a restart (admin guide: the packet filter)", node, err)
+		log.Warnf("the job's loopback ports are not kept to the job on %s (plugstack port_filter=auto): %v; other local users can connect to a job's collector and take its ports before its start and after a restart (admin guide: the packet filter)", node, err)
 	})
 	return nil
 }
 
-// errNotOurs: a reported port is not listened on by the job's cgroup.
-type errNotOurs struct{ err error }
+// proveFilter checks, once the supervisor reports ready, that processes of
+// the job's cgroup, and only they, listen on every port it reports in use
+// (launch.ListenersIn) and that root reaches the collector through the
+// rules at probe. A port with another listener fails the start whatever
+// port_filter says; where the rules let nothing through (the kernel cannot
+// tell the listener's group), they are removed and port_filter decides
+// (filterUnavailable). Nothing to prove where no rules were installed
+// (rec.FilterPorts empty): the supervisor proved its ports itself.
+func proveFilter(ctx context.Context, a Args, node string, jobID uint32, group *cgroup.Group, ports []int, probe int, rec *record.Record, log logrus.FieldLogger) error {
+	if len(rec.FilterPorts) == 0 {
+		return nil
+	}
+	if err := listenersOurs(group, ports); err != nil {
+		return fmt.Errorf("the job's ports are not its collector's: %v", err)
+	}
+	if err := portfilter.Probe(probe, probeTimeout); err != nil {
+		releasePorts(ctx, rec, node, jobID, log)
+		rec.FilterPorts = nil
+		return filterUnavailable(a, node, err, log)
+	}
+	return nil
+}
 
-func (e errNotOurs) Error() string { return e.err.Error() }
-
-// installFilter installs the rules and checks that the collector is
-// reachable through them (else removes them). Errors: why not.
-func installFilter(ctx context.Context, node string, jobID, uid uint32, group *cgroup.Group, ports []int, probe int) error {
+// installFilter installs the rules for ports, kept to group. Errors: why
+// not (no nft, no v2 group, nft's).
+func installFilter(ctx context.Context, node string, jobID, uid uint32, group *cgroup.Group, ports []int) error {
 	run := nftRunner()
 	if run == nil {
 		return fmt.Errorf("no nft program (the nftables package)")
@@ -87,10 +109,14 @@ func installFilter(ctx context.Context, node string, jobID, uid uint32, group *c
 	if err != nil {
 		return err
 	}
-	// The ports come from the supervisor's report, a process of the job's
-	// user: root takes them only once the kernel shows that processes of
-	// the job's own cgroup listen on every one, so that a forged report
-	// cannot point the rules at another job's ports.
+	return portfilter.Install(ctx, run, portfilter.Job{ID: jobID, Node: node, UID: uid, Ports: ports, Group: name, Level: level})
+}
+
+// listenersOurs proves that processes of group, and only they, listen on
+// every one of ports (launch.ListenersIn over the sockets of the group's
+// processes). Errors: a port with no listener or another's, explained
+// where root could not read the group's descriptors.
+func listenersOurs(group *cgroup.Group, ports []int) error {
 	ours := map[uint64]bool{}
 	var unreadable []int
 	var readErr error
@@ -103,22 +129,11 @@ func installFilter(ctx context.Context, node string, jobID, uid uint32, group *c
 			ours[ino] = true
 		}
 	}
-	if err := launch.ListenersIn(ports, ours); err != nil {
-		if len(unreadable) > 0 {
-			// Not a forged report, most likely: root could not look.
-			err = fmt.Errorf("%w; but root could not read the descriptors of %d of the group's processes (%v): root without CAP_SYS_PTRACE (as in a container) cannot see the sockets of the supervisor and the collector, which are not dumpable", err, len(unreadable), readErr)
-		}
-		return errNotOurs{err}
+	err := launch.ListenersIn(ports, ours)
+	if err != nil && len(unreadable) > 0 {
+		err = fmt.Errorf("%w; but root could not read the descriptors of %d of the group's processes (%v): root without CAP_SYS_PTRACE (as in a container) cannot see the sockets of the supervisor and the collector, which are not dumpable", err, len(unreadable), readErr)
 	}
-	j := portfilter.Job{ID: jobID, Node: node, UID: uid, Ports: ports, Group: name, Level: level}
-	if err := portfilter.Install(ctx, run, j); err != nil {
-		return err
-	}
-	if err := portfilter.Probe(probe, probeTimeout); err != nil {
-		_ = portfilter.Remove(ctx, run, j)
-		return err
-	}
-	return nil
+	return err
 }
 
 // releasePorts removes the job's rules that rec notes (the epilog, after

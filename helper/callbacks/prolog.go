@@ -15,6 +15,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
@@ -74,9 +75,13 @@ func indexByte(s string, c byte) int {
 // returned error is for the log only: the prolog always returns 0 to Slurm.
 // Its steps, in order: the deadline, the node's housekeeping (tidyNode), the
 // job's settings (acceptSettings), the job's user (jobAccount), the job's
-// facts, the supervisor's environment (supervisorEnv), its cgroup
-// (collectorGroup), its start and report (launch), the node's packet
-// filter for its ports (keepPorts), and the ready record (recordReady).
+// facts, the supervisor's environment (supervisorEnv) with the receiver
+// token root mints; then, per attempt (launchState.start), the collector's
+// cgroup (collectorGroup), root's choice of the ports, the node's packet
+// filter for them (filterPorts), the supervisor's start, root's record
+// before its report (status starting) and the report; then the proof of
+// the ports through the filter (proveFilter) and the ready record
+// (recordReady).
 func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	// The steps' times for the ready line: the first one is the core's
 	// load, from the C prolog's stamp (when plausible) to here.
@@ -99,14 +104,19 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	}
 	tidyNode(ctx, in, node, slurmBounds, log)
 	clock.mark("tidy")
-	rec := &record.Record{Status: "failed", OnFailure: "continue", UID: in.UID}
+	rec := &record.Record{Status: record.StatusFailed, OnFailure: "continue", UID: in.UID}
 	fail := func(err error) error {
 		// A failed record carries no task env: nothing of what failed
 		// (a value the record format cannot hold) is written again. The
 		// reason may quote the user's collector log: one short line of
 		// printable text, in the record and in slurmd's log.
-		rec.Status, rec.Env = "failed", nil
+		rec.Status, rec.Env = record.StatusFailed, nil
 		rec.Reason = record.UserText(err.Error(), record.MaxReasonBytes)
+		// No collector holds the ports now (every failure after the
+		// supervisor's start ended it): their rules go, so that no later
+		// listener of the node is reset on them.
+		releasePorts(context.Background(), rec, node, in.JobID, log)
+		rec.FilterPorts = nil
 		err = errors.New(rec.Reason)
 		if werr := record.Write(dir, rec); werr != nil {
 			return errors.Join(err, werr)
@@ -145,33 +155,36 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	} else {
 		defer hold.Close() // after the launch: the supervisor's copy serves on
 	}
-	clock.mark("facts+env")
-	group, err := collectorGroup(in, resolved, node, rec, log)
+	// Root's choices, handed down: the receiver token (the supervisor's
+	// environment, never a file or argv) and, per attempt, the ports.
+	token, err := launch.MintToken()
 	if err != nil {
 		return fail(err)
 	}
-	clock.mark("cgroup")
-	sup, rep, err := startAndWait(in, env, groups, group, hold, timeout, clock)
+	env = append(env, launch.EnvReceiverToken+"="+token)
+	st := &launchState{in: in, dir: dir, rec: rec, resolved: resolved, facts: facts, token: token, holdPath: holdPath, node: node, log: log}
+	clock.mark("facts+env")
+	sup, rep, err := st.start(ctx, env, groups, hold, timeout, clock)
 	if hold != nil {
 		hold.Close() // the supervisor's copy alone: once it ends, connects are refused
 	}
 	if err != nil {
 		return fail(err)
 	}
-	clock.mark("supervisor")
-	if err := keepPorts(ctx, in.Args, node, in.JobID, in.UID, group, rep.Ports.Loopback(), rep.Ports.Health, rec, log); err != nil {
+	if err := proveFilter(ctx, in.Args, node, in.JobID, st.group, rep.Ports.Loopback(), rep.Ports.Health, rec, log); err != nil {
 		sup.kill()
 		return fail(err)
 	}
-	clock.mark("filter")
+	clock.mark("proof")
 	if hold != nil && !rep.Hold {
 		log.Warnf("job %d: the supervisor on %s does not serve the hold socket it was handed (the batch step waits its full final-scrape bound; no step phase spans)", in.JobID, node)
-		holdPath = ""
+		rec.HoldSocket = ""
 	}
-	if err := recordReady(dir, rec, sup, rep, resolved, facts, holdPath); err != nil {
+	if err := recordReady(dir, rec, sup); err != nil {
 		return fail(err)
 	}
 	clock.mark("record")
+	group := st.group
 	where := "no cgroup"
 	if group != nil {
 		where = "cgroup " + group.Rel
@@ -326,60 +339,154 @@ func collectorGroup(in PrologInput, resolved *config.Resolved, node string, rec 
 	return group, nil
 }
 
-// startAndWait starts the supervisor as the job's user inside group, handing it
-// the hold socket's listener hold when not nil, and waits up to timeout
-// for its report: a ready one, or an error (the supervisor and its group
-// ended, or the group removed when the start failed). The fork is clock's
-// step "fork"; the wait for the report is the caller's next.
-func startAndWait(in PrologInput, env []string, groups []uint32, group *cgroup.Group, hold *os.File, timeout time.Duration, clock *stepClock) (*supervisor, launch.Readiness, error) {
-	sup, err := startSupervisor(in.Args.CLI, append(env, launch.EnvSpawned+"="+launch.SpawnedNow()), in.UID, in.GID, groups, group, hold)
-	if err != nil {
-		if group != nil {
-			_ = group.Remove()
-		}
-		return nil, launch.Readiness{}, fmt.Errorf("starting %s supervise: %w", in.Args.CLI, err)
-	}
-	clock.mark("fork")
-	rep, err := sup.wait(timeout)
-	if err == nil && rep.Status != launch.StatusReady {
-		err = fmt.Errorf("the collector failed to start: %s", rep.Error)
-	}
-	if err != nil {
-		sup.kill()
-		return nil, rep, err
-	}
-	return sup, rep, nil
+// portAttempts bounds the prolog's choices of ports for one job: a later
+// choice follows only a start that found one of the chosen ports bound by
+// another socket (launch.Readiness.PortTaken).
+const portAttempts = 3
+
+// launchState is what the prolog's start of the supervisor needs and
+// leaves: the job, root's record being filled, the receiver token root
+// minted, and the collector's group (made anew for each attempt).
+type launchState struct {
+	in       PrologInput
+	dir      string
+	rec      *record.Record
+	resolved *config.Resolved
+	facts    jobfacts.Facts
+	token    string
+	holdPath string
+	node     string
+	log      logrus.FieldLogger
+	group    *cgroup.Group
 }
 
-// recordReady writes the ready record: the supervisor's pid and start
-// time (checked to be alive after its report), the task env, the hold
-// socket's path (holdPath, "" for none), the node's collector dir and the
-// backend. On an error the supervisor is
-// ended.
-func recordReady(dir string, rec *record.Record, sup *supervisor, rep launch.Readiness, resolved *config.Resolved, facts jobfacts.Facts, holdPath string) error {
+// start chooses the job's ports, keeps them to the job's group in the
+// node's packet filter, starts the supervisor with them (launch.EnvPorts),
+// writes root's record (status starting: the ports, the task env and the
+// supervisor known before its report) and waits up to timeout for the
+// report: a ready one whose ports are root's, or an error (the supervisor
+// and its group ended). A report that one of the ports was taken before
+// the collector bound it starts again with new ports and a new group, up
+// to portAttempts times while the prolog's deadline allows.
+func (st *launchState) start(ctx context.Context, env []string, groups []uint32, hold *os.File, timeout time.Duration, clock *stepClock) (*supervisor, launch.Readiness, error) {
+	in, rec := st.in, st.rec
+	end := time.Now().Add(timeout)
+	for attempt := 1; ; attempt++ {
+		group, err := collectorGroup(in, st.resolved, st.node, rec, st.log)
+		if err != nil {
+			return nil, launch.Readiness{}, err
+		}
+		st.group = group
+		clock.mark("cgroup")
+		ports, err := launch.ChoosePorts()
+		if err != nil {
+			dropGroup(group)
+			return nil, launch.Readiness{}, err
+		}
+		// The rules before the collector binds: whoever binds one of
+		// the ports in the gap is not in the job's group and gets no
+		// connection (portfilter's input rule), nor can another uid
+		// connect to the collector once it listens (the output rule).
+		if err := filterPorts(ctx, in.Args, st.node, in.JobID, in.UID, group, ports.Loopback(), rec, st.log); err != nil {
+			dropGroup(group)
+			return nil, launch.Readiness{}, err
+		}
+		clock.mark("filter")
+		sup, err := startSupervisor(in.Args.CLI, append(env, launch.EnvPorts+"="+launch.FormatPorts(ports), launch.EnvSpawned+"="+launch.SpawnedNow()), in.UID, in.GID, groups, group, hold)
+		if err != nil {
+			dropGroup(group)
+			return nil, launch.Readiness{}, fmt.Errorf("starting %s supervise: %w", in.Args.CLI, err)
+		}
+		clock.mark("fork")
+		if err := st.recordStarting(sup, ports); err != nil {
+			sup.kill()
+			return nil, launch.Readiness{}, err
+		}
+		clock.mark("starting")
+		rep, err := sup.wait(max(time.Until(end), 0))
+		if err == nil && rep.Status != launch.StatusReady {
+			err = fmt.Errorf("the collector failed to start: %s", rep.Error)
+		}
+		if err == nil {
+			err = sameHeld(ports, rep.Ports)
+		}
+		if err == nil {
+			clock.mark("supervisor")
+			return sup, rep, nil
+		}
+		sup.kill()
+		if !rep.PortTaken || attempt >= portAttempts || time.Until(end) < timeout/2 {
+			return nil, rep, err
+		}
+		st.log.Warnf("job %d: %v; choosing new ports (attempt %d of %d)", in.JobID, record.UserText(err.Error(), 300), attempt+1, portAttempts)
+		releasePorts(ctx, rec, st.node, in.JobID, st.log)
+		rec.FilterPorts = nil
+	}
+}
+
+// dropGroup removes the collector's group g (nil: none) of a start that
+// failed before the supervisor ran in it.
+func dropGroup(g *cgroup.Group) {
+	if g != nil {
+		_ = g.Remove()
+	}
+}
+
+// sameHeld checks that a ready report's ports are root's choice: each
+// port the supervisor reports in use is the one root chose for that use
+// (the cgroup page's 0: none served). Errors name the port.
+func sameHeld(chosen, reported jobdir.Ports) error {
+	if reported.Cgroup == 0 {
+		chosen.Cgroup = 0
+	}
+	if chosen != reported {
+		return fmt.Errorf("the supervisor's report names ports %v, not the ports root chose (%v)", reported.Loopback(), chosen.Loopback())
+	}
+	return nil
+}
+
+// recordStarting writes root's record before the supervisor's report
+// (status starting): the supervisor's pid and start time, the task env
+// with root's ports and receiver token, the hold socket's path, the
+// node's collector dir and the backend. A step reads it as not ready; the
+// epilog kills the group of a starting record and removes its rules.
+func (st *launchState) recordStarting(sup *supervisor, ports jobdir.Ports) error {
 	ps, err := proc.ReadStat(sup.pid)
 	if err != nil {
-		sup.kill()
-		return fmt.Errorf("the supervisor (pid %d) is gone after its report: %w", sup.pid, err)
+		return fmt.Errorf("the supervisor (pid %d) is gone after its start: %w", sup.pid, err)
 	}
-	rec.Status = "ready"
+	rec := st.rec
+	rec.Status = record.StatusStarting
 	rec.SupervisorPID = sup.pid
 	rec.SupervisorStart = ps.StartTime
-	rec.Env = taskenv.TaskEnv(resolved, facts, rep.Ports, rep.ReceiverToken)
+	rec.Env = taskenv.TaskEnv(st.resolved, st.facts, ports, st.token)
 	// Lens' identity as the collector stamps it (render.LensAttrs of the
 	// same facts), for every task's OTEL_RESOURCE_ATTRIBUTES.
 	var lens []record.KV
-	for _, a := range render.LensAttrs(render.JobOf(resolved, facts)) {
+	for _, a := range render.LensAttrs(render.JobOf(st.resolved, st.facts)) {
 		lens = append(lens, record.KV{Key: a.Key, Value: a.Value})
 	}
 	rec.ResAttrs = taskenv.ResourceAttrs(lens)
-	rec.HoldSocket = holdPath
+	rec.HoldSocket = st.holdPath
 	// What the batch step tells the job's output (spank/notice.c): where
-	// this node's files are (computed here, as the supervisor computed
+	// this node's files are (computed here, as the supervisor computes
 	// it from the same settings and facts, not taken from its report)
 	// and where the collector ships them.
-	rec.OutputDir = jobfacts.OutputDir(resolved, facts)
-	rec.Backend = record.Backend(resolved.Otel.Endpoint)
+	rec.OutputDir = jobfacts.OutputDir(st.resolved, st.facts)
+	rec.Backend = record.Backend(st.resolved.Otel.Endpoint)
+	return record.Write(st.dir, rec)
+}
+
+// recordReady turns the starting record ready once the supervisor's
+// report is in and its ports are proved: the supervisor checked to be
+// alive still. On an error the supervisor is ended.
+func recordReady(dir string, rec *record.Record, sup *supervisor) error {
+	ps, err := proc.ReadStat(sup.pid)
+	if err != nil || ps.StartTime != rec.SupervisorStart {
+		sup.kill()
+		return fmt.Errorf("the supervisor (pid %d) is gone after its report: %v", sup.pid, err)
+	}
+	rec.Status = record.StatusReady
 	if err := record.Write(dir, rec); err != nil {
 		sup.kill()
 		return err

@@ -93,7 +93,7 @@ const EmitterPhases = "gym_otel_spank"
 // The keys of root's record (helper/record writes it, spank/record.c
 // reads it in every step): one "key=value" line each.
 const (
-	RecordStatus          = "status"           // "ready" or "failed"
+	RecordStatus          = "status"           // "starting", "ready" or "failed"
 	RecordOnFailure       = "on_failure"       // "fail" or "continue"
 	RecordReason          = "reason"           // why there is no collector, one line
 	RecordFinalWait       = "final_wait"       // the batch step's hold, whole seconds

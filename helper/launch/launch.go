@@ -1,19 +1,25 @@
 // Package launch is the launch contract between root's side of the plugin
 // (the job prolog and epilog in the plugin's Go core, helper/callbacks) and
 // the job's supervisor (helper/supervise, `gym-otel-spank supervise
-// --from-env`): the supervisor's environment, the descriptors the prolog
-// hands it, the one readiness line it answers with, root's proof of the
-// ports it reports, and root's own client of the hold socket (the epilog's
-// start). Both sides import it from here, so that the plugin's core links
+// --from-env`): the supervisor's environment, what root chooses before the
+// supervisor starts and hands down (the job's ports, ChoosePorts; the
+// receiver token, MintToken), the descriptors the prolog hands it, the one
+// readiness line it answers with (no secret travels up), root's proof of
+// the ports it reports, and root's own client of the hold socket (the
+// epilog's start). Both sides import it from here, so that the plugin's core links
 // none of the supervisor (its servers, the collector's configuration, the
 // OTLP encoders) to start one.
 package launch
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
@@ -36,11 +42,16 @@ type Readiness struct {
 	// Error is the reason when failed: it names the key or path at fault
 	// and ends with the last lines of collector.log when there are any.
 	Error string `json:"error,omitempty"`
-	// Ports are the collector's loopback ports when ready.
+	// Ports are the job's loopback ports in use when ready: root's choice
+	// (EnvPorts), the cgroup page's 0 when the supervisor serves none.
+	// Root checks them against its choice and proves them
+	// (ListenersIn). The line carries no secret: the receiver token is
+	// root's (EnvReceiverToken), handed down.
 	Ports jobdir.Ports `json:"ports"`
-	// ReceiverToken is the per-job bearer token the OTLP receivers require;
-	// tasks get it as OTEL_EXPORTER_OTLP_HEADERS. Not the backend token.
-	ReceiverToken string `json:"receiver_token,omitempty"`
+	// PortTaken, when failed, says that one of root's ports was bound by
+	// another socket before the collector or the supervisor bound it:
+	// the prolog may choose new ports and start again.
+	PortTaken bool `json:"port_taken,omitempty"`
 	// SupervisorPID is the supervisor's own pid.
 	SupervisorPID int `json:"supervisor_pid"`
 	// CollectorPID is the collector's pid when ready.
@@ -129,4 +140,117 @@ func ParsePrologStart(v string) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms)
+}
+
+// Root's choices, handed down to the supervisor before it starts (the
+// prolog sets both in its environment; neither ever travels up): the
+// job's loopback ports and the receiver token.
+const (
+	// EnvPorts is the supervisor's environment variable with the job's
+	// loopback ports as root chose them (FormatPorts): the collector's
+	// OTLP gRPC, OTLP HTTP, health, telemetry and plugin receiver ports
+	// and the supervisor's own final-figures and cgroup-page ports. The
+	// supervisor binds exactly these, at its first start and after every
+	// restart, and never chooses others.
+	EnvPorts = "GYM_OTEL_PORTS"
+	// EnvReceiverToken is the supervisor's environment variable with the
+	// receiver token root minted (MintToken): the bearer token the
+	// collector's OTLP receivers require of the job's tasks. The
+	// supervisor moves it into the collector's environment and unsets
+	// it; root puts it in the tasks' environment through its record.
+	EnvReceiverToken = "GYM_OTEL_RECEIVER_TOKEN"
+)
+
+// portFields are the ports of jobdir.Ports that EnvPorts carries, in its
+// order.
+func portFields(p *jobdir.Ports) []*int {
+	return []*int{&p.OTLPGRPC, &p.OTLPHTTP, &p.Health, &p.Telemetry, &p.Plugin, &p.Final, &p.Cgroup}
+}
+
+// ChoosePorts returns seven distinct free TCP ports on 127.0.0.1 (FreePorts)
+// for every field of jobdir.Ports: root's choice for the job on this node.
+// Errors: the kernel's, when it has no free port.
+func ChoosePorts() (jobdir.Ports, error) {
+	var p jobdir.Ports
+	fields := portFields(&p)
+	free, err := FreePorts(len(fields))
+	if err != nil {
+		return p, err
+	}
+	for i, f := range fields {
+		*f = free[i]
+	}
+	return p, nil
+}
+
+// FormatPorts is EnvPorts' value for p: its ports comma-separated, in the
+// order OTLP gRPC, OTLP HTTP, health, telemetry, plugin, final, cgroup.
+func FormatPorts(p jobdir.Ports) string {
+	fields := portFields(&p)
+	parts := make([]string, len(fields))
+	for i, f := range fields {
+		parts[i] = strconv.Itoa(*f)
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParsePorts reads EnvPorts' value (FormatPorts). Errors name the variable
+// and the value: not seven ports in 1..65535, or a port twice.
+func ParsePorts(v string) (jobdir.Ports, error) {
+	var p jobdir.Ports
+	fields := portFields(&p)
+	parts := strings.Split(v, ",")
+	if len(parts) != len(fields) {
+		return p, fmt.Errorf("%s=%q: want %d comma-separated ports", EnvPorts, v, len(fields))
+	}
+	seen := map[int]bool{}
+	for i, s := range parts {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 65535 || seen[n] {
+			return jobdir.Ports{}, fmt.Errorf("%s=%q: %q is not a distinct port in 1..65535", EnvPorts, v, s)
+		}
+		seen[n] = true
+		*fields[i] = n
+	}
+	return p, nil
+}
+
+// FreePorts returns n distinct free TCP ports on 127.0.0.1, none of them a
+// collector default (4317, 4318, 13133, 8888, 55679, 1777): each one the
+// kernel gave a listener on port 0, all held until the last is chosen, then
+// closed. Nothing holds them after: on a shared node the packet filter
+// (helper/portfilter), installed before the collector binds them, keeps
+// them to the job's group. Errors: the kernel's.
+func FreePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("choosing a loopback port: %w", err)
+		}
+		ls = append(ls, l)
+		p := l.Addr().(*net.TCPAddr).Port
+		switch p {
+		case 4317, 4318, 13133, 8888, 55679, 1777:
+			continue
+		}
+		ports = append(ports, p)
+	}
+	return ports, nil
+}
+
+// MintToken returns a new receiver token: "gos_" and 48 hex digits of 24
+// bytes from crypto/rand. Errors: the kernel's random source.
+func MintToken() (string, error) {
+	tok := make([]byte, 24)
+	if _, err := rand.Read(tok); err != nil {
+		return "", fmt.Errorf("minting the receiver token: %w", err)
+	}
+	return "gos_" + hex.EncodeToString(tok), nil
 }

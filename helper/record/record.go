@@ -24,7 +24,7 @@ import (
 //
 // The file is lines of key=value; env and unset repeat:
 //
-//	status=ready|failed
+//	status=starting|ready|failed
 //	on_failure=continue|fail
 //	reason=<one line>
 //	final_wait=<seconds the batch step's task_exit waits, 0..30>
@@ -86,6 +86,19 @@ type Record struct {
 	// (taskenv.ResourceAttrs).
 	ResAttrs []KV
 }
+
+// The values of Record.Status.
+const (
+	// StatusStarting: the prolog has chosen the ports, minted the
+	// receiver token and started the supervisor, whose report it awaits;
+	// the steps read it as not ready (spank/record.c), the epilog ends
+	// the group and removes the rules it names.
+	StatusStarting = "starting"
+	// StatusReady: the collector is healthy on the record's ports.
+	StatusReady = "ready"
+	// StatusFailed: no collector; Reason says why.
+	StatusFailed = "failed"
+)
 
 // KV is one environment variable.
 type KV struct{ Key, Value string }
@@ -243,7 +256,7 @@ func Parse(data []byte) (*Record, error) {
 			return nil, fmt.Errorf("record: %s: %w", k, err)
 		}
 	}
-	if r.Status != "ready" && r.Status != "failed" {
+	if r.Status != StatusReady && r.Status != StatusFailed && r.Status != StatusStarting {
 		return nil, fmt.Errorf("record: status %q", r.Status)
 	}
 	return r, sc.Err()

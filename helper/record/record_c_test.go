@@ -167,6 +167,24 @@ int main(int argc, char **argv) {
 		}
 	}
 
+	// A record written before the supervisor's report (StatusStarting:
+	// the ports, the task env and the supervisor already in it) is not
+	// ready for a step, which would then set no env; Go reads it back as
+	// written, for the epilog.
+	rec.HoldSocket = ""
+	for _, c := range []struct{ status, ready string }{{StatusStarting, "ready=0\n"}, {StatusReady, "ready=1\n"}, {StatusFailed, "ready=0\n"}} {
+		rec.Status = c.status
+		if err := Write(jobDir9, rec); err != nil {
+			t.Fatal(err)
+		}
+		if out, _ := exec.Command(bin, records, "n1", "9").CombinedOutput(); !strings.HasPrefix(string(out), c.ready) {
+			t.Errorf("status %s: C read %s", c.status, out)
+		}
+		if back, err := Read(jobDir9); err != nil || back.Status != c.status || len(back.Env) != len(rec.Env) {
+			t.Errorf("status %s: Go read back %+v, %v", c.status, back, err)
+		}
+	}
+
 	// A record that is not root-only is read by neither side.
 	jobDir := JobDir(records, "n1", 7)
 	if err := os.Chmod(filepath.Join(jobDir, contract.RecordFile), 0o666); err != nil {

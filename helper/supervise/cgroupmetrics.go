@@ -235,11 +235,11 @@ type cgroupServer struct {
 	srv *http.Server
 }
 
-// newCgroupServer listens on a free 127.0.0.1 port and serves r at
-// /metrics to the supervisor's own user, at most CgroupMaxConns
+// newCgroupServer listens on 127.0.0.1:port (0: a free port) and serves r
+// at /metrics to the supervisor's own user, at most CgroupMaxConns
 // connections at once.
-func newCgroupServer(r *cgroupReader) (*cgroupServer, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func newCgroupServer(r *cgroupReader, port int) (*cgroupServer, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -205,32 +204,6 @@ func waitHealthy(ctx context.Context, c *collector, port int, poll time.Duration
 }
 
 var errExited = errors.New("the collector exited before it was healthy")
-
-// freePorts returns n distinct free TCP ports on 127.0.0.1, none of them a
-// collector default (4317, 4318, 13133, 8888, 55679, 1777).
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("choosing a loopback port: %w", err)
-		}
-		ls = append(ls, l)
-		p := l.Addr().(*net.TCPAddr).Port
-		switch p {
-		case 4317, 4318, 13133, 8888, 55679, 1777:
-			continue
-		}
-		ports = append(ports, p)
-	}
-	return ports, nil
-}
 
 // tailFile returns the last n lines of path ("" when unreadable).
 func tailFile(path string, n int) string {

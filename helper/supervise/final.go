@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,9 +36,10 @@ type finalSink struct {
 // few KiB).
 const maxFinalBody = 4 << 20
 
-// newFinalSink listens on a free 127.0.0.1 port and serves until close.
-func newFinalSink(token string) (*finalSink, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// newFinalSink listens on 127.0.0.1:port (0: a free port) and serves
+// until close.
+func newFinalSink(token string, port int) (*finalSink, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return nil, err
 	}

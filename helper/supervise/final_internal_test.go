@@ -88,7 +88,7 @@ func closedByServer(cs []net.Conn, within time.Duration) int {
 // wait in the backlog; the idle ones are closed at the header timeout, and
 // the collector's export is then served.
 func TestFinalSinkIdleConnections(t *testing.T) {
-	f, err := newFinalSink("tok")
+	f, err := newFinalSink("tok", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestFinalSinkAnotherUsersConnections(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the attacker runs as another user")
 	}
-	f, err := newFinalSink("tok")
+	f, err := newFinalSink("tok", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestFinalSinkFloodAndMappedClients(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the attacker runs as another user")
 	}
-	f, err := newFinalSink("tok")
+	f, err := newFinalSink("tok", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

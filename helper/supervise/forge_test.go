@@ -49,14 +49,14 @@ func TestForgedSlurmTelling(t *testing.T) {
 	forgedPoint := fmt.Sprintf(`{"resourceMetrics":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"%s"}},%s]},`+
 		`"scopeMetrics":[{"metrics":[{"name":"cgroup_forged_probe_bytes","gauge":{"dataPoints":[{"timeUnixNano":"%d","asDouble":1,`+
 		`"attributes":[{"key":"cgroup","value":{"stringValue":"job"}}]}]}}]}]}]}`, render.CgroupScrapeJob, mark, time.Now().UnixNano())
-	post(t, s.Report.Ports.OTLPHTTP, "metrics", s.Report.ReceiverToken, forgedPoint, http.StatusOK)
+	post(t, s.Report.Ports.OTLPHTTP, "metrics", s.ReceiverToken, forgedPoint, http.StatusOK)
 	// The tasks' token at the plugin's receiver, and at the sink of the
 	// collector's final figures (the receipt's).
-	post(t, st.Ports.Plugin, "traces", s.Report.ReceiverToken, forgedSpan, http.StatusUnauthorized)
+	post(t, st.Ports.Plugin, "traces", s.ReceiverToken, forgedSpan, http.StatusUnauthorized)
 	if st.Ports.Final == 0 {
 		t.Fatalf("state.json ports %+v: no final figures' port", st.Ports)
 	}
-	post(t, st.Ports.Final, "metrics", s.Report.ReceiverToken, "{}", http.StatusUnauthorized)
+	post(t, st.Ports.Final, "metrics", s.ReceiverToken, "{}", http.StatusUnauthorized)
 
 	harness.WaitFor(t, 20*time.Second, "the supervisor's phase spans and a cgroup scrape in the files", func() bool {
 		d, err := otlptest.ReadGrowing(filepath.Join(s.Out, "traces.jsonl"))
@@ -79,8 +79,8 @@ func TestForgedSlurmTelling(t *testing.T) {
 			ptoken = v
 		}
 	}
-	if len(ptoken) < 16 || ptoken == s.Report.ReceiverToken {
-		t.Fatalf("the collector's %s is %q (the receiver token %q)", render.PluginTokenEnv, ptoken, s.Report.ReceiverToken)
+	if len(ptoken) < 16 || ptoken == s.ReceiverToken {
+		t.Fatalf("the collector's %s is %q (the receiver token %q)", render.PluginTokenEnv, ptoken, s.ReceiverToken)
 	}
 	post(t, st.Ports.Plugin, "traces", ptoken, `{"resourceSpans":[]}`, http.StatusOK)
 	live, err := selfmetrics.Scrape(st.Ports.Telemetry)

@@ -92,7 +92,7 @@ func postTraces(t *testing.T, s *harness.Sup, body string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/traces", s.Report.Ports.OTLPHTTP), strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+s.Report.ReceiverToken)
+	req.Header.Set("Authorization", "Bearer "+s.ReceiverToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

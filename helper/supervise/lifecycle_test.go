@@ -120,8 +120,8 @@ func TestFullJob(t *testing.T) {
 	}
 	s := harness.StartSup(t, j).MustReady(t)
 	assertSignalsClear(t, s.Report.CollectorPID)
-	if s.Report.ReceiverToken == "" || s.Report.ReceiverToken == token {
-		t.Fatalf("receiver token %q: want a per-job token distinct from the backend token", s.Report.ReceiverToken)
+	if s.ReceiverToken == "" || s.ReceiverToken == token {
+		t.Fatalf("receiver token %q: want a per-job token distinct from the backend token", s.ReceiverToken)
 	}
 	harness.WaitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds", "DCGM_FI_DEV_GPU_UTIL", "node_load1")
 	gymOut := s.RunGym(t, "agent", 3, "e2b-test")
@@ -390,8 +390,8 @@ func httpExport(t testing.TB, port int, auth string) int {
 func TestReceiverRequiresToken(t *testing.T) {
 	t.Parallel()
 	s := harness.StartSup(t, harness.Job{JobID: "777"}).MustReady(t)
-	good := "Bearer " + s.Report.ReceiverToken
-	for _, auth := range []string{"", "Bearer wrong-" + harness.RandHex(4), "Bearer " + s.Report.ReceiverToken + "x", s.Report.ReceiverToken} {
+	good := "Bearer " + s.ReceiverToken
+	for _, auth := range []string{"", "Bearer wrong-" + harness.RandHex(4), "Bearer " + s.ReceiverToken + "x", s.ReceiverToken} {
 		if code := httpExport(t, s.Report.Ports.OTLPHTTP, auth); code != http.StatusUnauthorized {
 			t.Errorf("OTLP/HTTP with Authorization %q: HTTP %d, want 401", auth, code)
 		}

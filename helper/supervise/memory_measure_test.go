@@ -143,7 +143,7 @@ func TestMeasureMemory(t *testing.T) {
 		t.Fatalf("the supervised collector: %v", err)
 	}
 	t.Log(report(s.Report.CollectorPID, "as the supervisor runs it", binaries[0][0], bin, 0, v).Line())
-	receiverToken := s.Report.ReceiverToken
+	receiverToken := s.ReceiverToken
 	env := environOf(t, s.Report.CollectorPID)
 	rendered, err := os.ReadFile(filepath.Join(s.Out, "collector.yaml"))
 	if err != nil {

@@ -158,7 +158,7 @@ func runLoad(t *testing.T, kind outageKind, rate int, dur time.Duration, j harne
 	env := []string{
 		"PATH=/usr/bin:/bin",
 		fmt.Sprintf("OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:%d", s.Report.Ports.OTLPHTTP),
-		"OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20" + s.Report.ReceiverToken,
+		"OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20" + s.ReceiverToken,
 	}
 	p := harness.StartProc(t, "loadgen", env, lg, "--steps", fmt.Sprintf("%d:%s", rate, dur), "--pause", "0s",
 		"--tag", "outage-"+kind.name, "--workers", "4", "--batch", "200", "--out", out)

@@ -107,7 +107,7 @@ func TestContainerPodman(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"OTEL_TOKEN=" + strings.ReplaceAll(token, "$", "$$"), "GYM_OTEL_RECEIVER_TOKEN=" + s.Report.ReceiverToken, "GYM_OTEL_PLUGIN_TOKEN=", "GOMEMLIMIT=409MiB"} {
+	for _, want := range []string{"OTEL_TOKEN=" + strings.ReplaceAll(token, "$", "$$"), "GYM_OTEL_RECEIVER_TOKEN=" + s.ReceiverToken, "GYM_OTEL_PLUGIN_TOKEN=", "GOMEMLIMIT=409MiB"} {
 		if !bytes.Contains(env, []byte("\x00"+want)) && !bytes.HasPrefix(env, []byte(want)) {
 			t.Errorf("the container's collector has no %q in its environment", strings.SplitN(want, "=", 2)[0]+"=...")
 		}

@@ -126,10 +126,10 @@ func TestReceiversHostileConnections(t *testing.T) {
 			case <-time.After(time.Second):
 			}
 			start := time.Now()
-			if code, err := tokenExport(s.Report.Ports.OTLPHTTP, s.Report.ReceiverToken, false); err != nil || code != "200" {
+			if code, err := tokenExport(s.Report.Ports.OTLPHTTP, s.ReceiverToken, false); err != nil || code != "200" {
 				t.Errorf("the job's OTLP/HTTP export during the attack: HTTP %s %v", code, err)
 			}
-			if st, err := tokenExport(s.Report.Ports.OTLPGRPC, s.Report.ReceiverToken, true); err != nil || st != "0" {
+			if st, err := tokenExport(s.Report.Ports.OTLPGRPC, s.ReceiverToken, true); err != nil || st != "0" {
 				t.Errorf("the job's OTLP/gRPC export during the attack: grpc-status %q %v", st, err)
 			}
 			exports.Add(1)

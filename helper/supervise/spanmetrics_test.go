@@ -87,7 +87,7 @@ func lateSpansJob(t *testing.T, late, record, large bool) {
 	}
 	s := harness.StartSup(t, j).MustReady(t)
 	// An early span, long counted, and the prolog's phase span.
-	post(t, s.Report.Ports.OTLPHTTP, "traces", s.Report.ReceiverToken, spansJSON("early.work", 1), http.StatusOK)
+	post(t, s.Report.Ports.OTLPHTTP, "traces", s.ReceiverToken, spansJSON("early.work", 1), http.StatusOK)
 	harness.WaitFor(t, 20*time.Second, "the early span's count in metrics.jsonl", func() bool {
 		m, err := otlptest.ReadGrowing(filepath.Join(s.Out, "metrics.jsonl"))
 		if err != nil {
@@ -102,9 +102,9 @@ func lateSpansJob(t *testing.T, late, record, large bool) {
 	}
 	if late {
 		// The late ones: new names, in the job's last second.
-		post(t, s.Report.Ports.OTLPHTTP, "traces", s.Report.ReceiverToken, spansJSON("late.rollout", 3), http.StatusOK)
+		post(t, s.Report.Ports.OTLPHTTP, "traces", s.ReceiverToken, spansJSON("late.rollout", 3), http.StatusOK)
 		time.Sleep(300 * time.Millisecond)
-		post(t, s.Report.Ports.OTLPHTTP, "traces", s.Report.ReceiverToken, spansJSON("late.verify", 2), http.StatusOK)
+		post(t, s.Report.Ports.OTLPHTTP, "traces", s.ReceiverToken, spansJSON("late.verify", 2), http.StatusOK)
 		time.Sleep(200 * time.Millisecond)
 	}
 	took, err := s.Drain(t, 30*time.Second)

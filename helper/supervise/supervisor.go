@@ -113,6 +113,17 @@ type Options struct {
 	MaxRestarts                       int
 	// Signals delivers the drain request (nil: SIGTERM and SIGINT).
 	Signals <-chan os.Signal
+	// Ports, when its OTLP gRPC port is set, are the job's loopback ports
+	// as root's prolog chose them (launch.EnvPorts): the collector binds
+	// its five, this process its final-figures and cgroup-page ports,
+	// the same ones at every restart, and no other port is ever chosen:
+	// a port another socket took first fails the start with
+	// launch.Readiness.PortTaken. Unset: this process chooses free ports
+	// itself, anew after a lost bind race (a supervisor started by hand).
+	Ports render.Ports
+	// ReceiverToken, when set, is the receiver token root minted
+	// (launch.EnvReceiverToken); unset: this process mints one.
+	ReceiverToken string
 	// FirstPorts, when it holds 4 ports, is the first choice of ports
 	// (OTLP gRPC, OTLP HTTP, health, telemetry; the plugin's receiver's
 	// port is a free one) instead of free ones: a
@@ -398,7 +409,8 @@ func (s *supervisor) holdDir(mode os.FileMode) error {
 	return nil
 }
 
-// startUp makes the output dir, checks the binary, chooses ports and starts
+// startUp makes the output dir, checks the binary, takes root's ports (or
+// chooses its own: Options.Ports) and starts
 // the collector until it is healthy, within health_check_timeout_seconds.
 func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	ctx, cancel := context.WithTimeout(ctx, s.pol.HealthWait)
@@ -445,10 +457,12 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	s.steps.mark("keep+state")
 	tok := make([]byte, 24)
 	var err error
-	if _, err = rand.Read(tok); err != nil {
-		return err
+	s.rtoken = s.opt.ReceiverToken
+	if s.rtoken == "" {
+		if s.rtoken, err = launch.MintToken(); err != nil {
+			return err
+		}
 	}
-	s.rtoken = "gos_" + hex.EncodeToString(tok)
 	// The plugin's token: the receiver of the phase spans and the final
 	// figures' sink take it, the job's tasks are not given it (the
 	// readiness report, root's record and every file are without it), so
@@ -461,14 +475,19 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		return err
 	}
 	s.ptoken = "gos_" + hex.EncodeToString(tok)
-	if s.final, err = newFinalSink(s.ptoken); err != nil {
-		return fmt.Errorf("a loopback port for the collector's final figures: %w", err)
+	if s.final, err = newFinalSink(s.ptoken, s.opt.Ports.Final); err != nil {
+		return s.portErr(fmt.Errorf("a loopback port for the collector's final figures: %w", err))
 	}
 	s.final.guard.setLog(s.log.Warnf)
 	if !s.opt.NoCgroupMetrics {
 		if r, err := newCgroupReader(s.opt.Facts); err != nil {
 			s.log.Warnf("the job's cgroup metrics are not served: the node's cgroup mounts: %v", err)
-		} else if s.cgroups, err = newCgroupServer(r); err != nil {
+		} else if s.cgroups, err = newCgroupServer(r, s.opt.Ports.Cgroup); err != nil {
+			if perr := s.portErr(err); errors.Is(perr, errBindRace) {
+				// Root's port for the page, bound by another socket:
+				// the collector would scrape whoever holds it.
+				return fmt.Errorf("the cgroup page's loopback port: %w", perr)
+			}
 			s.log.Warnf("the job's cgroup metrics are not served: a loopback port: %v", err)
 		} else {
 			s.cgroups.ln.setLog(s.log.Warnf)
@@ -517,6 +536,11 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		if !errors.Is(err, errBindRace) {
 			return err
 		}
+		if s.rootPorts() {
+			// Root's ports, in its packet filter and its record: never
+			// others. The prolog chooses anew (launch.Readiness.PortTaken).
+			return err
+		}
 		s.log.Warnf("a port was taken before the collector bound it; choosing new ports (%v)", err)
 	}
 	return last
@@ -524,8 +548,28 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 
 var errBindRace = errors.New("address already in use")
 
+// rootPorts reports whether root chose the job's ports (Options.Ports).
+func (s *supervisor) rootPorts() bool { return s.opt.Ports.OTLPGRPC != 0 }
+
+// portErr marks err, a failure to bind one of root's ports, as a lost bind
+// race (errBindRace), so that the prolog may choose new ports; unchanged
+// when this process chooses its own.
+func (s *supervisor) portErr(err error) error {
+	if s.rootPorts() && errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%w: %v", errBindRace, err)
+	}
+	return err
+}
+
+// choosePorts sets the job's ports: root's (Options.Ports), else free ones
+// (launch.FreePorts; Options.FirstPorts first).
 func (s *supervisor) choosePorts() error {
-	p, err := freePorts(5)
+	if s.rootPorts() {
+		s.ports = s.opt.Ports
+		s.ports.Cgroup = s.cgroups.port()
+		return nil
+	}
+	p, err := launch.FreePorts(5)
 	if err != nil {
 		return err
 	}
@@ -849,7 +893,8 @@ func lastLine(s string) string {
 func (s *supervisor) fail(err error) {
 	s.log.Errorf("collector not started: %v", err)
 	s.writeState(launch.StatusFailed, err.Error())
-	s.sendReadiness(launch.Readiness{Status: launch.StatusFailed, Error: err.Error(), OutputDir: s.out, SupervisorPID: os.Getpid()})
+	s.sendReadiness(launch.Readiness{Status: launch.StatusFailed, Error: err.Error(), OutputDir: s.out, SupervisorPID: os.Getpid(),
+		PortTaken: s.rootPorts() && errors.Is(err, errBindRace)})
 }
 
 func (s *supervisor) sendReadiness(r launch.Readiness) {
@@ -876,7 +921,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	}
 	s.writeState(launch.StatusReady, "")
 	s.sendReadiness(launch.Readiness{
-		Status: launch.StatusReady, Ports: s.ports, ReceiverToken: s.rtoken,
+		Status: launch.StatusReady, Ports: s.ports,
 		SupervisorPID: os.Getpid(), CollectorPID: s.coll.pid, CollectorStart: s.coll.start,
 		OutputDir: s.out, ReadyMillis: ready.Milliseconds(), Hold: s.hold != nil,
 		Steps: s.steps.String(),

@@ -14,9 +14,10 @@ import (
 
 // TaskEnv is the env every task of the job on this node gets when the
 // node's collector is ready: Gym's switches and the OTLP exporter settings
-// pointing at this node's collector on 127.0.0.1 (ports, as the supervisor
-// reported them), with the per-job receiver token (receiverToken, from the
-// same report) as the exporter's Authorization header.
+// pointing at this node's collector on 127.0.0.1 (ports, as root's prolog
+// chose them and handed them to the supervisor), with the per-job receiver
+// token (receiverToken, which root minted and handed down likewise) as the
+// exporter's Authorization header.
 func TaskEnv(resolved *config.Resolved, f jobfacts.Facts, ports jobdir.Ports, receiverToken string) []record.KV {
 	b01 := func(b bool) string {
 		if b {

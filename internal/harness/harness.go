@@ -432,6 +432,10 @@ type Sup struct {
 	Started  time.Time
 	// ReportAfter is the time from start to the Report line.
 	ReportAfter time.Duration
+	// ReceiverToken is the receiver token handed to the supervisor in its
+	// environment (launch.EnvReceiverToken), minted here as root's prolog
+	// mints it: the token the job's tasks send.
+	ReceiverToken string
 }
 
 // ServiceName is the otel: service_name of the site file a Job defaults to.
@@ -544,8 +548,13 @@ func StartSup(t testing.TB, j Job) *Sup {
 		argv = append(argv, "--record", j.Record)
 	}
 	argv = append(argv, j.Args...)
-	env := append([]string{"PATH=/usr/bin:/bin", "HOME=/root", "USER=" + CurrentUser(), "OTEL_TOKEN=" + j.Token}, j.Env...)
-	s := &Sup{Job: j, Dir: dir, Out: out, Started: time.Now()}
+	rtoken, err := launch.MintToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append([]string{"PATH=/usr/bin:/bin", "HOME=/root", "USER=" + CurrentUser(), "OTEL_TOKEN=" + j.Token,
+		launch.EnvReceiverToken + "=" + rtoken}, j.Env...)
+	s := &Sup{Job: j, Dir: dir, Out: out, Started: time.Now(), ReceiverToken: rtoken}
 	pr, pw := io.Pipe()
 	p := &Proc{Name: "supervise", Out: &SyncBuffer{}, Done: make(chan struct{})}
 	p.Cmd = exec.Command(argv[0], argv[1:]...)
@@ -667,7 +676,7 @@ func (s *Sup) State(t testing.TB) jobdir.State {
 // token when "").
 func (s *Sup) GymEnv(tok string) []string {
 	if tok == "" {
-		tok = s.Report.ReceiverToken
+		tok = s.ReceiverToken
 	}
 	env := []string{
 		"PATH=/usr/bin:/bin",

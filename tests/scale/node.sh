@@ -154,14 +154,16 @@ load_cpu() {
 
 # ------------------------------------------------ the supervised collector
 log "starting the supervisor (idle ${IDLE}s, then $RATE spans/s for ${LOAD}s)"
-OTEL_TOKEN=$TOKEN "$CLI" supervise --site "$BASE/site.yaml" --job-id 990001 --node bench \
+# The receiver token, minted here as root's prolog mints it and handed down
+# the same way (the report carries none).
+RTOK="gos_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+OTEL_TOKEN=$TOKEN GYM_OTEL_RECEIVER_TOKEN=$RTOK "$CLI" supervise --site "$BASE/site.yaml" --job-id 990001 --node bench \
 	--output "$JOBOUT" --user "$USER_NAME" >"$BASE/report.json" 2>"$BASE/supervisor.err" &
 SUP_PID=$!
 for ((i = 0; i < 300; i++)); do grep -q '"status"' "$BASE/report.json" 2>/dev/null && break; sleep 0.1; done
 jq -e '.status == "ready"' "$BASE/report.json" >/dev/null || die "supervisor: $(cat "$BASE/report.json" "$BASE/supervisor.err")"
 CPID=$(jq -r .collector_pid "$BASE/report.json")
 HTTP=$(jq -r .ports.otlp_http "$BASE/report.json")
-RTOK=$(jq -r .receiver_token "$BASE/report.json")
 log "collector pid $CPID, OTLP HTTP $HTTP; warming up 20 s"
 sleep 20
 read -r BE_R0 BE_B0 <<<"$(be_count)"

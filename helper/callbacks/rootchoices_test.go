@@ -1,0 +1,122 @@
+package callbacks
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+	"github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
+)
+
+// fakeSupervisor is a `supervise --from-env` stand-in that the prolog
+// starts as the job's user: it notes the ports and the receiver token root
+// handed down (one line per start in <dir>/seen), reports the first
+// attempt's port as taken, and the second attempt ready on root's ports,
+// then sleeps until killed.
+const fakeSupervisor = `#!/bin/bash
+seen=%DIR%/seen
+echo "$GYM_OTEL_PORTS $GYM_OTEL_RECEIVER_TOKEN" >> $seen
+IFS=, read g h he te pl fi cg <<< "$GYM_OTEL_PORTS"
+if [ "$(wc -l < $seen)" -lt 2 ]; then
+	printf '{"status":"failed","error":"listen tcp 127.0.0.1:%s: bind: address already in use","port_taken":true,"supervisor_pid":%d}\n' "$h" $$ >&3
+	exit 1
+fi
+printf '{"status":"ready","ports":{"otlp_grpc":%s,"otlp_http":%s,"health":%s,"telemetry":%s,"final":%s,"cgroup":%s,"plugin":%s},"supervisor_pid":%d,"output_dir":"/x"}\n' "$g" "$h" "$he" "$te" "$fi" "$cg" "$pl" $$ >&3
+exec 3>&-
+exec sleep 60
+`
+
+// TestPrologRootChoices: the prolog chooses the job's ports and mints the
+// receiver token itself and hands both down in the supervisor's
+// environment; a report that a port was taken makes it choose new ports
+// and start again; the ready record names the ports and the token root
+// handed down in the second start, and the report it read carried none.
+func TestPrologRootChoices(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (root's record dir, a supervisor as another user)")
+	}
+	base, err := os.MkdirTemp("", "rootchoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o777); err != nil { // the stand-in, as the job's user, writes seen
+		t.Fatal(err)
+	}
+	cli := filepath.Join(base, "cli")
+	if err := os.WriteFile(cli, []byte(strings.ReplaceAll(fakeSupervisor, "%DIR%", base)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	site := filepath.Join(base, "site.yaml")
+	if err := os.WriteFile(site, []byte("otel:\n  endpoint: https://otlp.example.com\n  service_name: s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := Args{Site: site, PrologTimeout: 20, CLI: cli, RecordDir: filepath.Join(base, "records"), Cgroup: CgroupOff, PortFilter: "off"}
+	res, err := Submit(a, "", base, func(k string) (string, bool) {
+		if k == "OTEL_TOKEN" {
+			return "t", true
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"SLURMD_NODENAME": "n1", "SLURM_JOB_USER": "nobody", "SLURM_JOB_NODELIST": "n1"}
+	log, hook := test.NewNullLogger()
+	log.SetLevel(logrus.DebugLevel)
+	perr := Prolog(PrologInput{Args: a, Encoded: res.Encoded, Token: "t", JobID: 78, UID: 65534, GID: 65534,
+		Getenv: func(k string) string { return env[k] }}, log)
+	rec, rerr := record.Read(record.JobDir(a.RecordDir, "n1", 78))
+	if rerr == nil && rec.SupervisorPID > 1 {
+		t.Cleanup(func() { syscall.Kill(rec.SupervisorPID, syscall.SIGKILL) })
+	}
+	if perr != nil || rerr != nil {
+		t.Fatalf("prolog: %v; record: %v", perr, rerr)
+	}
+	seen, err := os.ReadFile(filepath.Join(base, "seen"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := strings.Split(strings.TrimSpace(string(seen)), "\n")
+	if len(starts) != 2 {
+		t.Fatalf("the supervisor was started %d times, want 2 (a port taken, then new ports): %q", len(starts), starts)
+	}
+	var ports []string
+	var token string
+	for i, s := range starts {
+		p, tok, _ := strings.Cut(s, " ")
+		if _, err := launch.ParsePorts(p); err != nil {
+			t.Fatalf("start %d: %v", i+1, err)
+		}
+		if !strings.HasPrefix(tok, "gos_") || (token != "" && tok != token) {
+			t.Fatalf("start %d: receiver token %q (before %q): want root's one token", i+1, tok, token)
+		}
+		ports, token = append(ports, p), tok
+	}
+	if ports[0] == ports[1] {
+		t.Errorf("the second start got the same ports %s", ports[1])
+	}
+	second, _ := launch.ParsePorts(ports[1])
+	vars := map[string]string{}
+	for _, kv := range rec.Env {
+		vars[kv.Key] = kv.Value
+	}
+	if rec.Status != record.StatusReady || vars["OTEL_EXPORTER_OTLP_ENDPOINT"] != "http://127.0.0.1:"+strconv.Itoa(second.OTLPHTTP) ||
+		!strings.Contains(vars["OTEL_EXPORTER_OTLP_HEADERS"], token) {
+		t.Errorf("record %+v: want ready, the endpoint on port %d and the token root handed down", rec, second.OTLPHTTP)
+	}
+	var warned bool
+	for _, e := range hook.AllEntries() {
+		warned = warned || strings.Contains(e.Message, "choosing new ports (attempt 2 of 3)")
+	}
+	if !warned {
+		t.Errorf("no warning about the new ports: %v", hook.AllEntries())
+	}
+}

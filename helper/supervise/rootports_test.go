@@ -1,0 +1,89 @@
+package supervise_test
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+)
+
+// TestRootChosenPorts: started as root's prolog starts it, with the ports
+// root chose (launch.EnvPorts) and the receiver token root minted
+// (launch.EnvReceiverToken), the supervisor is ready on exactly those
+// ports, its collector takes that token from the tasks, and its readiness
+// line (printed on its standard output here) carries no token.
+func TestRootChosenPorts(t *testing.T) {
+	t.Parallel()
+	chosen, err := launch.ChoosePorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := harness.StartSup(t, harness.Job{JobID: "8383", Env: []string{launch.EnvPorts + "=" + launch.FormatPorts(chosen)}}).MustReady(t)
+	want := chosen
+	if s.Report.Ports.Cgroup == 0 {
+		want.Cgroup = 0 // no cgroup page served on this host
+	}
+	if s.Report.Ports != want {
+		t.Fatalf("ready on %+v, want root's ports %+v", s.Report.Ports, want)
+	}
+	if strings.Contains(s.Output(), s.ReceiverToken) {
+		t.Errorf("the supervisor's output (its readiness line among it) holds the receiver token:\n%s", s.Output())
+	}
+	post(t, chosen.OTLPHTTP, "traces", s.ReceiverToken, spansJSON("root.token", 1), http.StatusOK)
+	post(t, chosen.OTLPHTTP, "traces", "gos_"+harness.RandHex(24), spansJSON("other.token", 1), http.StatusUnauthorized)
+}
+
+// TestRootPortTaken: one of root's ports is bound by another socket before
+// the supervisor starts (the collector's OTLP HTTP port, or the
+// supervisor's own final-figures port). The supervisor does not move to
+// ports of its own choosing, which root's packet filter and record do not
+// name: it reports failed with PortTaken, so that the prolog chooses anew.
+func TestRootPortTaken(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		port func(jobdir.Ports) int
+	}{
+		{"otlp_http", func(p jobdir.Ports) int { return p.OTLPHTTP }},
+		{"final", func(p jobdir.Ports) int { return p.Final }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			chosen, err := launch.ChoosePorts()
+			if err != nil {
+				t.Fatal(err)
+			}
+			taken := c.port(chosen)
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(taken)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			s := harness.StartSup(t, harness.Job{JobID: "8484", Env: []string{launch.EnvPorts + "=" + launch.FormatPorts(chosen)}})
+			if s.Report.Status != launch.StatusFailed || !s.Report.PortTaken {
+				t.Fatalf("port %d taken: report %+v, want failed with port_taken\noutput:\n%s", taken, s.Report, s.Output())
+			}
+			if !strings.Contains(s.Report.Error, "address already in use") {
+				t.Errorf("the report's error does not say the port was in use: %s", s.Report.Error)
+			}
+			t.Logf("port %d taken: %s", taken, s.Report.Error)
+		})
+	}
+}
+
+// TestRootPortsRefused: a value of launch.EnvPorts that is not seven
+// distinct ports fails the start, naming the variable and the value.
+func TestRootPortsRefused(t *testing.T) {
+	t.Parallel()
+	bad := "1,2,3"
+	s := harness.StartSup(t, harness.Job{JobID: "8585", Env: []string{launch.EnvPorts + "=" + bad}})
+	if s.Report.Status != launch.StatusFailed || !strings.Contains(s.Report.Error, fmt.Sprintf("%s=%q", launch.EnvPorts, bad)) {
+		t.Fatalf("%s=%s: report %+v; output:\n%s", launch.EnvPorts, bad, s.Report, s.Output())
+	}
+}

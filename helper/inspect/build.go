@@ -203,8 +203,9 @@ func (r *Report) receipts(srcs []Source) {
 			nr.Missing = err.Error()
 			missing++
 		} else {
+			liveDelivery(s.Dir, rc)
 			nr.Receipt, nr.Summary = rc, rc.Summary()
-			if rc.Trouble() || !rc.Complete() {
+			if rc.Trouble() || !rc.Complete() || (rc.Delivery != nil && !rc.Delivery.Complete()) {
 				for _, l := range nr.Summary {
 					t := strings.TrimSpace(l)
 					switch {

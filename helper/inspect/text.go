@@ -159,7 +159,15 @@ func (t *textOut) receiptLines(r *Report) {
 			}
 		}
 		line := fmt.Sprintf("%d %s %s: %s", len(ns), plural(len(ns), "node"), slurm.CompressHostlist(ns), k)
-		if byNode[ns[0]].Receipt != nil {
+		if rc := byNode[ns[0]].Receipt; rc != nil && rc.Delivery != nil {
+			var acked int64
+			for _, n := range ns {
+				if d := byNode[n].Receipt.Delivery; d != nil {
+					acked += d.Accepted
+				}
+			}
+			line += fmt.Sprintf(" (backend copy complete: %d items delivered from the files)", acked)
+		} else if byNode[ns[0]].Receipt != nil {
 			line += fmt.Sprintf(" (sent to the backend: %d spans, %d metric points, %d log records)", sent[0], sent[1], sent[2])
 		}
 		t.wrap("  ", line)
@@ -173,7 +181,7 @@ func receiptKey(nr NodeReceipt) string {
 	if rc == nil {
 		return "no receipt.json (what reached the backend is unknown there)"
 	}
-	if rc.Trouble() {
+	if rc.Trouble() || deliveryTrouble(rc) {
 		return ""
 	}
 	head := nr.Summary[0]

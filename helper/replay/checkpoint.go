@@ -79,6 +79,14 @@ func runCheckpointed(ctx context.Context, opt Options, dirs []string, start time
 	c := &Checkpointed{}
 	res := &Result{Signals: map[string]*Totals{}, Checkpointed: c}
 	for _, d := range dirs {
+		if st := collectorStatus(d); st != "" && st != jobdir.StatusDrained && st != jobdir.StatusFailed {
+			// Its supervisor may be delivering from the same checkpoint
+			// (or was killed before its drain): the same lines may go
+			// twice.
+			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (%s): if its supervisor still runs it delivers from %s too, and lines may reach the backend twice; replay after the job's end\n", d, st, jobdir.StateFile, delivery.CheckpointFile)
+		}
+	}
+	for _, d := range dirs {
 		bl, err := delivery.Backlogs(d)
 		if err != nil {
 			return nil, err

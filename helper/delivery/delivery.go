@@ -55,7 +55,7 @@
 // inode and a hash of its first 4 KiB are in the checkpoint), is an
 // error, never a position.
 //
-// # How it replaces the collector's live export (design; not wired yet)
+// # How it replaces the collector's live export (otel.delivery: files)
 //
 // Today the collector's otlp_http/backend exporter sends live and drops
 // what its sending queue cannot hold during an outage (counted in the
@@ -82,11 +82,11 @@
 // the sender must add it to each line's resources as it sends; the
 // collector's exporter reads HTTPS_PROXY/NO_PROXY as net/http does (the
 // default transport here does the same), and the rendered exporter has no
-// TLS settings of its own to carry over; the rate cap becomes an otel:
-// key, with the arithmetic for N nodes in the admin guide (N × cap items
+// TLS settings of its own to carry over; the rate cap is otel.delivery_rate_cap,
+// with the arithmetic for N nodes in the admin guide (N × cap items
 // per second at the backend after one second's burst, TestRateCap).
 //
-// # How replay uses the checkpoint (design)
+// # How replay uses the checkpoint
 //
 // `replay` by default sends, of each node dir, exactly the lines past the
 // checkpoint's offset, with this package instead of a collector of its

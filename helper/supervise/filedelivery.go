@@ -19,7 +19,7 @@ import (
 //
 //   - while the job runs, a sender goroutine delivers every complete line
 //     past the checkpoint, looks again every delivery.DefaultPoll, and
-//     retries a failing backend (doubling from 1 s to 30 s, Retry-After
+//     retries a failing backend (doubling from 1 s to RetryMax, Retry-After
 //     honoured) until it answers: an outage of any length is caught up
 //     from the files by itself, in order, at otel.delivery_rate_cap items
 //     per second. The live latency to the backend is the file exporter's
@@ -37,6 +37,13 @@ import (
 // Its memory is one request at a time (at most delivery.DefaultMaxBatchBytes
 // of JSON and its gzip copy) and a 1 MiB read buffer: a few MiB beside the
 // collector, outside the collector's memory limit.
+
+// RetryMax is the longest wait between two attempts of a request to a
+// failing backend: a backend back from an outage gets its first request
+// within it (measured with 30 s: the catch-up began 15 s after the
+// backend's return), at the cost of one request per RetryMax to a backend
+// that stays down.
+const RetryMax = 5 * time.Second
 
 // fileSender is the supervisor's delivery of the files.
 type fileSender struct {
@@ -80,7 +87,7 @@ func (s *supervisor) startFileDelivery() *fileSender {
 		Dir: dir, Signals: s.signals(), Endpoint: s.o.Endpoint,
 		Headers:     map[string]string{"Authorization": "Bearer " + s.opt.Token},
 		Compression: "gzip", Timeout: timeout, RateCap: float64(s.o.RateCap()),
-		Retry:  delivery.Retry{Initial: time.Second, Max: 30 * time.Second},
+		Retry:  delivery.Retry{Initial: time.Second, Max: RetryMax},
 		Client: &http.Client{Timeout: timeout, Transport: &watchTransport{base: base, fs: fs}},
 	}
 	ctx, cancel := context.WithCancel(context.Background())

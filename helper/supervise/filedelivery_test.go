@@ -25,6 +25,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
 // fileItems counts the items (spans, metric points, log records) of
@@ -283,7 +284,7 @@ func TestFileDeliveryBackendDownPastEnd(t *testing.T) {
 		t.Errorf("the backend holds %d items more than the files after replay", extra)
 	}
 	be = harness.StartBackendOn(t, token, port)
-	out, err = replay("--all")
+	out, err = replay("--all", "--binary", testenv.Collector(t))
 	if err != nil {
 		t.Errorf("replay --all: %v", err)
 	}

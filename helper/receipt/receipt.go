@@ -389,9 +389,12 @@ func (r *Receipt) Summary() []string {
 		if a.File == "metrics.jsonl" {
 			l = fmt.Sprintf("  appended after the collector's exit: %d span metric points (of the spans the collector's span metrics did not count) in %s", a.Points, a.File)
 		}
-		if a.Delivered {
+		switch {
+		case a.Delivered:
 			l += ", delivered to the backend by the supervisor"
-		} else {
+		case r.Delivery != nil:
+			l += ", not acknowledged by the backend (past the delivery checkpoint: `gym-otel-spank replay DIR` sends it)"
+		default:
 			why := a.Cause
 			if why == "" {
 				why = "no delivery recorded"

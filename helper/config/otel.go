@@ -100,7 +100,34 @@ type Otel struct {
 	// 4096, 64..1048576) is every scrape job's label_value_length_limit in
 	// bytes.
 	ScrapeLabelValueLengthLimit int `json:"scrape_label_value_length_limit"`
+	// Delivery (delivery, default "collector") is who sends the job's
+	// data to the backend: "collector", the collector's own OTLP/HTTP
+	// exporter, live, dropping what its queue cannot hold during an
+	// outage (counted in the receipt); or "files", the supervisor, from
+	// the job's jsonl files at a checkpointed position (helper/delivery):
+	// the collector renders no backend exporter, an outage of any length
+	// is caught up from the files, and what is left at the job's end is
+	// what `replay` sends.
+	Delivery string `json:"delivery,omitempty"`
+	// DeliveryRateCap (delivery_rate_cap, default 20000, 100..10000000) is
+	// each node's cap with delivery "files", items per second over its
+	// three files: N nodes catching up at once send at most N times it.
+	DeliveryRateCap int `json:"delivery_rate_cap,omitempty"`
 }
+
+// Delivery values (Otel.Delivery).
+const (
+	DeliveryCollector = "collector"
+	DeliveryFiles     = "files"
+)
+
+// DefaultDeliveryRateCap is delivery_rate_cap's default, items per second.
+const DefaultDeliveryRateCap = 20000
+
+// FileDelivery reports whether the supervisor delivers the job's files to
+// the backend (delivery "files"): then the collector has no backend
+// exporter.
+func (o Otel) FileDelivery() bool { return o.Delivery == DeliveryFiles }
 
 // Defaults returns the built-in defaults of the otel: block (the seed's
 // table plus the keys this plugin adds).
@@ -129,6 +156,9 @@ func Defaults() Otel {
 		ScrapeLabelLimit:            64,
 		ScrapeLabelNameLengthLimit:  256,
 		ScrapeLabelValueLengthLimit: 4096,
+
+		Delivery:        DeliveryCollector,
+		DeliveryRateCap: DefaultDeliveryRateCap,
 	}
 }
 
@@ -199,6 +229,8 @@ var keyDefs = []keyDef{
 	{name: "scrape_label_limit", kind: kindInt, min: 8, max: 1000, set: func(o *Otel, v value) { o.ScrapeLabelLimit = v.i }},
 	{name: "scrape_label_name_length_limit", kind: kindInt, min: 32, max: 65536, set: func(o *Otel, v value) { o.ScrapeLabelNameLengthLimit = v.i }},
 	{name: "scrape_label_value_length_limit", kind: kindInt, min: 64, max: 1048576, set: func(o *Otel, v value) { o.ScrapeLabelValueLengthLimit = v.i }},
+	{name: "delivery", kind: kindEnum, enum: []string{DeliveryCollector, DeliveryFiles}, set: func(o *Otel, v value) { o.Delivery = v.s }},
+	{name: "delivery_rate_cap", kind: kindInt, min: 100, max: 10000000, set: func(o *Otel, v value) { o.DeliveryRateCap = v.i }},
 }
 
 // Keys returns the keys of the otel: block in documentation order.

@@ -104,6 +104,7 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 		errs = append(errs, err)
 	}
 	errs = append(errs, o.checkScrapeLimits()...)
+	errs = append(errs, o.checkDelivery()...)
 	return warnings, errors.Join(errs...)
 }
 

@@ -55,7 +55,7 @@
 // inode and a hash of its first 4 KiB are in the checkpoint), is an
 // error, never a position.
 //
-// # How it replaces the collector's live export (design; not wired yet)
+// # How it replaces the collector's live export (otel.delivery: files)
 //
 // Today the collector's otlp_http/backend exporter sends live and drops
 // what its sending queue cannot hold during an outage (counted in the
@@ -68,25 +68,28 @@
 // request's round trip; an outage of any length is caught up from the
 // checkpoint, in order, at RateCap. At the drain the supervisor cancels
 // the follower once the collector has exited and the lines it appends
-// after the exit are in the files, then runs one more pass bounded by the
-// drain's share for the delivery (timing.DeliveryBound); the receipt gains
+// after the exit are in the files, then runs one more pass bounded by
+// what is left of the epilog's wait for the drain; the receipt gains
 // the checkpoint's figures (acknowledged, rejected, duplicates bound,
 // when caught up) and what is still past the offset. A supervisor that
 // was killed and restarted (or a later link of a chain sharing the dir)
 // continues from the checkpoint: only the request in flight at the kill
 // can reach the backend twice, and the next delivery counts its items in
-// DuplicatesBound (Position.InFlight). The token stays in the supervisor's memory and the collector's
-// environment only, as today. Open before wiring: a job with
+// DuplicatesBound (Position.InFlight). The token stays in the
+// supervisor's memory and the collector's environment only, as before.
+// Wired behind otel.delivery: files (helper/supervise/filedelivery.go);
+// the default stays the collector's exporter. Open: a job with
 // otel.token_resource_attribute has the token upserted as a resource
 // attribute only on the backend's pipeline (the files never hold it), so
-// the sender must add it to each line's resources as it sends; the
+// the sender would have to add it to each line's resources as it sends
+// (config refuses the combination for now); the
 // collector's exporter reads HTTPS_PROXY/NO_PROXY as net/http does (the
 // default transport here does the same), and the rendered exporter has no
-// TLS settings of its own to carry over; the rate cap becomes an otel:
-// key, with the arithmetic for N nodes in the admin guide (N × cap items
+// TLS settings of its own to carry over; the rate cap is otel.delivery_rate_cap,
+// with the arithmetic for N nodes in the admin guide (N × cap items
 // per second at the backend after one second's burst, TestRateCap).
 //
-// # How replay uses the checkpoint (design)
+// # How replay uses the checkpoint
 //
 // `replay` by default sends, of each node dir, exactly the lines past the
 // checkpoint's offset, with this package instead of a collector of its

@@ -220,6 +220,7 @@ func (r *Report) receipts(srcs []Source) {
 			nr.Missing = err.Error()
 			missing++
 		} else {
+			liveDelivery(s.Dir, rc)
 			nr.Receipt, nr.Summary = rc, rc.Summary()
 			if undeliveredAppended(rc) > 0 {
 				// A line the supervisor appended after the
@@ -234,7 +235,7 @@ func (r *Report) receipts(srcs []Source) {
 			if h := tokenHint(s.Dir, rc); h != "" {
 				hints = append(hints, fmt.Sprintf("%s: %s", rc.Node, h))
 			}
-			if rc.Trouble() || !rc.Complete() {
+			if rc.Trouble() || !rc.Complete() || (rc.Delivery != nil && !rc.Delivery.Complete()) {
 				for _, l := range nr.Summary {
 					t := strings.TrimSpace(l)
 					switch {

@@ -157,7 +157,15 @@ func (t *textOut) receiptLines(r *Report) {
 			}
 		}
 		line := fmt.Sprintf("%d %s %s: %s", len(ns), plural(len(ns), "node"), slurm.CompressHostlist(ns), k)
-		if len(rcs) > 0 {
+		if len(rcs) > 0 && rcs[0].Delivery != nil {
+			var acked int64
+			for _, rc := range rcs {
+				if d := rc.Delivery; d != nil {
+					acked += d.Accepted
+				}
+			}
+			line += fmt.Sprintf(" (backend copy complete: %d items delivered from the files)", acked)
+		} else if len(rcs) > 0 {
 			sent, app := sentText(rcs)
 			if app != "" {
 				app = fmt.Sprintf("; %s of them by the supervisor after the collector's exit", app)
@@ -175,7 +183,7 @@ func receiptKey(nr NodeReceipt) string {
 	if rc == nil {
 		return "no receipt.json (what reached the backend is unknown there)"
 	}
-	if rc.Trouble() || undeliveredAppended(rc) > 0 {
+	if rc.Trouble() || undeliveredAppended(rc) > 0 || deliveryTrouble(rc) {
 		return ""
 	}
 	head := nr.Summary[0]

@@ -163,6 +163,10 @@ type Receipt struct {
 	// took it); `gym-otel-spank replay --appended DIR` sends those it
 	// did not.
 	Appended []Appended `json:"appended,omitempty"`
+	// Delivery is the supervisor's delivery of the files to the backend
+	// (otel.delivery: files; nil: the collector's exporter sent live, and
+	// Counts.Sent and Lost say what the backend got).
+	Delivery *Delivery `json:"delivery,omitempty"`
 }
 
 // Appended is one line the supervisor appended to a jsonl file after the
@@ -227,6 +231,11 @@ func (r *Receipt) Validate() error {
 		}
 		if a.HTTPStatus != 0 && (a.HTTPStatus < 100 || a.HTTPStatus > 599) {
 			return fmt.Errorf("appended[%d]: http_status %d is not an HTTP status", i, a.HTTPStatus)
+		}
+	}
+	if r.Delivery != nil {
+		if err := r.Delivery.validate(); err != nil {
+			return err
 		}
 	}
 	for sig, c := range r.Signals {
@@ -326,8 +335,12 @@ func (r *Receipt) Summary() []string {
 		if !ok || r.Basis == BasisNone {
 			continue
 		}
-		lines = append(lines, fmt.Sprintf("  %-7s received %s%d, written %s%d, sent to the backend %s%d, failed %s%d",
-			sig, atLeast, c.Received, atLeast, c.Written, atLeast, c.Sent, atLeast, c.Lost()))
+		if r.Delivery != nil {
+			lines = append(lines, fmt.Sprintf("  %-7s received %s%d, written %s%d", sig, atLeast, c.Received, atLeast, c.Written))
+		} else {
+			lines = append(lines, fmt.Sprintf("  %-7s received %s%d, written %s%d, sent to the backend %s%d, failed %s%d",
+				sig, atLeast, c.Received, atLeast, c.Written, atLeast, c.Sent, atLeast, c.Lost()))
+		}
 		if sig == "metrics" && c.Written > c.Received {
 			lines = append(lines, "          (written > received: the span metrics are made in the collector from the spans, not received)")
 		}
@@ -376,9 +389,12 @@ func (r *Receipt) Summary() []string {
 		if a.File == "metrics.jsonl" {
 			l = fmt.Sprintf("  appended after the collector's exit: %d span metric points (of the spans the collector's span metrics did not count) in %s", a.Points, a.File)
 		}
-		if a.Delivered {
+		switch {
+		case a.Delivered:
 			l += ", delivered to the backend by the supervisor"
-		} else {
+		case r.Delivery != nil:
+			l += ", not acknowledged by the backend (past the delivery checkpoint: `gym-otel-spank replay DIR` sends it)"
+		default:
 			why := a.Cause
 			if why == "" {
 				why = "no delivery recorded"
@@ -386,6 +402,9 @@ func (r *Receipt) Summary() []string {
 			l += fmt.Sprintf(", NOT delivered to the backend (%s): `gym-otel-spank replay --appended DIR` sends them", why)
 		}
 		lines = append(lines, l)
+	}
+	if r.Delivery != nil {
+		lines = append(lines, r.Delivery.Summary()...)
 	}
 	for _, u := range r.Unknown {
 		lines = append(lines, "  UNKNOWN: "+u)

@@ -497,6 +497,11 @@ func exporters(in Input) omap {
 			{"flush_interval", "1s"},
 		}})
 	}
+	if o.FileDelivery() {
+		// The supervisor sends the files to the backend
+		// (helper/delivery): the collector writes only the files.
+		return exporters
+	}
 	exporters = append(exporters, kv{BackendExporter, omap{
 		{"endpoint", esc(o.Endpoint)},
 		{"headers", omap{{"Authorization", Bearer(o.TokenEnv)}}},
@@ -600,6 +605,10 @@ func pipelines(in Input, scraping, cgroups bool, metricsProcs, pluginMetricsProc
 	pipelines := omap{}
 	addPipeline := func(id, sig string, recv, procs, exps []string) {
 		local := append(append([]string{}, exps...), FileExporter(sig))
+		if o.FileDelivery() {
+			pipelines = append(pipelines, kv{id, pipeline(recv, procs, local)})
+			return
+		}
 		if !o.TokenResourceAttribute {
 			pipelines = append(pipelines, kv{id, pipeline(recv, procs, append(local, BackendExporter))})
 			return

@@ -51,6 +51,9 @@ var variants = []variant{
 	{"logs-off", "gym_logs=false,gym_telemetry=false", nil},
 	{"endpoint-path-prefix", "endpoint=https://otlp.example.com/api/otlp/v1/traces", nil},
 	{"token-resource-attribute", "token_resource_attribute=true", nil},
+	// The supervisor delivers the files (helper/delivery): no backend
+	// exporter.
+	{"delivery-files", "delivery=files,delivery_rate_cap=5000", nil},
 	{"scrape-limits", "scrape_sample_limit=1000,scrape_body_size_limit_mib=2,scrape_label_limit=20,scrape_label_name_length_limit=100,scrape_label_value_length_limit=500", nil},
 	{"hostile-text", `benchmark=a$b"c:d {x},model=m${env:HOME}\\n,component=c$`, nil},
 	// The third run of job 1234 on Slurm 25.11+ (two requeues, a SLUID).

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/delivery"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
@@ -147,6 +148,9 @@ type Result struct {
 	// TimedOut reports that Options.Timeout passed before everything was
 	// read and sent or failed.
 	TimedOut bool
+	// Checkpointed is the replay from the delivery checkpoints (nil: a
+	// replay through a collector); its lines are the summary.
+	Checkpointed *Checkpointed
 }
 
 // Unanswered reports whether the replay fell short only because the
@@ -157,6 +161,9 @@ type Result struct {
 // Options.Timeout passed. The job's files are unchanged: a replay again
 // sends what the backend did not take (exit status 3 of the command).
 func (r *Result) Unanswered() bool {
+	if r.Checkpointed != nil {
+		return false
+	}
 	if r.OK() || r.Refusals > 0 || r.Silences == 0 {
 		return false
 	}
@@ -203,6 +210,9 @@ func (r *Result) notAnswered(took time.Duration, failed, pending, unread int64) 
 
 // OK reports whether everything was read and the backend accepted all of it.
 func (r *Result) OK() bool {
+	if r.Checkpointed != nil {
+		return r.Checkpointed.Err == "" && r.Checkpointed.Left == 0
+	}
 	if !r.Done {
 		return false
 	}
@@ -219,6 +229,9 @@ func (r *Result) OK() bool {
 // pending; then a verdict and, when exports failed, their cause in one
 // line.
 func (r *Result) Summary() []string {
+	if r.Checkpointed != nil {
+		return r.Checkpointed.Lines
+	}
 	var lines []string
 	units := map[string][2]string{"traces": {"spans", "spans"}, "metrics": {"metrics", "points"}, "logs": {"log records", "log records"}}
 	var unread, pending, failed int64
@@ -357,6 +370,10 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		if err == nil && len(all) == 0 && delivered == 0 {
 			err = fmt.Errorf("--appended: no node dir of %s lists lines appended after its collector's exit (receipt.json)", dirs[0])
 		}
+	} else if checkpointedDirs(dirs) && !opt.All {
+		// The supervisors delivered the files from a checkpoint: exactly
+		// what lies past it.
+		return runCheckpointed(ctx, opt, dirs, start)
 	} else {
 		var plans []Plan
 		plans, err = Plans(nodes)
@@ -364,6 +381,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			return nil, err
 		}
 		planLines = PlanLines(plans, opt.All)
+		if opt.All && checkpointedDirs(dirs) {
+			// The receipts do not count what the supervisors delivered:
+			// the checkpoints' warning below says it.
+			planLines = nil
+		}
 		var complete []string
 		for _, p := range plans {
 			if p.Whole || opt.All {
@@ -439,6 +461,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	}
 	res := newResult(endpoint, tokenEnv, files)
 	res.RequestTimeout, res.RetryFor = be.Bounds()
+	if opt.All && !opt.Appended && checkpointedDirs(dirs) {
+		// What the supervisors' deliveries had acknowledged comes twice.
+		again, againAtLeast = acknowledged(dirs), false
+		fmt.Fprintf(opt.Out, "replay: warning: --all sends every line again: the backend has already acknowledged %d of these items (%s), each it accepts again it holds twice\n", again, delivery.CheckpointFile)
+	}
 	res.Delivered, res.Skipped, res.Again, res.AgainAtLeast = delivered, skippedDirs, again, againAtLeast
 	if len(files) == 0 {
 		// Every appended line was delivered at the drain (--force sends

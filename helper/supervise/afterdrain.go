@@ -488,6 +488,8 @@ func (s *supervisor) deliver(lines []appendedLine, bound time.Duration) {
 	start := time.Now()
 	cause := ""
 	switch {
+	case s.files != nil:
+		return // delivered from the files with the rest (filedelivery.go)
 	case s.o.Endpoint == "":
 		cause = "no backend configured (otel.endpoint): nothing sent"
 	case s.o.Container != "":

@@ -65,7 +65,7 @@ func (s *supervisor) saveReceipt(logIt bool) {
 	r := &receipt.Receipt{
 		JobID: s.opt.Facts.JobID, Node: s.opt.Facts.Node, RestartCount: s.opt.Facts.RestartCount,
 		Basis: receipt.BasisFinal, Collectors: s.runs, Unknown: s.unknown, Signals: map[string]receipt.Counts{},
-		WriteTrouble: s.trouble, Appended: s.appended,
+		WriteTrouble: s.trouble, Appended: s.appended, Delivery: s.files.receipt(),
 	}
 	switch {
 	case s.figures == nil && len(s.unknown) > 0:
@@ -77,7 +77,7 @@ func (s *supervisor) saveReceipt(logIt bool) {
 		c := counts(s.figures, sig)
 		r.Signals[sig] = c
 		// The file exporter and the backend exporter get the same items.
-		if r.Basis == receipt.BasisFinal && c.Written+c.WriteFailed != c.Sent+c.Lost() {
+		if r.Basis == receipt.BasisFinal && r.Delivery == nil && c.Written+c.WriteFailed != c.Sent+c.Lost() {
 			r.Unknown = append(r.Unknown, fmt.Sprintf("%s: the file exporter got %d items and the backend exporter %d; what became of the difference is not counted",
 				sig, c.Written+c.WriteFailed, c.Sent+c.Lost()))
 		}

@@ -216,6 +216,7 @@ type supervisor struct {
 	peersAsked       bool
 	drainCause       string             // what began the drain (the slurm.drain span's slurm.drain.cause)
 	appended         []receipt.Appended // lines written after the collector's exit (afterdrain.go)
+	files            *fileSender        // the delivery of the files to the backend (filedelivery.go; nil: the collector's exporter)
 
 	// fqdn delivers the host name Prometheus hashes into its scrape
 	// offsets (render.PrometheusFQDN), looked up during the start-up.
@@ -270,6 +271,9 @@ func Run(ctx context.Context, opt Options) error {
 		}
 		s.tokens.close()
 		s.cgroups.close()
+		if s.files != nil {
+			s.files.cancel()
+		}
 		if s.dir != nil {
 			s.dir.Close()
 		}
@@ -930,6 +934,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 		s.log.Infof("job %s: the epilog of this node's slurmd ends the collector; Slurm is asked only once that slurmd is gone or the job is past its end time", s.opt.Facts.JobID)
 	}
 	defer s.followSampled(ctx)()
+	s.files = s.startFileDelivery()
 	s.phasesStop = s.startPhases(ctx)
 	selfTick := time.NewTicker(time.Second)
 	defer selfTick.Stop()
@@ -1224,6 +1229,10 @@ func (s *supervisor) drain() error {
 	bound := min(timing.DeliveryBound, time.Until(drainStart.Add(s.pol.DrainWait-timing.SupervisorSlack+timing.DeliveryBound)))
 	s.appendAfterCollector(drainEnd{start: drainStart, exit: collectorExit, cause: s.drainCause, exitKnown: wasRunning,
 		killed: s.coll.killed, clean: clean}, bound, countAll)
+	// With otel.delivery: files, the rest of the epilog's wait, less what
+	// the receipt and the state need (SupervisorSlack - DeliveryBound), is
+	// the files' delivery's.
+	s.finishFileDelivery(time.Until(drainStart.Add(s.pol.DrainWait - timing.SupervisorSlack + timing.DeliveryBound)))
 	s.writeReceipt()
 	if p := s.problems; p != "" {
 		appendLog(s.logPath, "gym-otel: "+p)

@@ -417,6 +417,9 @@ type Job struct {
 	Wrap []string
 	// Args are more supervise flags (e.g. --gpus, --gpu-devices).
 	Args []string
+	// Site is more lines of the site file's otel: block, each indented
+	// two spaces and ending in a newline (e.g. "  delivery: files\n").
+	Site string
 }
 
 // Sup is one running `gym-otel-spank supervise`.
@@ -467,6 +470,7 @@ func WriteInputs(t testing.TB, dir string, j Job) (site, gym string) {
 	if j.Container != "" {
 		siteYAML += fmt.Sprintf("  container: %q\n  container_runtime: %q\n", j.Container, j.ContainerRuntime)
 	}
+	siteYAML += j.Site
 	gymYAML := fmt.Sprintf("driver:\n  gym_install: /opt/gym\njob:\n  output_path: %s\n", filepath.Join(dir, "job"))
 	if j.VLLMPort != 0 {
 		gymYAML += fmt.Sprintf("services:\n  policy:\n    type: vllm\n    port: %d\n    served_model_name: standin-model\n    nodes: [0]\n", j.VLLMPort)

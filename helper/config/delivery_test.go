@@ -1,0 +1,51 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// otel.delivery and otel.delivery_rate_cap: parsed, defaulted, refused out
+// of range or of their values with the key named, and delivery files with
+// token_resource_attribute refused naming both keys.
+func TestDeliveryKeys(t *testing.T) {
+	r, err := Resolve(Inputs{Spec: "endpoint=https://x.example.com,service_name=s", WorkDir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Otel.Delivery != DeliveryCollector || r.Otel.RateCap() != DefaultDeliveryRateCap || r.Otel.FileDelivery() {
+		t.Errorf("defaults: delivery %q rate cap %d", r.Otel.Delivery, r.Otel.RateCap())
+	}
+	r, err = Resolve(Inputs{Spec: "endpoint=https://x.example.com,service_name=s,delivery=files,delivery_rate_cap=5000", WorkDir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Validate(nil); err != nil || !r.Otel.FileDelivery() || r.Otel.RateCap() != 5000 {
+		t.Errorf("files, 5000: %v %+v", err, r.Otel)
+	}
+	for spec, want := range map[string]string{
+		"delivery=file":                  "otel.delivery",
+		"delivery_rate_cap=10":           "otel.delivery_rate_cap",
+		"delivery_rate_cap=fast":         "otel.delivery_rate_cap",
+		"delivery_rate_cap=100000000000": "otel.delivery_rate_cap",
+	} {
+		_, err := Resolve(Inputs{Spec: "endpoint=https://x.example.com,service_name=s," + spec, WorkDir: "/tmp"})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err %v, want one naming %s", spec, err, want)
+		}
+	}
+	r, err = Resolve(Inputs{Spec: "endpoint=https://x.example.com,service_name=s,delivery=files,token_resource_attribute=true", WorkDir: "/tmp"})
+	if err == nil {
+		_, err = r.Validate(nil)
+	}
+	if err == nil || !strings.Contains(err.Error(), "otel.delivery") || !strings.Contains(err.Error(), "otel.token_resource_attribute") {
+		t.Errorf("files with token_resource_attribute: %v", err)
+	}
+	// Forwarded settings: a forged value fails on the node, naming the key.
+	r, _ = Resolve(Inputs{Spec: "endpoint=https://x.example.com,service_name=s", WorkDir: "/tmp"})
+	r.Otel.Delivery, r.Otel.DeliveryRateCap = "backend", 7
+	_, err = r.Validate(nil)
+	if err == nil || !strings.Contains(err.Error(), `otel.delivery: "backend"`) || !strings.Contains(err.Error(), "otel.delivery_rate_cap: 7 is out of range") {
+		t.Errorf("forged: %v", err)
+	}
+}

@@ -1,0 +1,297 @@
+package supervise_test
+
+// otel.delivery: files on real parts: a supervisor, the real collector
+// (which writes only the files), the real test backend with bearer-token
+// auth, loadgen at a high rate. The backend is stopped in the middle of a
+// job for 30 s, or is down until after the job's end; afterwards the
+// backend holds every item of the files, with no more duplicates than the
+// receipt's bound, and replay sends exactly what the checkpoint misses.
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/delivery"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
+)
+
+// fileItems counts the items (spans, metric points, log records) of
+// signal's jsonl files in dirs, and each span id's occurrences (traces).
+func fileItems(t *testing.T, signal string, dirs ...string) (items int64, spans map[string]int) {
+	t.Helper()
+	spans = map[string]int{}
+	for _, d := range dirs {
+		f, err := os.Open(filepath.Join(d, jobdir.SignalFile(signal)))
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReaderSize(f, 1<<20)
+		for {
+			line, err := r.ReadBytes('\n')
+			if len(line) > 0 && line[len(line)-1] == '\n' {
+				n, _, ok := jobdir.CountItems(signal, line)
+				if !ok {
+					t.Fatalf("%s: a line that is not OTLP-JSON", f.Name())
+				}
+				items += n
+				if signal == "traces" {
+					var doc struct {
+						ResourceSpans []struct {
+							ScopeSpans []struct {
+								Spans []struct {
+									TraceID string `json:"traceId"`
+									SpanID  string `json:"spanId"`
+								} `json:"spans"`
+							} `json:"scopeSpans"`
+						} `json:"resourceSpans"`
+					}
+					if err := json.Unmarshal(line, &doc); err != nil {
+						t.Fatal(err)
+					}
+					for _, rs := range doc.ResourceSpans {
+						for _, ss := range rs.ScopeSpans {
+							for _, sp := range ss.Spans {
+								spans[sp.TraceID+sp.SpanID]++
+							}
+						}
+					}
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		f.Close()
+	}
+	return items, spans
+}
+
+// checkBackendHoldsFiles asserts that the backend's files (dirs: one per
+// backend process) hold every item of the job's files, every span by its
+// id, and at most bound items more; it returns the extra items.
+func checkBackendHoldsFiles(t *testing.T, out string, bound int64, dirs ...string) (extra int64) {
+	t.Helper()
+	for _, sig := range []string{"traces", "metrics", "logs"} {
+		want, wantSpans := fileItems(t, sig, out)
+		got, gotSpans := fileItems(t, sig, dirs...)
+		t.Logf("%s: the files hold %d items, the backend %d", sig, want, got)
+		if got < want {
+			t.Errorf("%s: the backend holds %d items, fewer than the files' %d", sig, got, want)
+		}
+		extra += got - want
+		if sig != "traces" {
+			continue
+		}
+		missing := 0
+		for id := range wantSpans {
+			if gotSpans[id] == 0 {
+				missing++
+			}
+		}
+		if missing > 0 {
+			t.Errorf("traces: %d of the files' %d spans are not at the backend", missing, len(wantSpans))
+		}
+	}
+	if extra > bound {
+		t.Errorf("the backend holds %d items more than the files: more than the receipt's duplicates bound %d", extra, bound)
+	}
+	return extra
+}
+
+// fileJob starts a supervisor with otel.delivery: files against endpoint,
+// sends rate spans/s for dur with loadgen (during calls at its start, in
+// a goroutine), drains and returns the supervisor, the receipt and the
+// supervisor's peak RSS (KiB).
+func fileJob(t *testing.T, endpoint, token string, rate int, dur time.Duration, during func(start time.Time)) (*harness.Sup, *receipt.Receipt, int64, time.Duration) {
+	t.Helper()
+	lg := loadgenBin(t)
+	s := harness.StartSup(t, harness.Job{JobID: "3838", Endpoint: endpoint, Token: token, Site: "  delivery: files\n  delivery_rate_cap: 20000\n"}).MustReady(t)
+	if strings.Contains(string(mustRead(t, filepath.Join(s.Out, jobdir.ConfigFile))), "otlp_http/backend") {
+		t.Fatal("collector.yaml has a backend exporter with otel.delivery: files")
+	}
+	var peak int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if rss, _, ok := memOf(s.Cmd.Process.Pid); ok {
+				peak = max(peak, rss)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	env := []string{
+		"PATH=/usr/bin:/bin",
+		fmt.Sprintf("OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:%d", s.Report.Ports.OTLPHTTP),
+		"OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20" + s.Report.ReceiverToken,
+	}
+	start := time.Now()
+	if during != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); during(start) }()
+	}
+	p := harness.StartProc(t, "loadgen", env, lg, "--steps", fmt.Sprintf("%d:%s", rate, dur), "--pause", "0s",
+		"--tag", "files", "--workers", "4", "--batch", "200", "--out", filepath.Join(s.Dir, "loadgen.json"))
+	p.Wait(t, dur+90*time.Second)
+	drain, err := s.Drain(t, 3*time.Minute)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("drain: %v\n%s", err, s.Output())
+	}
+	rc, err := receipt.Read(s.Out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, s.Output())
+	}
+	if rc.Delivery == nil {
+		t.Fatalf("the receipt has no delivery section\n%s", s.Output())
+	}
+	for _, l := range rc.Summary() {
+		t.Log(l)
+	}
+	return s, rc, peak, drain
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestFileDeliveryOutageMidJob: the backend is stopped 10 s into a 60 s
+// job at 5,000 spans/s and started again 30 s later on the same port; the
+// supervisor catches up from the files by itself, before the job's end,
+// and the receipt says so with the lag.
+func TestFileDeliveryOutageMidJob(t *testing.T) {
+	token := "files-" + harness.RandHex(6)
+	port := harness.FreePort(t)
+	be1 := harness.StartBackendOn(t, token, port)
+	var be2 *harness.Backend
+	var outageEnd time.Time
+	began := time.Now()
+	s, rc, peak, drain := fileJob(t, be1.URL, token, 5000, 60*time.Second, func(start time.Time) {
+		time.Sleep(time.Until(start.Add(10 * time.Second)))
+		be1.Stop(t)
+		time.Sleep(30 * time.Second)
+		be2 = harness.StartBackendOn(t, token, port)
+		outageEnd = time.Now()
+	})
+	d := rc.Delivery
+	if !d.Complete() {
+		t.Fatalf("the backend's copy is not complete at the drain: %+v\n%s", d, s.Output())
+	}
+	if len(d.CatchUps) == 0 || d.CatchUps[0].CaughtUp.IsZero() {
+		t.Fatalf("the receipt has no caught-up outage: %+v", d.CatchUps)
+	}
+	c := d.CatchUps[0]
+	catchUp := c.CaughtUp.Sub(outageEnd)
+	t.Logf("outage from %s, backend back at %s, answered %s, caught up %s: catch-up %v after the backend's return, lag %v, %d items late; supervisor peak RSS %d MiB; drain %v; whole test %v",
+		c.From.Format("15:04:05.000"), outageEnd.Format("15:04:05.000"), c.Answered.Format("15:04:05.000"), c.CaughtUp.Format("15:04:05.000"),
+		catchUp.Round(time.Millisecond), c.Lag().Round(time.Millisecond), c.Items, peak>>10, drain.Round(time.Millisecond), time.Since(began).Round(time.Second))
+	if c.Items < 10000 {
+		t.Errorf("only %d items counted as caught up after a 30 s outage at 5,000 spans/s", c.Items)
+	}
+	if c.Lag() < 29*time.Second || catchUp > 90*time.Second {
+		t.Errorf("lag %v (want at least the outage), catch-up %v after the backend's return", c.Lag(), catchUp)
+	}
+	be2.Stop(t)
+	extra := checkBackendHoldsFiles(t, s.Out, d.DuplicatesBound, be1.Dir, be2.Dir)
+	t.Logf("duplicates at the backend: %d (receipt's bound %d)", extra, d.DuplicatesBound)
+	if peak > 100<<10 {
+		t.Errorf("the supervisor's peak RSS %d MiB: more than 100 MiB", peak>>10)
+	}
+}
+
+// TestFileDeliveryBackendDownPastEnd: the backend is down for the whole
+// job and its drain; the receipt says the backend's copy is incomplete and
+// how many items replay sends; replay, once the backend is up, sends
+// exactly those, a second replay sends nothing (exit 0), and --all warns
+// how many the backend already had.
+func TestFileDeliveryBackendDownPastEnd(t *testing.T) {
+	token := "files-" + harness.RandHex(6)
+	port := harness.FreePort(t)
+	endpoint := fmt.Sprintf("http://127.0.0.1:%d", port)
+	began := time.Now()
+	s, rc, _, drain := fileJob(t, endpoint, token, 5000, 15*time.Second, nil)
+	d := rc.Delivery
+	want := int64(0)
+	for _, sig := range []string{"traces", "metrics", "logs"} {
+		n, _ := fileItems(t, sig, s.Out)
+		want += n
+	}
+	bl, err := delivery.Backlogs(s.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left int64
+	for _, b := range bl {
+		left += b.Items
+	}
+	t.Logf("files %d items; receipt: backlog %d, accepted %d; checkpoint's backlog %d; drain %v", want, d.Backlog, d.Accepted, left, drain.Round(time.Millisecond))
+	if d.Complete() || d.Backlog != want || d.Accepted != 0 || left != want {
+		t.Fatalf("with the backend down the receipt should say every item (%d) is past the checkpoint: %+v", want, d)
+	}
+	if !strings.Contains(strings.Join(rc.Summary(), "\n"), fmt.Sprintf("backend copy INCOMPLETE: %d items", want)) {
+		t.Errorf("the receipt's summary does not say the backend's copy is incomplete:\n%s", strings.Join(rc.Summary(), "\n"))
+	}
+	be := harness.StartBackendOn(t, token, port)
+	replay := func(args ...string) (string, error) {
+		cmd := exec.Command(harness.CLI(t), append(append([]string{"replay", "--endpoint", endpoint, "--token-env", "OTEL_TOKEN"}, args...), s.Out)...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "OTEL_TOKEN=" + token}
+		out, err := cmd.CombinedOutput()
+		t.Logf("replay %s:\n%s", strings.Join(args, " "), out)
+		return string(out), err
+	}
+	out, err := replay()
+	if err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if !strings.Contains(out, fmt.Sprintf("sending %d items", want)) || !strings.Contains(out, fmt.Sprintf("accepted %d items", want)) {
+		t.Errorf("replay did not say it sends and the backend accepted exactly the %d missing items", want)
+	}
+	out, err = replay()
+	if err != nil || !strings.Contains(out, "nothing to send") {
+		t.Errorf("a second replay: %v, want nothing to send and exit 0", err)
+	}
+	be.Stop(t)
+	extra := checkBackendHoldsFiles(t, s.Out, 0, be.Dir)
+	if extra != 0 {
+		t.Errorf("the backend holds %d items more than the files after replay", extra)
+	}
+	be = harness.StartBackendOn(t, token, port)
+	out, err = replay("--all", "--binary", testenv.Collector(t))
+	if err != nil {
+		t.Errorf("replay --all: %v", err)
+	}
+	m := regexp.MustCompile(`already acknowledged (\d+) of these items`).FindStringSubmatch(out)
+	if m == nil || m[1] != strconv.FormatInt(want, 10) {
+		t.Errorf("replay --all does not warn that the backend already had %d items", want)
+	}
+	be.Stop(t)
+	t.Logf("whole test %v", time.Since(began).Round(time.Second))
+}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/yamlnode"
 	"strconv"
 	"strings"
 
@@ -17,7 +18,7 @@ func (k *keyDef) parseNode(n *yaml.Node) (value, error) {
 		n = n.Alias
 	}
 	if n.Kind != yaml.ScalarNode {
-		return value{}, fmt.Errorf("expected a %s, got a %s", k.kindName(), nodeKindName(n))
+		return value{}, fmt.Errorf("expected a %s, got a %s", k.kindName(), yamlnode.KindName(n))
 	}
 	if n.Tag == "!!null" {
 		if k.nullable {
@@ -37,7 +38,7 @@ func (k *keyDef) parseNode(n *yaml.Node) (value, error) {
 		return value{b: b}, nil
 	case kindPort, kindInt:
 		if n.Tag != "!!int" {
-			return value{}, fmt.Errorf("expected %s, got %s", k.kindName(), describeScalar(n))
+			return value{}, fmt.Errorf("expected %s, got %s", k.kindName(), yamlnode.DescribeScalar(n))
 		}
 		return k.checkInt(n.Value)
 	default:
@@ -124,26 +125,4 @@ func (k *keyDef) kindName() string {
 		return "quoted octal mode such as \"0700\""
 	}
 	return "string"
-}
-
-func nodeKindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.SequenceNode:
-		return "list"
-	case yaml.MappingNode:
-		return "mapping"
-	}
-	return "value"
-}
-
-func describeScalar(n *yaml.Node) string {
-	switch n.Tag {
-	case "!!str":
-		return fmt.Sprintf("the string %q (write the number without quotes)", n.Value)
-	case "!!float":
-		return fmt.Sprintf("the decimal %s", n.Value)
-	case "!!bool":
-		return fmt.Sprintf("the boolean %s", n.Value)
-	}
-	return fmt.Sprintf("%q", n.Value)
 }

@@ -10,6 +10,8 @@
 // fix.
 package config
 
+import "strings"
+
 // Otel is the resolved otel: block. Field comments give the YAML key, the
 // default (from Defaults) and the unit.
 type Otel struct {
@@ -100,6 +102,31 @@ type Otel struct {
 	// 4096, 64..1048576) is every scrape job's label_value_length_limit in
 	// bytes.
 	ScrapeLabelValueLengthLimit int `json:"scrape_label_value_length_limit"`
+	// LocalNodeMetrics (local_node_metrics, default
+	// DefaultLocalNodeMetrics; null keeps every series) are the regular
+	// expressions (RE2, matched against the whole name) of the
+	// node_exporter series the job's files keep; the node_exporter scrape
+	// job's other series go to the backend only. nil keeps all. The same
+	// key and semantics as Gym's otel block.
+	LocalNodeMetrics []string `json:"local_node_metrics"`
+	// LocalNodeMetricsExtra (local_node_metrics_extra, default none) are
+	// patterns added to LocalNodeMetrics.
+	LocalNodeMetricsExtra []string `json:"local_node_metrics_extra"`
+}
+
+// DefaultLocalNodeMetrics are the node_exporter series a job's files keep
+// by default: CPU time, load, memory, pressure stall, network and
+// InfiniBand byte totals, the categories Gym's published executor keeps in
+// its local metrics.jsonl (docs.nvidia.com/nemo/gym v0.3.0,
+// nemo_gym.orchestration.executors.otel; the page names the categories,
+// not the patterns). Each is matched against the whole metric name.
+var DefaultLocalNodeMetrics = []string{
+	"node_cpu_seconds_total",
+	"node_load(1|5|15)",
+	"node_memory_(MemTotal|MemFree|MemAvailable|Buffers|Cached|SwapTotal|SwapFree)_bytes",
+	"node_pressure_.*",
+	"node_network_(receive|transmit)_bytes_total",
+	"node_infiniband_port_data_(received|transmitted)_bytes_total",
 }
 
 // Defaults returns the built-in defaults of the otel: block (the seed's
@@ -129,6 +156,7 @@ func Defaults() Otel {
 		ScrapeLabelLimit:            64,
 		ScrapeLabelNameLengthLimit:  256,
 		ScrapeLabelValueLengthLimit: 4096,
+		LocalNodeMetrics:            append([]string(nil), DefaultLocalNodeMetrics...),
 	}
 }
 
@@ -152,6 +180,9 @@ const (
 	kindInt
 	kindEnum
 	kindMode
+	// kindPatterns is a list of regular expressions: a YAML list, or as
+	// text patterns separated by blanks; held in value.s joined by "\n".
+	kindPatterns
 )
 
 // keyDef describes one key of the otel: block.
@@ -199,6 +230,16 @@ var keyDefs = []keyDef{
 	{name: "scrape_label_limit", kind: kindInt, min: 8, max: 1000, set: func(o *Otel, v value) { o.ScrapeLabelLimit = v.i }},
 	{name: "scrape_label_name_length_limit", kind: kindInt, min: 32, max: 65536, set: func(o *Otel, v value) { o.ScrapeLabelNameLengthLimit = v.i }},
 	{name: "scrape_label_value_length_limit", kind: kindInt, min: 64, max: 1048576, set: func(o *Otel, v value) { o.ScrapeLabelValueLengthLimit = v.i }},
+	{name: "local_node_metrics", kind: kindPatterns, nullable: true, set: func(o *Otel, v value) { o.LocalNodeMetrics = splitPatterns(v.s) }},
+	{name: "local_node_metrics_extra", kind: kindPatterns, set: func(o *Otel, v value) { o.LocalNodeMetricsExtra = splitPatterns(v.s) }},
+}
+
+// splitPatterns is a kindPatterns value's patterns; nil for "" (null).
+func splitPatterns(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
 }
 
 // Keys returns the keys of the otel: block in documentation order.

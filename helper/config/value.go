@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/yamlnode"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -16,6 +17,16 @@ import (
 func (k *keyDef) parseNode(n *yaml.Node) (value, error) {
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
+	}
+	if k.kind == kindPatterns && n.Kind == yaml.SequenceNode {
+		var ps []string
+		for _, c := range n.Content {
+			if c.Kind != yaml.ScalarNode || c.Tag == "!!null" {
+				return value{}, fmt.Errorf("expected a %s, got a %s in the list", k.kindName(), yamlnode.KindName(c))
+			}
+			ps = append(ps, c.Value)
+		}
+		return checkPatterns(ps)
 	}
 	if n.Kind != yaml.ScalarNode {
 		return value{}, fmt.Errorf("expected a %s, got a %s", k.kindName(), yamlnode.KindName(n))
@@ -65,9 +76,28 @@ func (k *keyDef) parseText(s string) (value, error) {
 		return value{}, fmt.Errorf("expected true or false, got %q", s)
 	case kindPort, kindInt:
 		return k.checkInt(s)
+	case kindPatterns:
+		return checkPatterns(strings.Fields(s))
 	default:
 		return k.checkString(s)
 	}
+}
+
+// checkPatterns types a kindPatterns value: at least one pattern, each a
+// valid RE2 regular expression on one line.
+func checkPatterns(ps []string) (value, error) {
+	if len(ps) == 0 {
+		return value{}, fmt.Errorf("expected at least one regular expression (null keeps every series)")
+	}
+	for _, p := range ps {
+		if p == "" || strings.ContainsAny(p, "\n\r") {
+			return value{}, fmt.Errorf("%q: a pattern is one non-empty line", p)
+		}
+		if _, err := regexp.Compile("^(?:" + p + ")$"); err != nil {
+			return value{}, fmt.Errorf("%q is not a regular expression: %v", p, err)
+		}
+	}
+	return value{s: strings.Join(ps, "\n")}, nil
 }
 
 func (k *keyDef) checkInt(s string) (value, error) {
@@ -123,6 +153,8 @@ func (k *keyDef) kindName() string {
 		return "one of " + strings.Join(k.enum, ", ")
 	case kindMode:
 		return "quoted octal mode such as \"0700\""
+	case kindPatterns:
+		return "list of regular expressions (each matched against the whole metric name)"
 	}
 	return "string"
 }

@@ -39,6 +39,18 @@ func (r *Resolved) checkValues() []error {
 			if _, err := k.checkInt(strconv.Itoa(n)); err != nil {
 				errs = append(errs, fmt.Errorf("otel.%s: %w", k.name, err))
 			}
+		case kindPatterns:
+			var ps []string
+			if err := json.Unmarshal(raw, &ps); err != nil {
+				errs = append(errs, fmt.Errorf("otel.%s: %s is not a list of strings", k.name, raw))
+				continue
+			}
+			if ps == nil {
+				continue // null: every series
+			}
+			if _, err := checkPatterns(ps); err != nil {
+				errs = append(errs, fmt.Errorf("otel.%s: %w", k.name, err))
+			}
 		case kindEnum, kindMode:
 			var s string
 			if err := json.Unmarshal(raw, &s); err != nil {

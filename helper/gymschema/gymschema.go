@@ -17,7 +17,8 @@ import (
 )
 
 // OtelKeys are the keys of the otel: block in NeMo Gym's own submit
-// schema (the 14 keys of the seed). Gym's config models forbid every other
+// schema (the 14 keys of the seed, and the two of Gym's published
+// executor for its local copy's node_exporter series). Gym's config models forbid every other
 // key, so the plugin's own keys (on_failure, memory_limit_mib, ...) come
 // from the site file, plugstack.conf or the --gym-otel SPEC, never from a
 // Gym config.
@@ -26,6 +27,10 @@ var OtelKeys = []string{
 	"component", "gym_telemetry", "gym_span_groups", "gym_logs",
 	"gpu_metrics_port", "node_metrics_port", "scrape_interval_seconds",
 	"health_check_timeout_seconds",
+	// Gym's published executor (docs.nvidia.com/nemo/gym v0.3.0,
+	// nemo_gym.orchestration.executors.otel): the node_exporter series its
+	// local metrics.jsonl keeps.
+	"local_node_metrics", "local_node_metrics_extra",
 }
 
 // otelDefaults are the defaults of Gym's OtelConfig (NVIDIA-NeMo/Gym
@@ -257,7 +262,7 @@ func describeNode(v *yaml.Node) string {
 var readServiceKeys = []string{"type", "port", "model", "served_model_name", "node_pool", "server_per_node"}
 
 // checkInterpolations reports the first OmegaConf interpolation left in a
-// value this plugin reads: the 14 Gym keys of otel:, the keys of
+// value this plugin reads: the Gym keys of otel: (OtelKeys), the keys of
 // readServiceKeys of every service and vllm_pd tier, the compute
 // cluster's type and node_pools (names and nodes), driver.policy_model and
 // job.output_path. Text elsewhere (pre_command, env, extra_args, benchmark

@@ -345,7 +345,7 @@ func (g *gymRun) rollout(ctx context.Context, i int) (spans, logs int) {
 	g.connects.Add(1)
 	if i%2 == 0 {
 		g.poolQueue.Record(rctx, ms(step/20), metric.WithAttributes(attribute.String("nemo.gym.http.connection_pool.queue_constraint", "total"),
-			attribute.String("nemo.gym.http.connection_pool.queue_outcome", "ok"), policy))
+			attribute.String("nemo.gym.http.connection_pool.queue_outcome", "ok"), attribute.String("nemo.gym.http.destination.server.name", "policy_model")))
 	}
 	// Its tokens captured for training.
 	g.tcOpDuration.Record(rctx, ms(step/50), metric.WithAttributes(attribute.String("nemo.gym.token_capture.operation", "sink.put"),

@@ -24,6 +24,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/selfmetrics"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
@@ -76,6 +77,7 @@ type nodeRun struct {
 	fileNames map[string]bool // metric names in the file
 	sentNames map[string]bool // metric names the backend received
 	hosts     []inspect.Host
+	filtered  int64 // filter/node_local's points dropped, from the collector's telemetry (-1: not read)
 }
 
 // runNodeJob renders the configuration of a job whose only target is the
@@ -96,7 +98,7 @@ func runNodeJob(t *testing.T, spec string, nodePort int, backend *nodeBackend) n
 		t.Fatal(err)
 	}
 	in := render.Input{Resolved: r, Job: render.Job{JobID: "77", Node: "gn1", RunID: "r"},
-		Ports:     render.Ports{OTLPGRPC: freeTCPPort(t), OTLPHTTP: freeTCPPort(t), Health: freeTCPPort(t)},
+		Ports:     render.Ports{OTLPGRPC: freeTCPPort(t), OTLPHTTP: freeTCPPort(t), Health: freeTCPPort(t), Telemetry: freeTCPPort(t)},
 		OutputDir: out}
 	y, err := render.Render(in)
 	if err != nil {
@@ -114,6 +116,14 @@ func runNodeJob(t *testing.T, spec string, nodePort int, backend *nodeBackend) n
 		t.Fatal(err)
 	}
 	time.Sleep(6 * time.Second)
+	// The filter's own counter, which the receipt reads (FileFiltered).
+	var filtered int64 = -1
+	if resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(in.Ports.Telemetry) + "/metrics"); err == nil {
+		if m, err := selfmetrics.ParseText(resp.Body); err == nil {
+			filtered = m.Filtered(render.NodeLocalFilter)
+		}
+		resp.Body.Close()
+	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -132,7 +142,7 @@ func runNodeJob(t *testing.T, spec string, nodePort int, backend *nodeBackend) n
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := nodeRun{fileBytes: st.Size(), fileNames: map[string]bool{}, sentNames: backend.take()}
+	run := nodeRun{fileBytes: st.Size(), fileNames: map[string]bool{}, sentNames: backend.take(), filtered: filtered}
 	for _, m := range d.Metrics {
 		run.fileNames[m.Name] = true
 		if m.Name == "up" {
@@ -246,6 +256,9 @@ func TestNodeLocalAllowlist(t *testing.T) {
 		if !def.fileNames[n] {
 			t.Errorf("the default file lacks %s", n)
 		}
+	}
+	if all.filtered != 0 || def.filtered <= 0 {
+		t.Errorf("filter/node_local's counter: %d keeping all (want 0: no such filter), %d by default (want > 0)", all.filtered, def.filtered)
 	}
 	if all.scrapes == 0 || def.scrapes == 0 {
 		t.Fatalf("scrapes in the files: %d (all), %d (default)", all.scrapes, def.scrapes)

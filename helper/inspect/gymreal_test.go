@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -128,6 +130,22 @@ func TestGymRealNamesFromCollector(t *testing.T) {
 				t.Errorf("retries %v timeouts %v", x.HTTPRetries, x.HTTPTimeouts)
 			}
 			gymNewerNames(t, x)
+			// The text and the page carry them.
+			var text, page bytes.Buffer
+			if err := r.WriteText(&text); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.WriteHTML(&page, nil); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range []string{"token capture tokens", "sink.put 12000", "sandboxes held at end", "pool connects", "servers active", "gym start-up", "wait_for_model_endpoints", "server start-up (ms) venv_setup"} {
+				if !strings.Contains(text.String(), w) {
+					t.Errorf("the text lacks %q:\n%s", w, text.String())
+				}
+				if !strings.Contains(page.String(), w) || !strings.Contains(page.String(), `<pre id="gym-telemetry">`) {
+					t.Errorf("the page's Gym telemetry lacks %q", w)
+				}
+			}
 		})
 	}
 }

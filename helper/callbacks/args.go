@@ -12,6 +12,7 @@ package callbacks
 import (
 	"errors"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/yamlnode"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -175,7 +176,7 @@ func ParseArgs(av []string) (Args, error) {
 			if !config.IsKey(k) {
 				// Neither a plugin argument nor an otel key: suggest from
 				// both, so prolog_timout points at prolog_timeout.
-				if best, ok := config.Closest(k, append(append([]string{}, ArgNames...), config.Keys()...)); ok {
+				if best, ok := yamlnode.Closest(k, append(append([]string{}, ArgNames...), config.Keys()...)); ok {
 					bad(arg, "unknown argument (did you mean %q?)", best)
 				} else {
 					bad(arg, "unknown argument (plugin arguments: %s; otel keys: %s)",

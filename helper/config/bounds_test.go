@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/gym-otel-spank/gym-otel-spank/helper/gymschema"
 	"strings"
 	"testing"
 )
@@ -31,7 +32,7 @@ func TestBoundsNameTheKeyAndTheLimit(t *testing.T) {
 			[]string{"otel.token_env: the token in OTEL_TOKEN is 20000 bytes, more than the 16384 allowed"}},
 		{"a thousand services", func(r *Resolved) {
 			for i := 0; i < 1000; i++ {
-				r.Services = append(r.Services, Service{Name: "s" + strings.Repeat("x", i%50), Type: "vllm", Port: 1000 + i})
+				r.Services = append(r.Services, gymschema.Service{Name: "s" + strings.Repeat("x", i%50), Type: "vllm", Port: 1000 + i})
 			}
 		}, "t", []string{"services: 1000 model services, more than the 64"}},
 		{"long job_dir", func(r *Resolved) { r.JobDir = "/" + strings.Repeat("d", 5000) }, "t",
@@ -63,7 +64,7 @@ func TestBoundsNameTheKeyAndTheLimit(t *testing.T) {
 func TestEncodedSpecBound(t *testing.T) {
 	r := validSpec()
 	for i := 0; i < MaxServices; i++ {
-		r.Services = append(r.Services, Service{Name: strings.Repeat("n", 600) + string(rune('a'+i%26)), Model: strings.Repeat("m", 1000), Type: "vllm", Port: 2000 + i})
+		r.Services = append(r.Services, gymschema.Service{Name: strings.Repeat("n", 600) + string(rune('a'+i%26)), Model: strings.Repeat("m", 1000), Type: "vllm", Port: 2000 + i})
 	}
 	errs := r.checkBounds()
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "more than the 32768 allowed") {

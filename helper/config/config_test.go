@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/gym-otel-spank/gym-otel-spank/helper/yamlnode"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,7 +18,7 @@ func parseOtelYAML(t *testing.T, src string) (Layer, error) {
 		t.Fatalf("test YAML: %v", err)
 	}
 	root := doc.Content[0]
-	n, err := topLevel("t.yaml", root, "otel")
+	n, err := yamlnode.Lookup("t.yaml", root, "otel")
 	if err != nil {
 		return Layer{}, err
 	}

@@ -145,16 +145,35 @@ services:
 	}
 }
 
-// TestGymLaterOtelKeys: keys a later Gym adds to its otel: block (its
-// local-copy filter) are ignored with a note each, not refused.
-func TestGymLaterOtelKeys(t *testing.T) {
-	body := "otel: {local_node_metrics: null, local_node_metrics_extra: [\"node_.*\"]}\nservices:\n  p: {type: vllm, container: c, model: m}\n" + gymTail
-	g, err := LoadGymConfig(writeGym(t, body))
-	if err != nil {
-		t.Fatal(err)
+// TestGymLocalNodeMetricsKeys: the keys of Gym's published executor for
+// its local copy's node_exporter series are read from a Gym config's
+// otel: block: null keeps every series, a list replaces the default, the
+// extra patterns add to it; a pattern that is not a regular expression is
+// an error naming the key.
+func TestGymLocalNodeMetricsKeys(t *testing.T) {
+	load := func(otel string) *Resolved {
+		t.Helper()
+		body := "otel: " + otel + "\nservices:\n  p: {type: vllm, container: c, model: m}\n" + gymTail
+		r, err := Resolve(Inputs{Spec: "config=" + writeGym(t, body), WorkDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
-	if len(g.Notes) != 2 || !strings.Contains(g.Notes[0], "otel.local_node_metrics: not a key this plugin reads, ignored") {
-		t.Errorf("notes %q", g.Notes)
+	if r := load(`{local_node_metrics: null, local_node_metrics_extra: ["node_hwmon_.*"]}`); r.Otel.LocalNodeMetrics != nil ||
+		len(r.Otel.LocalNodeMetricsExtra) != 1 || r.Otel.LocalNodeMetricsExtra[0] != "node_hwmon_.*" {
+		t.Errorf("null and extra: %q %q", r.Otel.LocalNodeMetrics, r.Otel.LocalNodeMetricsExtra)
+	}
+	if r := load(`{local_node_metrics: [node_load1]}`); len(r.Otel.LocalNodeMetrics) != 1 || r.Otel.LocalNodeMetrics[0] != "node_load1" {
+		t.Errorf("list: %q", r.Otel.LocalNodeMetrics)
+	}
+	if r := load(`{scrape_interval_seconds: 15}`); len(r.Otel.LocalNodeMetrics) != len(DefaultLocalNodeMetrics) {
+		t.Errorf("default: %q", r.Otel.LocalNodeMetrics)
+	}
+	body := "otel: {local_node_metrics: [\"node_(\"]}\nservices:\n  p: {type: vllm, container: c, model: m}\n" + gymTail
+	if _, err := Resolve(Inputs{Spec: "config=" + writeGym(t, body), WorkDir: t.TempDir()}); err == nil ||
+		!strings.Contains(err.Error(), "otel.local_node_metrics") || !strings.Contains(err.Error(), "not a regular expression") {
+		t.Errorf("a bad pattern: %v", err)
 	}
 }
 

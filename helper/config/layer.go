@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/yamlnode"
 	"os"
 	"regexp"
 	"strconv"
@@ -60,7 +61,7 @@ func ParseOtelNode(file string, n *yaml.Node) (Layer, error) {
 		return l, nil
 	}
 	if n.Kind != yaml.MappingNode {
-		return l, fmt.Errorf("%s:%d: otel: expected a mapping of otel keys, got a %s", file, n.Line, nodeKindName(n))
+		return l, fmt.Errorf("%s:%d: otel: expected a mapping of otel keys, got a %s", file, n.Line, yamlnode.KindName(n))
 	}
 	var errs []error
 	seen := map[string]int{}
@@ -194,28 +195,12 @@ func blockOf(data []byte, line int) string {
 	return ""
 }
 
-// topLevel returns the value node of key in mapping m, nil when absent, and
-// an error when the key appears twice.
-func topLevel(file string, m *yaml.Node, key string) (*yaml.Node, error) {
-	var found *yaml.Node
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value != key {
-			continue
-		}
-		if found != nil {
-			return nil, fmt.Errorf("%s:%d: %s: duplicate key", file, m.Content[i].Line, key)
-		}
-		found = m.Content[i+1]
-	}
-	return found, nil
-}
-
 // suggest returns ` (did you mean "x"?)` for the known key closest to name,
 // or "" when none is close.
 func suggest(name string) string {
 	best, bestD := "", 1<<30
 	for _, k := range keyDefs {
-		if d := editDistance(name, k.name); d < bestD {
+		if d := yamlnode.EditDistance(name, k.name); d < bestD {
 			best, bestD = k.name, d
 		}
 	}
@@ -223,19 +208,6 @@ func suggest(name string) string {
 		return fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	return fmt.Sprintf(" (known keys: %s)", strings.Join(Keys(), ", "))
-}
-
-// Closest returns the candidate nearest to name by edit distance, and
-// whether it is near enough to suggest (at most 2 edits, or a third of
-// name's length for long names).
-func Closest(name string, candidates []string) (string, bool) {
-	best, bestD := "", 1<<30
-	for _, k := range candidates {
-		if d := editDistance(name, k); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	return best, best != "" && bestD <= max(2, len(name)/3)
 }
 
 // NearMiss returns the otel key that name is one edit from (one letter
@@ -246,7 +218,7 @@ func NearMiss(name string) (string, bool) {
 		return "", false
 	}
 	for _, k := range keyDefs {
-		if editDistance(name, k.name) == 1 || swapped(name, k.name) {
+		if yamlnode.EditDistance(name, k.name) == 1 || swapped(name, k.name) {
 			return k.name, true
 		}
 	}
@@ -269,25 +241,4 @@ func swapped(a, b string) bool {
 func IsKey(name string) bool {
 	_, ok := lookupKey(name)
 	return ok
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -10,6 +10,8 @@
 // fix.
 package config
 
+import "strings"
+
 // Otel is the resolved otel: block. Field comments give the YAML key, the
 // default (from Defaults) and the unit.
 type Otel struct {
@@ -113,6 +115,31 @@ type Otel struct {
 	// each node's cap with delivery "files", items per second over its
 	// three files: N nodes catching up at once send at most N times it.
 	DeliveryRateCap int `json:"delivery_rate_cap,omitempty"`
+	// LocalNodeMetrics (local_node_metrics, default
+	// DefaultLocalNodeMetrics; null keeps every series) are the regular
+	// expressions (RE2, matched against the whole name) of the
+	// node_exporter series the job's files keep; the node_exporter scrape
+	// job's other series go to the backend only. nil keeps all. The same
+	// key and semantics as Gym's otel block.
+	LocalNodeMetrics []string `json:"local_node_metrics"`
+	// LocalNodeMetricsExtra (local_node_metrics_extra, default none) are
+	// patterns added to LocalNodeMetrics.
+	LocalNodeMetricsExtra []string `json:"local_node_metrics_extra"`
+}
+
+// DefaultLocalNodeMetrics are the node_exporter series a job's files keep
+// by default: CPU time, load, memory, pressure stall, network and
+// InfiniBand byte totals, the categories Gym's published executor keeps in
+// its local metrics.jsonl (docs.nvidia.com/nemo/gym v0.3.0,
+// nemo_gym.orchestration.executors.otel; the page names the categories,
+// not the patterns). Each is matched against the whole metric name.
+var DefaultLocalNodeMetrics = []string{
+	"node_cpu_seconds_total",
+	"node_load(1|5|15)",
+	"node_memory_(MemTotal|MemFree|MemAvailable|Buffers|Cached|SwapTotal|SwapFree)_bytes",
+	"node_pressure_.*",
+	"node_network_(receive|transmit)_bytes_total",
+	"node_infiniband_port_data_(received|transmitted)_bytes_total",
 }
 
 // Delivery values (Otel.Delivery).
@@ -157,8 +184,9 @@ func Defaults() Otel {
 		ScrapeLabelNameLengthLimit:  256,
 		ScrapeLabelValueLengthLimit: 4096,
 
-		Delivery:        DeliveryCollector,
-		DeliveryRateCap: DefaultDeliveryRateCap,
+		Delivery:         DeliveryCollector,
+		DeliveryRateCap:  DefaultDeliveryRateCap,
+		LocalNodeMetrics: append([]string(nil), DefaultLocalNodeMetrics...),
 	}
 }
 
@@ -182,6 +210,9 @@ const (
 	kindInt
 	kindEnum
 	kindMode
+	// kindPatterns is a list of regular expressions: a YAML list, or as
+	// text patterns separated by blanks; held in value.s joined by "\n".
+	kindPatterns
 )
 
 // keyDef describes one key of the otel: block.
@@ -231,6 +262,16 @@ var keyDefs = []keyDef{
 	{name: "scrape_label_value_length_limit", kind: kindInt, min: 64, max: 1048576, set: func(o *Otel, v value) { o.ScrapeLabelValueLengthLimit = v.i }},
 	{name: "delivery", kind: kindEnum, enum: []string{DeliveryCollector, DeliveryFiles}, set: func(o *Otel, v value) { o.Delivery = v.s }},
 	{name: "delivery_rate_cap", kind: kindInt, min: 100, max: 10000000, set: func(o *Otel, v value) { o.DeliveryRateCap = v.i }},
+	{name: "local_node_metrics", kind: kindPatterns, nullable: true, set: func(o *Otel, v value) { o.LocalNodeMetrics = splitPatterns(v.s) }},
+	{name: "local_node_metrics_extra", kind: kindPatterns, set: func(o *Otel, v value) { o.LocalNodeMetricsExtra = splitPatterns(v.s) }},
+}
+
+// splitPatterns is a kindPatterns value's patterns; nil for "" (null).
+func splitPatterns(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
 }
 
 // Keys returns the keys of the otel: block in documentation order.

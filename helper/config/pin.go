@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/yamlnode"
 	"slices"
 	"strconv"
 
@@ -30,12 +31,12 @@ func LoadSite(path string) (Site, error) {
 	if err != nil {
 		return Site{}, err
 	}
-	otel, err := topLevel(path, root, "otel")
+	otel, err := yamlnode.Lookup(path, root, "otel")
 	if err != nil {
 		return Site{}, err
 	}
 	l, lerr := ParseOtelNode("site file "+path, otel)
-	pn, err := topLevel(path, root, "pinned")
+	pn, err := yamlnode.Lookup(path, root, "pinned")
 	if err != nil {
 		return Site{Layer: l}, errors.Join(lerr, err)
 	}
@@ -49,7 +50,7 @@ func parsePinned(file string, n *yaml.Node) ([]string, error) {
 		return nil, nil
 	}
 	if n.Kind != yaml.SequenceNode {
-		return nil, fmt.Errorf("%s:%d: pinned: expected a list of otel keys, got a %s", file, n.Line, nodeKindName(n))
+		return nil, fmt.Errorf("%s:%d: pinned: expected a list of otel keys, got a %s", file, n.Line, yamlnode.KindName(n))
 	}
 	var out []string
 	var errs []error

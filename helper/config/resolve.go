@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/gymschema"
 	"path/filepath"
 	"strings"
 )
@@ -30,7 +31,7 @@ type Resolved struct {
 	JobDir string `json:"job_dir"`
 	// Services are the scrape endpoints of the Gym config's model
 	// services, each with the nodes where it serves /metrics.
-	Services []Service `json:"services,omitempty"`
+	Services []gymschema.Service `json:"services,omitempty"`
 	// GymConfig is the path of the Gym submit config given with config=, if any.
 	GymConfig string `json:"gym_config,omitempty"`
 	// ChainedFrom is the Slurm job id of the running --gym-otel job that
@@ -140,7 +141,7 @@ func Resolve(in Inputs) (*Resolved, error) {
 }
 
 // soleModel returns the served model name when all services agree on one.
-func soleModel(svcs []Service) string {
+func soleModel(svcs []gymschema.Service) string {
 	model := ""
 	for _, s := range svcs {
 		m := s.ServedModelName

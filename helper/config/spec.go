@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/yamlnode"
 	"regexp"
 	"strings"
 )
@@ -199,7 +200,7 @@ var specOnlyKeys = []string{"config", "run_id", "benchmark", "model", "cluster",
 func suggestSpec(name string) string {
 	best, bestD := "", 1<<30
 	for _, k := range append(append([]string{}, specOnlyKeys...), Keys()...) {
-		if d := editDistance(name, k); d < bestD {
+		if d := yamlnode.EditDistance(name, k); d < bestD {
 			best, bestD = k, d
 		}
 	}

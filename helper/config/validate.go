@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/gymschema"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -82,8 +83,8 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 	}
 	for i, a := range r.Services {
 		for _, b := range r.Services[i+1:] {
-			if n, ok := sharedNode(a.Nodes, b.Nodes); a.Port == b.Port && ok {
-				fail("%s and %s: both %d on %s: give one of them another port, or pin them to different node pools (services.<name>.node_pool)", a.portKey(), b.portKey(), a.Port, n)
+			if n, ok := gymschema.SharedNode(a.Nodes, b.Nodes); a.Port == b.Port && ok {
+				fail("%s and %s: both %d on %s: give one of them another port, or pin them to different node pools (services.<name>.node_pool)", a.PortKey(), b.PortKey(), a.Port, n)
 			}
 		}
 		for _, p := range []struct {
@@ -91,7 +92,7 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 			port int
 		}{{"gpu_metrics_port", o.GPUMetricsPort}, {"node_metrics_port", o.NodeMetricsPort}} {
 			if p.port != 0 && p.port == a.Port {
-				fail("%s: %d is also otel.%s: give the service another port, or set otel.%s to the exporter's real port", a.portKey(), a.Port, p.key, p.key)
+				fail("%s: %d is also otel.%s: give the service another port, or set otel.%s to the exporter's real port", a.PortKey(), a.Port, p.key, p.key)
 			}
 		}
 	}
@@ -106,27 +107,6 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 	errs = append(errs, o.checkScrapeLimits()...)
 	errs = append(errs, o.checkDelivery()...)
 	return warnings, errors.Join(errs...)
-}
-
-// sharedNode reports whether two endpoints' node sets (empty: every node)
-// share a node, and names it for messages.
-func sharedNode(a, b []int) (string, bool) {
-	switch {
-	case len(a) == 0 && len(b) == 0:
-		return "every node", true
-	case len(a) == 0:
-		return fmt.Sprintf("node %d of the job", b[0]), true
-	case len(b) == 0:
-		return fmt.Sprintf("node %d of the job", a[0]), true
-	}
-	for _, x := range a {
-		for _, y := range b {
-			if x == y {
-				return fmt.Sprintf("node %d of the job", x), true
-			}
-		}
-	}
-	return "", false
 }
 
 // NormalizeEndpoint checks an OTLP/HTTP base URL and returns it without

@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/yamlnode"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -16,8 +18,18 @@ func (k *keyDef) parseNode(n *yaml.Node) (value, error) {
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
 	}
+	if k.kind == kindPatterns && n.Kind == yaml.SequenceNode {
+		var ps []string
+		for _, c := range n.Content {
+			if c.Kind != yaml.ScalarNode || c.Tag == "!!null" {
+				return value{}, fmt.Errorf("expected a %s, got a %s in the list", k.kindName(), yamlnode.KindName(c))
+			}
+			ps = append(ps, c.Value)
+		}
+		return checkPatterns(ps)
+	}
 	if n.Kind != yaml.ScalarNode {
-		return value{}, fmt.Errorf("expected a %s, got a %s", k.kindName(), nodeKindName(n))
+		return value{}, fmt.Errorf("expected a %s, got a %s", k.kindName(), yamlnode.KindName(n))
 	}
 	if n.Tag == "!!null" {
 		if k.nullable {
@@ -37,7 +49,7 @@ func (k *keyDef) parseNode(n *yaml.Node) (value, error) {
 		return value{b: b}, nil
 	case kindPort, kindInt:
 		if n.Tag != "!!int" {
-			return value{}, fmt.Errorf("expected %s, got %s", k.kindName(), describeScalar(n))
+			return value{}, fmt.Errorf("expected %s, got %s", k.kindName(), yamlnode.DescribeScalar(n))
 		}
 		return k.checkInt(n.Value)
 	default:
@@ -64,9 +76,28 @@ func (k *keyDef) parseText(s string) (value, error) {
 		return value{}, fmt.Errorf("expected true or false, got %q", s)
 	case kindPort, kindInt:
 		return k.checkInt(s)
+	case kindPatterns:
+		return checkPatterns(strings.Fields(s))
 	default:
 		return k.checkString(s)
 	}
+}
+
+// checkPatterns types a kindPatterns value: at least one pattern, each a
+// valid RE2 regular expression on one line.
+func checkPatterns(ps []string) (value, error) {
+	if len(ps) == 0 {
+		return value{}, fmt.Errorf("expected at least one regular expression (null keeps every series)")
+	}
+	for _, p := range ps {
+		if p == "" || strings.ContainsAny(p, "\n\r") {
+			return value{}, fmt.Errorf("%q: a pattern is one non-empty line", p)
+		}
+		if _, err := regexp.Compile("^(?:" + p + ")$"); err != nil {
+			return value{}, fmt.Errorf("%q is not a regular expression: %v", p, err)
+		}
+	}
+	return value{s: strings.Join(ps, "\n")}, nil
 }
 
 func (k *keyDef) checkInt(s string) (value, error) {
@@ -122,28 +153,8 @@ func (k *keyDef) kindName() string {
 		return "one of " + strings.Join(k.enum, ", ")
 	case kindMode:
 		return "quoted octal mode such as \"0700\""
+	case kindPatterns:
+		return "list of regular expressions (each matched against the whole metric name)"
 	}
 	return "string"
-}
-
-func nodeKindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.SequenceNode:
-		return "list"
-	case yaml.MappingNode:
-		return "mapping"
-	}
-	return "value"
-}
-
-func describeScalar(n *yaml.Node) string {
-	switch n.Tag {
-	case "!!str":
-		return fmt.Sprintf("the string %q (write the number without quotes)", n.Value)
-	case "!!float":
-		return fmt.Sprintf("the decimal %s", n.Value)
-	case "!!bool":
-		return fmt.Sprintf("the boolean %s", n.Value)
-	}
-	return fmt.Sprintf("%q", n.Value)
 }

@@ -3,9 +3,13 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/gymschema"
 	"path/filepath"
 	"strconv"
 )
+
+// servicePortKey checks a decoded service port (Resolved.Services).
+var servicePortKey = keyDef{name: "port", kind: kindPort, min: 1, max: 65535}
 
 // checkValues re-checks every value of the settings against what the otel:
 // block's keys allow when a user writes them (ranges, enums, modes) and
@@ -35,6 +39,18 @@ func (r *Resolved) checkValues() []error {
 			if _, err := k.checkInt(strconv.Itoa(n)); err != nil {
 				errs = append(errs, fmt.Errorf("otel.%s: %w", k.name, err))
 			}
+		case kindPatterns:
+			var ps []string
+			if err := json.Unmarshal(raw, &ps); err != nil {
+				errs = append(errs, fmt.Errorf("otel.%s: %s is not a list of strings", k.name, raw))
+				continue
+			}
+			if ps == nil {
+				continue // null: every series
+			}
+			if _, err := checkPatterns(ps); err != nil {
+				errs = append(errs, fmt.Errorf("otel.%s: %w", k.name, err))
+			}
 		case kindEnum, kindMode:
 			var s string
 			if err := json.Unmarshal(raw, &s); err != nil {
@@ -55,13 +71,13 @@ func (r *Resolved) checkValues() []error {
 			errs = append(errs, fmt.Errorf("services: a service without a name"))
 		}
 		if _, err := servicePortKey.checkInt(strconv.Itoa(s.Port)); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", s.portKey(), err))
+			errs = append(errs, fmt.Errorf("%s: %w", s.PortKey(), err))
 		}
 		switch {
-		case s.Role == RoleRay && s.Type == typeRay, s.Role == RoleRouter && s.Type == typeVLLMPD:
+		case s.Role == gymschema.RoleRay && s.Type == gymschema.TypeRay, s.Role == gymschema.RoleRouter && s.Type == gymschema.TypeVLLMPD:
 		case s.Role != "":
 			errs = append(errs, fmt.Errorf("services.%s: role %q with type %q is not an endpoint this plugin scrapes (router of vllm_pd, ray)", s.Name, s.Role, s.Type))
-		case s.Type != typeVLLM && s.Type != typeVLLMPD:
+		case s.Type != gymschema.TypeVLLM && s.Type != gymschema.TypeVLLMPD:
 			errs = append(errs, fmt.Errorf("services.%s.type: %q is not a type whose /metrics is scraped (vllm, vllm_pd)", s.Name, s.Type))
 		}
 		for _, n := range s.Nodes {

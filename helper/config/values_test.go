@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/base64"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/gymschema"
 	"strings"
 	"testing"
 )
@@ -38,9 +39,11 @@ func TestForgedValuesRefusedByName(t *testing.T) {
 		{"on_failure", func(r *Resolved) { r.Otel.OnFailure = "explode" }, `otel.on_failure: expected one of continue, fail, got "explode"`},
 		{"mode", func(r *Resolved) { r.Otel.OutputDirMode = "0777" }, `otel.output_dir_mode: mode "0777" lets group or others write`},
 		{"mode form", func(r *Resolved) { r.Otel.OutputDirMode = "700" }, `otel.output_dir_mode: "700" is not in the form "0700"`},
-		{"service port", func(r *Resolved) { r.Services = []Service{{Name: "p", Type: "vllm", Port: 0}} }, "services.p.port: 0 is out of range 1..65535"},
-		{"service type", func(r *Resolved) { r.Services = []Service{{Name: "p", Type: "ray", Port: 8000}} }, `services.p.type: "ray"`},
-		{"service node", func(r *Resolved) { r.Services = []Service{{Name: "p", Type: "vllm", Port: 8000, Nodes: []int{-2}}} }, "services.p: node index -2 is negative"},
+		{"service port", func(r *Resolved) { r.Services = []gymschema.Service{{Name: "p", Type: "vllm", Port: 0}} }, "services.p.port: 0 is out of range 1..65535"},
+		{"service type", func(r *Resolved) { r.Services = []gymschema.Service{{Name: "p", Type: "ray", Port: 8000}} }, `services.p.type: "ray"`},
+		{"service node", func(r *Resolved) {
+			r.Services = []gymschema.Service{{Name: "p", Type: "vllm", Port: 8000, Nodes: []int{-2}}}
+		}, "services.p: node index -2 is negative"},
 		{"chain", func(r *Resolved) { r.ChainedFrom = "../x" }, `chained_from: "../x" is not a Slurm job id`},
 		{"config", func(r *Resolved) { r.GymConfig = "rel.yaml" }, `config: "rel.yaml" is not an absolute path`},
 	} {

@@ -19,19 +19,20 @@ import (
 var layers = map[string]int{
 	// 0: writing a file whole, under the leaves that own files; the
 	// plugin's telemetry vocabulary, the collector's memory policy and the
-	// NVIDIA driver's GPU list, which import nothing.
+	// NVIDIA driver's GPU list, which import nothing; what the YAML readers
+	// share (a key's lookup, a value's description, the nearest known name).
 	"helper/atomicfile": 0,
 	"helper/vocab":      0,
 	"helper/memory":     0,
 	"helper/gpudev":     0,
-	// 1: leaves: the names shared with C, the otel: block, the job's files,
+	"helper/yamlnode":   0,
+	// 1: leaves: the names shared with C, the Gym submit schema, the job's files,
 	// processes, receipts, the collector's own telemetry, Slurm's
 	// commands; and the test kit.
 	"helper/contract":    1,
 	"internal/testenv":   1,
 	"internal/otlptest":  1,
 	"internal/jobgen":    1,
-	"helper/config":      1,
 	"helper/jobdir":      1,
 	"helper/proc":        1,
 	"helper/cgroup":      1,
@@ -40,32 +41,35 @@ var layers = map[string]int{
 	"helper/slurm":       1,
 	"helper/portfilter":  1,
 	"helper/heldir":      1,
-	// 2: what builds on one leaf or two: root's record, the timing policy,
+	"helper/gymschema":   1,
+	// 2: the otel: block (its layers, over the Gym config's schema).
+	"helper/config": 2,
+	// 3: what builds on one leaf or two: root's record, the timing policy,
 	// the job's facts on a node, the supervisor's launch contract, the
 	// delivery of a node dir's files to the backend from a checkpoint; the
 	// header's generator.
-	"helper/record":       2,
-	"helper/delivery":     2,
-	"helper/timing":       2,
-	"helper/jobfacts":     2,
-	"helper/launch":       2,
-	"helper/contract/gen": 2,
-	// 3: the collector's configuration, the task environment, inspect.
-	"helper/render":  3,
-	"helper/taskenv": 3,
-	"helper/inspect": 3,
-	// 4: what runs a collector with a rendered configuration: replay
+	"helper/record":       3,
+	"helper/delivery":     3,
+	"helper/timing":       3,
+	"helper/jobfacts":     3,
+	"helper/launch":       3,
+	"helper/contract/gen": 3,
+	// 4: the collector's configuration, the task environment, inspect.
+	"helper/render":  4,
+	"helper/taskenv": 4,
+	"helper/inspect": 4,
+	// 5: what runs a collector with a rendered configuration: replay
 	// (also the supervisor's sender of what it appends after the
 	// collector's exit); the Slurm test kit (it reads inspect's report);
-	// 5: the supervisor; 6: the plugin's hooks, the test harness that runs
-	// the supervisor; 7: the programs.
-	"helper/replay":      4,
-	"internal/slurmkit":  4,
-	"helper/supervise":   5,
-	"helper/callbacks":   6,
-	"internal/harness":   6,
-	"cmd/gym-otel-spank": 7,
-	"spank/core":         7,
+	// 6: the supervisor; 7: the plugin's hooks, the test harness that runs
+	// the supervisor; 8: the programs.
+	"helper/replay":      5,
+	"internal/slurmkit":  5,
+	"helper/supervise":   6,
+	"helper/callbacks":   7,
+	"internal/harness":   7,
+	"cmd/gym-otel-spank": 8,
+	"spank/core":         8,
 }
 
 // TestLayers: no package imports one of its own level or a higher one (an

@@ -170,6 +170,8 @@ type aggregator struct {
 	phaseSpans                      int // the plugin's phase spans (marked), shown as the phases
 	// tree is what the trace tree keeps while reading (tree.go).
 	tree *treeState
+	// startup keeps Gym's start-up spans while reading (gymnewer.go).
+	startup *startupState
 }
 
 func newAggregator() *aggregator {
@@ -368,6 +370,19 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 		return
 	}
 	switch {
+	case m.Sum != nil && upDownNames[name] && !m.Sum.IsMonotonic && m.Sum.Temporality != temporalityDelta:
+		// An up-down counter: its cumulative value is the current one.
+		for _, p := range m.Sum.DataPoints {
+			if v, ok := p.value(); ok {
+				a.seen(p.Time.ms())
+				if s := a.get(name, node, producer, instance, p.Attributes); s != nil {
+					if s.g == nil {
+						s.g = &gauge{}
+					}
+					s.g.add(p.Time.ms(), v)
+				}
+			}
+		}
 	case m.Sum != nil:
 		for _, p := range m.Sum.DataPoints {
 			v, ok := p.value()
@@ -546,6 +561,7 @@ func (a *aggregator) span(sp *span, node, producer string) {
 	if sp.Name == spanVerify {
 		a.verifySpans[verifyResult(sp)]++
 	}
+	a.startupSpanSeen(sp, node)
 	// The slowest spans: a small sorted list.
 	if len(a.slowest) < topSpans || ms > a.slowest[len(a.slowest)-1].DurationMs {
 		s := SlowSpan{Name: sp.Name, Producer: producer, Node: node, TraceID: sp.TraceID, SpanID: sp.SpanID,

@@ -142,6 +142,7 @@ func (a *aggregator) report() *Report {
 	r.Phases = a.phases()
 	r.StepEnergy, r.RoleEnergy, r.EnergyMatching = a.stepEnergy(r.Phases)
 	r.FirstRollout = a.firstRollout(r.Phases)
+	r.FirstRollout.Parts = append(r.FirstRollout.Parts, startupParts(r.FirstRollout, r.Gym.Telemetry.Startup)...)
 	r.TraceTree = a.traceTree()
 	r.Cgroups = a.cgroups()
 	r.JobLookalikes = JobLookalikes{PhaseSpans: a.lookalikeSpans, CgroupPoints: a.lookalikePoints}

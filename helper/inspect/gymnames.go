@@ -87,13 +87,40 @@ type GymTelemetry struct {
 	// HTTPTimeouts gym.http.timeout_total by nemo.gym.http.internal.
 	HTTPRetries  map[string]float64 `json:"http_retries,omitempty"`
 	HTTPTimeouts map[string]float64 `json:"http_timeouts,omitempty"`
+
+	// The newer names (gymnewer.go). TokenCapture is nil without any
+	// gym.token_capture.* instrument.
+	TokenCapture *TokenCapture `json:"token_capture,omitempty"`
+	// SandboxExec is gym.sandbox.exec_duration_ms by provider (ms);
+	// SandboxCreateRetries gym.sandbox.create_retry_total by provider;
+	// SandboxActive gym.sandbox.active by provider: every producer's last
+	// value, summed (sandboxes held at the end).
+	SandboxExec          map[string]Quantiles `json:"sandbox_exec_ms,omitempty"`
+	SandboxCreateRetries map[string]float64   `json:"sandbox_create_retries,omitempty"`
+	SandboxActive        map[string]float64   `json:"sandbox_active,omitempty"`
+	// PoolQueue is gym.http.connection_pool.queue_duration_ms by
+	// nemo.gym.http.destination.server.name (ms); PoolConnects
+	// gym.http.connection_pool.connect_total by the same; PoolQueuedShare
+	// the queued acquisitions over the connection attempts (null without
+	// connects).
+	PoolQueue       map[string]Quantiles `json:"connection_pool_queue_ms,omitempty"`
+	PoolConnects    map[string]float64   `json:"connection_pool_connects,omitempty"`
+	PoolQueuedShare Value                `json:"connection_pool_queued_share"`
+	// ServersActive is gym.servers.active's latest value (servers); null
+	// without it.
+	ServersActive Value `json:"servers_active"`
+	// Startup is Gym's start-up from its spans; nil without them.
+	Startup *GymStartup `json:"startup,omitempty"`
 }
 
 // Empty reports whether nothing of Gym's attributed telemetry was seen.
 func (t GymTelemetry) Empty() bool {
 	return len(t.RolloutOutcomes) == 0 && !t.VerifyDuration.Count.Known() && len(t.ModelCalls) == 0 &&
 		len(t.ModelTTFB) == 0 && len(t.SandboxStartup) == 0 && len(t.SandboxSpans) == 0 &&
-		len(t.QueueWait) == 0 && len(t.HTTPRetries) == 0 && len(t.HTTPTimeouts) == 0
+		len(t.QueueWait) == 0 && len(t.HTTPRetries) == 0 && len(t.HTTPTimeouts) == 0 &&
+		t.TokenCapture == nil && len(t.SandboxExec) == 0 && len(t.SandboxCreateRetries) == 0 &&
+		len(t.SandboxActive) == 0 && len(t.PoolQueue) == 0 && len(t.PoolConnects) == 0 &&
+		!t.ServersActive.Known() && t.Startup == nil
 }
 
 // verifyResult is a gym.verify span's result: its nemo.gym.verify.result
@@ -169,7 +196,10 @@ func nilIfEmpty(m map[string]Quantiles) map[string]Quantiles {
 // that process's gym.verify.duration_ms count, or their mean without
 // one), else from the gym.verify spans (pass or ok over all).
 func (a *aggregator) gymTelemetry(g *Gym) {
-	t := GymTelemetry{RolloutSuccess: Value(math.NaN()), VerifyDuration: unknownQ()}
+	t := GymTelemetry{RolloutSuccess: Value(math.NaN()), VerifyDuration: unknownQ(),
+		PoolQueuedShare: Value(math.NaN()), ServersActive: Value(math.NaN())}
+	a.gymNewer(&t)
+	t.Startup = a.gymStartup()
 	t.RolloutOutcomes = a.countByLabel(mRolloutDone, aOutcome)
 	if len(t.RolloutOutcomes) > 0 {
 		ok, all := 0.0, 0.0

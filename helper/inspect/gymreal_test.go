@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -127,7 +129,77 @@ func TestGymRealNamesFromCollector(t *testing.T) {
 			if x.HTTPRetries["server_disconnected"] != 2 || x.HTTPTimeouts["true"] != 1 {
 				t.Errorf("retries %v timeouts %v", x.HTTPRetries, x.HTTPTimeouts)
 			}
+			gymNewerNames(t, x)
+			// The text and the page carry them.
+			var text, page bytes.Buffer
+			if err := r.WriteText(&text); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.WriteHTML(&page, nil); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range []string{"token capture tokens", "sink.put 12000", "sandboxes held at end", "pool connects", "servers active", "gym start-up", "wait_for_model_endpoints", "server start-up (ms) venv_setup"} {
+				if !strings.Contains(text.String(), w) {
+					t.Errorf("the text lacks %q:\n%s", w, text.String())
+				}
+				if !strings.Contains(page.String(), w) || !strings.Contains(page.String(), `<pre id="gym-telemetry">`) {
+					t.Errorf("the page's Gym telemetry lacks %q", w)
+				}
+			}
 		})
+	}
+}
+
+// gymNewerNames checks Gym's newer names as the stand-in emits them over 8
+// rollouts: one token capture of 1500 tokens a rollout (the observable
+// outcome and digest counters and the capped cache read at the last
+// export); a sandbox exec each, rollouts 1 and 5 retrying the create, the
+// last rollout's sandbox still held; one connection each, the even
+// rollouts queued for it; one server active; the start-up's three
+// supervisor stages, the server's spawn to ready and its four own stages.
+func gymNewerNames(t *testing.T, x GymTelemetry) {
+	t.Helper()
+	c := x.TokenCapture
+	if c == nil {
+		t.Fatal("no token capture figures")
+	}
+	if q := c.OperationMs["sink.put"]; q.Count != 8 {
+		t.Errorf("token capture operations %+v, want 8 sink.put", c.OperationMs)
+	}
+	if c.OperationTokens["sink.put"] != 12000 || c.Outcomes["captured/none"] != 8 || c.DigestCalls["prompt"] != 8 ||
+		c.DigestBytes["prompt"] != 48000 || c.CacheSize["fingerprint"] != 4 {
+		t.Errorf("token capture tokens %v outcomes %v digests %v/%v cache %v", c.OperationTokens, c.Outcomes, c.DigestCalls, c.DigestBytes, c.CacheSize)
+	}
+	if q := x.SandboxExec["local"]; q.Count != 8 || x.SandboxCreateRetries["local"] != 2 || x.SandboxActive["local"] != 1 {
+		t.Errorf("sandbox exec %+v retries %v active %v, want 8, 2, 1", q, x.SandboxCreateRetries, x.SandboxActive)
+	}
+	if q := x.PoolQueue["policy_model"]; q.Count != 4 || x.PoolConnects["policy_model"] != 8 || !near(x.PoolQueuedShare, 0.5) {
+		t.Errorf("pool queue %+v connects %v share %v, want 4 of 8", q, x.PoolConnects, x.PoolQueuedShare)
+	}
+	if x.ServersActive != 1 {
+		t.Errorf("servers active %v, want 1", x.ServersActive)
+	}
+	st := x.Startup
+	if st == nil {
+		t.Fatal("no start-up figures")
+	}
+	var names []string
+	for _, s := range st.Stages {
+		names = append(names, s.Name)
+		if !s.Seconds.Known() || s.Seconds <= 0 {
+			t.Errorf("stage %s: %v seconds", s.Name, s.Seconds)
+		}
+	}
+	if fmt.Sprint(names) != "[load_config spawn_servers wait_for_model_endpoints]" || st.Count != 1 || !(st.Seconds > 0) {
+		t.Errorf("start-up stages %v, count %d, %v s", names, st.Count, st.Seconds)
+	}
+	if v := st.Servers["agent"]; !(v > 0) || !(v < st.Seconds) {
+		t.Errorf("server agent spawn to ready %v s (start-up %v s)", v, st.Seconds)
+	}
+	for _, s := range []string{"venv_setup", "interpreter_start", "load_config", "uvicorn_startup"} {
+		if st.ServerStages[s].Count != 1 {
+			t.Errorf("server stage %s: %+v", s, st.ServerStages[s])
+		}
 	}
 }
 

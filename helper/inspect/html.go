@@ -84,7 +84,8 @@ func (r *Report) WriteHTML(w io.Writer, chartJS []byte) error {
 		PhaseAgg        string
 		AggAfter        int
 		PhaseNodesShown int
-	}{r, text, template.JS(data), template.JS(chartJS), r.phaseRows(), r.phaseOrigin().Format("2006-01-02 15:04:05.000"), r.htmlTables(), phaseAgg, maxChartSeries, maxPhaseNodesShown})
+		GymTelemetry    string
+	}{r, text, template.JS(data), template.JS(chartJS), r.phaseRows(), r.phaseOrigin().Format("2006-01-02 15:04:05.000"), r.htmlTables(), phaseAgg, maxChartSeries, maxPhaseNodesShown, r.gymTelemetryText()})
 }
 
 // maxChartSeries is the most series of one kind a chart of the page
@@ -124,6 +125,18 @@ func (r *Report) phaseRows() []phaseRow {
 		}
 	}
 	return rows
+}
+
+// gymTelemetryText is the text report's lines of Gym's attributed
+// telemetry, start-up and newer names included ("" when there is none),
+// which the page shows as they are.
+func (r *Report) gymTelemetryText() string {
+	if r.Gym.Telemetry.Empty() {
+		return ""
+	}
+	var b strings.Builder
+	(&textOut{w: &b}).gymTelemetryLines(r.Gym)
+	return b.String()
 }
 
 func (r *Report) textString() string {
@@ -201,9 +214,12 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 <h2>Charts</h2>
 <p class="absent">x: time since the submit (the first phase's start; else since the job's first item); a series of few points is drawn with its points. Past {{.AggAfter}} series a chart draws the median and the min-max band over the nodes, and names the outliers (a series whose mean is far from the others').</p>
 <div class="charts" id="charts"></div>
+{{if .GymTelemetry}}<h2>Gym telemetry</h2>
+<p class="absent">Gym's attributed instruments, start-up spans, token capture, sandboxes and connection pool, as the text report gives them.</p>
+<pre id="gym-telemetry">{{.GymTelemetry}}</pre>{{end}}
 {{if .R.Phases}}<h2>Submit to first rollout</h2>
 <table id="firstrollout"><tr><th class="l">part</th><th>seconds</th></tr>
-{{range .R.FirstRollout.Parts}}<tr><td>{{.Name}}</td><td>{{if .Seconds.Known}}{{printf "%.3f" .Seconds}}{{if eq .Precision "1s"}} (whole seconds){{end}}{{else}}-{{end}}</td></tr>
+{{range .R.FirstRollout.Parts}}<tr><td>{{if .Within}}&nbsp;&nbsp;{{end}}{{.Name}}</td><td>{{if .Seconds.Known}}{{printf "%.3f" .Seconds}}{{if eq .Precision "1s"}} (whole seconds){{end}}{{else}}-{{end}}</td></tr>
 {{end}}<tr><td><b>submit to first rollout</b></td><td><b>{{if .R.FirstRollout.TotalSeconds.Known}}{{printf "%.3f" .R.FirstRollout.TotalSeconds}}{{if ne .R.FirstRollout.TotalFrom "submit"}} (from the {{.R.FirstRollout.TotalFrom}}){{end}}{{else}}-{{end}}</b></td></tr></table>
 {{range .R.FirstRollout.Why}}<p class="absent">{{.}}</p>{{end}}
 <h2>Slurm phases</h2>

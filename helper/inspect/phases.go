@@ -162,11 +162,16 @@ type FirstRollout struct {
 type TimePart struct {
 	// Name is "queue wait", "start to prolog", "prolog (collector start)",
 	// "collector ready to batch script" or "batch script to first
-	// rollout".
+	// rollout"; then, splitting the last by Gym's start-up spans, "batch
+	// script to Gym start-up", "Gym start-up: <stage>" per stage and "Gym
+	// start-up to first rollout".
 	Name    string `json:"name"`
 	Seconds Value  `json:"seconds"`
 	// Precision is "1s" where one end is slurmctld's whole second.
 	Precision string `json:"precision,omitempty"`
+	// Within names the part this one splits ("batch script to first
+	// rollout", split by Gym's start-up spans); "" for a main part.
+	Within string `json:"within,omitempty"`
 }
 
 // phaseKey names one node's phases of one run (its trace: a requeued

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
@@ -515,4 +516,41 @@ func equalJSON(t *testing.T, a, b any) bool {
 		t.Fatal(err)
 	}
 	return string(x) == string(y)
+}
+
+// TestStartupPartsSplitBatchToFirstRollout: Gym's start-up spans split
+// "batch script to first rollout": the batch script's start to
+// gym.startup's, each stage in order, and the start-up's end to the first
+// rollout, each marked as within that part; the text indents them. No
+// gym.startup span, no split.
+func TestStartupPartsSplitBatchToFirstRollout(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(s float64) *time.Time { x := t0.Add(time.Duration(s * float64(time.Second))); return &x }
+	fr := FirstRollout{BatchStart: at(0), FirstRollout: at(100)}
+	g := &GymStartup{Start: *at(2), End: *at(60), Seconds: 58, Stages: []StartupStage{
+		{Name: "load_config", Start: *at(2), Seconds: 3}, {Name: "spawn_servers", Start: *at(5), Seconds: 5},
+		{Name: "wait_for_model_endpoints", Start: *at(10), Seconds: 50}}}
+	parts := startupParts(fr, g)
+	want := []struct {
+		name string
+		s    float64
+	}{{"batch script to Gym start-up", 2}, {"Gym start-up: load_config", 3}, {"Gym start-up: spawn_servers", 5},
+		{"Gym start-up: wait_for_model_endpoints", 50}, {"Gym start-up to first rollout", 40}}
+	if len(parts) != len(want) {
+		t.Fatalf("parts %+v", parts)
+	}
+	for i, w := range want {
+		if parts[i].Name != w.name || !near(parts[i].Seconds, w.s) || parts[i].Within != "batch script to first rollout" {
+			t.Errorf("part %d: %+v, want %s %v within the batch script to first rollout", i, parts[i], w.name, w.s)
+		}
+	}
+	if startupParts(fr, nil) != nil || startupParts(fr, &GymStartup{}) != nil {
+		t.Error("a split without a gym.startup span")
+	}
+	fr.Parts = append([]TimePart{{Name: "batch script to first rollout", Seconds: 100}}, parts...)
+	var b strings.Builder
+	(&textOut{w: &b}).firstRolloutLines(fr)
+	if !strings.Contains(b.String(), "\n    Gym start-up: spawn_servers ") || !strings.Contains(b.String(), "\n  batch script to first rollout ") {
+		t.Errorf("text:\n%s", b.String())
+	}
 }

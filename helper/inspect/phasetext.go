@@ -331,7 +331,11 @@ func (t *textOut) firstRolloutLines(fr FirstRollout) {
 		if p.Precision == "1s" && p.Seconds.Known() {
 			note = "  (slurmctld's whole seconds)"
 		}
-		t.line("  %-34s %10s%s", p.Name, secs3(p.Seconds), note)
+		name := p.Name
+		if p.Within != "" {
+			name = "  " + name
+		}
+		t.line("  %-34s %10s%s", name, secs3(p.Seconds), note)
 	}
 	total := "-"
 	if fr.TotalSeconds.Known() {

@@ -109,6 +109,11 @@ type Counts struct {
 	// counts say whether the backend did), and the producer was not
 	// refused: the file exporter is fed after the receivers have answered.
 	WriteFailed int64 `json:"write_failed"`
+	// FileFiltered is otelcol_processor_filter_datapoints_filtered of the
+	// filter of the file's pipeline alone (filter/node_local: the
+	// node_exporter series outside local_node_metrics): items the backend
+	// exporter got and the file, by design, did not (metrics only).
+	FileFiltered int64 `json:"file_filtered,omitempty"`
 	// Sent is otelcol_exporter_sent_* of otlp_http/backend: items the
 	// backend accepted.
 	Sent int64 `json:"sent"`
@@ -242,7 +247,7 @@ func (r *Receipt) Validate() error {
 		if !isSignal(sig) {
 			return fmt.Errorf("signals: %q is not traces, metrics or logs", sig)
 		}
-		if c.Received < 0 || c.Refused < 0 || c.Written < 0 || c.WriteFailed < 0 || c.Sent < 0 || c.SendFailed < 0 || c.EnqueueFailed < 0 {
+		if c.Received < 0 || c.Refused < 0 || c.Written < 0 || c.WriteFailed < 0 || c.FileFiltered < 0 || c.Sent < 0 || c.SendFailed < 0 || c.EnqueueFailed < 0 {
 			return fmt.Errorf("signals.%s: a negative count", sig)
 		}
 	}
@@ -340,6 +345,9 @@ func (r *Receipt) Summary() []string {
 		} else {
 			lines = append(lines, fmt.Sprintf("  %-7s received %s%d, written %s%d, sent to the backend %s%d, failed %s%d",
 				sig, atLeast, c.Received, atLeast, c.Written, atLeast, c.Sent, atLeast, c.Lost()))
+		}
+		if c.FileFiltered > 0 {
+			lines = append(lines, fmt.Sprintf("          (%d node_exporter points outside local_node_metrics went to the backend only, not to the file)", c.FileFiltered))
 		}
 		if sig == "metrics" && c.Written > c.Received {
 			lines = append(lines, "          (written > received: the span metrics are made in the collector from the spans, not received)")

@@ -429,6 +429,14 @@ func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
 			}}},
 		}},
 	)
+	if cond := nodeLocalFilter(in); cond != "" {
+		// The node_exporter series the files keep (local_node_metrics):
+		// the file pipeline's filter only; the backend gets every one.
+		processors = append(processors, kv{NodeLocalFilter, omap{
+			{"error_mode", "ignore"},
+			{"metrics", omap{{"metric", []string{cond}}}},
+		}})
+	}
 	// The source marker (contract.SourceKey): deleted from whatever the
 	// job's pipelines receive, stamped by the plugin's pipelines.
 	processors = append(processors, kv{UnsourceProcessor, omap{{"attributes", []omap{{
@@ -603,17 +611,19 @@ func extensions(in Input) omap {
 func pipelines(in Input, scraping, cgroups bool, metricsProcs, pluginMetricsProcs []string) omap {
 	o := in.Resolved.Otel
 	pipelines := omap{}
-	addPipeline := func(id, sig string, recv, procs, exps []string) {
+	// fileOnly are processors of the file's pipeline alone (the node
+	// allowlist): with them the backend gets a pipeline of its own too.
+	addPipeline := func(id, sig string, recv, procs, exps, fileOnly []string) {
 		local := append(append([]string{}, exps...), FileExporter(sig))
 		if o.FileDelivery() {
-			pipelines = append(pipelines, kv{id, pipeline(recv, procs, local)})
+			pipelines = append(pipelines, kv{id, pipeline(recv, append(append([]string{}, procs...), fileOnly...), local)})
 			return
 		}
-		if !o.TokenResourceAttribute {
+		if !o.TokenResourceAttribute && len(fileOnly) == 0 {
 			pipelines = append(pipelines, kv{id, pipeline(recv, procs, append(local, BackendExporter))})
 			return
 		}
-		pipelines = append(pipelines, kv{id, pipeline(recv, procs, local)})
+		pipelines = append(pipelines, kv{id, pipeline(recv, append(append([]string{}, procs...), fileOnly...), local)})
 		twin := sig + "/backend"
 		if id != sig {
 			twin = id + "_backend" // traces/plugin_backend
@@ -623,23 +633,31 @@ func pipelines(in Input, scraping, cgroups bool, metricsProcs, pluginMetricsProc
 		// has no memory_limiter: it never refuses (its queue drops, see
 		// sendingQueue), and only the file pipeline's limiter can turn a
 		// producer away.
-		pipelines = append(pipelines, kv{twin, pipeline(recv, append(withoutLimiter(procs), BackendAuth), []string{BackendExporter})})
+		backendProcs := withoutLimiter(procs)
+		if o.TokenResourceAttribute {
+			backendProcs = append(backendProcs, BackendAuth)
+		}
+		pipelines = append(pipelines, kv{twin, pipeline(recv, backendProcs, []string{BackendExporter})})
 	}
 	jobProcs := []string{"memory_limiter", UnsourceProcessor, IdentityProcessor}
-	addPipeline("traces", "traces", []string{"otlp"}, jobProcs, []string{"span_metrics"})
+	addPipeline("traces", "traces", []string{"otlp"}, jobProcs, []string{"span_metrics"}, nil)
 	if in.Ports.Plugin != 0 {
-		addPipeline(PluginPipeline("traces"), "traces", []string{PluginReceiver}, []string{"memory_limiter", SourceProcessor, IdentityProcessor}, []string{"span_metrics"})
+		addPipeline(PluginPipeline("traces"), "traces", []string{PluginReceiver}, []string{"memory_limiter", SourceProcessor, IdentityProcessor}, []string{"span_metrics"}, nil)
 	}
 	metricsRecv := []string{"otlp", "span_metrics"}
 	if scraping {
 		metricsRecv = []string{"otlp", "prometheus", "span_metrics"}
 	}
-	addPipeline("metrics", "metrics", metricsRecv, metricsProcs, nil)
+	var nodeLocal []string
+	if scraping && nodeLocalFilter(in) != "" {
+		nodeLocal = []string{NodeLocalFilter}
+	}
+	addPipeline("metrics", "metrics", metricsRecv, metricsProcs, nil, nodeLocal)
 	if cgroups {
-		addPipeline(PluginPipeline("metrics"), "metrics", []string{PluginScrapeReceiver}, pluginMetricsProcs, nil)
+		addPipeline(PluginPipeline("metrics"), "metrics", []string{PluginScrapeReceiver}, pluginMetricsProcs, nil, nil)
 	}
 	if o.GymLogs {
-		addPipeline("logs", "logs", []string{"otlp"}, jobProcs, nil)
+		addPipeline("logs", "logs", []string{"otlp"}, jobProcs, nil, nil)
 	}
 	return pipelines
 }
@@ -726,6 +744,29 @@ func signals(o config.Otel) []string {
 }
 
 // withoutLimiter returns procs without the memory_limiter.
+// NodeLocalFilter is the processor of the metrics file's pipeline that
+// drops the node_exporter scrape job's series outside local_node_metrics
+// (and local_node_metrics_extra).
+const NodeLocalFilter = "filter/node_local"
+
+// nodeLocalFilter is NodeLocalFilter's condition: a metric of the
+// node_exporter scrape job of this node (its resource's
+// service.name.override "node" and service.instance.id its target) whose
+// name matches none of the patterns, nor up or scrape_* (the scrape's own
+// series); "" when there is nothing to filter (no node_exporter port, or
+// local_node_metrics null).
+func nodeLocalFilter(in Input) string {
+	o := in.Resolved.Otel
+	if o.NodeMetricsPort == 0 || o.LocalNodeMetrics == nil {
+		return ""
+	}
+	keep := append([]string{"up", "scrape_.*"}, o.LocalNodeMetrics...)
+	keep = append(keep, o.LocalNodeMetricsExtra...)
+	instance := in.Job.Node + ":" + strconv.Itoa(o.NodeMetricsPort)
+	return fmt.Sprintf(`resource.attributes["service.name.override"] == "node" and resource.attributes["service.instance.id"] == %s and not IsMatch(metric.name, %s)`,
+		ottlString(instance), ottlString("^(?:"+strings.Join(keep, "|")+")$"))
+}
+
 func withoutLimiter(procs []string) []string {
 	var out []string
 	for _, p := range procs {

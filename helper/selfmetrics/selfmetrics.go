@@ -49,6 +49,11 @@ const (
 // item unit).
 const queueSize = "exporter_queue_size"
 
+// FilterFiltered is a filter processor's counter of the metric data points
+// it dropped (otelcol_processor_filter_datapoints_filtered; Component is
+// the processor's id, its "filter" label).
+const FilterFiltered = "processor_filter_datapoints_filtered"
+
 // ScrapeTimeout bounds one read of the Prometheus endpoint (Scrape).
 const ScrapeTimeout = 2 * time.Second
 
@@ -106,6 +111,11 @@ func (m Counters) Sum(counter, signal string) int64 {
 	return int64(s)
 }
 
+// Filtered is the metric data points the filter processor id dropped.
+func (m Counters) Filtered(id string) int64 {
+	return int64(m[Key{FilterFiltered, id}])
+}
+
 // QueueSize is the number of batches in exporter's sending queue.
 func (m Counters) QueueSize(exporter string) int64 {
 	return int64(m[Key{queueSize, exporter}])
@@ -132,8 +142,10 @@ func keyOf(name string, label func(string) string) *Key {
 	if !ok {
 		return nil
 	}
-	short = strings.TrimSuffix(short, "_total")
+	short = strings.ReplaceAll(strings.TrimSuffix(short, "_total"), ".", "_")
 	switch {
+	case short == FilterFiltered:
+		return &Key{short, label("filter")}
 	case strings.HasPrefix(short, "receiver_"):
 		return &Key{short, label("receiver")}
 	case strings.HasPrefix(short, "exporter_"):

@@ -145,7 +145,7 @@ func fileJob(t *testing.T, endpoint, token string, rate int, dur time.Duration, 
 	env := []string{
 		"PATH=/usr/bin:/bin",
 		fmt.Sprintf("OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:%d", s.Report.Ports.OTLPHTTP),
-		"OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20" + s.Report.ReceiverToken,
+		"OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20" + s.ReceiverToken,
 	}
 	start := time.Now()
 	if during != nil {

@@ -76,10 +76,11 @@ func (s *supervisor) saveReceipt(logIt bool) {
 	for _, sig := range s.signals() {
 		c := counts(s.figures, sig)
 		r.Signals[sig] = c
-		// The file exporter and the backend exporter get the same items.
-		if r.Basis == receipt.BasisFinal && r.Delivery == nil && c.Written+c.WriteFailed != c.Sent+c.Lost() {
-			r.Unknown = append(r.Unknown, fmt.Sprintf("%s: the file exporter got %d items and the backend exporter %d; what became of the difference is not counted",
-				sig, c.Written+c.WriteFailed, c.Sent+c.Lost()))
+		// The file exporter and the backend exporter get the same items,
+		// but what the file's pipeline alone filters (local_node_metrics).
+		if r.Basis == receipt.BasisFinal && r.Delivery == nil && c.Written+c.WriteFailed+c.FileFiltered != c.Sent+c.Lost() {
+			r.Unknown = append(r.Unknown, fmt.Sprintf("%s: the file exporter got %d items (and its pipeline filtered %d) and the backend exporter %d; what became of the difference is not counted",
+				sig, c.Written+c.WriteFailed, c.FileFiltered, c.Sent+c.Lost()))
 		}
 	}
 	if s.base() == "" {

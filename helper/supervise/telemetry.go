@@ -24,7 +24,17 @@ func counts(m selfmetrics.Counters, sig string) receipt.Counts {
 		Sent:          m.Of(selfmetrics.ExporterSent, sig, render.BackendExporter),
 		SendFailed:    m.Of(selfmetrics.ExporterSendFailed, sig, render.BackendExporter),
 		EnqueueFailed: m.Of(selfmetrics.ExporterEnqueueFailed, sig, render.BackendExporter),
+		FileFiltered:  fileFiltered(m, sig),
 	}
+}
+
+// fileFiltered is what the file's pipeline alone dropped by design: the
+// node_exporter series outside local_node_metrics (metrics only).
+func fileFiltered(m selfmetrics.Counters, sig string) int64 {
+	if sig != "metrics" {
+		return 0
+	}
+	return m.Filtered(render.NodeLocalFilter)
 }
 
 // problems describes what the backend did not get in one line ("" when

@@ -18,6 +18,7 @@
 //	                            at interval 15 s alone, with each target's wait for its first sample; P7,
 //	                            inspect of 1 GB of jsonl over 2 nodes (includes P7N: the same over 64), P8, the files under five backend outages, and
 //	                            P4M, the idle collector's memory by configuration and runtime setting,
+//	                            P9, node_exporter's bytes in metrics.jsonl with local_node_metrics,
 //	                            run without Slurm when alone)
 //	GYM_OTEL_BENCH_OUTAGE_SECONDS=N  P8's length of each outage run (default 180, quick 60; P8 takes
 //	                            five times that and a minute each)
@@ -181,6 +182,12 @@ func main() {
 			rows = append(rows, r...)
 		}
 	}
+	if err == nil && want("P9") {
+		var r []Row
+		if r, err = runP9(); err == nil {
+			rows = append(rows, r...)
+		}
+	}
 	if err == nil && want("P7") {
 		var r []Row
 		if r, err = runP7(); err == nil {
@@ -201,12 +208,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	order := map[string]int{"P1": 1, "P2": 2, "P3": 3, "P4": 4, "P5": 5, "P6": 6, "P7": 7, "P7N": 7, "P8": 8}
+	order := map[string]int{"P1": 1, "P2": 2, "P3": 3, "P4": 4, "P5": 5, "P6": 6, "P7": 7, "P7N": 7, "P8": 8, "P9": 9}
 	sortRows(rows, order)
 
 	var b strings.Builder
 	host, _ := os.Hostname()
-	slurmV := "no Slurm (P4M, P7, P8 only)"
+	slurmV := "no Slurm (P4M, P7, P8, P9 only)"
 	if slurm {
 		slurmV = slurmVersion()
 	}

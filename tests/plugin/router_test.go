@@ -2,6 +2,7 @@ package plugin_test
 
 import (
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/gymschema"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -64,7 +64,7 @@ router=$!
 for i in $(seq 1 1800); do [ $(cat %[1]s.router-scrapes 2>/dev/null | wc -l) -ge 3 ] && break; sleep 0.1; done
 kill $prefill $router
 wait
-`, base, plugDir, api+1, api, config.RouterMetricsPort, api+2))
+`, base, plugDir, api+1, api, gymschema.RouterMetricsPort, api+2))
 	r := asUser(t, 5*time.Minute, tokenEnv(), fmt.Sprintf("sbatch -N1 --wait --gym-otel=config=%s.gym.yaml -o %s.out %s", base, base, script))
 	if r.code != 0 {
 		out, _ := os.ReadFile(base + ".out")
@@ -77,7 +77,7 @@ wait
 	}
 	dir := base + ".run/otel"
 	cy, _ := os.ReadFile(filepath.Join(dir, "collector.yaml"))
-	for _, want := range []string{"job_name: gym-vllm/pd\n", fmt.Sprintf("localhost:%d", config.RouterMetricsPort), "gym_service: pd", "role: router"} {
+	for _, want := range []string{"job_name: gym-vllm/pd\n", fmt.Sprintf("localhost:%d", gymschema.RouterMetricsPort), "gym_service: pd", "role: router"} {
 		if !strings.Contains(string(cy), want) {
 			t.Errorf("collector.yaml lacks %q", want)
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -36,6 +37,26 @@ const (
 	gymQueueWait       = "gym.concurrency.queue_wait_duration_ms" // histogram, nemo.gym.concurrency.site
 	gymHTTPRetry       = "gym.http.retry_total"                   // counter, nemo.gym.http.retry_reason
 	gymHTTPTimeout     = "gym.http.timeout_total"                 // counter, nemo.gym.http.internal (bool)
+
+	// Gym's newer names: nemo_gym/telemetry/token_capture_metrics.py at
+	// 68fb1be02d70a15d31573be05e99f70df973311f; gym_metrics.py (sandbox
+	// lifecycle, connection pool) as read in the code index beside
+	// fdedac3; startup.py at 27c821d975210e4f5f1a6c830ec64ff4f3ea6b8c;
+	// gym.servers.active: Lens' instruments/gym.py at 9f7c6bf.
+	gymTCOpDuration   = "gym.token_capture.operation.duration_ms"    // histogram, ms, operation, implementation, size_class
+	gymTCOpTokens     = "gym.token_capture.operation.tokens_total"   // counter, {token}, operation
+	gymTCOutcome      = "gym.token_capture.outcome_total"            // observable counter, outcome, reason
+	gymTCDigestCalls  = "gym.token_capture.digest.calls_total"       // observable counter, digest
+	gymTCDigestBytes  = "gym.token_capture.digest.bytes_total"       // observable counter, By, digest
+	gymTCCacheSize    = "gym.token_capture.cache.size"               // observable up-down counter, cache
+	gymSandboxActive  = "gym.sandbox.active"                         // up-down counter, {sandbox}, provider
+	gymSandboxExec    = "gym.sandbox.exec_duration_ms"               // histogram, ms, provider
+	gymSandboxRetry   = "gym.sandbox.create_retry_total"             // counter, provider
+	gymPoolQueue      = "gym.http.connection_pool.queue_duration_ms" // histogram, ms, queue_constraint, queue_outcome, destination server
+	gymPoolConnects   = "gym.http.connection_pool.connect_total"     // observable counter, {connection}, destination server
+	gymServersActive  = "gym.servers.active"                         // gauge, the orchestrator only
+	tokensPerRollout  = 1500                                         // the stand-in's captured tokens per rollout
+	digestBytesPerHit = 6000                                         // bytes one digest hashes
 )
 
 // outcomeWords are the two vocabularies of nemo.gym.rollout.outcome seen
@@ -166,6 +187,19 @@ type gymRun struct {
 	retries         metric.Int64Counter
 	timeouts        metric.Int64Counter
 	verified, okVer int
+	last            int // the last rollout's index (its sandbox stays held)
+	// The newer instruments and the in-process totals their observable
+	// callbacks read (as Gym's do: an increment per event, the SDK reads
+	// the totals at each export).
+	tcOpDuration  metric.Float64Histogram
+	tcOpTokens    metric.Int64Counter
+	sandboxActive metric.Int64UpDownCounter
+	sandboxExec   metric.Float64Histogram
+	sandboxRetry  metric.Int64Counter
+	poolQueue     metric.Float64Histogram
+	serversActive metric.Int64Gauge
+	captured      atomic.Int64 // token captures made
+	connects      atomic.Int64 // connection attempts to policy_model
 	// links: each rollout's links (to the process's root span; none
 	// without TRACEPARENT).
 	links []trace.Link
@@ -183,7 +217,97 @@ func newGymRun(meter metric.Meter) *gymRun {
 	g.queueWait, _ = meter.Float64Histogram(gymQueueWait, metric.WithUnit("ms"), metric.WithDescription("Time spent waiting to acquire a Gym concurrency-limiting semaphore."))
 	g.retries, _ = meter.Int64Counter(gymHTTPRetry, metric.WithUnit("1"), metric.WithDescription("Count of outbound HTTP request retries by reason."))
 	g.timeouts, _ = meter.Int64Counter(gymHTTPTimeout, metric.WithUnit("1"), metric.WithDescription("Count of outbound HTTP calls that timed out."))
+	g.tcOpDuration, _ = meter.Float64Histogram(gymTCOpDuration, metric.WithUnit("ms"), metric.WithDescription("Duration of one token-capture operation."))
+	g.tcOpTokens, _ = meter.Int64Counter(gymTCOpTokens, metric.WithUnit("{token}"), metric.WithDescription("Tokens of the records token-capture operations handled."))
+	g.sandboxActive, _ = meter.Int64UpDownCounter(gymSandboxActive, metric.WithUnit("{sandbox}"), metric.WithDescription("Sandboxes this process currently holds, from provider create to release."))
+	g.sandboxExec, _ = meter.Float64Histogram(gymSandboxExec, metric.WithUnit("ms"), metric.WithDescription("Wall-clock time to run one command inside a sandbox."))
+	g.sandboxRetry, _ = meter.Int64Counter(gymSandboxRetry, metric.WithUnit("1"), metric.WithDescription("Sandbox-create attempts a provider retried."))
+	g.poolQueue, _ = meter.Float64Histogram(gymPoolQueue, metric.WithUnit("ms"), metric.WithDescription("Time one queued connection acquisition waited for an aiohttp pool slot."))
+	g.serversActive, _ = meter.Int64Gauge(gymServersActive, metric.WithDescription("Number of active Gym servers."))
+	observe := func(name, unit, desc string, upDown bool, points func() []obs) {
+		cb := func(_ context.Context, o metric.Int64Observer) error {
+			for _, p := range points() {
+				o.Observe(p.v, metric.WithAttributes(p.attrs...))
+			}
+			return nil
+		}
+		if upDown {
+			_, _ = meter.Int64ObservableUpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc), metric.WithInt64Callback(cb))
+		} else {
+			_, _ = meter.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc), metric.WithInt64Callback(cb))
+		}
+	}
+	observe(gymTCOutcome, "1", "Token-capture decisions and failures.", false, func() []obs {
+		return []obs{{g.captured.Load(), []attribute.KeyValue{attribute.String("nemo.gym.token_capture.outcome", "captured"), attribute.String("nemo.gym.token_capture.reason", "none")}}}
+	})
+	digest := []attribute.KeyValue{attribute.String("nemo.gym.token_capture.digest", "prompt")}
+	observe(gymTCDigestCalls, "1", "Token-capture hash computations.", false, func() []obs { return []obs{{g.captured.Load(), digest}} })
+	observe(gymTCDigestBytes, "By", "Bytes hashed by token capture.", false, func() []obs { return []obs{{g.captured.Load() * digestBytesPerHit, digest}} })
+	observe(gymTCCacheSize, "1", "Current size of in-process token-capture caches.", true, func() []obs {
+		return []obs{{min(g.captured.Load(), 4), []attribute.KeyValue{attribute.String("nemo.gym.token_capture.cache", "fingerprint")}}}
+	})
+	observe(gymPoolConnects, "{connection}", "Outbound aiohttp connection attempts (connect() calls), including attempts that later fail or are abandoned.", false, func() []obs {
+		return []obs{{g.connects.Load(), []attribute.KeyValue{attribute.String("nemo.gym.http.destination.server.name", "policy_model")}}}
+	})
 	return g
+}
+
+// obs is one observation of an observable instrument.
+type obs struct {
+	v     int64
+	attrs []attribute.KeyValue
+}
+
+// startupStages are the supervisor's stages the stand-in times (Gym's
+// test of startup.py at 27c821d names load_config and spawn_servers; its
+// executor's wait for the model endpoints is wait_for_model_endpoints),
+// and serverStages a server's (venv_setup, interpreter_start and
+// uvicorn_startup are startup.py's constants; load_config the server's
+// own mark in the same test).
+var (
+	startupStages = []string{"load_config", "spawn_servers", "wait_for_model_endpoints"}
+	serverStages  = []string{"venv_setup", "interpreter_start", "load_config", "uvicorn_startup"}
+)
+
+// startup emits Gym's start-up as its supervisor and one server report
+// it: gym.startup (a child of parent when valid, else a root) with a
+// gym.startup.<stage> per stage and a gym.startup.server for the server
+// (spawn to ready) whose child is the server's gym.server.startup with its
+// gym.server.startup.<stage> spans, each stage step long. It sets
+// gym.servers.active to 1 once the server is ready, as the orchestrator
+// does, and returns the spans it emitted.
+func (g *gymRun) startup(ctx context.Context, step time.Duration) int {
+	sctx, root := g.tracer.Start(ctx, "gym.startup")
+	spans := 1
+	srvAttrs := []attribute.KeyValue{attribute.String("nemo.gym.server.name", g.server), attribute.String("nemo.gym.server.type", "responses_api_agents")}
+	var spawnCtx context.Context
+	var spawn trace.Span
+	for _, st := range startupStages {
+		_, s := g.tracer.Start(sctx, "gym.startup."+st)
+		if st == "spawn_servers" {
+			spawnCtx, spawn = g.tracer.Start(sctx, "gym.startup.server", trace.WithAttributes(srvAttrs...))
+			spans++
+			// The server's own start-up, inside the supervisor's span for it.
+			sroot, rs := g.tracer.Start(spawnCtx, "gym.server.startup", trace.WithAttributes(append(srvAttrs, attribute.Bool("nemo.gym.server.worker", false), attribute.Int("process.pid", os.Getpid()))...))
+			for _, ss := range serverStages {
+				_, x := g.tracer.Start(sroot, "gym.server.startup."+ss, trace.WithAttributes(srvAttrs...))
+				time.Sleep(step / time.Duration(len(serverStages)))
+				x.End()
+			}
+			rs.End()
+			spans += 1 + len(serverStages)
+		} else {
+			time.Sleep(step)
+		}
+		if st == "wait_for_model_endpoints" && spawn != nil {
+			spawn.End() // the server answered its health probe
+			g.serversActive.Record(ctx, 1)
+		}
+		s.End()
+		spans++
+	}
+	root.End()
+	return spans
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -217,6 +341,17 @@ func (g *gymRun) rollout(ctx context.Context, i int) (spans, logs int) {
 	mc.End()
 	spans++
 	g.modelCall.Record(rctx, ms(time.Since(callStart)), metric.WithAttributes(dialect, policy))
+	// The call's connection: every other one queued for a pool slot.
+	g.connects.Add(1)
+	if i%2 == 0 {
+		g.poolQueue.Record(rctx, ms(step/20), metric.WithAttributes(attribute.String("nemo.gym.http.connection_pool.queue_constraint", "total"),
+			attribute.String("nemo.gym.http.connection_pool.queue_outcome", "ok"), attribute.String("nemo.gym.http.destination.server.name", "policy_model")))
+	}
+	// Its tokens captured for training.
+	g.tcOpDuration.Record(rctx, ms(step/50), metric.WithAttributes(attribute.String("nemo.gym.token_capture.operation", "sink.put"),
+		attribute.String("nemo.gym.token_capture.implementation", "TokenCaptureStore"), attribute.String("nemo.gym.token_capture.size_class", "lt_4k")))
+	g.tcOpTokens.Add(rctx, tokensPerRollout, metric.WithAttributes(attribute.String("nemo.gym.token_capture.operation", "sink.put")))
+	g.captured.Add(1)
 	if i%3 == 2 {
 		g.retries.Add(rctx, 1, metric.WithAttributes(attribute.String("nemo.gym.http.retry_reason", "server_disconnected")))
 	}
@@ -231,10 +366,20 @@ func (g *gymRun) rollout(ctx context.Context, i int) (spans, logs int) {
 		time.Sleep(step / 2)
 		s.End()
 		g.sandboxStart.Record(rctx, ms(time.Since(sbStart)), metric.WithAttributes(prov))
+		g.sandboxActive.Add(rctx, 1, metric.WithAttributes(prov))
+		if i%4 == 1 {
+			g.sandboxRetry.Add(rctx, 1, metric.WithAttributes(prov))
+		}
+		exStart := time.Now()
 		_, s = g.tracer.Start(rctx, "gym.sandbox.exec", trace.WithAttributes(prov,
 			attribute.Int("nemo.gym.sandbox.return_code", 0)))
 		time.Sleep(step / 2)
 		s.End()
+		g.sandboxExec.Record(rctx, ms(time.Since(exStart)), metric.WithAttributes(prov))
+		// Every sandbox is released but the last rollout's.
+		if i != g.last {
+			g.sandboxActive.Add(rctx, -1, metric.WithAttributes(prov))
+		}
 		spans += 2
 	} else {
 		time.Sleep(step)

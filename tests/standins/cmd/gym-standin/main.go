@@ -227,7 +227,12 @@ func run() int {
 		g := newGymRun(meter)
 		g.tracer, g.logger, g.groups, g.server, g.runID = tracer, logger, groups, *server, runID
 		g.provider, g.outcomes, g.rolloutDur, g.errorEvery, g.links = *sandboxProvider, words, *rolloutDur, *errorEvery, links
-		spans, logs, n := procSpans, 0, 0
+		g.last = *rollouts - 1
+		pctx := ctx
+		if proc != nil {
+			pctx = trace.ContextWithSpan(ctx, proc)
+		}
+		spans, logs, n := procSpans+g.startup(pctx, *rolloutDur), 0, 0
 		for ; n < *rollouts && sigCtx.Err() == nil; n++ {
 			s, l := g.rollout(ctx, n)
 			spans, logs = spans+s, logs+l

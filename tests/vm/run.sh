@@ -70,6 +70,9 @@ install -m 0755 "$repo/build/otelcol-gym" "$pl/bin/otelcol-gym"
 gcc -O2 -static -o "$pl/bin/squat" "$repo/tests/plugin/testdata/squat.c"
 gcc -O2 -I"$image/include" -o "$pl/bin/forge" "$repo/tests/plugin/testdata/forge.c" \
 	-L"$image/lib" -lslurm -Wl,--allow-shlib-undefined
+# helper/portfilter's tests read their testdata from their working dir.
+mkdir -p "$pl/portfilter"
+cp -a "$repo/helper/portfilter/testdata" "$pl/portfilter/"
 install -m 0755 "$here/guest/run.sh" "$pl/run.sh"
 cp "$here/guest/slurm.conf" "$here/guest/cgroup.conf" "$here/guest/gym-otel.yaml" "$repo/tests/backend/backend.yaml" "$pl/conf/"
 [ -n "${GYM_VM_RUN:-}" ] && printf '%s\n' "$GYM_VM_RUN" >"$pl/conf/run"

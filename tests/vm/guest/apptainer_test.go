@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -170,6 +169,9 @@ func TestContainerApptainer(t *testing.T) {
 		name, image, dir, id string
 	}
 	js := []*job{{name: "sandbox", image: sandbox}, {name: "sif", image: sif}}
+
+	// One job after the other: under TCG on a loaded host one start
+	// through Apptainer takes most of a minute.
 	for _, j := range js {
 		j.dir = jobDir(t, "apptainer-"+j.name)
 		span := "apptainer-" + j.name + "-span"
@@ -180,24 +182,19 @@ curl -sS -o /dev/null -w "%%{http_code}\n" -X POST -H "Content-Type: application
   -d '{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"vm-apptainer"}}]},"scopeSpans":[{"spans":[{"traceId":"5b8efff798038103d269b633813fc60d","spanId":"eee19b7ec3c1b175","name":"%[2]s","kind":1,"startTimeUnixNano":"'$now'","endTimeUnixNano":"'$now'"}]}]}]}' > %[1]s/post.code
 i=0; while [ ! -e %[1]s/end ] && [ $i -lt 1800 ]; do sleep 0.1; i=$((i+1)); done
 `, j.dir, span))
-		r := asUser(t, patience, fmt.Sprintf("sbatch -n1 --mem=200M --gym-otel=container=%s,job_dir=%s/run -o %s/job.out %s", j.image, j.dir, j.dir, sh))
+		r := asUser(t, patience, fmt.Sprintf("sbatch -n1 --mem=200M --gym-otel=container=%s,health_check_timeout_seconds=110,job_dir=%s/run -o %s/job.out %s", j.image, j.dir, j.dir, sh))
 		if r.code != 0 {
 			t.Fatalf("sbatch (%s): exit %d: %s", j.name, r.code, r.stderr)
 		}
 		j.id = jobIDOf(t, r)
-	}
-	ids := []string{js[0].id, js[1].id}
-	var once sync.Once
-	end := func() {
-		once.Do(func() {
-			for _, j := range js {
+		ended := false
+		end := func() {
+			if !ended {
+				ended = true
 				_ = os.WriteFile(filepath.Join(j.dir, "end"), nil, 0o644)
 			}
-		})
-	}
-	defer end()
-
-	for _, j := range js {
+		}
+		defer end()
 		out := filepath.Join(j.dir, "run", "otel")
 		grp := "/" + groupPath(t, j.id)
 		// The batch script has posted: the job runs, its collector ready.
@@ -215,7 +212,9 @@ i=0; while [ ! -e %[1]s/end ] && [ $i -lt 1800 ]; do sleep 0.1; i=$((i+1)); done
 		}
 		if coll.pid == 0 {
 			log, _ := os.ReadFile(filepath.Join(out, "collector.log"))
-			t.Fatalf("%s: job %s: no collector of the container (/otelcol-gym --config %s/...); collector.log:\n%s", j.name, j.id, out, log)
+			sup, _ := os.ReadFile(filepath.Join(out, "supervisor.log"))
+			ps, _ := run("ps", "-eo", "pid,user,cgroup:80,args")
+			t.Fatalf("%s: job %s: no collector of the container (/otelcol-gym --config %s/...); collector.log:\n%s\nsupervisor.log:\n%s\nslurmd:\n%s\nps:\n%s", j.name, j.id, out, log, sup, jobLines(slurmd(t), j.id), ps)
 		}
 		if coll.uid != 2000 {
 			t.Errorf("%s: the container's collector runs as uid %d, want the job user's 2000", j.name, coll.uid)
@@ -271,9 +270,9 @@ i=0; while [ ! -e %[1]s/end ] && [ $i -lt 1800 ]; do sleep 0.1; i=$((i+1)); done
 			t.Logf("%s: job %s ready in %s ms; the collector %d (uid %d) in %s; the plugin's group holds:\n  %s\n%d process(es) of the user with APPTAINERENV_OTEL_TOKEN in their start environment; the collector's environment has %v",
 				j.name, j.id, m[1], coll.pid, coll.uid, coll.cgroup, strings.Join(tree, "\n  "), carriers, names)
 		}
+		end()
+		waitJobsGone(t, []string{j.id})
 	}
-	end()
-	waitJobsGone(t, ids)
 	waitNoCollector(t)
 	waitIdle(t)
 	log := slurmd(t)

@@ -179,7 +179,8 @@ func TestContainerApptainer(t *testing.T) {
 now=$(date +%%s%%N)
 curl -sS -o /dev/null -w "%%{http_code}\n" -X POST -H "Content-Type: application/json" \
   -H "$(printf %%s "$OTEL_EXPORTER_OTLP_HEADERS" | sed "s/%%20/ /g; s/=/: /")" "$OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces" \
-  -d '{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"vm-apptainer"}}]},"scopeSpans":[{"spans":[{"traceId":"5b8efff798038103d269b633813fc60d","spanId":"eee19b7ec3c1b175","name":"%[2]s","kind":1,"startTimeUnixNano":"'$now'","endTimeUnixNano":"'$now'"}]}]}]}' > %[1]s/post.code
+  -d '{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"vm-apptainer"}}]},"scopeSpans":[{"spans":[{"traceId":"5b8efff798038103d269b633813fc60d","spanId":"eee19b7ec3c1b175","name":"%[2]s","kind":1,"startTimeUnixNano":"'$now'","endTimeUnixNano":"'$now'"}]}]}]}' > %[1]s/post.tmp
+mv %[1]s/post.tmp %[1]s/post.code
 i=0; while [ ! -e %[1]s/end ] && [ $i -lt 1800 ]; do sleep 0.1; i=$((i+1)); done
 `, j.dir, span))
 		r := asUser(t, patience, fmt.Sprintf("sbatch -n1 --mem=200M --gym-otel=container=%s,health_check_timeout_seconds=110,job_dir=%s/run -o %s/job.out %s", j.image, j.dir, j.dir, sh))

@@ -30,7 +30,7 @@ if [ -z "$mirror" ]; then
 fi
 mirror=${mirror:-http://deb.debian.org/debian}
 
-packages=systemd,systemd-sysv,udev,dbus,linux-image-amd64,dracut,kmod,slurmd,slurmctld,slurm-client,munge,libslurm-dev,procps,util-linux,iproute2,ca-certificates,curl,nftables
+packages=systemd,systemd-sysv,udev,dbus,linux-image-amd64,dracut,kmod,slurmd,slurmctld,slurm-client,munge,libslurm-dev,procps,util-linux,iproute2,ca-certificates,curl,nftables,apptainer,squashfs-tools,squashfuse
 # The suite's unit: mounts the payload disk (/dev/vdb, made per run by
 # tests/vm/run.sh), runs its run.sh with the console as output, records the
 # exit code on that disk, and powers the guest off whatever happens.

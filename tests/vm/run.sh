@@ -67,8 +67,14 @@ install -m 0755 "$repo/build/otelcol-gym" "$pl/bin/otelcol-gym"
 (cd "$repo" && CGO_ENABLED=0 go test -c -o "$pl/bin/cgroup.test" ./helper/cgroup &&
 	CGO_ENABLED=0 go test -c -o "$pl/bin/portfilter.test" ./helper/portfilter &&
 	CGO_ENABLED=0 go test -c -tags vmguest -o "$pl/bin/guest.test" ./tests/vm/guest)
+# The other user's listener of the port filter's tests (static: the guest
+# has no compiler).
+gcc -O2 -static -o "$pl/bin/squat" "$repo/tests/plugin/testdata/squat.c"
 gcc -O2 -I"$image/include" -o "$pl/bin/forge" "$repo/tests/plugin/testdata/forge.c" \
 	-L"$image/lib" -lslurm -Wl,--allow-shlib-undefined
+# helper/portfilter's tests read their testdata from their working dir.
+mkdir -p "$pl/portfilter"
+cp -a "$repo/helper/portfilter/testdata" "$pl/portfilter/"
 install -m 0755 "$here/guest/run.sh" "$pl/run.sh"
 cp "$here/guest/cgroup.conf" "$here/guest/gym-otel.yaml" "$repo/tests/backend/backend.yaml" "$pl/conf/"
 guest_slurm_conf >"$pl/conf/slurm.conf"

@@ -146,7 +146,7 @@ say "helper/cgroup tests: exit $r, $(since "$t") s"
 
 t=$(up)
 say "helper/portfilter tests: the packet filter on cgroup v2"
-GYM_OTEL_REQUIRE_REAL=1 "$P/bin/portfilter.test" -test.v -test.count=1 -test.timeout 5m 2>&1 | tee "$O/portfilter-test.log"
+(cd "$P/portfilter" && GYM_OTEL_REQUIRE_REAL=1 "$P/bin/portfilter.test" -test.v -test.count=1 -test.timeout 5m) 2>&1 | tee "$O/portfilter-test.log"
 r=${PIPESTATUS[0]}
 [ "$r" = 0 ] || { rc=1; say "helper/portfilter tests FAILED (exit $r)"; }
 say "helper/portfilter tests: exit $r, $(since "$t") s"

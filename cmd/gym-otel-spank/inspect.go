@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/atomicfile"
@@ -35,6 +36,7 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	if *chartJS != "" && *htmlOut == "" {
 		return usageError{"--chartjs " + *chartJS + ": only with --html FILE"}
 	}
+	inspectGC()
 	dir := rest[0]
 	if st, err := os.Stat(dir); err != nil {
 		return err
@@ -93,6 +95,20 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 
 // writeHTML writes the page to a temporary file beside path and renames it
 // into place, so a reader never sees half a page.
+// inspectGCPercent is the garbage collector's target for inspect (Go's
+// default is 100): a 64-node job dir of 1 GiB keeps about 80 MiB live, and
+// with the default the heap grew to about 150 MiB before each collection,
+// a peak RSS of 184-215 MiB against the goal of 200; with 50 it was 149
+// MiB in about the same time. GOGC in the environment still decides.
+const inspectGCPercent = 50
+
+// inspectGC sets inspectGCPercent unless GOGC is set.
+func inspectGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(inspectGCPercent)
+	}
+}
+
 func writeHTML(path string, r *inspect.Report, js []byte) error {
 	if err := atomicfile.WriteFrom(path, 0o644, func(w io.Writer) error { return r.WriteHTML(w, js) }); err != nil {
 		return fmt.Errorf("--html %s: %w", path, err)

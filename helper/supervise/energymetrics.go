@@ -1,7 +1,6 @@
 package supervise
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -73,19 +72,6 @@ type (
 			DataPoints []jsonGaugePoint `json:"dataPoints"`
 		} `json:"gauge"`
 	}
-	jsonGaugeLine struct {
-		ResourceMetrics []struct {
-			Resource struct {
-				Attributes []jsonKV `json:"attributes"`
-			} `json:"resource"`
-			ScopeMetrics []struct {
-				Scope struct {
-					Name string `json:"name"`
-				} `json:"scope"`
-				Metrics []jsonGaugeMetric `json:"metrics"`
-			} `json:"scopeMetrics"`
-		} `json:"resourceMetrics"`
-	}
 )
 
 // EnergyMetricsLine is the figures of steps (one node's, inspect's
@@ -125,37 +111,17 @@ func EnergyMetricsLine(identity []render.Attr, steps []inspect.StepEnergy, roles
 	if points == 0 {
 		return nil, 0, nil
 	}
-	var m jsonGaugeLine
-	m.ResourceMetrics = make([]struct {
-		Resource struct {
-			Attributes []jsonKV `json:"attributes"`
-		} `json:"resource"`
-		ScopeMetrics []struct {
-			Scope struct {
-				Name string `json:"name"`
-			} `json:"scope"`
-			Metrics []jsonGaugeMetric `json:"metrics"`
-		} `json:"scopeMetrics"`
-	}, 1)
-	rm := &m.ResourceMetrics[0]
-	rm.Resource.Attributes = jsonAttrs(res)
-	rm.ScopeMetrics = make([]struct {
-		Scope struct {
-			Name string `json:"name"`
-		} `json:"scope"`
-		Metrics []jsonGaugeMetric `json:"metrics"`
-	}, 1)
-	rm.ScopeMetrics[0].Scope.Name = energyScope
+	var metrics []jsonGaugeMetric
 	for _, x := range []jsonGaugeMetric{measured, estimated} {
 		if len(x.Gauge.DataPoints) > 0 {
-			rm.ScopeMetrics[0].Metrics = append(rm.ScopeMetrics[0].Metrics, x)
+			metrics = append(metrics, x)
 		}
 	}
-	b, err := json.Marshal(m)
+	b, err := metricsLine(jsonAttrs(res), energyScope, metrics)
 	if err != nil {
 		return nil, 0, err
 	}
-	return append(b, '\n'), points, nil
+	return b, points, nil
 }
 
 // appendEnergyMetrics reads the node dir (inspect.BuildNode, bounded by

@@ -70,20 +70,41 @@ type (
 			AggregationTemporality int                  `json:"aggregationTemporality"`
 		} `json:"histogram,omitempty"`
 	}
-	jsonMetrics struct {
-		ResourceMetrics []struct {
-			Resource struct {
-				Attributes []jsonKV `json:"attributes"`
-			} `json:"resource"`
-			ScopeMetrics []struct {
-				Scope struct {
-					Name string `json:"name"`
-				} `json:"scope"`
-				Metrics []jsonMetric `json:"metrics"`
-			} `json:"scopeMetrics"`
-		} `json:"resourceMetrics"`
-	}
 )
+
+// jsonMetricsLine is one OTLP-JSON metrics line of one resource and one
+// scope; M is the shape of its metrics (a sum and a histogram for the span
+// metrics, gauges for the energy).
+type jsonMetricsLine[M any] struct {
+	ResourceMetrics []jsonResourceMetrics[M] `json:"resourceMetrics"`
+}
+
+type jsonResourceMetrics[M any] struct {
+	Resource struct {
+		Attributes []jsonKV `json:"attributes"`
+	} `json:"resource"`
+	ScopeMetrics []jsonScopeMetrics[M] `json:"scopeMetrics"`
+}
+
+type jsonScopeMetrics[M any] struct {
+	Scope struct {
+		Name string `json:"name"`
+	} `json:"scope"`
+	Metrics []M `json:"metrics"`
+}
+
+// metricsLine is metrics of scope on resource res as one OTLP-JSON line,
+// newline included. Errors: json.Marshal's.
+func metricsLine[M any](res []jsonKV, scope string, metrics []M) ([]byte, error) {
+	rm := jsonResourceMetrics[M]{ScopeMetrics: []jsonScopeMetrics[M]{{Metrics: metrics}}}
+	rm.Resource.Attributes = res
+	rm.ScopeMetrics[0].Scope.Name = scope
+	b, err := json.Marshal(jsonMetricsLine[M]{ResourceMetrics: []jsonResourceMetrics[M]{rm}})
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
 
 // spanSeries is one series of the connector: its dimensions' values and
 // what it counted.
@@ -163,33 +184,7 @@ func SpanMetricsLine(identity []render.Attr, spans []*tracev1.Span, now time.Tim
 		dur.Histogram.DataPoints = append(dur.Histogram.DataPoints, jsonHistogramPoint{Attributes: attrs, Start: start, Time: at,
 			Count: strconv.FormatInt(x.calls, 10), Sum: x.sumMs, BucketCounts: b, ExplicitBounds: spanMetricsBounds})
 	}
-	var m jsonMetrics
-	m.ResourceMetrics = make([]struct {
-		Resource struct {
-			Attributes []jsonKV `json:"attributes"`
-		} `json:"resource"`
-		ScopeMetrics []struct {
-			Scope struct {
-				Name string `json:"name"`
-			} `json:"scope"`
-			Metrics []jsonMetric `json:"metrics"`
-		} `json:"scopeMetrics"`
-	}, 1)
-	rm := &m.ResourceMetrics[0]
-	rm.Resource.Attributes = jsonAttrs(res)
-	rm.ScopeMetrics = make([]struct {
-		Scope struct {
-			Name string `json:"name"`
-		} `json:"scope"`
-		Metrics []jsonMetric `json:"metrics"`
-	}, 1)
-	rm.ScopeMetrics[0].Scope.Name = spanMetricsScope
-	rm.ScopeMetrics[0].Metrics = []jsonMetric{calls, dur}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
+	return metricsLine(jsonAttrs(res), spanMetricsScope, []jsonMetric{calls, dur})
 }
 
 func jsonStr(k, v string) jsonKV {

@@ -703,8 +703,11 @@ func (s *supervisor) launchCmd() launchCmd {
 // subreaper (their parent exited) in a session not its own, such as
 // rootless Podman's pause process, which holds the user namespace and
 // outlives `podman run`; on a node without the collector's cgroup nothing
-// else would end it. They are SIGKILLed, reaped (at most 2 s) and logged.
-// A host collector leaves none.
+// else would end it. They are SIGKILLed, reaped and logged, and the scan is
+// made again until one finds none, within 2 s: a process killed in one
+// scan can leave children of its own to this supervisor (conmon's
+// `podman container cleanup`, which conmon starts when the container
+// exits). A host collector leaves none.
 func (s *supervisor) endAdopted() {
 	if s.o.Container == "" {
 		return
@@ -714,30 +717,38 @@ func (s *supervisor) endAdopted() {
 	if err != nil {
 		return
 	}
-	pids, _ := proc.Pids()
 	var ended []string
-	killed := map[int]bool{}
-	for _, pid := range pids {
-		st, err := proc.ReadStat(pid)
-		if err != nil || st.PPID != me || st.Session == own.Session || st.State == 'Z' {
-			continue
+	killed := map[int]bool{} // killed, not yet reaped
+	seen := map[int]bool{}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		found := false
+		pids, _ := proc.Pids()
+		for _, pid := range pids {
+			if seen[pid] {
+				continue
+			}
+			st, err := proc.ReadStat(pid)
+			if err != nil || st.PPID != me || st.Session == own.Session || st.State == 'Z' {
+				continue
+			}
+			comm, _ := proc.Comm(pid)
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				ended = append(ended, fmt.Sprintf("%d (%s)", pid, comm))
+				killed[pid], seen[pid], found = true, true, true
+			}
 		}
-		comm, _ := proc.Comm(pid)
-		if syscall.Kill(pid, syscall.SIGKILL) == nil {
-			ended = append(ended, fmt.Sprintf("%d (%s)", pid, comm))
-			killed[pid] = true
-		}
-	}
-	if len(ended) == 0 {
-		return
-	}
-	for deadline := time.Now().Add(2 * time.Second); len(killed) > 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		for pid := range killed {
 			var ws syscall.WaitStatus
 			if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); got == pid || err != nil {
 				delete(killed, pid)
 			}
 		}
+		if !found && len(killed) == 0 {
+			break
+		}
+	}
+	if len(ended) == 0 {
+		return
 	}
 	s.log.Infof("otel.container_runtime: ended what the runtime left running after the collector: %s", strings.Join(ended, ", "))
 }

@@ -85,7 +85,7 @@ func TestFileDeliveryBackendDownThenReplay(t *testing.T) {
 	if !strings.Contains(r.stdout, fmt.Sprintf("backend copy INCOMPLETE: %d items", n)) {
 		t.Errorf("inspect does not say the backend's copy is incomplete by %d items:\n%s", n, r.stdout)
 	}
-	if got := dirItems(t, backendDir, id); got != (items{}) {
+	if got := backendItems(t, id); got != (items{}) {
 		t.Fatalf("the backend already holds %+v of job %s", got, id)
 	}
 	replay := fmt.Sprintf("%s/gym-otel-spank replay --site %s/site.yaml --endpoint http://127.0.0.1:%s %s", plugDir, plugDir, backendPort, filepath.Dir(otel))

@@ -78,7 +78,7 @@ func waitSpans(t *testing.T, id string, want int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		got := dirItems(t, backendDir, id).spans
+		got := backendItems(t, id).spans
 		if got == want {
 			return
 		}
@@ -210,7 +210,7 @@ processors:
 		t.Errorf("replay of the own dir: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	waitSpans(t, tag+"-own", 1)
-	if got := dirItems(t, backendDir, tag+"-attacker"); got.spans != 2 {
+	if got := backendItems(t, tag+"-attacker"); got.spans != 2 {
 		t.Errorf("the backend holds %d spans of the attacker's dir after the own dir's replay, want still 2 (its links not followed)", got.spans)
 	}
 

@@ -24,9 +24,19 @@ type items struct{ spans, points, logs int }
 
 func countItems(t *testing.T, path, job string) items {
 	t.Helper()
-	d, err := otlptest.Read(path)
+	n, err := readItems(path, job)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return n
+}
+
+// readItems is countItems' count, or otlptest.Read's error.
+func readItems(path, job string) (items, error) {
+	var n items
+	d, err := otlptest.Read(path)
+	if err != nil {
+		return n, err
 	}
 	ours := func(r otlptest.Attrs) bool {
 		if job == "" {
@@ -35,7 +45,6 @@ func countItems(t *testing.T, path, job string) items {
 		id, _ := r.Str("slurm_job_id")
 		return id == job
 	}
-	var n items
 	for _, s := range d.Spans {
 		if ours(s.Resource) {
 			n.spans++
@@ -51,7 +60,33 @@ func countItems(t *testing.T, path, job string) items {
 			n.logs++
 		}
 	}
-	return n
+	return n, nil
+}
+
+// backendItems is dirItems of the test backend's files. The backend's file
+// exporter may be writing a line while they are read: a file read with its
+// last line not yet terminated is read again, for at most 5 s.
+func backendItems(t *testing.T, job string) items {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var n items
+		var err error
+		for _, f := range []string{"traces.jsonl", "metrics.jsonl", "logs.jsonl"} {
+			var c items
+			if c, err = readItems(filepath.Join(backendDir, f), job); err != nil {
+				break
+			}
+			n.spans, n.points, n.logs = n.spans+c.spans, n.points+c.points, n.logs+c.logs
+		}
+		if err == nil {
+			return n
+		}
+		if !strings.Contains(err.Error(), "partial write") || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func dirItems(t *testing.T, dir, job string) items {
@@ -102,7 +137,7 @@ func waitBackend(t *testing.T, job string, want items) items {
 	var got items
 	deadline := time.Now().Add(patience)
 	for time.Now().Before(deadline) {
-		if got = dirItems(t, backendDir, job); got == want {
+		if got = backendItems(t, job); got == want {
 			return got
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -198,7 +233,7 @@ func TestReceiptBackendDownThenReplay(t *testing.T) {
 	if !strings.Contains(first, "LOST: the backend did not get") || !strings.Contains(first, "replay") {
 		t.Errorf("inspect's first lines do not say the backend lost data:\n%s", first)
 	}
-	if got := dirItems(t, backendDir, id); got != (items{}) {
+	if got := backendItems(t, id); got != (items{}) {
 		t.Fatalf("the backend already holds %+v of job %s", got, id)
 	}
 

@@ -171,10 +171,12 @@ exit 7
 		}
 	}
 	waitNoCollector(t)
+	// The epilog removes the record last, after the collector's group
+	// and rules: look once the nodes are idle (their epilogs done).
+	waitIdle(t)
 	if ents, _ := filepath.Glob(filepath.Join(recordDir, "*", jobID[1])); len(ents) > 0 {
 		t.Errorf("record dirs left: %v", ents)
 	}
-	waitIdle(t)
 }
 
 // A value the user set wins over the plugin's.

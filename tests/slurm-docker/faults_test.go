@@ -111,8 +111,8 @@ exit 94
 		for _, sig := range []string{"traces", "metrics", "logs"} {
 			c := rc.Signals[sig]
 			lost += c.Lost()
-			if c.Written != have[sig] || c.Sent+c.Lost() != c.Written {
-				t.Errorf("%s: receipt %s %+v: want written = %d (the file's items) = sent + failed", n, sig, c, have[sig])
+			if c.Written != have[sig] || c.Sent+c.Lost() != c.Written+c.FileFiltered {
+				t.Errorf("%s: receipt %s %+v: want written = %d (the file's items), sent + failed = written + filtered out of the file", n, sig, c, have[sig])
 			}
 		}
 		if !rc.Complete() || lost == 0 || !strings.Contains(strings.Join(rc.Summary(), "\n"), "LOST: the backend did not get") {

@@ -70,9 +70,13 @@ func (r *Report) delivery() (string, string) {
 	}
 	lost := false
 	for _, nr := range r.Receipts {
-		lost = lost || (nr.Receipt != nil && (nr.Receipt.Trouble() || undeliveredAppended(nr.Receipt) > 0))
+		rc := nr.Receipt
+		lost = lost || (rc != nil && (rc.Trouble() || undeliveredAppended(rc) > 0 || (rc.Delivery != nil && !rc.Delivery.Complete())))
 	}
 	if lost {
+		if len(r.Trouble) == 0 {
+			return "NOT everything: see the receipts below", "lost"
+		}
 		return "NOT everything: " + r.Trouble[0], "lost"
 	}
 	if len(r.Trouble) > 0 {
@@ -85,12 +89,30 @@ func (r *Report) delivery() (string, string) {
 		}
 		rcs = append(rcs, nr.Receipt)
 	}
+	if acked, ok := filesAcknowledged(rcs); ok {
+		return fmt.Sprintf("nothing lost: the backend acknowledged all %d items of the files, delivered from them by the supervisor (final receipts of %d %s)",
+			acked, len(r.Receipts), plural(len(r.Receipts), "node")), "ok"
+	}
 	sent, app := sentText(rcs)
 	if app != "" {
 		app = fmt.Sprintf("; the supervisor delivered %s of them, appended after the collector's exit", app)
 	}
 	return fmt.Sprintf("nothing lost: the backend accepted all %s (final receipts of %d %s%s)", sent,
 		len(r.Receipts), plural(len(r.Receipts), "node"), app), "ok"
+}
+
+// filesAcknowledged is the items the backend acknowledged of the files
+// where every receipt is of delivery from the files (otel.delivery:
+// files), and whether they all are.
+func filesAcknowledged(rcs []*receipt.Receipt) (int64, bool) {
+	var n int64
+	for _, rc := range rcs {
+		if rc.Delivery == nil {
+			return 0, false
+		}
+		n += rc.Delivery.Accepted
+	}
+	return n, len(rcs) > 0
 }
 
 // signalWords are the items of each signal, as the report names them.
@@ -136,6 +158,9 @@ func sentText(rcs []*receipt.Receipt) (sent, appended string) {
 // files after the collector's exit that the backend did not take (or whose
 // delivery no receipt records): in the files, not at the backend.
 func undeliveredAppended(rc *receipt.Receipt) int {
+	if rc.Delivery != nil {
+		return 0 // delivery from the files: the checkpoint covers the appended lines too
+	}
 	n := 0
 	for _, a := range rc.Appended {
 		if !a.Delivered {

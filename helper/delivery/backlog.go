@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 )
 
 // Backlog is what the backend has not acknowledged of one jsonl file:
@@ -130,4 +132,29 @@ func head(f *os.File, n int64) (string, error) {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:]), nil
+}
+
+// Totals is a node's delivery for its receipt: the checkpoint's figures
+// summed over its files (the duplicates' bound counting the requests in
+// flight), its last acknowledgement, and what lies past it (bl, from
+// Backlogs; nil adds nothing). The catch-ups and the error are the
+// caller's.
+func Totals(cp *Checkpoint, bl map[string]Backlog) receipt.Delivery {
+	var d receipt.Delivery
+	for _, p := range cp.Files {
+		d.Items += p.Items
+		d.Accepted += p.Accepted
+		d.Rejected += p.Rejected
+		d.Requests += p.Requests
+		d.Retries += p.Retries
+		d.DuplicatesBound += p.DuplicatesBound + p.InFlight
+		if p.AckedAt.After(d.LastAck) {
+			d.LastAck = p.AckedAt
+		}
+	}
+	for _, b := range bl {
+		d.Backlog += b.Items
+		d.BacklogLines += b.Lines
+	}
+	return d
 }

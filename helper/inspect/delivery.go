@@ -23,22 +23,7 @@ func liveDelivery(dir string, rc *receipt.Receipt) {
 	if err != nil {
 		return
 	}
-	var n receipt.Delivery
-	for _, p := range cp.Files {
-		n.Items += p.Items
-		n.Accepted += p.Accepted
-		n.Rejected += p.Rejected
-		n.Requests += p.Requests
-		n.Retries += p.Retries
-		n.DuplicatesBound += p.DuplicatesBound + p.InFlight
-		if p.AckedAt.After(n.LastAck) {
-			n.LastAck = p.AckedAt
-		}
-	}
-	for _, b := range bl {
-		n.Backlog += b.Items
-		n.BacklogLines += b.Lines
-	}
+	n := delivery.Totals(cp, bl)
 	n.CatchUps = d.CatchUps
 	if n.Backlog > 0 || n.BacklogLines > 0 {
 		n.Error = d.Error

@@ -75,11 +75,7 @@ func (s *supervisor) startFileDelivery() *fileSender {
 		if err != nil {
 			return 0
 		}
-		var n int64
-		for _, p := range cp.Files {
-			n += p.Accepted
-		}
-		return n
+		return delivery.Totals(cp, nil).Accepted
 	}
 	timeout := time.Duration(s.o.ExportTimeoutSeconds) * time.Second
 	base := http.DefaultTransport.(*http.Transport).Clone()
@@ -97,23 +93,30 @@ func (s *supervisor) startFileDelivery() *fileSender {
 	return fs
 }
 
+// pass is one delivery pass to the files' end; when it answered every
+// complete line after an outage, the outage is caught up. It returns the
+// pass's error (also kept for the receipt).
+func (fs *fileSender) pass(ctx context.Context) error {
+	_, err := delivery.Run(ctx, fs.opt)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.lastErr = err
+	if err == nil && fs.open && !fs.failing {
+		c := &fs.catchUps[len(fs.catchUps)-1]
+		c.CaughtUp = time.Now()
+		c.Items = fs.readBase() - fs.ackBase
+		fs.open = false
+	}
+	return err
+}
+
 // run delivers until stop is closed (then once more to the files' end) or
 // ctx ends.
 func (fs *fileSender) run(ctx context.Context) {
 	defer close(fs.done)
 	logged := ""
 	for {
-		_, err := delivery.Run(ctx, fs.opt)
-		fs.mu.Lock()
-		fs.lastErr = err
-		if err == nil && fs.open && !fs.failing {
-			// Every complete line answered after an outage: caught up.
-			c := &fs.catchUps[len(fs.catchUps)-1]
-			c.CaughtUp = time.Now()
-			c.Items = fs.readBase() - fs.ackBase
-			fs.open = false
-		}
-		fs.mu.Unlock()
+		err := fs.pass(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -129,16 +132,7 @@ func (fs *fileSender) run(ctx context.Context) {
 		}
 		select {
 		case <-fs.stop:
-			_, err := delivery.Run(ctx, fs.opt)
-			fs.mu.Lock()
-			fs.lastErr = err
-			if err == nil && fs.open && !fs.failing {
-				c := &fs.catchUps[len(fs.catchUps)-1]
-				c.CaughtUp = time.Now()
-				c.Items = fs.readBase() - fs.ackBase
-				fs.open = false
-			}
-			fs.mu.Unlock()
+			fs.pass(ctx)
 			return
 		case <-ctx.Done():
 			return
@@ -208,30 +202,14 @@ func (fs *fileSender) receipt() *receipt.Delivery {
 	if fs == nil {
 		return nil
 	}
-	d := &receipt.Delivery{}
 	cp, err := delivery.ReadCheckpoint(fs.opt.Dir)
 	if err != nil {
-		d.Error = err.Error()
-		return d
-	}
-	for _, p := range cp.Files {
-		d.Items += p.Items
-		d.Accepted += p.Accepted
-		d.Rejected += p.Rejected
-		d.Requests += p.Requests
-		d.Retries += p.Retries
-		d.DuplicatesBound += p.DuplicatesBound + p.InFlight
-		if p.AckedAt.After(d.LastAck) {
-			d.LastAck = p.AckedAt
-		}
+		return &receipt.Delivery{Error: err.Error()}
 	}
 	bl, err := delivery.Backlogs(fs.opt.Dir)
+	d := delivery.Totals(cp, bl)
 	if err != nil {
 		d.Error = err.Error()
-	}
-	for _, b := range bl {
-		d.Backlog += b.Items
-		d.BacklogLines += b.Lines
 	}
 	fs.mu.Lock()
 	d.CatchUps = append(d.CatchUps, fs.catchUps...)
@@ -245,7 +223,7 @@ func (fs *fileSender) receipt() *receipt.Delivery {
 		}
 	}
 	fs.mu.Unlock()
-	return d
+	return &d
 }
 
 // finishFileDelivery ends the sender at the drain within bound and marks

@@ -183,19 +183,22 @@ int gos_submit_init_post_opt(spank_t sp, const struct gos_option *opt,
 	token_env = get_line(out, "token_env");
 	chain_token = get_line(out, "token");
 	token = chain_token ? chain_token : token_env ? getenv(token_env) : NULL;
-	if (!spec || !token || !*token) {
+	/* No token_env line: remote export is off (otel.delivery: none), and
+	 * no token travels. */
+	if (!spec || (token_env && (!token || !*token))) {
 		slurm_error(GOS_PREFIX "internal error: no spec or token from the core");
 		ret = explicit_flag ? -1 : 0;
 		goto done;
 	}
 	if (spank_job_control_setenv(sp, GOS_JOB_CONTROL_SPEC, spec, 1) != ESPANK_SUCCESS ||
-	    spank_job_control_setenv(sp, GOS_JOB_CONTROL_TOKEN, token, 1) != ESPANK_SUCCESS) {
+	    (token_env && spank_job_control_setenv(sp, GOS_JOB_CONTROL_TOKEN, token, 1) != ESPANK_SUCCESS)) {
 		slurm_error(GOS_PREFIX "spank_job_control_setenv failed");
 		ret = explicit_flag ? -1 : 0;
 		goto done;
 	}
 	/* The token travels once, as the job-control variable. */
-	unsetenv(token_env);
+	if (token_env)
+		unsetenv(token_env);
 	if (!strcmp(program_invocation_short_name, "salloc"))
 		setenv(GOS_ENV_IN_JOB, "salloc", 1);
 done:

@@ -215,7 +215,7 @@ func takeToken(opt *supervise.Options) error {
 	if opt.Token == "" {
 		opt.Token = os.Getenv(opt.Resolved.Otel.TokenEnv)
 	}
-	if opt.Token == "" {
+	if opt.Token == "" && opt.Resolved.Otel.RemoteExport() {
 		return fmt.Errorf("otel.token_env: %s is empty in the supervisor's environment", opt.Resolved.Otel.TokenEnv)
 	}
 	os.Unsetenv(opt.Resolved.Otel.TokenEnv)

@@ -57,7 +57,7 @@ func Submit(a Args, spec, cwd string, env config.LookupEnv) (SubmitResult, error
 	}
 	if parent := parentJob(env); parent != "" {
 		r.ChainedFrom = parent
-		if v, ok := env(r.Otel.TokenEnv); !ok || v == "" {
+		if v, ok := env(r.Otel.TokenEnv); r.Otel.RemoteExport() && (!ok || v == "") {
 			tok, terr := parentToken(r, parent, env)
 			if terr != nil {
 				return res, fmt.Errorf("otel.token_env: %s is not set in this nested submit, and the token of the running job could not be taken over: %v: export %s=<bearer token> before this sbatch", r.Otel.TokenEnv, terr, r.Otel.TokenEnv)
@@ -82,6 +82,8 @@ func Submit(a Args, spec, cwd string, env config.LookupEnv) (SubmitResult, error
 		return res, err
 	}
 	res.Encoded = enc
-	res.TokenEnv = r.Otel.TokenEnv
+	if r.Otel.RemoteExport() {
+		res.TokenEnv = r.Otel.TokenEnv
+	}
 	return res, nil
 }

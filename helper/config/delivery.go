@@ -11,9 +11,9 @@ import "fmt"
 func (o *Otel) checkDelivery() []error {
 	var errs []error
 	switch o.Delivery {
-	case "", DeliveryCollector, DeliveryFiles:
+	case "", DeliveryCollector, DeliveryFiles, DeliveryNone:
 	default:
-		errs = append(errs, fmt.Errorf("otel.delivery: %q is not %s or %s", o.Delivery, DeliveryCollector, DeliveryFiles))
+		errs = append(errs, fmt.Errorf("otel.delivery: %q is not %s, %s or %s", o.Delivery, DeliveryCollector, DeliveryFiles, DeliveryNone))
 	}
 	k, _ := lookupKey("delivery_rate_cap")
 	if o.DeliveryRateCap != 0 && (o.DeliveryRateCap < k.min || o.DeliveryRateCap > k.max) {

@@ -49,3 +49,37 @@ func TestDeliveryKeys(t *testing.T) {
 		t.Errorf("forged: %v", err)
 	}
 }
+
+// otel.delivery none (remote export off): no endpoint and no token are
+// needed, a submitting shell without the token passes, the endpoint a
+// site sets is dropped with a warning that says so; without none, a
+// missing endpoint is still refused naming the key and the way out.
+func TestDeliveryNone(t *testing.T) {
+	noEnv := func(string) (string, bool) { return "", false }
+	r, err := Resolve(Inputs{Spec: "service_name=s,delivery=none", WorkDir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warnings, err := r.Validate(noEnv)
+	if err != nil || r.Otel.RemoteExport() || r.Otel.CollectorDelivery() || r.Otel.FileDelivery() {
+		t.Fatalf("none, no endpoint, no token: %v %+v", err, r.Otel)
+	}
+	if !strings.Contains(strings.Join(warnings, "\n"), "remote export is off") {
+		t.Errorf("warnings %q: want one saying remote export is off", warnings)
+	}
+	r, err = Resolve(Inputs{Spec: "endpoint=https://x.example.com,service_name=s,delivery=none,token_resource_attribute=true", WorkDir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warnings, err = r.Validate(noEnv)
+	if err != nil || r.Otel.Endpoint != "" || !strings.Contains(strings.Join(warnings, "\n"), "otel.endpoint https://x.example.com is not used") {
+		t.Errorf("none with a site endpoint: %v endpoint %q warnings %q", err, r.Otel.Endpoint, warnings)
+	}
+	r, err = Resolve(Inputs{Spec: "service_name=s", WorkDir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = r.Validate(noEnv); err == nil || !strings.Contains(err.Error(), "otel.endpoint: not set") || !strings.Contains(err.Error(), "otel.delivery: none") {
+		t.Errorf("no endpoint, delivery collector: %v", err)
+	}
+}

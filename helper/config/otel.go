@@ -109,7 +109,9 @@ type Otel struct {
 	// the job's jsonl files at a checkpointed position (helper/delivery):
 	// the collector renders no backend exporter, an outage of any length
 	// is caught up from the files, and what is left at the job's end is
-	// what `replay` sends.
+	// what `replay` sends; or "none", remote export off: the job's files
+	// are its only copy, no endpoint or token is needed, and `replay`
+	// sends them later where wanted.
 	Delivery string `json:"delivery,omitempty"`
 	// DeliveryRateCap (delivery_rate_cap, default 20000, 100..10000000) is
 	// each node's cap with delivery "files", items per second over its
@@ -146,6 +148,9 @@ var DefaultLocalNodeMetrics = []string{
 const (
 	DeliveryCollector = "collector"
 	DeliveryFiles     = "files"
+	// DeliveryNone is remote export off: the files only (Gym's published
+	// executor names the behaviour, not a key).
+	DeliveryNone = "none"
 )
 
 // DefaultDeliveryRateCap is delivery_rate_cap's default, items per second.
@@ -155,6 +160,16 @@ const DefaultDeliveryRateCap = 20000
 // the backend (delivery "files"): then the collector has no backend
 // exporter.
 func (o Otel) FileDelivery() bool { return o.Delivery == DeliveryFiles }
+
+// CollectorDelivery reports whether the collector's own exporter sends
+// the job's data to the backend (delivery "collector", or unset as in
+// settings forwarded by an older submit).
+func (o Otel) CollectorDelivery() bool { return o.Delivery == DeliveryCollector || o.Delivery == "" }
+
+// RemoteExport reports whether anything of the job is sent to a backend
+// at all (every delivery but "none"): without it no endpoint and no token
+// are needed.
+func (o Otel) RemoteExport() bool { return o.Delivery != DeliveryNone }
 
 // Defaults returns the built-in defaults of the otel: block (the seed's
 // table plus the keys this plugin adds).
@@ -260,7 +275,7 @@ var keyDefs = []keyDef{
 	{name: "scrape_label_limit", kind: kindInt, min: 8, max: 1000, set: func(o *Otel, v value) { o.ScrapeLabelLimit = v.i }},
 	{name: "scrape_label_name_length_limit", kind: kindInt, min: 32, max: 65536, set: func(o *Otel, v value) { o.ScrapeLabelNameLengthLimit = v.i }},
 	{name: "scrape_label_value_length_limit", kind: kindInt, min: 64, max: 1048576, set: func(o *Otel, v value) { o.ScrapeLabelValueLengthLimit = v.i }},
-	{name: "delivery", kind: kindEnum, enum: []string{DeliveryCollector, DeliveryFiles}, set: func(o *Otel, v value) { o.Delivery = v.s }},
+	{name: "delivery", kind: kindEnum, enum: []string{DeliveryCollector, DeliveryFiles, DeliveryNone}, set: func(o *Otel, v value) { o.Delivery = v.s }},
 	{name: "delivery_rate_cap", kind: kindInt, min: 100, max: 10000000, set: func(o *Otel, v value) { o.DeliveryRateCap = v.i }},
 	{name: "local_node_metrics", kind: kindPatterns, nullable: true, set: func(o *Otel, v value) { o.LocalNodeMetrics = splitPatterns(v.s) }},
 	{name: "local_node_metrics_extra", kind: kindPatterns, set: func(o *Otel, v value) { o.LocalNodeMetricsExtra = splitPatterns(v.s) }},

@@ -32,9 +32,19 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 	warnings = append(warnings, r.notes...)
 	warnings = append(warnings, r.notices...)
 
-	if o.Endpoint == "" {
-		fail("otel.endpoint: not set: set the site's OTLP/HTTP ingest URL (or otel.enabled: false to opt out)")
-	} else {
+	switch {
+	case !o.RemoteExport():
+		// Remote export off: nothing is sent, so neither the endpoint nor
+		// the token is used or checked.
+		note := "otel.delivery: none: remote export is off: the job's files are its only copy (gym-otel-spank replay DIR sends them later)"
+		if o.Endpoint != "" {
+			note += fmt.Sprintf("; otel.endpoint %s is not used", o.Endpoint)
+		}
+		warnings = append(warnings, note)
+		o.Endpoint = ""
+	case o.Endpoint == "":
+		fail("otel.endpoint: not set: set the site's OTLP/HTTP ingest URL (or otel.delivery: none to keep the files only, or otel.enabled: false to opt out)")
+	default:
 		ep, warn, err := NormalizeEndpoint(o.Endpoint)
 		if err != nil {
 			fail("otel.endpoint: %q: %v", o.Endpoint, err)
@@ -57,7 +67,7 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 	case strings.HasPrefix(o.TokenEnv, "LD_"), strings.HasPrefix(o.TokenEnv, "SLURM_"),
 		strings.HasPrefix(o.TokenEnv, "SPANK_"), strings.HasPrefix(o.TokenEnv, "GYM_OTEL_"):
 		fail("otel.token_env: %q is reserved (LD_*, SLURM_*, SPANK_*, GYM_OTEL_*): name a variable of your own, such as OTEL_TOKEN", o.TokenEnv)
-	case env != nil:
+	case env != nil && o.RemoteExport():
 		if v, ok := env(o.TokenEnv); !ok || v == "" {
 			fail("otel.token_env: the variable %s (named by otel.token_env) is not set or empty in the submitting environment: export %s=<bearer token> before submitting", o.TokenEnv, o.TokenEnv)
 		} else if err := CheckToken(o.TokenEnv, v); err != nil {

@@ -83,11 +83,19 @@ func (r *Report) delivery() (string, string) {
 		return "unknown: " + r.Trouble[0], "unknown"
 	}
 	var rcs []*receipt.Receipt
+	off := 0
 	for _, nr := range r.Receipts {
 		if nr.Receipt == nil || !nr.Receipt.Complete() {
 			return "unknown: a receipt is missing or incomplete", "unknown"
 		}
 		rcs = append(rcs, nr.Receipt)
+		if nr.Receipt.RemoteExportOff {
+			off++
+		}
+	}
+	if off == len(rcs) {
+		return fmt.Sprintf("none by choice: remote export off (otel.delivery: none); the files are the run's copy, nothing lost on the way to them (final receipts of %d %s); `gym-otel-spank replay DIR` sends them",
+			len(rcs), plural(len(rcs), "node")), "ok"
 	}
 	if acked, ok := filesAcknowledged(rcs); ok {
 		return fmt.Sprintf("nothing lost: the backend acknowledged all %d items of the files, delivered from them by the supervisor (final receipts of %d %s)",
@@ -158,8 +166,8 @@ func sentText(rcs []*receipt.Receipt) (sent, appended string) {
 // files after the collector's exit that the backend did not take (or whose
 // delivery no receipt records): in the files, not at the backend.
 func undeliveredAppended(rc *receipt.Receipt) int {
-	if rc.Delivery != nil {
-		return 0 // delivery from the files: the checkpoint covers the appended lines too
+	if rc.Delivery != nil || rc.RemoteExportOff {
+		return 0 // delivery from the files: the checkpoint covers the appended lines too; or nothing is sent
 	}
 	n := 0
 	for _, a := range rc.Appended {

@@ -172,6 +172,11 @@ type Receipt struct {
 	// (otel.delivery: files; nil: the collector's exporter sent live, and
 	// Counts.Sent and Lost say what the backend got).
 	Delivery *Delivery `json:"delivery,omitempty"`
+	// RemoteExportOff reports that the job sent nothing to a backend by
+	// choice (otel.delivery: none): the files are the run's only copy,
+	// nothing is missing at a backend, and `gym-otel-spank replay DIR`
+	// sends the files whole where wanted.
+	RemoteExportOff bool `json:"remote_export_off,omitempty"`
 }
 
 // Appended is one line the supervisor appended to a jsonl file after the
@@ -340,7 +345,7 @@ func (r *Receipt) Summary() []string {
 		if !ok || r.Basis == BasisNone {
 			continue
 		}
-		if r.Delivery != nil {
+		if r.Delivery != nil || r.RemoteExportOff {
 			lines = append(lines, fmt.Sprintf("  %-7s received %s%d, written %s%d", sig, atLeast, c.Received, atLeast, c.Written))
 		} else {
 			lines = append(lines, fmt.Sprintf("  %-7s received %s%d, written %s%d, sent to the backend %s%d, failed %s%d",
@@ -398,6 +403,7 @@ func (r *Receipt) Summary() []string {
 			l = fmt.Sprintf("  appended after the collector's exit: %d span metric points (of the spans the collector's span metrics did not count) in %s", a.Points, a.File)
 		}
 		switch {
+		case r.RemoteExportOff:
 		case a.Delivered:
 			l += ", delivered to the backend by the supervisor"
 		case r.Delivery != nil:
@@ -413,6 +419,9 @@ func (r *Receipt) Summary() []string {
 	}
 	if r.Delivery != nil {
 		lines = append(lines, r.Delivery.Summary()...)
+	}
+	if r.RemoteExportOff {
+		lines = append(lines, "  remote export off (otel.delivery: none): nothing sent to a backend; the files are the run's copy (`gym-otel-spank replay DIR` sends them)")
 	}
 	for _, u := range r.Unknown {
 		lines = append(lines, "  UNKNOWN: "+u)

@@ -451,7 +451,7 @@ func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
 		}}}}})
 	}
 	processors = append(processors, kv{IdentityProcessor, omap{{"attributes", identityActions(in)}}})
-	if o.TokenResourceAttribute {
+	if o.TokenResourceAttribute && o.CollectorDelivery() {
 		processors = append(processors, kv{BackendAuth, omap{{"attributes", []omap{{
 			{"key", "Authorization"},
 			{"value", Bearer(o.TokenEnv)},
@@ -505,9 +505,10 @@ func exporters(in Input) omap {
 			{"flush_interval", "1s"},
 		}})
 	}
-	if o.FileDelivery() {
+	if !o.CollectorDelivery() {
 		// The supervisor sends the files to the backend
-		// (helper/delivery): the collector writes only the files.
+		// (helper/delivery), or nothing is sent (delivery "none"): the
+		// collector writes only the files.
 		return exporters
 	}
 	exporters = append(exporters, kv{BackendExporter, omap{
@@ -615,7 +616,7 @@ func pipelines(in Input, scraping, cgroups bool, metricsProcs, pluginMetricsProc
 	// allowlist): with them the backend gets a pipeline of its own too.
 	addPipeline := func(id, sig string, recv, procs, exps, fileOnly []string) {
 		local := append(append([]string{}, exps...), FileExporter(sig))
-		if o.FileDelivery() {
+		if !o.CollectorDelivery() {
 			pipelines = append(pipelines, kv{id, pipeline(recv, append(append([]string{}, procs...), fileOnly...), local)})
 			return
 		}
@@ -718,6 +719,13 @@ func check(in Input) error {
 }
 
 func header(in Input) string {
+	if !in.Resolved.Otel.RemoteExport() {
+		return fmt.Sprintf("# Collector configuration rendered by gym-otel-spank for job %s on %s.\n"+
+			"# Needs OpenTelemetry Collector %s or newer with the components of otelcol-gym.\n"+
+			"# Remote export is off (otel.delivery: none): the files only.\n"+
+			"# Secrets are references: ${env:%s} (receiver token), ${env:%s} (plugin token).\n",
+			oneLine(in.Job.JobID), oneLine(in.Job.Node), MinCollectorVersion, ReceiverTokenEnv, PluginTokenEnv)
+	}
 	return fmt.Sprintf("# Collector configuration rendered by gym-otel-spank for job %s on %s.\n"+
 		"# Needs OpenTelemetry Collector %s or newer with the components of otelcol-gym.\n"+
 		"# Secrets are references: ${env:%s} (backend token), ${env:%s} (receiver token), ${env:%s} (plugin token).\n",

@@ -54,6 +54,9 @@ var variants = []variant{
 	// The supervisor delivers the files (helper/delivery): no backend
 	// exporter.
 	{"delivery-files", "delivery=files,delivery_rate_cap=5000", nil},
+	// Remote export off: no backend exporter, no token anywhere (the
+	// site's token_resource_attribute is moot).
+	{"delivery-none", "delivery=none,token_resource_attribute=true", nil},
 	{"scrape-limits", "scrape_sample_limit=1000,scrape_body_size_limit_mib=2,scrape_label_limit=20,scrape_label_name_length_limit=100,scrape_label_value_length_limit=500", nil},
 	{"hostile-text", `benchmark=a$b"c:d {x},model=m${env:HOME}\\n,component=c$`, nil},
 	// The third run of job 1234 on Slurm 25.11+ (two requeues, a SLUID).

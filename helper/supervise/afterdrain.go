@@ -490,6 +490,8 @@ func (s *supervisor) deliver(lines []appendedLine, bound time.Duration) {
 	switch {
 	case s.files != nil:
 		return // delivered from the files with the rest (filedelivery.go)
+	case !s.o.RemoteExport():
+		return // remote export off: the files only (receipt.RemoteExportOff)
 	case s.o.Endpoint == "":
 		cause = "no backend configured (otel.endpoint): nothing sent"
 	case s.o.Container != "":

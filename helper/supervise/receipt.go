@@ -66,6 +66,7 @@ func (s *supervisor) saveReceipt(logIt bool) {
 		JobID: s.opt.Facts.JobID, Node: s.opt.Facts.Node, RestartCount: s.opt.Facts.RestartCount,
 		Basis: receipt.BasisFinal, Collectors: s.runs, Unknown: s.unknown, Signals: map[string]receipt.Counts{},
 		WriteTrouble: s.trouble, Appended: s.appended, Delivery: s.files.receipt(),
+		RemoteExportOff: !s.o.RemoteExport(),
 	}
 	switch {
 	case s.figures == nil && len(s.unknown) > 0:
@@ -78,7 +79,7 @@ func (s *supervisor) saveReceipt(logIt bool) {
 		r.Signals[sig] = c
 		// The file exporter and the backend exporter get the same items,
 		// but what the file's pipeline alone filters (local_node_metrics).
-		if r.Basis == receipt.BasisFinal && r.Delivery == nil && c.Written+c.WriteFailed+c.FileFiltered != c.Sent+c.Lost() {
+		if r.Basis == receipt.BasisFinal && r.Delivery == nil && !r.RemoteExportOff && c.Written+c.WriteFailed+c.FileFiltered != c.Sent+c.Lost() {
 			r.Unknown = append(r.Unknown, fmt.Sprintf("%s: the file exporter got %d items (and its pipeline filtered %d) and the backend exporter %d; what became of the difference is not counted",
 				sig, c.Written+c.WriteFailed, c.FileFiltered, c.Sent+c.Lost()))
 		}

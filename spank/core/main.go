@@ -161,7 +161,9 @@ func gym_otel_core_submit(args, spec, cwd *C.char, out **C.char) C.int {
 		line("off", "1")
 	} else {
 		line("spec", res.Encoded)
-		line("token_env", res.TokenEnv)
+		if res.TokenEnv != "" { // "": remote export off, no token travels
+			line("token_env", res.TokenEnv)
+		}
 		if res.Token != "" && !strings.ContainsAny(res.Token, "\n") {
 			line("token", res.Token)
 		}

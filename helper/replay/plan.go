@@ -31,6 +31,9 @@ const (
 	// written (an earlier run of the job wrote to the same dir). Sent
 	// whole.
 	KindUncounted = "uncounted"
+	// KindNeverSent: the job's remote export was off (otel.delivery:
+	// none): the backend has none of it. Sent whole.
+	KindNeverSent = "never sent"
 )
 
 // Plan is what replay sends of one node dir, decided from its receipt.json
@@ -43,8 +46,8 @@ type Plan struct {
 	Dir, Name, Link string
 	// Files are the dir's non-empty jsonl files, counted (Scan).
 	Files []File
-	// Kind is KindComplete, KindLost, KindNotFinal, KindNoReceipt or
-	// KindUncounted; Whole is false only for KindComplete.
+	// Kind is KindComplete, KindLost, KindNotFinal, KindNoReceipt,
+	// KindUncounted or KindNeverSent; Whole is false only for KindComplete.
 	Kind  string
 	Whole bool
 	// Items is the files' items as an exporter counts them (spans,
@@ -108,6 +111,10 @@ func decide(d jobdir.NodeDir, files []File) Plan {
 	}
 	if r.Node != "" {
 		p.Name = r.Node
+	}
+	if r.RemoteExportOff {
+		p.Kind = KindNeverSent
+		return p
 	}
 	for _, sig := range receipt.Signals {
 		c := r.Signals[sig]
@@ -263,6 +270,8 @@ func groupLine(ps []Plan, all bool) string {
 	case KindUncounted:
 		return fmt.Sprintf("sending %s whole: %s files hold %d items more than %s counts as written (an earlier run of the job wrote to the same dir: a requeue, or a chain sharing the job dir); the files cannot tell which the backend has, so %s",
 			l, its, extra, pick(one, "its receipt", "their receipts"), again())
+	case KindNeverSent:
+		return fmt.Sprintf("sending %s whole: %s remote export was off (otel.delivery: none), so the backend has none of %s %d items", l, receipts, its, items)
 	case KindNoReceipt:
 		return fmt.Sprintf("sending %s whole: %s: what the backend has from %s is not known; %s", l, ps[0].Why, they, again())
 	}

@@ -186,3 +186,27 @@ func TestReplayOnlyWhatTheReceiptsMiss(t *testing.T) {
 		t.Errorf("replay of a job without losses: exit %d, the backend got %d spans (want 0)\n%s", code, len(tr.Spans), out)
 	}
 }
+
+// A node dir whose receipt says remote export was off (otel.delivery:
+// none) is sent whole, and its line says the backend has none of it.
+func TestPlanRemoteExportOff(t *testing.T) {
+	otel := filepath.Join(t.TempDir(), "otel")
+	nodeSpans(t, otel, "gn1", 4)
+	r := &receipt.Receipt{JobID: "77", Node: "gn1", Basis: receipt.BasisFinal, Collectors: 1, RemoteExportOff: true,
+		Signals: map[string]receipt.Counts{"traces": {Received: 4, Written: 4}}}
+	if err := r.Write(otel); err != nil {
+		t.Fatal(err)
+	}
+	dirs, _ := jobdir.NodeDirs(otel, nil)
+	plans, err := replay.Plans(dirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plans) != 1 || plans[0].Kind != replay.KindNeverSent || !plans[0].Whole || plans[0].Items != 4 {
+		t.Fatalf("plans %+v: want gn1 sent whole, never sent", plans)
+	}
+	line := strings.Join(replay.PlanLines(plans, false), "\n")
+	if !strings.Contains(line, "sending gn1 whole") || !strings.Contains(line, "remote export was off") || !strings.Contains(line, "none of its 4 items") {
+		t.Errorf("plan line %q", line)
+	}
+}

@@ -79,11 +79,11 @@ func TestRemoteExportOff(t *testing.T) {
 	if ins.code != 0 || !strings.Contains(ins.stdout, "remote export off") || strings.Contains(ins.stdout, "LOST") {
 		t.Errorf("inspect: exit %d, want it to say remote export off and nothing lost:\n%s%s", ins.code, ins.stdout, ins.stderr)
 	}
-	rp := asUser(t, 60*time.Second, tokenEnv(), fmt.Sprintf("%s/gym-otel-spank replay --site %s/site.yaml --endpoint http://127.0.0.1:%s %s",
-		plugDir, plugDir, backendPort, jobDir))
+	rp := asUser(t, 90*time.Second, tokenEnv(), fmt.Sprintf("%s/gym-otel-spank replay --binary %s --timeout 60s --site %s/site.yaml --endpoint http://127.0.0.1:%s %s",
+		plugDir, testenv.Collector(t), plugDir, backendPort, jobDir))
 	t.Logf("replay: exit %d\n%s%s", rp.code, rp.stdout, rp.stderr)
-	if rp.code != 0 {
-		t.Fatalf("replay of a job with remote export off: exit %d", rp.code)
+	if rp.code != 0 || !strings.Contains(rp.stdout+rp.stderr, "remote export was off") {
+		t.Fatalf("replay of a job with remote export off: exit %d, want 0 and a line saying remote export was off", rp.code)
 	}
 	if be := waitBackend(t, id, files); be != files {
 		t.Errorf("after replay the backend holds %+v of job %s, the files %+v", be, id, files)

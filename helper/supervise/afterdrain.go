@@ -515,8 +515,8 @@ func (s *supervisor) deliver(lines []appendedLine, bound time.Duration) {
 		return
 	}
 	set(cause, replay.HTTPStatus(cause))
-	s.log.Warnf("the appended phase spans were not delivered to the backend: attempt of %d ms (bound %v, %s): %s; `gym-otel-spank replay --appended` sends them",
-		time.Since(start).Milliseconds(), bound, peakNote(peak), cause)
+	s.log.Warnf("the appended phase spans were not delivered to the backend: attempt of %d ms (bound %v): %s; `gym-otel-spank replay --appended` sends them; %s",
+		time.Since(start).Milliseconds(), bound, cause, peakNote(peak))
 	appendLog(s.logPath, "gym-otel: the appended phase spans were not delivered to the backend: "+cause)
 }
 

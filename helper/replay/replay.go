@@ -122,6 +122,10 @@ type Result struct {
 	Done bool
 	// Took is the replay's duration.
 	Took time.Duration
+	// CollectorMaxRSS is the sending collector's peak resident set in KiB
+	// (its ru_maxrss, read once it was reaped; 0 when it did not start or
+	// the result was returned before its exit).
+	CollectorMaxRSS int64
 	// Cause is the backend exporter's last failure, in one line, from the
 	// collector's log ("" when it logged none).
 	Cause string
@@ -587,7 +591,10 @@ func send(ctx context.Context, opt SendOptions, res *Result, start time.Time) (_
 	if err != nil {
 		return res, false, err
 	}
-	defer killCollector(c)
+	defer func() {
+		killCollector(c)
+		res.CollectorMaxRSS = maxRSS(c)
+	}()
 	defer func() { res.Cause, res.Refusals, res.Silences = exportFailures(logPath) }()
 	fmt.Fprintf(opt.Out, "replay: %d file(s) to %s (collector pid %d)\n", len(opt.Files), res.Endpoint, c.Cmd.Process.Pid)
 
@@ -739,6 +746,18 @@ func killCollector(c *proc.Child) {
 		c.KillGroup()
 		<-c.Exited()
 	}
+}
+
+// maxRSS is the exited child's peak resident set in KiB (ru_maxrss; 0
+// while it runs or when not known).
+func maxRSS(c *proc.Child) int64 {
+	if c.Running() || c.Cmd.ProcessState == nil {
+		return 0
+	}
+	if ru, ok := c.Cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		return ru.Maxrss
+	}
+	return 0
 }
 
 // collectorStatus is the status in dir/state.json ("" when there is none

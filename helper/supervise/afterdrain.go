@@ -510,36 +510,58 @@ func (s *supervisor) deliver(lines []appendedLine, bound time.Duration) {
 		s.log.Infof("the appended phase spans: %s", cause)
 		return
 	}
-	cause = s.send(lines, bound)
+	cause, peak := s.send(lines, bound)
 	if cause == "" {
 		set("", 0)
-		s.log.Infof("the appended lines (%d) delivered to the backend %s in %d ms", len(lines), s.o.Endpoint, time.Since(start).Milliseconds())
+		s.log.Infof("the appended lines (%d) delivered to the backend %s in %d ms (%s)", len(lines), s.o.Endpoint, time.Since(start).Milliseconds(), peakNote(peak))
 		return
 	}
 	set(cause, replay.HTTPStatus(cause))
-	s.log.Warnf("the appended phase spans were not delivered to the backend: attempt of %d ms (bound %v): %s; `gym-otel-spank replay --appended` sends them",
-		time.Since(start).Milliseconds(), bound, cause)
+	s.log.Warnf("the appended phase spans were not delivered to the backend: attempt of %d ms (bound %v): %s; `gym-otel-spank replay --appended` sends them; %s",
+		time.Since(start).Milliseconds(), bound, cause, peakNote(peak))
 	appendLog(s.logPath, "gym-otel: the appended phase spans were not delivered to the backend: "+cause)
 }
 
+// peakNote is the delivering collector's peak RSS (KiB) for the log:
+// the cost of the drain's second collector (docs/performance.md, P3D,
+// reads this line).
+func peakNote(kib int64) string {
+	if kib <= 0 {
+		return "the delivering collector's peak RSS unknown"
+	}
+	return fmt.Sprintf("the delivering collector's peak RSS %.1f MiB", float64(kib)/1024)
+}
+
 // send is deliver's one attempt: "" when the backend accepted every item
-// of every line, else why not, in one line.
-func (s *supervisor) send(lines []appendedLine, bound time.Duration) string {
+// of every line, else why not, in one line; and the peak RSS in KiB of
+// the collector that sent (replay.Result.CollectorMaxRSS; 0 when none
+// started).
+func (s *supervisor) send(lines []appendedLine, bound time.Duration) (string, int64) {
+	cause, res := s.sendOnce(lines, bound)
+	if res == nil {
+		return cause, 0
+	}
+	return cause, res.CollectorMaxRSS
+}
+
+// sendOnce is send's attempt and replay.Send's result (nil when the
+// collector did not start).
+func (s *supervisor) sendOnce(lines []appendedLine, bound time.Duration) (string, *replay.Result) {
 	be, err := replay.ReadBackend(s.configPath())
 	if err != nil {
-		return "the job's exporter settings: " + err.Error()
+		return "the job's exporter settings: " + err.Error(), nil
 	}
 	be.Auth = s.o.TokenResourceAttribute
 	tmp, err := os.MkdirTemp("", "gym-otel-deliver.")
 	if err != nil {
-		return err.Error()
+		return err.Error(), nil
 	}
 	defer os.RemoveAll(tmp)
 	var files []replay.File
 	for i, l := range lines {
 		f, err := replay.LineFile(tmp, i, l.signal, l.line)
 		if err != nil {
-			return err.Error()
+			return err.Error(), nil
 		}
 		files = append(files, f)
 	}
@@ -551,23 +573,23 @@ func (s *supervisor) send(lines []appendedLine, bound time.Duration) string {
 	})
 	switch {
 	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && res != nil && res.Cause != "":
-		return oneLine(fmt.Sprintf("no answer from the backend within %v: %s", bound.Round(time.Millisecond), res.Cause))
+		return oneLine(fmt.Sprintf("no answer from the backend within %v: %s", bound.Round(time.Millisecond), res.Cause)), res
 	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return fmt.Sprintf("no answer from the backend within %v", bound.Round(time.Millisecond))
+		return fmt.Sprintf("no answer from the backend within %v", bound.Round(time.Millisecond)), res
 	case err != nil && res != nil && res.Cause != "":
-		return oneLine(fmt.Sprintf("%s (%v)", res.Cause, firstLineOf(err)))
+		return oneLine(fmt.Sprintf("%s (%v)", res.Cause, firstLineOf(err))), res
 	case err != nil:
 		// Replay's advice (nothing was sent, replay again) is not the
 		// supervisor's to give.
 		l, _, _ := strings.Cut(firstLineOf(err), " (nothing was sent")
-		return oneLine(l)
+		return oneLine(l), res
 	case !res.OK():
 		if res.Cause != "" {
-			return oneLine(res.Cause)
+			return oneLine(res.Cause), res
 		}
-		return "the backend did not accept every item"
+		return "the backend did not accept every item", res
 	}
-	return ""
+	return "", res
 }
 
 // firstLineOf is err's first line.

@@ -31,7 +31,12 @@ import (
 // rendered, once per variant: as rendered (twice: the A-against-A
 // control), without the receipt's periodic reader, without the file
 // exporters, without the span metrics connector, without all three,
-// without the collector's own metrics, and with other Go runtime settings.
+// without the collector's own metrics, with other Go runtime settings, and
+// without the start's two releases (collector/startgc.go: the garbage
+// collector on through the start, GOGC=100; the start's pages of the
+// binary kept). Each run by hand is a memory control group of its own (on
+// cgroup v2 or v1's memory hierarchy, when the test may make one), whose
+// charge is reported beside the process's figures.
 // RssFile counts only the binary's pages a run touched, so a component
 // left out of the configuration shows what its code costs at run time. The
 // variants run interleaved over rounds. Each run prints a
@@ -71,6 +76,7 @@ func TestMeasureMemory(t *testing.T) {
 		}
 	}
 	bin := testenv.Collector(t)
+	groups := measureGroups(t)
 	binaries := [][2]string{{filepath.Base(bin), bin}}
 	for _, nb := range strings.Split(os.Getenv("GYM_OTEL_MEASURE_BINARIES"), ",") {
 		if name, path, ok := strings.Cut(nb, "="); ok {
@@ -91,16 +97,24 @@ func TestMeasureMemory(t *testing.T) {
 	token := "tok-" + harness.RandHex(8)
 	backend := harness.StartBackend(t, token)
 
-	sample := func(pid int, d time.Duration) ([]testenv.Mem, error) {
+	// sample reads pid's memory every second for d, and the charge of
+	// group (a directory of measureGroups; "" for none) with it.
+	sample := func(pid int, d time.Duration, group string) ([]testenv.Mem, []float64, error) {
 		var v []testenv.Mem
+		var charge []float64
 		for t0 := time.Now(); time.Since(t0) < d; time.Sleep(time.Second) {
 			m, err := testenv.ReadMem(pid)
 			if err != nil {
-				return v, err
+				return v, charge, err
 			}
 			v = append(v, m)
+			if group != "" {
+				if c, err := testenv.ReadCharge(group, groups.file); err == nil {
+					charge = append(charge, c)
+				}
+			}
 		}
-		return v, nil
+		return v, charge, nil
 	}
 	sizeOf := func(p string) float64 {
 		st, err := os.Stat(p)
@@ -138,7 +152,7 @@ func TestMeasureMemory(t *testing.T) {
 	s := harness.StartSup(t, harness.Job{JobID: "700", VLLMPort: vllm, NodePort: nodePort, Scrape: 5,
 		Endpoint: backend.URL, Token: token}).MustReady(t)
 	time.Sleep(warm)
-	v, err := sample(s.Report.CollectorPID, window)
+	v, _, err := sample(s.Report.CollectorPID, window, "")
 	if err != nil {
 		t.Fatalf("the supervised collector: %v", err)
 	}
@@ -183,6 +197,11 @@ func TestMeasureMemory(t *testing.T) {
 		{name: "GOGC=50", env: []string{"GOGC=50"}},
 		{name: "GOGC=25", env: []string{"GOGC=25"}},
 		{name: "keeping the start's pages of the binary", env: []string{"GYM_OTEL_KEEP_START_PAGES=1"}},
+		// GOGC set in the environment keeps the garbage collector on
+		// through the start (collector/startgc.go).
+		{name: "with the start's garbage collection (GOGC=100)", env: []string{"GOGC=100"}},
+		{name: "with the start's garbage collection and pages (GOGC=100, keeping the pages)",
+			env: []string{"GOGC=100", "GYM_OTEL_KEEP_START_PAGES=1"}},
 	}
 	if only := os.Getenv("GYM_OTEL_MEASURE_VARIANTS"); only != "" {
 		variants = slices.DeleteFunc(variants, func(v variant) bool {
@@ -226,7 +245,14 @@ func TestMeasureMemory(t *testing.T) {
 			if err := os.WriteFile(path, y, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			p := harness.StartProc(t, "collector "+r.name, append(slices.Clone(env), r.env...), r.binPath, "--config", path)
+			// Each run in a memory group of its own, joined before the
+			// collector's exec so that all it faults in is charged there.
+			argv := []string{r.binPath, "--config", path}
+			group := groups.make(t, fmt.Sprintf("r%d-%d", round, i))
+			if group != "" {
+				argv = append([]string{"/bin/sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, group}, argv...)
+			}
+			p := harness.StartProc(t, "collector "+r.name, append(slices.Clone(env), r.env...), argv...)
 			harness.WaitFor(t, 30*time.Second, "the collector's health check", func() bool {
 				if !p.Running() {
 					t.Fatalf("%s: the collector exited: %v\n%s", r.name, p.Err, p.Out.String())
@@ -234,11 +260,15 @@ func TestMeasureMemory(t *testing.T) {
 				return harness.HTTPOK(s.HealthURL())
 			})
 			time.Sleep(warm)
-			v, err := sample(p.Cmd.Process.Pid, window)
+			v, charge, err := sample(p.Cmd.Process.Pid, window, group)
 			if err != nil {
 				t.Fatalf("%s: %v\n%s", r.name, err, p.Out.String())
 			}
 			sum := report(p.Cmd.Process.Pid, r.name, r.binName, r.binPath, round, v)
+			if len(charge) > 0 {
+				slices.Sort(charge)
+				sum.Group = charge[len(charge)/2] / 1024
+			}
 			if loadRate > 0 {
 				sum.LoadRate, sum.LoadCPU, sum.LoadMaxRSS, sum.LoadMaxAnon = memLoad(t, loadgen, p.Cmd.Process.Pid, ports.OTLPHTTP, receiverToken, loadRate)
 			}
@@ -247,6 +277,7 @@ func TestMeasureMemory(t *testing.T) {
 			if err := p.Wait(t, 30*time.Second); err != nil {
 				t.Fatalf("%s: exit: %v\n%s", r.name, err, p.Out.String())
 			}
+			groups.remove(group)
 			if round == 1 && i == 0 {
 				if m, err := os.ReadFile(filepath.Join(dir, "metrics.jsonl")); err != nil || !strings.Contains(string(m), "num_requests_running") ||
 					!strings.Contains(string(m), `"name":"node_`) {
@@ -414,4 +445,66 @@ func dropFileExporters(cfg map[string]any) {
 func dropSpanMetrics(cfg map[string]any) {
 	delete(cfg, "connectors")
 	dropFromPipelines(cfg, func(s string) bool { return s == "span_metrics" || strings.HasPrefix(s, "span_metrics/") })
+}
+
+// memGroups makes the memory control groups of TestMeasureMemory's runs
+// by hand, one per run, under a parent of the test's: on cgroup v2 (the
+// memory controller at /sys/fs/cgroup) or on the v1 memory hierarchy.
+// Without either, or without the right to make one, make returns "" and
+// the runs have no group (no charge is reported).
+type memGroups struct {
+	parent string // "": none
+	file   string // the charge file: memory.current or memory.usage_in_bytes
+}
+
+// measureGroups makes the parent group, removed at the test's end.
+func measureGroups(t *testing.T) *memGroups {
+	g := &memGroups{}
+	name := "gym-otel-measure-" + harness.RandHex(6)
+	if c, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil && slices.Contains(strings.Fields(string(c)), "memory") {
+		g.parent, g.file = filepath.Join("/sys/fs/cgroup", name), "memory.current"
+		if err := os.Mkdir(g.parent, 0o755); err == nil {
+			// The parent's children get the memory controller.
+			err = os.WriteFile(filepath.Join(g.parent, "cgroup.subtree_control"), []byte("+memory"), 0o644)
+			if err != nil {
+				os.Remove(g.parent)
+				g.parent = ""
+			}
+		} else {
+			g.parent = ""
+		}
+	} else if _, err := os.Stat("/sys/fs/cgroup/memory/memory.usage_in_bytes"); err == nil {
+		g.parent, g.file = filepath.Join("/sys/fs/cgroup/memory", name), "memory.usage_in_bytes"
+		if os.Mkdir(g.parent, 0o755) != nil {
+			g.parent = ""
+		}
+	}
+	if g.parent == "" {
+		t.Log("no memory group of the test's own: the runs by hand report no group charge")
+		return g
+	}
+	t.Cleanup(func() { os.Remove(g.parent) })
+	return g
+}
+
+// make makes the run's group; "" when there is no parent.
+func (g *memGroups) make(t *testing.T, name string) string {
+	if g.parent == "" {
+		return ""
+	}
+	dir := filepath.Join(g.parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Logf("memory group %s: %v: no group charge for this run", dir, err)
+		return ""
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	return dir
+}
+
+// remove removes a run's group once its collector has exited (its charge
+// moves to the parent).
+func (g *memGroups) remove(dir string) {
+	if dir != "" {
+		os.Remove(dir)
+	}
 }

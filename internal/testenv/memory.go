@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -48,6 +50,59 @@ func ReadMem(pid int) (Mem, error) {
 	return m, nil
 }
 
+// cgroupRoot is where the cgroup hierarchies are mounted.
+var cgroupRoot = "/sys/fs/cgroup"
+
+// GroupCharge is what the memory controller charges to pid's control group,
+// in KiB, and the group's directory: memory.current of its cgroup v2 group
+// (at the mount or under "unified") when that group has one, else
+// memory.usage_in_bytes of its cgroup v1 memory group. Both count the
+// group's anonymous memory, the page cache the group first brought in
+// (a page stays charged to the group that first read it, whoever maps it
+// later) and kernel memory, of every process in the group and below.
+// Errors: pid is gone, or no memory group of it has a readable charge.
+func GroupCharge(pid int) (float64, string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return 0, "", err
+	}
+	var cands [][2]string // directory, charge file
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		switch {
+		case f[0] == "0" && f[1] == "":
+			for _, m := range []string{cgroupRoot, filepath.Join(cgroupRoot, "unified")} {
+				cands = append(cands, [2]string{filepath.Join(m, f[2]), "memory.current"})
+			}
+		case slices.Contains(strings.Split(f[1], ","), "memory"):
+			cands = append(cands, [2]string{filepath.Join(cgroupRoot, "memory", f[2]), "memory.usage_in_bytes"})
+		}
+	}
+	for _, c := range cands {
+		if v, err := ReadCharge(c[0], c[1]); err == nil {
+			return v, c[0], nil
+		}
+	}
+	return 0, "", fmt.Errorf("pid %d: no memory charge in its groups (%s)", pid, strings.TrimSpace(string(b)))
+}
+
+// ReadCharge reads a group's charge file (memory.current or
+// memory.usage_in_bytes: bytes) in dir and returns KiB.
+func ReadCharge(dir, file string) (float64, error) {
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q: %v", filepath.Join(dir, file), b, err)
+	}
+	return v / 1024, nil
+}
+
 // Segments is the resident part, in KiB, of each mapping of the file exe
 // in pid's address space (/proc/<pid>/smaps), in address order: for a Go
 // binary its text, its read-only data (.rodata, .gopclntab) and its data
@@ -89,6 +144,10 @@ type MemorySummary struct {
 	File    float64 `json:"file_mib"`
 	Anon    float64 `json:"anon_mib"`
 	MaxRSS  float64 `json:"max_rss_mib"`
+	// Group is the median charge of the run's own memory control group
+	// (GroupCharge's files: the collector alone in it) in MiB; 0 when the
+	// run had no group of its own.
+	Group float64 `json:"group_mib,omitempty"`
 	// Segments is the binary's resident pages per mapping at the last
 	// sample (Segments), in MiB.
 	Segments []float64 `json:"segments_mib,omitempty"`

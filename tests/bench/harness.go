@@ -322,11 +322,59 @@ func countIn(p string, pat []byte) (int64, error) {
 }
 
 // memOf is a process's memory in KiB (testenv.Mem: VmRSS, RssAnon,
-// RssFile from status, Pss from smaps_rollup).
-type memOf = testenv.Mem
+// RssFile from status, Pss from smaps_rollup), and the charge of its
+// memory control group in KiB (testenv.GroupCharge; 0 when unreadable):
+// for a collector, the plugin's group of the job on the node, which holds
+// the supervisor too.
+type memOf struct {
+	testenv.Mem
+	Group float64
+}
 
-// readMem samples a process's memory (testenv.ReadMem).
-func readMem(pid int) (memOf, error) { return testenv.ReadMem(pid) }
+// readMem samples a process's memory (testenv.ReadMem) and its group's
+// charge (testenv.GroupCharge).
+func readMem(pid int) (memOf, error) {
+	m, err := testenv.ReadMem(pid)
+	if err != nil {
+		return memOf{}, err
+	}
+	g, _, _ := testenv.GroupCharge(pid)
+	return memOf{Mem: m, Group: g}, nil
+}
+
+// Goals of P4 for an idle collector, in MiB (issue 43): what the node
+// pays, PSS (its share of the pages it maps) and anonymous memory.
+const (
+	p4GoalPSS  = 30
+	p4GoalAnon = 16
+)
+
+// p4Figure is a P4 row's figure from samples: the medians of PSS and
+// RssAnon (the headline), of the group's charge, VmRSS and RssFile
+// beside, in MiB.
+func p4Figure(samples []memOf) (fig string, pss, anon float64) {
+	pick := func(f func(memOf) float64) float64 {
+		var v []float64
+		for _, m := range samples {
+			v = append(v, f(m)/1024)
+		}
+		return median(v)
+	}
+	pss, anon = pick(func(m memOf) float64 { return m.PSS }), pick(func(m memOf) float64 { return m.Anon })
+	group := "group ?"
+	if g := pick(func(m memOf) float64 { return m.Group }); g > 0 {
+		group = fmt.Sprintf("group charge %.1f", g)
+	}
+	fig = fmt.Sprintf("PSS %.1f MiB, anon %.1f MiB (%s; VmRSS %.1f, file %.1f)", pss, anon, group,
+		pick(func(m memOf) float64 { return m.RSS }), pick(func(m memOf) float64 { return m.File }))
+	return fig, pss, anon
+}
+
+// p4Met is whether the idle goals are met.
+func p4Met(pss, anon float64) string { return yes(pss <= p4GoalPSS && anon <= p4GoalAnon) }
+
+// p4Target is the idle rows' target.
+var p4Target = fmt.Sprintf("PSS <= %d MiB, anon <= %d MiB (issue 43)", p4GoalPSS, p4GoalAnon)
 
 // findProc returns the pids whose command line starts with prefix.
 func findProc(prefix string) []int {

@@ -18,6 +18,8 @@
 //	                            at interval 15 s alone, with each target's wait for its first sample; P7,
 //	                            inspect of 1 GB of jsonl over 2 nodes (includes P7N: the same over 64), P8, the files under five backend outages, and
 //	                            P4M, the idle collector's memory by configuration and runtime setting,
+//	                            P4I, P4's two idle rows alone (no P5 load, no P4M), P3D, the drain's
+//	                            second collector (the delivery of the drain's spans): ms and peak RSS,
 //	                            P9, node_exporter's bytes in metrics.jsonl with local_node_metrics,
 //	                            run without Slurm when alone)
 //	GYM_OTEL_BENCH_OUTAGE_SECONDS=N  P8's length of each outage run (default 180, quick 60; P8 takes
@@ -89,7 +91,7 @@ func main() {
 	// Rounds and samples: about 15 minutes by default, 7 in quick mode.
 	p1Rounds, p1N, p1Sbatch := 4, 10, 4
 	p1sRounds, p1sN := 6, 15
-	p23Rounds, p3Rounds := 5, 3
+	p23Rounds, p3Rounds, p3dJobs := 5, 3, 8
 	loadDur, idle, loadJobs := 60*time.Second, 15*time.Second, 3
 	scrapeWin := 240 * time.Second
 	p4mRounds, p4mWindow := 2, 20
@@ -98,7 +100,7 @@ func main() {
 		outageDur = 60 * time.Second
 		p1Rounds, p1N, p1Sbatch = 2, 6, 2
 		p1sRounds, p1sN = 2, 6
-		p23Rounds, p3Rounds = 2, 1
+		p23Rounds, p3Rounds, p3dJobs = 2, 1, 4
 		loadDur, idle, loadJobs = 15*time.Second, 10*time.Second, 2
 		scrapeWin = 60 * time.Second
 		p4mRounds, p4mWindow = 1, 15
@@ -135,7 +137,7 @@ func main() {
 	logf("bench: setting up (quick=%v)", quick)
 	var rows []Row
 	// P7 needs no Slurm: alone, it runs without one.
-	slurm := want("P1", "P1S", "P2", "P3", "P3B", "P4", "P5", "P6")
+	slurm := want("P1", "P1S", "P2", "P3", "P3B", "P3D", "P4", "P4I", "P5", "P6")
 	var err error
 	if slurm {
 		err = setup()
@@ -161,6 +163,18 @@ func main() {
 	if err == nil && want("P2", "P3", "P3B") {
 		var r []Row
 		if r, err = runP3At15(p3Rounds); err == nil {
+			rows = append(rows, r...)
+		}
+	}
+	if err == nil && want("P3D") {
+		var r []Row
+		if r, err = runP3D(p3dJobs); err == nil {
+			rows = append(rows, r...)
+		}
+	}
+	if err == nil && !want("P4", "P5") && want("P4I") {
+		var r []Row
+		if r, err = runP4Idle(idle, scrapeWin); err == nil {
 			rows = append(rows, r...)
 		}
 	}
@@ -208,7 +222,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	order := map[string]int{"P1": 1, "P2": 2, "P3": 3, "P4": 4, "P5": 5, "P6": 6, "P7": 7, "P7N": 7, "P8": 8, "P9": 9}
+	order := map[string]int{"P1": 1, "P2": 2, "P3": 3, "P3D": 3, "P4": 4, "P5": 5, "P6": 6, "P7": 7, "P7N": 7, "P8": 8, "P9": 9}
 	sortRows(rows, order)
 
 	var b strings.Builder

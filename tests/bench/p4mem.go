@@ -20,8 +20,8 @@ import (
 
 // runP4Memory runs TestMeasureMemory for rounds rounds of window seconds
 // per run and returns one row per variant: the median over the rounds of
-// each run's median VmRSS, PSS, RssFile and RssAnon, and the difference
-// from the configuration as rendered.
+// each run's median PSS, RssAnon, its memory group's charge, VmRSS and
+// RssFile, and the difference from the configuration as rendered.
 func runP4Memory(rounds, window int) ([]Row, error) {
 	logf("P4 breakdown: the collector's idle memory by configuration and runtime setting, %d rounds of %d s runs", rounds, window)
 	cmd := exec.Command("go", "test", "-count=1", "-run", "^TestMeasureMemory$", "-v", "-timeout", "60m", "./helper/supervise")
@@ -32,9 +32,9 @@ func runP4Memory(rounds, window int) ([]Row, error) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	type agg struct {
-		name                     string
-		size                     float64
-		rss, pss, file, anon, mx []float64
+		name                            string
+		size                            float64
+		rss, pss, file, anon, mx, group []float64
 	}
 	var order []string
 	by := map[string]*agg{}
@@ -61,6 +61,9 @@ func runP4Memory(rounds, window int) ([]Row, error) {
 		}
 		a.rss, a.pss, a.file, a.anon = append(a.rss, s.RSS), append(a.pss, s.PSS), append(a.file, s.File), append(a.anon, s.Anon)
 		a.mx = append(a.mx, s.MaxRSS)
+		if s.Group > 0 {
+			a.group = append(a.group, s.Group)
+		}
 	}
 	if err != nil || len(order) == 0 {
 		return nil, fmt.Errorf("P4 breakdown: go test -run TestMeasureMemory ./helper/supervise: %v\n%s", err, lastLines(out.String(), 40))
@@ -69,18 +72,27 @@ func runP4Memory(rounds, window int) ([]Row, error) {
 	var rows []Row
 	for _, k := range order {
 		a := by[k]
-		fig := fmt.Sprintf("VmRSS %.1f MiB (PSS %.1f, file %.1f, anon %.1f)", median(a.rss), median(a.pss), median(a.file), median(a.anon))
-		if base != nil && a != base {
-			fig += fmt.Sprintf("; vs as rendered: %+.1f (file %+.1f, anon %+.1f)", median(a.rss)-median(base.rss),
-				median(a.file)-median(base.file), median(a.anon)-median(base.anon))
+		// The headline is what the node pays: PSS and anonymous memory,
+		// and the charge of the run's own memory group; VmRSS beside.
+		group := "no group"
+		if len(a.group) > 0 {
+			group = fmt.Sprintf("group %.1f", median(a.group))
 		}
-		lo, hi := minmax(a.rss)
+		fig := fmt.Sprintf("PSS %.1f MiB, anon %.1f, %s (VmRSS %.1f, file %.1f)", median(a.pss), median(a.anon), group, median(a.rss), median(a.file))
+		if base != nil && a != base {
+			fig += fmt.Sprintf("; vs as rendered: PSS %+.1f, anon %+.1f", median(a.pss)-median(base.pss), median(a.anon)-median(base.anon))
+			if len(a.group) > 0 && len(base.group) > 0 {
+				fig += fmt.Sprintf(", group %+.1f", median(a.group)-median(base.group))
+			}
+			fig += fmt.Sprintf(" (VmRSS %+.1f, file %+.1f)", median(a.rss)-median(base.rss), median(a.file)-median(base.file))
+		}
+		lo, hi := minmax(a.pss)
 		_, peak := minmax(a.mx)
 		rows = append(rows, Row{
 			ID:     "P4",
 			What:   fmt.Sprintf("idle collector, %s (binary %.0f MiB)", k, a.size),
 			Figure: fig,
-			Spread: fmt.Sprintf("run medians %.1f-%.1f MiB over %d runs, highest sample %.1f MiB", lo, hi, len(a.rss), peak),
+			Spread: fmt.Sprintf("PSS run medians %.1f-%.1f MiB over %d runs, highest VmRSS sample %.1f MiB", lo, hi, len(a.pss), peak),
 			Target: "report", Met: "-",
 		})
 	}

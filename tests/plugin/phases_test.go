@@ -307,6 +307,14 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 			t.Errorf("the receipt's %s line: delivered %v (cause %q), want delivered by the supervisor", a.File, a.Delivered, a.Cause)
 		}
 	}
+	// The cost of the delivery's collector (the drain's second one), as
+	// the supervisor logs it and the bench reads it (P3D).
+	sl, _ := os.ReadFile(filepath.Join(otel, "supervisor.log"))
+	if m := deliveredRE.FindSubmatch(sl); m == nil {
+		t.Errorf("supervisor.log has no line of the appended lines' delivery with the delivering collector's peak RSS:\n%s", sl)
+	} else if mib, _ := strconv.ParseFloat(string(m[2]), 64); mib < 5 || mib > 512 {
+		t.Errorf("the delivering collector's peak RSS %s MiB: not a collector's", m[2])
+	}
 	waitBackend := func(want int) int {
 		deadline := time.Now().Add(30 * time.Second)
 		for inBackend() < want && time.Now().Before(deadline) {
@@ -343,6 +351,10 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 		t.Errorf("after replay --appended --force the backend holds %d drain and epilog spans of job %s, want the two twice", n, job)
 	}
 }
+
+// deliveredRE is the supervisor's log line of the appended lines'
+// delivery: its ms and the delivering collector's peak RSS in MiB.
+var deliveredRE = regexp.MustCompile(`the appended lines \(\d+\) delivered to the backend \S+ in (\d+) ms \(the delivering collector's peak RSS ([0-9.]+) MiB\)`)
 
 // TestDrainSpanNoFollow: the job's user swaps its traces.jsonl for a
 // symbolic link (to a file of its own) while the collector runs. The

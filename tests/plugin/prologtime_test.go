@@ -18,7 +18,10 @@ import (
 // (and range) of slurmd's prolog (its log's "Running spank/prolog for
 // jobid [N]" to "Finished wait for job N's prolog to complete", ms
 // stamps), of the plugin's own prolog (the sum of the steps of its debug
-// line "start steps on gn1 in ms: prolog ..."), and of each step.
+// line "start steps on gn1 in ms: prolog ..."), of each step (the
+// supervisor's own as sup.*, within the prolog's "supervisor" step), and
+// of Slurm's launch of the batch step: from the prolog's end to the
+// script's first line (its `date`, against slurmd's ms stamp).
 func TestPrologDuration(t *testing.T) {
 	runs, _ := strconv.Atoi(os.Getenv("GYM_OTEL_PROLOG_RUNS"))
 	if runs <= 0 {
@@ -26,9 +29,12 @@ func TestPrologDuration(t *testing.T) {
 	}
 	waitIdle(t)
 	d := markerDir(t, "prologtime")
-	script := writeScript(t, filepath.Base(d)+".sh", "true\n")
+	// The script's first line stamps its start: from the prolog's end to
+	// it is Slurm's own launch of the batch step, what a collector's start
+	// overlapped with the launch could hide behind.
+	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf("date +%%s%%N > %s/first.$SLURM_JOB_ID\n", d))
 	stamp := regexp.MustCompile(`^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})\] (.*)$`)
-	var slurmd, ours []float64
+	var slurmd, ours, launch []float64
 	stepMs := map[string][]float64{}
 	for i := 0; i < runs; i++ {
 		r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -w gn1 --gym-otel=job_dir=%s/run%d -o %s/job%d.out %s", d, i, d, i, script))
@@ -54,14 +60,21 @@ func TestPrologDuration(t *testing.T) {
 			switch {
 			case strings.Contains(m[2], "Running spank/prolog for jobid ["+job+"]"):
 				start = at
-			case strings.Contains(m[2], "Finished wait for job "+job+"'s prolog to complete"):
+			case strings.Contains(m[2], "Finished wait for job "+job+"'s prolog to complete") && !start.IsZero() && end.IsZero():
+				// The first after the prolog's start: slurmd logs
+				// the same line again on the job's termination.
 				end = at
 			}
 		}
 		if !start.IsZero() && end.After(start) {
 			slurmd = append(slurmd, float64(end.Sub(start).Milliseconds()))
 		}
-		steps := regexp.MustCompile(`gym-otel: job ` + job + `: start steps on gn1 in ms: prolog (.*); supervisor`).FindStringSubmatch(log)
+		if b, err := os.ReadFile(filepath.Join(d, "first."+job)); err == nil && !end.IsZero() {
+			if ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+				launch = append(launch, float64(time.Unix(0, ns).Sub(end).Milliseconds()))
+			}
+		}
+		steps := regexp.MustCompile(`gym-otel: job ` + job + `: start steps on gn1 in ms: prolog (.*); supervisor (.*)`).FindStringSubmatch(log)
 		if steps == nil {
 			t.Fatalf("job %s: no steps line in slurmd's log", job)
 		}
@@ -71,6 +84,13 @@ func TestPrologDuration(t *testing.T) {
 			v, _ := strconv.ParseFloat(ms, 64)
 			sum += v
 			stepMs[name] = append(stepMs[name], v)
+		}
+		for _, part := range strings.Split(strings.TrimSpace(steps[2]), ", ") {
+			if name, ms, ok := strings.Cut(part, " "); ok {
+				if v, err := strconv.ParseFloat(ms, 64); err == nil {
+					stepMs["sup."+name] = append(stepMs["sup."+name], v)
+				}
+			}
 		}
 		ours = append(ours, sum)
 		t.Logf("job %s: slurmd's prolog %v ms; the plugin's %v ms (%s)", job, end.Sub(start).Milliseconds(), sum, steps[1])
@@ -87,7 +107,8 @@ func TestPrologDuration(t *testing.T) {
 		}
 		return fmt.Sprintf("%.1f ms (%.0f..%.0f, n=%d)", m, s[0], s[len(s)-1], len(s))
 	}
-	t.Logf("median of %d runs: slurmd's prolog %s; the plugin's prolog %s", runs, med(slurmd), med(ours))
+	t.Logf("median of %d runs: slurmd's prolog %s; the plugin's prolog %s; the prolog's end to the script's first line %s",
+		runs, med(slurmd), med(ours), med(launch))
 	names := make([]string, 0, len(stepMs))
 	for n := range stepMs {
 		names = append(names, n)

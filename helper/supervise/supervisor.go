@@ -1295,13 +1295,13 @@ func unwrapPath(err error) error {
 // job may still run: known and not in a final state. No answer is an
 // error, which changes nothing.
 func squeueRunning(ctx context.Context, jobID string) (bool, error) {
-	id, err := strconv.ParseUint(jobID, 10, 32)
+	id, err := slurm.ParseJobID(jobID)
 	if err != nil {
-		return true, fmt.Errorf("job id %q: %w", jobID, err)
+		return true, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timing.LivenessQueryBound)
 	defer cancel()
-	j, known, err := slurm.Query(ctx, uint32(id))
+	j, known, err := slurm.Query(ctx, id)
 	if err != nil {
 		return true, err
 	}

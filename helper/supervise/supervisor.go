@@ -26,6 +26,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/memory"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
@@ -662,7 +663,7 @@ func (s *supervisor) collectorEnv() []string {
 		s.o.TokenEnv + "=" + render.Escape(s.opt.Token),
 		render.ReceiverTokenEnv + "=" + s.rtoken, // hex: nothing to escape; referenced as a whole value
 		render.PluginTokenEnv + "=" + s.ptoken,   // likewise
-		fmt.Sprintf("GOMEMLIMIT=%dMiB", render.GoMemLimitMiB(s.o.MemoryLimitMiB)),
+		fmt.Sprintf("GOMEMLIMIT=%dMiB", memory.Of(s.o.MemoryLimitMiB, 0).GoMemLimitMiB),
 		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
 	}
 	if s.collectorYAML != nil {

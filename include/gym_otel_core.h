@@ -50,7 +50,7 @@ int gym_otel_core_prolog(const char *args, const char *encoded,
  * Job epilog (root), all within the epilog's deadline (prolog_timeout from
  * args, the plugstack arguments joined by '\n', and Slurm's EpilogTimeout):
  * tell the supervisor recorded in <record_dir>/<node>/<job_id>/record the
- * epilog's start on its hold socket and stop it (SIGTERM, a wait bounded
+ * epilog's start on its control socket and stop it (SIGTERM, a wait bounded
  * by the record's drain bound), end what is left of the job's collector
  * cgroup (or SIGKILL the supervisor's session on a node without one),
  * remove the job's rules of the node's packet filter and that directory,

@@ -84,7 +84,7 @@ static int job_nodes(spank_t sp)
  * for the final scrape now, and the wait ends once it says every target
  * (on every node) has a sample after the script's end (holdsock.c).
  */
-static void final_wait(uint32_t job_id, int seconds, int nodes, const char *node, const char *hold_socket)
+static void final_wait(uint32_t job_id, int seconds, int nodes, const char *node, const char *control_socket)
 {
 	long long start = gos_mono_ms(), end = start + (long long)seconds * 1000, next = start + 1000;
 	long long since = gos_now_ms();
@@ -93,12 +93,12 @@ static void final_wait(uint32_t job_id, int seconds, int nodes, const char *node
 	pid_t child = -1;
 	int status, sampled;
 
-	if (nodes && !gos_hold_final(hold_socket, nodes))
+	if (nodes && !gos_hold_final(control_socket, nodes))
 		gos_info("job %u: the supervisor on %s did not take the final-scrape request: "
 			 "waiting for every target's next scrape", job_id, node);
 	while (!why && gos_mono_ms() < end) {
 		nanosleep(&slice, NULL);
-		if (nodes && (sampled = gos_hold_sampled(hold_socket, since))) {
+		if (nodes && (sampled = gos_hold_sampled(control_socket, since))) {
 			gos_info("job %u: %s %s%s: final-scrape wait ended after %lld ms", job_id,
 				 sampled == 2 ? "no scrape target on" : "every target on", nodes > 1 ? "every node" : node,
 				 sampled == 2 ? "" : " has a sample after the script's last line",
@@ -134,15 +134,15 @@ static void final_wait(uint32_t job_id, int seconds, int nodes, const char *node
 		gos_info("job %u: final-scrape wait done after %lld ms", job_id, gos_mono_ms() - start);
 }
 
-void gos_hold(spank_t sp, uint32_t job_id, int seconds, const char *node, const char *hold_socket)
+void gos_hold(spank_t sp, uint32_t job_id, int seconds, const char *node, const char *control_socket)
 {
 	int status = 0, nodes;
 
 	if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS ||
 	    !WIFEXITED(status))
 		return; /* signalled (scancel, time limit): no wait */
-	nodes = hold_socket[0] ? job_nodes(sp) : 0;
+	nodes = control_socket[0] ? job_nodes(sp) : 0;
 	gos_info("job %u: batch script done, waiting %d s for the collector's final scrape%s",
 		 job_id, seconds, nodes ? " (less once every target has a sample)" : "");
-	final_wait(job_id, seconds, nodes, node, hold_socket);
+	final_wait(job_id, seconds, nodes, node, control_socket);
 }

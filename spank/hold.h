@@ -9,8 +9,8 @@
 
 /* At the batch script's end (task_exit): holds the job up to seconds for
  * the collector's final scrape on node, bounded in wall-clock time, and
- * only until the supervisor (on hold_socket, the path from root's record;
+ * only until the supervisor (on control_socket, the path from root's record;
  * "" for none) says every target of the job has a sample. */
-void gos_hold(spank_t sp, uint32_t job_id, int seconds, const char *node, const char *hold_socket);
+void gos_hold(spank_t sp, uint32_t job_id, int seconds, const char *node, const char *control_socket);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * holdsock.c: the steps' one client of the job's supervisor on the node,
- * on the supervisor's hold socket (helper/supervise/holdsock.go serves it;
+ * on the supervisor's control socket (helper/supervise/holdsock.go serves it;
  * the words are helper/contract's, GOS_HOLD_* in gym_otel_contract.h),
  * pure C in slurmstepd: the batch step's question (has every scrape
  * target a sample stamped at or after the script's end? hold.c asks it
@@ -9,8 +9,13 @@
  * once, helper/supervise/finalscrape.go, instead of at each target's next
  * interval), and every step's start and end (phase.c), whose start's
  * answer may carry the step's traceparent. All of them go through
- * gos_hold_exchange. (The job epilog's line is sent by the Go core,
+ * gos_control_exchange. (The job epilog's line is sent by the Go core,
  * helper/launch's TellEpilogStart.)
+ *
+ * The control socket was first the hold socket (the batch step's hold was
+ * its one use): its names on disk and on the wire keep that name for jobs
+ * running across an upgrade (the record's "hold_socket", the dir
+ * "hold/sock", GOS_HOLD_* of the contract, this file's name).
  *
  * The socket is a pathname socket in root's record dir of the job
  * (root's record names it), in a dir of its own that only root can enter:
@@ -84,7 +89,7 @@ static int trusted(const char *path)
 	return !lstat(path, &st) && S_ISSOCK(st.st_mode) && st.st_uid == 0;
 }
 
-ssize_t gos_hold_exchange(const char *path, const char *line, char buf[GOS_HOLD_ANSWER_MAX + 1])
+ssize_t gos_control_exchange(const char *path, const char *line, char buf[GOS_HOLD_ANSWER_MAX + 1])
 {
 	struct sockaddr_un a;
 	size_t ll = strlen(line);
@@ -131,7 +136,7 @@ int gos_hold_sampled(const char *path, long long since_ms)
 	char buf[GOS_HOLD_ANSWER_MAX + 1];
 	long long targets, at;
 
-	if (gos_hold_exchange(path, GOS_HOLD_QUESTION "\n", buf) <= 0)
+	if (gos_control_exchange(path, GOS_HOLD_QUESTION "\n", buf) <= 0)
 		return 0; /* no answer (none yet, or no supervisor) */
 	targets = field(buf, GOS_HOLD_TARGETS);
 	at = field(buf, GOS_HOLD_SAMPLED_MS);
@@ -145,7 +150,7 @@ int gos_hold_final(const char *path, int nodes)
 	char buf[GOS_HOLD_ANSWER_MAX + 1], line[48];
 
 	snprintf(line, sizeof(line), GOS_HOLD_FINAL " %d\n", nodes);
-	return gos_hold_exchange(path, line, buf) > 0 && !strcmp(buf, OK_LINE);
+	return gos_control_exchange(path, line, buf) > 0 && !strcmp(buf, OK_LINE);
 }
 
 /* Whether s is a traceparent of version 00 (W3C trace-context): lower-case
@@ -174,7 +179,7 @@ static int valid_traceparent(const char *s)
 	return trace && span;
 }
 
-int gos_hold_step_start(const char *path, uint32_t step_id, long long start_ms,
+int gos_control_step_start(const char *path, uint32_t step_id, long long start_ms,
 			char traceparent[GOS_TRACEPARENT_LEN + 1])
 {
 	char line[96], buf[GOS_HOLD_ANSWER_MAX + 1];
@@ -182,7 +187,7 @@ int gos_hold_step_start(const char *path, uint32_t step_id, long long start_ms,
 
 	traceparent[0] = 0;
 	snprintf(line, sizeof(line), GOS_HOLD_STEP_START " %u %lld\n", step_id, start_ms);
-	if (gos_hold_exchange(path, line, buf) <= 0 || strncmp(buf, GOS_HOLD_OK, ok))
+	if (gos_control_exchange(path, line, buf) <= 0 || strncmp(buf, GOS_HOLD_OK, ok))
 		return -1;
 	if (!strcmp(buf, OK_LINE))
 		return 0;
@@ -197,11 +202,11 @@ int gos_hold_step_start(const char *path, uint32_t step_id, long long start_ms,
 	return 1;
 }
 
-int gos_hold_step_end(const char *path, const struct gos_hold_step_end *e)
+int gos_control_step_end(const char *path, const struct gos_control_step_end *e)
 {
 	char line[GOS_HOLD_REQUEST_MAX + 1], buf[GOS_HOLD_ANSWER_MAX + 1];
 
 	snprintf(line, sizeof(line), GOS_HOLD_STEP_END " %u %lld %lld %lld %lld %d %d %d\n", e->step_id,
 		 e->start_ms, e->end_ms, e->tasks_end_ms, e->final_end_ms, e->exit, e->signal, e->tasks);
-	return gos_hold_exchange(path, line, buf) > 0 && !strcmp(buf, OK_LINE) ? 0 : -1;
+	return gos_control_exchange(path, line, buf) > 0 && !strcmp(buf, OK_LINE) ? 0 : -1;
 }

@@ -1,5 +1,5 @@
 /*
- * holdsock.h: the steps' one client of the job's supervisor on its hold
+ * holdsock.h: the steps' one client of the job's supervisor on its control
  * socket (holdsock.c, pure C): the batch step's question and final-scrape
  * request, and every step's start and end (phase.c). The words and bounds
  * are helper/contract's (GOS_HOLD_* in gym_otel_contract.h).
@@ -12,7 +12,7 @@
 
 #include "gym_otel_contract.h"
 
-/* One exchange with the job's supervisor on the hold socket at path (from
+/* One exchange with the job's supervisor on the control socket at path (from
  * root's record): sends line (at most GOS_HOLD_REQUEST_MAX bytes, ended
  * by "\n"), reads the whole answer into buf (NUL-ended). The socket must
  * be a socket owned by root in a directory owned by root that neither
@@ -20,7 +20,7 @@
  * listener, which the supervisor serves). Returns the answer's length, or
  * -1: no such socket, a line too long, no listener, no complete answer
  * within GOS_HOLD_EXCHANGE_MS, or GOS_HOLD_ANSWER_MAX bytes or more. */
-ssize_t gos_hold_exchange(const char *path, const char *line, char buf[GOS_HOLD_ANSWER_MAX + 1]);
+ssize_t gos_control_exchange(const char *path, const char *line, char buf[GOS_HOLD_ANSWER_MAX + 1]);
 
 /* Asks the job's supervisor GOS_HOLD_QUESTION: 1 when it says every
  * scrape target of the job has a sample stamped at or after since_ms
@@ -40,11 +40,11 @@ int gos_hold_final(const char *path, int nodes);
  * supervisor took the line (with or without a traceparent), 1 when it
  * took it with an answer that is not a valid traceparent, -1 when it did
  * not take it (no answer in time, or another answer). */
-int gos_hold_step_start(const char *path, uint32_t step_id, long long start_ms,
+int gos_control_step_start(const char *path, uint32_t step_id, long long start_ms,
 			char traceparent[GOS_TRACEPARENT_LEN + 1]);
 
 /* A step's end (GOS_HOLD_STEP_END): unix ms, 0 where not known. */
-struct gos_hold_step_end {
+struct gos_control_step_end {
 	uint32_t step_id;
 	long long start_ms, end_ms;
 	long long tasks_end_ms; /* the last task's exit, or 0 */
@@ -56,6 +56,6 @@ struct gos_hold_step_end {
 
 /* Tells the job's supervisor a step's end e: 0 when it answered "ok",
  * else -1. */
-int gos_hold_step_end(const char *path, const struct gos_hold_step_end *e);
+int gos_control_step_end(const char *path, const struct gos_control_step_end *e);
 
 #endif

@@ -3,14 +3,14 @@
  * pure C in slurmstepd, never in a forked task.
  *
  * At the step's start (init_post_opt) and end (slurm_spank_exit) the step
- * tells the job's supervisor on the node, on its hold socket (the path
+ * tells the job's supervisor on the node, on its control socket (the path
  * from root's record, helper/supervise/holdsock.go), one line:
  *
  *   step start <step id> <unix ms>
  *   step end <step id> <start ms> <end ms> <tasks end ms|0> <final wait end ms|0> <exit|-1> <signal|0> <tasks>
  *
  * and reads its short answer, "ok", through holdsock.c
- * (gos_hold_step_start, gos_hold_step_end: the words are helper/contract's
+ * (gos_control_step_start, gos_control_step_end: the words are helper/contract's
  * GOS_HOLD_STEP_START and GOS_HOLD_STEP_END): the socket is trusted only
  * when it is root's in a dir only root can write, and each exchange is
  * bounded by GOS_HOLD_EXCHANGE_MS and GOS_HOLD_ANSWER_MAX bytes; a
@@ -61,14 +61,14 @@ void gos_phase_step_start(spank_t sp, uint32_t job_id, uint32_t step_id, const s
 	(void)sp;
 	memset(&ph, 0, sizeof(ph));
 	traceparent[0] = 0;
-	if (!r->ready || !r->hold_socket[0])
+	if (!r->ready || !r->control_socket[0])
 		return;
 	ph.on = 1;
 	ph.step_id = step_id;
 	ph.exit = -1;
-	snprintf(ph.sock, sizeof(ph.sock), "%s", r->hold_socket);
+	snprintf(ph.sock, sizeof(ph.sock), "%s", r->control_socket);
 	ph.start = gos_now_ms();
-	rc = gos_hold_step_start(ph.sock, step_id, ph.start, traceparent);
+	rc = gos_control_step_start(ph.sock, step_id, ph.start, traceparent);
 	if (rc < 0)
 		gos_debug("job %u step %u: the supervisor did not take the step's start", job_id, step_id);
 	else if (rc > 0)
@@ -100,14 +100,14 @@ void gos_phase_task_exit_done(void)
 
 void gos_phase_step_end(void)
 {
-	struct gos_hold_step_end e;
+	struct gos_control_step_end e;
 
 	if (!ph.on)
 		return;
-	e = (struct gos_hold_step_end){ .step_id = ph.step_id, .start_ms = ph.start, .end_ms = gos_now_ms(),
+	e = (struct gos_control_step_end){ .step_id = ph.step_id, .start_ms = ph.start, .end_ms = gos_now_ms(),
 					.tasks_end_ms = ph.tasks_end, .final_end_ms = ph.final_end,
 					.exit = ph.exit, .signal = ph.signal, .tasks = ph.tasks };
-	if (gos_hold_step_end(ph.sock, &e))
+	if (gos_control_step_end(ph.sock, &e))
 		gos_debug("step %u: the supervisor did not take the step's end", ph.step_id);
 	memset(&ph, 0, sizeof(ph));
 }

@@ -129,11 +129,13 @@ int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 		} else if (KEY(p, GOS_RECORD_HOLD_SOCKET)) {
 			/* Root's path (in root's record dir), from root's record;
 			 * holdsock.c checks the socket and its dir before each
-			 * connect. An older record's abstract name is no path. */
+			 * connect. An older record's abstract name is no path.
+			 * The control socket's key keeps its first name,
+			 * "hold_socket", for jobs running across an upgrade. */
 			const char *v = VAL(p, GOS_RECORD_HOLD_SOCKET);
 
-			if (v[0] == '/' && !strstr(v, "/../") && strlen(v) < sizeof(r->hold_socket))
-				snprintf(r->hold_socket, sizeof(r->hold_socket), "%s", v);
+			if (v[0] == '/' && !strstr(v, "/../") && strlen(v) < sizeof(r->control_socket))
+				snprintf(r->control_socket, sizeof(r->control_socket), "%s", v);
 		} else if (KEY(p, GOS_RECORD_OUTPUT_DIR)) {
 			/* Named in the job's output (notice.c): absolute, and
 			 * whole or not at all. */

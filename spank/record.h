@@ -26,7 +26,7 @@ struct gos_record {
 	char dir[4096]; /* the job's record dir */
 	char cgroup_memory[4096]; /* the collector cgroup's memory bound file, or "" */
 	char cgroup_cpuset[4096]; /* the collector cgroup's cpuset.cpus, or "" */
-	char hold_socket[GOS_HOLD_PATH_MAX + 1]; /* the supervisor's hold socket's path, or "" */
+	char control_socket[GOS_HOLD_PATH_MAX + 1]; /* the supervisor's control socket's path, or "" */
 	char output_dir[4096]; /* the node's collector dir (absolute), or "" */
 	char backend[2048];    /* the OTLP/HTTP base URL the collector ships to, or "" */
 };

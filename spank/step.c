@@ -52,7 +52,7 @@ static struct {
 	char cpuset[4096]; /* the collector cgroup's cpuset.cpus, from the record */
 	int cpuset_done;
 	char kept[512]; /* telemetry variables set before the plugin, kept */
-	char hold_socket[GOS_HOLD_PATH_MAX + 1]; /* the supervisor's hold socket (hold.c), or "" */
+	char control_socket[GOS_HOLD_PATH_MAX + 1]; /* the supervisor's control socket (hold.c), or "" */
 	/* The batch step with job_output=on: the telemetry line's facts, from
 	 * root's record (notice.c); output_dir "" for every other step. */
 	char output_dir[4096];
@@ -127,7 +127,7 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	st.fail = r.fail;
 	st.final_wait = r.final_wait;
 	snprintf(st.reason, sizeof(st.reason), "%s", r.reason);
-	snprintf(st.hold_socket, sizeof(st.hold_socket), "%s", r.hold_socket);
+	snprintf(st.control_socket, sizeof(st.control_socket), "%s", r.control_socket);
 	gos_phase_step_start(sp, st.job_id, st.step_id, &r, tp);
 
 	/* The nesting marker: an srun in this job does not submit again. */
@@ -191,7 +191,7 @@ int gos_step_task_exit(spank_t sp)
 {
 	if (!st.have || !st.ready || st.step_id != SLURM_BATCH_SCRIPT || st.final_wait <= 0)
 		return 0;
-	gos_hold(sp, st.job_id, st.final_wait, st.node, st.hold_socket);
+	gos_hold(sp, st.job_id, st.final_wait, st.node, st.control_socket);
 	return 0;
 }
 

@@ -1,5 +1,5 @@
 // Package contract holds the names and bounds the C front shares with the
-// Go side (file names, environment names, the record's and the hold
+// Go side (file names, environment names, the record's and the control
 // socket's keys, bounds) and writes them into
 // include/gym_otel_contract.h, so that the two cannot drift. It is a leaf:
 // the Go packages that use a name import it from here. Regenerate the
@@ -22,7 +22,7 @@ const (
 	DefaultRecordDir = "/run/gym-otel"
 	// RecordFile is the record's file name inside the job's record dir.
 	RecordFile = "record"
-	// HoldPathMax bounds the hold socket's path in bytes (a unix socket's
+	// HoldPathMax bounds the control socket's path in bytes (a unix socket's
 	// sun_path, 108 bytes with its NUL): the prolog makes none longer
 	// (helper/record's HoldSocketPath), and the steps take none longer
 	// from root's record (spank/record.c).
@@ -49,7 +49,7 @@ const (
 	EnvPrologStart = "GYM_OTEL_PROLOG_START_MS"
 	// EnvEpilogStart is the variable the job epilog (C, spank/prolog.c)
 	// sets to its start (unix ms) before it loads the Go core, which tells
-	// it to the supervisor on its hold socket before stopping it: the
+	// it to the supervisor on its control socket before stopping it: the
 	// start of the epilog's phase span.
 	EnvEpilogStart = "GYM_OTEL_EPILOG_START_MS"
 )
@@ -101,7 +101,7 @@ const (
 	RecordSupervisorStart = "supervisor_start" // its start time, clock ticks since boot
 	RecordCgroupMemory    = "cgroup_memory"    // the collector cgroup's memory bound file
 	RecordCgroupCpuset    = "cgroup_cpuset"    // the collector cgroup's cpuset.cpus file
-	RecordHoldSocket      = "hold_socket"      // the hold socket's path, in root's job record dir
+	RecordHoldSocket      = "hold_socket"      // the control socket's path, in root's job record dir (its first name, kept for jobs across an upgrade)
 	RecordOutputDir       = "output_dir"       // the node's collector dir (the supervisor's report)
 	RecordBackend         = "backend"          // the OTLP/HTTP base URL the collector ships to, no credentials
 	RecordEnv             = "env"              // one task variable, "NAME=value"
@@ -112,7 +112,9 @@ const (
 	RecordResAttr = "resattr"
 )
 
-// The hold socket's protocol: root's lines to the job's supervisor on the
+// The control socket's protocol (the socket was first the batch step's
+// hold socket: the Hold names and words stay, on the wire and in jobs
+// running across an upgrade): root's lines to the job's supervisor on the
 // node (helper/supervise's holdsock.go answers; spank/holdsock.c sends
 // the steps' lines, helper/launch the epilog's). One connection carries
 // one request line, ended by "\n", of at most HoldRequestMax bytes, and

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
@@ -260,14 +259,14 @@ type AccountingQuery func(ctx context.Context, id uint32) (slurm.Accounting, boo
 // outcome keeps what the files say and Sacct says why.
 func (r *Report) Account(ctx context.Context, query AccountingQuery) {
 	o := &r.Outcome
-	id, err := strconv.ParseUint(o.JobID, 10, 32)
+	id, err := slurm.ParseJobID(o.JobID)
 	if err != nil {
 		o.Sacct = "not asked: the job id is not known from the files"
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, SacctTimeout)
 	defer cancel()
-	a, known, err := query(ctx, uint32(id))
+	a, known, err := query(ctx, id)
 	switch {
 	case err != nil:
 		o.Sacct = "no answer: " + err.Error()

@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
 	}
 	printf("ready=%d\nfail=%d\nreason=%s\nfinal_wait=%d\n", r.ready, r.fail, r.reason, r.final_wait);
 	printf("cgroup_memory=%s\ncgroup_cpuset=%s\n", r.cgroup_memory, r.cgroup_cpuset);
-	printf("hold_socket=%s\n", r.hold_socket);
+	printf("hold_socket=%s\n", r.control_socket);
 	printf("output_dir=%s\nbackend=%s\n", r.output_dir, r.backend);
 	printf("supervisor=%ld/%llu alive=%d\n", r.supervisor_pid, r.supervisor_start, gos_supervisor_alive(&r));
 	for (int i = 0; i < r.nenv; i++)

@@ -84,11 +84,6 @@ const ConfigEnv = "GYM_OTEL_COLLECTOR_CONFIG"
 // shows them too).
 type Ports = jobdir.Ports
 
-// GoMemLimitMiB is the collector's GOMEMLIMIT in MiB for memory_limit_mib
-// limit: the memory policy's (memory.Of), which the supervisor sets in
-// the collector's environment.
-func GoMemLimitMiB(limit int) int { return memory.Of(limit, 0).GoMemLimitMiB }
-
 // FinalFlushIntervalMillis is the interval of the collector's periodic
 // reader towards Ports.Final, in ms (24 h): only its flush at shutdown is
 // wanted.

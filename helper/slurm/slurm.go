@@ -68,6 +68,17 @@ type Job struct {
 // maxOutput bounds what is read of a command's output, bytes.
 const maxOutput = 64 * 1024
 
+// ParseJobID reads a job id as Slurm gives it to a job's processes
+// (SLURM_JOB_ID: decimal, 32 bits), for Query, QuerySubmit and
+// QueryAccounting. The error names the text.
+func ParseJobID(text string) (uint32, error) {
+	id, err := strconv.ParseUint(text, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("job id %q: %w", text, err)
+	}
+	return uint32(id), nil
+}
+
 // Query asks squeue for job id. known is false when slurmctld no longer
 // knows the job (it ended longer than MinJobAge ago, or never existed);
 // an error means no answer (squeue missing, the controller unreachable, the

@@ -99,3 +99,16 @@ EPILOGTIMEOUT=25
 		t.Error("a comment was read")
 	}
 }
+
+// TestParseJobID: a job id is decimal and fits 32 bits; anything else is an
+// error that names the text.
+func TestParseJobID(t *testing.T) {
+	if id, err := ParseJobID("4294967295"); err != nil || id != 4294967295 {
+		t.Errorf("4294967295: %d %v", id, err)
+	}
+	for _, bad := range []string{"", "4294967296", "12_3", "-1", " 7"} {
+		if _, err := ParseJobID(bad); err == nil || !strings.Contains(err.Error(), `job id "`+bad+`"`) {
+			t.Errorf("%q: %v, want an error naming it", bad, err)
+		}
+	}
+}

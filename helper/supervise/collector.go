@@ -20,6 +20,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/heldir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // collector is one running collector process.
@@ -176,6 +177,116 @@ func (c *collector) stop(bound time.Duration) (clean bool) {
 		return false
 	}
 	return c.Err() == nil || proc.TerminatedBy(c.Err(), syscall.SIGTERM)
+}
+
+// abandon stops a collector run the supervisor gives up on before it was
+// taken into service, within timing.FailedStartStop.
+func (c *collector) abandon() { c.stop(timing.FailedStartStop) }
+
+// startStage is how far a collector run's start got when it failed
+// (startRun).
+type startStage int
+
+const (
+	startExec   startStage = iota // not started: the exec failed
+	startHealth                   // started, not healthy (waitHealthy's error)
+	startProof                    // healthy, a port not proven its own (provePorts' error)
+)
+
+// startRun is the start of every collector run (the first, a restart, the
+// final scrape's next run): it starts the collector with s.launchArgs
+// (start) and takes it as s.coll, waits until its health endpoint answers
+// within ctx and, when bound is not 0, within bound of the start
+// (waitHealthy, polling every Options.HealthPoll) and proves
+// every port of the job its own (provePorts): whatever answers on a port
+// is trusted with the job's telemetry and its receiver token. A run
+// started but not healthy or not proven is abandoned (stopped within
+// timing.FailedStartStop). The error is the failed stage's, as its
+// function returned it; failed tells the stage. steps, when not nil, is
+// marked "exec", "healthy" and "proof" (the first start's ready report).
+func (s *supervisor) startRun(ctx context.Context, bound time.Duration, steps *stepTimes) (failed startStage, err error) {
+	mark := func(name string) {
+		if steps != nil {
+			steps.mark(name)
+		}
+	}
+	c, err := start(s.launchArgs)
+	if err != nil {
+		return startExec, err
+	}
+	s.coll = c
+	mark("exec")
+	if bound != 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, bound)
+		defer cancel()
+	}
+	if err := waitHealthy(ctx, c, s.ports.Health, s.opt.HealthPoll); err != nil {
+		c.abandon()
+		return startHealth, err
+	}
+	mark("healthy")
+	if err := s.provePorts(c); err != nil {
+		c.abandon()
+		return startProof, err
+	}
+	mark("proof")
+	return 0, nil
+}
+
+// runStop names the moment a collector run in service is stopped (the
+// final scrape's, the drain's) in the words of its account when it ended
+// without its final figures.
+type runStop struct {
+	late      string // after "... (%ds)": " at the final scrape", or nothing
+	killed    string // after "was killed (%v) ": "at the final scrape", "as the drain began"
+	noFigures string // after "sent no final figures ": "at the final scrape", "at its shutdown"
+	// exited, when not "", accounts a run that had exited before its
+	// stop: "had exited (%v) <exited>".
+	exited string
+	// logStop logs "collector stopped in N ms (clean: true|false)" at the
+	// stop.
+	logStop bool
+}
+
+var (
+	// stopAtFinalScrape is the stop of the final scrape (finalScrape).
+	stopAtFinalScrape = runStop{late: " at the final scrape", killed: "at the final scrape", noFigures: "at the final scrape"}
+	// stopAtDrain is the stop of the drain (drain).
+	stopAtDrain = runStop{killed: "as the drain began", noFigures: "at its shutdown", exited: "before the drain", logStop: true}
+)
+
+// stopRun is the end of every collector run in service: it stops the
+// running collector within otel.shutdown_timeout_seconds
+// (pol.CollectorStop) and accounts for its run (endRun) with its final
+// figures (finalSink), or with why there are none in at's words. It
+// returns whether the stop was clean (stop), whether the collector still
+// ran when the stop began, and when it had exited.
+func (s *supervisor) stopRun(at runStop) (clean, wasRunning bool, exit time.Time) {
+	start := time.Now()
+	wasRunning = s.coll.Running()
+	clean = s.coll.stop(s.pol.CollectorStop)
+	if at.logStop {
+		s.log.Infof("collector stopped in %d ms (clean: %v)", time.Since(start).Milliseconds(), clean)
+	}
+	exit = time.Now()
+	final := s.final.since(start)
+	switch {
+	case at.exited != "" && !wasRunning:
+		s.endRun(nil, fmt.Sprintf("collector run %d had exited (%v) %s", s.runs+1, s.coll.Err(), at.exited))
+	case s.coll.killed:
+		s.endRun(nil, fmt.Sprintf("collector run %d did not shut down within otel.shutdown_timeout_seconds (%ds)%s and was killed", s.runs+1, s.o.ShutdownTimeoutSeconds, at.late))
+	case !clean && proc.TerminatedBy(s.coll.Err(), syscall.SIGKILL):
+		// Killed by someone else (the OOM killer, a user) as the stop
+		// began, before the supervisor saw it exit.
+		s.endRun(nil, fmt.Sprintf("collector run %d was killed (%v) %s", s.runs+1, s.coll.Err(), at.killed))
+	case final == nil:
+		s.endRun(nil, fmt.Sprintf("collector run %d sent no final figures %s (see collector.log)", s.runs+1, at.noFigures))
+	default:
+		s.logFinalGain(final)
+		s.endRun(final, "")
+	}
+	return clean, wasRunning, exit
 }
 
 // waitHealthy polls the health endpoint every poll until it answers 200,

@@ -3,12 +3,9 @@ package supervise
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
 // The final scrape at the batch script's end (issue 29).
@@ -70,20 +67,8 @@ func (s *supervisor) finalScrape(ctx context.Context) {
 		return // the monitor's restart comes first
 	}
 	start := time.Now()
-	clean := s.coll.stop(s.pol.CollectorStop)
-	final := s.final.since(start)
-	stopped := time.Since(start)
-	switch {
-	case s.coll.killed:
-		s.endRun(nil, fmt.Sprintf("collector run %d did not shut down within otel.shutdown_timeout_seconds (%ds) at the final scrape and was killed", s.runs+1, s.o.ShutdownTimeoutSeconds))
-	case !clean && proc.TerminatedBy(s.coll.Err(), syscall.SIGKILL):
-		s.endRun(nil, fmt.Sprintf("collector run %d was killed (%v) at the final scrape", s.runs+1, s.coll.Err()))
-	case final == nil:
-		s.endRun(nil, fmt.Sprintf("collector run %d sent no final figures at the final scrape (see collector.log)", s.runs+1))
-	default:
-		s.logFinalGain(final)
-		s.endRun(final, "")
-	}
+	clean, _, exit := s.stopRun(stopAtFinalScrape)
+	stopped := exit.Sub(start)
 	if !clean {
 		s.cutPartialLines()
 	}
@@ -110,20 +95,6 @@ func (s *supervisor) startNext(ctx context.Context) error {
 		return err
 	}
 	s.newRunBase()
-	c, err := start(s.launchArgs)
-	if err != nil {
-		return err
-	}
-	s.coll = c
-	hctx, cancel := context.WithTimeout(ctx, s.pol.HealthWait)
-	defer cancel()
-	if err := waitHealthy(hctx, c, s.ports.Health, s.opt.HealthPoll); err != nil {
-		c.stop(timing.FailedStartStop)
-		return err
-	}
-	if err := s.provePorts(c); err != nil {
-		c.stop(timing.FailedStartStop)
-		return err
-	}
-	return nil
+	_, err := s.startRun(ctx, s.pol.HealthWait, nil)
+	return err
 }

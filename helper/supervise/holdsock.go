@@ -39,7 +39,7 @@ import (
 // slots or read its answers. Root's record holds the path; the epilog
 // removes it with the record, and a stale one of a crashed job goes with
 // its stale record (or when the job's id runs again on the node). The
-// clients (spank/holdsock.c's gos_hold_exchange in the steps,
+// clients (spank/holdsock.c's gos_control_exchange in the steps,
 // launch.TellEpilogStart in the epilog) connect only when the path is a socket
 // owned by root in a dir owned by root that neither group nor others can
 // write (launch.CheckHoldSocket). A supervisor started without the plugin (the

@@ -2,8 +2,6 @@ package supervise
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
@@ -25,13 +23,13 @@ type SubmitQuery func(ctx context.Context, jobID string) (submit, start time.Tim
 // squeueSubmit is SubmitQuery by squeue (slurm.QuerySubmit), bounded by
 // timing.LivenessQueryBound.
 func squeueSubmit(ctx context.Context, jobID string) (time.Time, time.Time, error) {
-	id, err := strconv.ParseUint(jobID, 10, 32)
+	id, err := slurm.ParseJobID(jobID)
 	if err != nil {
-		return time.Time{}, time.Time{}, fmt.Errorf("job id %q: %w", jobID, err)
+		return time.Time{}, time.Time{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timing.LivenessQueryBound)
 	defer cancel()
-	return slurm.QuerySubmit(ctx, uint32(id))
+	return slurm.QuerySubmit(ctx, id)
 }
 
 // queueWait adds the queue-wait span (see above); an error is kept for the

@@ -26,6 +26,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/memory"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
@@ -662,7 +663,7 @@ func (s *supervisor) collectorEnv() []string {
 		s.o.TokenEnv + "=" + render.Escape(s.opt.Token),
 		render.ReceiverTokenEnv + "=" + s.rtoken, // hex: nothing to escape; referenced as a whole value
 		render.PluginTokenEnv + "=" + s.ptoken,   // likewise
-		fmt.Sprintf("GOMEMLIMIT=%dMiB", render.GoMemLimitMiB(s.o.MemoryLimitMiB)),
+		fmt.Sprintf("GOMEMLIMIT=%dMiB", memory.Of(s.o.MemoryLimitMiB, 0).GoMemLimitMiB),
 		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
 	}
 	if s.collectorYAML != nil {
@@ -805,35 +806,28 @@ func (s *supervisor) launch(ctx context.Context) error {
 	if fi, err := os.Lstat(s.logPath); err == nil {
 		logStart = fi.Size()
 	}
-	c, err := start(s.launchArgs)
-	if err != nil {
+	// Healthy by whom? Fail closed unless every port is the collector's.
+	failed, err := s.startRun(ctx, 0, &s.steps)
+	switch {
+	case err == nil:
+		if err = s.checkStartedVersion(ctx, logStart); err != nil {
+			s.coll.abandon()
+			return err
+		}
+		s.steps.mark("version")
+		return nil
+	case failed == startExec:
 		if s.o.Container == "" {
 			return fmt.Errorf("otel.binary: starting %s: %w", s.o.Binary, unwrapPath(err))
 		}
 		return fmt.Errorf("otel.container_runtime: starting %s: %w", argv[0], unwrapPath(err))
-	}
-	s.coll = c
-	s.steps.mark("exec")
-	err = waitHealthy(ctx, c, s.ports.Health, s.opt.HealthPoll)
-	if err == nil {
-		s.steps.mark("healthy")
-		// Healthy by whom? Fail closed unless every port is the collector's.
-		if err = s.provePorts(c); err == nil {
-			s.steps.mark("proof")
-			if err = s.checkStartedVersion(ctx, logStart); err != nil {
-				c.stop(timing.FailedStartStop)
-				return err
-			}
-			s.steps.mark("version")
-			return nil
-		}
+	case failed == startProof:
 		// A listener of another user, or a port the collector does not
 		// hold although something answered its health check: someone
 		// else was faster. Choose new ports.
-		c.stop(timing.FailedStartStop)
 		return fmt.Errorf("%w: %v", errBindRace, err)
 	}
-	c.stop(timing.FailedStartStop)
+	c := s.coll
 	tail := tailFile(s.logPath, 8)
 	if strings.Contains(tail, "address already in use") {
 		return fmt.Errorf("%w: %s", errBindRace, lastLine(tail))
@@ -1083,31 +1077,24 @@ func (s *supervisor) restart(ctx context.Context) error {
 	appendLog(s.logPath, fmt.Sprintf("gym-otel: the collector exited unexpectedly (%v); restart %d of %d", s.coll.Err(), s.restarts, s.opt.MaxRestarts))
 	s.cutPartialLines()
 	s.newRunBase()
-	c, err := start(s.launchArgs) // the same held dir and configuration
-	if err != nil {
-		return err
-	}
-	s.coll = c
-	hctx, cancel := context.WithTimeout(ctx, s.pol.HealthWait)
-	defer cancel()
-	if err := waitHealthy(hctx, c, s.ports.Health, s.opt.HealthPoll); err != nil {
-		if errors.Is(err, errExited) {
-			return s.restart(ctx)
-		}
-		c.stop(timing.FailedStartStop)
-		return err
-	}
-	// The ports were free while the collector was down: another user may
-	// hold one now and answer the health check. The tasks' env names these
-	// ports, so new ones cannot help: give up (the supervisor exits, and
-	// the steps that start from now on, seeing it gone, set no env).
-	if err := s.provePorts(c); err != nil {
-		c.stop(timing.FailedStartStop)
+	// The same held dir and configuration.
+	failed, err := s.startRun(ctx, s.pol.HealthWait, nil)
+	switch {
+	case err == nil:
+		s.writeState(launch.StatusReady, "")
+		return nil
+	case failed == startHealth && errors.Is(err, errExited):
+		return s.restart(ctx)
+	case failed == startProof:
+		// The ports were free while the collector was down: another
+		// user may hold one now and answer the health check. The tasks'
+		// env names these ports, so new ones cannot help: give up (the
+		// supervisor exits, and the steps that start from now on, seeing
+		// it gone, set no env).
 		s.endRun(nil, fmt.Sprintf("collector run %d was stopped: after restart %d %v", s.runs+1, s.restarts, err))
 		return fmt.Errorf("after restart %d of the collector: %w; giving up (the job's later steps get no collector env on this node)", s.restarts, err)
 	}
-	s.writeState(launch.StatusReady, "")
-	return nil
+	return err
 }
 
 // cutPartialLines truncates each jsonl file back to its last complete line.
@@ -1189,31 +1176,10 @@ func (s *supervisor) drain() error {
 		}
 		s.pollSelf()
 	}
-	start := time.Now()
-	wasRunning := s.coll.Running()
-	clean := true
+	// The last run ended at the final scrape (collGone) and is counted.
+	clean, wasRunning, collectorExit := true, s.coll.Running(), time.Now()
 	if !s.collGone {
-		clean = s.coll.stop(s.pol.CollectorStop)
-		s.log.Infof("collector stopped in %d ms (clean: %v)", time.Since(start).Milliseconds(), clean)
-	}
-	collectorExit := time.Now()
-	final := s.final.since(start)
-	switch {
-	case s.collGone:
-		// The last run ended at the final scrape and is counted.
-	case !wasRunning:
-		s.endRun(nil, fmt.Sprintf("collector run %d had exited (%v) before the drain", s.runs+1, s.coll.Err()))
-	case s.coll.killed:
-		s.endRun(nil, fmt.Sprintf("collector run %d did not shut down within otel.shutdown_timeout_seconds (%ds) and was killed", s.runs+1, s.o.ShutdownTimeoutSeconds))
-	case !clean && proc.TerminatedBy(s.coll.Err(), syscall.SIGKILL):
-		// Killed by someone else (the OOM killer, a user) as the drain
-		// began, before the supervisor saw it exit.
-		s.endRun(nil, fmt.Sprintf("collector run %d was killed (%v) as the drain began", s.runs+1, s.coll.Err()))
-	case final == nil:
-		s.endRun(nil, fmt.Sprintf("collector run %d sent no final figures at its shutdown (see collector.log)", s.runs+1))
-	default:
-		s.logFinalGain(final)
-		s.endRun(final, "")
+		clean, wasRunning, collectorExit = s.stopRun(stopAtDrain)
 	}
 	s.trouble = ""
 	for _, sig := range s.signals() {
@@ -1330,13 +1296,13 @@ func unwrapPath(err error) error {
 // job may still run: known and not in a final state. No answer is an
 // error, which changes nothing.
 func squeueRunning(ctx context.Context, jobID string) (bool, error) {
-	id, err := strconv.ParseUint(jobID, 10, 32)
+	id, err := slurm.ParseJobID(jobID)
 	if err != nil {
-		return true, fmt.Errorf("job id %q: %w", jobID, err)
+		return true, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timing.LivenessQueryBound)
 	defer cancel()
-	j, known, err := slurm.Query(ctx, uint32(id))
+	j, known, err := slurm.Query(ctx, id)
 	if err != nil {
 		return true, err
 	}

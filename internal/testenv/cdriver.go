@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
 		return 2;
 	memset(&r, 0, sizeof(r));
 	r.ready = 1;
-	snprintf(r.hold_socket, sizeof(r.hold_socket), "%s", argv[1]);
+	snprintf(r.control_socket, sizeof(r.control_socket), "%s", argv[1]);
 	gos_phase_step_start(NULL, 42, (uint32_t)strtoul(argv[2], NULL, 10), &r, tp);
 	printf("traceparent=%s\n", tp);
 	for (int i = 3; i < argc; i++) {

@@ -102,14 +102,15 @@ type Otel struct {
 	// 4096, 64..1048576) is every scrape job's label_value_length_limit in
 	// bytes.
 	ScrapeLabelValueLengthLimit int `json:"scrape_label_value_length_limit"`
-	// Delivery (delivery, default "collector") is who sends the job's
-	// data to the backend: "collector", the collector's own OTLP/HTTP
-	// exporter, live, dropping what its queue cannot hold during an
-	// outage (counted in the receipt); or "files", the supervisor, from
-	// the job's jsonl files at a checkpointed position (helper/delivery):
-	// the collector renders no backend exporter, an outage of any length
-	// is caught up from the files, and what is left at the job's end is
-	// what `replay` sends.
+	// Delivery (delivery, default "files") is who sends the job's data to
+	// the backend: "files", the supervisor, from the job's jsonl files at
+	// a checkpointed position (helper/delivery): the collector renders no
+	// backend exporter, an outage of any length is caught up from the
+	// files, and what is left at the job's end is what `replay` sends; or
+	// "collector", the collector's own OTLP/HTTP exporter, live, dropping
+	// what its queue cannot hold during an outage (counted in the
+	// receipt). "" (settings forwarded by an older submit) reads as
+	// "files".
 	Delivery string `json:"delivery,omitempty"`
 	// DeliveryRateCap (delivery_rate_cap, default 20000, 100..10000000) is
 	// each node's cap with delivery "files", items per second over its
@@ -152,9 +153,9 @@ const (
 const DefaultDeliveryRateCap = 20000
 
 // FileDelivery reports whether the supervisor delivers the job's files to
-// the backend (delivery "files"): then the collector has no backend
-// exporter.
-func (o Otel) FileDelivery() bool { return o.Delivery == DeliveryFiles }
+// the backend (delivery "files", the default, or unset): then the
+// collector has no backend exporter.
+func (o Otel) FileDelivery() bool { return o.Delivery != DeliveryCollector }
 
 // Defaults returns the built-in defaults of the otel: block (the seed's
 // table plus the keys this plugin adds).
@@ -184,7 +185,7 @@ func Defaults() Otel {
 		ScrapeLabelNameLengthLimit:  256,
 		ScrapeLabelValueLengthLimit: 4096,
 
-		Delivery:         DeliveryCollector,
+		Delivery:         DeliveryFiles,
 		DeliveryRateCap:  DefaultDeliveryRateCap,
 		LocalNodeMetrics: append([]string(nil), DefaultLocalNodeMetrics...),
 	}

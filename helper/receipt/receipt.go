@@ -112,7 +112,9 @@ type Counts struct {
 	// FileFiltered is otelcol_processor_filter_datapoints_filtered of the
 	// filter of the file's pipeline alone (filter/node_local: the
 	// node_exporter series outside local_node_metrics): items the backend
-	// exporter got and the file, by design, did not (metrics only).
+	// exporter got and the file, by design, did not (metrics only). With
+	// delivery from the files (no backend exporter) they reach neither:
+	// the backend gets what the files hold.
 	FileFiltered int64 `json:"file_filtered,omitempty"`
 	// Sent is otelcol_exporter_sent_* of otlp_http/backend: items the
 	// backend accepted.
@@ -346,7 +348,12 @@ func (r *Receipt) Summary() []string {
 			lines = append(lines, fmt.Sprintf("  %-7s received %s%d, written %s%d, sent to the backend %s%d, failed %s%d",
 				sig, atLeast, c.Received, atLeast, c.Written, atLeast, c.Sent, atLeast, c.Lost()))
 		}
-		if c.FileFiltered > 0 {
+		switch {
+		case c.FileFiltered > 0 && r.Delivery != nil:
+			// Delivery from the files: the backend gets what the files
+			// hold, so the allowlist keeps these from both.
+			lines = append(lines, fmt.Sprintf("          (%d node_exporter points outside local_node_metrics were kept out of the file, and so out of the backend's copy)", c.FileFiltered))
+		case c.FileFiltered > 0:
 			lines = append(lines, fmt.Sprintf("          (%d node_exporter points outside local_node_metrics went to the backend only, not to the file)", c.FileFiltered))
 		}
 		if sig == "metrics" && c.Written > c.Received {

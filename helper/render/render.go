@@ -451,7 +451,9 @@ func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
 		}}}}})
 	}
 	processors = append(processors, kv{IdentityProcessor, omap{{"attributes", identityActions(in)}}})
-	if o.TokenResourceAttribute {
+	if o.TokenResourceAttribute && !o.FileDelivery() {
+		// With delivery "files" the supervisor's sender adds it
+		// (helper/delivery, Options.ResourceAttributes).
 		processors = append(processors, kv{BackendAuth, omap{{"attributes", []omap{{
 			{"key", "Authorization"},
 			{"value", Bearer(o.TokenEnv)},

@@ -6,7 +6,7 @@ package main
 // `gym-otel-spank supervise` with the site's defaults: what the producer
 // was told (accepted, refused), what traces.jsonl and the backend hold,
 // the receipt, and the collector's peak memory. The runs are
-// helper/supervise's TestMeasureOutage (the CI test TestOutageKeepsFiles
+// helper/supervise's TestMeasureOutage (the CI test TestCollectorOutageKeepsFiles
 // is its short form); the bench runs it and reads its summary lines. No
 // Slurm.
 

@@ -106,8 +106,9 @@ type Counts struct {
 	// otelcol_exporter_enqueue_failed_* of the file exporter: items the
 	// file system refused (full, or the user's quota reached). They are
 	// in no file; the backend exporter got them all the same (its own
-	// counts say whether the backend did), and the producer was not
-	// refused: the file exporter is fed after the receivers have answered.
+	// counts say whether the backend did; with delivery from the files
+	// there is no backend exporter and the backend does not get them
+	// either), and the producer was not refused: the file exporter is fed after the receivers have answered.
 	WriteFailed int64 `json:"write_failed"`
 	// FileFiltered is otelcol_processor_filter_datapoints_filtered of the
 	// filter of the file's pipeline alone (filter/node_local: the
@@ -379,8 +380,15 @@ func (r *Receipt) Summary() []string {
 			if why == "" {
 				why = "the file system refused the writes"
 			}
-			trouble = append(trouble, fmt.Sprintf("%s%d %s not written to %s.jsonl: %s; they are in no file, the backend exporter got them all the same",
-				atLeast, c.WriteFailed, w, sig, why))
+			if r.Delivery != nil {
+				// Delivery from the files: the backend gets what the
+				// files hold, so these are at neither.
+				trouble = append(trouble, fmt.Sprintf("%s%d %s not written to %s.jsonl: %s; they are in no file and so not at the backend either (it gets the files)",
+					atLeast, c.WriteFailed, w, sig, why))
+			} else {
+				trouble = append(trouble, fmt.Sprintf("%s%d %s not written to %s.jsonl: %s; they are in no file, the backend exporter got them all the same",
+					atLeast, c.WriteFailed, w, sig, why))
+			}
 		}
 	}
 	for _, t := range trouble {

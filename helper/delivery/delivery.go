@@ -57,10 +57,11 @@
 //
 // # How it replaces the collector's live export (otel.delivery: files)
 //
-// Today the collector's otlp_http/backend exporter sends live and drops
-// what its sending queue cannot hold during an outage (counted in the
-// receipt); the files keep everything. With delivery, the supervisor
-// renders no backend exporter: the collector writes only the files
+// With otel.delivery: collector the collector's otlp_http/backend
+// exporter sends live and drops what its sending queue cannot hold during
+// an outage (counted in the receipt); the files keep everything. With
+// delivery from the files (the default), the supervisor renders no
+// backend exporter: the collector writes only the files
 // (file exporter, flush_interval 1 s) and the supervisor runs Run with
 // Follow for the job's life, polling every Poll (250 ms) past the last
 // complete line. The live latency to the backend becomes the file

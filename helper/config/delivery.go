@@ -5,9 +5,7 @@ import "fmt"
 // checkDelivery checks otel.delivery and otel.delivery_rate_cap, naming
 // the key. Values parsed from YAML or items are checked at parse; this
 // catches forwarded settings (where "" and 0, from an older submit, read
-// as the defaults) and the combination delivery "files" cannot serve yet:
-// otel.token_resource_attribute, which only a backend exporter's pipeline
-// adds.
+// as the defaults: delivery "files", DefaultDeliveryRateCap).
 func (o *Otel) checkDelivery() []error {
 	var errs []error
 	switch o.Delivery {
@@ -18,9 +16,6 @@ func (o *Otel) checkDelivery() []error {
 	k, _ := lookupKey("delivery_rate_cap")
 	if o.DeliveryRateCap != 0 && (o.DeliveryRateCap < k.min || o.DeliveryRateCap > k.max) {
 		errs = append(errs, fmt.Errorf("otel.delivery_rate_cap: %d is out of range %d..%d (items per second per node)", o.DeliveryRateCap, k.min, k.max))
-	}
-	if o.FileDelivery() && o.TokenResourceAttribute {
-		errs = append(errs, fmt.Errorf("otel.delivery: files does not add the token as a resource attribute (otel.token_resource_attribute: true): set otel.delivery: collector, or otel.token_resource_attribute: false"))
 	}
 	return errs
 }

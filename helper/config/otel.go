@@ -102,16 +102,17 @@ type Otel struct {
 	// 4096, 64..1048576) is every scrape job's label_value_length_limit in
 	// bytes.
 	ScrapeLabelValueLengthLimit int `json:"scrape_label_value_length_limit"`
-	// Delivery (delivery, default "collector") is who sends the job's
-	// data to the backend: "collector", the collector's own OTLP/HTTP
-	// exporter, live, dropping what its queue cannot hold during an
-	// outage (counted in the receipt); or "files", the supervisor, from
-	// the job's jsonl files at a checkpointed position (helper/delivery):
-	// the collector renders no backend exporter, an outage of any length
-	// is caught up from the files, and what is left at the job's end is
-	// what `replay` sends; or "none", remote export off: the job's files
-	// are its only copy, no endpoint or token is needed, and `replay`
-	// sends them later where wanted.
+	// Delivery (delivery, default "files") is who sends the job's data to
+	// the backend: "files", the supervisor, from the job's jsonl files at
+	// a checkpointed position (helper/delivery): the collector renders no
+	// backend exporter, an outage of any length is caught up from the
+	// files, and what is left at the job's end is what `replay` sends; or
+	// "collector", the collector's own OTLP/HTTP exporter, live, dropping
+	// what its queue cannot hold during an outage (counted in the
+	// receipt); or "none", remote export off: the job's files are its
+	// only copy, no endpoint or token is needed, and `replay` sends them
+	// later where wanted. "" (settings forwarded by an older submit) reads
+	// as "files".
 	Delivery string `json:"delivery,omitempty"`
 	// DeliveryRateCap (delivery_rate_cap, default 20000, 100..10000000) is
 	// each node's cap with delivery "files", items per second over its
@@ -157,14 +158,15 @@ const (
 const DefaultDeliveryRateCap = 20000
 
 // FileDelivery reports whether the supervisor delivers the job's files to
-// the backend (delivery "files"): then the collector has no backend
-// exporter.
-func (o Otel) FileDelivery() bool { return o.Delivery == DeliveryFiles }
+// the backend (delivery "files", the default, or unset): then the
+// collector has no backend exporter.
+func (o Otel) FileDelivery() bool {
+	return o.Delivery != DeliveryCollector && o.Delivery != DeliveryNone
+}
 
 // CollectorDelivery reports whether the collector's own exporter sends
-// the job's data to the backend (delivery "collector", or unset as in
-// settings forwarded by an older submit).
-func (o Otel) CollectorDelivery() bool { return o.Delivery == DeliveryCollector || o.Delivery == "" }
+// the job's data to the backend (delivery "collector").
+func (o Otel) CollectorDelivery() bool { return o.Delivery == DeliveryCollector }
 
 // RemoteExport reports whether anything of the job is sent to a backend
 // at all (every delivery but "none"): without it no endpoint and no token
@@ -199,7 +201,7 @@ func Defaults() Otel {
 		ScrapeLabelNameLengthLimit:  256,
 		ScrapeLabelValueLengthLimit: 4096,
 
-		Delivery:         DeliveryCollector,
+		Delivery:         DeliveryFiles,
 		DeliveryRateCap:  DefaultDeliveryRateCap,
 		LocalNodeMetrics: append([]string(nil), DefaultLocalNodeMetrics...),
 	}

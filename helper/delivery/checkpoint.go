@@ -33,6 +33,11 @@ type Checkpoint struct {
 	// Files holds the position of each jsonl file, by its name in the
 	// node dir ("traces.jsonl").
 	Files map[string]*Position `json:"files"`
+	// ResourceAttributes names the attributes a sender added to every
+	// resource it sent (Options.ResourceAttributes; never their values):
+	// ["Authorization"] with otel.token_resource_attribute, so that
+	// `replay` adds the token as the job's own delivery did.
+	ResourceAttributes []string `json:"resource_attributes,omitempty"`
 }
 
 // Position is how far the backend has answered for one jsonl file, and

@@ -57,10 +57,11 @@
 //
 // # How it replaces the collector's live export (otel.delivery: files)
 //
-// Today the collector's otlp_http/backend exporter sends live and drops
-// what its sending queue cannot hold during an outage (counted in the
-// receipt); the files keep everything. With delivery, the supervisor
-// renders no backend exporter: the collector writes only the files
+// With otel.delivery: collector the collector's otlp_http/backend
+// exporter sends live and drops what its sending queue cannot hold during
+// an outage (counted in the receipt); the files keep everything. With
+// delivery from the files (the default), the supervisor renders no
+// backend exporter: the collector writes only the files
 // (file exporter, flush_interval 1 s) and the supervisor runs Run with
 // Follow for the job's life, polling every Poll (250 ms) past the last
 // complete line. The live latency to the backend becomes the file
@@ -77,12 +78,13 @@
 // can reach the backend twice, and the next delivery counts its items in
 // DuplicatesBound (Position.InFlight). The token stays in the
 // supervisor's memory and the collector's environment only, as before.
-// Wired behind otel.delivery: files (helper/supervise/filedelivery.go);
-// the default stays the collector's exporter. Open: a job with
-// otel.token_resource_attribute has the token upserted as a resource
-// attribute only on the backend's pipeline (the files never hold it), so
-// the sender would have to add it to each line's resources as it sends
-// (config refuses the combination for now); the
+// Wired as otel.delivery: files, the default (helper/supervise/filedelivery.go;
+// otel.delivery: collector keeps the collector's exporter). A job with
+// otel.token_resource_attribute has the token upserted as the
+// Authorization resource attribute on every resource sent
+// (Options.ResourceAttributes; the files never hold it), as the
+// collector's backend pipelines do, and the checkpoint names the
+// attribute so that replay adds it too. The
 // collector's exporter reads HTTPS_PROXY/NO_PROXY as net/http does (the
 // default transport here does the same), and the rendered exporter has no
 // TLS settings of its own to carry over; the rate cap is otel.delivery_rate_cap,
@@ -115,6 +117,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -187,6 +190,12 @@ type Options struct {
 	MaxBatchBytes int
 	// Client sends the requests (nil: one with Timeout).
 	Client *http.Client
+	// ResourceAttributes are upserted as string attributes on every
+	// resource sent (never written to the files): with
+	// otel.token_resource_attribute, {"Authorization": "Bearer <token>"},
+	// as the collector's resource/backend_auth processor does on its
+	// backend pipelines (render.BackendAuth). nil: the lines as they are.
+	ResourceAttributes map[string]string
 }
 
 // Stats are what one Run did, per file name (this run only; the
@@ -337,6 +346,12 @@ func newDeliverer(opt Options) (*deliverer, error) {
 	if err != nil {
 		return nil, err
 	}
+	for k := range opt.ResourceAttributes {
+		if !slices.Contains(cp.ResourceAttributes, k) {
+			cp.ResourceAttributes = append(cp.ResourceAttributes, k)
+		}
+	}
+	slices.Sort(cp.ResourceAttributes)
 	stats := &Stats{Files: map[string]*Position{}}
 	for name, p := range cp.Files {
 		if p.InFlight > 0 {
@@ -468,6 +483,9 @@ func (d *deliverer) nextBatch(r *bufio.Reader, sig string, carry []byte) (b batc
 		if ok {
 			part, ok = resourceArray(body, resourceKeys[sig])
 		}
+		if ok && len(part) > 0 && len(d.opt.ResourceAttributes) > 0 {
+			part, ok = upsertResourceAttributes(part, d.opt.ResourceAttributes)
+		}
 		if b.lines > 0 && ok && (b.items+items > d.opt.MaxBatchItems || b.bytes+int64(len(line)) > int64(d.opt.MaxBatchBytes)) {
 			return b, line, nil
 		}
@@ -499,6 +517,63 @@ func resourceArray(line []byte, key string) (part []byte, ok bool) {
 		return nil, true
 	}
 	return bytes.TrimSpace(raw[1 : len(raw)-1]), true
+}
+
+// upsertResourceAttributes is part (a resource array's content without
+// its brackets) with attrs upserted as string attributes on each
+// resource's attributes, keys in sorted order after the resource's other
+// attributes (an attribute of the same key is replaced). ok is false when
+// part is not an array of JSON objects.
+func upsertResourceAttributes(part []byte, attrs map[string]string) ([]byte, bool) {
+	var rs []map[string]json.RawMessage
+	if json.Unmarshal(append(append([]byte{'['}, part...), ']'), &rs) != nil {
+		return nil, false
+	}
+	keys := make([]string, 0, len(attrs))
+	for k := range attrs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for i, r := range rs {
+		if r == nil {
+			r = map[string]json.RawMessage{}
+			rs[i] = r
+		}
+		var res map[string]json.RawMessage
+		if raw := r["resource"]; len(raw) > 0 && json.Unmarshal(raw, &res) != nil {
+			return nil, false
+		}
+		if res == nil {
+			res = map[string]json.RawMessage{}
+		}
+		var kvs []json.RawMessage
+		if raw := res["attributes"]; len(raw) > 0 && json.Unmarshal(raw, &kvs) != nil {
+			return nil, false
+		}
+		kept := kvs[:0]
+		for _, kv := range kvs {
+			var k struct {
+				Key string `json:"key"`
+			}
+			if json.Unmarshal(kv, &k) == nil {
+				if _, ours := attrs[k.Key]; ours {
+					continue
+				}
+			}
+			kept = append(kept, kv)
+		}
+		for _, k := range keys {
+			kv, _ := json.Marshal(map[string]any{"key": k, "value": map[string]string{"stringValue": attrs[k]}})
+			kept = append(kept, kv)
+		}
+		res["attributes"], _ = json.Marshal(kept)
+		r["resource"], _ = json.Marshal(res)
+	}
+	out, err := json.Marshal(rs)
+	if err != nil {
+		return nil, false
+	}
+	return out[1 : len(out)-1], true
 }
 
 // readLine is the next complete line with its newline; io.EOF when only

@@ -837,3 +837,71 @@ func TestRealJobFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestResourceAttributes: with ResourceAttributes (otel.token_resource_attribute:
+// the token as the Authorization resource attribute) the backend (a real
+// collector with bearer-token auth) holds every item with the attribute on
+// its resource, a resource's own attribute of that key replaced and its
+// others kept; the files are unchanged and the checkpoint names the
+// attribute, never its value.
+func TestResourceAttributes(t *testing.T) {
+	t.Parallel()
+	token := "ra-" + harness.RandHex(8)
+	be := harness.StartBackend(t, token)
+	dir := t.TempDir()
+	appendLines(t, dir, 0, 5, 10)
+	own := `{"resourceSpans":[{"resource":{"attributes":[{"key":"Authorization","value":{"stringValue":"forged"}},{"key":"service.name","value":{"stringValue":"own"}}]},"scopeSpans":[{"spans":[{"traceId":"0000000000000000000000000000ffff","spanId":"00000000ffff0001","name":"own","startTimeUnixNano":"1","endTimeUnixNano":"2"}]}]},{"scopeSpans":[{"spans":[{"traceId":"0000000000000000000000000000ffff","spanId":"00000000ffff0002","name":"bare","startTimeUnixNano":"1","endTimeUnixNano":"2"}]}]}]}` + "\n"
+	f, err := os.OpenFile(filepath.Join(dir, "traces.jsonl"), os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(own)
+	f.Close()
+	before, _ := os.ReadFile(filepath.Join(dir, "traces.jsonl"))
+	bearer := "Bearer " + token
+	st, err := delivery.Run(t.Context(), delivery.Options{Dir: dir, Endpoint: be.URL, Headers: map[string]string{"Authorization": bearer},
+		Compression: "gzip", ResourceAttributes: map[string]string{"Authorization": bearer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tot := st.Total(); tot.Accepted != 3*50+2 || tot.Rejected != 0 {
+		t.Errorf("stats %+v: want 152 items accepted", tot)
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, "traces.jsonl"))
+	if string(after) != string(before) || strings.Contains(string(after), token) {
+		t.Error("the sender changed the file, or the file holds the token")
+	}
+	cpRaw, _ := os.ReadFile(filepath.Join(dir, delivery.CheckpointFile))
+	if cp := mustCheckpoint(t, dir); len(cp.ResourceAttributes) != 1 || cp.ResourceAttributes[0] != "Authorization" || strings.Contains(string(cpRaw), token) {
+		t.Errorf("checkpoint names %v (want [Authorization], never the value):\n%s", cp.ResourceAttributes, cpRaw)
+	}
+	be.Stop(t)
+	tr, m, lg := otlptest.MustRead(t, be.Dir, "traces"), otlptest.MustRead(t, be.Dir, "metrics"), otlptest.MustRead(t, be.Dir, "logs")
+	if len(tr.Spans) != 52 || m.Points() != 50 || len(lg.Logs) != 50 {
+		t.Fatalf("the backend holds %d spans, %d points, %d log records; want 52, 50, 50", len(tr.Spans), m.Points(), len(lg.Logs))
+	}
+	check := func(what string, res otlptest.Attrs) {
+		if v, _ := res.Str("Authorization"); v != bearer {
+			t.Errorf("%s: resource Authorization %q, want the bearer token", what, v)
+		}
+	}
+	for _, s := range tr.Spans {
+		check("span "+s.Name, s.Resource)
+		if s.Name == "own" {
+			if v, _ := s.Resource.Str("service.name"); v != "own" {
+				t.Errorf("span own: the resource's service.name %q lost", v)
+			}
+		}
+		if s.Name == "work.0" {
+			if v, _ := s.Resource.Str("service.name"); v != "delivery-test" {
+				t.Errorf("span work.0: the resource's service.name %q lost", v)
+			}
+		}
+	}
+	for _, mt := range m.Metrics {
+		check("metric "+mt.Name, mt.Resource)
+	}
+	for _, l := range lg.Logs {
+		check("log record", l.Resource)
+	}
+}

@@ -106,13 +106,16 @@ type Counts struct {
 	// otelcol_exporter_enqueue_failed_* of the file exporter: items the
 	// file system refused (full, or the user's quota reached). They are
 	// in no file; the backend exporter got them all the same (its own
-	// counts say whether the backend did), and the producer was not
-	// refused: the file exporter is fed after the receivers have answered.
+	// counts say whether the backend did; with delivery from the files
+	// there is no backend exporter and the backend does not get them
+	// either), and the producer was not refused: the file exporter is fed after the receivers have answered.
 	WriteFailed int64 `json:"write_failed"`
 	// FileFiltered is otelcol_processor_filter_datapoints_filtered of the
 	// filter of the file's pipeline alone (filter/node_local: the
 	// node_exporter series outside local_node_metrics): items the backend
-	// exporter got and the file, by design, did not (metrics only).
+	// exporter got and the file, by design, did not (metrics only). With
+	// delivery from the files (no backend exporter) they reach neither:
+	// the backend gets what the files hold.
 	FileFiltered int64 `json:"file_filtered,omitempty"`
 	// Sent is otelcol_exporter_sent_* of otlp_http/backend: items the
 	// backend accepted.
@@ -351,7 +354,12 @@ func (r *Receipt) Summary() []string {
 			lines = append(lines, fmt.Sprintf("  %-7s received %s%d, written %s%d, sent to the backend %s%d, failed %s%d",
 				sig, atLeast, c.Received, atLeast, c.Written, atLeast, c.Sent, atLeast, c.Lost()))
 		}
-		if c.FileFiltered > 0 {
+		switch {
+		case c.FileFiltered > 0 && r.Delivery != nil:
+			// Delivery from the files: the backend gets what the files
+			// hold, so the allowlist keeps these from both.
+			lines = append(lines, fmt.Sprintf("          (%d node_exporter points outside local_node_metrics were kept out of the file, and so out of the backend's copy)", c.FileFiltered))
+		case c.FileFiltered > 0:
 			lines = append(lines, fmt.Sprintf("          (%d node_exporter points outside local_node_metrics went to the backend only, not to the file)", c.FileFiltered))
 		}
 		if sig == "metrics" && c.Written > c.Received {
@@ -377,8 +385,15 @@ func (r *Receipt) Summary() []string {
 			if why == "" {
 				why = "the file system refused the writes"
 			}
-			trouble = append(trouble, fmt.Sprintf("%s%d %s not written to %s.jsonl: %s; they are in no file, the backend exporter got them all the same",
-				atLeast, c.WriteFailed, w, sig, why))
+			if r.Delivery != nil {
+				// Delivery from the files: the backend gets what the
+				// files hold, so these are at neither.
+				trouble = append(trouble, fmt.Sprintf("%s%d %s not written to %s.jsonl: %s; they are in no file and so not at the backend either (it gets the files)",
+					atLeast, c.WriteFailed, w, sig, why))
+			} else {
+				trouble = append(trouble, fmt.Sprintf("%s%d %s not written to %s.jsonl: %s; they are in no file, the backend exporter got them all the same",
+					atLeast, c.WriteFailed, w, sig, why))
+			}
 		}
 	}
 	for _, t := range trouble {

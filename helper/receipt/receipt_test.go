@@ -109,6 +109,23 @@ func TestSummarySaysWhyNotWritten(t *testing.T) {
 	if !strings.Contains(s, want) || strings.Contains(s, "replay") {
 		t.Errorf("summary:\n%s\nwant %q and no replay hint", s, want)
 	}
+	// Delivery from the files: the backend gets the files, so what they
+	// miss it misses too; the node allowlist's points reach neither.
+	r.Signals = map[string]Counts{"traces": {Received: 100, Written: 60, WriteFailed: 40},
+		"metrics": {Received: 500, Written: 300, FileFiltered: 200}}
+	r.Delivery = &Delivery{Items: 360, Accepted: 360, Requests: 2}
+	s = strings.Join(r.Summary(), "\n")
+	for _, want := range []string{
+		"LOST: 40 spans not written to traces.jsonl: the file system of /j/otel was full (12 KiB free at the drain); they are in no file and so not at the backend either",
+		"200 node_exporter points outside local_node_metrics were kept out of the file, and so out of the backend's copy",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("files delivery summary:\n%s\nwant %q", s, want)
+		}
+	}
+	if strings.Contains(s, "backend exporter got them") || strings.Contains(s, "went to the backend only") {
+		t.Errorf("files delivery summary speaks of a backend exporter:\n%s", s)
+	}
 }
 
 // The lines appended after the collector's exit survive a write and a

@@ -210,7 +210,9 @@ func (b *nodeBackend) take() map[string]bool {
 // TestNodeLocalAllowlist: with the real collector scraping a page of the
 // machine's real node_exporter (served unchanged each scrape), the job's
 // metrics file keeps only the node_exporter series local_node_metrics
-// allows (and up, scrape_*) while the backend gets every series; with
+// allows (and up, scrape_*) while the backend gets every series (with
+// delivery: collector, the collector's exporter: with the default delivery
+// from the files the backend gets what the file holds); with
 // local_node_metrics null the file keeps all. The default file holds at
 // most a tenth of the bytes of the file that keeps all, and inspect's host
 // section is the same from both. The bytes per node-hour at a 15 s
@@ -231,8 +233,8 @@ func TestNodeLocalAllowlist(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	backend := newNodeBackend(t)
 
-	all := runNodeJob(t, "local_node_metrics=null", port, backend)
-	def := runNodeJob(t, "", port, backend)
+	all := runNodeJob(t, "local_node_metrics=null,delivery=collector", port, backend)
+	def := runNodeJob(t, "delivery=collector", port, backend)
 
 	allow := regexp.MustCompile("^(?:up|scrape_.*|" + strings.Join(config.DefaultLocalNodeMetrics, "|") + ")$")
 	outside := 0

@@ -447,6 +447,8 @@ func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
 	}
 	processors = append(processors, kv{IdentityProcessor, omap{{"attributes", identityActions(in)}}})
 	if o.TokenResourceAttribute && o.CollectorDelivery() {
+		// With delivery "files" the supervisor's sender adds it
+		// (helper/delivery, Options.ResourceAttributes).
 		processors = append(processors, kv{BackendAuth, omap{{"attributes", []omap{{
 			{"key", "Authorization"},
 			{"value", Bearer(o.TokenEnv)},

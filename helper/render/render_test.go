@@ -42,7 +42,7 @@ var firstScrapeAt = map[string]time.Time{"first-scrape": time.Unix(1700000000, 1
 // (Ports.Cgroup 41006: the cgroup scrape in the plugin's own Prometheus
 // receiver and metrics pipeline); the others have none, as the configs
 // other packages' tests read.
-var withCgroup = map[string]bool{"cgroup-scrape": true, "token-resource-attribute-cgroup": true}
+var withCgroup = map[string]bool{"cgroup-scrape": true, "collector-cgroup-scrape": true, "collector-token-resource-attribute-cgroup": true}
 
 var variants = []variant{
 	{"no-model-service", "", nil},
@@ -50,10 +50,15 @@ var variants = []variant{
 	{"node-ports-null", "gpu_metrics_port=null,node_metrics_port=null", nil},
 	{"logs-off", "gym_logs=false,gym_telemetry=false", nil},
 	{"endpoint-path-prefix", "endpoint=https://otlp.example.com/api/otlp/v1/traces", nil},
-	{"token-resource-attribute", "token_resource_attribute=true", nil},
-	// The supervisor delivers the files (helper/delivery): no backend
-	// exporter.
-	{"delivery-files", "delivery=files,delivery_rate_cap=5000", nil},
+	// The collector's own exporter sends to the backend (otel.delivery:
+	// collector), alone and with the token as a resource attribute on the
+	// backend's pipelines.
+	{"delivery-collector", "delivery=collector", nil},
+	{"collector-token-resource-attribute", "delivery=collector,token_resource_attribute=true", nil},
+	// The supervisor delivers the files (helper/delivery, the default):
+	// no backend exporter, and the token attribute is the supervisor's to
+	// add (no resource/backend_auth).
+	{"delivery-files", "delivery=files,delivery_rate_cap=5000,token_resource_attribute=true", nil},
 	// Remote export off: no backend exporter, no token anywhere (the
 	// site's token_resource_attribute is moot).
 	{"delivery-none", "delivery=none,token_resource_attribute=true", nil},
@@ -165,14 +170,25 @@ func TestRenderShape(t *testing.T) {
 	y := string(renderVariant(t, variants[0], nil))
 	for _, want := range []string{"127.0.0.1:41001", "127.0.0.1:41002", "127.0.0.1:41003", "port: 41004",
 		"job_name: node", "job_name: dcgm", "append: true",
-		"Bearer ${env:OTEL_TOKEN}", "${env:GYM_OTEL_RECEIVER_TOKEN}", "exclude_dimensions"} {
+		"${env:GYM_OTEL_RECEIVER_TOKEN}", "exclude_dimensions"} {
 		if !strings.Contains(y, want) {
 			t.Errorf("rendered config lacks %q", want)
 		}
 	}
-	for _, bad := range []string{"4317", "4318", "13133", "0.0.0.0", "filter/dcgm", "metric_relabel_configs"} {
+	// Delivery "files" (the default): the supervisor sends the files; the
+	// collector has no backend exporter and no bearer header of its own.
+	for _, bad := range []string{"4317", "4318", "13133", "0.0.0.0", "filter/dcgm", "metric_relabel_configs", render.BackendExporter, "Bearer ${env:OTEL_TOKEN}"} {
 		if strings.Contains(y, bad) {
 			t.Errorf("rendered config holds %q", bad)
+		}
+	}
+	for _, v := range variants {
+		if v.name != "delivery-collector" {
+			continue
+		}
+		c := string(renderVariant(t, v, nil))
+		if !strings.Contains(c, "  "+render.BackendExporter+":\n") || !strings.Contains(c, "Authorization: Bearer ${env:OTEL_TOKEN}") {
+			t.Errorf("delivery collector: no %s with the bearer token:\n%s", render.BackendExporter, c)
 		}
 	}
 	noScrape := string(renderVariant(t, variants[2], nil))
@@ -359,7 +375,7 @@ func identityAction(t *testing.T, y []byte, key string) (any, string, bool) {
 // span_metrics. The real collector accepts it, with
 // token_resource_attribute too.
 func TestPluginPipelines(t *testing.T) {
-	for _, v := range []variant{{"cgroup-scrape", "", nil}, {"token-resource-attribute-cgroup", "token_resource_attribute=true", nil}} {
+	for _, v := range []variant{{"cgroup-scrape", "", nil}, {"collector-cgroup-scrape", "delivery=collector", nil}, {"collector-token-resource-attribute-cgroup", "delivery=collector,token_resource_attribute=true", nil}} {
 		t.Run(v.name, func(t *testing.T) {
 			y := renderVariant(t, v, nil)
 			var doc struct {
@@ -432,16 +448,18 @@ func TestPluginPipelines(t *testing.T) {
 				}
 			}
 			want := 2
-			if v.name == "token-resource-attribute-cgroup" {
+			if v.name == "collector-token-resource-attribute-cgroup" {
 				want = 4
 			}
 			if plugins != want {
 				t.Errorf("%d plugin pipelines, want %d: %v", plugins, want, doc.Service.Pipelines)
 			}
 			tp := doc.Service.Pipelines[render.PluginPipeline("traces")]
-			wantExp := []string{"span_metrics", render.FileExporter("traces"), render.BackendExporter}
-			if v.name == "token-resource-attribute-cgroup" {
-				wantExp = wantExp[:2]
+			// The backend exporter only with delivery "collector" and
+			// in the same pipeline only without the token attribute.
+			wantExp := []string{"span_metrics", render.FileExporter("traces")}
+			if v.name == "collector-cgroup-scrape" {
+				wantExp = append(wantExp, render.BackendExporter)
 			}
 			if !slices.Equal(tp.Exporters, wantExp) {
 				t.Errorf("%s exporters %v, want %v", render.PluginPipeline("traces"), tp.Exporters, wantExp)

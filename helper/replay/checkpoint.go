@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
@@ -119,7 +120,8 @@ func runCheckpointed(ctx context.Context, opt Options, dirs []string, start time
 			paths = append(paths, filepath.Join(d, jobdir.SignalFile(sig)))
 		}
 	}
-	if foreign := checkOwner(paths, uid); foreign != nil && (opt.Endpoint == "" || opt.TokenEnv == "") {
+	foreign := checkOwner(paths, uid)
+	if foreign != nil && (opt.Endpoint == "" || opt.TokenEnv == "") {
 		return nil, foreign
 	}
 	endpoint, tokenEnv, err := target(opt)
@@ -138,10 +140,17 @@ func runCheckpointed(ctx context.Context, opt Options, dirs []string, start time
 	ctx, cancel := context.WithTimeout(ctx, opt.Timeout)
 	defer cancel()
 	for _, d := range dirs {
-		st, err := delivery.Run(ctx, delivery.Options{
+		do := delivery.Options{
 			Dir: d, Endpoint: endpoint, Headers: map[string]string{"Authorization": "Bearer " + token},
 			Compression: "gzip", Retry: delivery.Retry{MaxElapsed: ReplayRetryFor},
-		})
+		}
+		if foreign == nil && checkpointAuth([]string{d}) {
+			// The job's delivery added the token as a resource attribute
+			// (otel.token_resource_attribute): so does replay (not for a
+			// directory someone else wrote: that is the job's choice).
+			do.ResourceAttributes = map[string]string{"Authorization": "Bearer " + token}
+		}
+		st, err := delivery.Run(ctx, do)
 		if st != nil {
 			t := st.Total()
 			c.Accepted += t.Accepted
@@ -175,4 +184,16 @@ func runCheckpointed(ctx context.Context, opt Options, dirs []string, start time
 		c.Lines = append(c.Lines, fmt.Sprintf("replay INCOMPLETE after %v: %d items are still past the checkpoints (%s); nothing of the files is lost: replay again sends exactly those", res.Took.Round(time.Millisecond), c.Left, c.Err))
 	}
 	return res, nil
+}
+
+// checkpointAuth reports whether a checkpoint of dirs names the
+// Authorization resource attribute: the job's delivery from the files
+// added the token to every resource it sent (otel.token_resource_attribute).
+func checkpointAuth(dirs []string) bool {
+	for _, d := range dirs {
+		if cp, err := delivery.ReadCheckpoint(d); err == nil && slices.Contains(cp.ResourceAttributes, "Authorization") {
+			return true
+		}
+	}
+	return false
 }

@@ -40,18 +40,20 @@ func runReplay(t *testing.T, env []string, args ...string) (string, int) {
 	return string(out), code
 }
 
-// TestReplayAfterOutage: a job runs while its backend is down. Its receipt
+// TestReplayCollectorAfterOutage: a job with otel.delivery: collector (the
+// collector's exporter; replay plans from the receipts, through a collector
+// of its own) runs while its backend is down. Its receipt
 // says the backend got nothing and what the files hold; then the backend
 // comes up on the job's endpoint and `replay` (the token from OTEL_TOKEN, as
 // at submit) sends every node dir's files: the backend ends up with every
 // span, metric point and log record of the files. A second backend
 // (--endpoint) gets them too; a wrong token exits non-zero.
-func TestReplayAfterOutage(t *testing.T) {
+func TestReplayCollectorAfterOutage(t *testing.T) {
 	t.Parallel()
 	token := "rp$${env:HOME}-" + harness.RandHex(8)
 	port := harness.FreePort(t)
 	j := harness.Job{JobID: "5150", Node: "gn1", Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), Token: token,
-		VLLMPort: harness.StartVLLM(t), NodePort: harness.StartNodeExporter(t)}
+		VLLMPort: harness.StartVLLM(t), NodePort: harness.StartNodeExporter(t), Site: "  delivery: collector\n"}
 	s := harness.StartSup(t, j).MustReady(t)
 	harness.WaitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds", "node_load1")
 	s.RunGym(t, "agent", 4, "local")
@@ -165,11 +167,13 @@ func firstLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// TestReplayInterrupted: Ctrl-C while replay waits on a backend that hangs:
-// replay exits non-zero and its collector is gone.
-func TestReplayInterrupted(t *testing.T) {
+// TestReplayCollectorInterrupted: a job with otel.delivery: collector (no
+// checkpoint: replay sends through a collector of its own); Ctrl-C while
+// replay waits on a backend that hangs: replay exits non-zero and its
+// collector is gone.
+func TestReplayCollectorInterrupted(t *testing.T) {
 	t.Parallel()
-	s := harness.StartSup(t, harness.Job{JobID: "5151", VLLMPort: harness.StartVLLM(t)}).MustReady(t)
+	s := harness.StartSup(t, harness.Job{JobID: "5151", VLLMPort: harness.StartVLLM(t), Site: "  delivery: collector\n"}).MustReady(t)
 	s.RunGym(t, "agent", 2, "local")
 	if _, err := s.Drain(t, 60*time.Second); err != nil {
 		t.Fatalf("drain: %v", err)

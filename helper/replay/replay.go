@@ -445,6 +445,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the job's backend settings: %w", err)
 	}
+	if !be.Auth && checkpointAuth(dirs) {
+		// Delivery from the files (no backend exporter rendered) with
+		// otel.token_resource_attribute: the checkpoint says so.
+		be.Auth = true
+	}
 	if foreign != nil && be.Auth {
 		// Whether the token also goes as a resource attribute is the
 		// job's choice, and this job is someone else's.

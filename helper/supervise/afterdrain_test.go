@@ -94,13 +94,15 @@ func TestDrainSpanCollectorKilled(t *testing.T) {
 	}
 }
 
-// TestDrainSpansDelivered: right after appending the drain's line, the
-// supervisor sends it to the job's backend itself, once: a backend that
+// TestCollectorDrainSpansDelivered: with otel.delivery: collector (with
+// the default delivery from the files the sender delivers the appended
+// lines from the files: filedelivery_test.go), right after appending the
+// drain's line, the supervisor sends it to the job's backend itself, once: a backend that
 // takes it (the real collector with bearer auth) holds the slurm.drain
 // span and the receipt says delivered; a hung backend (accepts, never
 // answers) costs at most timing.DeliveryBound and the receipt says why
 // not; a backend answering 401 gives that status in the receipt.
-func TestDrainSpansDelivered(t *testing.T) {
+func TestCollectorDrainSpansDelivered(t *testing.T) {
 	t.Parallel()
 	const token = "deliver-token"
 	for _, c := range []struct {
@@ -121,7 +123,7 @@ func TestDrainSpansDelivered(t *testing.T) {
 			if err := os.WriteFile(rec, []byte("x"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			s := harness.StartSup(t, harness.Job{JobID: "8484", Record: rec, Endpoint: endpoint, Token: token}).MustReady(t)
+			s := harness.StartSup(t, harness.Job{JobID: "8484", Record: rec, Endpoint: endpoint, Token: token, Site: "  delivery: collector\n"}).MustReady(t)
 			time.Sleep(time.Second)
 			took, err := s.Drain(t, 2*time.Minute)
 			t.Logf("drained in %v: %v", took.Round(time.Millisecond), err)

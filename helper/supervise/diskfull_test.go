@@ -101,14 +101,14 @@ func tailString(s string, n int) string {
 	return s
 }
 
-// TestFullFileSystem: the job's output dir on a 2 MiB tmpfs, spans at a
+// TestCollectorFullFileSystem: otel.delivery: collector, the job's output dir on a 2 MiB tmpfs, spans at a
 // rate that fills it within seconds, a real backend. The file exporter's
 // failures are counted, not refused to the producer (the producer's data
 // still reaches the backend, which refusing would stop too); the receipt
 // is written all the same (the supervisor's reserve), has final figures,
 // counts exactly what traces.jsonl misses, says why, and the backend got
 // every span; the supervisor's log says it once while the job runs.
-func TestFullFileSystem(t *testing.T) {
+func TestCollectorFullFileSystem(t *testing.T) {
 	t.Parallel()
 	fs := mountTmpfs(t, "2m")
 	r := runLoad(t, realBackend, 2000, 10*time.Second, harness.Job{JobID: "2424", Output: filepath.Join(fs, "out")})

@@ -86,6 +86,11 @@ func (s *supervisor) startFileDelivery() *fileSender {
 		Retry:  delivery.Retry{Initial: time.Second, Max: RetryMax},
 		Client: &http.Client{Timeout: timeout, Transport: &watchTransport{base: base, fs: fs}},
 	}
+	if s.o.TokenResourceAttribute {
+		// As the collector's resource/backend_auth on its backend
+		// pipelines (render.BackendAuth): never in the files.
+		fs.opt.ResourceAttributes = map[string]string{"Authorization": "Bearer " + s.opt.Token}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	fs.cancel = cancel
 	go fs.run(ctx)

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/delivery"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
@@ -120,12 +121,19 @@ func checkBackendHoldsFiles(t *testing.T, out string, bound int64, dirs ...strin
 // supervisor's peak RSS (KiB).
 func fileJob(t *testing.T, endpoint, token string, rate int, dur time.Duration, during func(start time.Time)) (*harness.Sup, *receipt.Receipt, int64, time.Duration) {
 	t.Helper()
+	s, rc, peak, _, drain := fileJobPeaks(t, endpoint, token, rate, dur, during)
+	return s, rc, peak, drain
+}
+
+// fileJobPeaks is fileJob, also returning the collector's peak RSS (KiB).
+func fileJobPeaks(t *testing.T, endpoint, token string, rate int, dur time.Duration, during func(start time.Time)) (*harness.Sup, *receipt.Receipt, int64, int64, time.Duration) {
+	t.Helper()
 	lg := loadgenBin(t)
 	s := harness.StartSup(t, harness.Job{JobID: "3838", Endpoint: endpoint, Token: token, Site: "  delivery: files\n  delivery_rate_cap: 20000\n"}).MustReady(t)
 	if strings.Contains(string(mustRead(t, filepath.Join(s.Out, jobdir.ConfigFile))), "otlp_http/backend") {
 		t.Fatal("collector.yaml has a backend exporter with otel.delivery: files")
 	}
-	var peak int64
+	var peak, collPeak int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -134,6 +142,9 @@ func fileJob(t *testing.T, endpoint, token string, rate int, dur time.Duration, 
 		for {
 			if rss, _, ok := memOf(s.Cmd.Process.Pid); ok {
 				peak = max(peak, rss)
+			}
+			if rss, _, ok := memOf(s.Report.CollectorPID); ok {
+				collPeak = max(collPeak, rss)
 			}
 			select {
 			case <-stop:
@@ -171,7 +182,7 @@ func fileJob(t *testing.T, endpoint, token string, rate int, dur time.Duration, 
 	for _, l := range rc.Summary() {
 		t.Log(l)
 	}
-	return s, rc, peak, drain
+	return s, rc, peak, collPeak, drain
 }
 
 func mustRead(t *testing.T, path string) []byte {
@@ -294,4 +305,73 @@ func TestFileDeliveryBackendDownPastEnd(t *testing.T) {
 	}
 	be.Stop(t)
 	t.Logf("whole test %v", time.Since(began).Round(time.Second))
+}
+
+// TestMeasureFileDeliveryOutage measures delivery from the files through
+// one long outage (GYM_OTEL_MEASURE=fileoutage; `make bench` row P10): a
+// job at GYM_OTEL_MEASURE_RATE spans/s (default 2,000) whose backend is
+// stopped 10 s in for GYM_OTEL_MEASURE_OUTAGE_SECONDS (default 600) and
+// started again on the same port; the job runs on for a fifth of the
+// outage and 30 s more. It prints a testenv.FileOutageSummary line: the
+// backend's items after the job against the files', the catch-up time
+// after the backend's return, the duplicates against the receipt's bound,
+// and the peak memory of the supervisor and the collector.
+//
+//	GYM_OTEL_MEASURE=fileoutage GYM_OTEL_MEASURE_OUTAGE_SECONDS=600 go test -run TestMeasureFileDeliveryOutage -v -timeout 60m ./helper/supervise
+func TestMeasureFileDeliveryOutage(t *testing.T) {
+	if os.Getenv("GYM_OTEL_MEASURE") != "fileoutage" {
+		t.Skip("set GYM_OTEL_MEASURE=fileoutage to measure")
+	}
+	outage, rate := 600, 2000
+	if v := os.Getenv("GYM_OTEL_MEASURE_OUTAGE_SECONDS"); v != "" {
+		outage, _ = strconv.Atoi(v)
+	}
+	if v := os.Getenv("GYM_OTEL_MEASURE_RATE"); v != "" {
+		rate, _ = strconv.Atoi(v)
+	}
+	if outage < 1 || rate < 1 {
+		t.Fatalf("GYM_OTEL_MEASURE_OUTAGE_SECONDS %d, GYM_OTEL_MEASURE_RATE %d: want positive numbers", outage, rate)
+	}
+	dur := 10*time.Second + time.Duration(outage)*time.Second*6/5 + 30*time.Second
+	token := "fout-" + harness.RandHex(6)
+	port := harness.FreePort(t)
+	be1 := harness.StartBackendOn(t, token, port)
+	var be2 *harness.Backend
+	var back time.Time
+	s, rc, peak, collPeak, drain := fileJobPeaks(t, be1.URL, token, rate, dur, func(start time.Time) {
+		time.Sleep(time.Until(start.Add(10 * time.Second)))
+		be1.Stop(t)
+		time.Sleep(time.Duration(outage) * time.Second)
+		be2 = harness.StartBackendOn(t, token, port)
+		back = time.Now()
+	})
+	d := rc.Delivery
+	sum := testenv.FileOutageSummary{Rate: rate, OutageSeconds: outage, JobSeconds: int(dur / time.Second), DuplicatesBound: d.DuplicatesBound,
+		Complete: d.Complete(), CatchUp: -1, PeakSupervisor: float64(peak) / 1024, PeakCollector: float64(collPeak) / 1024,
+		MemoryLimit: config.Defaults().MemoryLimitMiB, Drain: drain.Seconds()}
+	if len(d.CatchUps) > 0 {
+		c := d.CatchUps[0]
+		sum.LateItems, sum.Lag = c.Items, c.Lag().Seconds()
+		if !c.CaughtUp.IsZero() && !back.IsZero() {
+			sum.CatchUp = c.CaughtUp.Sub(back).Seconds()
+		}
+	}
+	be2.Stop(t)
+	for _, sig := range []string{"traces", "metrics", "logs"} {
+		want, wantSpans := fileItems(t, sig, s.Out)
+		got, gotSpans := fileItems(t, sig, be1.Dir, be2.Dir)
+		sum.Files += want
+		sum.Backend += got
+		for id := range wantSpans {
+			if gotSpans[id] == 0 {
+				sum.Missing++
+			}
+		}
+	}
+	sum.Extra = sum.Backend - sum.Files
+	fmt.Println(sum.Line())
+	t.Log(sum.Line())
+	if sum.Missing > 0 || sum.Backend < sum.Files || sum.Extra > sum.DuplicatesBound || !sum.Complete {
+		t.Errorf("the backend's copy after the job: %+v", sum)
+	}
 }

@@ -107,7 +107,11 @@ func assertAllParse(t testing.TB, dir string) {
 }
 
 // TestFullJob runs one job with every source and a real backend and checks
-// the data, the identity, the backend, the token hygiene and the drain.
+// the data, the identity, the backend, the token hygiene and the drain. The
+// job has the default delivery (files: the supervisor sends the files)
+// and token_resource_attribute: the backend holds exactly the files'
+// items, each resource with the token as its Authorization attribute,
+// which no file holds.
 func TestFullJob(t *testing.T) {
 	t.Parallel()
 	// $, { and } in the token: a collector that expanded the value again
@@ -117,6 +121,7 @@ func TestFullJob(t *testing.T) {
 	j := harness.Job{
 		JobID: "90017", Node: "gn7", Token: token, Endpoint: be.URL,
 		VLLMPort: harness.StartVLLM(t), DCGMPort: harness.StartDCGM(t), NodePort: harness.StartNodeExporter(t),
+		Site: "  token_resource_attribute: true\n",
 	}
 	s := harness.StartSup(t, j).MustReady(t)
 	assertSignalsClear(t, s.Report.CollectorPID)
@@ -274,6 +279,19 @@ func TestFullJob(t *testing.T) {
 	checkIdentity(t, "backend metrics", bm, id)
 	checkIdentity(t, "backend traces", bt, id)
 	checkIdentity(t, "backend logs", bl, id)
+	// token_resource_attribute: the supervisor's sender added the token to
+	// every resource it sent (the files never hold it: AssertNoLeak).
+	for what, d := range map[string]otlptest.Data{"metrics": bm, "traces": bt, "logs": bl} {
+		bad := 0
+		for _, r := range d.Resources {
+			if v, _ := r.Str("Authorization"); v != "Bearer "+token {
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Errorf("backend %s: %d of %d resources lack the token as their Authorization attribute", what, bad, len(d.Resources))
+		}
+	}
 	if bt.SpanCount("gym.rollout") != 3 || len(bl.Logs) != 3 {
 		t.Errorf("backend: %d gym.rollout spans, %d logs; want 3 and 3", bt.SpanCount("gym.rollout"), len(bl.Logs))
 	}
@@ -281,8 +299,11 @@ func TestFullJob(t *testing.T) {
 		t.Error("backend: vLLM or span metrics missing")
 	}
 
-	// The receipt: final figures, everything written was sent, and the
-	// counts are those of the files and of the backend's files.
+	// The receipt: final figures; the files' items are those written
+	// (and appended), the supervisor's delivery acknowledged every one
+	// of them, and the backend holds exactly the files' items (the
+	// node_exporter series the allowlist keeps out of the file, counted
+	// as file_filtered, reach neither).
 	rc, err := receipt.Read(s.Out)
 	if err != nil {
 		t.Fatal(err)
@@ -299,14 +320,19 @@ func TestFullJob(t *testing.T) {
 	files := map[string][2]int{"traces": {len(tr.Spans), len(bt.Spans)}, "metrics": {m.Points() - ap, bm.Points() - ap}, "logs": {len(lg.Logs), len(bl.Logs)}}
 	for sig, n := range files {
 		c := rc.Signals[sig]
-		// The backend also gets the node_exporter series the file's
-		// pipeline alone filters (local_node_metrics), counted apart.
-		if c.Written != int64(n[0]) || c.Sent != c.Written+c.FileFiltered || c.Sent != int64(n[1]) || c.Lost() != 0 {
-			t.Errorf("receipt %s %+v: want written = %d (the file's items) = sent - file_filtered, sent = %d (the backend's items)", sig, c, n[0], n[1])
+		if c.Written != int64(n[0]) || n[1] != n[0] || c.Sent != 0 || c.Lost() != 0 {
+			t.Errorf("receipt %s %+v: want written = %d (the file's items) = %d (the backend's items), nothing sent by the collector", sig, c, n[0], n[1])
 		}
 		if sig != "metrics" && c.Received != c.Written {
 			t.Errorf("receipt %s: received %d, written %d; nothing filters %s", sig, c.Received, c.Written, sig)
 		}
+	}
+	inFiles := int64(len(tr.Spans) + m.Points() + len(lg.Logs))
+	if d := rc.Delivery; d == nil || !d.Complete() || d.Accepted != inFiles || d.Rejected != 0 {
+		t.Errorf("receipt's delivery %+v: want every one of the files' %d items acknowledged, nothing past the checkpoint", rc.Delivery, inFiles)
+	}
+	if c := rc.Signals["metrics"]; c.FileFiltered == 0 {
+		t.Errorf("receipt metrics %+v: the node allowlist kept nothing out of the file", c)
 	}
 	if sum := strings.Join(rc.Summary(), "\n"); !strings.Contains(sum, "final figures") || strings.Contains(sum, "LOST") {
 		t.Errorf("receipt summary:\n%s", sum)
@@ -422,10 +448,10 @@ func TestReceiverRequiresToken(t *testing.T) {
 	}
 }
 
-// TestBackendFailures: a wrong token (401), a backend that is down and one
+// TestCollectorBackendFailures: otel.delivery: collector; a wrong token (401), a backend that is down and one
 // that never answers: health stays up, local files stay complete, the drain
 // is bounded and the refusal is reported.
-func TestBackendFailures(t *testing.T) {
+func TestCollectorBackendFailures(t *testing.T) {
 	t.Parallel()
 	vllm := harness.StartVLLM(t)
 	cases := []struct {
@@ -446,7 +472,7 @@ func TestBackendFailures(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			ep, be := c.endpoint(t)
-			j := harness.Job{JobID: "31337", Endpoint: ep, VLLMPort: vllm, Token: "wrong-" + harness.RandHex(6)}
+			j := harness.Job{JobID: "31337", Endpoint: ep, VLLMPort: vllm, Token: "wrong-" + harness.RandHex(6), Site: "  delivery: collector\n"}
 			s := harness.StartSup(t, j).MustReady(t)
 			harness.WaitMetricNames(t, s, 20*time.Second, "vllm_e2e_request_latency_seconds")
 			s.RunGym(t, "agent", 3, "local")

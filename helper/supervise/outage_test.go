@@ -122,13 +122,18 @@ func runOutage(t *testing.T, kind outageKind, rate int, dur time.Duration, mem, 
 }
 
 // runLoad is runOutage for the job j (its Endpoint and Token are set
-// here, from kind).
+// here, from kind). It measures the collector's own exporter: the job has
+// otel.delivery: collector unless j.Site says otherwise (delivery from
+// the files is fileJob's, filedelivery_test.go).
 func runLoad(t *testing.T, kind outageKind, rate int, dur time.Duration, j harness.Job) outageRun {
 	t.Helper()
 	lg := loadgenBin(t)
 	token := "outage-" + harness.RandHex(6)
 	ep, be := kind.start(t, token)
 	j.Endpoint, j.Token = ep, token
+	if j.Site == "" {
+		j.Site = "  delivery: collector\n"
+	}
 	mem := j.Memory
 	s := harness.StartSup(t, j).MustReady(t)
 	run := outageRun{kind: kind.name, rate: rate, backend: -1, memoryLimitMB: mem}
@@ -305,13 +310,13 @@ func (r outageRun) memSeries(step time.Duration) string {
 	return strings.Join(parts, ", ")
 }
 
-// TestOutageKeepsFiles: for each backend behaviour, a short run at a high
-// span rate. Every span the producer was told was accepted is in
+// TestCollectorOutageKeepsFiles: with otel.delivery: collector, for each
+// backend behaviour, a short run at a high span rate. Every span the producer was told was accepted is in
 // traces.jsonl; the producer was refused nothing; the receipt has final
 // figures that match the files and account for every span the backend
 // did not get; the collector's anonymous memory stayed below
 // memory_limit_mib.
-func TestOutageKeepsFiles(t *testing.T) {
+func TestCollectorOutageKeepsFiles(t *testing.T) {
 	t.Parallel()
 	const mem = 256
 	for _, kind := range outageKinds(500 * time.Millisecond) {

@@ -22,7 +22,8 @@ import (
 
 var stoppedRE = regexp.MustCompile(`collector stopped in (\d+) ms \(clean: (true|false)\)`)
 
-// TestShutdownBoundAtDefaults: export_timeout_seconds and
+// TestCollectorShutdownBoundAtDefaults: otel.delivery: collector (its
+// backend exporters), export_timeout_seconds and
 // shutdown_timeout_seconds at their defaults, a backend that accepts
 // connections and never answers, spans at a high rate until the drain:
 // every exporter still has requests in flight when the collector is told
@@ -31,7 +32,7 @@ var stoppedRE = regexp.MustCompile(`collector stopped in (\d+) ms \(clean: (true
 // of 10 s the three exporters' last requests, 5 s each one after another,
 // did not fit: the collector was killed and the receipt had only lower
 // bounds.)
-func TestShutdownBoundAtDefaults(t *testing.T) {
+func TestCollectorShutdownBoundAtDefaults(t *testing.T) {
 	t.Parallel()
 	d := config.Defaults()
 	if d.ShutdownTimeoutSeconds < d.MinShutdownSeconds() {
@@ -82,7 +83,7 @@ func TestMeasureRecoveryBurst(t *testing.T) {
 	token := "burst-" + harness.RandHex(6)
 	s := harness.StartSup(t, harness.Job{JobID: "2626", Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), Token: token,
 		VLLMPort: harness.StartVLLM(t), DCGMPort: harness.StartDCGM(t), NodePort: harness.StartNodeExporter(t),
-		Scrape: d.ScrapeIntervalSeconds, Export: d.ExportTimeoutSeconds, Shutdown: d.ShutdownTimeoutSeconds}).MustReady(t)
+		Scrape: d.ScrapeIntervalSeconds, Export: d.ExportTimeoutSeconds, Shutdown: d.ShutdownTimeoutSeconds, Site: "  delivery: collector\n"}).MustReady(t)
 	t.Logf("backend down for %d s (nothing listens on %d)", secs, port)
 	time.Sleep(time.Duration(secs) * time.Second)
 	up := time.Now()

@@ -50,3 +50,56 @@ func ParseOutageLine(line string) (s OutageSummary, ok bool) {
 	}
 	return s, true
 }
+
+// FileOutageSummary is one run of helper/supervise's
+// TestMeasureFileDeliveryOutage (delivery from the files: the backend
+// stopped for an outage in the middle of a job, the supervisor catching
+// up from the files) as `make bench` (tests/bench, P10) reads it: items
+// (spans, metric points, log records) of the job's files and at the
+// backend, seconds, MiB. The test prints it with Line, the bench reads it
+// with ParseFileOutageLine.
+type FileOutageSummary struct {
+	Rate          int   `json:"rate"`
+	OutageSeconds int   `json:"outage_seconds"`
+	JobSeconds    int   `json:"job_seconds"`
+	Files         int64 `json:"files"`
+	Backend       int64 `json:"backend"`
+	// Missing counts the files' spans the backend lacks (by id);
+	// DuplicatesBound is the receipt's bound of the items the backend may
+	// hold twice, Extra what it holds beyond the files.
+	Missing         int64 `json:"missing"`
+	Extra           int64 `json:"extra"`
+	DuplicatesBound int64 `json:"duplicates_bound"`
+	// LateItems are the items the receipt counts as caught up late;
+	// CatchUp is from the backend's return to the catch-up (-1: not caught
+	// up before the drain), Lag from the first failed attempt.
+	LateItems int64   `json:"late_items"`
+	CatchUp   float64 `json:"catch_up_seconds"`
+	Lag       float64 `json:"lag_seconds"`
+	Complete  bool    `json:"complete"`
+	// PeakSupervisor and PeakCollector are the processes' peak RSS;
+	// MemoryLimit is the collector's memory_limit_mib.
+	PeakSupervisor float64 `json:"peak_supervisor_mib"`
+	PeakCollector  float64 `json:"peak_collector_mib"`
+	MemoryLimit    int     `json:"memory_limit_mib"`
+	Drain          float64 `json:"drain_seconds"`
+}
+
+// fileOutagePrefix starts the line of a FileOutageSummary.
+const fileOutagePrefix = "file-outage-json: "
+
+// Line is s as one line of the test's output: "file-outage-json: <JSON>".
+func (s FileOutageSummary) Line() string {
+	b, _ := json.Marshal(s)
+	return fileOutagePrefix + string(b)
+}
+
+// ParseFileOutageLine reads the FileOutageSummary of a Line found
+// anywhere in line; ok is false for any other line.
+func ParseFileOutageLine(line string) (s FileOutageSummary, ok bool) {
+	_, js, found := strings.Cut(line, fileOutagePrefix)
+	if !found || json.Unmarshal([]byte(js), &s) != nil {
+		return FileOutageSummary{}, false
+	}
+	return s, true
+}

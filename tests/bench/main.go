@@ -21,7 +21,9 @@
 //	                            P4I, P4's two idle rows alone (no P5 load, no P4M), P3D, the drain's
 //	                            second collector (the delivery of the drain's spans): ms and peak RSS,
 //	                            P9, node_exporter's bytes in metrics.jsonl with local_node_metrics,
+//	                            P10, delivery from the files through a 10-minute outage (quick: 1 minute),
 //	                            run without Slurm when alone)
+//	GYM_OTEL_BENCH_LONG_OUTAGE=1 P10 also through a 1-hour outage (about 80 minutes more)
 //	GYM_OTEL_BENCH_OUTAGE_SECONDS=N  P8's length of each outage run (default 180, quick 60; P8 takes
 //	                            five times that and a minute each)
 //	GYM_OTEL_BENCH_BASELINE=DIR a checkout whose build/ holds an earlier plugin, core and CLI: P1S also
@@ -196,6 +198,21 @@ func main() {
 			rows = append(rows, r...)
 		}
 	}
+	if err == nil && want("P10") {
+		// A 10-minute outage (quick: 1 minute); GYM_OTEL_BENCH_LONG_OUTAGE=1
+		// adds a 1-hour one.
+		outages := []int{600}
+		if quick {
+			outages = []int{60}
+		}
+		if os.Getenv("GYM_OTEL_BENCH_LONG_OUTAGE") == "1" {
+			outages = append(outages, 3600)
+		}
+		var r []Row
+		if r, err = runP10(outages, 2000); err == nil {
+			rows = append(rows, r...)
+		}
+	}
 	if err == nil && want("P9") {
 		var r []Row
 		if r, err = runP9(); err == nil {
@@ -222,12 +239,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	order := map[string]int{"P1": 1, "P2": 2, "P3": 3, "P3D": 3, "P4": 4, "P5": 5, "P6": 6, "P7": 7, "P7N": 7, "P8": 8, "P9": 9}
+	order := map[string]int{"P1": 1, "P2": 2, "P3": 3, "P3D": 3, "P4": 4, "P5": 5, "P6": 6, "P7": 7, "P7N": 7, "P8": 8, "P9": 9, "P10": 10}
 	sortRows(rows, order)
 
 	var b strings.Builder
 	host, _ := os.Hostname()
-	slurmV := "no Slurm (P4M, P7, P8, P9 only)"
+	slurmV := "no Slurm (P4M, P7, P8, P9, P10 only)"
 	if slurm {
 		slurmV = slurmVersion()
 	}

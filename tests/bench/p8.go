@@ -3,10 +3,12 @@ package main
 // P8: the job's files under a misbehaving backend, for minutes at a high
 // span rate. For each backend behaviour (hung, refusing connections, 429
 // and 503 with Retry-After, 2 s per request), the real collector through
-// `gym-otel-spank supervise` with the site's defaults: what the producer
+// `gym-otel-spank supervise` with the site's defaults but delivery:
+// collector (the collector's own exporter; delivery from the files is
+// P10): what the producer
 // was told (accepted, refused), what traces.jsonl and the backend hold,
 // the receipt, and the collector's peak memory. The runs are
-// helper/supervise's TestMeasureOutage (the CI test TestOutageKeepsFiles
+// helper/supervise's TestMeasureOutage (the CI test TestCollectorOutageKeepsFiles
 // is its short form); the bench runs it and reads its summary lines. No
 // Slurm.
 

@@ -418,9 +418,10 @@ wait
 
 	// How the run went, the page's first lines: 8 rollouts, 6 of 8
 	// verified passed, 2 error spans and log records, the backend got
-	// everything.
+	// everything (acknowledged every item of the files: the default
+	// delivery from them).
 	if sm := rep.Summary; sm.Rollouts != 8 || !near(sm.PassRate, 0.75) || sm.ErrorSpans != 2 || sm.ErrorLogs != 2 || !sm.DeliveryOK ||
-		!strings.HasPrefix(sm.Delivery, "nothing lost: the backend accepted all ") || sm.Throughput == "" {
+		!strings.HasPrefix(sm.Delivery, "nothing lost: the backend acknowledged all ") || !strings.Contains(sm.Delivery, "delivered from them by the supervisor") || sm.Throughput == "" {
 		t.Errorf("summary %+v", sm)
 	}
 	page, err := os.ReadFile(html)

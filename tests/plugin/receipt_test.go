@@ -145,12 +145,14 @@ func waitBackend(t *testing.T, job string, want items) items {
 	return got
 }
 
-// TestReceiptNormalJob: a job whose backend is up. Its receipt has final
-// figures, and per signal written = sent = the file's items = the items of
-// this job the backend holds.
-func TestReceiptNormalJob(t *testing.T) {
+// TestReceiptCollectorNormalJob: a job with otel.delivery=collector (the
+// collector's own exporter sends) whose backend is up. Its receipt has
+// final figures, and per signal written = sent = the file's items = the
+// items of this job the backend holds. (The default, delivery from the
+// files: TestFileDeliveryNormalJob.)
+func TestReceiptCollectorNormalJob(t *testing.T) {
 	waitIdle(t)
-	id, otel := receiptJob(t, "rcpt", "")
+	id, otel := receiptJob(t, "rcpt", ",delivery=collector")
 	rc, err := receipt.Read(otel)
 	if err != nil {
 		t.Fatal(err)
@@ -195,13 +197,15 @@ func TestReceiptNormalJob(t *testing.T) {
 	waitIdle(t)
 }
 
-// TestReceiptBackendDownThenReplay: a job whose backend is down (its
-// endpoint a port nothing listens on). Its receipt says the backend got
+// TestReceiptCollectorBackendDownThenReplay: a job with
+// otel.delivery=collector whose backend is down (its endpoint a port
+// nothing listens on; the default delivery from the files:
+// TestFileDeliveryBackendDownThenReplay). Its receipt says the backend got
 // none of it, and inspect's first lines say so. Then the job's user runs
 // `gym-otel-spank replay --endpoint` to the suite's backend, with the token
 // in OTEL_TOKEN as at submit: the backend then holds, for this job, every
 // span, metric point and log record of the files.
-func TestReceiptBackendDownThenReplay(t *testing.T) {
+func TestReceiptCollectorBackendDownThenReplay(t *testing.T) {
 	waitIdle(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -209,7 +213,7 @@ func TestReceiptBackendDownThenReplay(t *testing.T) {
 	}
 	dead := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	id, otel := receiptJob(t, "down", fmt.Sprintf(",endpoint=http://127.0.0.1:%d", dead))
+	id, otel := receiptJob(t, "down", fmt.Sprintf(",endpoint=http://127.0.0.1:%d,delivery=collector", dead))
 	rc, err := receipt.Read(otel)
 	if err != nil {
 		t.Fatal(err)
@@ -249,36 +253,18 @@ func TestReceiptBackendDownThenReplay(t *testing.T) {
 	waitIdle(t)
 }
 
-// TestReceiptHungBackend: a job whose backend accepts connections and
-// never answers (the hung-backend stand-in). The supervisor's delivery of
+// TestReceiptCollectorHungBackend: a job with otel.delivery=collector whose
+// backend accepts connections and never answers (the hung-backend
+// stand-in; the default delivery from the files: TestFileDeliveryHungBackend). The supervisor's delivery of
 // the line it appends after the collector's exit costs at most its 2 s
 // bound (or the exporter's shorter timeout): the receipt says the line was
 // not delivered, and why; the
 // epilog waited for the supervisor's own end (it was not cut short) and
 // ended within its deadline.
-func TestReceiptHungBackend(t *testing.T) {
+func TestReceiptCollectorHungBackend(t *testing.T) {
 	waitIdle(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	bh := exec.Command(testenv.Standin(t, "blackhole"), "--port", strconv.Itoa(port), "--mode", "hang")
-	if err := bh.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bh.Process.Signal(syscall.SIGTERM); _ = bh.Wait() })
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the hung backend never listened")
-		}
-	}
-	id, otel := receiptJob(t, "hung", fmt.Sprintf(",endpoint=http://127.0.0.1:%d", port))
+	port := startHungBackend(t)
+	id, otel := receiptJob(t, "hung", fmt.Sprintf(",endpoint=http://127.0.0.1:%d,delivery=collector", port))
 	rc, err := receipt.Read(otel)
 	if err != nil {
 		t.Fatal(err)
@@ -305,6 +291,42 @@ func TestReceiptHungBackend(t *testing.T) {
 	if bound, err := time.ParseDuration(m[2]); err != nil || time.Duration(ms)*time.Millisecond > bound+500*time.Millisecond {
 		t.Errorf("the delivery took %d ms, its bound %s", ms, m[2])
 	}
+	checkEpilogWaited(t, id)
+	waitIdle(t)
+}
+
+// startHungBackend starts the hung-backend stand-in (accepts connections,
+// never answers) on a free port and returns the port.
+func startHungBackend(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	bh := exec.Command(testenv.Standin(t, "blackhole"), "--port", strconv.Itoa(port), "--mode", "hang")
+	if err := bh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bh.Process.Signal(syscall.SIGTERM); _ = bh.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the hung backend never listened")
+		}
+	}
+	return port
+}
+
+// checkEpilogWaited asserts that job id's epilog waited for the
+// supervisor's own end (it did not cut the drain short) and ended within
+// its deadline, from slurmd's log.
+func checkEpilogWaited(t *testing.T, id string) {
+	t.Helper()
 	var log string
 	var e []string
 	for deadline := time.Now().Add(30 * time.Second); e == nil && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
@@ -318,5 +340,4 @@ func TestReceiptHungBackend(t *testing.T) {
 	if strings.Contains(log, "job "+id+": supervisor") && regexp.MustCompile(`job `+id+`: (the supervisor's drain gets|supervisor \(pid \d+\) not done after)`).MatchString(log) {
 		t.Errorf("the epilog cut the supervisor's drain short:\n%s", log)
 	}
-	waitIdle(t)
 }

@@ -31,12 +31,15 @@ touch $D/ready
 `, dir, standins)
 }
 
-// The backend stops mid-job: the collectors' exports fail while the job
+// TestFaultCollectorBackendStopped: with otel.delivery=collector (the
+// collector's own exporter; the default delivery from the files is tested
+// against a backend down in tests/plugin and helper/supervise), the
+// backend stops mid-job: the collectors' exports fail while the job
 // runs (state.json says so on both nodes), the job finishes with its drain
 // complete within the epilog's wait (state.json drained, a receipt with
 // final figures), the local files are complete, and the refusal is
 // reported once per node (collector.log and state.json), not per batch.
-func TestFaultBackendStopped(t *testing.T) {
+func TestFaultCollectorBackendStopped(t *testing.T) {
 	c := need(t)
 	c.switchVariant(t, "alloc")
 	c.waitIdle(t, 60*time.Second)
@@ -53,7 +56,7 @@ done
 exit 94
 `, standins), 0o755)
 	stageConfig(t, host, dir)
-	id := c.sbatch(t, c.tokenEnv(), dir, fmt.Sprintf("-N2 --gym-otel=config=%s/submit.yaml -o %s/slurm-%%j.out job.sh", dir, dir))
+	id := c.sbatch(t, c.tokenEnv(), dir, fmt.Sprintf("-N2 --gym-otel=config=%s/submit.yaml,delivery=collector -o %s/slurm-%%j.out job.sh", dir, dir))
 	waitFile(t, 60*time.Second, filepath.Join(host, "ready"))
 	if out, err := run("docker", "stop", "-t", "2", c.project+"-backend"); err != nil {
 		t.Fatalf("docker stop backend: %v %s", err, out)

@@ -17,7 +17,9 @@ import (
 // the node's RAPL zones through descriptors root opened and serves their
 // energy since its first read, per zone, as vocab.HostEnergyJoules (J;
 // helper/supervise's hostenergy.go), which the collector scrapes into the
-// files at the scrape interval. A window's figure is the increase between
+// files at the scrape interval, with the time its sums began
+// (vocab.HostEnergyStart: each zone's sum is 0 then, which brackets a
+// window from the job's start). A window's figure is the increase between
 // the samples bracketing it (the last at or before its start, the first at
 // or after its end), summed over the package zones (package-N, the CPU
 // sockets) and their dram subzones: the kernel's core and uncore subzones
@@ -28,11 +30,16 @@ import (
 // node alone (an exclusive allocation): inspect cannot tell from the files
 // whether it did, and does not split it by a CPU share.
 
-// mHostEnergy is the host energy counter as the files name it.
-const mHostEnergy = vocab.HostEnergyJoules
+// mHostEnergy is the host energy counter as the files name it;
+// mHostStart the time its sum began (s since the epoch).
+const (
+	mHostEnergy = vocab.HostEnergyJoules
+	mHostStart  = vocab.HostEnergyStart
+)
 
 func init() {
 	tracked[mHostEnergy] = true
+	tracked[mHostStart] = true
 }
 
 // Reasons a host figure is not trusted (besides the GPU figures'
@@ -95,9 +102,18 @@ func summedZone(z string) bool {
 	return strings.HasPrefix(parent, "package-") && sub == "dram"
 }
 
-// hostZones lists each node's host energy series by zone, zones in name
-// order.
+// hostZones lists each node's host energy series by zone. Each series
+// starts with the sample the supervisor's start gives (mHostStart: the
+// sum was 0 when it began, before the collector's first scrape), so that
+// a window from the job's start (the batch step's) is bracketed.
 func (a *aggregator) hostZones() map[string]map[string]*sampled {
+	type nz struct{ node, zone string }
+	begin := map[nz]int64{}
+	for _, s := range a.byMetric(mHostStart) {
+		if s.g != nil && s.g.n > 0 && s.g.min > 0 {
+			begin[nz{s.key.node, s.labels["zone"]}] = int64(s.g.min * 1000)
+		}
+	}
 	out := map[string]map[string]*sampled{}
 	for _, s := range a.byMetric(mHostEnergy) {
 		z := s.labels["zone"]
@@ -105,10 +121,14 @@ func (a *aggregator) hostZones() map[string]map[string]*sampled {
 		if z == "" || sm == nil || len(sm.pts) == 0 {
 			continue
 		}
+		x := *sm
+		if ms, ok := begin[nz{s.key.node, z}]; ok && ms < sm.pts[0].ms {
+			x.pts = append([]sample{{ms: ms, v: 0}}, sm.pts...)
+		}
 		if out[s.key.node] == nil {
 			out[s.key.node] = map[string]*sampled{}
 		}
-		out[s.key.node][z] = sm
+		out[s.key.node][z] = &x
 	}
 	return out
 }

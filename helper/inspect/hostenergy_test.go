@@ -107,6 +107,21 @@ func TestHostEnergy(t *testing.T) {
 		t.Errorf("step 0 over a reset: %+v", s0)
 	}
 
+	// The sums' start at 1.5 s (the supervisor's first read): the batch
+	// script (from 2.5 s) is bracketed from it although the first scrape
+	// is at 3 s: 1.5 s to 18 s at 100 W.
+	late := every(3000, 20000, 1000)
+	start := metricsLine("gn1", "cgroup", fmt.Sprintf(`{"name":%q,"gauge":{"dataPoints":[{"attributes":[%s],"timeUnixNano":"%d","asDouble":%v}]}}`,
+		mHostStart, sAttr("zone", "package-0"), ns(0)+3000*1e6, float64(ns(0)+1500*1e6)/1e9))
+	job = stepJob(t, map[string]string{"gn1": steps("gn1", []int64{2500, 17500}, nil)}, []gpuCurve{constant("gn1", 0, 300, true, sec...)},
+		map[string]string{"gn1": start + hostCurve("gn1", map[string]float64{"package-0": 100}, 1500, late...)})
+	if r, err = Build(job); err != nil {
+		t.Fatal(err)
+	}
+	if b := hostOf(t, r, "gn1", "batch"); !within1(b.Joules, 1650, 1e-6) || !within1(b.BracketSeconds, 1.5, 1e-9) || !b.Verdict.Trusted {
+		t.Errorf("batch from the sums' start: %+v", b)
+	}
+
 	// No node with host power: one line after the GPUs' energy.
 	job = stepJob(t, map[string]string{"gn1": steps("gn1", []int64{2500, 17500}, nil)}, []gpuCurve{constant("gn1", 0, 300, true, sec...)}, nil)
 	if r, err = Build(job); err != nil {

@@ -83,11 +83,12 @@ func InheritedEnergyZones(v string) ([]launch.EnergyZone, error) {
 type hostEnergyMeter struct {
 	mu    sync.Mutex
 	zones []launch.EnergyZone
-	read  []bool   // the zone was read once
-	last  []uint64 // its last read (µJ)
-	sumUJ []uint64 // its increases since the first read (µJ)
-	wraps []int    // the wraps seen
-	why   []string // its last read's error ("" none)
+	read  []bool      // the zone was read once
+	first []time.Time // its first read
+	last  []uint64    // its last read (µJ)
+	sumUJ []uint64    // its increases since the first read (µJ)
+	wraps []int       // the wraps seen
+	why   []string    // its last read's error ("" none)
 	warn  func(string, ...any)
 	stop  chan struct{}
 	done  sync.WaitGroup
@@ -99,7 +100,7 @@ func newHostEnergyMeter(zones []launch.EnergyZone, warn func(string, ...any)) *h
 		return nil
 	}
 	n := len(zones)
-	m := &hostEnergyMeter{zones: zones, read: make([]bool, n), last: make([]uint64, n), sumUJ: make([]uint64, n),
+	m := &hostEnergyMeter{zones: zones, read: make([]bool, n), first: make([]time.Time, n), last: make([]uint64, n), sumUJ: make([]uint64, n),
 		wraps: make([]int, n), why: make([]string, n), warn: warn, stop: make(chan struct{})}
 	m.sample()
 	return m
@@ -124,6 +125,9 @@ func (m *hostEnergyMeter) sample() {
 				m.wraps[i]++
 			}
 			m.sumUJ[i] += launch.EnergyDeltaUJ(m.last[i], v, z.MaxUJ)
+		}
+		if !m.read[i] {
+			m.first[i] = time.Now()
 		}
 		m.read[i], m.last[i] = true, v
 	}
@@ -167,7 +171,9 @@ func (m *hostEnergyMeter) close() {
 
 // writeText samples and writes the sums as Prometheus text: one
 // vocab.HostEnergyJoules series per zone read (J since the first read),
-// and vocab.HostEnergyWraps (the counter's wraps handled).
+// vocab.HostEnergyWraps (the counter's wraps handled) and
+// vocab.HostEnergyStart (the first read's time, at which the sum was 0 by
+// construction: inspect's sample before the collector's first scrape).
 func (m *hostEnergyMeter) writeText(w io.Writer) error {
 	if m == nil {
 		return nil
@@ -186,6 +192,12 @@ func (m *hostEnergyMeter) writeText(w io.Writer) error {
 	for i, z := range m.zones {
 		if m.read[i] && m.why[i] == "" {
 			fmt.Fprintf(&b, "%s{zone=%s} %d\n", vocab.HostEnergyWraps, quoteLabel(z.Name), m.wraps[i])
+		}
+	}
+	fmt.Fprintf(&b, "# HELP %s When the sum began (the zone's first read), seconds since the epoch: the sum was 0 then.\n# TYPE %s gauge\n", vocab.HostEnergyStart, vocab.HostEnergyStart)
+	for i, z := range m.zones {
+		if m.read[i] && m.why[i] == "" {
+			fmt.Fprintf(&b, "%s{zone=%s} %s\n", vocab.HostEnergyStart, quoteLabel(z.Name), strconv.FormatFloat(float64(m.first[i].UnixMicro())/1e6, 'f', 6, 64))
 		}
 	}
 	_, err := w.Write(b.Bytes())

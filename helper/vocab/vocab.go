@@ -92,4 +92,8 @@ const (
 	HostEnergyJoules = "gym_otel_host_energy_joules_total"
 	// HostEnergyWraps counts the zone counter's wraps the sum carries.
 	HostEnergyWraps = "gym_otel_host_energy_wraps_total"
+	// HostEnergyStart is a gauge per zone: when its sum began (the
+	// supervisor's first read of the zone, s since the epoch), at which
+	// the sum was 0.
+	HostEnergyStart = "gym_otel_host_energy_start_time_seconds"
 )

@@ -96,6 +96,14 @@ func TestHostEnergy(t *testing.T) {
 		}
 	}
 
+	var page bytes.Buffer
+	if err := r.WriteHTML(&page, nil); err != nil {
+		t.Fatal(err)
+	}
+	if h := page.String(); !strings.Contains(h, "Host energy (RAPL; the node") || !strings.Contains(h, "3360.0") || !strings.Contains(h, "no host power on the node: gn2") {
+		t.Errorf("the HTML has no host energy table with gn1's batch and gn2's verdict")
+	}
+
 	// The supervisor's sums started again at 9 s: step 0 (5 s to 13 s) is
 	// not trusted; the batch window neither.
 	job = stepJob(t, map[string]string{"gn1": steps("gn1", []int64{2500, 17500}, []int64{5000, 13000})},

@@ -28,8 +28,9 @@ import (
 // handed file, not the path, is what the supervisor reads), across a wrap
 // of its range 8 s in. A two-node job with a step on both nodes then has,
 // in `inspect --json`, each node's host energy over its run and over the
-// batch step (bracketed from the sums' start, before the first scrape)
-// and step 0, trusted, at 100 W within 2 %, and one wrap on each node.
+// batch step (bracketed from the sums' start, before the first scrape;
+// its end only where a scrape follows it, see below) and step 0, trusted,
+// at 100 W within 2 %, and one wrap on each node.
 func TestHostPowerRAPL(t *testing.T) {
 	waitIdle(t)
 	tag := fmt.Sprint(time.Now().UnixNano())
@@ -131,7 +132,20 @@ func TestHostPowerRAPL(t *testing.T) {
 		rows[h.Node+" "+h.Step] = h
 		t.Logf("%s step %q: %v J, %v W over %v..%v; %v", h.Node, h.Step, h.Joules, h.Watts, h.Start, h.End, h.Verdict)
 	}
+	// The batch step's end: this job has no scrape target, so there is
+	// no final scrape at the script's end (finalscrape.go) and a sample
+	// after it comes only where the collector scrapes again before the
+	// drain: its figure may be refused for that alone (the user guide's
+	// limit); its start is bracketed by the sums' start.
+	if h := rows["gn1 batch"]; !h.Verdict.Trusted && strings.Join(h.Verdict.Why, "|") == inspect.ReasonNotBracketed+": gn1: no sample at or after the end of package-0" {
+		t.Logf("gn1's batch step: no sample after its end (no final scrape without a scrape target): %v", h.Verdict)
+		delete(rows, "gn1 batch")
+		rows["gn1 batch (refused)"] = inspect.HostEnergy{}
+	}
 	for _, k := range []string{"gn1 ", "gn1 batch", "gn1 0", "gn2 ", "gn2 0"} {
+		if _, refused := rows[k+" (refused)"]; refused {
+			continue
+		}
 		h, ok := rows[k]
 		if !ok {
 			t.Errorf("no host energy row %q", k)

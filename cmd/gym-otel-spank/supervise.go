@@ -90,6 +90,11 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	// close-on-exec), and before this process starts anything that could
 	// inherit it.
 	hold, holdErr := supervise.InheritedHoldListener()
+	// The node's RAPL counters root opened and handed down (plugstack
+	// host_power=rapl), taken likewise: read through these descriptors
+	// only, never reopened by path.
+	energy, energyErr := supervise.InheritedEnergyZones(os.Getenv(launch.EnvHostEnergy))
+	os.Unsetenv(launch.EnvHostEnergy)
 	if *userName != "" {
 		if err := proc.BecomeUser(*userName); err != nil {
 			return err
@@ -105,7 +110,10 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	if notDumpableErr != nil {
 		logrus.Warnf("not dumpable: %v (the job's tasks can read this process's memory)", notDumpableErr)
 	}
-	opt := supervise.Options{MainStart: mainStart, HoldListener: hold}
+	opt := supervise.Options{MainStart: mainStart, HoldListener: hold, HostEnergy: energy}
+	if energyErr != nil {
+		logrus.Warnf("host energy: %v", energyErr)
+	}
 	if holdErr != nil {
 		logrus.Warnf("no hold socket (the batch step waits its full bound): %v", holdErr)
 	}

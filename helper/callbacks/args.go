@@ -36,7 +36,7 @@ const (
 
 // ArgNames are the plugin's own plugstack.conf argument names (the rest are
 // otel keys).
-var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir", "core", "cgroup", "cgroup_memory_max_mib", "port_filter", "job_output"}
+var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir", "core", "cgroup", "cgroup_memory_max_mib", "port_filter", "job_output", "host_power"}
 
 // Args are the plugstack.conf arguments of the plugin:
 //
@@ -63,6 +63,13 @@ var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir"
 //	                     start of the job's output, where its telemetry is,
 //	                     where it is shipped and the command that reads it
 //	                     (spank/notice.c; read by C in the step, checked here)
+//	host_power=off|rapl  off (default): no host power. rapl: the prolog
+//	                     opens the node's RAPL energy counters (root only
+//	                     since CVE-2020-8694) read-only and hands them to
+//	                     the job's supervisor (launch.OpenRAPL): it
+//	                     reopens the side channel the CVE closed to the
+//	                     job's user, so only where the site accepts that
+//	                     (nodes given to one job at a time)
 //	<otel key>=VALUE     inline site overrides, e.g. on_failure=fail
 type Args struct {
 	Site          string
@@ -82,14 +89,27 @@ type Args struct {
 	// front reads it in the step (spank/args.c); the Go core only
 	// validates it.
 	JobOutput bool
+	// HostPower is HostPowerOff or HostPowerRAPL (host_power=off|rapl,
+	// default off): whether the prolog hands the job's supervisor the
+	// node's RAPL energy counters.
+	HostPower string
 	// SiteItems are the inline otel keys, in the order given.
 	SiteItems []config.Item
 }
 
+// The values of host_power.
+const (
+	// HostPowerOff: the supervisor gets no host energy counter.
+	HostPowerOff = "off"
+	// HostPowerRAPL: the prolog opens the node's RAPL zones' energy_uj
+	// (launch.OpenRAPL) and hands them to the supervisor read-only.
+	HostPowerRAPL = "rapl"
+)
+
 // ParseArgs parses plugstack.conf arguments. Every bad argument is reported
 // (joined), each naming the argument.
 func ParseArgs(av []string) (Args, error) {
-	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: contract.DefaultRecordDir, Cgroup: CgroupAuto, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, PortFilter: portfilter.ModeAuto, JobOutput: true}
+	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: contract.DefaultRecordDir, Cgroup: CgroupAuto, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, PortFilter: portfilter.ModeAuto, JobOutput: true, HostPower: HostPowerOff}
 	var errs []error
 	bad := func(arg, format string, v ...any) {
 		errs = append(errs, fmt.Errorf("plugstack.conf argument %q: %s", arg, fmt.Sprintf(format, v...)))
@@ -143,6 +163,13 @@ func ParseArgs(av []string) (Args, error) {
 				a.JobOutput = false
 			default:
 				bad(arg, "job_output wants on or off (off: no telemetry line in the jobs' output)")
+			}
+		case "host_power":
+			switch v {
+			case HostPowerOff, HostPowerRAPL:
+				a.HostPower = v
+			default:
+				bad(arg, "host_power wants off or rapl (rapl: the job's user reads the node's RAPL energy counters, which CVE-2020-8694 restricted to root)")
 			}
 		case "cgroup":
 			switch v {

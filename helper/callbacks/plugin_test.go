@@ -15,17 +15,17 @@ import (
 
 func TestParseArgs(t *testing.T) {
 	a, err := ParseArgs([]string{"site=/etc/slurm/gym-otel.yaml", "default=on", "prolog_timeout=30",
-		"cli=/opt/bin/gym-otel-spank", "record_dir=/run/x", "cgroup=required", "port_filter=require", "job_output=off", "on_failure=fail", "scrape_interval_seconds=5"})
+		"cli=/opt/bin/gym-otel-spank", "record_dir=/run/x", "cgroup=required", "port_filter=require", "job_output=off", "host_power=rapl", "on_failure=fail", "scrape_interval_seconds=5"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Args{Site: "/etc/slurm/gym-otel.yaml", DefaultOn: true, PrologTimeout: 30, CLI: "/opt/bin/gym-otel-spank",
-		RecordDir: "/run/x", Cgroup: CgroupRequired, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, PortFilter: "require", SiteItems: []config.Item{{Key: "on_failure", Value: "fail"}, {Key: "scrape_interval_seconds", Value: "5"}}}
+		RecordDir: "/run/x", Cgroup: CgroupRequired, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, PortFilter: "require", HostPower: HostPowerRAPL, SiteItems: []config.Item{{Key: "on_failure", Value: "fail"}, {Key: "scrape_interval_seconds", Value: "5"}}}
 	if !reflect.DeepEqual(a, want) {
 		t.Fatalf("got %+v\nwant %+v", a, want)
 	}
-	if a, err := ParseArgs(nil); err != nil || !a.JobOutput {
-		t.Errorf("no arguments: job_output %v (%v), want on by default", a.JobOutput, err)
+	if a, err := ParseArgs(nil); err != nil || !a.JobOutput || a.HostPower != HostPowerOff {
+		t.Errorf("no arguments: job_output %v, host_power %q (%v), want on and off by default", a.JobOutput, a.HostPower, err)
 	}
 	for _, c := range []struct{ arg, want string }{
 		{"bogus", `"bogus": expected key=value`},
@@ -33,6 +33,7 @@ func TestParseArgs(t *testing.T) {
 		{"site=rel/x", "absolute path"},
 		{"default=maybe", "default wants on or off"},
 		{"cgroup=yes", "cgroup wants auto, required or off"},
+		{"host_power=on", "host_power wants off or rapl"},
 		{"prolog_timeout=0", "prolog_timeout wants"},
 		{"port_filter=on", `port_filter wants auto, require or off, not "on"`},
 		{"cgroup_memory_max_mib=0", "cgroup_memory_max_mib wants whole MiB, 32..1048576"},

@@ -163,6 +163,8 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	}
 	env = append(env, launch.EnvReceiverToken+"="+token)
 	st := &launchState{in: in, dir: dir, rec: rec, resolved: resolved, facts: facts, token: token, holdPath: holdPath, node: node, log: log}
+	st.energy = hostEnergy(in, node, log)
+	defer closeZones(st.energy) // after the launch: the supervisor's copies serve on
 	clock.mark("facts+env")
 	sup, rep, err := st.start(ctx, env, groups, hold, timeout, clock)
 	if hold != nil {
@@ -358,6 +360,9 @@ type launchState struct {
 	node     string
 	log      logrus.FieldLogger
 	group    *cgroup.Group
+	// energy are the node's RAPL zones root opened for the supervisor
+	// (host_power=rapl; nil: none).
+	energy []launch.EnergyZone
 }
 
 // start chooses the job's ports, keeps them to the job's group in the
@@ -392,7 +397,7 @@ func (st *launchState) start(ctx context.Context, env []string, groups []uint32,
 			return nil, launch.Readiness{}, err
 		}
 		clock.mark("filter")
-		sup, err := startSupervisor(in.Args.CLI, append(env, launch.EnvPorts+"="+launch.FormatPorts(ports), launch.EnvSpawned+"="+launch.SpawnedNow()), in.UID, in.GID, groups, group, hold)
+		sup, err := startSupervisor(in.Args.CLI, append(env, launch.EnvPorts+"="+launch.FormatPorts(ports), launch.EnvSpawned+"="+launch.SpawnedNow()), in.UID, in.GID, groups, group, hold, st.energy)
 		if err != nil {
 			dropGroup(group)
 			return nil, launch.Readiness{}, fmt.Errorf("starting %s supervise: %w", in.Args.CLI, err)
@@ -421,6 +426,37 @@ func (st *launchState) start(ctx context.Context, env []string, groups []uint32,
 		st.log.Warnf("job %d: %v; choosing new ports (attempt %d of %d)", in.JobID, record.UserText(err.Error(), 300), attempt+1, portAttempts)
 		releasePorts(ctx, rec, st.node, in.JobID, st.log)
 		rec.FilterPorts = nil
+	}
+}
+
+// powercapRoot is where root opens the node's RAPL zones: the kernel's
+// powercap class. Only this package's tests point it at a tree of their
+// own; nothing a user or a site sets reaches it.
+var powercapRoot = launch.PowercapRoot
+
+// hostEnergy opens the node's RAPL energy counters for the job's
+// supervisor where the site opted in (plugstack host_power=rapl): each
+// zone's energy_uj read-only (launch.OpenRAPL), to be handed down as
+// descriptors. A zone that cannot be opened is logged and left out; a node
+// without RAPL gets none (logged at debug). nil when host_power is off.
+func hostEnergy(in PrologInput, node string, log logrus.FieldLogger) []launch.EnergyZone {
+	if in.Args.HostPower != HostPowerRAPL {
+		return nil
+	}
+	zones, err := launch.OpenRAPL(powercapRoot)
+	if err != nil {
+		log.Warnf("job %d: host power on %s (plugstack host_power=rapl): %v", in.JobID, node, record.UserText(err.Error(), 600))
+	}
+	if len(zones) == 0 {
+		log.Debugf("job %d: host power on %s (plugstack host_power=rapl): no RAPL zone under %s", in.JobID, node, powercapRoot)
+	}
+	return zones
+}
+
+// closeZones closes root's copies of the zones' files.
+func closeZones(zones []launch.EnergyZone) {
+	for _, z := range zones {
+		z.File.Close()
 	}
 }
 

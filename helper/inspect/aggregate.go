@@ -400,7 +400,7 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 			if m.Sum.Temporality == temporalityDelta {
 				s.c.addDelta(p.Time.ms(), v)
 			} else {
-				if name == mEnergy || name == mGenTokens {
+				if name == mEnergy || name == mGenTokens || name == mHostEnergy {
 					a.keepSample(s, p.Time.ms(), v, true)
 				}
 				s.c.add(p.Time.ms(), v)

@@ -141,6 +141,7 @@ func (a *aggregator) report() *Report {
 	r.Spans = a.spanReport()
 	r.Phases = a.phases()
 	r.StepEnergy, r.RoleEnergy, r.EnergyMatching = a.stepEnergy(r.Phases)
+	r.HostEnergy = a.hostEnergy(r.Phases)
 	r.FirstRollout = a.firstRollout(r.Phases)
 	r.FirstRollout.Parts = append(r.FirstRollout.Parts, startupParts(r.FirstRollout, r.Gym.Telemetry.Startup)...)
 	r.TraceTree = a.traceTree()

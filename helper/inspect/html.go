@@ -258,6 +258,9 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 {{end}}</table>{{end}}{{end}}
 {{if .R.StepEnergy}}<h2>Energy per step</h2>
 {{template "agg" index .Tables "step-energy"}}{{end}}
+{{if .R.HostEnergy}}<h2>Host energy (RAPL; the node's)</h2>
+<p id="host-attribution">` + HostAttributionNode + `</p>
+{{template "agg" index .Tables "host-energy"}}{{end}}
 {{if .R.RoleEnergy}}<h2>Energy per role</h2>
 <table id="role-energy"><tr><th class="l">role</th><th class="l">step</th><th class="l">nodes</th><th>J</th><th>generation tokens</th><th>J per 1,000 tokens</th><th class="l">from</th><th class="l">verdict</th></tr>
 {{range .R.RoleEnergy}}<tr><td class="l">{{.Role}}</td><td class="l">{{.Step}}</td><td class="l">{{hostlist .Nodes}}</td><td>{{f .Joules 1}}</td><td>{{f .GenerationTokens 0}}</td><td>{{f .JoulesPer1kTokens 2}}</td><td class="l">{{.Source}}</td><td class="l">{{if .Verdict.Trusted}}trusted{{else}}not trusted: {{range (foldReasons .Verdict .Nodes).Why}}{{.}}; {{end}}{{end}}{{with .Estimate}}{{if .Joules.Known}} AN ESTIMATE: {{f .Joules 1}} J by the {{.Method}}{{end}}{{end}}</td></tr>

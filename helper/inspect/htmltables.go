@@ -357,6 +357,29 @@ func (r *Report) htmlTables() map[string]aggTable {
 				return "not trusted: " + strings.Join(se[i].Verdict.Why, "; ")
 			}},
 		})
+	he := r.HostEnergy
+	tables["host-energy"] = buildAggTable("host-energy", "node", len(he),
+		func(i int) string { return he[i].Node }, func(i int) string { return he[i].Node },
+		func(i int) string { return hostRowName(he[i], false) },
+		[]aggCol{
+			{Head: "window", Left: true, Text: func(i int) string { return hostRowName(he[i], false) }},
+			{Head: "J", Text: func(i int) string { return f(he[i].Joules, 1) }, Num: func(i int) float64 { return fv(he[i].Joules) }, Fmt: fmtP(1)},
+			{Head: "W", Text: func(i int) string { return f(he[i].Watts, 1) }, Num: func(i int) float64 { return fv(he[i].Watts) }, Fmt: fmtP(1)},
+			{Head: "window's own J from", Text: func(i int) string {
+				if !he[i].ErrorJoules.Known() {
+					return "-"
+				}
+				return f(he[i].Joules-he[i].ErrorJoules, 1)
+			}},
+			{Head: "bracket s", Text: func(i int) string { return f(he[i].BracketSeconds, 2) }, Num: func(i int) float64 { return fv(he[i].BracketSeconds) }, Fmt: fmtP(2)},
+			{Head: "zones", Left: true, Text: func(i int) string { return strings.Join(he[i].Zones, " + ") }},
+			{Head: "verdict", Left: true, Text: func(i int) string {
+				if he[i].Verdict.Trusted {
+					return "trusted"
+				}
+				return "not trusted: " + strings.Join(he[i].Verdict.Why, "; ")
+			}},
+		})
 	return tables
 }
 

@@ -91,6 +91,11 @@ type Report struct {
 	StepEnergy     []StepEnergy   `json:"step_energy"`
 	RoleEnergy     []RoleEnergy   `json:"role_energy"`
 	EnergyMatching EnergyMatching `json:"energy_matching"`
+	// HostEnergy is each node's host energy (RAPL, where the site opted
+	// in: plugstack host_power=rapl) over its whole sampled run (Step "")
+	// and per Slurm step, each with its verdict; the node's, not the
+	// job's (hostenergy.go). Empty when no node has host energy.
+	HostEnergy []HostEnergy `json:"host_energy"`
 	// Cgroups are the job's cgroups' usage and pressure per node and
 	// group, from the cgroup scrape job (cgroups.go).
 	Cgroups []CgroupUsage `json:"cgroups"`

@@ -40,6 +40,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	t.gpuLines(r)
 	t.energyLines(r)
 	t.stepEnergyLines(r)
+	t.hostEnergyLines(r)
 	t.hostLines(r)
 	t.cgroupLines(r)
 	t.spanLines(r)

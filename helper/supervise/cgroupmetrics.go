@@ -231,14 +231,16 @@ const CgroupMaxConns = 4
 // and every read of it costs the supervisor a walk of the job's groups;
 // another user gets neither.
 type cgroupServer struct {
-	ln  *guardedListener
-	srv *http.Server
+	ln    *guardedListener
+	srv   *http.Server
+	meter *hostEnergyMeter // the node's host energy (nil: none)
 }
 
 // newCgroupServer listens on 127.0.0.1:port (0: a free port) and serves r
-// at /metrics to the supervisor's own user, at most CgroupMaxConns
-// connections at once.
-func newCgroupServer(r *cgroupReader, port int) (*cgroupServer, error) {
+// (nil: no cgroup) and the host energy of meter (nil: none) at /metrics
+// to the supervisor's own user, at most CgroupMaxConns connections at
+// once. close stops meter.
+func newCgroupServer(r *cgroupReader, port int, meter *hostEnergyMeter) (*cgroupServer, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return nil, err
@@ -247,9 +249,12 @@ func newCgroupServer(r *cgroupReader, port int) (*cgroupServer, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		_ = writeCgroupText(w, r.read())
+		if r != nil {
+			_ = writeCgroupText(w, r.read())
+		}
+		_ = meter.writeText(w)
 	})
-	s := &cgroupServer{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+	s := &cgroupServer{meter: meter, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second,
 		MaxHeaderBytes: 16 << 10}} // a scrape's headers are a few hundred bytes
 	go func() { _ = s.srv.Serve(ln) }()
@@ -266,5 +271,6 @@ func (s *cgroupServer) port() int {
 func (s *cgroupServer) close() {
 	if s != nil {
 		_ = s.srv.Close()
+		s.meter.close()
 	}
 }

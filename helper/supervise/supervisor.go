@@ -150,6 +150,11 @@ type Options struct {
 	// product's value); larger files make the drain wait for the
 	// connector's flushes instead. A test hook for large files.
 	SpanCountMaxBytes int64
+	// HostEnergy are the node's RAPL zones root handed down
+	// (InheritedEnergyZones; plugstack host_power=rapl): served, summed,
+	// on the cgroup page (hostenergy.go) and closed at the end. nil: no
+	// host energy.
+	HostEnergy []launch.EnergyZone
 }
 
 // supervisor is one run's state.
@@ -484,18 +489,28 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		return s.portErr(fmt.Errorf("a loopback port for the collector's final figures: %w", err))
 	}
 	s.final.guard.setLog(s.log.Warnf)
+	// The page serves the job's cgroups and the node's host energy
+	// (hostenergy.go), either alone where the other is not there.
+	meter := newHostEnergyMeter(s.opt.HostEnergy, s.log.Warnf)
+	var cgr *cgroupReader
 	if !s.opt.NoCgroupMetrics {
-		if r, err := newCgroupReader(s.opt.Facts); err != nil {
+		if cgr, err = newCgroupReader(s.opt.Facts); err != nil {
 			s.log.Warnf("the job's cgroup metrics are not served: the node's cgroup mounts: %v", err)
-		} else if s.cgroups, err = newCgroupServer(r, s.opt.Ports.Cgroup); err != nil {
+			cgr = nil
+		}
+	}
+	if cgr != nil || meter != nil {
+		if s.cgroups, err = newCgroupServer(cgr, s.opt.Ports.Cgroup, meter); err != nil {
+			meter.close()
 			if perr := s.portErr(err); errors.Is(perr, errBindRace) {
 				// Root's port for the page, bound by another socket:
 				// the collector would scrape whoever holds it.
 				return fmt.Errorf("the cgroup page's loopback port: %w", perr)
 			}
-			s.log.Warnf("the job's cgroup metrics are not served: a loopback port: %v", err)
+			s.log.Warnf("the job's cgroup metrics and host energy are not served: a loopback port: %v", err)
 		} else {
 			s.cgroups.ln.setLog(s.log.Warnf)
+			meter.run(time.Duration(s.o.ScrapeIntervalSeconds) * time.Second)
 		}
 	}
 	if s.opt.HoldListener != nil {

@@ -81,3 +81,19 @@ const (
 	CgroupIOPressureFull     = "cgroup_io_pressure_full_seconds_total"
 	CgroupNotKept            = "cgroup_not_kept" // what is not kept, and why
 )
+
+// The node's host energy, served by the supervisor on the same page as the
+// cgroups where root handed it the node's RAPL counters (plugstack
+// host_power=rapl; helper/supervise's hostenergy.go), read by inspect.
+const (
+	// HostEnergyJoules is a counter per RAPL zone (label zone: package-0,
+	// package-0/dram, psys, ...), J since the supervisor's first read:
+	// the node's energy, not the job's.
+	HostEnergyJoules = "gym_otel_host_energy_joules_total"
+	// HostEnergyWraps counts the zone counter's wraps the sum carries.
+	HostEnergyWraps = "gym_otel_host_energy_wraps_total"
+	// HostEnergyStart is a gauge per zone: when its sum began (the
+	// supervisor's first read of the zone, s since the epoch), at which
+	// the sum was 0.
+	HostEnergyStart = "gym_otel_host_energy_start_time_seconds"
+)

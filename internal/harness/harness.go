@@ -420,6 +420,10 @@ type Job struct {
 	// Site is more lines of the site file's otel: block, each indented
 	// two spaces and ending in a newline (e.g. "  delivery: files\n").
 	Site string
+	// HostEnergy are RAPL zones handed to the supervisor as the plugin's
+	// prolog hands them (host_power=rapl): their files at descriptors 5
+	// on, named in launch.EnvHostEnergy.
+	HostEnergy []launch.EnergyZone
 }
 
 // Sup is one running `gym-otel-spank supervise`.
@@ -582,6 +586,17 @@ func StartSup(t testing.TB, j Job) *Sup {
 		}
 		defer f.Close()
 		p.Cmd.ExtraFiles = []*os.File{nil, f}
+	}
+	if len(j.HostEnergy) > 0 {
+		// As the plugin's prolog: after the readiness pipe and the hold
+		// socket (closed here when none), the zones read-only.
+		for len(p.Cmd.ExtraFiles) < 2 {
+			p.Cmd.ExtraFiles = append(p.Cmd.ExtraFiles, nil)
+		}
+		p.Cmd.Env = append(p.Cmd.Env, launch.EnvHostEnergy+"="+launch.FormatEnergyZones(j.HostEnergy, launch.ReadinessFD+len(p.Cmd.ExtraFiles)))
+		for _, z := range j.HostEnergy {
+			p.Cmd.ExtraFiles = append(p.Cmd.ExtraFiles, z.File)
+		}
 	}
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)

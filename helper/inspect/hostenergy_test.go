@@ -1,0 +1,145 @@
+package inspect
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// hostPt is a line of the cgroup scrape job's host energy counter on node:
+// zone's sum at ms (J).
+func hostLine(node, zone string, ms int64, j float64) string {
+	return metricsLine(node, "cgroup", fmt.Sprintf(`{"name":%q,"sum":{"dataPoints":[{"attributes":[%s],"timeUnixNano":"%d","asDouble":%v}],"aggregationTemporality":2,"isMonotonic":true}}`,
+		mHostEnergy, sAttr("zone", zone), ns(0)+ms*1e6, j))
+}
+
+// hostCurve is node's zones drawing w W each from ms 0, sampled at ms;
+// reset, when > 0, starts the zones' sums again from 0 at that ms.
+func hostCurve(node string, w map[string]float64, reset int64, ms ...int64) string {
+	var b strings.Builder
+	for _, t := range ms {
+		for z, p := range w {
+			v := p * float64(t) / 1000
+			if reset > 0 && t >= reset {
+				v = p * float64(t-reset) / 1000
+			}
+			b.WriteString(hostLine(node, z, t, v))
+		}
+	}
+	return b.String()
+}
+
+func hostOf(t *testing.T, r *Report, node, step string) HostEnergy {
+	t.Helper()
+	for _, h := range r.HostEnergy {
+		if h.Node == node && h.Step == step {
+			return h
+		}
+	}
+	t.Fatalf("no host row %s %q in %+v", node, step, r.HostEnergy)
+	return HostEnergy{}
+}
+
+// TestHostEnergy: gn1 serves its two packages (120 W and 80 W), their dram
+// (10 W) and core subzones and psys every 2 s; gn2 has GPUs and steps but
+// no host energy. gn1's batch script (2.5 s to 17.5 s) and step 0 (5 s to
+// 13 s) get the packages and dram summed (the core subzone and psys
+// listed, not added), the node's run its whole sampled span; gn2's row
+// says it has no host power; a reset of the sums fails the verdict.
+func TestHostEnergy(t *testing.T) {
+	sec := every(0, 20000, 1000)
+	two := every(0, 20000, 2000)
+	zones := map[string]float64{"package-0": 120, "package-1": 80, "package-0/dram": 10, "package-0/core": 60, "psys": 400}
+	job := stepJob(t, map[string]string{
+		"gn1": steps("gn1", []int64{2500, 17500}, []int64{5000, 13000}),
+		"gn2": steps("gn2", nil, []int64{5000, 13000}),
+	}, []gpuCurve{constant("gn1", 0, 300, true, sec...), constant("gn2", 0, 100, true, sec...)},
+		map[string]string{"gn1": hostCurve("gn1", zones, 0, two...)})
+	r, err := Build(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The batch script's window, 15 s, between the samples at 2 s and 18 s:
+	// 16 s x 210 W; the samples inside it (4 s to 16 s) bound it below.
+	b := hostOf(t, r, "gn1", "batch")
+	if !within1(b.Joules, 16*210, 1e-6) || !within1(b.ErrorJoules, 4*210, 1e-6) || !within1(b.BracketSeconds, 1, 1e-9) || !within1(b.Watts, 210, 1e-6) ||
+		strings.Join(b.Zones, ",") != "package-0,package-0/dram,package-1" || strings.Join(b.NotSummed, ",") != "package-0/core,psys" ||
+		b.Attribution != HostAttributionNode || !b.Verdict.Trusted {
+		t.Errorf("batch on gn1: %+v", b)
+	}
+	// Step 0 (5 s to 13 s) between the samples at 4 s and 14 s.
+	if s0 := hostOf(t, r, "gn1", "0"); !within1(s0.Joules, 10*210, 1e-6) || !within1(s0.ErrorJoules, 4*210, 1e-9) || !s0.Verdict.Trusted {
+		t.Errorf("step 0 on gn1: %+v", s0)
+	}
+	if run := hostOf(t, r, "gn1", ""); !within1(run.Joules, 20*210, 1e-6) || run.Start == nil || run.End == nil || !run.Verdict.Trusted {
+		t.Errorf("run on gn1: %+v", run)
+	}
+	n2 := hostOf(t, r, "gn2", "")
+	if n2.Joules.Known() || n2.Verdict.Trusted || len(n2.Verdict.Why) != 1 || !strings.HasPrefix(n2.Verdict.Why[0], ReasonNoHostPower+": gn2: ") {
+		t.Errorf("gn2 without host power: %+v", n2)
+	}
+	for _, h := range r.HostEnergy {
+		if h.Node == "gn2" && h.Step != "" {
+			t.Errorf("gn2 has a step row without host power: %+v", h)
+		}
+	}
+	var text bytes.Buffer
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	sec2 := flat(textSections(text.String(), "host energy"))
+	for _, want := range []string{"gn1 step batch 3360.0 J (210.0 W), the window's own 2520.0 to 3360.0 J (samples 1.00 s beyond it), package-0 + package-0/dram + package-1; trusted",
+		"gn2 run -; NOT TRUSTED: " + ReasonNoHostPower + ": gn2: its supervisor served no"} {
+		if !strings.Contains(sec2, want) {
+			t.Errorf("text lacks %q:\n%s", want, sec2)
+		}
+	}
+
+	var page bytes.Buffer
+	if err := r.WriteHTML(&page, nil); err != nil {
+		t.Fatal(err)
+	}
+	if h := page.String(); !strings.Contains(h, "Host energy (RAPL; the node") || !strings.Contains(h, "3360.0") || !strings.Contains(h, "no host power on the node: gn2") {
+		t.Errorf("the HTML has no host energy table with gn1's batch and gn2's verdict")
+	}
+
+	// The supervisor's sums started again at 9 s: step 0 (5 s to 13 s) is
+	// not trusted; the batch window neither.
+	job = stepJob(t, map[string]string{"gn1": steps("gn1", []int64{2500, 17500}, []int64{5000, 13000})},
+		[]gpuCurve{constant("gn1", 0, 300, true, sec...)}, map[string]string{"gn1": hostCurve("gn1", map[string]float64{"package-0": 100}, 9000, two...)})
+	if r, err = Build(job); err != nil {
+		t.Fatal(err)
+	}
+	if s0 := hostOf(t, r, "gn1", "0"); s0.Verdict.Trusted || !strings.HasPrefix(strings.Join(s0.Verdict.Why, "|"), ReasonReset+": gn1 host zones package-0") {
+		t.Errorf("step 0 over a reset: %+v", s0)
+	}
+
+	// The sums' start at 1.5 s (the supervisor's first read): the batch
+	// script (from 2.5 s) is bracketed from it although the first scrape
+	// is at 3 s: 1.5 s to 18 s at 100 W.
+	late := every(3000, 20000, 1000)
+	start := metricsLine("gn1", "cgroup", fmt.Sprintf(`{"name":%q,"gauge":{"dataPoints":[{"attributes":[%s],"timeUnixNano":"%d","asDouble":%v}]}}`,
+		mHostStart, sAttr("zone", "package-0"), ns(0)+3000*1e6, float64(ns(0)+1500*1e6)/1e9))
+	job = stepJob(t, map[string]string{"gn1": steps("gn1", []int64{2500, 17500}, nil)}, []gpuCurve{constant("gn1", 0, 300, true, sec...)},
+		map[string]string{"gn1": start + hostCurve("gn1", map[string]float64{"package-0": 100}, 1500, late...)})
+	if r, err = Build(job); err != nil {
+		t.Fatal(err)
+	}
+	if b := hostOf(t, r, "gn1", "batch"); !within1(b.Joules, 1650, 1e-6) || !within1(b.BracketSeconds, 1.5, 1e-9) || !b.Verdict.Trusted {
+		t.Errorf("batch from the sums' start: %+v", b)
+	}
+
+	// No node with host power: one line after the GPUs' energy.
+	job = stepJob(t, map[string]string{"gn1": steps("gn1", []int64{2500, 17500}, nil)}, []gpuCurve{constant("gn1", 0, 300, true, sec...)}, nil)
+	if r, err = Build(job); err != nil {
+		t.Fatal(err)
+	}
+	text.Reset()
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.HostEnergy) != 0 || !strings.Contains(flat(text.String()), "host power none on any node (plugstack host_power=rapl") {
+		t.Errorf("no host power anywhere: %+v\n%s", r.HostEnergy, text.String())
+	}
+}

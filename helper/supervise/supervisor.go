@@ -1248,7 +1248,7 @@ func (s *supervisor) drain() error {
 	if p := s.problems; p != "" {
 		appendLog(s.logPath, "gym-otel: "+p)
 		s.log.Warn(p)
-	} else if strings.Contains(tailFile(s.logPath, 200), render.BackendExporter) && logHasExportFailure(s.logPath) {
+	} else if logShowsLoss(s.unknown, s.logPath) {
 		s.problems = "the backend refused or dropped data (see collector.log); the local jsonl files are complete"
 		appendLog(s.logPath, "gym-otel: "+s.problems)
 	}
@@ -1275,13 +1275,31 @@ func (s *supervisor) drain() error {
 	return nil
 }
 
+// logShowsLoss says whether the collector's log at logPath shows data the
+// backend did not get that the figures cannot: only when some run's
+// figures are unknown (unknown, one sentence each, is not empty). Final
+// figures count every request lost after its retries or at shutdown (the
+// exporter's send_failed is counted outside its retries), and a retry that
+// then succeeded is no loss.
+func logShowsLoss(unknown []string, logPath string) bool {
+	return len(unknown) > 0 && strings.Contains(tailFile(logPath, 200), render.BackendExporter) && logHasExportFailure(logPath)
+}
+
+// logHasExportFailure says whether the collector's log at path has a
+// line of the backend exporter's giving up on a request: the exporter
+// helper's "Exporting failed. Dropping data." (its queue's consumer, after
+// the retries or at shutdown) or "Exporting failed. Rejecting data."
+// (without a queue). Its "Exporting failed. Will retry the request after
+// interval." is not one: the request is sent again, and may arrive. False
+// when the log cannot be read.
 func logHasExportFailure(path string) bool {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return false
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.Contains(line, render.BackendExporter) && (strings.Contains(line, "Exporting failed") || strings.Contains(line, "dropped")) {
+		if strings.Contains(line, render.BackendExporter) &&
+			(strings.Contains(line, "Exporting failed. Dropping data") || strings.Contains(line, "Exporting failed. Rejecting data")) {
 			return true
 		}
 	}

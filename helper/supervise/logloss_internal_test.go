@@ -3,6 +3,7 @@ package supervise
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -52,5 +53,28 @@ func TestLogShowsLoss(t *testing.T) {
 	}
 	if logShowsLoss(unknown, filepath.Join(t.TempDir(), "none.log")) {
 		t.Error("a log that cannot be read shows a loss")
+	}
+}
+
+// TestPodmanUnshare: the command that removes what the user cannot in
+// {rundir} keeps the Podman line's per-job environment and global options
+// and replaces its `run` and what follows; a line of another runtime gets
+// none.
+func TestPodmanUnshare(t *testing.T) {
+	line := []string{"env", "XDG_RUNTIME_DIR=/tmp/r", "HOME=/tmp/r", "/usr/bin/podman", "--root", "/tmp/r/storage", "--runroot", "/tmp/r/run",
+		"--storage-driver=overlay", "--cgroup-manager=cgroupfs", "run", "--rm", "--network=host", "img", "/otelcol-gym", "--config", "/j/otel/collector.yaml"}
+	got := strings.Join(podmanUnshare(line, []string{"/tmp/r/storage", "/tmp/r/x y"}), "|")
+	want := "env|XDG_RUNTIME_DIR=/tmp/r|HOME=/tmp/r|/usr/bin/podman|--root|/tmp/r/storage|--runroot|/tmp/r/run|--storage-driver=overlay|--cgroup-manager=cgroupfs|unshare|rm|-rf|--|/tmp/r/storage|/tmp/r/x y"
+	if got != want {
+		t.Errorf("podmanUnshare:\n got %s\nwant %s", got, want)
+	}
+	for _, argv := range [][]string{
+		{"apptainer", "exec", "--cleanenv", "img", "/otelcol-gym", "run"},
+		{"env", "ENROOT_RUNTIME_PATH=/tmp/r", "enroot", "start", "img"},
+		{"podman", "--root", "/tmp/r/storage", "images"},
+	} {
+		if c := podmanUnshare(argv, []string{"/tmp/r/storage"}); c != nil {
+			t.Errorf("podmanUnshare(%q) = %q, want none", argv, c)
+		}
 	}
 }

@@ -299,7 +299,18 @@ i=0; while [ ! -e %[1]s/end ] && [ $i -lt 1800 ]; do sleep 0.1; i=$((i+1)); done
 		}
 		state, _ := os.ReadFile(filepath.Join(out, "state.json"))
 		if !strings.Contains(string(state), `"status": "drained"`) || strings.Contains(string(state), "export_problems") {
-			t.Errorf("%s: state.json: %s", j.name, state)
+			// With the receipt's figures and the backend exporter's
+			// lines: what the problem was read from.
+			rc, _ := os.ReadFile(filepath.Join(out, "receipt.json"))
+			var lines []string
+			if b, err := os.ReadFile(filepath.Join(out, "collector.log")); err == nil {
+				for _, l := range strings.Split(string(b), "\n") {
+					if strings.Contains(l, "otlp_http/backend") || strings.HasPrefix(l, "gym-otel:") {
+						lines = append(lines, l)
+					}
+				}
+			}
+			t.Errorf("%s: state.json: %s\nreceipt.json: %s\nthe backend exporter's lines in collector.log:\n%s", j.name, state, rc, strings.Join(lines, "\n"))
 		}
 		tr, _ := os.ReadFile(filepath.Join(out, "traces.jsonl"))
 		if !strings.Contains(string(tr), "apptainer-"+j.name+"-span") {

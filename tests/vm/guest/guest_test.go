@@ -169,8 +169,14 @@ func waitIdle(t *testing.T) {
 
 func waitJobsGone(t *testing.T, ids []string) {
 	t.Helper()
+	waitJobsGoneWithin(t, ids, patience)
+}
+
+// waitJobsGoneWithin is waitJobsGone with its own bound.
+func waitJobsGoneWithin(t *testing.T, ids []string, bound time.Duration) {
+	t.Helper()
 	var out string
-	if !waitFor(patience, func() bool {
+	if !waitFor(bound, func() bool {
 		out, _ = run("squeue", "-h", "-o", "%i", "-j", strings.Join(ids, ","))
 		return strings.TrimSpace(out) == ""
 	}) {
@@ -313,8 +319,24 @@ srun -n1 sh -c 'curl -sS -o /dev/null -w "%{http_code}\n" -X POST -H "Content-Ty
 			t.Errorf("collector output: %v", err)
 		}
 	}
-	if out, _ := os.ReadFile(d + "/job.out"); strings.TrimSpace(string(out)) != "200" {
-		t.Errorf("the step's OTLP POST to the job's collector: %q, want 200", out)
+	// The job's output: the plugin's two lines naming the job's files
+	// and backend (job_output=on, the batch step's task 0, first), then
+	// the step's HTTP code.
+	out, _ := os.ReadFile(d + "/job.out")
+	var notice, step []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasPrefix(l, "gym-otel: ") {
+			notice = append(notice, l)
+		} else {
+			step = append(step, l)
+		}
+	}
+	if want := "gym-otel: job " + id + "'s telemetry: files under " + d + "/run/otel (node " + node + "), shipped to http://127.0.0.1:4318"; len(notice) != 2 || notice[0] != want ||
+		notice[1] != "gym-otel: read it: gym-otel-spank inspect "+d+"/run/otel (complete once the job has ended)" {
+		t.Errorf("the plugin's lines in the job's output: %q, want %q and the inspect line", notice, want)
+	}
+	if strings.Join(step, "\n") != "200" {
+		t.Errorf("the step's OTLP POST to the job's collector: %q, want 200 (the job's output: %q)", step, out)
 	}
 	if tr, _ := os.ReadFile(filepath.Join(d, "run", "otel", "traces.jsonl")); !strings.Contains(string(tr), "vm-span") {
 		t.Errorf("the step's span is not in the job's traces.jsonl")
@@ -367,7 +389,11 @@ func TestManyShortJobs(t *testing.T) {
 	if len(ids) != n {
 		t.Fatalf("%d jobs submitted: %s", len(ids), r.stdout)
 	}
-	waitJobsGone(t, ids)
+	// Two at a time on the node's 2 CPUs, each prolog up to its 120 s
+	// under TCG (a collector's start took 47-58 s with two starting at
+	// once on a loaded host, 8 jobs more than 5 minutes): a minute per
+	// job, at least patience.
+	waitJobsGoneWithin(t, ids, max(patience, time.Duration(n)*time.Minute))
 	waitNoCollector(t)
 	waitIdle(t)
 	log := slurmd(t)

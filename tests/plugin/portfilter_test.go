@@ -68,7 +68,7 @@ true
 		t.Fatalf("nft list: %v: %s (slurmd's log: %s)", err, list, lastLines(slurmdLogs(t), "port", 5))
 	}
 	for _, p := range ports {
-		if !strings.Contains(string(list), fmt.Sprintf("%d : jump job_%s_gn1_", p, jobID)) {
+		if !strings.Contains(string(list), fmt.Sprintf("%d : jump %s", p, portfilter.Job{ID: uint32(atoiOr0(jobID)), Cluster: clusterName(), Node: "gn1"}.Chain("in"))) {
 			t.Errorf("the node's filter lacks port %d of job %s:\n%s", p, jobID, list)
 		}
 	}

@@ -196,6 +196,11 @@ func floodDone(t *testing.T, who string, cmd *exec.Cmd, out *strings.Builder) fl
 	return f
 }
 
+// readAsUID reads path as uid (its gid the same number, no groups).
+func readAsUID(path, uid string) ([]byte, error) {
+	return exec.Command("setpriv", "--reuid="+uid, "--regid="+uid, "--clear-groups", "cat", path).Output()
+}
+
 // userID is the uid of a user of the node.
 func userID(t *testing.T, name string) string {
 	t.Helper()

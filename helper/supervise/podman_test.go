@@ -137,7 +137,7 @@ func TestContainerPodman(t *testing.T) {
 	harness.WaitMetricNames(t, s, 30*time.Second, "vllm_prompt_tokens_total")
 	s.RunGym(t, "agent", 2, "local")
 	harness.AssertNoLeak(t, token, s.Out, map[string]string{"the supervisor's output": s.Output()})
-	pluginTokenReaders(t, env, uid, rundir, s.Out)
+	pluginTokenReaders(t, env, token, uid, rundir, s.Out)
 	took, err := s.Drain(t, 60*time.Second)
 	if err != nil {
 		t.Fatalf("drain through podman: %v\n%s", err, s.Output())
@@ -189,8 +189,9 @@ func TestContainerPodman(t *testing.T) {
 // admin guide says so); another uid (nobody) reads it from none of the
 // runtime's processes, and from no file: Podman keeps the container's
 // environment in its state under {rundir} (0700, the job's user's), and
-// the job's output dir holds no copy.
-func pluginTokenReaders(t *testing.T, collEnv []byte, uid int, rundir, out string) {
+// the job's output dir holds no copy. The same for the backend token
+// (backendToken, as the collector's environment has it: each "$" doubled).
+func pluginTokenReaders(t *testing.T, collEnv []byte, backendToken string, uid int, rundir, out string) {
 	t.Helper()
 	ptoken := ""
 	for _, kv := range bytes.Split(collEnv, []byte{0}) {
@@ -233,25 +234,27 @@ func pluginTokenReaders(t *testing.T, collEnv []byte, uid int, rundir, out strin
 	if ownReads == 0 {
 		t.Errorf("the job's user read the plugin token from none of the runtime's processes: the admin guide says the runtime's are dumpable; update it")
 	}
-	var holders []string
-	for _, root := range []string{rundir, out} {
-		filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-			if err != nil || !d.Type().IsRegular() {
-				return nil
-			}
-			if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, []byte(ptoken)) {
-				holders = append(holders, path)
-				if _, err := readAs(path, nobody); err == nil {
-					t.Errorf("another uid (nobody) reads %s, which holds the plugin token", path)
+	for _, tok := range []struct{ name, value string }{{"plugin token", ptoken}, {"backend token", strings.ReplaceAll(backendToken, "$", "$$")}} {
+		var holders []string
+		for _, root := range []string{rundir, out} {
+			filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+				if err != nil || !d.Type().IsRegular() {
+					return nil
 				}
+				if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, []byte(tok.value)) {
+					holders = append(holders, path)
+					if _, err := readAs(path, nobody); err == nil {
+						t.Errorf("another uid (nobody) reads %s, which holds the %s", path, tok.name)
+					}
+				}
+				return nil
+			})
+		}
+		t.Logf("files holding the %s: %q (each refused to nobody)", tok.name, holders)
+		for _, h := range holders {
+			if !strings.HasPrefix(h, rundir+"/") {
+				t.Errorf("%s holds the %s outside {rundir}", h, tok.name)
 			}
-			return nil
-		})
-	}
-	t.Logf("files holding the plugin token: %q (each refused to nobody)", holders)
-	for _, h := range holders {
-		if !strings.HasPrefix(h, rundir+"/") {
-			t.Errorf("%s holds the plugin token outside {rundir}", h)
 		}
 	}
 }

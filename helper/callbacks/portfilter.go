@@ -42,14 +42,15 @@ const probeTimeout = time.Second
 // (no nft, no cgroup v2 group below /sys/fs/cgroup, nft refused), the
 // plugstack's port_filter decides: require returns the error (no
 // collector), auto logs a warning once per node and reason and goes on,
-// off never gets here.
-func filterPorts(ctx context.Context, a Args, node string, jobID, uid uint32, group *cgroup.Group, ports []int, rec *record.Record, log logrus.FieldLogger) error {
+// off never gets here. The chains are named by cluster (SLURM_CLUSTER_NAME)
+// and node, which rec notes too (FilterCluster).
+func filterPorts(ctx context.Context, a Args, cluster, node string, jobID, uid uint32, group *cgroup.Group, ports []int, rec *record.Record, log logrus.FieldLogger) error {
 	if a.PortFilter == portfilter.ModeOff {
 		return nil
 	}
-	err := installFilter(ctx, node, jobID, uid, group, ports)
+	err := installFilter(ctx, cluster, node, jobID, uid, group, ports)
 	if err == nil {
-		rec.FilterPorts = ports
+		rec.FilterPorts, rec.FilterCluster, rec.FilterLegacy = ports, cluster, false
 		return nil
 	}
 	return filterUnavailable(a, node, err, log)
@@ -93,7 +94,7 @@ func proveFilter(ctx context.Context, a Args, node string, jobID uint32, group *
 
 // installFilter installs the rules for ports, kept to group. Errors: why
 // not (no nft, no v2 group, nft's).
-func installFilter(ctx context.Context, node string, jobID, uid uint32, group *cgroup.Group, ports []int) error {
+func installFilter(ctx context.Context, cluster, node string, jobID, uid uint32, group *cgroup.Group, ports []int) error {
 	run := nftRunner()
 	if run == nil {
 		return fmt.Errorf("no nft program (the nftables package)")
@@ -109,7 +110,7 @@ func installFilter(ctx context.Context, node string, jobID, uid uint32, group *c
 	if err != nil {
 		return err
 	}
-	return portfilter.Install(ctx, run, portfilter.Job{ID: jobID, Node: node, UID: uid, Ports: ports, Group: name, Level: level})
+	return portfilter.Install(ctx, run, portfilter.Job{ID: jobID, Cluster: cluster, Node: node, UID: uid, Ports: ports, Group: name, Level: level})
 }
 
 // listenersOurs proves that processes of group, and only they, listen on
@@ -137,8 +138,10 @@ func listenersOurs(group *cgroup.Group, ports []int) error {
 }
 
 // releasePorts removes the job's rules that rec notes (the epilog, after
-// the collector's group has ended; the sweep of a stale record). Errors
-// are logged.
+// the collector's group has ended; the sweep of a stale record), by the
+// chain names its prolog gave them: of rec's cluster, or the legacy names
+// of a prolog before the cluster was in them (rec.FilterLegacy: a job that
+// started before an upgrade). Errors are logged.
 func releasePorts(ctx context.Context, rec *record.Record, node string, jobID uint32, log logrus.FieldLogger) {
 	if rec == nil || len(rec.FilterPorts) == 0 {
 		return
@@ -148,7 +151,7 @@ func releasePorts(ctx context.Context, rec *record.Record, node string, jobID ui
 		log.Warnf("job %d: the packet filter of ports %v is left: no nft program", jobID, rec.FilterPorts)
 		return
 	}
-	if err := portfilter.Remove(ctx, run, portfilter.Job{ID: jobID, Node: node, Ports: rec.FilterPorts}); err != nil {
+	if err := portfilter.Remove(ctx, run, portfilter.Job{ID: jobID, Cluster: rec.FilterCluster, Node: node, Legacy: rec.FilterLegacy, Ports: rec.FilterPorts}); err != nil {
 		log.Warnf("job %d: removing the packet filter of ports %v: %v", jobID, rec.FilterPorts, err)
 	}
 }

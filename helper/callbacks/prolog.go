@@ -392,7 +392,7 @@ func (st *launchState) start(ctx context.Context, env []string, groups []uint32,
 		// the ports in the gap is not in the job's group and gets no
 		// connection (portfilter's input rule), nor can another uid
 		// connect to the collector once it listens (the output rule).
-		if err := filterPorts(ctx, in.Args, st.node, in.JobID, in.UID, group, ports.Loopback(), rec, st.log); err != nil {
+		if err := filterPorts(ctx, in.Args, in.Getenv("SLURM_CLUSTER_NAME"), st.node, in.JobID, in.UID, group, ports.Loopback(), rec, st.log); err != nil {
 			dropGroup(group)
 			return nil, launch.Readiness{}, err
 		}

@@ -41,17 +41,22 @@ const MaxSweepQueries = 2
 func SweepStale(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
 	sweepStaleRecords(ctx, recordDir, cluster, node, current, log)
 	sweepOrphanGroups(ctx, recordDir, cluster, node, current, log)
-	sweepOrphanRules(ctx, recordDir, node, current, log)
+	sweepOrphanRules(ctx, recordDir, cluster, node, current, log)
 }
 
-// sweepOrphanRules removes this node's packet-filter rules of jobs that
-// have no record dir on the node (portfilter.Orphans): left by an epilog
-// whose removal failed, or by a record dir removed by hand. The prolog
-// makes a job's record dir before its rules and the epilog removes the
-// rules before the dir, so a job that has rules and no dir is over, unless
-// every port of its rules is listened on (then it is a live job of another
-// cluster with a node of the same name on this host). Best effort, logged.
-func sweepOrphanRules(ctx context.Context, recordDir, node string, current uint32, log logrus.FieldLogger) {
+// sweepOrphanRules removes this cluster's packet-filter rules on the node
+// of jobs that have no record dir on the node (portfilter.Orphans): left
+// by an epilog whose removal failed, or by a record dir removed by hand.
+// The prolog makes a job's record dir before its rules and the epilog
+// removes the rules before the dir, so a job that has rules and no dir is
+// over. The chains are named by cluster and node: another cluster's, whose
+// node of the same name runs on this host (test clusters; job ids are per
+// cluster), are never touched. Chains named the legacy way (no cluster in
+// the name: a prolog before the upgrade) cannot tell their cluster: they
+// are removed only when some port of theirs is not listened on (a live
+// job's collector, of whichever cluster, holds every port of its rules).
+// Best effort, logged.
+func sweepOrphanRules(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
 	nft := portfilter.Nft()
 	if nft == "" || ctx.Err() != nil {
 		return
@@ -63,7 +68,7 @@ func sweepOrphanRules(ctx context.Context, recordDir, node string, current uint3
 		_, err := os.Lstat(filepath.Join(recordDir, node, strconv.FormatUint(uint64(id), 10)))
 		return !errors.Is(err, fs.ErrNotExist)
 	}
-	orphans, err := portfilter.Orphans(ctx, nft, node, has)
+	orphans, err := portfilter.Orphans(ctx, nft, cluster, node, has)
 	if err != nil {
 		log.Debugf("the packet filter's orphaned rules: %v", err)
 		return
@@ -71,22 +76,23 @@ func sweepOrphanRules(ctx context.Context, recordDir, node string, current uint3
 	listen, _ := launch.NodeListeners()
 	run := portfilter.NftRunner(nft)
 	for _, j := range orphans {
-		// Every port listened on: a live job's collector, of another
-		// cluster whose node has the same name on this host (test
-		// clusters), not an orphan.
-		held := len(j.Ports) > 0
-		for _, p := range j.Ports {
-			held = held && len(listen[p]) > 0
-		}
-		if held {
-			log.Debugf("job %d: its packet filter rules have no record on %s but every port of theirs is listened on: left", j.ID, node)
-			continue
+		kind := ""
+		if j.Legacy {
+			kind = " (named before the cluster was in the names)"
+			held := len(j.Ports) > 0
+			for _, p := range j.Ports {
+				held = held && len(listen[p]) > 0
+			}
+			if held {
+				log.Debugf("job %d: its packet filter rules%s have no record on %s but every port of theirs is listened on: left", j.ID, kind, node)
+				continue
+			}
 		}
 		if err := portfilter.Remove(ctx, run, j); err != nil {
-			log.Warnf("job %d: removing its orphaned packet filter rules (ports %v; the job has no record on %s): %v", j.ID, j.Ports, node, err)
+			log.Warnf("job %d: removing its orphaned packet filter rules%s (ports %v; the job has no record on %s): %v", j.ID, kind, j.Ports, node, err)
 			continue
 		}
-		log.Infof("job %d: removed its orphaned packet filter rules (ports %v; the job has no record on %s)", j.ID, j.Ports, node)
+		log.Infof("job %d: removed its orphaned packet filter rules%s (ports %v; the job has no record on %s)", j.ID, kind, j.Ports, node)
 	}
 }
 

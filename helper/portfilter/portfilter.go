@@ -90,10 +90,22 @@ type Job struct {
 	// its epilog; were its rules left, the next run's replace them (the
 	// chains are flushed, the stale map entries removed by Install).
 	ID uint32
+	// Cluster is the job's Slurm cluster (ClusterName, the prolog's
+	// SLURM_CLUSTER_NAME): job ids are per cluster, and one host may run
+	// nodes of several clusters under the same node name (test clusters),
+	// whose rules share the node's one table, so the chains are named by
+	// cluster too.
+	Cluster string
 	// Node is the Slurm node the rules are for: one host may run several
 	// slurmd (a test cluster, a simulated one), each a node of the same
 	// job with its own collector and group, so the chains are per node.
 	Node string
+	// Legacy names the chains the way prologs did before the cluster was
+	// in the names (LegacyChain): the epilog of a job whose prolog ran
+	// before an upgrade removes its rules by these names (its record has
+	// no filter_cluster line, record.Record.FilterLegacy), and the sweep
+	// of orphans reports such chains with Legacy set.
+	Legacy bool
 	// UID is the job's uid: its sockets may connect.
 	UID uint32
 	// Ports are the job's loopback TCP ports (jobdir.Ports.Loopback).
@@ -106,22 +118,55 @@ type Job struct {
 	Level int
 }
 
-// Chain is the name of the job's chain on its node for hook ("out" or
-// "in"): job_<id>_<node>_<hook>, the node's name kept to letters, digits
-// and "_" with the first 8 hex digits of its SHA-256 after it, so that two
-// names that differ only in other characters stay apart.
-func (j Job) Chain(hook string) string {
-	sum := sha256.Sum256([]byte(j.Node))
-	node := strings.Map(func(r rune) rune {
+// maxClusterPart and maxNodePart bound the cluster's and the node's part of a chain name
+// (bytes each, after keepName): the longest name, job_<10 digits>_<32>_
+// <40>_<8 hex>_out, is 101 bytes, well within nft's 255 (the kernel's
+// NFT_CHAIN_MAXNAMELEN, 256 with its NUL); the hash after them keeps apart
+// two names cut to the same part.
+const (
+	maxClusterPart = 32
+	maxNodePart    = 40
+)
+
+// keepName is s as a part of a chain name: letters and digits kept, every
+// other byte "_" (nft's identifiers are letters, digits, "_", "." "/" and
+// "-"; "_" alone keeps the parts apart unambiguously with the hash), at
+// most max bytes.
+func keepName(s string, max int) string {
+	kept := strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
 			return r
 		}
 		return '_'
-	}, j.Node)
-	if len(node) > 40 {
-		node = node[:40]
+	}, s)
+	if len(kept) > max {
+		kept = kept[:max]
 	}
-	return fmt.Sprintf("job_%d_%s_%x_%s", j.ID, node, sum[:4], hook)
+	return kept
+}
+
+// Chain is the name of the job's chain on its node for hook ("out" or
+// "in"): job_<id>_<cluster>_<node>_<hash>_<hook>, the cluster's name kept
+// to 32 letters, digits and "_", the node's to 40, and <hash> the first 8
+// hex digits of the SHA-256 of the cluster's and node's full names (NUL
+// between), so that two clusters or nodes whose names differ only in other
+// characters, or beyond the kept length, stay apart. A Legacy job's is
+// LegacyChain's.
+func (j Job) Chain(hook string) string {
+	if j.Legacy {
+		return j.LegacyChain(hook)
+	}
+	sum := sha256.Sum256([]byte(j.Cluster + "\x00" + j.Node))
+	return fmt.Sprintf("job_%d_%s_%s_%x_%s", j.ID, keepName(j.Cluster, maxClusterPart), keepName(j.Node, maxNodePart), sum[:4], hook)
+}
+
+// LegacyChain is the name prologs gave the job's chain before the cluster
+// was in the names: job_<id>_<node>_<hash>_<hook>, the node kept as in
+// Chain and <hash> of the node's name alone. It never equals a Chain name
+// of the same node: its hash is of another text.
+func (j Job) LegacyChain(hook string) string {
+	sum := sha256.Sum256([]byte(j.Node))
+	return fmt.Sprintf("job_%d_%s_%x_%s", j.ID, keepName(j.Node, maxNodePart), sum[:4], hook)
 }
 
 // check refuses a job the rules cannot name safely: no port, a port out

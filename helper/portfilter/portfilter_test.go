@@ -89,7 +89,7 @@ func dial(port string) {
 }
 
 func TestAddScript(t *testing.T) {
-	j := portfilter.Job{ID: 42, Node: "gn1", UID: 2001, Ports: []int{40001, 40002}, Group: "unified/gym_otel/c/n1/job_42", Level: 4}
+	j := portfilter.Job{ID: 42, Cluster: "c1", Node: "gn1", UID: 2001, Ports: []int{40001, 40002}, Group: "unified/gym_otel/c/n1/job_42", Level: 4}
 	s, err := portfilter.AddScript(j)
 	if err != nil {
 		t.Fatal(err)
@@ -98,10 +98,10 @@ func TestAddScript(t *testing.T) {
 		"add table inet gym_otel\n",
 		"add rule inet gym_otel output ip daddr 127.0.0.1 tcp dport vmap @out_ports\n",
 		"add rule inet gym_otel input ip daddr 127.0.0.1 tcp flags & (syn | ack) == syn tcp dport vmap @in_ports\n",
-		"add rule inet gym_otel job_42_gn1_68aa6849_out meta skuid { 0, 2001 } return\n",
-		"add rule inet gym_otel job_42_gn1_68aa6849_in socket cgroupv2 level 4 \"unified/gym_otel/c/n1/job_42\" return\n",
-		"add element inet gym_otel out_ports { 40001 : jump job_42_gn1_68aa6849_out, 40002 : jump job_42_gn1_68aa6849_out }\n",
-		"add element inet gym_otel in_ports { 40001 : jump job_42_gn1_68aa6849_in, 40002 : jump job_42_gn1_68aa6849_in }\n",
+		"add rule inet gym_otel job_42_c1_gn1_a160ece7_out meta skuid { 0, 2001 } return\n",
+		"add rule inet gym_otel job_42_c1_gn1_a160ece7_in socket cgroupv2 level 4 \"unified/gym_otel/c/n1/job_42\" return\n",
+		"add element inet gym_otel out_ports { 40001 : jump job_42_c1_gn1_a160ece7_out, 40002 : jump job_42_c1_gn1_a160ece7_out }\n",
+		"add element inet gym_otel in_ports { 40001 : jump job_42_c1_gn1_a160ece7_in, 40002 : jump job_42_c1_gn1_a160ece7_in }\n",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("script lacks %q:\n%s", want, s)
@@ -113,13 +113,21 @@ func TestAddScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(s2, "job_42_gn1_") || !strings.Contains(s2, "job_42_gn2_") {
+	if strings.Contains(s2, "job_42_c1_gn1_") || !strings.Contains(s2, "job_42_c1_gn2_") {
 		t.Errorf("a second node of the job on the host shares the first one's chains:\n%s", s2)
 	}
 	odd := j
 	odd.Node = "gpu-a100.rack 7/x"
-	if s3, err := portfilter.AddScript(odd); err != nil || !strings.Contains(s3, "add chain inet gym_otel job_42_gpu_a100_rack_7_x_") {
+	if s3, err := portfilter.AddScript(odd); err != nil || !strings.Contains(s3, "add chain inet gym_otel job_42_c1_gpu_a100_rack_7_x_") {
 		t.Errorf("a node name with other characters: %v\n%s", err, s3)
+	}
+	// The same job id and node of another cluster on the host (one host
+	// may run nodes of several clusters under the same name): its own
+	// chains.
+	c2 := j
+	c2.Cluster = "c2"
+	if s4, err := portfilter.AddScript(c2); err != nil || strings.Contains(s4, "job_42_c1_") || !strings.Contains(s4, "add chain inet gym_otel job_42_c2_gn1_") {
+		t.Errorf("another cluster's job of the same id on a node of the same name: %v\n%s", err, s4)
 	}
 	for _, bad := range []portfilter.Job{
 		{ID: 1, UID: 1, Group: "g", Level: 1},
@@ -324,7 +332,7 @@ func TestFilterKernel(t *testing.T) {
 
 	run := portfilter.NftRunner(nft)
 	ctx := context.Background()
-	j := portfilter.Job{ID: 4000000000 - uint32(os.Getpid()%1000), Node: "pftest", UID: jobUID, Ports: []int{held, freed}, Group: name, Level: level}
+	j := portfilter.Job{ID: 4000000000 - uint32(os.Getpid()%1000), Cluster: "pftest", Node: "pftest", UID: jobUID, Ports: []int{held, freed}, Group: name, Level: level}
 	start := time.Now()
 	if err := portfilter.Install(ctx, run, j); err != nil {
 		t.Fatal(err)

@@ -8,16 +8,22 @@ import (
 	"strings"
 )
 
-// Orphans lists, with the nft program at nftPath, the jobs of node that
-// have rules in the node's table but for which has(jobID) is false (no
+// Orphans lists, with the nft program at nftPath, the jobs of cluster on
+// node that have rules in the node's table but for which has(jobID) is
+// false (no
 // record dir of the job on the node: its epilog, or the sweep of its stale
 // record, removed it without removing the rules, or the rules outlived a
 // state dir removed by hand), each with the ports its rules keep. Such
 // rules are harmful, not only untidy: once the job is gone its ports are
 // free, and a later listener on one of them (an srun's own port for its
 // step's launch answer among them) gets every connection reset. No table:
-// none. Errors: nft's, or output that is not its JSON.
-func Orphans(ctx context.Context, nftPath, node string, has func(jobID uint32) bool) ([]Job, error) {
+// none. Only chains named for cluster and node (Job.Chain) are the
+// cluster's; another cluster's, whose node of the same name runs on this
+// host, are never listed. Chains named the legacy way (Job.LegacyChain, no
+// cluster in the name: a prolog before the upgrade) of node are listed
+// with Legacy set: whose cluster they are the name cannot tell, and the
+// caller decides. Errors: nft's, or output that is not its JSON.
+func Orphans(ctx context.Context, nftPath, cluster, node string, has func(jobID uint32) bool) ([]Job, error) {
 	listing, err := runNft(ctx, nftPath, "", "-j", "list", "table", "inet", Table)
 	if err != nil {
 		if strings.Contains(err.Error(), "No such file or directory") {
@@ -25,42 +31,63 @@ func Orphans(ctx context.Context, nftPath, node string, has func(jobID uint32) b
 		}
 		return nil, fmt.Errorf("nft list table inet %s: %w", Table, err)
 	}
-	return orphansIn(listing, node, has)
+	return orphansIn(listing, cluster, node, has)
 }
 
 // orphansIn reads nft's JSON listing of the table (Orphans).
-func orphansIn(listing []byte, node string, has func(jobID uint32) bool) ([]Job, error) {
+func orphansIn(listing []byte, cluster, node string, has func(jobID uint32) bool) ([]Job, error) {
 	var doc struct {
 		Nftables []map[string]json.RawMessage `json:"nftables"`
 	}
 	if err := json.Unmarshal(listing, &doc); err != nil {
 		return nil, fmt.Errorf("nft's listing of %s: %w", Table, err)
 	}
-	// This node's chain names end in "_<node as kept>_<hash>_<hook>": the
-	// id is what stands before, after "job_".
-	suffix := strings.TrimPrefix(Job{Node: node}.Chain("in"), "job_0")
-	suffix = strings.TrimSuffix(suffix, "_in")
-	jobOf := func(chain string) (uint32, bool) {
-		for _, hook := range []string{"_in", "_out"} {
-			rest, ok := strings.CutSuffix(chain, suffix+hook)
-			if !ok {
-				continue
-			}
-			id, err := strconv.ParseUint(strings.TrimPrefix(rest, "job_"), 10, 32)
-			if err == nil && strings.HasPrefix(rest, "job_") {
-				return uint32(id), true
-			}
-		}
-		return 0, false
+	// The cluster's chain names on this node end in
+	// "_<cluster as kept>_<node as kept>_<hash>_<hook>", the legacy ones in
+	// "_<node as kept>_<hash of the node>_<hook>": the id is what stands
+	// before, after "job_". The two hashes are of different texts, so no
+	// name has both suffixes but by a collision of 32 bits.
+	suffixOf := func(j Job) string {
+		return strings.TrimSuffix(strings.TrimPrefix(j.Chain("in"), "job_0"), "_in")
 	}
-	jobs := map[uint32]*Job{}
-	var order []uint32
-	note := func(id uint32) *Job {
-		if jobs[id] == nil {
-			jobs[id] = &Job{ID: id, Node: node}
-			order = append(order, id)
+	suffixes := []struct {
+		suffix string
+		legacy bool
+	}{
+		{suffixOf(Job{Cluster: cluster, Node: node}), false},
+		{suffixOf(Job{Node: node, Legacy: true}), true},
+	}
+	type key struct {
+		id     uint32
+		legacy bool
+	}
+	jobOf := func(chain string) (key, bool) {
+		for _, s := range suffixes {
+			for _, hook := range []string{"_in", "_out"} {
+				rest, ok := strings.CutSuffix(chain, s.suffix+hook)
+				if !ok {
+					continue
+				}
+				digits, ok := strings.CutPrefix(rest, "job_")
+				id, err := strconv.ParseUint(digits, 10, 32)
+				if ok && err == nil {
+					return key{uint32(id), s.legacy}, true
+				}
+			}
 		}
-		return jobs[id]
+		return key{}, false
+	}
+	jobs := map[key]*Job{}
+	var order []key
+	note := func(k key) *Job {
+		if jobs[k] == nil {
+			jobs[k] = &Job{ID: k.id, Cluster: cluster, Node: node, Legacy: k.legacy}
+			if k.legacy {
+				jobs[k].Cluster = ""
+			}
+			order = append(order, k)
+		}
+		return jobs[k]
 	}
 	for _, obj := range doc.Nftables {
 		if raw, ok := obj["chain"]; ok {
@@ -97,9 +124,9 @@ func orphansIn(listing []byte, node string, has func(jobID uint32) bool) ([]Job,
 		}
 	}
 	var orphans []Job
-	for _, id := range order {
-		if !has(id) {
-			orphans = append(orphans, *jobs[id])
+	for _, k := range order {
+		if !has(k.id) {
+			orphans = append(orphans, *jobs[k])
 		}
 	}
 	return orphans, nil

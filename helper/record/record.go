@@ -37,6 +37,7 @@ import (
 //	cgroup_cpuset=<the file of its CPU set, which steps narrow to their CPUs>
 //	hold_socket=<the path of the supervisor's hold socket (HoldSocketPath), "" for none>
 //	filter_ports=<the job's loopback ports the node's packet filter keeps to the job, comma-separated, "" for none>
+//	filter_cluster=<the cluster whose name the packet filter's chains hold (SLURM_CLUSTER_NAME), percent-encoded; written with filter ports>
 //	output_dir=<the node's collector dir, as its supervisor reported it, "" when not ready or not one line>
 //	backend=<the OTLP/HTTP base URL the collector ships to (Backend: no credentials), "" when not ready>
 //	env=KEY=VALUE
@@ -69,6 +70,15 @@ type Record struct {
 	// installed the node's packet filter (helper/portfilter), which the
 	// epilog removes; none when it installed nothing.
 	FilterPorts []int
+	// FilterCluster is the cluster name the prolog named the job's packet
+	// filter chains by (portfilter.Job.Cluster: SLURM_CLUSTER_NAME), which
+	// the epilog names them by in turn.
+	FilterCluster string
+	// FilterLegacy is set by Parse when the record has filter ports and no
+	// filter_cluster line: a prolog before the chains held the cluster's
+	// name wrote it, and the epilog removes the chains by their legacy
+	// names (portfilter.Job.Legacy). Marshal writes no line of it.
+	FilterLegacy bool
 	// OutputDir is the node's collector dir (<job dir>/otel on the job's
 	// first node), as the supervisor reported it once ready; "" otherwise.
 	// The batch step names it in the job's output.
@@ -161,6 +171,9 @@ func (r *Record) Marshal() ([]byte, error) {
 		ports[i] = strconv.Itoa(p)
 	}
 	fmt.Fprintf(&b, "filter_ports=%s\n", strings.Join(ports, ","))
+	if len(r.FilterPorts) > 0 && !r.FilterLegacy {
+		fmt.Fprintf(&b, "filter_cluster=%s\n", url.QueryEscape(r.FilterCluster))
+	}
 	// A dir whose name holds a control character is not named at all
 	// (the job's output says nothing then): it cannot be one line.
 	outDir := r.OutputDir
@@ -193,6 +206,7 @@ func (r *Record) Marshal() ([]byte, error) {
 // Parse parses a record's text.
 func Parse(data []byte) (*Record, error) {
 	r := &Record{}
+	filterCluster := false
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	for sc.Scan() {
@@ -239,6 +253,9 @@ func Parse(data []byte) (*Record, error) {
 				}
 				r.FilterPorts = append(r.FilterPorts, n)
 			}
+		case "filter_cluster":
+			r.FilterCluster, err = url.QueryUnescape(v)
+			filterCluster = true
 		case contract.RecordOutputDir:
 			r.OutputDir = v
 		case contract.RecordBackend:
@@ -259,6 +276,7 @@ func Parse(data []byte) (*Record, error) {
 	if r.Status != StatusReady && r.Status != StatusFailed && r.Status != StatusStarting {
 		return nil, fmt.Errorf("record: status %q", r.Status)
 	}
+	r.FilterLegacy = len(r.FilterPorts) > 0 && !filterCluster
 	return r, sc.Err()
 }
 

@@ -15,7 +15,7 @@ import (
 
 func TestRecordRoundTrip(t *testing.T) {
 	r := &Record{Status: "failed", OnFailure: "fail", Reason: "line one\nline two", FinalWait: 16, DrainTimeout: 20,
-		SupervisorPID: 42, SupervisorStart: 123456, UID: 2001, FilterPorts: []int{40001, 40002},
+		SupervisorPID: 42, SupervisorStart: 123456, UID: 2001, FilterPorts: []int{40001, 40002}, FilterCluster: "c 1,=%\n",
 		OutputDir: "/runs/r 1/otel", Backend: "https://otlp.example.com:4318/base",
 		Env: []KV{{"A", "1"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20x"}}, Unset: []string{"OTEL_TOKEN"},
 		ResAttrs: []KV{{"nv.dl.job.uuid", "9a6e5010-16a8-54fc-8445-d1e1b1fffcd2"}, {"slurm.job.user", "a%2Cb%3Dc"}}}
@@ -30,6 +30,22 @@ func TestRecordRoundTrip(t *testing.T) {
 	r.Reason = "line one line two"
 	if !reflect.DeepEqual(got, r) {
 		t.Fatalf("got %+v\nwant %+v", got, r)
+	}
+	// A record a prolog wrote before the packet filter's chains held the
+	// cluster's name has filter ports and no filter_cluster line: its
+	// chains are removed by their legacy names, and a rewrite keeps that.
+	old := []byte("status=ready\nfilter_ports=40001,40002\n")
+	for i := 0; i < 2; i++ {
+		got, err := Parse(old)
+		if err != nil || !got.FilterLegacy || got.FilterCluster != "" || len(got.FilterPorts) != 2 {
+			t.Fatalf("a record without filter_cluster (pass %d): %+v, %v; want legacy", i, got, err)
+		}
+		if old, err = got.Marshal(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := Parse([]byte("status=ready\nfilter_ports=\n")); err != nil || got.FilterLegacy {
+		t.Errorf("a record without filter ports: %+v, %v; want no legacy", got, err)
 	}
 	if _, err := (&Record{Status: "ready", Env: []KV{{"A", "x\ny"}}}).Marshal(); err == nil {
 		t.Error("a newline in an env value was accepted")

@@ -2,6 +2,7 @@ package supervise_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,6 +160,7 @@ func TestContainerPodman(t *testing.T) {
 	harness.WaitMetricNames(t, s, 30*time.Second, "vllm_prompt_tokens_total")
 	s.RunGym(t, "agent", 2, "local")
 	harness.AssertNoLeak(t, token, s.Out, map[string]string{"the supervisor's output": s.Output()})
+	pluginTokenReaders(t, env, token, uid, rundir, s.Out)
 	took, err := s.Drain(t, 60*time.Second)
 	if err != nil {
 		t.Fatalf("drain through podman: %v\n%s", err, s.Output())
@@ -212,6 +214,84 @@ func firstSubID(t *testing.T, file, name string) int {
 		}
 	}
 	return 0
+}
+
+// pluginTokenReaders measures who can read the plugin token of a job whose
+// collector runs through rootless Podman (collEnv: the container's
+// collector's environment, read by root): the runtime's own processes
+// (podman, conmon, runc, its pause process) are dumpable, so a process of
+// the job's uid reads the token from their /proc/<pid>/environ (the
+// admin guide says so); another uid (nobody) reads it from none of the
+// runtime's processes, and from no file: Podman keeps the container's
+// environment in its state under {rundir} (0700, the job's user's), and
+// the job's output dir holds no copy. The same for the backend token
+// (backendToken, as the collector's environment has it: each "$" doubled).
+func pluginTokenReaders(t *testing.T, collEnv []byte, backendToken string, uid int, rundir, out string) {
+	t.Helper()
+	ptoken := ""
+	for _, kv := range bytes.Split(collEnv, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte("GYM_OTEL_PLUGIN_TOKEN=")); ok {
+			ptoken = string(v)
+		}
+	}
+	if len(ptoken) < 16 {
+		t.Fatalf("no plugin token in the container's collector's environment")
+	}
+	// readAs reads path as uid (its own gid, no groups): its bytes, or
+	// the error.
+	readAs := func(path string, uid int) ([]byte, error) {
+		cmd := exec.Command("cat", path)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		b, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
+		}
+		return b, nil
+	}
+	const nobody = 65534
+	procs := userProcs(uid)
+	ownReads, otherReads := 0, 0
+	for _, pid := range procs {
+		environ := "/proc/" + strconv.Itoa(pid) + "/environ"
+		if b, err := readAs(environ, uid); err == nil && bytes.Contains(b, []byte(ptoken)) {
+			ownReads++
+		}
+		if b, err := readAs(environ, nobody); err == nil {
+			otherReads++
+			if bytes.Contains(b, []byte(ptoken)) {
+				t.Errorf("another uid (nobody) read the plugin token from %s (%s)", environ, bytes.ReplaceAll(mustCmdline(pid), []byte{0}, []byte(" ")))
+			}
+		}
+	}
+	t.Logf("the plugin token in /proc/<pid>/environ of %d of the job's user's %d processes, read as the job's user; another uid (nobody) opened %d of them", ownReads, len(procs), otherReads)
+	if ownReads == 0 {
+		t.Errorf("the job's user read the plugin token from none of the runtime's processes: the admin guide says the runtime's are dumpable; update it")
+	}
+	for _, tok := range []struct{ name, value string }{{"plugin token", ptoken}, {"backend token", strings.ReplaceAll(backendToken, "$", "$$")}} {
+		var holders []string
+		for _, root := range []string{rundir, out} {
+			filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+				if err != nil || !d.Type().IsRegular() {
+					return nil
+				}
+				if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, []byte(tok.value)) {
+					holders = append(holders, path)
+					if _, err := readAs(path, nobody); err == nil {
+						t.Errorf("another uid (nobody) reads %s, which holds the %s", path, tok.name)
+					}
+				}
+				return nil
+			})
+		}
+		t.Logf("files holding the %s: %q (each refused to nobody)", tok.name, holders)
+		for _, h := range holders {
+			if !strings.HasPrefix(h, rundir+"/") {
+				t.Errorf("%s holds the %s outside {rundir}", h, tok.name)
+			}
+		}
+	}
 }
 
 // cgroupsOf is /proc/<pid>/cgroup.

@@ -68,7 +68,7 @@ true
 		t.Fatalf("nft list: %v: %s (slurmd's log: %s)", err, list, lastLines(slurmdLogs(t), "port", 5))
 	}
 	for _, p := range ports {
-		if !strings.Contains(string(list), fmt.Sprintf("%d : jump job_%s_gn1_", p, jobID)) {
+		if !strings.Contains(string(list), fmt.Sprintf("%d : jump %s", p, portfilter.Job{ID: uint32(atoiOr0(jobID)), Cluster: clusterName(), Node: "gn1"}.Chain("in"))) {
 			t.Errorf("the node's filter lacks port %d of job %s:\n%s", p, jobID, list)
 		}
 	}
@@ -157,7 +157,10 @@ func lastLines(text, pat string, n int) string {
 // listens there next: an srun's own port for its step's launch answer
 // among them, which then waits for ever ("_send_launch_resp: Failed to
 // send RESPONSE_LAUNCH_TASKS: Connection refused"). The next prolog on the
-// node removes them, and a listener on such a port is reached again.
+// node removes them, and a listener on such a port is reached again. The
+// rules of a job of the same id on a node of the same name of another
+// cluster on this host (the chains are named by cluster) are not this
+// cluster's to sweep, even with no listener on their port: they survive.
 func TestPortFilterOrphansSwept(t *testing.T) {
 	waitIdle(t)
 	nft := portfilter.Nft()
@@ -179,17 +182,23 @@ func TestPortFilterOrphansSwept(t *testing.T) {
 		}
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
-	// A second port of the gone job's that nobody listens on now: a live
-	// job of another cluster on this host would hold every port of its
-	// rules, and the sweep leaves such rules alone.
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	freePort := func() int {
+		free, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer free.Close()
+		return free.Addr().(*net.TCPAddr).Port
 	}
-	port2 := free.Addr().(*net.TCPAddr).Port
-	free.Close()
-	orphan := portfilter.Job{ID: 4000000001, Node: "gn1"}
+	// A second port of the gone job's that nobody listens on now.
+	port2 := freePort()
+	// Another cluster's job of the same id on its node gn1, on a port
+	// nobody listens on either.
+	port3 := freePort()
+	orphan := portfilter.Job{ID: 4000000001, Cluster: clusterName(), Node: "gn1"}
+	theirs := portfilter.Job{ID: orphan.ID, Cluster: clusterName() + "-other", Node: "gn1"}
 	in, out := orphan.Chain("in"), orphan.Chain("out")
+	tin, tout := theirs.Chain("in"), theirs.Chain("out")
 	plant := fmt.Sprintf(`add table inet %[1]s
 add map inet %[1]s out_ports { type inet_service : verdict; }
 add map inet %[1]s in_ports { type inet_service : verdict; }
@@ -199,20 +208,26 @@ add chain inet %[1]s %[2]s
 add rule inet %[1]s %[2]s reject with tcp reset
 add chain inet %[1]s %[3]s
 add rule inet %[1]s %[3]s reject with tcp reset
+add chain inet %[1]s %[6]s
+add rule inet %[1]s %[6]s reject with tcp reset
+add chain inet %[1]s %[7]s
+add rule inet %[1]s %[7]s reject with tcp reset
 flush chain inet %[1]s output
 flush chain inet %[1]s input
 add rule inet %[1]s output ip daddr 127.0.0.1 tcp dport vmap @out_ports
 add rule inet %[1]s input ip daddr 127.0.0.1 tcp flags & (syn | ack) == syn tcp dport vmap @in_ports
-add element inet %[1]s in_ports { %[4]d : jump %[2]s, %[5]d : jump %[2]s }
-add element inet %[1]s out_ports { %[4]d : jump %[3]s, %[5]d : jump %[3]s }
-`, portfilter.Table, in, out, port, port2)
+add element inet %[1]s in_ports { %[4]d : jump %[2]s, %[5]d : jump %[2]s, %[8]d : jump %[6]s }
+add element inet %[1]s out_ports { %[4]d : jump %[3]s, %[5]d : jump %[3]s, %[8]d : jump %[7]s }
+`, portfilter.Table, in, out, port, port2, tin, tout, port3)
 	cmd := exec.Command(nft, "-f", "-")
 	cmd.Stdin = strings.NewReader(plant)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("planting the orphaned rules: %v: %s", err, b)
 	}
 	t.Cleanup(func() {
-		_ = portfilter.Remove(context.Background(), portfilter.NftRunner(nft), portfilter.Job{ID: orphan.ID, Node: orphan.Node, Ports: []int{port, port2}})
+		run := portfilter.NftRunner(nft)
+		_ = portfilter.Remove(context.Background(), run, portfilter.Job{ID: orphan.ID, Cluster: orphan.Cluster, Node: orphan.Node, Ports: []int{port, port2}})
+		_ = portfilter.Remove(context.Background(), run, portfilter.Job{ID: theirs.ID, Cluster: theirs.Cluster, Node: theirs.Node, Ports: []int{port3}})
 	})
 	// The base chains' rules as the plugin's prolog writes them: the
 	// planted entry resets a connection to the port, whoever listens.
@@ -234,6 +249,11 @@ add element inet %[1]s out_ports { %[4]d : jump %[3]s, %[5]d : jump %[3]s }
 	list, _ := exec.Command(nft, "list", "table", "inet", portfilter.Table).CombinedOutput()
 	if strings.Contains(string(list), in) || strings.Contains(string(list), out) {
 		t.Errorf("the orphaned rules outlived the next prolog on gn1:\n%s", list)
+	}
+	for _, c := range []string{tin, tout, fmt.Sprintf("%d : jump %s", port3, tin)} {
+		if !strings.Contains(string(list), c) {
+			t.Errorf("the next prolog on gn1 swept the other cluster's rules of a job of the same id (%s gone):\n%s", c, list)
+		}
 	}
 	if err := reach(); err != nil {
 		t.Errorf("a listener on the orphaned rules' port after the sweep: %v", err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -76,7 +77,8 @@ func (c *cluster) checkPortFilter(node, jobID, first, otelDir string) (errs []st
 		return []string{fmt.Sprintf("%s: nft list map inet %s in_ports: %v: %s", node, portfilter.Table, err, list)}, ""
 	}
 	for _, p := range ports {
-		if !strings.Contains(list, fmt.Sprintf("%d : jump job_%s_%s_", p, jobID, node)) {
+		// job_<id>_<cluster>_<node>_<hash>_in (portfilter.Job.Chain).
+		if !regexp.MustCompile(fmt.Sprintf(`\b%d : jump job_%s_\w+_%s_[0-9a-f]{8}_in\b`, p, jobID, regexp.QuoteMeta(node))).MatchString(list) {
 			errs = append(errs, fmt.Sprintf("%s: the node's filter lacks port %d of job %s:\n%s", node, p, jobID, list))
 		}
 	}

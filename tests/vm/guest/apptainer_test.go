@@ -264,6 +264,28 @@ i=0; while [ ! -e %[1]s/end ] && [ $i -lt 1800 ]; do sleep 0.1; i=$((i+1)); done
 				}
 			}
 		}
+		// Who reads the plugin token: the runtime's processes are the
+		// job user's and dumpable (its own uid reads their environment,
+		// the admin guide says so); another uid reads none.
+		if ptoken := envValue(coll.environ, "GYM_OTEL_PLUGIN_TOKEN"); ptoken == "" {
+			t.Errorf("%s: the container's collector has no GYM_OTEL_PLUGIN_TOKEN", j.name)
+		} else {
+			holders, own := 0, 0
+			for _, p := range ps {
+				if !bytes.Contains(p.environ, []byte(ptoken)) {
+					continue
+				}
+				holders++
+				environ := fmt.Sprintf("/proc/%d/environ", p.pid)
+				if b, err := readAsUID(environ, "2000"); err == nil && bytes.Contains(b, []byte(ptoken)) {
+					own++
+				}
+				if b, err := readAsUID(environ, other); err == nil && bytes.Contains(b, []byte(ptoken)) {
+					t.Errorf("%s: another uid (nobody) read the plugin token from %s (%s)", j.name, environ, p.cmd)
+				}
+			}
+			t.Logf("%s: the plugin token in the start environment of %d processes; the job's user read it from %d of them, nobody from none", j.name, holders, own)
+		}
 		m := regexp.MustCompile(`job ` + j.id + `: collector ready on ` + node + ` \(.*, (\d+) ms, .*\)`).FindStringSubmatch(slurmd(t))
 		if m == nil {
 			t.Errorf("%s: job %s: no ready line in slurmd's log", j.name, j.id)

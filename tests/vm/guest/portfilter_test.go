@@ -93,7 +93,7 @@ true
 		t.Fatalf("nft list table: %v: %s", err, list)
 	}
 	for _, p := range ports {
-		if !regexp.MustCompile(fmt.Sprintf(`\b%d : jump job_%s_%s_`, p, id, node)).Match(list) {
+		if !regexp.MustCompile(fmt.Sprintf(`\b%d : jump job_%s_%s_%s_`, p, id, cluster, node)).Match(list) {
 			t.Errorf("the node's filter lacks port %d of job %s", p, id)
 		}
 	}

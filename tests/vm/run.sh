@@ -93,7 +93,12 @@ t2=$(date +%s)
 accel=${GYM_OTEL_VM_ACCEL:-$(bash "$here/accel.sh" "$image/vmlinuz")}
 # boot ACCEL: the guest's whole run, its console to the terminal and to
 # console.log; under KVM a console that says "KVM internal error" ends it
-# (exit 125) so that the run goes on under TCG.
+# (exit 125) so that the run goes on under TCG. A guest whose systemd
+# froze at a boot (PID 1 says "Freezing execution" and never recovers;
+# seen after the reset mid-job when the host is so loaded that systemd's
+# generators time out: "Failed to fork off sandboxing environment for
+# executing generators: Protocol error", systemd issue 39354) ends it too
+# (exit 126), instead of waiting for the whole timeout.
 boot() {
 	timeout "${GYM_OTEL_VM_TIMEOUT:-3600}" qemu-system-x86_64 -M q35 -accel "$1" -cpu max \
 		-m "${GYM_OTEL_VM_MEM:-3G}" -smp "${GYM_OTEL_VM_SMP:-2}" \
@@ -109,6 +114,11 @@ boot() {
 			kill "$q"
 			wait "$q"
 			return 125
+		fi
+		if grep -q 'Freezing execution' "$work/console.log"; then
+			kill "$q"
+			wait "$q"
+			return 126
 		fi
 		sleep 2
 	done
@@ -132,6 +142,8 @@ fi
 set -e
 t_qemu=$(( $(date +%s) - t2 ))
 [ "$qrc" = 124 ] && { log "FAILED: the guest did not power off within ${GYM_OTEL_VM_TIMEOUT:-3600} s"; exit 1; }
+# A frozen boot: say why, then report what the guest wrote before it.
+[ "$qrc" = 126 ] && log "the guest's systemd froze at a boot ($(grep -a -o -m1 'systemd\[1\]: Failed.*' "$work/console.log" | head -1 | tr -d '\r')): the host was too loaded for the guest under $accel; run again on a quieter host"
 
 debugfs -R "rdump /out $work" "$work/payload.img" >/dev/null 2>&1 || true
 rc=$(cat "$work/out/rc" 2>/dev/null || echo none)

@@ -19,7 +19,10 @@ var deliveredRE = regexp.MustCompile(`the appended lines \((\d+)\) delivered to 
 // other and reads, in each job's supervisor.log, what the drain's second
 // collector cost: the delivery's ms (the supervisor exits after it, and
 // the job's epilog waits for the supervisor: it is part of the job's end)
-// and that collector's peak RSS (ru_maxrss).
+// and that collector's peak RSS (ru_maxrss). Only otel.delivery:
+// collector starts that collector (the default delivery from the files
+// sends the appended lines with the files' last pass), so the jobs ask
+// for it.
 func runP3D(n int) ([]Row, error) {
 	if err := usePlugin(true); err != nil {
 		return nil, err
@@ -34,7 +37,7 @@ func runP3D(n int) ([]Row, error) {
 			return nil, err
 		}
 		tag := "p3d-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		id, _, err := sbatch(fmt.Sprintf("-N1 -o %s/%s.out --gym-otel %s", jobsDir, tag, script), true)
+		id, _, err := sbatch(fmt.Sprintf("-N1 -o %s/%s.out --gym-otel=delivery=collector %s", jobsDir, tag, script), true)
 		if err != nil {
 			return nil, err
 		}

@@ -176,24 +176,12 @@ func hostOver(node string, zones map[string]*sampled, t0, t1 int64) HostEnergy {
 		if b0 < 0 || b1 < 0 {
 			continue
 		}
-		inc, reset := counterIncrease(pts, b0, b1)
+		inc, bound, reset := bracketedIncrease(pts, b0, b1, t0, t1)
 		if reset {
 			resets = append(resets, z)
 		}
 		joules += inc
-		i0, i1 := b0, b1
-		if pts[b0].ms < t0 && b0+1 <= b1 {
-			i0 = b0 + 1
-		}
-		if pts[b1].ms > t1 && b1-1 >= b0 {
-			i1 = b1 - 1
-		}
-		if i1 > i0 {
-			inner, _ := counterIncrease(pts, i0, i1)
-			errJ += inc - inner
-		} else {
-			errJ += inc
-		}
+		errJ += bound
 		bracketMs = max(bracketMs, (t0-pts[b0].ms)+(pts[b1].ms-t1))
 		lo, hi = min(lo, pts[b0].ms), max(hi, pts[b1].ms)
 	}

@@ -477,6 +477,29 @@ func counterIncrease(pts []sample, i, j int) (inc float64, reset bool) {
 	return pts[j].v - pts[i].v, pts[j].resets > pts[i].resets
 }
 
+// bracketedIncrease is a counter's increase between the samples b0 and
+// b1 that bracket the window [t0, t1] (ms), with its error bound: what
+// the bracketing samples may add to the window's own increase (the
+// increase less that between the samples inside the window, the first
+// after t0 and the last before t1; the whole increase when none lies
+// inside), and whether the counter reset between b0 and b1. In the
+// counter's unit.
+func bracketedIncrease(pts []sample, b0, b1 int, t0, t1 int64) (inc, bound float64, reset bool) {
+	inc, reset = counterIncrease(pts, b0, b1)
+	i0, i1 := b0, b1
+	if pts[b0].ms < t0 && b0+1 <= b1 {
+		i0 = b0 + 1
+	}
+	if pts[b1].ms > t1 && b1-1 >= b0 {
+		i1 = b1 - 1
+	}
+	if i1 <= i0 {
+		return inc, inc, reset
+	}
+	inner, _ := counterIncrease(pts, i0, i1)
+	return inc, inc - inner, reset
+}
+
 // powerIntegral integrates power samples from b0 to b1 (trapezoids
 // between consecutive distinct samples; W x s = J) and finds the longest
 // gap between them (ms).
@@ -564,26 +587,12 @@ func gpusOver(node string, gpus []*gpuSeries, t0, t1 int64) GPUEnergy {
 		}
 		if useCounter {
 			counterUsed = true
-			inc, reset := counterIncrease(pts, b0, b1)
+			inc, bound, reset := bracketedIncrease(pts, b0, b1, t0, t1)
 			if reset {
 				resets = append(resets, g.id)
 			}
 			joules += inc / 1000
-			// The samples inside the window: the first after t0 and the
-			// last before t1.
-			i0, i1 := b0, b1
-			if pts[b0].ms < t0 && b0+1 <= b1 {
-				i0 = b0 + 1
-			}
-			if pts[b1].ms > t1 && b1-1 >= b0 {
-				i1 = b1 - 1
-			}
-			if i1 > i0 {
-				inner, _ := counterIncrease(pts, i0, i1)
-				errJ += (inc - inner) / 1000
-			} else {
-				errJ += inc / 1000
-			}
+			errJ += bound / 1000
 			bracketMs = max(bracketMs, (t0-pts[b0].ms)+(pts[b1].ms-t1))
 			continue
 		}

@@ -58,11 +58,19 @@ PLUGIN_HDRS = spank/args.h spank/core.h spank/submit.h spank/prolog.h \
 
 all: build
 
-build: $(BUILD)/gym_otel.so $(BUILD)/gym_otel_core.so $(BUILD)/gym-otel-spank
+build: $(BUILD)/gym_otel.so $(BUILD)/gym_otel_step.so $(BUILD)/gym_otel_core.so $(BUILD)/gym-otel-spank
 
 $(BUILD)/gym_otel.so: $(PLUGIN_SRCS) $(PLUGIN_HDRS) spank/gym_otel.map Makefile
 	@mkdir -p $(BUILD)
 	$(CC) $(PLUGIN_CFLAGS) -o $@ $(PLUGIN_SRCS) $(PLUGIN_LDFLAGS)
+
+# The step-only design (docs/performance.md, "A plugin without job prolog
+# and epilog"): the same sources without slurm_spank_job_prolog/epilog, so
+# slurmd starts no `slurmstepd spank prolog|epilog` for the jobs that do not
+# ask. Not installed by default; a site chooses it in plugstack.conf.
+$(BUILD)/gym_otel_step.so: $(PLUGIN_SRCS) $(PLUGIN_HDRS) spank/gym_otel.map Makefile
+	@mkdir -p $(BUILD)
+	$(CC) $(PLUGIN_CFLAGS) -DGOS_STEP_ONLY -o $@ $(PLUGIN_SRCS) $(PLUGIN_LDFLAGS)
 
 # Go decides what to rebuild (FORCE); -z nodelete: Slurm's dlclose must not
 # unmap a Go runtime. cgo's header of the exports (build/gym_otel_core.h) is

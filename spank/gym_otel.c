@@ -187,7 +187,7 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	(void)av;
 	if (spank_context() == S_CTX_REMOTE) {
 		gos_phase_step_end();
-		gos_step_exit();
+		gos_step_exit(sp, args_ok ? &args : NULL);
 	}
 	gos_args_free(&args);
 	free(opt.value);

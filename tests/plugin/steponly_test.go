@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -127,5 +128,88 @@ exit 5
 	}
 	if data, _ := os.ReadFile(base + ".plain.env"); strings.Contains(string(data), "OTEL_EXPORTER_OTLP_ENDPOINT") {
 		t.Errorf("an unflagged job's task env has the collector's endpoint")
+	}
+}
+
+// TestStepOnlyStartTime compares the two designs' start of a flagged
+// one-node job on gn1 (PrologFlags=Alloc,Contain for both): from
+// slurmctld's allocation ("sched: Allocate JobId=N", ms stamps) to the
+// batch script's first line, and to `sbatch --wait`'s return with no
+// supervisor or collector left (sbatch --wait polls in seconds: coarse), in
+// GYM_OTEL_STEPONLY_ROUNDS rounds (skipped when unset) of one job per
+// design, gym_otel_step.so first, slurmd restarted between designs. Each
+// job must get its collector (the endpoint in the script's env). It
+// prints the medians and ranges; it asserts no speed.
+func TestStepOnlyStartTime(t *testing.T) {
+	rounds, _ := strconv.Atoi(os.Getenv("GYM_OTEL_STEPONLY_ROUNDS"))
+	if rounds <= 0 {
+		t.Skip("a measurement: set GYM_OTEL_STEPONLY_ROUNDS=N")
+	}
+	if err := slurmkit.Install(root, plugDir, "build/gym_otel_step.so"); err != nil {
+		t.Fatalf("%v (make build)", err)
+	}
+	stepConf := strings.Replace(goodConf, "/gym_otel.so ", "/gym_otel_step.so ", 1)
+	t.Cleanup(func() {
+		if err := os.WriteFile(clusterConf, []byte(goodConf), 0o644); err != nil {
+			t.Error(err)
+		}
+		if err := upCluster(); err != nil {
+			t.Error(err)
+		}
+	})
+	d := markerDir(t, "steponlytime")
+	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf("date +%%s%%N > %[1]s/first.$SLURM_JOB_ID\nenv > %[1]s/env.$SLURM_JOB_ID\n", d))
+	alloc := regexp.MustCompile(`^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})\] sched: Allocate JobId=(\d+) `)
+	allocOf := func(job string) time.Time {
+		data, _ := os.ReadFile(filepath.Join(stateDir, "slurmctld.log"))
+		for _, l := range strings.Split(string(data), "\n") {
+			if m := alloc.FindStringSubmatch(l); m != nil && m[2] == job {
+				at, _ := time.ParseInLocation("2006-01-02T15:04:05.000", m[1], time.Local)
+				return at
+			}
+		}
+		return time.Time{}
+	}
+	first := map[string][]float64{}
+	end := map[string][]float64{}
+	for r := 0; r < rounds; r++ {
+		for _, design := range []struct{ name, conf string }{{"step-only", stepConf}, {"default", goodConf}} {
+			if err := os.WriteFile(clusterConf, []byte(design.conf), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := upCluster("--prolog-flags", "Alloc,Contain"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := run(filepath.Join(root, "tests/slurm/restart-slurmd.sh")); err != nil {
+				t.Fatal(err)
+			}
+			waitIdle(t)
+			res := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -w gn1 --gym-otel=job_dir=%s/run%d-%s -o /dev/null %s", d, r, design.name, script))
+			if res.code != 0 {
+				t.Fatalf("%s job: exit %d: %s", design.name, res.code, res.stderr)
+			}
+			job := jobIDOf(t, res)
+			waitNoCollector(t)
+			done := time.Now()
+			env, _ := os.ReadFile(filepath.Join(d, "env."+job))
+			if !strings.Contains(string(env), "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:") {
+				t.Fatalf("%s job %s: no collector endpoint in the script's env", design.name, job)
+			}
+			at := allocOf(job)
+			b, err := os.ReadFile(filepath.Join(d, "first."+job))
+			if at.IsZero() || err != nil {
+				t.Fatalf("%s job %s: allocation %v, first line: %v", design.name, job, at, err)
+			}
+			ns, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			first[design.name] = append(first[design.name], float64(time.Unix(0, ns).Sub(at).Milliseconds()))
+			end[design.name] = append(end[design.name], float64(done.Sub(at).Milliseconds()))
+		}
+	}
+	for _, name := range []string{"step-only", "default"} {
+		f, e := slices.Clone(first[name]), slices.Clone(end[name])
+		slices.Sort(f)
+		slices.Sort(e)
+		t.Logf("%s: allocation to the first line %.0f ms median (%.0f-%.0f), to sbatch --wait's return with nothing left %.0f ms (%.0f-%.0f), %d jobs",
+			name, f[len(f)/2], f[0], f[len(f)-1], e[len(e)/2], e[0], e[len(e)-1], len(f))
 	}
 }

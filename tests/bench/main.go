@@ -33,6 +33,8 @@
 //	                            quick 2,10). P1V (only when named in GYM_OTEL_BENCH_ONLY): an empty job's
 //	                            allocation to its end with no plugin, gym_otel_step.so (no job
 //	                            prolog/epilog) and gym_otel.so, ratios with 95 % bootstrap intervals
+//	GYM_OTEL_BENCH_P1V_EMPTY=1  P1V also with a SPANK plugin that has slurm_spank_init only (built by
+//	                            the bench with gcc): the floor of any plugin
 //	GYM_OTEL_BENCH_OUT=FILE     also write the table there (default build/bench/result.txt)
 package main
 
@@ -166,7 +168,7 @@ func main() {
 			}
 		}
 		var r []Row
-		if r, err = runP1V(rounds, per); err == nil {
+		if r, err = runP1V(rounds, per, os.Getenv("GYM_OTEL_BENCH_P1V_EMPTY") == "1"); err == nil {
 			rows = append(rows, r...)
 		}
 	}

@@ -51,7 +51,7 @@ func emptyJobs(n int) ([]sbJob, error) {
 // perBlock jobs: none, step-only, default, none again (the A-against-A
 // control). Each ratio is of the arms' medians, with a 95 % bootstrap
 // interval (the jobs of each arm resampled, 4000 draws).
-func runP1V(rounds, perBlock int) ([]Row, error) {
+func runP1V(rounds, perBlock int, withEmpty bool) ([]Row, error) {
 	if err := slurmkit.Install(repo, installDir, "build/gym_otel_step.so"); err != nil {
 		return nil, fmt.Errorf("%v (make build builds build/gym_otel_step.so)", err)
 	}
@@ -61,6 +61,18 @@ func runP1V(rounds, perBlock int) ([]Row, error) {
 	}
 	step := strings.Replace(string(def), "/gym_otel.so ", "/gym_otel_step.so ", 1)
 	arms := []p1vArm{{"none", ""}, {"step-only", step}, {"default", string(def)}, {"none (control)", ""}}
+	if withEmpty {
+		// The floor of any SPANK plugin: one with slurm_spank_init only.
+		src := filepath.Join(installDir, "empty_spank.c")
+		so := filepath.Join(installDir, "empty_spank.so")
+		if err := os.WriteFile(src, []byte("#include <slurm/spank.h>\nSPANK_PLUGIN(empty, 1);\nint slurm_spank_init(spank_t sp, int ac, char **av) { (void)sp; (void)ac; (void)av; return 0; }\n"), 0o644); err != nil {
+			return nil, err
+		}
+		if _, err := sh("gcc", "-O2", "-fPIC", "-shared", "-o", so, src); err != nil {
+			return nil, err
+		}
+		arms = append(arms[:1], append([]p1vArm{{"empty plugin", "required " + so + "\n"}}, arms[1:]...)...)
+	}
 	got := make([][]sbJob, len(arms))
 	for r := 0; r < rounds; r++ {
 		for i, a := range arms {
@@ -102,7 +114,11 @@ func runP1V(rounds, perBlock int) ([]Row, error) {
 		}
 		return v
 	}
-	none, stepOnly, full, none2 := secsOf(got[0]), secsOf(got[1]), secsOf(got[2]), secsOf(got[3])
+	byName := map[string][]float64{}
+	for i, a := range arms {
+		byName[a.name] = secsOf(got[i])
+	}
+	none, stepOnly, full, none2 := byName["none"], byName["step-only"], byName["default"], byName["none (control)"]
 	base := append(append([]float64(nil), none...), none2...)
 	load, _ := os.ReadFile("/proc/loadavg")
 	ratioRow := func(what string, a, b []float64, target string, goal float64) Row {
@@ -125,6 +141,12 @@ func runP1V(rounds, perBlock int) ([]Row, error) {
 		ratioRow("A-against-A: no plugin, second blocks / first blocks", none2, none, "CI holds 1", 0),
 	}
 	rows[len(rows)-1].Met = yes(func() bool { lo, hi := bootRatio(none2, none, 4000); return lo <= 1 && hi >= 1 }())
+	if withEmpty {
+		empty := byName["empty plugin"]
+		rows = append(rows,
+			ratioRow("the same: a SPANK plugin with slurm_spank_init only / no plugin", empty, base, "-", 0),
+			ratioRow("the same: step-only plugin / that empty plugin", stepOnly, empty, "-", 0))
+	}
 	rows = append(rows, Row{ID: "P1V", What: "rounds x jobs per block; load average at the end",
 		Figure: fmt.Sprintf("%d x %d", rounds, perBlock), Spread: strings.Join(strings.Fields(string(load))[:3], " "), Target: "-", Met: "-"})
 	return rows, nil

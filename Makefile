@@ -47,22 +47,30 @@ PLUGIN_LDFLAGS = -shared -Wl,--version-script=spank/gym_otel.map $(HARDEN_LDFLAG
 PLUGIN_SRCS = spank/gym_otel.c spank/args.c spank/core.c spank/submit.c \
 	spank/prolog.c spank/step.c spank/node.c spank/record.c spank/taskenv.c \
 	spank/cgroup.c spank/bound.c spank/notice.c spank/hold.c spank/holdsock.c \
-	spank/phase.c
+	spank/phase.c spank/stepstart.c
 PLUGIN_HDRS = spank/args.h spank/core.h spank/submit.h spank/prolog.h \
 	spank/step.h spank/node.h spank/record.h spank/taskenv.h spank/cgroup.h \
 	spank/bound.h spank/notice.h spank/hold.h spank/holdsock.h spank/log.h \
-	spank/phase.h spank/clock.h \
+	spank/phase.h spank/clock.h spank/stepstart.h \
 	spank/compat.h include/gym_otel_core.h include/gym_otel_contract.h
 
 .PHONY: all build install test unit-test plugin-test vet clean FORCE deps collector standins man rpm demo
 
 all: build
 
-build: $(BUILD)/gym_otel.so $(BUILD)/gym_otel_core.so $(BUILD)/gym-otel-spank
+build: $(BUILD)/gym_otel.so $(BUILD)/gym_otel_step.so $(BUILD)/gym_otel_core.so $(BUILD)/gym-otel-spank
 
 $(BUILD)/gym_otel.so: $(PLUGIN_SRCS) $(PLUGIN_HDRS) spank/gym_otel.map Makefile
 	@mkdir -p $(BUILD)
 	$(CC) $(PLUGIN_CFLAGS) -o $@ $(PLUGIN_SRCS) $(PLUGIN_LDFLAGS)
+
+# The step-only design (docs/performance.md, "A plugin without job prolog
+# and epilog"): the same sources without slurm_spank_job_prolog/epilog, so
+# slurmd starts no `slurmstepd spank prolog|epilog` for the jobs that do not
+# ask. Not installed by default; a site chooses it in plugstack.conf.
+$(BUILD)/gym_otel_step.so: $(PLUGIN_SRCS) $(PLUGIN_HDRS) spank/gym_otel.map Makefile
+	@mkdir -p $(BUILD)
+	$(CC) $(PLUGIN_CFLAGS) -DGOS_STEP_ONLY -o $@ $(PLUGIN_SRCS) $(PLUGIN_LDFLAGS)
 
 # Go decides what to rebuild (FORCE); -z nodelete: Slurm's dlclose must not
 # unmap a Go runtime. cgo's header of the exports (build/gym_otel_core.h) is

@@ -158,6 +158,15 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 	return 0;
 }
 
+#ifndef GOS_STEP_ONLY
+/*
+ * Not in gym_otel_step.so (built with -DGOS_STEP_ONLY): slurmd starts a
+ * `slurmstepd spank prolog|epilog` for every job on every node as soon as
+ * one plugin of the plugstack exports either symbol (plugstack.c's
+ * spank_stack_plugin_valid_for_context sets has_prolog/has_epilog from
+ * them; prep_script_slurmd.c's slurmd_script runs the SPANK job script
+ * only when spank_has_prolog()/spank_has_epilog()), flagged job or not.
+ */
 int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
 {
 	gos_job_prolog(sp, ac, av);
@@ -169,6 +178,7 @@ int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 	gos_job_epilog(sp, ac, av);
 	return 0;
 }
+#endif
 
 int slurm_spank_exit(spank_t sp, int ac, char **av)
 {
@@ -177,7 +187,7 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	(void)av;
 	if (spank_context() == S_CTX_REMOTE) {
 		gos_phase_step_end();
-		gos_step_exit();
+		gos_step_exit(sp, args_ok ? &args : NULL);
 	}
 	gos_args_free(&args);
 	free(opt.value);

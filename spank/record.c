@@ -61,7 +61,7 @@ int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 {
 	char path[4200];
 	struct stat st;
-	char *data = NULL, *p, *nl;
+	char *data = NULL;
 	ssize_t n, got = 0;
 	int fd, rc = -1;
 
@@ -102,7 +102,18 @@ int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 	while (got < st.st_size && (n = read(fd, data + got, st.st_size - got)) > 0)
 		got += n;
 	data[got] = 0;
-	rc = 0;
+	rc = gos_record_parse(data, r, err, errlen);
+out:
+	free(data);
+	close(fd);
+	return rc;
+}
+
+int gos_record_parse(char *data, struct gos_record *r, char *err, size_t errlen)
+{
+	char *p, *nl;
+	int rc = 0;
+
 	r->fail = 0;
 	for (p = data; p && *p; p = nl) {
 		nl = strchr(p, '\n');
@@ -179,13 +190,10 @@ int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 				rc = -1;
 		}
 	}
-	if (rc)
+	if (rc) {
 		snprintf(err, errlen, "out of memory");
-out:
-	free(data);
-	close(fd);
-	if (rc)
 		gos_record_free(r);
+	}
 	return rc;
 }
 

@@ -33,6 +33,9 @@ struct gos_record {
 /* 0: read; 1: no record; -1: a bad record (message in err). */
 int gos_record_read(const char *record_dir, const char *node, uint32_t job_id,
 		    struct gos_record *r, char *err, size_t errlen);
+/* Parses a record's text (modified in place) into r, whose dir the caller
+ * sets: 0, or -1 (out of memory; message in err, r freed). */
+int gos_record_parse(char *data, struct gos_record *r, char *err, size_t errlen);
 void gos_record_free(struct gos_record *r);
 /* 1 when the record's supervisor still runs: /proc shows its pid with the
  * recorded start time, not a zombie. Pure C, one small read. */

@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <slurm/slurm.h>
 
@@ -36,6 +37,7 @@
 #include "phase.h"
 #include "record.h"
 #include "step.h"
+#include "stepstart.h"
 #include "taskenv.h"
 
 static struct {
@@ -57,6 +59,13 @@ static struct {
 	 * root's record (notice.c); output_dir "" for every other step. */
 	char output_dir[4096];
 	char backend[2048];
+	/* gym_otel_step.so (stepstart.c): the collector's start is under
+	 * way; the tasks wait on the ready file (pending_fd, root's). */
+	int pending;
+	int pending_fd;
+	int pending_timeout;
+	int is_extern;
+	char args_record_dir[4096];
 } st;
 
 int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
@@ -66,10 +75,13 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	int rc;
 
 	memset(&st, 0, sizeof(st));
+	if (a->record_dir)
+		snprintf(st.args_record_dir, sizeof(st.args_record_dir), "%s", a->record_dir);
 	if (spank_get_item(sp, S_JOB_ID, &st.job_id) != ESPANK_SUCCESS ||
 	    spank_get_item(sp, S_JOB_STEPID, &st.step_id) != ESPANK_SUCCESS)
 		return 0;
 	if (st.step_id == SLURM_EXTERN_CONT) {
+		st.is_extern = 1;
 		/* The CPU set (the extern step's are the job's on the node) and
 		 * the memory bound, nothing else. */
 		if (!gos_record_node(a->record_dir, st.job_id, st.node, sizeof(st.node)) ||
@@ -96,6 +108,22 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	}
 	rc = gos_record_read(a->record_dir, st.node, st.job_id, &r, err, sizeof(err));
 	if (rc == 1) {
+#ifdef GOS_STEP_ONLY
+		/* The first step of a job that asked starts its collector; the
+		 * tasks wait for it (task_init). */
+		int fd = gos_stepstart_begin(sp, a, st.node, st.job_id);
+
+		if (fd >= 0) {
+			st.pending = 1;
+			st.pending_fd = fd;
+			st.pending_timeout = gos_stepstart_timeout(a);
+			snprintf(jobbuf, sizeof(jobbuf), "%u", st.job_id);
+			spank_setenv(sp, GOS_ENV_IN_JOB, jobbuf, 1);
+			spank_unsetenv(sp, "SLURM_SPANK_" GOS_JOB_CONTROL_TOKEN);
+			spank_unsetenv(sp, "SPANK_" GOS_JOB_CONTROL_TOKEN);
+			return 0;
+		}
+#endif
 		/* No collector for this job on this node. */
 		gos_taskenv_strip(sp);
 		if (spank_getenv(sp, "SLURM_SPANK_" GOS_JOB_CONTROL_SPEC, err, sizeof(err)) != ESPANK_ENV_NOEXIST) {
@@ -153,8 +181,45 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 	return 0;
 }
 
+#ifdef GOS_STEP_ONLY
+/* A task of a step that found the collector's start under way: waits for
+ * root's record in the ready file, then sets the task env from it, or
+ * applies on_failure. */
+static int pending_task_init(spank_t sp)
+{
+	struct gos_record r;
+	char err[512];
+
+	if (gos_stepstart_wait(st.pending_fd, st.pending_timeout, &r, err, sizeof(err))) {
+		gos_error("job %u: %s on %s", st.job_id, err, st.node);
+		gos_notice_task_off(sp, st.node, err);
+		return 0;
+	}
+	if (r.ready) {
+		gos_taskenv_apply(sp, &r, "", st.job_id, st.kept, sizeof(st.kept));
+		gos_taskenv_no_proxy(sp);
+		for (int i = 0; i < r.nunset; i++)
+			spank_unsetenv(sp, r.unset[i]);
+		gos_record_free(&r);
+		return 0;
+	}
+	if (r.fail) {
+		gos_notice_task_failed(st.job_id, st.node, r.reason);
+		gos_record_free(&r);
+		return -1;
+	}
+	gos_notice_task_off(sp, st.node, r.reason);
+	gos_record_free(&r);
+	return 0;
+}
+#endif
+
 int gos_step_task_init(spank_t sp)
 {
+#ifdef GOS_STEP_ONLY
+	if (st.pending)
+		return pending_task_init(sp);
+#endif
 	if (st.have && st.ready && st.output_dir[0])
 		gos_notice_task_telemetry(sp, st.job_id, st.output_dir, st.backend);
 	if (st.norecord) {
@@ -189,13 +254,42 @@ int gos_step_task_post_fork(spank_t sp)
 
 int gos_step_task_exit(spank_t sp)
 {
+#ifdef GOS_STEP_ONLY
+	if (st.pending && !st.have && st.step_id == SLURM_BATCH_SCRIPT) {
+		/* The batch step started the collector: its final-scrape wait
+		 * reads root's record now (slurmstepd, root). */
+		struct gos_record r;
+		char err[512];
+
+		if (gos_record_read(st.args_record_dir, st.node, st.job_id, &r, err, sizeof(err)) == 0) {
+			st.have = 1;
+			st.ready = r.ready && gos_supervisor_alive(&r);
+			st.final_wait = r.final_wait;
+			snprintf(st.control_socket, sizeof(st.control_socket), "%s", r.control_socket);
+			gos_record_free(&r);
+		}
+	}
+#endif
 	if (!st.have || !st.ready || st.step_id != SLURM_BATCH_SCRIPT || st.final_wait <= 0)
 		return 0;
 	gos_hold(sp, st.job_id, st.final_wait, st.node, st.control_socket);
 	return 0;
 }
 
-void gos_step_exit(void)
+void gos_step_exit(spank_t sp, const struct gos_args *a)
 {
+#ifdef GOS_STEP_ONLY
+	if (st.pending)
+		close(st.pending_fd);
+	if (st.is_extern && a && a->record_dir && st.job_id) {
+		if (!st.node[0])
+			gos_node_name(sp, st.node, sizeof(st.node));
+		if (st.node[0])
+			gos_stepstart_drain(sp, a, st.node, st.job_id);
+	}
+#else
+	(void)sp;
+	(void)a;
+#endif
 	memset(&st, 0, sizeof(st));
 }

@@ -12,6 +12,6 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a);
 int gos_step_task_init(spank_t sp);
 int gos_step_task_post_fork(spank_t sp);
 int gos_step_task_exit(spank_t sp);
-void gos_step_exit(void);
+void gos_step_exit(spank_t sp, const struct gos_args *a);
 
 #endif

@@ -29,6 +29,12 @@
 //	GYM_OTEL_BENCH_BASELINE=DIR a checkout whose build/ holds an earlier plugin, core and CLI: P1S also
 //	                            measures its flagged and unflagged steps, against this build's
 //	GYM_OTEL_BENCH_P1S_ROUNDS=N P1S's rounds (default 6, quick 2), 15 steps per block
+//	GYM_OTEL_BENCH_P1V=R,J      P1V's rounds and empty jobs per block (default 8,25: 200 jobs per arm;
+//	                            quick 2,10). P1V (only when named in GYM_OTEL_BENCH_ONLY): an empty job's
+//	                            allocation to its end with no plugin, gym_otel_step.so (no job
+//	                            prolog/epilog) and gym_otel.so, ratios with 95 % bootstrap intervals
+//	GYM_OTEL_BENCH_P1V_EMPTY=1  P1V also with a SPANK plugin that has slurm_spank_init only (built by
+//	                            the bench with gcc): the floor of any plugin
 //	GYM_OTEL_BENCH_OUT=FILE     also write the table there (default build/bench/result.txt)
 package main
 
@@ -139,7 +145,7 @@ func main() {
 	logf("bench: setting up (quick=%v)", quick)
 	var rows []Row
 	// P7 needs no Slurm: alone, it runs without one.
-	slurm := want("P1", "P1S", "P2", "P3", "P3B", "P3D", "P4", "P4I", "P5", "P6")
+	slurm := want("P1", "P1S", "P1V", "P2", "P3", "P3B", "P3D", "P4", "P4I", "P5", "P6")
 	var err error
 	if slurm {
 		err = setup()
@@ -147,6 +153,22 @@ func main() {
 	if err == nil && want("P1", "P6") {
 		var r []Row
 		if r, err = runP1(p1Rounds, p1N, p1Sbatch); err == nil {
+			rows = append(rows, r...)
+		}
+	}
+	if err == nil && only["P1V"] {
+		rounds, per := 8, 25
+		if quick {
+			rounds, per = 2, 10
+		}
+		if v := os.Getenv("GYM_OTEL_BENCH_P1V"); v != "" {
+			if _, e := fmt.Sscanf(v, "%d,%d", &rounds, &per); e != nil || rounds < 1 || per < 1 {
+				fmt.Fprintf(os.Stderr, "bench: GYM_OTEL_BENCH_P1V: %q, want ROUNDS,JOBS\n", v)
+				os.Exit(2)
+			}
+		}
+		var r []Row
+		if r, err = runP1V(rounds, per, os.Getenv("GYM_OTEL_BENCH_P1V_EMPTY") == "1"); err == nil {
 			rows = append(rows, r...)
 		}
 	}
@@ -239,7 +261,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	order := map[string]int{"P1": 1, "P2": 2, "P3": 3, "P3D": 3, "P4": 4, "P5": 5, "P6": 6, "P7": 7, "P7N": 7, "P8": 8, "P9": 9, "P10": 10}
+	order := map[string]int{"P1": 1, "P1V": 1, "P2": 2, "P3": 3, "P3D": 3, "P4": 4, "P5": 5, "P6": 6, "P7": 7, "P7N": 7, "P8": 8, "P9": 9, "P10": 10}
 	sortRows(rows, order)
 
 	var b strings.Builder

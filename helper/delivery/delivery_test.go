@@ -905,3 +905,28 @@ func TestResourceAttributes(t *testing.T) {
 		check("log record", l.Resource)
 	}
 }
+
+// TestLock: one process at a time holds a node dir's delivery lock; a
+// second Lock is refused with a LockedError until the first is released,
+// and the lock file stays empty.
+func TestLock(t *testing.T) {
+	dir := t.TempDir()
+	release, err := delivery.Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = delivery.Lock(dir)
+	var locked *delivery.LockedError
+	if !errors.As(err, &locked) || locked.Dir != dir {
+		t.Fatalf("a second Lock while the first is held: %v, want a LockedError for %s", err, dir)
+	}
+	release()
+	release2, err := delivery.Lock(dir)
+	if err != nil {
+		t.Fatalf("Lock after the release: %v", err)
+	}
+	release2()
+	if fi, err := os.Stat(filepath.Join(dir, delivery.LockFile)); err != nil || fi.Size() != 0 {
+		t.Errorf("the lock file: %v, %v", fi, err)
+	}
+}

@@ -79,12 +79,29 @@ const ReplayRetryFor = 60 * time.Second
 func runCheckpointed(ctx context.Context, opt Options, dirs []string, start time.Time) (*Result, error) {
 	c := &Checkpointed{}
 	res := &Result{Signals: map[string]*Totals{}, Checkpointed: c}
+	// Each node dir's delivery lock, held for the whole replay: a
+	// supervisor still delivering from the same checkpoint holds it (a
+	// second sender would send the same lines again), and so does another
+	// replay.
 	for _, d := range dirs {
+		release, err := delivery.Lock(d)
+		var locked *delivery.LockedError
+		switch {
+		case err == nil:
+			defer release()
+			continue
+		case errors.As(err, &locked) && !opt.WhileDelivering:
+			return nil, fmt.Errorf("%s (%s): its supervisor is still delivering the files to the backend from %s (or another replay is: it holds %s); replay after the job's end, or give --while-delivering to send alongside it (lines may then reach the backend twice)",
+				d, nodeOf(d), delivery.CheckpointFile, delivery.LockFile)
+		case errors.As(err, &locked):
+			fmt.Fprintf(opt.Out, "replay: warning: --while-delivering: %s (%s) is being delivered from %s by another process now: the same lines may reach the backend twice, and its checkpoint may end behind what either sent\n", d, nodeOf(d), delivery.CheckpointFile)
+			continue
+		}
 		if st := collectorStatus(d); st != "" && st != jobdir.StatusDrained && st != jobdir.StatusFailed {
-			// Its supervisor may be delivering from the same checkpoint
-			// (or was killed before its drain): the same lines may go
-			// twice.
-			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (%s): if its supervisor still runs it delivers from %s too, and lines may reach the backend twice; replay after the job's end\n", d, st, jobdir.StateFile, delivery.CheckpointFile)
+			// No lock to tell (a file system without flock): its
+			// supervisor may be delivering from the same checkpoint (or
+			// was killed before its drain).
+			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (%s) and %v: if its supervisor still runs it delivers from %s too, and lines may reach the backend twice; replay after the job's end\n", d, st, jobdir.StateFile, err, delivery.CheckpointFile)
 		}
 	}
 	for _, d := range dirs {
@@ -196,4 +213,13 @@ func checkpointAuth(dirs []string) bool {
 		}
 	}
 	return false
+}
+
+// nodeOf names the node of a node dir for messages: nodes/<node>, else
+// the first node's dir.
+func nodeOf(dir string) string {
+	if filepath.Base(filepath.Dir(filepath.Clean(dir))) == "nodes" {
+		return "node " + filepath.Base(filepath.Clean(dir))
+	}
+	return "the job's first node"
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -928,5 +929,33 @@ func TestLock(t *testing.T) {
 	release2()
 	if fi, err := os.Stat(filepath.Join(dir, delivery.LockFile)); err != nil || fi.Size() != 0 {
 		t.Errorf("the lock file: %v, %v", fi, err)
+	}
+}
+
+// TestLockRefusesWhatIsNotAFile: a FIFO or a link in the lock's place is
+// an error at once (no open blocks, no link is followed), never a lock.
+func TestLockRefusesWhatIsNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, delivery.LockFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := delivery.Lock(dir); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a FIFO as the lock: locked")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lock blocked on a FIFO")
+	}
+	dir2 := t.TempDir()
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	os.WriteFile(target, nil, 0o600)
+	if err := os.Symlink(target, filepath.Join(dir2, delivery.LockFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := delivery.Lock(dir2); err == nil {
+		t.Error("a link as the lock: followed and locked")
 	}
 }

@@ -43,22 +43,24 @@ func (e *LockedError) Error() string {
 var ErrLockUnsupported = errors.New("the file system has no flock(2)")
 
 // Lock takes dir's delivery lock without waiting: LockFile is opened (made
-// 0644 when missing and the dir is writable) and locked exclusively with
+// 0600 when missing: a user who could open it could hold it, and so stop
+// the job's own delivery) without following a link or blocking on a
+// FIFO, checked to be a regular file, and locked exclusively with
 // flock(2). It returns the function that releases it (closing the file;
 // the file stays, empty). Errors: *LockedError when another process holds
 // it; one wrapping ErrLockUnsupported when the file system cannot tell;
-// the open's error otherwise (a dir the caller cannot read).
+// the open's error otherwise (a dir or a lock file the caller may not
+// open: another user's job): whether another process delivers is then
+// not known.
 func Lock(dir string) (release func(), err error) {
 	path := filepath.Join(dir, LockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
-		// A dir the caller may read but not write (another user's job,
-		// replayed with --endpoint and --token-env): a lock file its
-		// supervisor made can still be locked read-only.
-		var err2 error
-		if f, err2 = os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0); err2 != nil {
-			return nil, fmt.Errorf("the delivery lock: %w", err)
-		}
+		return nil, fmt.Errorf("the delivery lock: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("the delivery lock %s: not a regular file", path)
 	}
 	for {
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)

@@ -31,7 +31,13 @@
 //     A connection that was never made adds nothing. The request a sender
 //     had in flight when it died or was stopped is in the checkpoint
 //     (Position.InFlight, written before each attempt) and the next
-//     sender adds it.
+//     sender adds it. A request of more than one line that timed out is
+//     not sent again whole: its lines go again in requests of half its
+//     size (down to one line), and the size doubles back after each
+//     request the backend answers within half the timeout: a backend
+//     slower than the timeout for a full request (a slow proxy, a loaded
+//     collector) still advances, where the same request would time out
+//     again and again.
 //   - 401, 403, 404, 405: a configuration error (the token, the
 //     endpoint's path): delivery stops with an error naming the status,
 //     the offset stays, and what is left is what a later delivery or
@@ -295,7 +301,29 @@ type deliverer struct {
 	cp     *Checkpoint
 	stats  *Stats
 	bucket *bucket
+	// maxItems and maxBytes bound the next request (at most
+	// Options.MaxBatchItems and MaxBatchBytes): halved when a request of
+	// more than one line timed out, doubled back after each request the
+	// backend answered within half the timeout, but for SplitHold after a
+	// timeout below the size that timed out (timedOut items, timedOutBytes).
+	maxItems, maxBytes      int64
+	timedOut, timedOutBytes int64
+	splitAt                 time.Time
+	// lastRTT is the duration of the last answered attempt.
+	lastRTT time.Duration
 }
+
+// errSplit is send's answer when an attempt of a request of more than
+// one line timed out: the request is sent again in smaller parts. A
+// backend that takes longer than the timeout for a request of the full
+// size (slow, or loaded) would otherwise get the same request again and
+// again, time out each time, and never advance.
+var errSplit = errors.New("the request timed out: sending it in smaller parts")
+
+// SplitHold is how long after a request timed out the requests stay
+// smaller than it: a slow backend costs one timeout per SplitHold once
+// the size that it answers in time is found, not one per growth.
+const SplitHold = time.Minute
 
 func newDeliverer(opt Options) (*deliverer, error) {
 	u, err := url.Parse(opt.Endpoint)
@@ -362,7 +390,8 @@ func newDeliverer(opt Options) (*deliverer, error) {
 			p.InFlight = 0
 		}
 	}
-	return &deliverer{opt: opt, cp: cp, stats: stats, bucket: newBucket(opt.RateCap)}, nil
+	return &deliverer{opt: opt, cp: cp, stats: stats, bucket: newBucket(opt.RateCap),
+		maxItems: opt.MaxBatchItems, maxBytes: int64(opt.MaxBatchBytes)}, nil
 }
 
 // file delivers the complete lines of one signal's file past its offset,
@@ -398,7 +427,7 @@ func (d *deliverer) file(ctx context.Context, sig string, turns int) (int64, err
 	r := bufio.NewReaderSize(f, 1<<20)
 	var n int64
 	var carry []byte
-	for range turns {
+	for turn := 0; turn < turns; turn++ {
 		b, next, err := d.nextBatch(r, sig, carry)
 		carry = next
 		if err != nil {
@@ -412,7 +441,25 @@ func (d *deliverer) file(ctx context.Context, sig string, turns int) (int64, err
 			if err := d.bucket.take(ctx, float64(b.items)); err != nil {
 				return n, err
 			}
-			acc, rej, err = d.send(ctx, sig, b.body(sig), b.items, pos, run)
+			acc, rej, err = d.send(ctx, sig, b.body(sig), b.items, pos, run, b.lines > 1)
+			if errors.Is(err, errSplit) {
+				// The same lines again from the offset, in a request of
+				// half the size (the same turn).
+				d.maxItems, d.maxBytes = max(1, b.items/2), max(1, b.bytes/2)
+				d.timedOut, d.timedOutBytes, d.splitAt = b.items, b.bytes, time.Now()
+				pos.Retries++ // its first lines go again
+				run.Retries++
+				if err := d.cp.Write(d.opt.Dir); err != nil {
+					return n, err
+				}
+				if _, err := f.Seek(pos.Offset, io.SeekStart); err != nil {
+					return n, err
+				}
+				r.Reset(f)
+				carry = nil
+				turn--
+				continue
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					// Answered, or its unknown outcome counted: nothing
@@ -432,6 +479,14 @@ func (d *deliverer) file(ctx context.Context, sig string, turns int) (int64, err
 		}
 		if err := d.advance(pos, run, b, acc, rej); err != nil {
 			return n, err
+		}
+		if b.items > 0 && d.lastRTT < d.opt.Timeout/2 {
+			items, size := d.opt.MaxBatchItems, int64(d.opt.MaxBatchBytes)
+			if time.Since(d.splitAt) < SplitHold {
+				items, size = max(1, d.timedOut-1), max(1, d.timedOutBytes-1)
+			}
+			d.maxItems = max(d.maxItems, min(2*d.maxItems, items))
+			d.maxBytes = max(d.maxBytes, min(2*d.maxBytes, size))
 		}
 		n += b.lines
 	}
@@ -486,7 +541,7 @@ func (d *deliverer) nextBatch(r *bufio.Reader, sig string, carry []byte) (b batc
 		if ok && len(part) > 0 && len(d.opt.ResourceAttributes) > 0 {
 			part, ok = upsertResourceAttributes(part, d.opt.ResourceAttributes)
 		}
-		if b.lines > 0 && ok && (b.items+items > d.opt.MaxBatchItems || b.bytes+int64(len(line)) > int64(d.opt.MaxBatchBytes)) {
+		if b.lines > 0 && ok && (b.items+items > d.maxItems || b.bytes+int64(len(line)) > d.maxBytes) {
 			return b, line, nil
 		}
 		b.lines++
@@ -619,8 +674,11 @@ func (d *deliverer) advance(pos, run *Position, b batch, acc, rej int64) error {
 // accepted and rejected, or an error (ConfigError, MaxElapsed, ctx).
 // Before each attempt the checkpoint is written with the request's items
 // in flight (Position.InFlight); once an attempt is answered, or its
-// unknown outcome is counted in DuplicatesBound, they are not.
-func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int64, pos, run *Position) (acc, rej int64, err error) {
+// unknown outcome is counted in DuplicatesBound, they are not. With
+// split (a request of more than one line), an attempt that timed out ends
+// the attempts with errSplit (its items counted as possible duplicates):
+// the caller sends the lines again in smaller requests.
+func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int64, pos, run *Position, split bool) (acc, rej int64, err error) {
 	target := strings.TrimRight(d.opt.Endpoint, "/") + "/v1/" + sig
 	payload := body
 	if d.opt.Compression == "gzip" {
@@ -643,9 +701,11 @@ func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int
 		if err := d.cp.Write(d.opt.Dir); err != nil {
 			return 0, 0, err
 		}
+		t0 := time.Now()
 		status, respBody, after, unknown, err := d.post(ctx, target, payload)
 		if err == nil {
 			pos.InFlight = 0
+			d.lastRTT = time.Since(t0)
 		}
 		switch {
 		case err == nil && status/100 == 2:
@@ -670,6 +730,10 @@ func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int
 			run.DuplicatesBound += items
 		}
 		pos.InFlight = 0
+		var ne net.Error
+		if split && errors.As(err, &ne) && ne.Timeout() {
+			return 0, 0, errSplit
+		}
 		w := wait/2 + rand.N(wait/2+1)
 		if after > 0 {
 			w = min(after, d.opt.Retry.Max)

@@ -959,3 +959,61 @@ func TestLockRefusesWhatIsNotAFile(t *testing.T) {
 		t.Error("a link as the lock: followed and locked")
 	}
 }
+
+// TestSlowBackendSplitsRequests: a backend that takes longer than the
+// request timeout for a request of more than 30 spans (as a slow proxy or
+// a loaded collector does for a full request) and answers smaller ones at
+// once. The sender does not send the same request again and again: the
+// lines of a request that timed out go again in requests of half its
+// size, every span reaches the backend, and the duplicates bound counts
+// the timed-out requests' items.
+func TestSlowBackendSplitsRequests(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	got := map[string]int{}
+	var slow, fast int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		n := strings.Count(string(body), `"spanId"`)
+		if n > 30 {
+			mu.Lock()
+			slow++
+			mu.Unlock()
+			select {
+			case <-time.After(2 * time.Second):
+			case <-r.Context().Done():
+			}
+			return
+		}
+		mu.Lock()
+		fast++
+		for _, m := range strings.Split(string(body), `"spanId":"`)[1:] {
+			got[m[:16]]++
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte("{}"))
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	appendLines(t, dir, 0, 16, 10) // 16 lines of 10 spans
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	st, err := delivery.Run(ctx, delivery.Options{Dir: dir, Endpoint: srv.URL, Timeout: 300 * time.Millisecond,
+		Retry: delivery.Retry{Initial: 50 * time.Millisecond}, Signals: []string{"traces"}, RateCap: -1})
+	if err != nil {
+		t.Fatalf("%v (the sender did not advance past requests the backend is too slow for)", err)
+	}
+	tot := st.Total()
+	t.Logf("%d requests timed out, %d answered: %+v", slow, fast, tot)
+	if len(got) != 160 || tot.Accepted != 160 {
+		t.Errorf("the backend holds %d distinct spans, %d accepted: want 160", len(got), tot.Accepted)
+	}
+	// 160 spans: the full request, then halves of 80 and 40 timed out,
+	// each counting its items as possible duplicates; then requests of 20
+	// and, below the 40 that timed out, 30 spans (whole lines of 10),
+	// answered at once: no request of 40 or more again within SplitHold.
+	if slow != 3 || tot.DuplicatesBound != 160+80+40 {
+		t.Errorf("%d timed-out requests, duplicates bound %d: want 3 (160, 80, 40 spans) and 280", slow, tot.DuplicatesBound)
+	}
+}

@@ -146,6 +146,8 @@ const (
 	// collector's OTLP/HTTP receiver accepts by default).
 	DefaultMaxBatchItems = 8192
 	DefaultMaxBatchBytes = 4 << 20
+	// DefaultMinSplitItems is Options.MinSplitItems' default.
+	DefaultMinSplitItems = 256
 )
 
 // Signals are the signals delivered, in the order of each pass.
@@ -194,6 +196,10 @@ type Options struct {
 	// than either goes alone.
 	MaxBatchItems int64
 	MaxBatchBytes int
+	// MinSplitItems is the smallest request a timeout splits (0:
+	// DefaultMinSplitItems): a smaller one that timed out is sent again
+	// whole (a hung backend, not one too slow for the request's size).
+	MinSplitItems int64
 	// Client sends the requests (nil: one with Timeout).
 	Client *http.Client
 	// ResourceAttributes are upserted as string attributes on every
@@ -311,6 +317,9 @@ type deliverer struct {
 	splitAt                 time.Time
 	// lastRTT is the duration of the last answered attempt.
 	lastRTT time.Duration
+	// lineItems is the items of the line sendInParts sends in parts (0:
+	// none): what the checkpoint counts in flight until it is answered.
+	lineItems int64
 }
 
 // errSplit is send's answer when an attempt of a request of more than
@@ -369,6 +378,9 @@ func newDeliverer(opt Options) (*deliverer, error) {
 	}
 	if opt.MaxBatchBytes <= 0 {
 		opt.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if opt.MinSplitItems <= 0 {
+		opt.MinSplitItems = DefaultMinSplitItems
 	}
 	cp, err := ReadCheckpoint(opt.Dir)
 	if err != nil {
@@ -441,12 +453,23 @@ func (d *deliverer) file(ctx context.Context, sig string, turns int) (int64, err
 			if err := d.bucket.take(ctx, float64(b.items)); err != nil {
 				return n, err
 			}
-			acc, rej, err = d.send(ctx, sig, b.body(sig), b.items, pos, run, b.lines > 1)
+			body := b.body(sig)
+			if b.lines == 1 && b.items > d.maxItems {
+				acc, rej, err = d.sendInParts(ctx, sig, body, b.items, pos, run)
+			} else {
+				acc, rej, err = d.send(ctx, sig, body, b.items, pos, run, b.items > d.opt.MinSplitItems)
+				if errors.Is(err, errSplit) && b.lines == 1 {
+					// One line: its items in smaller requests.
+					d.shrink(b.items, b.bytes)
+					pos.Retries++ // its first items go again
+					run.Retries++
+					acc, rej, err = d.sendInParts(ctx, sig, body, b.items, pos, run)
+				}
+			}
 			if errors.Is(err, errSplit) {
 				// The same lines again from the offset, in a request of
 				// half the size (the same turn).
-				d.maxItems, d.maxBytes = max(1, b.items/2), max(1, b.bytes/2)
-				d.timedOut, d.timedOutBytes, d.splitAt = b.items, b.bytes, time.Now()
+				d.shrink(b.items, b.bytes)
 				pos.Retries++ // its first lines go again
 				run.Retries++
 				if err := d.cp.Write(d.opt.Dir); err != nil {
@@ -491,6 +514,51 @@ func (d *deliverer) file(ctx context.Context, sig string, turns int) (int64, err
 		n += b.lines
 	}
 	return n, nil
+}
+
+// shrink halves the requests after one of items (and size bytes) timed
+// out, and keeps them below it for SplitHold.
+func (d *deliverer) shrink(items, size int64) {
+	d.maxItems, d.maxBytes = max(1, items/2), max(1, size/2)
+	d.timedOut, d.timedOutBytes, d.splitAt = items, size, time.Now()
+}
+
+// sendInParts sends one line's request (body, of items) as requests of
+// at most maxItems items each, in order, halving them again when one
+// times out (splitRequest). It returns the items the backend accepted
+// and rejected over the parts. Until the last part is answered the
+// checkpoint counts the whole line in flight: the offset moves only past
+// whole lines, so a sender stopped midway sends the line again, and the
+// parts already answered may then reach the backend twice.
+func (d *deliverer) sendInParts(ctx context.Context, sig string, body []byte, items int64, pos, run *Position) (acc, rej int64, err error) {
+	parts, err := splitRequest(sig, body, d.maxItems)
+	if err != nil {
+		return 0, 0, fmt.Errorf("splitting a request of %d items: %w", items, err)
+	}
+	d.lineItems = items
+	defer func() { d.lineItems = 0 }()
+	for i := 0; i < len(parts); {
+		p := parts[i]
+		a, r, err := d.send(ctx, sig, p.body, p.items, pos, run, p.items > d.opt.MinSplitItems)
+		if errors.Is(err, errSplit) {
+			d.shrink(p.items, int64(len(p.body)))
+			pos.Retries++
+			run.Retries++
+			sub, err := splitRequest(sig, p.body, d.maxItems)
+			if err != nil {
+				return acc, rej, err
+			}
+			parts = append(parts[:i], append(sub, parts[i+1:]...)...)
+			continue
+		}
+		if err != nil {
+			return acc, rej, err
+		}
+		acc += a
+		rej += r
+		i++
+	}
+	return acc, rej, nil
 }
 
 // batch is one request's worth of consecutive lines of a file.
@@ -675,7 +743,7 @@ func (d *deliverer) advance(pos, run *Position, b batch, acc, rej int64) error {
 // Before each attempt the checkpoint is written with the request's items
 // in flight (Position.InFlight); once an attempt is answered, or its
 // unknown outcome is counted in DuplicatesBound, they are not. With
-// split (a request of more than one line), an attempt that timed out ends
+// split (a request larger than MinSplitItems), an attempt that timed out ends
 // the attempts with errSplit (its items counted as possible duplicates):
 // the caller sends the lines again in smaller requests.
 func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int64, pos, run *Position, split bool) (acc, rej int64, err error) {
@@ -697,7 +765,7 @@ func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int
 		}
 		pos.Requests++
 		run.Requests++
-		pos.InFlight = items
+		pos.InFlight = max(items, d.lineItems)
 		if err := d.cp.Write(d.opt.Dir); err != nil {
 			return 0, 0, err
 		}

@@ -1000,7 +1000,7 @@ func TestSlowBackendSplitsRequests(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	st, err := delivery.Run(ctx, delivery.Options{Dir: dir, Endpoint: srv.URL, Timeout: 300 * time.Millisecond,
-		Retry: delivery.Retry{Initial: 50 * time.Millisecond}, Signals: []string{"traces"}, RateCap: -1})
+		Retry: delivery.Retry{Initial: 50 * time.Millisecond}, Signals: []string{"traces"}, RateCap: -1, MinSplitItems: 1})
 	if err != nil {
 		t.Fatalf("%v (the sender did not advance past requests the backend is too slow for)", err)
 	}
@@ -1015,5 +1015,86 @@ func TestSlowBackendSplitsRequests(t *testing.T) {
 	// answered at once: no request of 40 or more again within SplitHold.
 	if slow != 3 || tot.DuplicatesBound != 160+80+40 {
 		t.Errorf("%d timed-out requests, duplicates bound %d: want 3 (160, 80, 40 spans) and 280", slow, tot.DuplicatesBound)
+	}
+}
+
+// TestSlowBackendSplitsALine: the collector writes a whole batch (up to
+// 8,192 items) as one line, so a request of one line cannot be made
+// smaller by lines. The backend of TestSlowBackendSplitsRequests (too
+// slow for more than 30 spans) gets a line of 100 spans over two
+// resources, and the metrics and logs lines of 100 items: the line's
+// items go in parts, each span reaches the backend once with its
+// resource, and the offset moves past the line only once every part was
+// answered.
+func TestSlowBackendSplitsALine(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	got := map[string]string{} // span id: its resource's service.name
+	items := map[string]int{}
+	slow := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		sig := strings.TrimPrefix(r.URL.Path, "/v1/")
+		d, err := otlptest.Parse(body)
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		n := len(d.Spans) + len(d.Logs)
+		for _, m := range d.Metrics {
+			n += m.Points()
+		}
+		if n > 30 {
+			mu.Lock()
+			slow++
+			mu.Unlock()
+			select {
+			case <-time.After(2 * time.Second):
+			case <-r.Context().Done():
+			}
+			return
+		}
+		mu.Lock()
+		items[sig] += n
+		for _, s := range d.Spans {
+			got[s.SpanID], _ = s.Resource.Str("service.name")
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte("{}"))
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	one := strings.TrimSuffix(traceLine(0, 50), "\n")
+	two := strings.Replace(strings.TrimSuffix(traceLine(1, 50), "\n"), "delivery-test", "delivery-test-2", 1)
+	line := one[:len(one)-2] + "," + two[len(`{"resourceSpans":[`):] + "\n"
+	os.WriteFile(filepath.Join(dir, "traces.jsonl"), []byte(line), 0o600)
+	// 100 metrics of one point each (the metric is the unit a split keeps
+	// whole).
+	var ms []string
+	for i := range 100 {
+		ms = append(ms, fmt.Sprintf(`{"name":"g%d","gauge":{"dataPoints":[{"timeUnixNano":"1700000000000000000","asDouble":%d.5}]}}`, i, i))
+	}
+	os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(`{"resourceMetrics":[{"resource":{},"scopeMetrics":[{"metrics":[`+strings.Join(ms, ",")+"]}]}]}\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "logs.jsonl"), []byte(logLine(0, 100)), 0o600)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	st, err := delivery.Run(ctx, delivery.Options{Dir: dir, Endpoint: srv.URL, Timeout: 300 * time.Millisecond,
+		Retry: delivery.Retry{Initial: 50 * time.Millisecond}, RateCap: -1, MinSplitItems: 1})
+	if err != nil {
+		t.Fatalf("%v (the sender did not advance past a line the backend is too slow for)", err)
+	}
+	tot := st.Total()
+	t.Logf("%d requests timed out; %+v; the backend got %v", slow, tot, items)
+	if len(got) != 100 || tot.Accepted != 300 || items["traces"] != 100 || items["metrics"] != 100 || items["logs"] != 100 {
+		t.Errorf("the backend holds %d distinct spans, %v items, %d accepted: want 100 of each signal", len(got), items, tot.Accepted)
+	}
+	for id, svc := range got {
+		if want := map[bool]string{true: "delivery-test", false: "delivery-test-2"}[strings.HasPrefix(id, "00000001")]; svc != want {
+			t.Errorf("span %s arrived with service.name %q, want %q", id, svc, want)
+		}
+	}
+	if cp := mustCheckpoint(t, dir); !caughtUp(dir) || cp.Files["traces.jsonl"].InFlight != 0 {
+		t.Errorf("checkpoint %+v: want every file answered, nothing in flight", cp.Files["traces.jsonl"])
 	}
 }

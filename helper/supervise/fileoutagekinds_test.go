@@ -45,6 +45,11 @@ func fileKindRun(t *testing.T, kind outageKind, rate int, dur time.Duration) tes
 	if data, err := os.ReadFile(filepath.Join(s.Dir, "loadgen.json")); err == nil && json.Unmarshal(data, &steps) == nil && len(steps) == 1 {
 		sum.Accepted, sum.Refused = steps[0].OK, steps[0].Failed
 	}
+	for _, l := range strings.Split(s.Output(), "\n") {
+		if strings.Contains(l, "delivery") {
+			t.Log(l)
+		}
+	}
 	if len(d.CatchUps) > 0 {
 		c := d.CatchUps[0]
 		sum.LateItems, sum.Lag = c.Items, c.Lag().Seconds()

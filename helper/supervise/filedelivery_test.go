@@ -128,8 +128,15 @@ func fileJob(t *testing.T, endpoint, token string, rate int, dur time.Duration, 
 // fileJobPeaks is fileJob, also returning the collector's peak RSS (KiB).
 func fileJobPeaks(t *testing.T, endpoint, token string, rate int, dur time.Duration, during func(start time.Time)) (*harness.Sup, *receipt.Receipt, int64, int64, time.Duration) {
 	t.Helper()
+	return fileJobOf(t, harness.Job{JobID: "3838", Endpoint: endpoint, Token: token, Site: "  delivery: files\n  delivery_rate_cap: 20000\n"}, rate, dur, during)
+}
+
+// fileJobOf is fileJobPeaks for the job j (its Site has delivery: files).
+func fileJobOf(t *testing.T, j harness.Job, rate int, dur time.Duration, during func(start time.Time)) (*harness.Sup, *receipt.Receipt, int64, int64, time.Duration) {
+	t.Helper()
+	token := j.Token
 	lg := loadgenBin(t)
-	s := harness.StartSup(t, harness.Job{JobID: "3838", Endpoint: endpoint, Token: token, Site: "  delivery: files\n  delivery_rate_cap: 20000\n"}).MustReady(t)
+	s := harness.StartSup(t, j).MustReady(t)
 	if strings.Contains(string(mustRead(t, filepath.Join(s.Out, jobdir.ConfigFile))), "otlp_http/backend") {
 		t.Fatal("collector.yaml has a backend exporter with otel.delivery: files")
 	}

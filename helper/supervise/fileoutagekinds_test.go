@@ -36,7 +36,12 @@ func fileKindRun(t *testing.T, kind outageKind, rate int, dur time.Duration) tes
 	t.Helper()
 	token := "fkind-" + harness.RandHex(6)
 	ep, behind, stop := kind.start(t, token)
-	s, rc, peak, collPeak, drain := fileJobPeaks(t, ep, token, rate, dur, nil)
+	// The site's defaults (config.Defaults: export_timeout_seconds 5,
+	// memory_limit_mib 512, shutdown_timeout_seconds 20), as P8's
+	// collector rows.
+	def := config.Defaults()
+	s, rc, peak, collPeak, drain := fileJobOf(t, harness.Job{JobID: "3838", Endpoint: ep, Token: token, Site: "  delivery: files\n",
+		Memory: def.MemoryLimitMiB, Export: def.ExportTimeoutSeconds, Shutdown: def.ShutdownTimeoutSeconds}, rate, dur, nil)
 	d := rc.Delivery
 	sum := testenv.FileOutageSummary{Kind: kind.name, Rate: rate, JobSeconds: int(dur / time.Second), OutageSeconds: int(dur / time.Second),
 		DuplicatesBound: d.DuplicatesBound, Complete: d.Complete(), CatchUp: -1, PeakSupervisor: float64(peak) / 1024,

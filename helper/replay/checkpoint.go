@@ -79,31 +79,6 @@ const ReplayRetryFor = 60 * time.Second
 func runCheckpointed(ctx context.Context, opt Options, dirs []string, start time.Time) (*Result, error) {
 	c := &Checkpointed{}
 	res := &Result{Signals: map[string]*Totals{}, Checkpointed: c}
-	// Each node dir's delivery lock, held for the whole replay: a
-	// supervisor still delivering from the same checkpoint holds it (a
-	// second sender would send the same lines again), and so does another
-	// replay.
-	for _, d := range dirs {
-		release, err := delivery.Lock(d)
-		var locked *delivery.LockedError
-		switch {
-		case err == nil:
-			defer release()
-			continue
-		case errors.As(err, &locked) && !opt.WhileDelivering:
-			return nil, fmt.Errorf("%s (%s): its supervisor is still delivering the files to the backend from %s (or another replay is: it holds %s); replay after the job's end, or give --while-delivering to send alongside it (lines may then reach the backend twice)",
-				d, nodeOf(d), delivery.CheckpointFile, delivery.LockFile)
-		case errors.As(err, &locked):
-			fmt.Fprintf(opt.Out, "replay: warning: --while-delivering: %s (%s) is being delivered from %s by another process now: the same lines may reach the backend twice, and its checkpoint may end behind what either sent\n", d, nodeOf(d), delivery.CheckpointFile)
-			continue
-		}
-		if st := collectorStatus(d); st != "" && st != jobdir.StatusDrained && st != jobdir.StatusFailed {
-			// No lock to tell (a file system without flock): its
-			// supervisor may be delivering from the same checkpoint (or
-			// was killed before its drain).
-			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (%s) and %v: if its supervisor still runs it delivers from %s too, and lines may reach the backend twice; replay after the job's end\n", d, st, jobdir.StateFile, err, delivery.CheckpointFile)
-		}
-	}
 	for _, d := range dirs {
 		bl, err := delivery.Backlogs(d)
 		if err != nil {
@@ -222,4 +197,45 @@ func nodeOf(dir string) string {
 		return "node " + filepath.Base(filepath.Clean(dir))
 	}
 	return "the job's first node"
+}
+
+// lockDirs takes each node dir's delivery lock (delivery.Lock) for the
+// whole replay, whatever it sends: a supervisor still delivering from the
+// same checkpoint holds it (a second sender would send the same lines
+// again, and a replay through a collector would send them besides), and
+// so does another replay. A held lock refuses the replay, naming the node
+// dir and --while-delivering, unless opt.WhileDelivering (then a
+// warning). Where the lock cannot tell (a file system without flock(2), a
+// lock file the caller may not open), a collector that state.json says is
+// still running is warned about. It returns the release of the locks
+// taken.
+func lockDirs(opt Options, dirs []string) (release func(), err error) {
+	var releases []func()
+	release = func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	for _, d := range dirs {
+		r, err := delivery.Lock(d)
+		var locked *delivery.LockedError
+		switch {
+		case err == nil:
+			releases = append(releases, r)
+			continue
+		case errors.As(err, &locked) && !opt.WhileDelivering:
+			release()
+			return nil, fmt.Errorf("%s (%s): its supervisor is still delivering the files to the backend from %s (or another replay is: it holds %s); replay after the job's end, or give --while-delivering to send alongside it (lines may then reach the backend twice)",
+				d, nodeOf(d), delivery.CheckpointFile, delivery.LockFile)
+		case errors.As(err, &locked):
+			fmt.Fprintf(opt.Out, "replay: warning: --while-delivering: %s (%s) is being delivered from %s by another process now: the same lines may reach the backend twice, and its checkpoint may end behind what either sent\n", d, nodeOf(d), delivery.CheckpointFile)
+			continue
+		}
+		if st := collectorStatus(d); st != "" && st != jobdir.StatusDrained && st != jobdir.StatusFailed {
+			// No lock to tell: its supervisor may be delivering from the
+			// same checkpoint (or was killed before its drain).
+			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (%s) and %v: if its supervisor still runs it delivers from %s too, and lines may reach the backend twice; replay after the job's end\n", d, st, jobdir.StateFile, err, delivery.CheckpointFile)
+		}
+	}
+	return release, nil
 }

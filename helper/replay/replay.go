@@ -360,6 +360,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	for _, d := range skipped {
 		fmt.Fprintf(opt.Out, "replay: warning: %s leads outside %s: not replayed\n", d, dirs[0])
 	}
+	release, err := lockDirs(opt, dirs)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	root, err := RealPath(dirs[0])
 	if err != nil {
 		return nil, err

@@ -222,6 +222,12 @@ func lockDirs(opt Options, dirs []string) (release func(), err error) {
 		switch {
 		case err == nil:
 			releases = append(releases, r)
+			if st := collectorStatus(d); st != "" && st != jobdir.StatusDrained && st != jobdir.StatusFailed && checkpointedDirs([]string{d}) {
+				// Free, yet not drained: its supervisor was killed, or
+				// the file system's locks are node-local (Lustre's
+				// localflock) and it delivers on its node.
+				fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (%s), and no process here holds %s: if its supervisor still runs on its node (a file system whose locks are node-local) it delivers from %s too, and lines may reach the backend twice; replay after the job's end\n", d, st, jobdir.StateFile, delivery.LockFile, delivery.CheckpointFile)
+			}
 			continue
 		case errors.As(err, &locked) && !opt.WhileDelivering:
 			release()

@@ -68,10 +68,12 @@ func runP8(dur time.Duration, rate int) ([]Row, error) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
 	n := 0
+	seen := map[string]bool{} // the test prints each line twice (stdout and its log)
 	sc = bufio.NewScanner(bytes.NewReader(out.Bytes()))
 	sc.Buffer(make([]byte, 1<<16), 1<<22)
 	for sc.Scan() {
-		if s, ok := testenv.ParseFileOutageLine(sc.Text()); ok && s.Kind != "" {
+		if s, ok := testenv.ParseFileOutageLine(sc.Text()); ok && s.Kind != "" && !seen[s.Kind] {
+			seen[s.Kind] = true
 			rows = append(rows, fileKindRow(s))
 			n++
 		}

@@ -76,7 +76,9 @@ func TestUsageErrors(t *testing.T) {
 
 func TestRenderNeverPrintsToken(t *testing.T) {
 	dir := t.TempDir()
-	site := writeFile(t, dir, "site.yaml", siteYAML)
+	// delivery: collector: the collector's configuration reads the token
+	// (its exporter and resource/backend_auth), by reference only.
+	site := writeFile(t, dir, "site.yaml", siteYAML+"  delivery: collector\n")
 	t.Setenv("OTEL_TOKEN", "tok-abc-123-never-printed")
 	code, out, errOut := runCLI(t, "render", "--site", site, "--spec", "token_resource_attribute=true,job_dir=/runs/%j", "--job-id", "55", "--node", "gn2", "--node-index", "1")
 	if code != 0 {

@@ -17,7 +17,7 @@ func init() {
 }
 
 func runReplay(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("replay", "[--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--endpoint URL] [--token-env NAME] [--binary PATH] [--timeout D] [--progress D] [--all | --appended [--force]] DIR   (a job dir, or its otel/ dir; someone else's only with --endpoint and --token-env)", stderr)
+	fs := newFlags("replay", "[--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--endpoint URL] [--token-env NAME] [--binary PATH] [--timeout D] [--progress D] [--all | --appended [--force]] [--while-delivering] DIR   (a job dir, or its otel/ dir; someone else's only with --endpoint and --token-env)", stderr)
 	var sf siteFlags
 	sf.register(fs)
 	endpoint := fs.String("endpoint", "", "send to this OTLP/HTTP `URL` (default: the site's otel.endpoint, found as validate finds it; never the replayed dir's)")
@@ -28,6 +28,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	appended := fs.Bool("appended", false, "send only the lines the supervisors appended after their collectors' exit (the drain's and the epilog's phase spans, listed in each node's receipt.json) that their supervisor did not deliver to the backend at the drain")
 	force := fs.Bool("force", false, "with --appended: also send the lines the supervisors already delivered")
 	all := fs.Bool("all", false, "send every node dir's files whole, also those whose receipt.json says the backend accepted everything their collector took (default: those are skipped; every other node dir is sent whole)")
+	whileDelivering := fs.Bool("while-delivering", false, "send from a node dir's delivery checkpoint even while its supervisor is still delivering from it (the job runs: it holds delivery.lock); the same lines may then reach the backend twice (default: refuse, naming the node)")
 	rest, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -72,7 +73,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	res, err := replay.Run(ctx, replay.Options{
 		Dir: rest[0], Endpoint: *endpoint, TokenEnv: *tokenEnv, Site: site.File, SiteItems: site.Items, Binary: collectorBinary(*binary),
-		Timeout: *timeout, Progress: *every, Out: stdout, Appended: *appended, Force: *force, All: *all,
+		Timeout: *timeout, Progress: *every, Out: stdout, Appended: *appended, Force: *force, All: *all, WhileDelivering: *whileDelivering,
 	})
 	if res != nil {
 		for _, l := range res.Summary() {

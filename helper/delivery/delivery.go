@@ -31,7 +31,13 @@
 //     A connection that was never made adds nothing. The request a sender
 //     had in flight when it died or was stopped is in the checkpoint
 //     (Position.InFlight, written before each attempt) and the next
-//     sender adds it.
+//     sender adds it. A request of more than one line that timed out is
+//     not sent again whole: its lines go again in requests of half its
+//     size (down to one line), and the size doubles back after each
+//     request the backend answers within half the timeout: a backend
+//     slower than the timeout for a full request (a slow proxy, a loaded
+//     collector) still advances, where the same request would time out
+//     again and again.
 //   - 401, 403, 404, 405: a configuration error (the token, the
 //     endpoint's path): delivery stops with an error naming the status,
 //     the offset stays, and what is left is what a later delivery or
@@ -140,6 +146,8 @@ const (
 	// collector's OTLP/HTTP receiver accepts by default).
 	DefaultMaxBatchItems = 8192
 	DefaultMaxBatchBytes = 4 << 20
+	// DefaultMinSplitItems is Options.MinSplitItems' default.
+	DefaultMinSplitItems = 256
 )
 
 // Signals are the signals delivered, in the order of each pass.
@@ -188,6 +196,10 @@ type Options struct {
 	// than either goes alone.
 	MaxBatchItems int64
 	MaxBatchBytes int
+	// MinSplitItems is the smallest request a timeout splits (0:
+	// DefaultMinSplitItems): a smaller one that timed out is sent again
+	// whole (a hung backend, not one too slow for the request's size).
+	MinSplitItems int64
 	// Client sends the requests (nil: one with Timeout).
 	Client *http.Client
 	// ResourceAttributes are upserted as string attributes on every
@@ -295,7 +307,32 @@ type deliverer struct {
 	cp     *Checkpoint
 	stats  *Stats
 	bucket *bucket
+	// maxItems and maxBytes bound the next request (at most
+	// Options.MaxBatchItems and MaxBatchBytes): halved when a request of
+	// more than one line timed out, doubled back after each request the
+	// backend answered within half the timeout, but for SplitHold after a
+	// timeout below the size that timed out (timedOut items, timedOutBytes).
+	maxItems, maxBytes      int64
+	timedOut, timedOutBytes int64
+	splitAt                 time.Time
+	// lastRTT is the duration of the last answered attempt.
+	lastRTT time.Duration
+	// lineItems is the items of the line sendInParts sends in parts (0:
+	// none): what the checkpoint counts in flight until it is answered.
+	lineItems int64
 }
+
+// errSplit is send's answer when an attempt of a request of more than
+// one line timed out: the request is sent again in smaller parts. A
+// backend that takes longer than the timeout for a request of the full
+// size (slow, or loaded) would otherwise get the same request again and
+// again, time out each time, and never advance.
+var errSplit = errors.New("the request timed out: sending it in smaller parts")
+
+// SplitHold is how long after a request timed out the requests stay
+// smaller than it: a slow backend costs one timeout per SplitHold once
+// the size that it answers in time is found, not one per growth.
+const SplitHold = time.Minute
 
 func newDeliverer(opt Options) (*deliverer, error) {
 	u, err := url.Parse(opt.Endpoint)
@@ -342,6 +379,9 @@ func newDeliverer(opt Options) (*deliverer, error) {
 	if opt.MaxBatchBytes <= 0 {
 		opt.MaxBatchBytes = DefaultMaxBatchBytes
 	}
+	if opt.MinSplitItems <= 0 {
+		opt.MinSplitItems = DefaultMinSplitItems
+	}
 	cp, err := ReadCheckpoint(opt.Dir)
 	if err != nil {
 		return nil, err
@@ -362,7 +402,8 @@ func newDeliverer(opt Options) (*deliverer, error) {
 			p.InFlight = 0
 		}
 	}
-	return &deliverer{opt: opt, cp: cp, stats: stats, bucket: newBucket(opt.RateCap)}, nil
+	return &deliverer{opt: opt, cp: cp, stats: stats, bucket: newBucket(opt.RateCap),
+		maxItems: opt.MaxBatchItems, maxBytes: int64(opt.MaxBatchBytes)}, nil
 }
 
 // file delivers the complete lines of one signal's file past its offset,
@@ -398,7 +439,7 @@ func (d *deliverer) file(ctx context.Context, sig string, turns int) (int64, err
 	r := bufio.NewReaderSize(f, 1<<20)
 	var n int64
 	var carry []byte
-	for range turns {
+	for turn := 0; turn < turns; turn++ {
 		b, next, err := d.nextBatch(r, sig, carry)
 		carry = next
 		if err != nil {
@@ -412,7 +453,36 @@ func (d *deliverer) file(ctx context.Context, sig string, turns int) (int64, err
 			if err := d.bucket.take(ctx, float64(b.items)); err != nil {
 				return n, err
 			}
-			acc, rej, err = d.send(ctx, sig, b.body(sig), b.items, pos, run)
+			body := b.body(sig)
+			if b.lines == 1 && b.items > d.maxItems {
+				acc, rej, err = d.sendInParts(ctx, sig, body, b.items, pos, run)
+			} else {
+				acc, rej, err = d.send(ctx, sig, body, b.items, pos, run, b.items > d.opt.MinSplitItems)
+				if errors.Is(err, errSplit) && b.lines == 1 {
+					// One line: its items in smaller requests.
+					d.shrink(b.items, b.bytes)
+					pos.Retries++ // its first items go again
+					run.Retries++
+					acc, rej, err = d.sendInParts(ctx, sig, body, b.items, pos, run)
+				}
+			}
+			if errors.Is(err, errSplit) {
+				// The same lines again from the offset, in a request of
+				// half the size (the same turn).
+				d.shrink(b.items, b.bytes)
+				pos.Retries++ // its first lines go again
+				run.Retries++
+				if err := d.cp.Write(d.opt.Dir); err != nil {
+					return n, err
+				}
+				if _, err := f.Seek(pos.Offset, io.SeekStart); err != nil {
+					return n, err
+				}
+				r.Reset(f)
+				carry = nil
+				turn--
+				continue
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					// Answered, or its unknown outcome counted: nothing
@@ -433,9 +503,62 @@ func (d *deliverer) file(ctx context.Context, sig string, turns int) (int64, err
 		if err := d.advance(pos, run, b, acc, rej); err != nil {
 			return n, err
 		}
+		if b.items > 0 && d.lastRTT < d.opt.Timeout/2 {
+			items, size := d.opt.MaxBatchItems, int64(d.opt.MaxBatchBytes)
+			if time.Since(d.splitAt) < SplitHold {
+				items, size = max(1, d.timedOut-1), max(1, d.timedOutBytes-1)
+			}
+			d.maxItems = max(d.maxItems, min(2*d.maxItems, items))
+			d.maxBytes = max(d.maxBytes, min(2*d.maxBytes, size))
+		}
 		n += b.lines
 	}
 	return n, nil
+}
+
+// shrink halves the requests after one of items (and size bytes) timed
+// out, and keeps them below it for SplitHold.
+func (d *deliverer) shrink(items, size int64) {
+	d.maxItems, d.maxBytes = max(1, items/2), max(1, size/2)
+	d.timedOut, d.timedOutBytes, d.splitAt = items, size, time.Now()
+}
+
+// sendInParts sends one line's request (body, of items) as requests of
+// at most maxItems items each, in order, halving them again when one
+// times out (splitRequest). It returns the items the backend accepted
+// and rejected over the parts. Until the last part is answered the
+// checkpoint counts the whole line in flight: the offset moves only past
+// whole lines, so a sender stopped midway sends the line again, and the
+// parts already answered may then reach the backend twice.
+func (d *deliverer) sendInParts(ctx context.Context, sig string, body []byte, items int64, pos, run *Position) (acc, rej int64, err error) {
+	parts, err := splitRequest(sig, body, d.maxItems)
+	if err != nil {
+		return 0, 0, fmt.Errorf("splitting a request of %d items: %w", items, err)
+	}
+	d.lineItems = items
+	defer func() { d.lineItems = 0 }()
+	for i := 0; i < len(parts); {
+		p := parts[i]
+		a, r, err := d.send(ctx, sig, p.body, p.items, pos, run, p.items > d.opt.MinSplitItems)
+		if errors.Is(err, errSplit) {
+			d.shrink(p.items, int64(len(p.body)))
+			pos.Retries++
+			run.Retries++
+			sub, err := splitRequest(sig, p.body, d.maxItems)
+			if err != nil {
+				return acc, rej, err
+			}
+			parts = append(parts[:i], append(sub, parts[i+1:]...)...)
+			continue
+		}
+		if err != nil {
+			return acc, rej, err
+		}
+		acc += a
+		rej += r
+		i++
+	}
+	return acc, rej, nil
 }
 
 // batch is one request's worth of consecutive lines of a file.
@@ -486,7 +609,7 @@ func (d *deliverer) nextBatch(r *bufio.Reader, sig string, carry []byte) (b batc
 		if ok && len(part) > 0 && len(d.opt.ResourceAttributes) > 0 {
 			part, ok = upsertResourceAttributes(part, d.opt.ResourceAttributes)
 		}
-		if b.lines > 0 && ok && (b.items+items > d.opt.MaxBatchItems || b.bytes+int64(len(line)) > int64(d.opt.MaxBatchBytes)) {
+		if b.lines > 0 && ok && (b.items+items > d.maxItems || b.bytes+int64(len(line)) > d.maxBytes) {
 			return b, line, nil
 		}
 		b.lines++
@@ -619,8 +742,11 @@ func (d *deliverer) advance(pos, run *Position, b batch, acc, rej int64) error {
 // accepted and rejected, or an error (ConfigError, MaxElapsed, ctx).
 // Before each attempt the checkpoint is written with the request's items
 // in flight (Position.InFlight); once an attempt is answered, or its
-// unknown outcome is counted in DuplicatesBound, they are not.
-func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int64, pos, run *Position) (acc, rej int64, err error) {
+// unknown outcome is counted in DuplicatesBound, they are not. With
+// split (a request larger than MinSplitItems), an attempt that timed out ends
+// the attempts with errSplit (its items counted as possible duplicates):
+// the caller sends the lines again in smaller requests.
+func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int64, pos, run *Position, split bool) (acc, rej int64, err error) {
 	target := strings.TrimRight(d.opt.Endpoint, "/") + "/v1/" + sig
 	payload := body
 	if d.opt.Compression == "gzip" {
@@ -639,13 +765,15 @@ func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int
 		}
 		pos.Requests++
 		run.Requests++
-		pos.InFlight = items
+		pos.InFlight = max(items, d.lineItems)
 		if err := d.cp.Write(d.opt.Dir); err != nil {
 			return 0, 0, err
 		}
+		t0 := time.Now()
 		status, respBody, after, unknown, err := d.post(ctx, target, payload)
 		if err == nil {
 			pos.InFlight = 0
+			d.lastRTT = time.Since(t0)
 		}
 		switch {
 		case err == nil && status/100 == 2:
@@ -670,6 +798,10 @@ func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int
 			run.DuplicatesBound += items
 		}
 		pos.InFlight = 0
+		var ne net.Error
+		if split && errors.As(err, &ne) && ne.Timeout() {
+			return 0, 0, errSplit
+		}
 		w := wait/2 + rand.N(wait/2+1)
 		if after > 0 {
 			w = min(after, d.opt.Retry.Max)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -903,5 +904,197 @@ func TestResourceAttributes(t *testing.T) {
 	}
 	for _, l := range lg.Logs {
 		check("log record", l.Resource)
+	}
+}
+
+// TestLock: one process at a time holds a node dir's delivery lock; a
+// second Lock is refused with a LockedError until the first is released,
+// and the lock file stays empty.
+func TestLock(t *testing.T) {
+	dir := t.TempDir()
+	release, err := delivery.Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = delivery.Lock(dir)
+	var locked *delivery.LockedError
+	if !errors.As(err, &locked) || locked.Dir != dir {
+		t.Fatalf("a second Lock while the first is held: %v, want a LockedError for %s", err, dir)
+	}
+	release()
+	release2, err := delivery.Lock(dir)
+	if err != nil {
+		t.Fatalf("Lock after the release: %v", err)
+	}
+	release2()
+	if fi, err := os.Stat(filepath.Join(dir, delivery.LockFile)); err != nil || fi.Size() != 0 {
+		t.Errorf("the lock file: %v, %v", fi, err)
+	}
+}
+
+// TestLockRefusesWhatIsNotAFile: a FIFO or a link in the lock's place is
+// an error at once (no open blocks, no link is followed), never a lock.
+func TestLockRefusesWhatIsNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, delivery.LockFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := delivery.Lock(dir); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a FIFO as the lock: locked")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lock blocked on a FIFO")
+	}
+	dir2 := t.TempDir()
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	os.WriteFile(target, nil, 0o600)
+	if err := os.Symlink(target, filepath.Join(dir2, delivery.LockFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := delivery.Lock(dir2); err == nil {
+		t.Error("a link as the lock: followed and locked")
+	}
+}
+
+// TestSlowBackendSplitsRequests: a backend that takes longer than the
+// request timeout for a request of more than 30 spans (as a slow proxy or
+// a loaded collector does for a full request) and answers smaller ones at
+// once. The sender does not send the same request again and again: the
+// lines of a request that timed out go again in requests of half its
+// size, every span reaches the backend, and the duplicates bound counts
+// the timed-out requests' items.
+func TestSlowBackendSplitsRequests(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	got := map[string]int{}
+	var slow, fast int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		n := strings.Count(string(body), `"spanId"`)
+		if n > 30 {
+			mu.Lock()
+			slow++
+			mu.Unlock()
+			select {
+			case <-time.After(2 * time.Second):
+			case <-r.Context().Done():
+			}
+			return
+		}
+		mu.Lock()
+		fast++
+		for _, m := range strings.Split(string(body), `"spanId":"`)[1:] {
+			got[m[:16]]++
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte("{}"))
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	appendLines(t, dir, 0, 16, 10) // 16 lines of 10 spans
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	st, err := delivery.Run(ctx, delivery.Options{Dir: dir, Endpoint: srv.URL, Timeout: 300 * time.Millisecond,
+		Retry: delivery.Retry{Initial: 50 * time.Millisecond}, Signals: []string{"traces"}, RateCap: -1, MinSplitItems: 1})
+	if err != nil {
+		t.Fatalf("%v (the sender did not advance past requests the backend is too slow for)", err)
+	}
+	tot := st.Total()
+	t.Logf("%d requests timed out, %d answered: %+v", slow, fast, tot)
+	if len(got) != 160 || tot.Accepted != 160 {
+		t.Errorf("the backend holds %d distinct spans, %d accepted: want 160", len(got), tot.Accepted)
+	}
+	// 160 spans: the full request, then halves of 80 and 40 timed out,
+	// each counting its items as possible duplicates; then requests of 20
+	// and, below the 40 that timed out, 30 spans (whole lines of 10),
+	// answered at once: no request of 40 or more again within SplitHold.
+	if slow != 3 || tot.DuplicatesBound != 160+80+40 {
+		t.Errorf("%d timed-out requests, duplicates bound %d: want 3 (160, 80, 40 spans) and 280", slow, tot.DuplicatesBound)
+	}
+}
+
+// TestSlowBackendSplitsALine: the collector writes a whole batch (up to
+// 8,192 items) as one line, so a request of one line cannot be made
+// smaller by lines. The backend of TestSlowBackendSplitsRequests (too
+// slow for more than 30 spans) gets a line of 100 spans over two
+// resources, and the metrics and logs lines of 100 items: the line's
+// items go in parts, each span reaches the backend once with its
+// resource, and the offset moves past the line only once every part was
+// answered.
+func TestSlowBackendSplitsALine(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	got := map[string]string{} // span id: its resource's service.name
+	items := map[string]int{}
+	slow := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		sig := strings.TrimPrefix(r.URL.Path, "/v1/")
+		d, err := otlptest.Parse(body)
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		n := len(d.Spans) + len(d.Logs)
+		for _, m := range d.Metrics {
+			n += m.Points()
+		}
+		if n > 30 {
+			mu.Lock()
+			slow++
+			mu.Unlock()
+			select {
+			case <-time.After(2 * time.Second):
+			case <-r.Context().Done():
+			}
+			return
+		}
+		mu.Lock()
+		items[sig] += n
+		for _, s := range d.Spans {
+			got[s.SpanID], _ = s.Resource.Str("service.name")
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte("{}"))
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	one := strings.TrimSuffix(traceLine(0, 50), "\n")
+	two := strings.Replace(strings.TrimSuffix(traceLine(1, 50), "\n"), "delivery-test", "delivery-test-2", 1)
+	line := one[:len(one)-2] + "," + two[len(`{"resourceSpans":[`):] + "\n"
+	os.WriteFile(filepath.Join(dir, "traces.jsonl"), []byte(line), 0o600)
+	// 100 metrics of one point each (the metric is the unit a split keeps
+	// whole).
+	var ms []string
+	for i := range 100 {
+		ms = append(ms, fmt.Sprintf(`{"name":"g%d","gauge":{"dataPoints":[{"timeUnixNano":"1700000000000000000","asDouble":%d.5}]}}`, i, i))
+	}
+	os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(`{"resourceMetrics":[{"resource":{},"scopeMetrics":[{"metrics":[`+strings.Join(ms, ",")+"]}]}]}\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "logs.jsonl"), []byte(logLine(0, 100)), 0o600)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	st, err := delivery.Run(ctx, delivery.Options{Dir: dir, Endpoint: srv.URL, Timeout: 300 * time.Millisecond,
+		Retry: delivery.Retry{Initial: 50 * time.Millisecond}, RateCap: -1, MinSplitItems: 1})
+	if err != nil {
+		t.Fatalf("%v (the sender did not advance past a line the backend is too slow for)", err)
+	}
+	tot := st.Total()
+	t.Logf("%d requests timed out; %+v; the backend got %v", slow, tot, items)
+	if len(got) != 100 || tot.Accepted != 300 || items["traces"] != 100 || items["metrics"] != 100 || items["logs"] != 100 {
+		t.Errorf("the backend holds %d distinct spans, %v items, %d accepted: want 100 of each signal", len(got), items, tot.Accepted)
+	}
+	for id, svc := range got {
+		if want := map[bool]string{true: "delivery-test", false: "delivery-test-2"}[strings.HasPrefix(id, "00000001")]; svc != want {
+			t.Errorf("span %s arrived with service.name %q, want %q", id, svc, want)
+		}
+	}
+	if cp := mustCheckpoint(t, dir); !caughtUp(dir) || cp.Files["traces.jsonl"].InFlight != 0 {
+		t.Errorf("checkpoint %+v: want every file answered, nothing in flight", cp.Files["traces.jsonl"])
 	}
 }

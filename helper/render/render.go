@@ -723,6 +723,13 @@ func header(in Input) string {
 			"# Secrets are references: ${env:%s} (receiver token), ${env:%s} (plugin token).\n",
 			oneLine(in.Job.JobID), oneLine(in.Job.Node), MinCollectorVersion, ReceiverTokenEnv, PluginTokenEnv)
 	}
+	if !in.Resolved.Otel.CollectorDelivery() {
+		return fmt.Sprintf("# Collector configuration rendered by gym-otel-spank for job %s on %s.\n"+
+			"# Needs OpenTelemetry Collector %s or newer with the components of otelcol-gym.\n"+
+			"# The files only: the node's supervisor sends them to the backend (otel.delivery: files).\n"+
+			"# Secrets are references: ${env:%s} (receiver token), ${env:%s} (plugin token).\n",
+			oneLine(in.Job.JobID), oneLine(in.Job.Node), MinCollectorVersion, ReceiverTokenEnv, PluginTokenEnv)
+	}
 	return fmt.Sprintf("# Collector configuration rendered by gym-otel-spank for job %s on %s.\n"+
 		"# Needs OpenTelemetry Collector %s or newer with the components of otelcol-gym.\n"+
 		"# Secrets are references: ${env:%s} (backend token), ${env:%s} (receiver token), ${env:%s} (plugin token).\n",

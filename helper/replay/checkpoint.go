@@ -80,14 +80,6 @@ func runCheckpointed(ctx context.Context, opt Options, dirs []string, start time
 	c := &Checkpointed{}
 	res := &Result{Signals: map[string]*Totals{}, Checkpointed: c}
 	for _, d := range dirs {
-		if st := collectorStatus(d); st != "" && st != jobdir.StatusDrained && st != jobdir.StatusFailed {
-			// Its supervisor may be delivering from the same checkpoint
-			// (or was killed before its drain): the same lines may go
-			// twice.
-			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (%s): if its supervisor still runs it delivers from %s too, and lines may reach the backend twice; replay after the job's end\n", d, st, jobdir.StateFile, delivery.CheckpointFile)
-		}
-	}
-	for _, d := range dirs {
 		bl, err := delivery.Backlogs(d)
 		if err != nil {
 			return nil, err
@@ -196,4 +188,60 @@ func checkpointAuth(dirs []string) bool {
 		}
 	}
 	return false
+}
+
+// nodeOf names the node of a node dir for messages: nodes/<node>, else
+// the first node's dir.
+func nodeOf(dir string) string {
+	if filepath.Base(filepath.Dir(filepath.Clean(dir))) == "nodes" {
+		return "node " + filepath.Base(filepath.Clean(dir))
+	}
+	return "the job's first node"
+}
+
+// lockDirs takes each node dir's delivery lock (delivery.Lock) for the
+// whole replay, whatever it sends: a supervisor still delivering from the
+// same checkpoint holds it (a second sender would send the same lines
+// again, and a replay through a collector would send them besides), and
+// so does another replay. A held lock refuses the replay, naming the node
+// dir and --while-delivering, unless opt.WhileDelivering (then a
+// warning). Where the lock cannot tell (a file system without flock(2), a
+// lock file the caller may not open), a collector that state.json says is
+// still running is warned about. It returns the release of the locks
+// taken.
+func lockDirs(opt Options, dirs []string) (release func(), err error) {
+	var releases []func()
+	release = func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	for _, d := range dirs {
+		r, err := delivery.Lock(d)
+		var locked *delivery.LockedError
+		switch {
+		case err == nil:
+			releases = append(releases, r)
+			if st := collectorStatus(d); st != "" && st != jobdir.StatusDrained && st != jobdir.StatusFailed && checkpointedDirs([]string{d}) {
+				// Free, yet not drained: its supervisor was killed, or
+				// the file system's locks are node-local (Lustre's
+				// localflock) and it delivers on its node.
+				fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (%s), and no process here holds %s: if its supervisor still runs on its node (a file system whose locks are node-local) it delivers from %s too, and lines may reach the backend twice; replay after the job's end\n", d, st, jobdir.StateFile, delivery.LockFile, delivery.CheckpointFile)
+			}
+			continue
+		case errors.As(err, &locked) && !opt.WhileDelivering:
+			release()
+			return nil, fmt.Errorf("%s (%s): its supervisor is still delivering the files to the backend from %s (or another replay is: it holds %s); replay after the job's end, or give --while-delivering to send alongside it (lines may then reach the backend twice)",
+				d, nodeOf(d), delivery.CheckpointFile, delivery.LockFile)
+		case errors.As(err, &locked):
+			fmt.Fprintf(opt.Out, "replay: warning: --while-delivering: %s (%s) is being delivered from %s by another process now: the same lines may reach the backend twice, and its checkpoint may end behind what either sent\n", d, nodeOf(d), delivery.CheckpointFile)
+			continue
+		}
+		if st := collectorStatus(d); st != "" && st != jobdir.StatusDrained && st != jobdir.StatusFailed {
+			// No lock to tell: its supervisor may be delivering from the
+			// same checkpoint (or was killed before its drain).
+			fmt.Fprintf(opt.Out, "replay: warning: the collector of %s is %s (%s) and %v: if its supervisor still runs it delivers from %s too, and lines may reach the backend twice; replay after the job's end\n", d, st, jobdir.StateFile, err, delivery.CheckpointFile)
+		}
+	}
+	return release, nil
 }

@@ -87,6 +87,11 @@ type Options struct {
 	Appended bool
 	// Force, with Appended, also sends the lines already delivered.
 	Force bool
+	// WhileDelivering sends from a node dir's checkpoint even while
+	// another process (its supervisor, the job still running, or another
+	// replay) holds its delivery lock (delivery.LockFile): without it the
+	// replay refuses, naming the node dir.
+	WhileDelivering bool
 	// All sends every node dir's files whole. Without it (and without
 	// Appended) a node dir whose receipt.json says the backend accepted
 	// everything its collector took is skipped but for its appended lines
@@ -355,6 +360,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	for _, d := range skipped {
 		fmt.Fprintf(opt.Out, "replay: warning: %s leads outside %s: not replayed\n", d, dirs[0])
 	}
+	release, err := lockDirs(opt, dirs)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	root, err := RealPath(dirs[0])
 	if err != nil {
 		return nil, err

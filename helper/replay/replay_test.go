@@ -4,14 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/delivery"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 )
 
@@ -373,5 +377,67 @@ func TestScanAppended(t *testing.T) {
 	}
 	if _, _, err := ScanAppended(dirs, t.TempDir(), false, io.Discard); err == nil {
 		t.Error("a file behind a symbolic link taken")
+	}
+}
+
+// A replay from the checkpoints refuses while another process (the
+// node's supervisor, its job still running) holds a node dir's delivery
+// lock, naming the node and the flag; --while-delivering sends alongside
+// it with a warning; once the lock is released a replay sends what lies
+// past the checkpoint, holding the lock while it does.
+func TestRunRefusesWhileDelivering(t *testing.T) {
+	var got atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte("{}"))
+	}))
+	defer srv.Close()
+	job := t.TempDir()
+	otel := filepath.Join(job, "otel")
+	node := filepath.Join(otel, "nodes", "gn2")
+	for _, d := range []string{otel, node} {
+		write(t, filepath.Join(d, "collector.yaml"), jobConfig)
+		write(t, filepath.Join(d, delivery.CheckpointFile), `{"version":1,"files":{}}`)
+		write(t, filepath.Join(d, "traces.jsonl"), traceLine+"\n")
+	}
+	opt := Options{Dir: job, Endpoint: srv.URL, TokenEnv: "T", LookupEnv: func(string) (string, bool) { return "tok", true }}
+
+	release, err := delivery.Lock(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	opt.Out = &out
+	_, err = Run(t.Context(), opt)
+	if err == nil || !strings.Contains(err.Error(), "node gn2") || !strings.Contains(err.Error(), "--while-delivering") || got.Load() != 0 {
+		t.Fatalf("a replay while the supervisor of gn2 delivers: %v (%d requests), want a refusal naming node gn2 and --while-delivering", err, got.Load())
+	}
+	t.Logf("refused: %v", err)
+
+	out.Reset()
+	opt.WhileDelivering = true
+	res, err := Run(t.Context(), opt)
+	if err != nil || res.Checkpointed == nil || res.Checkpointed.Accepted != 6 || !strings.Contains(out.String(), "--while-delivering: "+node+" (node gn2)") {
+		t.Fatalf("--while-delivering: %v, %+v, output %q: want both dirs sent (6 spans) with a warning", err, res, out.String())
+	}
+	release()
+
+	// The lock released: nothing left to send, and the replay took the
+	// locks (a second one could not while it ran: it holds them only
+	// while it runs, so they are free again now).
+	out.Reset()
+	opt.WhileDelivering = false
+	res, err = Run(t.Context(), opt)
+	if err != nil || res.Checkpointed == nil || res.Checkpointed.Planned != 0 {
+		t.Fatalf("a replay after the job: %v, %+v", err, res)
+	}
+	for _, d := range []string{otel, node} {
+		r, err := delivery.Lock(d)
+		if err != nil {
+			t.Errorf("the replay left %s locked: %v", d, err)
+			continue
+		}
+		r()
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/config"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 )
@@ -66,8 +67,14 @@ func TestContainerApptainer(t *testing.T) {
 		t.Fatal("no collector in the container")
 	}
 	env, _ := os.ReadFile("/proc/" + strconv.Itoa(coll) + "/environ")
-	if !strings.Contains("\x00"+string(env), "\x00OTEL_TOKEN="+strings.ReplaceAll(token, "$", "$$")+"\x00") {
-		t.Errorf("the container's collector has not the escaped token byte for byte in OTEL_TOKEN")
+	// Delivery from the files (the default): the supervisor sends to the
+	// backend, the collector has no backend exporter and no backend
+	// token; the receiver token reaches it through APPTAINERENV_ alone.
+	if strings.Contains("\x00"+string(env), "\x00OTEL_TOKEN=") || strings.Contains(string(env), strings.ReplaceAll(token, "$", "$$")) {
+		t.Errorf("the container's collector has the backend token in its environment with delivery from the files")
+	}
+	if !strings.Contains("\x00"+string(env), "\x00"+render.ReceiverTokenEnv+"="+s.ReceiverToken+"\x00") {
+		t.Errorf("the container's collector has not the receiver token in %s", render.ReceiverTokenEnv)
 	}
 	harness.WaitMetricNames(t, s, 30*time.Second, "vllm_prompt_tokens_total")
 	s.RunGym(t, "agent", 2, "local")

@@ -44,9 +44,9 @@ func mountTmpfs(t *testing.T, size string) string {
 }
 
 // realBackend is a backend that works: a real collector.
-var realBackend = outageKind{"backend", func(t *testing.T, token string) (string, *harness.Backend) {
+var realBackend = outageKind{"backend", func(t *testing.T, token string) (string, *harness.Backend, func()) {
 	be := harness.StartBackend(t, token)
-	return be.URL, be
+	return be.URL, be, func() {}
 }}
 
 // completeSpans counts loadgen's spans in the complete (newline-ended)

@@ -119,6 +119,11 @@ func (fs *fileSender) pass(ctx context.Context) error {
 // ctx ends.
 func (fs *fileSender) run(ctx context.Context) {
 	defer close(fs.done)
+	release := fs.lock(ctx)
+	defer release()
+	if ctx.Err() != nil {
+		return
+	}
 	logged := ""
 	for {
 		err := fs.pass(ctx)
@@ -142,6 +147,40 @@ func (fs *fileSender) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		}
+	}
+}
+
+// lock takes the node dir's delivery lock (delivery.Lock) for the
+// sender's life, so that a `replay` of the dir refuses while the job's
+// own delivery runs. While a replay holds it, the sender waits (looking
+// every second) until the replay ends or ctx does; on a file system
+// without flock(2) it delivers without the lock (said once: a replay then
+// only warns from state.json). It returns the release.
+func (fs *fileSender) lock(ctx context.Context) func() {
+	said := false
+	for {
+		release, err := delivery.Lock(fs.opt.Dir)
+		var locked *delivery.LockedError
+		switch {
+		case err == nil:
+			if said {
+				fs.log("delivery: the replay holding %s ended: delivering from the checkpoint", delivery.LockFile)
+			}
+			return release
+		case errors.As(err, &locked):
+			if !said {
+				fs.log("delivery: another process (a replay) holds %s: delivering once it ends", delivery.LockFile)
+				said = true
+			}
+		default:
+			fs.log("delivery: %v; delivering without the lock (a replay of this dir cannot tell that this delivery runs)", err)
+			return func() {}
+		}
+		select {
+		case <-ctx.Done():
+			return func() {}
+		case <-time.After(time.Second):
 		}
 	}
 }

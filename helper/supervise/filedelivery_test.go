@@ -128,11 +128,19 @@ func fileJob(t *testing.T, endpoint, token string, rate int, dur time.Duration, 
 // fileJobPeaks is fileJob, also returning the collector's peak RSS (KiB).
 func fileJobPeaks(t *testing.T, endpoint, token string, rate int, dur time.Duration, during func(start time.Time)) (*harness.Sup, *receipt.Receipt, int64, int64, time.Duration) {
 	t.Helper()
+	return fileJobOf(t, harness.Job{JobID: "3838", Endpoint: endpoint, Token: token, Site: "  delivery: files\n  delivery_rate_cap: 20000\n"}, rate, dur, during)
+}
+
+// fileJobOf is fileJobPeaks for the job j (its Site has delivery: files).
+func fileJobOf(t *testing.T, j harness.Job, rate int, dur time.Duration, during func(start time.Time)) (*harness.Sup, *receipt.Receipt, int64, int64, time.Duration) {
+	t.Helper()
+	token := j.Token
 	lg := loadgenBin(t)
-	s := harness.StartSup(t, harness.Job{JobID: "3838", Endpoint: endpoint, Token: token, Site: "  delivery: files\n  delivery_rate_cap: 20000\n"}).MustReady(t)
+	s := harness.StartSup(t, j).MustReady(t)
 	if strings.Contains(string(mustRead(t, filepath.Join(s.Out, jobdir.ConfigFile))), "otlp_http/backend") {
 		t.Fatal("collector.yaml has a backend exporter with otel.delivery: files")
 	}
+	checkCollectorToken(t, s.Report.CollectorPID, token, false)
 	var peak, collPeak int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -183,6 +191,27 @@ func fileJobPeaks(t *testing.T, endpoint, token string, rate int, dur time.Durat
 		t.Log(l)
 	}
 	return s, rc, peak, collPeak, drain
+}
+
+// checkCollectorToken asserts that the running collector pid has the
+// backend token (OTEL_TOKEN, escaped as the supervisor passes it) in its
+// environment when want is true (otel.delivery: collector: its exporter
+// sends), and neither the variable nor the token's value when want is
+// false (delivery from the files: the supervisor sends).
+func checkCollectorToken(t *testing.T, pid int, token string, want bool) {
+	t.Helper()
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatalf("the collector's environment: %v", err)
+	}
+	escaped := strings.ReplaceAll(token, "$", "$$")
+	has := strings.Contains("\x00"+string(env), "\x00OTEL_TOKEN="+escaped+"\x00")
+	if want && !has {
+		t.Errorf("the collector %d has not the backend token in OTEL_TOKEN (delivery: collector)", pid)
+	}
+	if !want && (strings.Contains("\x00"+string(env), "\x00OTEL_TOKEN=") || strings.Contains(string(env), escaped)) {
+		t.Errorf("the collector %d has the backend token in its environment with delivery from the files", pid)
+	}
 }
 
 func mustRead(t *testing.T, path string) []byte {
@@ -373,5 +402,40 @@ func TestMeasureFileDeliveryOutage(t *testing.T) {
 	t.Log(sum.Line())
 	if sum.Missing > 0 || sum.Backend < sum.Files || sum.Extra > sum.DuplicatesBound || !sum.Complete {
 		t.Errorf("the backend's copy after the job: %+v", sum)
+	}
+}
+
+// TestFileDeliveryReplayRefusedWhileDelivering: while the supervisor
+// delivers the files from the checkpoint it holds the node dir's delivery
+// lock, and a `replay` of the dir refuses (exit non-zero, nothing sent),
+// naming the node and --while-delivering; after the drain the lock is
+// free and a replay finds nothing to send.
+func TestFileDeliveryReplayRefusedWhileDelivering(t *testing.T) {
+	t.Parallel()
+	token := "lock-" + harness.RandHex(6)
+	be := harness.StartBackend(t, token)
+	s := harness.StartSup(t, harness.Job{JobID: "3839", Endpoint: be.URL, Token: token, Site: "  delivery: files\n"}).MustReady(t)
+	checkCollectorToken(t, s.Report.CollectorPID, token, false)
+	replay := func() (string, error) {
+		cmd := exec.Command(harness.CLI(t), "replay", "--endpoint", be.URL, "--token-env", "OTEL_TOKEN", s.Out)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "OTEL_TOKEN=" + token}
+		out, err := cmd.CombinedOutput()
+		t.Logf("replay (%v):\n%s", err, out)
+		return string(out), err
+	}
+	harness.WaitFor(t, 30*time.Second, "the first delivery", func() bool {
+		_, err := os.Stat(filepath.Join(s.Out, delivery.LockFile))
+		return err == nil
+	})
+	out, err := replay()
+	if err == nil || !strings.Contains(out, "the job's first node") || !strings.Contains(out, "--while-delivering") || strings.Contains(out, "sending ") {
+		t.Errorf("a replay while the supervisor delivers: %v, want a refusal naming the node and --while-delivering, nothing sent", err)
+	}
+	if _, err := s.Drain(t, 2*time.Minute); err != nil {
+		t.Fatalf("drain: %v\n%s", err, s.Output())
+	}
+	out, err = replay()
+	if err != nil || !strings.Contains(out, "nothing to send") {
+		t.Errorf("a replay after the drain: %v, want nothing to send", err)
 	}
 }

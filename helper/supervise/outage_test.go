@@ -52,10 +52,17 @@ func loadgenBin(t testing.TB) string {
 }
 
 // outageKind is one backend behaviour: start returns the endpoint the
-// collector exports to and, when one stands behind it, the real backend.
+// collector exports to, when one stands behind it the real backend, and
+// how to end the behaviour (its process stopped, its port free again).
 type outageKind struct {
 	name  string
-	start func(t *testing.T, token string) (string, *harness.Backend)
+	start func(t *testing.T, token string) (string, *harness.Backend, func())
+}
+
+// blackhole starts the misbehaving backend as outageKind.start returns it.
+func blackhole(t *testing.T, mode string, args ...string) (string, *harness.Backend, func()) {
+	url, p := harness.StartBlackholeProc(t, mode, args...)
+	return url, nil, p.Kill
 }
 
 // outageKinds are the backend behaviours; the slow one holds each request
@@ -64,19 +71,20 @@ type outageKind struct {
 // reaches the backend behind the delay).
 func outageKinds(slowDelay time.Duration) []outageKind {
 	return []outageKind{
-		{"hang", func(t *testing.T, _ string) (string, *harness.Backend) { return harness.StartBlackhole(t, "hang"), nil }},
-		{"refuse", func(t *testing.T, _ string) (string, *harness.Backend) {
-			return fmt.Sprintf("http://127.0.0.1:%d", harness.FreePort(t)), nil
+		{"hang", func(t *testing.T, _ string) (string, *harness.Backend, func()) { return blackhole(t, "hang") }},
+		{"refuse", func(t *testing.T, _ string) (string, *harness.Backend, func()) {
+			return fmt.Sprintf("http://127.0.0.1:%d", harness.FreePort(t)), nil, func() {}
 		}},
-		{"429", func(t *testing.T, _ string) (string, *harness.Backend) {
-			return harness.StartBlackhole(t, "429", "--retry-after", "1"), nil
+		{"429", func(t *testing.T, _ string) (string, *harness.Backend, func()) {
+			return blackhole(t, "429", "--retry-after", "1")
 		}},
-		{"503", func(t *testing.T, _ string) (string, *harness.Backend) {
-			return harness.StartBlackhole(t, "503", "--retry-after", "1"), nil
+		{"503", func(t *testing.T, _ string) (string, *harness.Backend, func()) {
+			return blackhole(t, "503", "--retry-after", "1")
 		}},
-		{"slow", func(t *testing.T, token string) (string, *harness.Backend) {
+		{"slow", func(t *testing.T, token string) (string, *harness.Backend, func()) {
 			be := harness.StartBackend(t, token)
-			return harness.StartBlackhole(t, "slow", "--delay", slowDelay.String(), "--upstream", be.URL), be
+			url, _, stop := blackhole(t, "slow", "--delay", slowDelay.String(), "--upstream", be.URL)
+			return url, be, stop
 		}},
 	}
 }
@@ -129,13 +137,16 @@ func runLoad(t *testing.T, kind outageKind, rate int, dur time.Duration, j harne
 	t.Helper()
 	lg := loadgenBin(t)
 	token := "outage-" + harness.RandHex(6)
-	ep, be := kind.start(t, token)
+	ep, be, _ := kind.start(t, token)
 	j.Endpoint, j.Token = ep, token
 	if j.Site == "" {
 		j.Site = "  delivery: collector\n"
 	}
 	mem := j.Memory
 	s := harness.StartSup(t, j).MustReady(t)
+	if j.Site == "  delivery: collector\n" {
+		checkCollectorToken(t, s.Report.CollectorPID, token, true)
+	}
 	run := outageRun{kind: kind.name, rate: rate, backend: -1, memoryLimitMB: mem}
 
 	// The collector's memory every second until the drain is over.

@@ -109,10 +109,15 @@ func TestContainerPodman(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"OTEL_TOKEN=" + strings.ReplaceAll(token, "$", "$$"), "GYM_OTEL_RECEIVER_TOKEN=" + s.ReceiverToken, "GYM_OTEL_PLUGIN_TOKEN=", "GOMEMLIMIT=409MiB"} {
+	for _, want := range []string{"GYM_OTEL_RECEIVER_TOKEN=" + s.ReceiverToken, "GYM_OTEL_PLUGIN_TOKEN=", "GOMEMLIMIT=409MiB"} {
 		if !bytes.Contains(env, []byte("\x00"+want)) && !bytes.HasPrefix(env, []byte(want)) {
 			t.Errorf("the container's collector has no %q in its environment", strings.SplitN(want, "=", 2)[0]+"=...")
 		}
+	}
+	// Delivery from the files (the default): the supervisor sends to the
+	// backend; the collector has no backend exporter, and no backend token.
+	if bytes.Contains(env, []byte("\x00OTEL_TOKEN=")) || bytes.HasPrefix(env, []byte("OTEL_TOKEN=")) || bytes.Contains(env, []byte(strings.ReplaceAll(token, "$", "$$"))) {
+		t.Errorf("the container's collector has the backend token in its environment with delivery from the files")
 	}
 	// Containment: the runtime makes no cgroup of its own (rootless, the
 	// cgroupfs manager on a host whose controllers are v1): the

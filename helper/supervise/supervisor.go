@@ -662,8 +662,13 @@ func (s *supervisor) writeConfig() error {
 	return nil
 }
 
-// collectorEnv is the collector's whole environment: the three tokens, a
+// collectorEnv is the collector's whole environment: its tokens, a
 // memory limit for the Go runtime, PATH and HOME. Nothing else is secret.
+// The backend token is there only with otel.delivery: collector, where
+// the collector's own exporter sends to the backend; with delivery from
+// the files (the default) the supervisor sends and the collector has no
+// backend exporter, so it gets only the receiver and plugin tokens
+// (backendTokenInCollector).
 //
 // The backend token is referenced inside a larger string ("Bearer
 // ${env:X}"), and there the collector (v0.161.0) expands the substituted value once more:
@@ -675,13 +680,16 @@ func (s *supervisor) writeConfig() error {
 // collector's private memory and costs about 20 % (GOGC=50) to 60 %
 // (GOGC=25) more CPU under load (docs/performance.md, P4M).
 func (s *supervisor) collectorEnv() []string {
-	env := []string{
-		s.o.TokenEnv + "=" + render.Escape(s.opt.Token),
-		render.ReceiverTokenEnv + "=" + s.rtoken, // hex: nothing to escape; referenced as a whole value
-		render.PluginTokenEnv + "=" + s.ptoken,   // likewise
+	var env []string
+	if s.backendTokenInCollector() {
+		env = append(env, s.o.TokenEnv+"="+render.Escape(s.opt.Token))
+	}
+	env = append(env,
+		render.ReceiverTokenEnv+"="+s.rtoken, // hex: nothing to escape; referenced as a whole value
+		render.PluginTokenEnv+"="+s.ptoken,   // likewise
 		fmt.Sprintf("GOMEMLIMIT=%dMiB", memory.Of(s.o.MemoryLimitMiB, 0).GoMemLimitMiB),
 		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
-	}
+	)
 	if s.collectorYAML != nil {
 		env = append(env, render.ConfigEnv+"="+string(s.collectorYAML))
 	}
@@ -884,13 +892,26 @@ func podmanUnshare(argv, paths []string) []string {
 }
 
 // containerEnvNames are the variables a collector in a container needs
-// from the runtime's environment: the three tokens its configuration reads
-// as ${env:...} and GOMEMLIMIT. A runtime that starts the container with a
-// clean environment (apptainer --cleanenv, podman, enroot) passes them
-// only when told: APPTAINERENV_<NAME> in its environment
-// (containerEnv), or {envname} in otel.container_runtime.
+// from the runtime's environment: the tokens its configuration reads as
+// ${env:...} (the backend token's only with otel.delivery: collector,
+// backendTokenInCollector) and GOMEMLIMIT. A runtime that starts the
+// container with a clean environment (apptainer --cleanenv, podman,
+// enroot) passes them only when told: APPTAINERENV_<NAME> in its
+// environment (containerEnv), or {envname} in otel.container_runtime.
 func (s *supervisor) containerEnvNames() []string {
-	return []string{s.o.TokenEnv, render.ReceiverTokenEnv, render.PluginTokenEnv, "GOMEMLIMIT"}
+	var names []string
+	if s.backendTokenInCollector() {
+		names = append(names, s.o.TokenEnv)
+	}
+	return append(names, render.ReceiverTokenEnv, render.PluginTokenEnv, "GOMEMLIMIT")
+}
+
+// backendTokenInCollector reports whether the collector's configuration
+// reads the backend token (otel.token_env): only its backend exporter
+// (and, with otel.token_resource_attribute, its resource/backend_auth
+// processor) does, rendered with otel.delivery: collector alone.
+func (s *supervisor) backendTokenInCollector() bool {
+	return s.o.CollectorDelivery() && s.o.TokenEnv != ""
 }
 
 // launch starts the collector and waits until it is healthy.

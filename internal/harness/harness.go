@@ -257,8 +257,15 @@ func StartNodeExporter(t testing.TB) int {
 // StartBlackhole starts the misbehaving backend (mode hang, 401, 429, 503
 // or slow, with its flags in args) and returns its endpoint URL.
 func StartBlackhole(t testing.TB, mode string, args ...string) string {
+	url, _ := StartBlackholeProc(t, mode, args...)
+	return url
+}
+
+// StartBlackholeProc is StartBlackhole, also returning its process (to
+// stop it before the test's end: the backend's return on the same port).
+func StartBlackholeProc(t testing.TB, mode string, args ...string) (string, *Proc) {
 	port := FreePort(t)
-	StartProc(t, "blackhole", nil, append([]string{testenv.Standin(t, "blackhole"), "--port", strconv.Itoa(port), "--mode", mode}, args...)...)
+	p := StartProc(t, "blackhole", nil, append([]string{testenv.Standin(t, "blackhole"), "--port", strconv.Itoa(port), "--mode", mode}, args...)...)
 	WaitFor(t, 10*time.Second, "blackhole", func() bool {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
 		if err == nil {
@@ -266,7 +273,7 @@ func StartBlackhole(t testing.TB, mode string, args ...string) string {
 		}
 		return err == nil
 	})
-	return fmt.Sprintf("http://127.0.0.1:%d", port)
+	return fmt.Sprintf("http://127.0.0.1:%d", port), p
 }
 
 // Backend is a second real collector: OTLP/HTTP with bearertokenauth,

@@ -392,6 +392,18 @@ func Read(path string) (Data, error) {
 	return d, nil
 }
 
+// Parse reads one OTLP-JSON export request (a line of a file, or the
+// body of an OTLP/HTTP JSON request); an error when it is not one.
+func Parse(b []byte) (Data, error) {
+	var d Data
+	var l line
+	if err := json.Unmarshal(b, &l); err != nil {
+		return d, err
+	}
+	d.add(&l)
+	return d, nil
+}
+
 // ReadGrowing reads the lines of path that parse, the file of a collector
 // still writing it: a line that does not parse (the last one, being
 // written) is skipped. A missing file is empty.

@@ -59,11 +59,15 @@ func ParseOutageLine(line string) (s OutageSummary, ok bool) {
 // backend, seconds, MiB. The test prints it with Line, the bench reads it
 // with ParseFileOutageLine.
 type FileOutageSummary struct {
-	Rate          int   `json:"rate"`
-	OutageSeconds int   `json:"outage_seconds"`
-	JobSeconds    int   `json:"job_seconds"`
-	Files         int64 `json:"files"`
-	Backend       int64 `json:"backend"`
+	// Kind is the backend's behaviour ("": stopped, P10's outage; else
+	// one of P8's: hang, refuse, 429, 503, slow, through the whole job and
+	// its drain).
+	Kind          string `json:"kind,omitempty"`
+	Rate          int    `json:"rate"`
+	OutageSeconds int    `json:"outage_seconds"`
+	JobSeconds    int    `json:"job_seconds"`
+	Files         int64  `json:"files"`
+	Backend       int64  `json:"backend"`
 	// Missing counts the files' spans the backend lacks (by id);
 	// DuplicatesBound is the receipt's bound of the items the backend may
 	// hold twice, Extra what it holds beyond the files.
@@ -83,6 +87,20 @@ type FileOutageSummary struct {
 	PeakCollector  float64 `json:"peak_collector_mib"`
 	MemoryLimit    int     `json:"memory_limit_mib"`
 	Drain          float64 `json:"drain_seconds"`
+	// BackendAfterJob is the backend's items once the job has ended
+	// (before any replay); Replayed is whether one `replay` ran because
+	// the outage outlasted the job (the backend back on the same
+	// endpoint), ReplayItems the items it said it sends, ReplaySeconds
+	// its duration from the backend's return. Backend is then the
+	// backend's items after it, and DuplicatesBound the checkpoint's
+	// bound after it (the job's and the replay's).
+	BackendAfterJob int64   `json:"backend_after_job"`
+	Replayed        bool    `json:"replayed,omitempty"`
+	ReplayItems     int64   `json:"replay_items,omitempty"`
+	ReplaySeconds   float64 `json:"replay_seconds,omitempty"`
+	// Accepted and Refused are what the producer was told.
+	Accepted int64 `json:"accepted,omitempty"`
+	Refused  int64 `json:"refused,omitempty"`
 }
 
 // fileOutagePrefix starts the line of a FileOutageSummary.

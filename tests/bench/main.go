@@ -16,7 +16,8 @@
 //	GYM_OTEL_BENCH_ONLY=P1,P2   only these (P1 includes P6, P2 includes P3, P4 includes P5 and P4M; P1S is
 //	                            srun true as a step of a --gym-otel job against one without the flag; P3B is P3
 //	                            at interval 15 s alone, with each target's wait for its first sample; P7,
-//	                            inspect of 1 GB of jsonl over 2 nodes (includes P7N: the same over 64), P8, the files under five backend outages, and
+//	                            inspect of 1 GB of jsonl over 2 nodes (includes P7N: the same over 64), P8, the files and the backend's copy under five
+//	                            backend behaviours, with delivery collector and with delivery files (one replay after each), and
 //	                            P4M, the idle collector's memory by configuration and runtime setting,
 //	                            P4I, P4's two idle rows alone (no P5 load, no P4M), P3D, the drain's
 //	                            second collector (the delivery of the drain's spans): ms and peak RSS,
@@ -25,7 +26,8 @@
 //	                            run without Slurm when alone)
 //	GYM_OTEL_BENCH_LONG_OUTAGE=1 P10 also through a 1-hour outage (about 80 minutes more)
 //	GYM_OTEL_BENCH_OUTAGE_SECONDS=N  P8's length of each outage run (default 180, quick 60; P8 takes
-//	                            five times that and a minute each)
+//	                            ten times that, a minute each with the collector's delivery and about
+//	                            two and a half each with delivery from the files and its replay)
 //	GYM_OTEL_BENCH_BASELINE=DIR a checkout whose build/ holds an earlier plugin, core and CLI: P1S also
 //	                            measures its flagged and unflagged steps, against this build's
 //	GYM_OTEL_BENCH_P1S_ROUNDS=N P1S's rounds (default 6, quick 2), 15 steps per block

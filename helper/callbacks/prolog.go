@@ -317,6 +317,9 @@ func supervisorEnv(in PrologInput, resolved *config.Resolved, factsJSON []byte, 
 	if end := launch.ParseJobEnd(in.Getenv("SLURM_JOB_END_TIME")); !end.IsZero() {
 		env = append(env, launch.EnvJobEnd+"="+strconv.FormatInt(end.Unix(), 10))
 	}
+	if r := nvidiaRoot(NodeName(in.Getenv)); r != "" {
+		env = append(env, launch.EnvNvidiaProc+"="+r)
+	}
 	return env, nil
 }
 
@@ -428,6 +431,13 @@ func (st *launchState) start(ctx context.Context, env []string, groups []uint32,
 		rec.FilterPorts = nil
 	}
 }
+
+// nvidiaRoot is, per node, the NVIDIA driver's proc directory the
+// job's supervisor names the job's GPUs from ("": its default,
+// /proc/driver/nvidia, and nothing is passed). Only the tests' build of
+// the core (tag gymotel_nvidia_test) sets it; nothing a user or a site
+// sets reaches it.
+var nvidiaRoot = func(node string) string { return "" }
 
 // powercapRoot is where root opens the node's RAPL zones: the kernel's
 // powercap class. Only this package's tests point it at a tree of their

@@ -212,8 +212,11 @@ fi
 # --gpus N: each node has N GPUs, character devices of NVIDIA's major
 # (195), minors 0..N-1, under <state>/dev (not /dev: no real /dev/nvidia*
 # is named). Every node names the same files, as every real node names its
-# own /dev/nvidia0..: the nodes share this host. slurmd only stat()s a
-# File= (its major:minor, for a devices cgroup); nothing opens them, and
+# own /dev/nvidia0..: the nodes share this host. Slurm 22.05's slurmd
+# stat()s each File= (its major:minor, for a devices cgroup): a missing one
+# is fatal ("can't stat gres.conf file"), one that is not a character or
+# block device an error ("is not a valid character or block device, fix
+# your gres.conf", slurmd -G). Nothing opens them, and
 # the cgroup.conf of --cgroup does not set ConstrainDevices. Slurm gives a
 # job GPUs only where it asks for them (--gres=gpu, --gpus...): other jobs
 # get no SLURM_JOB_GPUS nor CUDA_VISIBLE_DEVICES.

@@ -188,7 +188,7 @@ wait
 	waitNoCollector(t)
 
 	cli := filepath.Join(root, "build", "gym-otel-spank")
-	rep, text, _ := slurmkit.Inspect(t, cli, filepath.Join(d, "run"))
+	rep, text, art := slurmkit.Inspect(t, cli, filepath.Join(d, "run"))
 
 	// Each node's samples of its GPUs, by the stand-in's GPU index: the
 	// counter on gn1, power on gn2 (unix ms, as inspect reads them).
@@ -407,9 +407,21 @@ wait
 		t.Errorf("backend: no gym_otel.gpu.energy for %v (got %v)", want, got)
 	}
 
+	html, err := os.ReadFile(filepath.Join(art, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, w := range []string{inspect.ReasonReset, inspect.ReasonGap} {
 		if !strings.Contains(text, w) {
 			t.Errorf("inspect's text does not say %q", w)
+		}
+		if !strings.Contains(string(html), w) {
+			t.Errorf("inspect's HTML report does not say %q", w)
+		}
+	}
+	for _, w := range []string{"<h2>Energy per step</h2>", "<h2>Energy per role</h2>", `<td class="l">policy</td>`, `<td class="l">judge</td>`} {
+		if !strings.Contains(string(html), w) {
+			t.Errorf("inspect's HTML report has no %q", w)
 		}
 	}
 	if t.Failed() {

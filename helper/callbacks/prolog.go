@@ -601,6 +601,9 @@ func prologFacts(ctx context.Context, in PrologInput, resolved *config.Resolved,
 			f.ArrayJobID, f.ArrayTaskID = j.ArrayJobID, j.ArrayTaskID
 		}
 	}
+	// SLURM_JOB_GPUS holds GRES indexes: their devices' minors come from
+	// the node's gres.conf.
+	f.GPUMinors, f.GPUMinorsNote = gresMinors(in.Getenv("SLURM_CONF"), node, f.GPUs, in.JobID, log)
 	nodelist := in.Getenv("SLURM_JOB_NODELIST")
 	if nodelist == "" {
 		nodelist = in.Getenv("SLURM_NODELIST")

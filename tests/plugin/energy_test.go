@@ -1,6 +1,7 @@
 package plugin_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/helper/gpudev"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
@@ -75,9 +78,15 @@ func TestEnergyPerStep(t *testing.T) {
 	_ = os.Chmod(base, 0o755)
 	t.Cleanup(func() { os.RemoveAll(base) })
 
-	// Each node's driver: minor m is the stand-in's GPU gpuOf[node][m].
+	// Each node's driver: minor m is the stand-in's GPU driver[node][m].
+	// The job's GRES indexes 0 and 1 are, on gn1, minors 0 and 1 (the
+	// stand-in's GPUs 3 and 2) and, on gn2, whose gres.conf line names
+	// minors 2 and 3, the stand-in's GPUs 1 and 0: gn2's minors 0 and 1
+	// (GPUs 3 and 2) are what an index read as a minor would keep.
+	driver := map[string]map[int]int{"gn1": {0: 3, 1: 2}, "gn2": {2: 1, 3: 0, 0: 3, 1: 2}}
 	gpuOf := map[string][]int{"gn1": {3, 2}, "gn2": {1, 0}}
-	for node, gs := range gpuOf {
+	minorsOf := map[string][]int{"gn1": {0, 1}, "gn2": {2, 3}}
+	for node, gs := range driver {
 		for minor, g := range gs {
 			testenv.NvidiaGPU(t, filepath.Join(base, "nvidia", node), fmt.Sprintf("0000:%02x:00.0", 0x18+g), minor,
 				fmt.Sprintf("GPU-5fd4c1a0-0000-4000-8000-%012d", g))
@@ -234,6 +243,25 @@ wait
 		// The node kept exactly its own GPUs, by device.
 		if len(kept) != 2 || !kept[gpuOf[node][0]] || !kept[gpuOf[node][1]] {
 			t.Errorf("%s kept the stand-in's GPUs %v, want %v (by device, not index order)", node, kept, gpuOf[node])
+		}
+		// The supervisor recorded each GRES index with its gres.conf
+		// file's minor (gn2: 2 and 3, not 0 and 1).
+		var st jobdir.State
+		if b, err := os.ReadFile(filepath.Join(d, "run", dir, jobdir.StateFile)); err != nil {
+			t.Error(err)
+		} else if err := json.Unmarshal(b, &st); err != nil {
+			t.Error(err)
+		}
+		var got []string
+		for _, g := range st.GPUs {
+			got = append(got, fmt.Sprintf("%s:%s:%d:%s", g.Slurm, g.By, g.Minor, g.PCIBusID))
+		}
+		var wantGPUs []string
+		for i, g := range gpuOf[node] {
+			wantGPUs = append(wantGPUs, fmt.Sprintf("%d:%s:%d:00000000:%02X:00.0", i, gpudev.ByGres, minorsOf[node][i], 0x18+g))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(wantGPUs) {
+			t.Errorf("%s state.json gpus %q, want %q (GRES index:how:minor:bus)", node, got, wantGPUs)
 		}
 	}
 	nodeGPUs := map[string][]int{"gn1": {2, 3}, "gn2": {0, 1}}

@@ -34,12 +34,14 @@ func (c energyCurve) joules(epoch time.Time, a, b time.Time) float64 {
 
 // TestEnergyPerStep: a two-node job with two Slurm steps and two Gym
 // roles on real Slurm with GPU GRES (up.sh --gpus 2: every node's
-// --gres=gpu:2 is its GRES indexes 0,1, device files of minors 0 and 1).
-// The dcgm stand-in, the nodes' dcgm-exporter, serves four GPUs with known
-// power curves; the tests' build of the core (tag gymotel_nvidia_test)
-// gives each node a driver tree of its own in which minors 0 and 1 are,
-// on gn1, the stand-in's GPUs 3 and 2 (buses 0x1B, 0x1A) and, on gn2, its
-// GPUs 1 and 0: matched by index order each node would keep GPUs 0 and 1.
+// --gres=gpu:2 is its GRES indexes 0,1, device files of minors 0 and 1 on
+// gn1, 2 and 3 on gn2). The dcgm stand-in, the nodes' dcgm-exporter,
+// serves four GPUs with known power curves; the tests' build of the core
+// (tag gymotel_nvidia_test) gives each node a driver tree of its own in
+// which the job's minors are, on gn1, the stand-in's GPUs 3 and 2 (buses
+// 0x1B, 0x1A) and, on gn2, its GPUs 1 and 0 (gn2's minors 0 and 1 are
+// GPUs 3 and 2): matched by index order each node would keep GPUs 0 and
+// 1, with the index read as the minor gn2 would keep GPUs 3 and 2.
 //
 //   - gn1's GPUs (role policy, vLLM stand-in on node pool n0) draw a fast
 //     curve, 300 + 100 sin(2 pi t / 4 s) W, against a scrape every 1 s, and

@@ -16,7 +16,9 @@ import (
 // GresGPUs is the node's GPU device files as its slurmd indexes them: the
 // GRES index i (SLURM_JOB_GPUS holds these) is Files[i].
 //
-// How slurmd orders them (Slurm 22.05.8, the same through 25.11):
+// How slurmd orders them (Slurm 22.05.8; at Slurm's head, commit
+// 284c3b9, the records are appended the same way in src/interfaces/gres.c
+// and numbered in its gres_node_config_load, _foreach_fill_in_gres_devices):
 // gres_g_node_config_load (src/common/gres.c) parses gres.conf with
 // s_p_parse_file and appends first every record of a line that starts with
 // Name= (global), then every record of a line that starts with NodeName=,

@@ -40,8 +40,9 @@ const (
 	// of files too large to count.
 	envSpanCountMaxBytes = "GYM_OTEL_SPAN_COUNT_MAX_BYTES"
 	// envNvidiaProc optionally sets supervise.Options.NvidiaRoot (default
-	// /proc/driver/nvidia). A test hook for a node's GPUs by device.
-	envNvidiaProc = "GYM_OTEL_NVIDIA_PROC"
+	// /proc/driver/nvidia). A test hook for a node's GPUs by device: the
+	// plugin's prolog sets it only in the tests' build of the core.
+	envNvidiaProc = launch.EnvNvidiaProc
 )
 
 func init() {

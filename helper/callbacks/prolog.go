@@ -317,6 +317,9 @@ func supervisorEnv(in PrologInput, resolved *config.Resolved, factsJSON []byte, 
 	if end := launch.ParseJobEnd(in.Getenv("SLURM_JOB_END_TIME")); !end.IsZero() {
 		env = append(env, launch.EnvJobEnd+"="+strconv.FormatInt(end.Unix(), 10))
 	}
+	if r := nvidiaRoot(NodeName(in.Getenv)); r != "" {
+		env = append(env, launch.EnvNvidiaProc+"="+r)
+	}
 	return env, nil
 }
 
@@ -428,6 +431,13 @@ func (st *launchState) start(ctx context.Context, env []string, groups []uint32,
 		rec.FilterPorts = nil
 	}
 }
+
+// nvidiaRoot is, per node, the NVIDIA driver's proc directory the
+// job's supervisor names the job's GPUs from ("": its default,
+// /proc/driver/nvidia, and nothing is passed). Only the tests' build of
+// the core (tag gymotel_nvidia_test) sets it; nothing a user or a site
+// sets reaches it.
+var nvidiaRoot = func(node string) string { return "" }
 
 // powercapRoot is where root opens the node's RAPL zones: the kernel's
 // powercap class. Only this package's tests point it at a tree of their
@@ -591,6 +601,9 @@ func prologFacts(ctx context.Context, in PrologInput, resolved *config.Resolved,
 			f.ArrayJobID, f.ArrayTaskID = j.ArrayJobID, j.ArrayTaskID
 		}
 	}
+	// SLURM_JOB_GPUS holds GRES indexes: their devices' minors come from
+	// the node's gres.conf.
+	f.GPUMinors, f.GPUMinorsNote = gresMinors(in.Getenv("SLURM_CONF"), node, f.GPUs, in.JobID, log)
 	nodelist := in.Getenv("SLURM_JOB_NODELIST")
 	if nodelist == "" {
 		nodelist = in.Getenv("SLURM_NODELIST")

@@ -152,9 +152,15 @@ const (
 	// parent) by UUID, the driver's GPU UUID.
 	ByUUID = "UUID"
 	// ByMinor: SLURM_JOB_GPUS named Slurm's GRES index, read as the
-	// number of the GRES device file (/dev/nvidia<N>, gres.conf
-	// File=/dev/nvidia[...] in order), the driver's Device Minor.
+	// driver's Device Minor itself: right only where the node's gres.conf
+	// lists File=/dev/nvidia0.. from 0 in order (the prolog could not map
+	// the index through gres.conf: AutoDetect, or a gres.conf it could
+	// not read).
 	ByMinor = "minor"
+	// ByGres: SLURM_JOB_GPUS named Slurm's GRES index (the GPU's place in
+	// the node's GRES list), mapped through the node's gres.conf to its
+	// device file's minor number, the driver's Device Minor.
+	ByGres = "gres.conf"
 )
 
 var (
@@ -166,12 +172,14 @@ var (
 // Resolve names the job's devices (indexes: SLURM_JOB_GPUS; devices:
 // CUDA_VISIBLE_DEVICES, both as the prolog saw them) by the node's gpus.
 // A GPU UUID or an old-form MIG name ("MIG-GPU-<uuid>/<gi>/<ci>") is
-// found by the driver's GPU UUID; an index by the Device Minor, and only
+// found by the driver's GPU UUID; an index by the Device Minor (minors:
+// each index's device minor from gres.conf, ByGres; nil reads the index
+// as the minor, ByMinor), and only
 // when Slurm named no device by UUID or as a MIG device (on a node with
 // MIG devices Slurm's indexes count MIG devices, not GPUs). unresolved
 // lists, with the reason, every named device that was not found: then
 // the devices are not all known.
-func Resolve(gpus []GPU, indexes, devices []string) (out []Device, unresolved []string) {
+func Resolve(gpus []GPU, indexes, devices []string, minors map[string]int) (out []Device, unresolved []string) {
 	byUUID := map[string]GPU{}
 	byMinor := map[int]GPU{}
 	for _, g := range gpus {
@@ -216,8 +224,17 @@ func Resolve(gpus []GPU, indexes, devices []string) (out []Device, unresolved []
 			unresolved = append(unresolved, i+": not an index")
 			continue
 		}
+		by := ByMinor
+		if minors != nil {
+			m, ok := minors[i]
+			if !ok {
+				unresolved = append(unresolved, i+": no minor from gres.conf")
+				continue
+			}
+			n, by = m, ByGres
+		}
 		if g, ok := byMinor[n]; ok {
-			out = append(out, Device{Slurm: i, By: ByMinor, Minor: g.Minor, PCIBusID: g.BusID, UUID: g.UUID})
+			out = append(out, Device{Slurm: i, By: by, Minor: g.Minor, PCIBusID: g.BusID, UUID: g.UUID})
 		} else {
 			unresolved = append(unresolved, fmt.Sprintf("%s: no GPU of the driver has Device Minor %d", i, n))
 		}

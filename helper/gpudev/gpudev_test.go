@@ -65,22 +65,31 @@ func TestResolve(t *testing.T) {
 	for _, c := range []struct {
 		name             string
 		indexes, devices []string
+		minors           map[string]int
 		want             []gpudev.Device
 		unresolved       int
 	}{
-		// Slurm's index 0 is the GRES file /dev/nvidia0: minor 0, the GPU
-		// on bus 0x19 (DCGM's gpu 1), not DCGM's gpu 0.
-		{"index", []string{"0"}, []string{"0"}, []gpudev.Device{{Slurm: "0", By: gpudev.ByMinor, Minor: 0, PCIBusID: "00000000:19:00.0", UUID: "GPU-5fd4c1a0-0000-4000-8000-000000000001"}}, 0},
-		{"index only", []string{"1"}, nil, []gpudev.Device{{Slurm: "1", By: gpudev.ByMinor, Minor: 1, PCIBusID: "00000000:18:00.0", UUID: "GPU-5fd4c1a0-0000-4000-8000-000000000000"}}, 0},
-		{"uuid", []string{"0"}, []string{"GPU-5fd4c1a0-0000-4000-8000-000000000000"}, []gpudev.Device{{Slurm: "GPU-5fd4c1a0-0000-4000-8000-000000000000", By: gpudev.ByUUID, Minor: 1, PCIBusID: "00000000:18:00.0", UUID: "GPU-5fd4c1a0-0000-4000-8000-000000000000"}}, 0},
-		{"mig old form", []string{"3"}, []string{"MIG-GPU-5fd4c1a0-0000-4000-8000-000000000001/2/0"}, []gpudev.Device{{Slurm: "MIG-GPU-5fd4c1a0-0000-4000-8000-000000000001/2/0", By: gpudev.ByUUID, Minor: 0, PCIBusID: "00000000:19:00.0", UUID: "GPU-5fd4c1a0-0000-4000-8000-000000000001", Instance: "2"}}, 0},
+		// Without gres.conf's map Slurm's index 0 is read as the GRES
+		// file /dev/nvidia0: minor 0, the GPU on bus 0x19 (DCGM's gpu 1),
+		// not DCGM's gpu 0.
+		{"index", []string{"0"}, []string{"0"}, nil, []gpudev.Device{{Slurm: "0", By: gpudev.ByMinor, Minor: 0, PCIBusID: "00000000:19:00.0", UUID: "GPU-5fd4c1a0-0000-4000-8000-000000000001"}}, 0},
+		{"index only", []string{"1"}, nil, nil, []gpudev.Device{{Slurm: "1", By: gpudev.ByMinor, Minor: 1, PCIBusID: "00000000:18:00.0", UUID: "GPU-5fd4c1a0-0000-4000-8000-000000000000"}}, 0},
+		{"uuid", []string{"0"}, []string{"GPU-5fd4c1a0-0000-4000-8000-000000000000"}, map[string]int{"0": 0}, []gpudev.Device{{Slurm: "GPU-5fd4c1a0-0000-4000-8000-000000000000", By: gpudev.ByUUID, Minor: 1, PCIBusID: "00000000:18:00.0", UUID: "GPU-5fd4c1a0-0000-4000-8000-000000000000"}}, 0},
+		{"mig old form", []string{"3"}, []string{"MIG-GPU-5fd4c1a0-0000-4000-8000-000000000001/2/0"}, nil, []gpudev.Device{{Slurm: "MIG-GPU-5fd4c1a0-0000-4000-8000-000000000001/2/0", By: gpudev.ByUUID, Minor: 0, PCIBusID: "00000000:19:00.0", UUID: "GPU-5fd4c1a0-0000-4000-8000-000000000001", Instance: "2"}}, 0},
 		// A MIG UUID names no GPU the driver lists; the index beside it
 		// counts MIG devices and is not read as a minor.
-		{"mig uuid", []string{"2"}, []string{"MIG-0c1d2e3f-0000-4000-8000-000000000001"}, nil, 1},
-		{"minor not there", []string{"7"}, []string{"7"}, nil, 1},
+		{"mig uuid", []string{"2"}, []string{"MIG-0c1d2e3f-0000-4000-8000-000000000001"}, nil, nil, 1},
+		{"minor not there", []string{"7"}, []string{"7"}, nil, nil, 1},
+		// gres.conf's map: index 0 is the node's first GPU file, of
+		// minor 1 (bus 0x18), index 1 its second, of minor 0.
+		{"gres.conf", []string{"0", "1"}, []string{"0", "1"}, map[string]int{"0": 1, "1": 0}, []gpudev.Device{
+			{Slurm: "0", By: gpudev.ByGres, Minor: 1, PCIBusID: "00000000:18:00.0", UUID: "GPU-5fd4c1a0-0000-4000-8000-000000000000"},
+			{Slurm: "1", By: gpudev.ByGres, Minor: 0, PCIBusID: "00000000:19:00.0", UUID: "GPU-5fd4c1a0-0000-4000-8000-000000000001"}}, 0},
+		{"gres.conf minor not there", []string{"0"}, nil, map[string]int{"0": 7}, nil, 1},
+		{"index not in gres.conf's map", []string{"1"}, nil, map[string]int{"0": 1}, nil, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, un := gpudev.Resolve(gpus, c.indexes, c.devices)
+			got, un := gpudev.Resolve(gpus, c.indexes, c.devices, c.minors)
 			if !reflect.DeepEqual(got, c.want) || len(un) != c.unresolved {
 				t.Fatalf("Resolve = %+v, unresolved %q; want %+v, %d unresolved", got, un, c.want, c.unresolved)
 			}

@@ -215,14 +215,17 @@ const (
 
 // matchNoteByDevice: every node's state.json recorded the job's GPUs.
 const matchNoteByDevice = "every GPU matched by device: the supervisor recorded each of the job's GPUs' minor number and PCI bus id " +
-	"from the NVIDIA driver (/proc/driver/nvidia/gpus/<bus>/information; state.json gpus), a GRES index read as its device file's " +
-	"minor (/dev/nvidia<N>), a UUID as the driver's GPU UUID, and dcgm-exporter's series are matched by pci_bus_id"
+	"from the NVIDIA driver (/proc/driver/nvidia/gpus/<bus>/information; state.json gpus), a UUID as the driver's GPU UUID, " +
+	"a GRES index (SLURM_JOB_GPUS: the GPU's place in the node's GRES list) as the minor of its device file in the node's " +
+	"gres.conf (state.json gpus by \"gres.conf\"), or, where the prolog could not map it (gres.conf with AutoDetect, or not " +
+	"read: by \"minor\", the prolog's line in slurmd's log says why), read as the minor itself, right only for a gres.conf " +
+	"listing /dev/nvidia0.. in order; dcgm-exporter's series are matched by pci_bus_id"
 
 // matchNote: what inspect cannot check from the files.
 const matchNote = "a GPU is matched by device where Slurm named it by UUID (Slurm 25.11 and later, or MIG devices) or where the " +
 	"supervisor recorded the job's GPUs from the NVIDIA driver (state.json gpus; not on every node here); " +
 	"where it named Slurm's indexes (SLURM_JOB_GPUS) the collector matched them to dcgm-exporter's gpu label in index order, " +
-	"and Slurm's order (its GRES device files, /dev/nvidiaN, by minor number) and DCGM's (NVML's, by PCI bus) can differ. " +
+	"and Slurm's order (the node's GRES list) and DCGM's (NVML's, by PCI bus) can differ. " +
 	"dcgm-exporter's device label (nvidia<DCGM GPU id>) is not the minor number; the supervisor records each GPU's minor and " +
 	"PCI bus id from the node's /proc/driver/nvidia/gpus/<PCI bus id>/information where it can read them for every device " +
 	"Slurm named, and then every GPU is matched by device (dcgm-exporter's pci_bus_id)"

@@ -46,6 +46,16 @@ type Facts struct {
 	// GPUs are the job's GPU indexes on this node (SLURM_JOB_GPUS); nil
 	// when unknown.
 	GPUs []string `json:"gpus,omitempty"`
+	// GPUMinors maps each of GPUs to its device's minor number
+	// (/dev/nvidia<minor>, the driver's Device Minor): the GRES index's
+	// file in the node's gres.conf (slurm.ReadGresGPUs), its minor from
+	// stat (slurm.DeviceMinor). nil when the prolog could not map them
+	// (GPUMinorsNote says why): an index is then read as the minor.
+	GPUMinors map[string]int `json:"gpu_minors,omitempty"`
+	// GPUMinorsNote says how GPUMinors were found ("gres.conf <path>,
+	// minors by stat") or why they were not; "" when the job has no
+	// SLURM_JOB_GPUS on the node.
+	GPUMinorsNote string `json:"gpu_minors_note,omitempty"`
 	// GPUDevices are the job's GPU devices on this node as Slurm names
 	// them in the prolog's CUDA_VISIBLE_DEVICES: MIG UUIDs for MIG
 	// devices, GPU UUIDs (Slurm 25.11+) or indexes for whole GPUs

@@ -89,6 +89,11 @@ const (
 	EnvEncoded = "GYM_OTEL_SPEC"   // the encoded settings (config.Resolved.Encode)
 	EnvFacts   = "GYM_OTEL_FACTS"  // JSON of jobfacts.Facts
 	EnvRecord  = "GYM_OTEL_RECORD" // root's record of the job on this node; gone = the job ended
+	// EnvNvidiaProc is the NVIDIA driver's proc directory the supervisor
+	// names the job's GPUs from (default /proc/driver/nvidia): set only by
+	// the tests' build of the core (tag gymotel_nvidia_test), or by a test
+	// that starts the supervisor itself.
+	EnvNvidiaProc = "GYM_OTEL_NVIDIA_PROC"
 	// EnvPrologStart is the supervisor's environment variable with the
 	// prolog's start (unix ms), set by the plugin's prolog (ParsePrologStart).
 	EnvPrologStart = contract.EnvPrologStart

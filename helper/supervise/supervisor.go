@@ -346,7 +346,7 @@ func (s *supervisor) resolveGPUs() {
 		}
 		return
 	}
-	devs, unresolved := gpudev.Resolve(gpus, f.GPUs, f.GPUDevices)
+	devs, unresolved := gpudev.Resolve(gpus, f.GPUs, f.GPUDevices, f.GPUMinors)
 	if len(unresolved) > 0 {
 		s.log.Warnf("the job's GPUs by device: %s (kept as Slurm named them)", strings.Join(unresolved, "; "))
 		return

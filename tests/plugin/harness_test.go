@@ -208,7 +208,7 @@ func upCluster(extra ...string) error {
 	if clusterConf == "" {
 		clusterConf = filepath.Join(os.TempDir(), "gym-otel"+instance+".conf")
 	}
-	args := append([]string{"--nodes", "2", "--prolog-flags", flags, "--no-plugstack", "--plugstack", clusterConf}, extra...)
+	args := append([]string{"--nodes", "2", "--gpus", "2", "--prolog-flags", flags, "--no-plugstack", "--plugstack", clusterConf}, extra...)
 	exports, err := slurmkit.UpLocal(root, nil, args...)
 	if err != nil {
 		return err

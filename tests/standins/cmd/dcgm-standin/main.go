@@ -13,9 +13,11 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +37,16 @@ func main() {
 	migList := flag.String("mig", "", "MIG instances of every GPU, `GI:PROFILE,...` (e.g. 1:3g.40gb,2:3g.40gb): one series per instance, as dcgm-exporter serves a MIG-partitioned GPU")
 	energy := flag.Bool("energy", false, "also serve DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (counter, mJ since boot): the power integrated over wall-clock time between scrapes")
 	constant := flag.Bool("constant", false, "every scrape serves the values of the first one (the figures do not depend on how often it was scraped)")
+	var curveFlags []string
+	flag.Func("curve", "`GPUS=BASE:AMP:PERIOD` (repeatable): the GPUs listed draw BASE + AMP sin(2 pi t / PERIOD) W, t the seconds since --epoch, and their energy counter (with --energy) is 1e9+10^6 g mJ plus the curve's exact integral since --epoch", func(v string) error {
+		curveFlags = append(curveFlags, v)
+		return nil
+	})
+	epochNs := flag.Int64("epoch", 0, "the curves' time zero, Unix `nanoseconds` (default: the stand-in's start)")
+	energyList := flag.String("energy-gpus", "", "with --energy, serve the counter only for these GPU indices (default: every GPU)")
+	pauseFile := flag.String("pause-file", "", "while this `file` exists, /metrics answers 503 (no sample: a gap)")
+	resetFile := flag.String("reset-file", "", "once this `file` exists (checked at each scrape), the energy counters of --reset-gpus restart from 0 (a driver reload)")
+	resetList := flag.String("reset-gpus", "", "the GPU indices --reset-file resets")
 	flag.Parse()
 	log.SetPrefix("dcgm-standin: ")
 	log.SetFlags(0)
@@ -49,6 +61,31 @@ func main() {
 		idle[g] = true
 	}
 
+	epoch := time.Now()
+	if *epochNs != 0 {
+		epoch = time.Unix(0, *epochNs)
+	}
+	curves := map[int]curve{}
+	for _, c := range curveFlags {
+		gs, spec, ok := strings.Cut(c, "=")
+		var cv curve
+		if n, err := fmt.Sscanf(spec, "%g:%g:%g", &cv.base, &cv.amp, &cv.period); !ok || err != nil || n != 3 || cv.period <= 0 {
+			log.Fatalf("--curve: bad %q (want GPUS=BASE:AMP:PERIOD, e.g. 0,1=300:100:4)", c)
+		}
+		for _, g := range indices("--curve", gs) {
+			curves[g] = cv
+		}
+	}
+	counted := map[int]bool{}
+	for _, g := range indices("--energy-gpus", *energyList) {
+		counted[g] = true
+	}
+	resets := map[int]bool{}
+	for _, g := range indices("--reset-gpus", *resetList) {
+		resets[g] = true
+	}
+	var resetAt time.Time // when --reset-file was first seen
+
 	migs := instances(*migList)
 	names := []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
 	if len(migs) > 0 {
@@ -57,7 +94,7 @@ func main() {
 	util := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "DCGM_FI_DEV_GPU_UTIL", Help: "GPU utilization (in %)."}, names)
 	fb := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "DCGM_FI_DEV_FB_USED", Help: "Framebuffer memory used (in MiB)."}, names)
 	power := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "DCGM_FI_DEV_POWER_USAGE", Help: "Power draw (in W)."}, names)
-	joules := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", Help: "Total energy consumption since boot (in mJ)."}, names)
+	joules := &constCounters{desc: prometheus.NewDesc("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", names, nil), names: names}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(util, fb, power)
 	if *energy {
@@ -90,7 +127,23 @@ func main() {
 			dt = now.Sub(last).Seconds()
 		}
 		last = now
+		t := now.Sub(epoch).Seconds()
+		if *resetFile != "" && resetAt.IsZero() {
+			if _, err := os.Stat(*resetFile); err == nil {
+				resetAt = now
+			}
+		}
 		for _, g := range idx {
+			// The GPU's energy counter at a curve (mJ): the parent's, the
+			// same on every MIG instance's series.
+			cv, onCurve := curves[g]
+			var curveMJ float64
+			if onCurve {
+				curveMJ = 1e9 + float64(g)*1e6 + cv.energy(0, t)*1000
+				if resets[g] && !resetAt.IsZero() {
+					curveMJ = cv.energy(resetAt.Sub(epoch).Seconds(), t) * 1000
+				}
+			}
 			// One series per GPU, or per MIG instance: an instance's
 			// utilisation and memory are its own, its power (a
 			// device-level field) the parent GPU's.
@@ -105,12 +158,21 @@ func main() {
 					util.With(l).Set(float64((scrapes*13 + g*29 + k*17) % 101))
 					fb.With(l).Set(float64(20000 + (scrapes*97+g*331+k*53)%50000))
 				}
-				power.With(l).Set(w)
-				c := joules.With(l)
-				if dt == 0 {
-					c.Add(1e9 + float64(g)*1e6) // since boot
+				if onCurve {
+					w = cv.power(t)
 				}
-				c.Add(w * dt * 1000) // W x s = J; mJ
+				power.With(l).Set(w)
+				if len(counted) > 0 && !counted[g] {
+					return
+				}
+				switch {
+				case onCurve:
+					joules.set(l, curveMJ)
+				case dt == 0:
+					joules.set(l, 1e9+float64(g)*1e6+w*dt*1000) // since boot
+				default:
+					joules.add(l, w*dt*1000) // W x s = J; mJ
+				}
 			}
 			if len(migs) == 0 {
 				set(nil, 0)
@@ -123,10 +185,76 @@ func main() {
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promserve.Handler(reg, *scrapeLog, before))
+	serve := promserve.Handler(reg, *scrapeLog, before)
+	mux.Handle("/metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if *pauseFile != "" {
+			if _, err := os.Stat(*pauseFile); err == nil {
+				http.Error(w, "paused", http.StatusServiceUnavailable)
+				return
+			}
+		}
+		serve.ServeHTTP(w, r)
+	}))
 	addr := net.JoinHostPort(*listen, strconv.Itoa(*port))
 	if err := promserve.Serve(addr, mux); err != nil {
 		log.Fatal(err)
+	}
+}
+
+// curve is a GPU's power curve: base + amp sin(2 pi t / period) W.
+type curve struct{ base, amp, period float64 }
+
+// power is the curve at t (s since the epoch), W.
+func (c curve) power(t float64) float64 { return c.base + c.amp*math.Sin(2*math.Pi*t/c.period) }
+
+// energy is the curve's integral from t0 to t1 (s since the epoch), J.
+func (c curve) energy(t0, t1 float64) float64 {
+	w := 2 * math.Pi / c.period
+	return c.base*(t1-t0) + c.amp/w*(math.Cos(w*t0)-math.Cos(w*t1))
+}
+
+// constCounters serves counters whose values the stand-in sets (one may
+// go down: a reset), in label order.
+type constCounters struct {
+	desc   *prometheus.Desc
+	names  []string
+	values map[string]float64
+	labels map[string][]string
+}
+
+func (c *constCounters) key(l prometheus.Labels) (string, []string) {
+	vs := make([]string, len(c.names))
+	for i, n := range c.names {
+		vs[i] = l[n]
+	}
+	return strings.Join(vs, "\x00"), vs
+}
+
+func (c *constCounters) set(l prometheus.Labels, v float64) {
+	if c.values == nil {
+		c.values, c.labels = map[string]float64{}, map[string][]string{}
+	}
+	k, vs := c.key(l)
+	c.values[k], c.labels[k] = v, vs
+}
+
+func (c *constCounters) add(l prometheus.Labels, v float64) {
+	k, _ := c.key(l)
+	c.set(l, c.values[k]+v)
+}
+
+// Describe implements prometheus.Collector.
+func (c *constCounters) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *constCounters) Collect(ch chan<- prometheus.Metric) {
+	keys := make([]string, 0, len(c.values))
+	for k := range c.values {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, c.values[k], c.labels[k]...)
 	}
 }
 

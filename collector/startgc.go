@@ -21,10 +21,19 @@ const startGCPause = 2 * time.Second
 // bench's comparison (P4M).
 const envKeepStartPages = "GYM_OTEL_KEEP_START_PAGES"
 
+// startPagesAgain is when, after main's init, the binary's pages are
+// released a second time: those that only the first minutes' one-off work
+// mapped (each scrape job's first scrape, the supervisor's first read of
+// the collector's counters, the first collections' stack scans) go, and
+// what the running collector uses comes back by minor faults.
+const startPagesAgain = 30 * time.Second
+
 // init turns the garbage collector off for the collector's start, unless
-// GOGC is set in the environment, and then back to Go's default, giving
-// what it freed back to the system at once (debug.FreeOSMemory); then it
-// releases the binary's pages that only the start used (startpages.go).
+// GOGC is set in the environment, and then on again, giving what it freed
+// back to the system at once (debug.FreeOSMemory), its target set by the
+// allocation rate from then on (idlegc.go: 25 % idle, Go's default under
+// load); then it releases the binary's pages that only the start used
+// (startpages.go), and once more at startPagesAgain.
 //
 // Starting, the collector copies its configuration several times over
 // (confmap's maps, each component's settings) while its live heap is a few
@@ -42,11 +51,13 @@ func init() {
 	keep := os.Getenv(envKeepStartPages) == "1"
 	time.AfterFunc(startGCPause, func() {
 		if gcOff {
-			debug.SetGCPercent(100)
+			debug.SetGCPercent(busyGCPercent)
 			debug.FreeOSMemory()
+			go tuneGC(busyGCPercent)
 		}
 		if !keep {
 			releaseStartPages()
+			time.AfterFunc(startPagesAgain-startGCPause, releaseStartPages)
 		}
 	})
 }

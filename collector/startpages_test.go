@@ -101,3 +101,22 @@ func TestReleaseStartPages(t *testing.T) {
 		t.Fatal("read-only data reads differently after the release")
 	}
 }
+
+func TestGCPercentFor(t *testing.T) {
+	for _, c := range []struct {
+		cur  int
+		rate float64
+		want int
+	}{
+		{busyGCPercent, 0, idleGCPercent},
+		{busyGCPercent, 600 << 10, idleGCPercent},
+		{busyGCPercent, gcIdleRate + 1, busyGCPercent}, // between: stays
+		{idleGCPercent, gcIdleRate + 1, idleGCPercent},
+		{idleGCPercent, gcBusyRate + 1, busyGCPercent},
+		{idleGCPercent, 300 << 20, busyGCPercent},
+	} {
+		if got := gcPercentFor(c.cur, c.rate); got != c.want {
+			t.Errorf("gcPercentFor(%d, %.0f) = %d, want %d", c.cur, c.rate, got, c.want)
+		}
+	}
+}

@@ -1037,6 +1037,10 @@ func (s *supervisor) sendReadiness(r launch.Readiness) {
 	}
 }
 
+// releaseStartPagesAt is when, after the ready report, the supervisor
+// releases its start's pages of its binary (proc.ReleaseStartPages).
+var releaseStartPagesAt = []time.Duration{2 * time.Second, 30 * time.Second}
+
 // monitor reports ready, then waits for a drain request, the job's end or
 // the collector's death (restarted a bounded number of times).
 func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
@@ -1059,6 +1063,14 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	defer s.followSampled(ctx)()
 	s.files = s.startFileDelivery()
 	s.phasesStop = s.startPhases(ctx)
+	// The supervisor lives as long as the job: the pages of its binary
+	// that only its start mapped go once the loops above have run their
+	// first rounds, and once more when the first minute's one-off work is
+	// done (as the collector does to itself).
+	for _, after := range releaseStartPagesAt {
+		t := time.AfterFunc(after, func() { proc.ReleaseStartPages() })
+		defer t.Stop()
+	}
 	selfTick := time.NewTicker(time.Second)
 	defer selfTick.Stop()
 	recordTick := time.NewTicker(s.opt.RecordPoll)

@@ -115,7 +115,7 @@ const (
 // The control socket's protocol (the socket was first the batch step's
 // hold socket: the Hold names and words stay, on the wire and in jobs
 // running across an upgrade): root's lines to the job's supervisor on the
-// node (helper/supervise's holdsock.go answers; spank/holdsock.c sends
+// node (helper/supervise's controlsock.go answers; spank/controlsock.c sends
 // the steps' lines, helper/launch the epilog's). One connection carries
 // one request line, ended by "\n", of at most HoldRequestMax bytes, and
 // one answer of less than HoldAnswerMax bytes; root's clients wait at

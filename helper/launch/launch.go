@@ -64,7 +64,7 @@ type Readiness struct {
 	// ReadyMillis is the time from the supervisor's start to ready, in ms.
 	ReadyMillis int64 `json:"ready_ms,omitempty"`
 	// Hold is whether the supervisor serves the hold socket on the
-	// listener handed to it at HoldListenerFD (helper/supervise's holdsock.go): the prolog
+	// listener handed to it at HoldListenerFD (helper/supervise's controlsock.go): the prolog
 	// names the socket in root's record only then.
 	Hold bool `json:"hold,omitempty"`
 	// Steps are the start-up's steps and their durations, "name ms, ...",

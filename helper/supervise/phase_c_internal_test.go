@@ -14,7 +14,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
-// TestPhaseC: the steps' C code (spank/phase.c through spank/holdsock.c,
+// TestPhaseC: the steps' C code (spank/phase.c through spank/controlsock.c,
 // as slurmstepd runs it) against this side's real handler of the hold
 // socket, on a socket of root's in a root-only dir as the prolog makes it:
 // before the collector is ready the step's lines are not taken and its

@@ -31,14 +31,14 @@ import (
 // supervisor's environment (launch.EnvPrologStart, taken by the plugin's C prolog
 // before it loads the Go core); each step's slurmstepd (spank/phase.c, C
 // only, never in a forked task) tells the supervisor on its hold socket
-// (holdsock.go) one line at the step's start and one at its end:
+// (controlsock.go) one line at the step's start and one at its end:
 //
 //	step start <step id> <unix ms>
 //	step end <step id> <start ms> <end ms> <tasks end ms|0> <final wait end ms|0> <exit code|-1> <signal|0> <tasks>
 //
 // and reads "ok"; the start's answer is "ok <traceparent>" when the step
 // has a span to run its tasks in (stepStart), which the step sets as its
-// tasks' TRACEPARENT (spank/taskenv.c) unless one is set already. Only root's lines count (slurmstepd's; holdsock.go):
+// tasks' TRACEPARENT (spank/taskenv.c) unless one is set already. Only root's lines count (slurmstepd's; controlsock.go):
 // no other user, the job's own neither, can connect to the hold socket,
 // and a step line of any other peer gets no answer and makes no span, so
 // no process of the job can add a step that never ran.

@@ -156,7 +156,7 @@ func (f *sampleFollower) sampledAt() time.Time {
 	return time.Unix(0, oldest)
 }
 
-// sampledText is the hold socket's answer (holdsock.go); ms is unix ms,
+// sampledText is the hold socket's answer (controlsock.go); ms is unix ms,
 // 0 for not yet.
 func sampledText(targets int, ms int64) []byte {
 	return fmt.Appendf(nil, "%s=%d\n%s=%d\n", contract.HoldTargets, targets, contract.HoldSampledMs, ms)

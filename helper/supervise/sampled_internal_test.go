@@ -75,7 +75,7 @@ func TestSampleFollower(t *testing.T) {
 }
 
 // TestHoldServer: the supervisor's hold socket, asked by the batch step's
-// C code (spank/holdsock.c) on a socket of root's in a root-only dir (as
+// C code (spank/controlsock.c) on a socket of root's in a root-only dir (as
 // the prolog makes it): it answers the number of targets and the time of
 // the follower, targets=0 when the node has none; another user (nobody)
 // cannot reach it; it takes the final-scrape request from root only, one

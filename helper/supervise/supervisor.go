@@ -140,7 +140,7 @@ type Options struct {
 	// (cgroupmetrics.go) and the collector scrapes none.
 	NoCgroupMetrics bool
 	// HoldListener is the hold socket's listener the prolog made as root
-	// and handed on (InheritedHoldListener; holdsock.go): the supervisor
+	// and handed on (InheritedHoldListener; controlsock.go): the supervisor
 	// serves root's lines on it and closes it at its end. nil: no hold
 	// socket (the batch step waits its bound, the steps' phases are not
 	// told).
@@ -517,7 +517,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	if s.opt.HoldListener != nil {
 		// Started by the plugin, with the listener its prolog made: root's
 		// steps tell their phases and the batch step asks how far the
-		// scrapes are (holdsock.go). Without it the step waits its bound.
+		// scrapes are (controlsock.go). Without it the step waits its bound.
 		s.hold = newHoldServer(s.opt.HoldListener)
 	}
 	// With a hold socket the batch step asks for the final scrape at the

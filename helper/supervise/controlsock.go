@@ -24,7 +24,7 @@ import (
 // The hold socket: how root's side of the job talks to the job's
 // supervisor on the node. The batch step learns there, after the
 // script's last line, that every scrape target (on every node of the job)
-// has a sample taken after that line (spank/holdsock.c asks, for
+// has a sample taken after that line (spank/controlsock.c asks, for
 // spank/hold.c); every step tells its start and end (spank/phase.c); the
 // job epilog tells its start (afterdrain.go).
 //
@@ -39,7 +39,7 @@ import (
 // slots or read its answers. Root's record holds the path; the epilog
 // removes it with the record, and a stale one of a crashed job goes with
 // its stale record (or when the job's id runs again on the node). The
-// clients (spank/holdsock.c's gos_control_exchange in the steps,
+// clients (spank/controlsock.c's gos_control_exchange in the steps,
 // launch.TellEpilogStart in the epilog) connect only when the path is a socket
 // owned by root in a dir owned by root that neither group nor others can
 // write (launch.CheckHoldSocket). A supervisor started without the plugin (the
@@ -299,7 +299,7 @@ type holdVerb struct {
 
 // holdVerbs is every line the hold socket takes, the one table of its
 // protocol on this side (contract's Hold* names the words, the C client
-// spank/holdsock.c and launch.TellEpilogStart send them). A line that
+// spank/controlsock.c and launch.TellEpilogStart send them). A line that
 // starts with none of them gets no answer.
 var holdVerbs = []holdVerb{
 	{words: []string{contract.HoldQuestion}, hold: (*holdServer).sampledAnswer},

@@ -9,7 +9,7 @@ import (
 )
 
 // holdListener makes the job's hold socket (helper/supervise's
-// holdsock.go) as root, before the supervisor starts: the dir
+// controlsock.go) as root, before the supervisor starts: the dir
 // <dir>/hold (root's, 0700: record.MakeHoldDir) and in it the socket,
 // bound, listening and 0600. It returns the listener as a file for the
 // supervisor to inherit (at launch.HoldListenerFD) and the socket's

@@ -18,7 +18,7 @@ import (
 // others can write, neither of them a symbolic link: then only root can
 // have bound it, and the listener is the one the prolog made and handed to
 // the job's supervisor. The steps check the same in C
-// (spank/holdsock.c).
+// (spank/controlsock.c).
 func CheckHoldSocket(path string) error {
 	if !filepath.IsAbs(path) || len(path) > contract.HoldPathMax {
 		return fmt.Errorf("hold socket %q: not an absolute path of at most %d bytes", path, contract.HoldPathMax)

@@ -89,7 +89,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	// descriptor only while it is not yet taken (the listener's copy is
 	// close-on-exec), and before this process starts anything that could
 	// inherit it.
-	hold, holdErr := supervise.InheritedHoldListener()
+	hold, holdErr := supervise.InheritedControlListener()
 	// The node's RAPL counters root opened and handed down (plugstack
 	// host_power=rapl), taken likewise: read through these descriptors
 	// only, never reopened by path.
@@ -110,7 +110,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	if notDumpableErr != nil {
 		logrus.Warnf("not dumpable: %v (the job's tasks can read this process's memory)", notDumpableErr)
 	}
-	opt := supervise.Options{MainStart: mainStart, HoldListener: hold, HostEnergy: energy}
+	opt := supervise.Options{MainStart: mainStart, ControlListener: hold, HostEnergy: energy}
 	if energyErr != nil {
 		logrus.Warnf("host energy: %v", energyErr)
 	}

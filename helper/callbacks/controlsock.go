@@ -8,17 +8,17 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 )
 
-// holdListener makes the job's hold socket (helper/supervise's
+// controlListener makes the job's hold socket (helper/supervise's
 // controlsock.go) as root, before the supervisor starts: the dir
-// <dir>/hold (root's, 0700: record.MakeHoldDir) and in it the socket,
+// <dir>/hold (root's, 0700: record.MakeControlDir) and in it the socket,
 // bound, listening and 0600. It returns the listener as a file for the
-// supervisor to inherit (at launch.HoldListenerFD) and the socket's
+// supervisor to inherit (at launch.ControlListenerFD) and the socket's
 // path for root's record. The caller closes the file once the supervisor
 // has started; the socket file stays until the epilog removes the record
 // dir. Only root can connect: no other user, the job's own neither, can
 // reach the supervisor's connection slots.
-func holdListener(dir string) (*os.File, string, error) {
-	path, err := record.MakeHoldDir(dir)
+func controlListener(dir string) (*os.File, string, error) {
+	path, err := record.MakeControlDir(dir)
 	if err != nil {
 		return nil, "", err
 	}

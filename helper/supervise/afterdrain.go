@@ -69,7 +69,7 @@ import (
 // span is sent before the collector stops).
 
 // epilogLine serves "epilog start <unix ms> [<status> <derived>]"
-// (contract.HoldEpilogStart): it records the epilog's start, a plausible
+// (contract.ControlEpilogStart): it records the epilog's start, a plausible
 // time (after the node's start of the job, not ahead of the clock by more
 // than a minute) once, and the job's exit when told (two unsigned wait
 // statuses); later lines are refused.

@@ -17,7 +17,7 @@ import (
 // from the batch node's supervisor (peers.go). Waiting for each
 // target's next scrape costs up to one interval. Instead, the batch step
 // tells its node's supervisor on the hold socket that the script has
-// ended (contract.HoldFinal, root only) and the supervisor makes the
+// ended (contract.ControlFinal, root only) and the supervisor makes the
 // collector scrape every target now: the first collector run's
 // configuration sets the Prometheus receiver's scrape_on_shutdown, so
 // stopping it scrapes each target once more (Prometheus' scrape loops
@@ -42,10 +42,10 @@ import (
 // finalRequests is the hold server's channel of final-scrape requests
 // (nil without a hold server, which never delivers).
 func (s *supervisor) finalRequests() <-chan struct{} {
-	if s.hold == nil {
+	if s.control == nil {
 		return nil
 	}
-	return s.hold.finals
+	return s.control.finals
 }
 
 // finalScrape stops the running collector (which scrapes every target as

@@ -27,7 +27,7 @@ func TestHoldSurvivesSignalReexec(t *testing.T) {
 	s := harness.StartSup(t, harness.Job{JobID: "8282", Record: rec})
 	signal.Reset(syscall.SIGINT)
 	s.MustReady(t)
-	if !s.Report.Hold {
-		t.Fatalf("the supervisor started with SIGINT ignored does not serve the hold socket it was handed (%s)", s.HoldPath)
+	if !s.Report.Control {
+		t.Fatalf("the supervisor started with SIGINT ignored does not serve the hold socket it was handed (%s)", s.ControlPath)
 	}
 }

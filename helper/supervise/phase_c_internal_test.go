@@ -28,7 +28,7 @@ func TestPhaseC(t *testing.T) {
 		t.Skip("the steps trust root's hold socket only: run as root")
 	}
 	bin := testenv.PhaseDriver(t)
-	srv, path := startHold(t)
+	srv, path := startControl(t)
 	step := func(as []string, id uint32, statuses ...string) (traceparent, debug string) {
 		t.Helper()
 		argv := append(append(as, bin, path, strconv.FormatUint(uint64(id), 10)), statuses...)

@@ -224,17 +224,17 @@ func (p *phases) ready(at time.Time) {
 }
 
 // handle serves one of the steps' and the epilog's lines of the hold
-// socket (holdVerbs): the answer, or "" when line is none of them.
+// socket (controlVerbs): the answer, or "" when line is none of them.
 func (p *phases) handle(line string) string {
-	v, args := holdVerbOf(line)
+	v, args := controlVerbOf(line)
 	if v == nil || v.phase == nil {
 		return ""
 	}
 	return v.phase(p, args)
 }
 
-// okLine is the answer that takes a line (contract.HoldOK).
-const okLine = contract.HoldOK + "\n"
+// okLine is the answer that takes a line (contract.ControlOK).
+const okLine = contract.ControlOK + "\n"
 
 // stepStartLine serves "step start <step id> <unix ms>": "ok", or "ok
 // <traceparent>" when the step has a span to run its tasks in.
@@ -251,7 +251,7 @@ func (p *phases) stepStartLine(args []string) string {
 		return "bad time\n"
 	}
 	if tp := p.stepStart(id, time.UnixMilli(t)); tp != "" {
-		return contract.HoldOK + " " + tp + "\n"
+		return contract.ControlOK + " " + tp + "\n"
 	}
 	return okLine
 }
@@ -576,8 +576,8 @@ func (s *supervisor) startPhases(ctx context.Context) (stop func()) {
 	}
 	s.phases = newPhases(s.opt.Facts, launch.ParsePrologStart(os.Getenv(launch.EnvPrologStart)), s.started)
 	s.phases.ready(time.Now())
-	if s.hold != nil {
-		s.hold.phases.Store(s.phases)
+	if s.control != nil {
+		s.control.phases.Store(s.phases)
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})

@@ -194,8 +194,8 @@ func attr(s *tracev1.Span, k string) any {
 // The steps' lines reach the phases through the hold socket, which answers
 // "ok"; before the collector is ready (no phases yet) a line gets no
 // answer. The exchange's cost is logged (a step pays two).
-func TestHoldSocketPhaseLines(t *testing.T) {
-	s, path := startHold(t)
+func TestControlSocketPhaseLines(t *testing.T) {
+	s, path := startControl(t)
 	say := func(line string) string {
 		c, err := net.Dial("unix", path)
 		if err != nil {

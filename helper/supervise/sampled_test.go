@@ -37,11 +37,11 @@ func TestSampledHint(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := harness.StartSup(t, harness.Job{JobID: "8181", VLLMPort: vllm, NodePort: node, Record: rec}).MustReady(t)
-	if !s.Report.Hold {
-		t.Fatalf("report: no hold socket on the listener handed on (%s)", s.HoldPath)
+	if !s.Report.Control {
+		t.Fatalf("report: no hold socket on the listener handed on (%s)", s.ControlPath)
 	}
 	read := func() (targets int, at time.Time) {
-		c, err := net.DialTimeout("unix", s.HoldPath, time.Second)
+		c, err := net.DialTimeout("unix", s.ControlPath, time.Second)
 		if err != nil {
 			return 0, time.Time{}
 		}
@@ -101,7 +101,7 @@ func TestSampledHint(t *testing.T) {
 	// The same run without a record and a listener (no hold socket, no
 	// follower), for the cost.
 	b := harness.StartSup(t, harness.Job{JobID: "8182", VLLMPort: vllm, NodePort: node}).MustReady(t)
-	if b.Report.Hold {
+	if b.Report.Control {
 		t.Errorf("a hold socket without a listener handed on")
 	}
 	time.Sleep(time.Until(b.Started.Add(ran)))
@@ -275,7 +275,7 @@ func TestFinalScrapeNow(t *testing.T) {
 		t.Fatalf("the first run's collector.yaml does not set scrape_on_shutdown:\n%s", cfg())
 	}
 	say := func(line string) string {
-		c, err := net.DialTimeout("unix", s.HoldPath, time.Second)
+		c, err := net.DialTimeout("unix", s.ControlPath, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

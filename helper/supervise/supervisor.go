@@ -139,12 +139,12 @@ type Options struct {
 	// NoCgroupMetrics: the supervisor serves no cgroup metrics
 	// (cgroupmetrics.go) and the collector scrapes none.
 	NoCgroupMetrics bool
-	// HoldListener is the hold socket's listener the prolog made as root
-	// and handed on (InheritedHoldListener; controlsock.go): the supervisor
+	// ControlListener is the hold socket's listener the prolog made as root
+	// and handed on (InheritedControlListener; controlsock.go): the supervisor
 	// serves root's lines on it and closes it at its end. nil: no hold
 	// socket (the batch step waits its bound, the steps' phases are not
 	// told).
-	HoldListener *net.UnixListener
+	ControlListener *net.UnixListener
 	// SpanCountMaxBytes is the most bytes of traces.jsonl and
 	// metrics.jsonl together that the drain reads to count the spans the
 	// span metrics connector did not (0: SpanCountMaxBytes, the
@@ -204,7 +204,7 @@ type supervisor struct {
 	// The receipt's figures (see receipt.go).
 	final      *finalSink           // receives the collector's export at shutdown
 	cgroups    *cgroupServer        // serves the job's cgroups (nil: not served)
-	hold       *holdServer          // answers the batch step's hold (nil: not started by the plugin)
+	control    *controlServer       // answers the batch step's hold (nil: not started by the plugin)
 	lastRead   selfmetrics.Counters // the running collector's last read counters
 	lastReadAt time.Time
 	figures    selfmetrics.Counters // the ended collector runs' counters, summed
@@ -269,8 +269,8 @@ func Run(ctx context.Context, opt Options) error {
 		if s.final != nil {
 			s.final.close()
 		}
-		if s.hold != nil {
-			s.hold.close()
+		if s.control != nil {
+			s.control.close()
 		}
 		if s.peer != nil {
 			s.peer.close()
@@ -514,20 +514,20 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 			meter.run(time.Duration(s.o.ScrapeIntervalSeconds) * time.Second)
 		}
 	}
-	if s.opt.HoldListener != nil {
+	if s.opt.ControlListener != nil {
 		// Started by the plugin, with the listener its prolog made: root's
 		// steps tell their phases and the batch step asks how far the
 		// scrapes are (controlsock.go). Without it the step waits its bound.
-		s.hold = newHoldServer(s.opt.HoldListener)
+		s.control = newControlServer(s.opt.ControlListener)
 	}
 	// With a hold socket the batch step asks for the final scrape at the
 	// script's end: the first run scrapes every target as it stops. A
 	// node without targets (the hold ends at once) has none to do.
-	s.scrapeOnShutdown = s.hold != nil && len(render.Targets(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)})) > 0
-	if s.hold != nil && s.opt.Facts.NodeIndex > 0 {
+	s.scrapeOnShutdown = s.control != nil && len(render.Targets(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)})) > 0
+	if s.control != nil && s.opt.Facts.NodeIndex > 0 {
 		// The batch node's supervisor asks this one for its final
 		// scrape through the job dir (peers.go).
-		if s.peer, err = newPeerServer(s.at, s.opt.Facts.JobID, s.opt.Facts.RestartCount, s.hold); err != nil {
+		if s.peer, err = newPeerServer(s.at, s.opt.Facts.JobID, s.opt.Facts.RestartCount, s.control); err != nil {
 			s.log.Warnf("no final-scrape listener for the batch node (the batch step waits its full bound): %v", err)
 		}
 	}
@@ -1029,7 +1029,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	s.sendReadiness(launch.Readiness{
 		Status: launch.StatusReady, Ports: s.ports,
 		SupervisorPID: os.Getpid(), CollectorPID: s.coll.pid, CollectorStart: s.coll.start,
-		OutputDir: s.out, ReadyMillis: ready.Milliseconds(), Hold: s.hold != nil,
+		OutputDir: s.out, ReadyMillis: ready.Milliseconds(), Control: s.control != nil,
 		Steps: s.steps.String(),
 	})
 	if s.opt.SlurmdAlive != nil {
@@ -1062,7 +1062,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			s.drainCause = "stopped"
 			return s.drain()
 		case <-s.finalRequests():
-			if n := s.hold.nodes.Load(); n > 1 && s.opt.Facts.NodeIndex == 0 && !s.peersAsked {
+			if n := s.control.nodes.Load(); n > 1 && s.opt.Facts.NodeIndex == 0 && !s.peersAsked {
 				s.peersAsked = true
 				go s.askPeers(int(n), time.Now())
 			}

@@ -52,14 +52,14 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	mainStart := time.Now()
 	// First of all: not dumpable, so that the job's tasks, which run as
 	// the same user, cannot read this process's memory or environment nor
-	// take its descriptors (the hold socket's listener at fd 4, the
+	// take its descriptors (the control socket's listener at fd 4, the
 	// plugin's token it mints). The kernel resets the flag at every
 	// execve, so it is set again after ClearSignals' re-exec, where this
 	// line runs again; an execute-only install (mode 0711) has the kernel
 	// set it at the execve itself, before any instruction of this program.
 	notDumpableErr := proc.NotDumpable()
 	fs := newFlags("supervise", "--from-env | [--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH] [--gpus LIST] [--gpu-devices LIST]", stderr)
-	fromEnv := fs.Bool("from-env", false, "read the encoded settings from $"+envEncoded+", the job facts from $"+envFacts+", the record from $"+envRecord+", report on fd 3 and serve the hold socket's listener on fd 4 (how the plugin's prolog starts it)")
+	fromEnv := fs.Bool("from-env", false, "read the encoded settings from $"+envEncoded+", the job facts from $"+envFacts+", the record from $"+envRecord+", report on fd 3 and serve the control socket's listener on fd 4 (how the plugin's prolog starts it)")
 	var in inputFlags
 	in.register(fs)
 	jobID := fs.String("job-id", "", "Slurm job `ID`")
@@ -82,7 +82,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	if err := proc.ClearSignals(); err != nil {
 		logrus.Warnf("signals: %v", err)
 	}
-	// The hold socket's listener, when whoever started this process handed
+	// The control socket's listener, when whoever started this process handed
 	// one on (the plugin's prolog, or a test): taken once ClearSignals has
 	// re-executed this program where it had to (a slurmd started with
 	// ignored signals passes them on), which keeps the inherited
@@ -115,7 +115,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 		logrus.Warnf("host energy: %v", energyErr)
 	}
 	if holdErr != nil {
-		logrus.Warnf("no hold socket (the batch step waits its full bound): %v", holdErr)
+		logrus.Warnf("no control socket (the batch step waits its full bound): %v", holdErr)
 	}
 	if *fromEnv {
 		var st syscall.Stat_t

@@ -15,7 +15,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 )
 
-// TestControlListener: the prolog's hold socket is root's, 0600, in a dir of
+// TestControlListener: the prolog's control socket is root's, 0600, in a dir of
 // root's of mode 0700 inside the job's record dir, at the path the record
 // names; the listener it returns serves on after the prolog's own copy is
 // closed (as the supervisor's inherited one does), passes the epilog's
@@ -23,7 +23,7 @@ import (
 // record dir too long for a socket's path is refused, naming record_dir.
 func TestControlListener(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the prolog's hold socket is root's: run as root")
+		t.Skip("the prolog's control socket is root's: run as root")
 	}
 	// A base others can search (as /run), so that only the hold dir's
 	// own mode keeps another user out.

@@ -177,7 +177,7 @@ var epilogStart time.Time
 // (SLURM_JOB_EXIT_CODE, SLURM_JOB_DERIVED_EC; Epilog; nil: not there).
 var jobExit *launch.JobExit
 
-// tellEpilogStart tells the supervisor, on its hold socket, when the epilog
+// tellEpilogStart tells the supervisor, on its control socket, when the epilog
 // started (the C epilog's stamp, launch.EnvEpilogStart, else now), for
 // its slurm.epilog span: the supervisor writes the span, root writes
 // nothing of the user's. Bounded by launch.TellEpilogStart (half a

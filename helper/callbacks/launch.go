@@ -30,7 +30,7 @@ type supervisor struct {
 // startSupervisor starts the supervisor as the job's user (uid, gid,
 // groups; proc.StartAsUser: its own session, no_new_privs, no descriptor
 // of this process, oom_score_adj 0), with exactly env, fd 3 the write end
-// of the readiness pipe and fd 4 the hold socket's listener hold when not
+// of the readiness pipe and fd 4 the control socket's listener hold when not
 // nil (launch.ControlListenerFD), then the node's RAPL zones' energy_uj
 // (read-only; named with their descriptors in launch.EnvHostEnergy), born inside group g when not nil
 // (cgroup.Group.StartInside): on v2 placed there by clone3

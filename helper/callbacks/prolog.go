@@ -151,7 +151,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	}
 	hold, controlPath, err := controlListener(dir)
 	if err != nil {
-		log.Warnf("job %d: no hold socket on %s (the batch step waits its full final-scrape bound; no step phase spans): %v", in.JobID, node, err)
+		log.Warnf("job %d: no control socket on %s (the batch step waits its full final-scrape bound; no step phase spans): %v", in.JobID, node, err)
 	} else {
 		defer hold.Close() // after the launch: the supervisor's copy serves on
 	}
@@ -179,7 +179,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	}
 	clock.mark("proof")
 	if hold != nil && !rep.Control {
-		log.Warnf("job %d: the supervisor on %s does not serve the hold socket it was handed (the batch step waits its full final-scrape bound; no step phase spans)", in.JobID, node)
+		log.Warnf("job %d: the supervisor on %s does not serve the control socket it was handed (the batch step waits its full final-scrape bound; no step phase spans)", in.JobID, node)
 		rec.ControlSocket = ""
 	}
 	if err := recordReady(dir, rec, sup); err != nil {
@@ -483,7 +483,7 @@ func sameHeld(chosen, reported jobdir.Ports) error {
 
 // recordStarting writes root's record before the supervisor's report
 // (status starting): the supervisor's pid and start time, the task env
-// with root's ports and receiver token, the hold socket's path, the
+// with root's ports and receiver token, the control socket's path, the
 // node's collector dir and the backend. A step reads it as not ready; the
 // epilog kills the group of a starting record and removes its rules.
 func (st *launchState) recordStarting(sup *supervisor, ports jobdir.Ports) error {

@@ -21,22 +21,22 @@ import (
 // (spank/controlsock.c).
 func CheckControlSocket(path string) error {
 	if !filepath.IsAbs(path) || len(path) > contract.ControlPathMax {
-		return fmt.Errorf("hold socket %q: not an absolute path of at most %d bytes", path, contract.ControlPathMax)
+		return fmt.Errorf("control socket %q: not an absolute path of at most %d bytes", path, contract.ControlPathMax)
 	}
 	dir := filepath.Dir(path)
 	fi, err := os.Lstat(dir)
 	if err != nil {
-		return fmt.Errorf("hold socket: %w", err)
+		return fmt.Errorf("control socket: %w", err)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || !fi.IsDir() || st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("hold socket: %s is not a directory of root's that only root can write (%s)", dir, fi.Mode())
+		return fmt.Errorf("control socket: %s is not a directory of root's that only root can write (%s)", dir, fi.Mode())
 	}
 	fi, err = os.Lstat(path)
 	if err != nil {
-		return fmt.Errorf("hold socket: %w", err)
+		return fmt.Errorf("control socket: %w", err)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || fi.Mode().Type() != os.ModeSocket || st.Uid != 0 {
-		return fmt.Errorf("hold socket: %s is not a socket of root's (%s)", path, fi.Mode())
+		return fmt.Errorf("control socket: %s is not a socket of root's (%s)", path, fi.Mode())
 	}
 	return nil
 }
@@ -76,7 +76,7 @@ func JobExitFromEnv(getenv func(string) string) *JobExit {
 	return &JobExit{Status: uint32(st), Derived: uint32(de)}
 }
 
-// TellEpilogStart tells the job's supervisor on its hold socket (path, as
+// TellEpilogStart tells the job's supervisor on its control socket (path, as
 // root's record has it) that the epilog started at at, and the job's exit
 // when known (exit; nil: not known): one line, contract.ControlEpilogStart's
 // "epilog start <unix ms> [<status> <derived>]", answered "ok", within
@@ -108,7 +108,7 @@ type errNotOK struct{ answer []byte }
 
 func (e errNotOK) Error() string { return fmt.Sprintf("the supervisor answered %q", e.answer) }
 
-// tellControl sends line on the hold socket at path and reads the answer,
+// tellControl sends line on the control socket at path and reads the answer,
 // within ControlConnTimeout/4; an answer other than "ok" (the connection
 // closed unanswered among them) is errNotOK, no answer in time another
 // error.

@@ -5,7 +5,7 @@
 // supervisor starts and hands down (the job's ports, ChoosePorts; the
 // receiver token, MintToken), the descriptors the prolog hands it, the one
 // readiness line it answers with (no secret travels up), root's proof of
-// the ports it reports, and root's own client of the hold socket (the
+// the ports it reports, and root's own client of the control socket (the
 // epilog's start). Both sides import it from here, so that the plugin's core links
 // none of the supervisor (its servers, the collector's configuration, the
 // OTLP encoders) to start one.
@@ -77,11 +77,11 @@ type Readiness struct {
 
 // ReadinessFD is the descriptor the plugin's prolog passes the supervisor
 // for its Readiness line (the write end of a pipe, given as the first extra
-// file; the hold socket's listener follows at ControlListenerFD).
+// file; the control socket's listener follows at ControlListenerFD).
 const ReadinessFD = 3
 
 // ControlListenerFD is the descriptor on which the plugin's prolog hands the
-// supervisor its hold socket's listener (the second extra file, after the
+// supervisor its control socket's listener (the second extra file, after the
 // readiness pipe at ReadinessFD).
 const ControlListenerFD = ReadinessFD + 1
 

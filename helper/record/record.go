@@ -35,7 +35,7 @@ import (
 //	cgroup=<the collector's cgroup below each hierarchy, "" for none>
 //	cgroup_memory=<the file of its memory bound, which steps lower to the job's memory>
 //	cgroup_cpuset=<the file of its CPU set, which steps narrow to their CPUs>
-//	hold_socket=<the path of the supervisor's hold socket (ControlSocketPath), "" for none>
+//	hold_socket=<the path of the supervisor's control socket (ControlSocketPath), "" for none>
 //	filter_ports=<the job's loopback ports the node's packet filter keeps to the job, comma-separated, "" for none>
 //	filter_cluster=<the cluster whose name the packet filter's chains hold (SLURM_CLUSTER_NAME), percent-encoded; written with filter ports>
 //	output_dir=<the node's collector dir, as its supervisor reported it, "" when not ready or not one line>
@@ -61,7 +61,7 @@ type Record struct {
 	// CgroupCpuset is the absolute path of that group's cpuset.cpus, ""
 	// when none.
 	CgroupCpuset string
-	// ControlSocket is the path of the supervisor's hold socket
+	// ControlSocket is the path of the supervisor's control socket
 	// (ControlSocketPath: root's listener, made by the prolog in a root-only
 	// dir), on which the steps and the epilog talk to the supervisor; ""
 	// when the supervisor serves none.
@@ -377,10 +377,10 @@ func MakeJobDir(recordDir, node string, jobID uint32) (string, error) {
 // upgrade.
 const ControlDir = "hold"
 
-// ControlSocketFile is the hold socket's name in ControlDir.
+// ControlSocketFile is the control socket's name in ControlDir.
 const ControlSocketFile = "sock"
 
-// ControlSocketPath is the hold socket's path in job record dir jobDir
+// ControlSocketPath is the control socket's path in job record dir jobDir
 // (JobDir): <jobDir>/hold/sock.
 func ControlSocketPath(jobDir string) string {
 	return filepath.Join(jobDir, ControlDir, ControlSocketFile)
@@ -396,17 +396,17 @@ func ControlSocketPath(jobDir string) string {
 func MakeControlDir(jobDir string) (string, error) {
 	path := ControlSocketPath(jobDir)
 	if len(path) > contract.ControlPathMax {
-		return "", fmt.Errorf("hold socket %s: %d bytes, a unix socket's path has at most %d (plugstack record_dir: a shorter one)", path, len(path), contract.ControlPathMax)
+		return "", fmt.Errorf("control socket %s: %d bytes, a unix socket's path has at most %d (plugstack record_dir: a shorter one)", path, len(path), contract.ControlPathMax)
 	}
 	dir := filepath.Dir(path)
 	if err := ensureRootDir(dir, 0o700); err != nil {
-		return "", fmt.Errorf("hold socket dir: %w", err)
+		return "", fmt.Errorf("control socket dir: %w", err)
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return "", err
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("hold socket: the earlier run's %s: %w", path, err)
+		return "", fmt.Errorf("control socket: the earlier run's %s: %w", path, err)
 	}
 	return path, nil
 }

@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
 		t.Errorf("no supervisor: %q", got)
 	}
 
-	// A hold socket that is no absolute path (an older record's abstract
+	// A control socket that is no absolute path (an older record's abstract
 	// name), climbs with "..", or is longer than a socket's path is not
 	// taken by C; the longest path a socket can have is.
 	jobDir9, err := MakeJobDir(records, "n1", 9)
@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
 			t.Fatal(err)
 		}
 		if out, _ := exec.Command(bin, records, "n1", "9").CombinedOutput(); !strings.Contains(string(out), "hold_socket="+c.want+"\n") {
-			t.Errorf("hold socket %q: C read %s", c.path, out)
+			t.Errorf("control socket %q: C read %s", c.path, out)
 		}
 	}
 

@@ -131,7 +131,7 @@ func TestUserText(t *testing.T) {
 	}
 }
 
-// TestMakeControlDir: the hold socket's dir in a job's record dir is root's
+// TestMakeControlDir: the control socket's dir in a job's record dir is root's
 // and 0700 (only root can connect to a socket in it), made again after a
 // chmod, a socket file an earlier run of the job left is removed, and a
 // record dir so deep that the socket's path would not fit a unix socket

@@ -181,12 +181,12 @@ func TestAppendLine(t *testing.T) {
 	}
 }
 
-// The epilog tells its start on the hold socket, only when the path is a
+// The epilog tells its start on the control socket, only when the path is a
 // socket of root's in a dir of root's that neither group nor others can
 // write (CheckControlSocket: the prolog's listener); the phases take it.
 func TestTellEpilogStart(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the epilog trusts root's hold socket only: run as root")
+		t.Skip("the epilog trusts root's control socket only: run as root")
 	}
 	s, path := startControl(t)
 	p := newPhases(jobfacts.Facts{JobID: "1", Node: "n"}, time.Now().Add(-time.Minute), time.Now())
@@ -246,7 +246,7 @@ func mustGetwd(t *testing.T) string {
 // supervisor) costs the epilog a bounded wait and an error, not a hang.
 func TestTellEpilogStartSilent(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the epilog trusts root's hold socket only: run as root")
+		t.Skip("the epilog trusts root's control socket only: run as root")
 	}
 	ln, path := controlListen(t)
 	defer ln.Close()
@@ -279,7 +279,7 @@ func TestTellEpilogStartSilent(t *testing.T) {
 // without the exit.
 func TestTellEpilogStartEarlierSupervisor(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the epilog trusts root's hold socket only: run as root")
+		t.Skip("the epilog trusts root's control socket only: run as root")
 	}
 	ln, path := controlListen(t)
 	defer ln.Close()

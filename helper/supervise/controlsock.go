@@ -21,7 +21,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 )
 
-// The hold socket: how root's side of the job talks to the job's
+// The control socket: how root's side of the job talks to the job's
 // supervisor on the node. The batch step learns there, after the
 // script's last line, that every scrape target (on every node of the job)
 // has a sample taken after that line (spank/controlsock.c asks, for
@@ -44,7 +44,7 @@ import (
 // owned by root in a dir owned by root that neither group nor others can
 // write (launch.CheckControlSocket). A supervisor started without the plugin (the
 // CLI's supervise by hand, or tests) has no inherited listener and serves
-// no hold socket: the batch step then waits its bound.
+// no control socket: the batch step then waits its bound.
 //
 // Every line it takes is in controlVerbs, with its words from helper/contract
 // (Hold*), which also writes them into the C front's header; the answer
@@ -91,12 +91,12 @@ const (
 )
 
 // DefaultSampledPoll is how often the supervisor reads the new lines of
-// metrics.jsonl for the hold socket's answer.
+// metrics.jsonl for the control socket's answer.
 const DefaultSampledPoll = 250 * time.Millisecond
 
-// InheritedControlListener takes the hold socket's listener the prolog
+// InheritedControlListener takes the control socket's listener the prolog
 // handed on at ControlListenerFD: nil and no error when that descriptor is
-// closed (no listener: the supervisor serves no hold socket); nil and an
+// closed (no listener: the supervisor serves no control socket); nil and an
 // error, leaving the descriptor alone, when it is something else than a
 // listening unix stream socket. The listener is close-on-exec (the
 // collector never holds it) and the descriptor itself is closed.
@@ -129,7 +129,7 @@ func InheritedControlListener() (*net.UnixListener, error) {
 	return ul, nil
 }
 
-// controlServer answers root's lines on the hold socket.
+// controlServer answers root's lines on the control socket.
 type controlServer struct {
 	ln      *net.UnixListener
 	targets atomic.Int64 // -1 until the follower knows
@@ -156,7 +156,7 @@ type controlServer struct {
 	stepUID uint32
 }
 
-// newControlServer serves the hold socket on ln (the prolog's listener,
+// newControlServer serves the control socket on ln (the prolog's listener,
 // InheritedControlListener) until close.
 func newControlServer(ln *net.UnixListener) *controlServer {
 	s := &controlServer{ln: ln, slots: make(chan struct{}, ControlConns), waiting: map[*net.UnixConn]time.Time{}, finals: make(chan struct{}, 1)}
@@ -281,7 +281,7 @@ func (s *controlServer) lineCame(c *net.UnixConn) {
 	s.mu.Unlock()
 }
 
-// controlVerb is one line the hold socket takes (controlVerbs).
+// controlVerb is one line the control socket takes (controlVerbs).
 type controlVerb struct {
 	// words are the line's first words (contract.Hold*); the others are
 	// the verb's arguments.
@@ -297,7 +297,7 @@ type controlVerb struct {
 	phase func(p *phases, args []string) string
 }
 
-// controlVerbs is every line the hold socket takes, the one table of its
+// controlVerbs is every line the control socket takes, the one table of its
 // protocol on this side (contract's Hold* names the words, the C client
 // spank/controlsock.c and launch.TellEpilogStart send them). A line that
 // starts with none of them gets no answer.

@@ -36,7 +36,7 @@ func controlListen(t *testing.T) (*net.UnixListener, string) {
 	return ln, path
 }
 
-// startControl serves a hold socket (controlListen) until the test's end.
+// startControl serves a control socket (controlListen) until the test's end.
 func startControl(t *testing.T) (*controlServer, string) {
 	t.Helper()
 	ln, path := controlListen(t)
@@ -91,7 +91,7 @@ func TestControlInheritedChild(t *testing.T) {
 	s.close()
 }
 
-// TestControlInheritedListener: the supervisor serves the hold socket on the
+// TestControlInheritedListener: the supervisor serves the control socket on the
 // listener its starter made and handed on at launch.ControlListenerFD (as the
 // prolog does): a process of its own takes it (its fd 4 then closed, its
 // copy close-on-exec, so that a child of it, the collector, holds none),

@@ -25,7 +25,7 @@ import (
 // another user's step gets nothing and makes no span.
 func TestPhaseC(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the steps trust root's hold socket only: run as root")
+		t.Skip("the steps trust root's control socket only: run as root")
 	}
 	bin := testenv.PhaseDriver(t)
 	srv, path := startControl(t)

@@ -30,7 +30,7 @@ import (
 // Root's side only hands facts on: the prolog's start time comes in the
 // supervisor's environment (launch.EnvPrologStart, taken by the plugin's C prolog
 // before it loads the Go core); each step's slurmstepd (spank/phase.c, C
-// only, never in a forked task) tells the supervisor on its hold socket
+// only, never in a forked task) tells the supervisor on its control socket
 // (controlsock.go) one line at the step's start and one at its end:
 //
 //	step start <step id> <unix ms>
@@ -39,7 +39,7 @@ import (
 // and reads "ok"; the start's answer is "ok <traceparent>" when the step
 // has a span to run its tasks in (stepStart), which the step sets as its
 // tasks' TRACEPARENT (spank/taskenv.c) unless one is set already. Only root's lines count (slurmstepd's; controlsock.go):
-// no other user, the job's own neither, can connect to the hold socket,
+// no other user, the job's own neither, can connect to the control socket,
 // and a step line of any other peer gets no answer and makes no span, so
 // no process of the job can add a step that never ran.
 //

@@ -156,7 +156,7 @@ func (f *sampleFollower) sampledAt() time.Time {
 	return time.Unix(0, oldest)
 }
 
-// sampledText is the hold socket's answer (controlsock.go); ms is unix ms,
+// sampledText is the control socket's answer (controlsock.go); ms is unix ms,
 // 0 for not yet.
 func sampledText(targets int, ms int64) []byte {
 	return fmt.Appendf(nil, "%s=%d\n%s=%d\n", contract.ControlTargets, targets, contract.ControlSampledMs, ms)
@@ -190,7 +190,7 @@ func followSamples(ctx context.Context, srv *controlServer, metricsPath string, 
 	}
 }
 
-// followSampled keeps the hold socket's answer up to date (when the
+// followSampled keeps the control socket's answer up to date (when the
 // supervisor serves one) and returns the function that stops it.
 func (s *supervisor) followSampled(ctx context.Context) (stop func()) {
 	if s.control == nil {

@@ -74,7 +74,7 @@ func TestSampleFollower(t *testing.T) {
 	}
 }
 
-// TestControlServer: the supervisor's hold socket, asked by the batch step's
+// TestControlServer: the supervisor's control socket, asked by the batch step's
 // C code (spank/controlsock.c) on a socket of root's in a root-only dir (as
 // the prolog makes it): it answers the number of targets and the time of
 // the follower, targets=0 when the node has none; another user (nobody)
@@ -84,7 +84,7 @@ func TestSampleFollower(t *testing.T) {
 // to make room), and the idle ones are closed within ControlConnTimeout.
 func TestControlServer(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the steps trust root's hold socket only: run as root")
+		t.Skip("the steps trust root's control socket only: run as root")
 	}
 	bin := testenv.HoldDriver(t)
 	dir := t.TempDir()

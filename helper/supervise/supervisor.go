@@ -139,7 +139,7 @@ type Options struct {
 	// NoCgroupMetrics: the supervisor serves no cgroup metrics
 	// (cgroupmetrics.go) and the collector scrapes none.
 	NoCgroupMetrics bool
-	// ControlListener is the hold socket's listener the prolog made as root
+	// ControlListener is the control socket's listener the prolog made as root
 	// and handed on (InheritedControlListener; controlsock.go): the supervisor
 	// serves root's lines on it and closes it at its end. nil: no hold
 	// socket (the batch step waits its bound, the steps' phases are not
@@ -520,7 +520,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		// scrapes are (controlsock.go). Without it the step waits its bound.
 		s.control = newControlServer(s.opt.ControlListener)
 	}
-	// With a hold socket the batch step asks for the final scrape at the
+	// With a control socket the batch step asks for the final scrape at the
 	// script's end: the first run scrapes every target as it stops. A
 	// node without targets (the hold ends at once) has none to do.
 	s.scrapeOnShutdown = s.control != nil && len(render.Targets(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)})) > 0

@@ -407,7 +407,7 @@ type Job struct {
 	Memory      int    // memory_limit_mib, default 512
 	Output      string // --output; default <shared dir>/out
 	User        string // --user
-	Record      string // --record; with it, a hold socket's listener at fd 4 (Sup.ControlPath), as the plugin's prolog hands one on
+	Record      string // --record; with it, a control socket's listener at fd 4 (Sup.ControlPath), as the plugin's prolog hands one on
 	Env         []string
 	// Container and ContainerRuntime are otel.container and
 	// otel.container_runtime ("": the host binary).
@@ -433,7 +433,7 @@ type Sup struct {
 	Dir    string // the job's shared dir
 	Out    string // output dir
 	Report launch.Readiness
-	// ControlPath is the hold socket the supervisor was handed the listener
+	// ControlPath is the control socket the supervisor was handed the listener
 	// of (with a Record), "" for none.
 	ControlPath string
 	Started     time.Time

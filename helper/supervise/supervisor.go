@@ -947,10 +947,6 @@ func (s *supervisor) launch(ctx context.Context) error {
 	return fmt.Errorf("otel.health_check_timeout_seconds: the collector was not healthy within %ds; last lines of %s:\n%s", s.o.HealthCheckTimeoutSeconds, s.logName(), tail)
 }
 
-// provePorts proves that every port of the job is listened on by collector
-// c's process group (verifyListeners): at the first start and after every
-// restart, since whatever answers on a port is trusted with the job's
-// telemetry and its receiver token.
 // versionEnv is the environment of `otel.binary --version`.
 var versionEnv = []string{"PATH=/usr/bin:/bin"}
 
@@ -982,6 +978,10 @@ func (s *supervisor) checkStartedVersion(ctx context.Context, logStart int64) er
 	return err
 }
 
+// provePorts proves that every port of the job is listened on by collector
+// c's process group (verifyListeners): at the first start and after every
+// restart, since whatever answers on a port is trusted with the job's
+// telemetry and its receiver token.
 func (s *supervisor) provePorts(c *collector) error {
 	ports := []int{s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health, s.ports.Plugin}
 	if s.ports.Telemetry != 0 {

@@ -10,7 +10,7 @@
 #define GOS_DEFAULT_RECORD_DIR "/run/gym-otel"
 /* RecordFile */
 #define GOS_RECORD_FILE "record"
-/* HoldPathMax */
+/* ControlPathMax */
 #define GOS_HOLD_PATH_MAX 107
 /* MaxFinalWait, seconds */
 #define GOS_MAX_FINAL_WAIT 30
@@ -36,7 +36,7 @@
 #define GOS_RECORD_CGROUP_MEMORY "cgroup_memory"
 /* RecordCgroupCpuset */
 #define GOS_RECORD_CGROUP_CPUSET "cgroup_cpuset"
-/* RecordHoldSocket */
+/* RecordControlSocket */
 #define GOS_RECORD_HOLD_SOCKET "hold_socket"
 /* RecordOutputDir */
 #define GOS_RECORD_OUTPUT_DIR "output_dir"
@@ -48,27 +48,27 @@
 #define GOS_RECORD_UNSET "unset"
 /* RecordResAttr */
 #define GOS_RECORD_RESATTR "resattr"
-/* HoldQuestion */
+/* ControlQuestion */
 #define GOS_HOLD_QUESTION "sampled"
-/* HoldTargets */
+/* ControlTargets */
 #define GOS_HOLD_TARGETS "targets"
-/* HoldSampledMs */
+/* ControlSampledMs */
 #define GOS_HOLD_SAMPLED_MS "sampled_ms"
-/* HoldFinal */
+/* ControlFinal */
 #define GOS_HOLD_FINAL "final"
-/* HoldStepStart */
+/* ControlStepStart */
 #define GOS_HOLD_STEP_START "step start"
-/* HoldStepEnd */
+/* ControlStepEnd */
 #define GOS_HOLD_STEP_END "step end"
-/* HoldEpilogStart */
+/* ControlEpilogStart */
 #define GOS_HOLD_EPILOG_START "epilog start"
-/* HoldOK */
+/* ControlOK */
 #define GOS_HOLD_OK "ok"
-/* HoldRequestMax */
+/* ControlRequestMax */
 #define GOS_HOLD_REQUEST_MAX 192
-/* HoldAnswerMax */
+/* ControlAnswerMax */
 #define GOS_HOLD_ANSWER_MAX 256
-/* HoldExchangeMs */
+/* ControlExchangeMs */
 #define GOS_HOLD_EXCHANGE_MS 250
 /* TraceparentLen */
 #define GOS_TRACEPARENT_LEN 55

@@ -2,7 +2,7 @@
  * clock.h: the C front's two clocks: wall-clock milliseconds since the
  * epoch, as the samples and the supervisor's spans are stamped (prolog.c,
  * hold.c, phase.c), and monotonic milliseconds for its bounds (hold.c,
- * holdsock.c).
+ * controlsock.c).
  */
 #ifndef GYM_OTEL_CLOCK_H
 #define GYM_OTEL_CLOCK_H

@@ -8,7 +8,7 @@
  * on every node while the job's services are still alive. It is cut short
  * when the job is cancelled or times out meanwhile, and once the batch
  * node's supervisor says every target (on every node) has a sample
- * stamped at or after the script's end (holdsock.c). The step first tells
+ * stamped at or after the script's end (controlsock.c). The step first tells
  * the supervisor that the script has ended (gos_hold_final, with the job's
  * node count): it scrapes every target at once, and the samples are in
  * the files within about a second, not the next interval. Other nodes'
@@ -30,7 +30,7 @@
 #include "clock.h"
 #include "compat.h"
 #include "hold.h"
-#include "holdsock.h"
+#include "controlsock.h"
 #include "log.h"
 
 /*
@@ -82,7 +82,7 @@ static int job_nodes(spank_t sp)
  * timeout, which drains the node: this callback returns at its deadline.
  * With the job's node count known (nodes), the supervisor is first asked
  * for the final scrape now, and the wait ends once it says every target
- * (on every node) has a sample after the script's end (holdsock.c).
+ * (on every node) has a sample after the script's end (controlsock.c).
  */
 static void final_wait(uint32_t job_id, int seconds, int nodes, const char *node, const char *control_socket)
 {

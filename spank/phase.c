@@ -4,12 +4,12 @@
  *
  * At the step's start (init_post_opt) and end (slurm_spank_exit) the step
  * tells the job's supervisor on the node, on its control socket (the path
- * from root's record, helper/supervise/holdsock.go), one line:
+ * from root's record, helper/supervise/controlsock.go), one line:
  *
  *   step start <step id> <unix ms>
  *   step end <step id> <start ms> <end ms> <tasks end ms|0> <final wait end ms|0> <exit|-1> <signal|0> <tasks>
  *
- * and reads its short answer, "ok", through holdsock.c
+ * and reads its short answer, "ok", through controlsock.c
  * (gos_control_step_start, gos_control_step_end: the words are helper/contract's
  * GOS_HOLD_STEP_START and GOS_HOLD_STEP_END): the socket is trusted only
  * when it is root's in a dir only root can write, and each exchange is
@@ -28,7 +28,7 @@
  * hashes over facts only the supervisor holds together (the run's cluster,
  * restart count and SLUID, the node, the step's start), and one
  * derivation cannot drift from a second one. No answer within the
- * exchange's bound, or one that is not a valid traceparent (holdsock.c
+ * exchange's bound, or one that is not a valid traceparent (controlsock.c
  * checks it): no TRACEPARENT, and the step goes on.
  */
 #define _GNU_SOURCE
@@ -39,7 +39,7 @@
 #include <slurm/slurm.h>
 
 #include "clock.h"
-#include "holdsock.h"
+#include "controlsock.h"
 #include "log.h"
 #include "phase.h"
 #include "record.h"

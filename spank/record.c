@@ -139,7 +139,7 @@ int gos_record_parse(char *data, struct gos_record *r, char *err, size_t errlen)
 			r->supervisor_start = strtoull(VAL(p, GOS_RECORD_SUPERVISOR_START), NULL, 10);
 		} else if (KEY(p, GOS_RECORD_HOLD_SOCKET)) {
 			/* Root's path (in root's record dir), from root's record;
-			 * holdsock.c checks the socket and its dir before each
+			 * controlsock.c checks the socket and its dir before each
 			 * connect. An older record's abstract name is no path.
 			 * The control socket's key keeps its first name,
 			 * "hold_socket", for jobs running across an upgrade. */

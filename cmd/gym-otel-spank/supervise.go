@@ -53,14 +53,14 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	mainStart := time.Now()
 	// First of all: not dumpable, so that the job's tasks, which run as
 	// the same user, cannot read this process's memory or environment nor
-	// take its descriptors (the hold socket's listener at fd 4, the
+	// take its descriptors (the control socket's listener at fd 4, the
 	// plugin's token it mints). The kernel resets the flag at every
 	// execve, so it is set again after ClearSignals' re-exec, where this
 	// line runs again; an execute-only install (mode 0711) has the kernel
 	// set it at the execve itself, before any instruction of this program.
 	notDumpableErr := proc.NotDumpable()
 	fs := newFlags("supervise", "--from-env | [--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH] [--gpus LIST] [--gpu-devices LIST]", stderr)
-	fromEnv := fs.Bool("from-env", false, "read the encoded settings from $"+envEncoded+", the job facts from $"+envFacts+", the record from $"+envRecord+", report on fd 3 and serve the hold socket's listener on fd 4 (how the plugin's prolog starts it)")
+	fromEnv := fs.Bool("from-env", false, "read the encoded settings from $"+envEncoded+", the job facts from $"+envFacts+", the record from $"+envRecord+", report on fd 3 and serve the control socket's listener on fd 4 (how the plugin's prolog starts it)")
 	var in inputFlags
 	in.register(fs)
 	jobID := fs.String("job-id", "", "Slurm job `ID`")
@@ -83,14 +83,14 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	if err := proc.ClearSignals(); err != nil {
 		logrus.Warnf("signals: %v", err)
 	}
-	// The hold socket's listener, when whoever started this process handed
+	// The control socket's listener, when whoever started this process handed
 	// one on (the plugin's prolog, or a test): taken once ClearSignals has
 	// re-executed this program where it had to (a slurmd started with
 	// ignored signals passes them on), which keeps the inherited
 	// descriptor only while it is not yet taken (the listener's copy is
 	// close-on-exec), and before this process starts anything that could
 	// inherit it.
-	hold, holdErr := supervise.InheritedHoldListener()
+	hold, holdErr := supervise.InheritedControlListener()
 	// The node's RAPL counters root opened and handed down (plugstack
 	// host_power=rapl), taken likewise: read through these descriptors
 	// only, never reopened by path.
@@ -111,12 +111,12 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	if notDumpableErr != nil {
 		logrus.Warnf("not dumpable: %v (the job's tasks can read this process's memory)", notDumpableErr)
 	}
-	opt := supervise.Options{MainStart: mainStart, HoldListener: hold, HostEnergy: energy}
+	opt := supervise.Options{MainStart: mainStart, ControlListener: hold, HostEnergy: energy}
 	if energyErr != nil {
 		logrus.Warnf("host energy: %v", energyErr)
 	}
 	if holdErr != nil {
-		logrus.Warnf("no hold socket (the batch step waits its full bound): %v", holdErr)
+		logrus.Warnf("no control socket (the batch step waits its full bound): %v", holdErr)
 	}
 	if *fromEnv {
 		var st syscall.Stat_t

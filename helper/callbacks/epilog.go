@@ -177,13 +177,13 @@ var epilogStart time.Time
 // (SLURM_JOB_EXIT_CODE, SLURM_JOB_DERIVED_EC; Epilog; nil: not there).
 var jobExit *launch.JobExit
 
-// tellEpilogStart tells the supervisor, on its hold socket, when the epilog
+// tellEpilogStart tells the supervisor, on its control socket, when the epilog
 // started (the C epilog's stamp, launch.EnvEpilogStart, else now), for
 // its slurm.epilog span: the supervisor writes the span, root writes
 // nothing of the user's. Bounded by launch.TellEpilogStart (half a
 // second at most); a failure loses only the span (logged at debug level).
 func tellEpilogStart(rec *record.Record, jobID uint32, log logrus.FieldLogger) {
-	if rec.HoldSocket == "" {
+	if rec.ControlSocket == "" {
 		return
 	}
 	at := epilogStart
@@ -192,7 +192,7 @@ func tellEpilogStart(rec *record.Record, jobID uint32, log logrus.FieldLogger) {
 	}
 	// The job's exit as slurmd put it in the epilog's environment, for the
 	// span's attributes: inspect's outcome when sacct cannot answer.
-	if err := launch.TellEpilogStart(rec.HoldSocket, at, jobExit); err != nil {
+	if err := launch.TellEpilogStart(rec.ControlSocket, at, jobExit); err != nil {
 		log.Debugf("job %d: the epilog's start was not told to the supervisor (no slurm.epilog span): %v", jobID, err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
-// TestHoldSampledC: the C side of the hold socket against a listener this
+// TestHoldSampledC: the C side of the control socket against a listener this
 // test plays, on a socket of root's in a dir of root's (as the prolog
 // makes it): what ends the hold and what does not, hostile answers
 // (garbage, too long, none at all: bounded), and sockets the steps do not
@@ -20,7 +20,7 @@ import (
 // link) or that are not there.
 func TestHoldSampledC(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the steps trust root's hold socket only: run as root")
+		t.Skip("the steps trust root's control socket only: run as root")
 	}
 	bin := testenv.HoldDriver(t)
 	answers := make(chan string, 1)

@@ -30,8 +30,8 @@ type supervisor struct {
 // startSupervisor starts the supervisor as the job's user (uid, gid,
 // groups; proc.StartAsUser: its own session, no_new_privs, no descriptor
 // of this process, oom_score_adj 0), with exactly env, fd 3 the write end
-// of the readiness pipe and fd 4 the hold socket's listener hold when not
-// nil (launch.HoldListenerFD), then the node's RAPL zones' energy_uj
+// of the readiness pipe and fd 4 the control socket's listener hold when not
+// nil (launch.ControlListenerFD), then the node's RAPL zones' energy_uj
 // (read-only; named with their descriptors in launch.EnvHostEnergy), born inside group g when not nil
 // (cgroup.Group.StartInside): on v2 placed there by clone3
 // (CLONE_INTO_CGROUP), on v1 forked by a thread of its own that alone
@@ -51,7 +51,7 @@ func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32,
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{w} // fd 3 = launch.ReadinessFD
 	if hold != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, hold) // fd 4 = launch.HoldListenerFD
+		cmd.ExtraFiles = append(cmd.ExtraFiles, hold) // fd 4 = launch.ControlListenerFD
 	}
 	if len(energy) > 0 {
 		// Read-only descriptors the supervisor reads and never reopens:

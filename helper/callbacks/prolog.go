@@ -149,9 +149,9 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return fail(err)
 	}
-	hold, holdPath, err := holdListener(dir)
+	hold, controlPath, err := controlListener(dir)
 	if err != nil {
-		log.Warnf("job %d: no hold socket on %s (the batch step waits its full final-scrape bound; no step phase spans): %v", in.JobID, node, err)
+		log.Warnf("job %d: no control socket on %s (the batch step waits its full final-scrape bound; no step phase spans): %v", in.JobID, node, err)
 	} else {
 		defer hold.Close() // after the launch: the supervisor's copy serves on
 	}
@@ -162,7 +162,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return fail(err)
 	}
 	env = append(env, launch.EnvReceiverToken+"="+token)
-	st := &launchState{in: in, dir: dir, rec: rec, resolved: resolved, facts: facts, token: token, holdPath: holdPath, node: node, log: log}
+	st := &launchState{in: in, dir: dir, rec: rec, resolved: resolved, facts: facts, token: token, controlPath: controlPath, node: node, log: log}
 	st.energy = hostEnergy(in, node, log)
 	defer closeZones(st.energy) // after the launch: the supervisor's copies serve on
 	clock.mark("facts+env")
@@ -178,9 +178,9 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return fail(err)
 	}
 	clock.mark("proof")
-	if hold != nil && !rep.Hold {
-		log.Warnf("job %d: the supervisor on %s does not serve the hold socket it was handed (the batch step waits its full final-scrape bound; no step phase spans)", in.JobID, node)
-		rec.HoldSocket = ""
+	if hold != nil && !rep.Control {
+		log.Warnf("job %d: the supervisor on %s does not serve the control socket it was handed (the batch step waits its full final-scrape bound; no step phase spans)", in.JobID, node)
+		rec.ControlSocket = ""
 	}
 	if err := recordReady(dir, rec, sup); err != nil {
 		return fail(err)
@@ -353,16 +353,16 @@ const portAttempts = 3
 // leaves: the job, root's record being filled, the receiver token root
 // minted, and the collector's group (made anew for each attempt).
 type launchState struct {
-	in       PrologInput
-	dir      string
-	rec      *record.Record
-	resolved *config.Resolved
-	facts    jobfacts.Facts
-	token    string
-	holdPath string
-	node     string
-	log      logrus.FieldLogger
-	group    *cgroup.Group
+	in          PrologInput
+	dir         string
+	rec         *record.Record
+	resolved    *config.Resolved
+	facts       jobfacts.Facts
+	token       string
+	controlPath string
+	node        string
+	log         logrus.FieldLogger
+	group       *cgroup.Group
 	// energy are the node's RAPL zones root opened for the supervisor
 	// (host_power=rapl; nil: none).
 	energy []launch.EnergyZone
@@ -493,7 +493,7 @@ func sameHeld(chosen, reported jobdir.Ports) error {
 
 // recordStarting writes root's record before the supervisor's report
 // (status starting): the supervisor's pid and start time, the task env
-// with root's ports and receiver token, the hold socket's path, the
+// with root's ports and receiver token, the control socket's path, the
 // node's collector dir and the backend. A step reads it as not ready; the
 // epilog kills the group of a starting record and removes its rules.
 func (st *launchState) recordStarting(sup *supervisor, ports jobdir.Ports) error {
@@ -513,7 +513,7 @@ func (st *launchState) recordStarting(sup *supervisor, ports jobdir.Ports) error
 		lens = append(lens, record.KV{Key: a.Key, Value: a.Value})
 	}
 	rec.ResAttrs = taskenv.ResourceAttrs(lens)
-	rec.HoldSocket = st.holdPath
+	rec.ControlSocket = st.controlPath
 	// What the batch step tells the job's output (spank/notice.c): where
 	// this node's files are (computed here, as the supervisor computes
 	// it from the same settings and facts, not taken from its report)

@@ -22,11 +22,11 @@ const (
 	DefaultRecordDir = "/run/gym-otel"
 	// RecordFile is the record's file name inside the job's record dir.
 	RecordFile = "record"
-	// HoldPathMax bounds the control socket's path in bytes (a unix socket's
+	// ControlPathMax bounds the control socket's path in bytes (a unix socket's
 	// sun_path, 108 bytes with its NUL): the prolog makes none longer
-	// (helper/record's HoldSocketPath), and the steps take none longer
+	// (helper/record's ControlSocketPath), and the steps take none longer
 	// from root's record (spank/record.c).
-	HoldPathMax = 107
+	ControlPathMax = 107
 	// MaxFinalWait bounds the batch step's final-scrape wait, below Slurm's
 	// default UnkillableStepTimeout of 60 s. Whole seconds; the steps (C)
 	// clamp the record's final_wait to it (helper/timing computes it).
@@ -101,7 +101,7 @@ const (
 	RecordSupervisorStart = "supervisor_start" // its start time, clock ticks since boot
 	RecordCgroupMemory    = "cgroup_memory"    // the collector cgroup's memory bound file
 	RecordCgroupCpuset    = "cgroup_cpuset"    // the collector cgroup's cpuset.cpus file
-	RecordHoldSocket      = "hold_socket"      // the control socket's path, in root's job record dir (its first name, kept for jobs across an upgrade)
+	RecordControlSocket   = "hold_socket"      // the control socket's path, in root's job record dir (its first name, kept for jobs across an upgrade)
 	RecordOutputDir       = "output_dir"       // the node's collector dir (the supervisor's report)
 	RecordBackend         = "backend"          // the OTLP/HTTP base URL the collector ships to, no credentials
 	RecordEnv             = "env"              // one task variable, "NAME=value"
@@ -113,53 +113,54 @@ const (
 )
 
 // The control socket's protocol (the socket was first the batch step's
-// hold socket: the Hold names and words stay, on the wire and in jobs
+// hold socket: the C macros keep their GOS_HOLD_ names, and the record's
+// key RecordControlSocket its value "hold_socket", for the steps of jobs
 // running across an upgrade): root's lines to the job's supervisor on the
-// node (helper/supervise's holdsock.go answers; spank/holdsock.c sends
+// node (helper/supervise's controlsock.go answers; spank/controlsock.c sends
 // the steps' lines, helper/launch the epilog's). One connection carries
-// one request line, ended by "\n", of at most HoldRequestMax bytes, and
-// one answer of less than HoldAnswerMax bytes; root's clients wait at
-// most HoldExchangeMs for the answer.
+// one request line, ended by "\n", of at most ControlRequestMax bytes, and
+// one answer of less than ControlAnswerMax bytes; root's clients wait at
+// most ControlExchangeMs for the answer.
 const (
-	// HoldQuestion is the batch step's question after its script's end,
+	// ControlQuestion is the batch step's question after its script's end,
 	// "sampled": has every scrape target of the job a sample stamped at
 	// or after the script's end? The answer is two "key=<digits>" lines,
-	// HoldTargets and HoldSampledMs, or none while the supervisor does
+	// ControlTargets and ControlSampledMs, or none while the supervisor does
 	// not know yet.
-	HoldQuestion  = "sampled"
-	HoldTargets   = "targets"    // the job's scrape targets
-	HoldSampledMs = "sampled_ms" // unix ms: every target has a sample at or after it; 0: not yet
-	// HoldFinal starts the batch step's line once its script has ended
+	ControlQuestion  = "sampled"
+	ControlTargets   = "targets"    // the job's scrape targets
+	ControlSampledMs = "sampled_ms" // unix ms: every target has a sample at or after it; 0: not yet
+	// ControlFinal starts the batch step's line once its script has ended
 	// ("final <the job's node count>", root only): the supervisor scrapes
 	// every target once now, while the job's services still run (and asks
-	// the other nodes' supervisors to), and answers HoldOK at once.
-	HoldFinal = "final"
-	// HoldStepStart starts a step's line at its start (root only):
-	// "step start <step id> <unix ms>". The answer is HoldOK, or HoldOK,
+	// the other nodes' supervisors to), and answers ControlOK at once.
+	ControlFinal = "final"
+	// ControlStepStart starts a step's line at its start (root only):
+	// "step start <step id> <unix ms>". The answer is ControlOK, or ControlOK,
 	// a space and the traceparent (TraceparentLen characters) the step's
 	// tasks get as TRACEPARENT.
-	HoldStepStart = "step start"
-	// HoldStepEnd starts a step's line at its end (root only): "step end
+	ControlStepStart = "step start"
+	// ControlStepEnd starts a step's line at its end (root only): "step end
 	// <step id> <start ms> <end ms> <tasks end ms|0> <final wait end ms|0>
-	// <exit code|-1> <signal|0> <tasks>", answered HoldOK.
-	HoldStepEnd = "step end"
-	// HoldEpilogStart starts the job epilog's line: "epilog start <unix
+	// <exit code|-1> <signal|0> <tasks>", answered ControlOK.
+	ControlStepEnd = "step end"
+	// ControlEpilogStart starts the job epilog's line: "epilog start <unix
 	// ms>", or with the job's exit "epilog start <unix ms> <status>
-	// <derived>" (two wait statuses), answered HoldOK.
-	HoldEpilogStart = "epilog start"
-	// HoldOK is the answer that takes a line (followed by "\n", or for
-	// HoldStepStart by " <traceparent>\n"); any other answer, or none,
+	// <derived>" (two wait statuses), answered ControlOK.
+	ControlEpilogStart = "epilog start"
+	// ControlOK is the answer that takes a line (followed by "\n", or for
+	// ControlStepStart by " <traceparent>\n"); any other answer, or none,
 	// refuses it.
-	HoldOK = "ok"
-	// HoldRequestMax bounds a request line, bytes with its "\n": longer
+	ControlOK = "ok"
+	// ControlRequestMax bounds a request line, bytes with its "\n": longer
 	// ones are closed unanswered.
-	HoldRequestMax = 192
-	// HoldAnswerMax bounds an answer, bytes: root's clients refuse one of
+	ControlRequestMax = 192
+	// ControlAnswerMax bounds an answer, bytes: root's clients refuse one of
 	// this many bytes or more.
-	HoldAnswerMax = 256
-	// HoldExchangeMs bounds one exchange of a step (connect, line,
+	ControlAnswerMax = 256
+	// ControlExchangeMs bounds one exchange of a step (connect, line,
 	// answer) in milliseconds.
-	HoldExchangeMs = 250
+	ControlExchangeMs = 250
 	// TraceparentLen is the length of a W3C trace-context traceparent of
 	// version 00, "00-<32 hex>-<16 hex>-<2 hex>".
 	TraceparentLen = 55
@@ -176,7 +177,7 @@ func defines() []define {
 	return []define{
 		{"GOS_DEFAULT_RECORD_DIR", "DefaultRecordDir", DefaultRecordDir},
 		{"GOS_RECORD_FILE", "RecordFile", RecordFile},
-		{"GOS_HOLD_PATH_MAX", "HoldPathMax", HoldPathMax},
+		{"GOS_HOLD_PATH_MAX", "ControlPathMax", ControlPathMax},
 		{"GOS_MAX_FINAL_WAIT", "MaxFinalWait, seconds", int(MaxFinalWait / time.Second)},
 		{"GOS_ENV_IN_JOB", "EnvInJob", EnvInJob},
 		{"GOS_JOB_CONTROL_SPEC", "JobControlSpec", JobControlSpec},
@@ -189,23 +190,23 @@ func defines() []define {
 		{"GOS_RECORD_SUPERVISOR_START", "RecordSupervisorStart", RecordSupervisorStart},
 		{"GOS_RECORD_CGROUP_MEMORY", "RecordCgroupMemory", RecordCgroupMemory},
 		{"GOS_RECORD_CGROUP_CPUSET", "RecordCgroupCpuset", RecordCgroupCpuset},
-		{"GOS_RECORD_HOLD_SOCKET", "RecordHoldSocket", RecordHoldSocket},
+		{"GOS_RECORD_HOLD_SOCKET", "RecordControlSocket", RecordControlSocket},
 		{"GOS_RECORD_OUTPUT_DIR", "RecordOutputDir", RecordOutputDir},
 		{"GOS_RECORD_BACKEND", "RecordBackend", RecordBackend},
 		{"GOS_RECORD_ENV", "RecordEnv", RecordEnv},
 		{"GOS_RECORD_UNSET", "RecordUnset", RecordUnset},
 		{"GOS_RECORD_RESATTR", "RecordResAttr", RecordResAttr},
-		{"GOS_HOLD_QUESTION", "HoldQuestion", HoldQuestion},
-		{"GOS_HOLD_TARGETS", "HoldTargets", HoldTargets},
-		{"GOS_HOLD_SAMPLED_MS", "HoldSampledMs", HoldSampledMs},
-		{"GOS_HOLD_FINAL", "HoldFinal", HoldFinal},
-		{"GOS_HOLD_STEP_START", "HoldStepStart", HoldStepStart},
-		{"GOS_HOLD_STEP_END", "HoldStepEnd", HoldStepEnd},
-		{"GOS_HOLD_EPILOG_START", "HoldEpilogStart", HoldEpilogStart},
-		{"GOS_HOLD_OK", "HoldOK", HoldOK},
-		{"GOS_HOLD_REQUEST_MAX", "HoldRequestMax", HoldRequestMax},
-		{"GOS_HOLD_ANSWER_MAX", "HoldAnswerMax", HoldAnswerMax},
-		{"GOS_HOLD_EXCHANGE_MS", "HoldExchangeMs", HoldExchangeMs},
+		{"GOS_HOLD_QUESTION", "ControlQuestion", ControlQuestion},
+		{"GOS_HOLD_TARGETS", "ControlTargets", ControlTargets},
+		{"GOS_HOLD_SAMPLED_MS", "ControlSampledMs", ControlSampledMs},
+		{"GOS_HOLD_FINAL", "ControlFinal", ControlFinal},
+		{"GOS_HOLD_STEP_START", "ControlStepStart", ControlStepStart},
+		{"GOS_HOLD_STEP_END", "ControlStepEnd", ControlStepEnd},
+		{"GOS_HOLD_EPILOG_START", "ControlEpilogStart", ControlEpilogStart},
+		{"GOS_HOLD_OK", "ControlOK", ControlOK},
+		{"GOS_HOLD_REQUEST_MAX", "ControlRequestMax", ControlRequestMax},
+		{"GOS_HOLD_ANSWER_MAX", "ControlAnswerMax", ControlAnswerMax},
+		{"GOS_HOLD_EXCHANGE_MS", "ControlExchangeMs", ControlExchangeMs},
 		{"GOS_TRACEPARENT_LEN", "TraceparentLen", TraceparentLen},
 		{"GOS_ENV_PROLOG_START", "EnvPrologStart", EnvPrologStart},
 		{"GOS_ENV_EPILOG_START", "EnvEpilogStart", EnvEpilogStart},

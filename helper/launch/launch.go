@@ -5,7 +5,7 @@
 // supervisor starts and hands down (the job's ports, ChoosePorts; the
 // receiver token, MintToken), the descriptors the prolog hands it, the one
 // readiness line it answers with (no secret travels up), root's proof of
-// the ports it reports, and root's own client of the hold socket (the
+// the ports it reports, and root's own client of the control socket (the
 // epilog's start). Both sides import it from here, so that the plugin's core links
 // none of the supervisor (its servers, the collector's configuration, the
 // OTLP encoders) to start one.
@@ -63,10 +63,13 @@ type Readiness struct {
 	OutputDir string `json:"output_dir"`
 	// ReadyMillis is the time from the supervisor's start to ready, in ms.
 	ReadyMillis int64 `json:"ready_ms,omitempty"`
-	// Hold is whether the supervisor serves the hold socket on the
-	// listener handed to it at HoldListenerFD (helper/supervise's holdsock.go): the prolog
-	// names the socket in root's record only then.
-	Hold bool `json:"hold,omitempty"`
+	// Control is whether the supervisor serves the control socket on the
+	// listener handed to it at ControlListenerFD (helper/supervise's
+	// controlsock.go): the prolog names the socket in root's record only
+	// then. Its key stays "hold" (the socket's first name), so that a
+	// prolog and a supervisor of releases on either side of the rename
+	// read each other.
+	Control bool `json:"hold,omitempty"`
 	// Steps are the start-up's steps and their durations, "name ms, ...",
 	// for the prolog's log line (informational only).
 	Steps string `json:"steps,omitempty"`
@@ -74,13 +77,13 @@ type Readiness struct {
 
 // ReadinessFD is the descriptor the plugin's prolog passes the supervisor
 // for its Readiness line (the write end of a pipe, given as the first extra
-// file; the hold socket's listener follows at HoldListenerFD).
+// file; the control socket's listener follows at ControlListenerFD).
 const ReadinessFD = 3
 
-// HoldListenerFD is the descriptor on which the plugin's prolog hands the
-// supervisor its hold socket's listener (the second extra file, after the
+// ControlListenerFD is the descriptor on which the plugin's prolog hands the
+// supervisor its control socket's listener (the second extra file, after the
 // readiness pipe at ReadinessFD).
-const HoldListenerFD = ReadinessFD + 1
+const ControlListenerFD = ReadinessFD + 1
 
 // The environment of `gym-otel-spank supervise --from-env`, which the
 // plugin's prolog sets (besides otel.token_env, SLURM_CONF, PATH, HOME, USER

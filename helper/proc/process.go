@@ -111,7 +111,7 @@ func NoCoreDumps() error {
 // without CAP_SYS_PTRACE may trace it or take its descriptors
 // (pidfd_getfd), even one of its own uid. A job's tasks run as the user
 // the supervisor and the collector run as; this is what keeps the
-// plugin's token, which they hold in memory, and the hold socket's
+// plugin's token, which they hold in memory, and the control socket's
 // listener from the tasks. Errors: prctl's.
 func NotDumpable() error {
 	return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)

@@ -35,7 +35,7 @@ import (
 //	cgroup=<the collector's cgroup below each hierarchy, "" for none>
 //	cgroup_memory=<the file of its memory bound, which steps lower to the job's memory>
 //	cgroup_cpuset=<the file of its CPU set, which steps narrow to their CPUs>
-//	hold_socket=<the path of the supervisor's hold socket (HoldSocketPath), "" for none>
+//	hold_socket=<the path of the supervisor's control socket (ControlSocketPath), "" for none>
 //	filter_ports=<the job's loopback ports the node's packet filter keeps to the job, comma-separated, "" for none>
 //	filter_cluster=<the cluster whose name the packet filter's chains hold (SLURM_CLUSTER_NAME), percent-encoded; written with filter ports>
 //	output_dir=<the node's collector dir, as its supervisor reported it, "" when not ready or not one line>
@@ -61,11 +61,11 @@ type Record struct {
 	// CgroupCpuset is the absolute path of that group's cpuset.cpus, ""
 	// when none.
 	CgroupCpuset string
-	// HoldSocket is the path of the supervisor's hold socket
-	// (HoldSocketPath: root's listener, made by the prolog in a root-only
+	// ControlSocket is the path of the supervisor's control socket
+	// (ControlSocketPath: root's listener, made by the prolog in a root-only
 	// dir), on which the steps and the epilog talk to the supervisor; ""
 	// when the supervisor serves none.
-	HoldSocket string
+	ControlSocket string
 	// FilterPorts are the job's loopback ports for which the prolog
 	// installed the node's packet filter (helper/portfilter), which the
 	// epilog removes; none when it installed nothing.
@@ -165,7 +165,7 @@ func (r *Record) Marshal() ([]byte, error) {
 	fmt.Fprintf(&b, "cgroup=%s\n", oneLine(r.Cgroup))
 	fmt.Fprintf(&b, "%s=%s\n", contract.RecordCgroupMemory, oneLine(r.CgroupMemory))
 	fmt.Fprintf(&b, "%s=%s\n", contract.RecordCgroupCpuset, oneLine(r.CgroupCpuset))
-	fmt.Fprintf(&b, "%s=%s\n", contract.RecordHoldSocket, oneLine(r.HoldSocket))
+	fmt.Fprintf(&b, "%s=%s\n", contract.RecordControlSocket, oneLine(r.ControlSocket))
 	ports := make([]string, len(r.FilterPorts))
 	for i, p := range r.FilterPorts {
 		ports[i] = strconv.Itoa(p)
@@ -240,8 +240,8 @@ func Parse(data []byte) (*Record, error) {
 			r.CgroupMemory = v
 		case contract.RecordCgroupCpuset:
 			r.CgroupCpuset = v
-		case contract.RecordHoldSocket:
-			r.HoldSocket = v
+		case contract.RecordControlSocket:
+			r.ControlSocket = v
 		case "filter_ports":
 			for _, f := range strings.Split(v, ",") {
 				if f == "" {
@@ -369,42 +369,44 @@ func MakeJobDir(recordDir, node string, jobID uint32) (string, error) {
 	return dir, nil
 }
 
-// HoldDir is the job record dir's subdirectory that holds the hold socket:
-// root's, mode 0700, so that only root can connect to the socket (the
-// supervisor, the job's user, serves it on the listener the prolog hands
-// it; it never sees the path).
-const HoldDir = "hold"
+// ControlDir is the job record dir's subdirectory that holds the control
+// socket: root's, mode 0700, so that only root can connect to the socket
+// (the supervisor, the job's user, serves it on the listener the prolog
+// hands it; it never sees the path). Its name stays "hold" (the socket's
+// first name): the path is in the records of jobs running across an
+// upgrade.
+const ControlDir = "hold"
 
-// HoldSocketFile is the hold socket's name in HoldDir.
-const HoldSocketFile = "sock"
+// ControlSocketFile is the control socket's name in ControlDir.
+const ControlSocketFile = "sock"
 
-// HoldSocketPath is the hold socket's path in job record dir jobDir
+// ControlSocketPath is the control socket's path in job record dir jobDir
 // (JobDir): <jobDir>/hold/sock.
-func HoldSocketPath(jobDir string) string {
-	return filepath.Join(jobDir, HoldDir, HoldSocketFile)
+func ControlSocketPath(jobDir string) string {
+	return filepath.Join(jobDir, ControlDir, ControlSocketFile)
 }
 
-// MakeHoldDir makes job record dir jobDir's HoldDir (root's, 0700; a
+// MakeControlDir makes job record dir jobDir's ControlDir (root's, 0700; a
 // symlink, another owner or a group or other write bit refused), removes
 // a socket file an earlier run of the job left there (its node crashed,
 // or its epilog never ran) and returns the path at which to bind the hold
 // socket. Errors: the dir cannot be made or is not root's only, the path
-// is longer than a unix socket's (contract.HoldPathMax: a shorter
+// is longer than a unix socket's (contract.ControlPathMax: a shorter
 // plugstack record_dir), a leftover that cannot be removed.
-func MakeHoldDir(jobDir string) (string, error) {
-	path := HoldSocketPath(jobDir)
-	if len(path) > contract.HoldPathMax {
-		return "", fmt.Errorf("hold socket %s: %d bytes, a unix socket's path has at most %d (plugstack record_dir: a shorter one)", path, len(path), contract.HoldPathMax)
+func MakeControlDir(jobDir string) (string, error) {
+	path := ControlSocketPath(jobDir)
+	if len(path) > contract.ControlPathMax {
+		return "", fmt.Errorf("control socket %s: %d bytes, a unix socket's path has at most %d (plugstack record_dir: a shorter one)", path, len(path), contract.ControlPathMax)
 	}
 	dir := filepath.Dir(path)
 	if err := ensureRootDir(dir, 0o700); err != nil {
-		return "", fmt.Errorf("hold socket dir: %w", err)
+		return "", fmt.Errorf("control socket dir: %w", err)
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return "", err
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("hold socket: the earlier run's %s: %w", path, err)
+		return "", fmt.Errorf("control socket: the earlier run's %s: %w", path, err)
 	}
 	return path, nil
 }

@@ -56,15 +56,15 @@ int main(int argc, char **argv) {
 	rec := &Record{
 		Status: "ready", OnFailure: "fail", Reason: "a reason = with, odd characters",
 		DrainTimeout: 20, SupervisorPID: 4242, SupervisorStart: 987654321, UID: 2001,
-		Cgroup:       "gym_otel/c/n1/job_7",
-		CgroupMemory: "/sys/fs/cgroup/memory/gym_otel/c/n1/job_7/memory.limit_in_bytes",
-		CgroupCpuset: "/sys/fs/cgroup/cpuset/gym_otel/c/n1/job_7/cpuset.cpus",
-		HoldSocket:   "/run/gym-otel/n1/7/hold/sock",
-		OutputDir:    "/lustre/runs/r 1/otel",
-		Backend:      "https://otlp.example.com:4318/base",
-		Env:          []KV{{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer gos_x=y"}},
-		Unset:        []string{"OTEL_TOKEN", "SLURM_SPANK_GYM_OTEL_TOKEN"},
-		ResAttrs:     []KV{{"slurm.job.user", "al%20ice%2Cx%3Dy"}, {"nv.dl.job.uuid", "9a6e5010-16a8-54fc-8445-d1e1b1fffcd2"}},
+		Cgroup:        "gym_otel/c/n1/job_7",
+		CgroupMemory:  "/sys/fs/cgroup/memory/gym_otel/c/n1/job_7/memory.limit_in_bytes",
+		CgroupCpuset:  "/sys/fs/cgroup/cpuset/gym_otel/c/n1/job_7/cpuset.cpus",
+		ControlSocket: "/run/gym-otel/n1/7/hold/sock",
+		OutputDir:     "/lustre/runs/r 1/otel",
+		Backend:       "https://otlp.example.com:4318/base",
+		Env:           []KV{{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"}, {"OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer gos_x=y"}},
+		Unset:         []string{"OTEL_TOKEN", "SLURM_SPANK_GYM_OTEL_TOKEN"},
+		ResAttrs:      []KV{{"slurm.job.user", "al%20ice%2Cx%3Dy"}, {"nv.dl.job.uuid", "9a6e5010-16a8-54fc-8445-d1e1b1fffcd2"}},
 	}
 	maxFW := timing.Seconds(contract.MaxFinalWait)
 	for _, c := range []struct{ finalWait, want int }{{16, 16}, {0, 0}, {maxFW + 15, maxFW}} {
@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
 			t.Fatalf("the C reader: %v\n%s", err, out)
 		}
 		want := fmt.Sprintf("ready=1\nfail=1\nreason=%s\nfinal_wait=%d\ncgroup_memory=%s\ncgroup_cpuset=%s\nhold_socket=%s\noutput_dir=%s\nbackend=%s\nsupervisor=%d/%d alive=0\n",
-			rec.Reason, c.want, rec.CgroupMemory, rec.CgroupCpuset, rec.HoldSocket, rec.OutputDir, rec.Backend, rec.SupervisorPID, rec.SupervisorStart)
+			rec.Reason, c.want, rec.CgroupMemory, rec.CgroupCpuset, rec.ControlSocket, rec.OutputDir, rec.Backend, rec.SupervisorPID, rec.SupervisorStart)
 		for _, kv := range rec.Env {
 			want += "env=" + kv.Key + "=" + kv.Value + "\n"
 		}
@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
 			t.Errorf("final_wait %d: C read\n%s\nGo wrote\n%s", c.finalWait, out, want)
 		}
 		back, err := Read(jobDir)
-		if err != nil || back.FinalWait != c.finalWait || back.CgroupCpuset != rec.CgroupCpuset || back.HoldSocket != rec.HoldSocket || len(back.Env) != 2 {
+		if err != nil || back.FinalWait != c.finalWait || back.CgroupCpuset != rec.CgroupCpuset || back.ControlSocket != rec.ControlSocket || len(back.Env) != 2 {
 			t.Errorf("Go read back %+v %v", back, err)
 		}
 	}
@@ -147,23 +147,23 @@ int main(int argc, char **argv) {
 		t.Errorf("no supervisor: %q", got)
 	}
 
-	// A hold socket that is no absolute path (an older record's abstract
+	// A control socket that is no absolute path (an older record's abstract
 	// name), climbs with "..", or is longer than a socket's path is not
 	// taken by C; the longest path a socket can have is.
 	jobDir9, err := MakeJobDir(records, "n1", 9)
 	if err != nil {
 		t.Fatal(err)
 	}
-	longest := "/" + strings.Repeat("x", contract.HoldPathMax-1)
+	longest := "/" + strings.Repeat("x", contract.ControlPathMax-1)
 	for _, c := range []struct{ path, want string }{
 		{"gym-otel-hold-0123456789abcdef", ""}, {"/run/gym-otel/../x/sock", ""}, {longest + "x", ""}, {longest, longest},
 	} {
-		rec.HoldSocket = c.path
+		rec.ControlSocket = c.path
 		if err := Write(jobDir9, rec); err != nil {
 			t.Fatal(err)
 		}
 		if out, _ := exec.Command(bin, records, "n1", "9").CombinedOutput(); !strings.Contains(string(out), "hold_socket="+c.want+"\n") {
-			t.Errorf("hold socket %q: C read %s", c.path, out)
+			t.Errorf("control socket %q: C read %s", c.path, out)
 		}
 	}
 
@@ -171,7 +171,7 @@ int main(int argc, char **argv) {
 	// the ports, the task env and the supervisor already in it) is not
 	// ready for a step, which would then set no env; Go reads it back as
 	// written, for the epilog.
-	rec.HoldSocket = ""
+	rec.ControlSocket = ""
 	for _, c := range []struct{ status, ready string }{{StatusStarting, "ready=0\n"}, {StatusReady, "ready=1\n"}, {StatusFailed, "ready=0\n"}} {
 		rec.Status = c.status
 		if err := Write(jobDir9, rec); err != nil {

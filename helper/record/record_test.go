@@ -131,12 +131,12 @@ func TestUserText(t *testing.T) {
 	}
 }
 
-// TestMakeHoldDir: the hold socket's dir in a job's record dir is root's
+// TestMakeControlDir: the control socket's dir in a job's record dir is root's
 // and 0700 (only root can connect to a socket in it), made again after a
 // chmod, a socket file an earlier run of the job left is removed, and a
 // record dir so deep that the socket's path would not fit a unix socket
 // is refused, naming record_dir.
-func TestMakeHoldDir(t *testing.T) {
+func TestMakeControlDir(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("root's dirs: run as root")
 	}
@@ -144,9 +144,9 @@ func TestMakeHoldDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path, err := MakeHoldDir(jobDir)
+	path, err := MakeControlDir(jobDir)
 	if err != nil || path != filepath.Join(jobDir, "hold", "sock") {
-		t.Fatalf("MakeHoldDir: %q %v", path, err)
+		t.Fatalf("MakeControlDir: %q %v", path, err)
 	}
 	fi, err := os.Lstat(filepath.Dir(path))
 	if err != nil || fi.Mode().Perm() != 0o700 || !fi.IsDir() {
@@ -160,20 +160,20 @@ func TestMakeHoldDir(t *testing.T) {
 	ln.SetUnlinkOnClose(false)
 	ln.Close()
 	os.Chmod(filepath.Dir(path), 0o755)
-	if again, err := MakeHoldDir(jobDir); err != nil || again != path {
+	if again, err := MakeControlDir(jobDir); err != nil || again != path {
 		t.Fatalf("again: %q %v", again, err)
 	}
 	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the earlier run's socket is still there: %v", err)
 	}
 	if fi, _ := os.Lstat(filepath.Dir(path)); fi.Mode().Perm() != 0o700 {
-		t.Errorf("hold dir mode %v after a second MakeHoldDir", fi.Mode())
+		t.Errorf("hold dir mode %v after a second MakeControlDir", fi.Mode())
 	}
 	deep, err := MakeJobDir(filepath.Join(t.TempDir(), strings.Repeat("r", 90)), "n1", 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := MakeHoldDir(deep); err == nil || !strings.Contains(err.Error(), "record_dir") {
-		t.Errorf("a socket path past %d bytes: %v", contract.HoldPathMax, err)
+	if _, err := MakeControlDir(deep); err == nil || !strings.Contains(err.Error(), "record_dir") {
+		t.Errorf("a socket path past %d bytes: %v", contract.ControlPathMax, err)
 	}
 }

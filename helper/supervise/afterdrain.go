@@ -54,7 +54,7 @@ import (
 //     it still ends, marked slurm.drain.collector_killed). A collector that
 //     had exited before the drain gives slurm.end_known=false.
 //   - slurm.epilog: the job epilog tells its start (launch.EnvEpilogStart, taken in
-//     C before the Go core loads) on the hold socket, "epilog start <unix
+//     C before the Go core loads) on the control socket, "epilog start <unix
 //     ms>", and the job's exit when slurmd set it in the epilog's
 //     environment ("<status> <derived>": launch.JobExit; the span's
 //     slurm.job.exit_code, signal, derived_exit_code, derived_signal and
@@ -63,13 +63,13 @@ import (
 //     (the epilog then ends the collector's cgroup and removes root's
 //     record), so the span ends at the line's writing and carries
 //     slurm.end_known=false; an epilog that did not tell (an older plugin,
-//     no hold socket, the job ended otherwise) gives no epilog span.
+//     no control socket, the job ended otherwise) gives no epilog span.
 //
 // Both are children of the node's slurm.job span and end after it (that
 // span is sent before the collector stops).
 
 // epilogLine serves "epilog start <unix ms> [<status> <derived>]"
-// (contract.HoldEpilogStart): it records the epilog's start, a plausible
+// (contract.ControlEpilogStart): it records the epilog's start, a plausible
 // time (after the node's start of the job, not ahead of the clock by more
 // than a minute) once, and the job's exit when told (two unsigned wait
 // statuses); later lines are refused.

@@ -181,26 +181,26 @@ func TestAppendLine(t *testing.T) {
 	}
 }
 
-// The epilog tells its start on the hold socket, only when the path is a
+// The epilog tells its start on the control socket, only when the path is a
 // socket of root's in a dir of root's that neither group nor others can
-// write (CheckHoldSocket: the prolog's listener); the phases take it.
+// write (CheckControlSocket: the prolog's listener); the phases take it.
 func TestTellEpilogStart(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the epilog trusts root's hold socket only: run as root")
+		t.Skip("the epilog trusts root's control socket only: run as root")
 	}
-	s, path := startHold(t)
+	s, path := startControl(t)
 	p := newPhases(jobfacts.Facts{JobID: "1", Node: "n"}, time.Now().Add(-time.Minute), time.Now())
 	s.phases.Store(p)
 	s.stepUID = 0
 	at := time.Now().Add(-time.Second)
 	// Refused: another user's socket, a dir others can write, a symbolic
 	// link, a file, a relative path; each with a live listener behind.
-	other, otherPath := holdListen(t)
+	other, otherPath := controlListen(t)
 	defer other.Close()
 	if err := os.Chown(otherPath, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	open, openPath := holdListen(t)
+	open, openPath := controlListen(t)
 	defer open.Close()
 	if err := os.Chmod(filepath.Dir(openPath), 0o777); err != nil {
 		t.Fatal(err)
@@ -246,9 +246,9 @@ func mustGetwd(t *testing.T) string {
 // supervisor) costs the epilog a bounded wait and an error, not a hang.
 func TestTellEpilogStartSilent(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the epilog trusts root's hold socket only: run as root")
+		t.Skip("the epilog trusts root's control socket only: run as root")
 	}
-	ln, path := holdListen(t)
+	ln, path := controlListen(t)
 	defer ln.Close()
 	go func() {
 		for {
@@ -279,9 +279,9 @@ func TestTellEpilogStartSilent(t *testing.T) {
 // without the exit.
 func TestTellEpilogStartEarlierSupervisor(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the epilog trusts root's hold socket only: run as root")
+		t.Skip("the epilog trusts root's control socket only: run as root")
 	}
-	ln, path := holdListen(t)
+	ln, path := controlListen(t)
 	defer ln.Close()
 	lines := make(chan string, 4)
 	go func() {

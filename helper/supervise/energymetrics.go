@@ -12,6 +12,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
 
 // Energy metrics to the backend. At the drain, once the collector has
@@ -46,7 +47,7 @@ const (
 	// the same attributes, and EnergyMethodKey).
 	EnergyEstimateMetric = "gym_otel.gpu.energy.estimate"
 
-	EnergyStepKey    = "slurm.step.id"
+	EnergyStepKey    = vocab.AttrStepID
 	EnergyRoleKey    = "gym.role"
 	EnergySourceKey  = "gym_otel.energy.source"
 	EnergyTrustedKey = "gym_otel.energy.trusted"

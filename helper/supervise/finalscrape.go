@@ -13,11 +13,11 @@ import (
 // The job's services die with the batch step, and the batch step holds
 // the job after the script's last line until every target of the job
 // has a sample taken after that line (spank/hold.c). The request reaches
-// the batch node's supervisor on its hold socket and every other node's
+// the batch node's supervisor on its control socket and every other node's
 // from the batch node's supervisor (peers.go). Waiting for each
 // target's next scrape costs up to one interval. Instead, the batch step
-// tells its node's supervisor on the hold socket that the script has
-// ended (contract.HoldFinal, root only) and the supervisor makes the
+// tells its node's supervisor on the control socket that the script has
+// ended (contract.ControlFinal, root only) and the supervisor makes the
 // collector scrape every target now: the first collector run's
 // configuration sets the Prometheus receiver's scrape_on_shutdown, so
 // stopping it scrapes each target once more (Prometheus' scrape loops
@@ -26,7 +26,7 @@ import (
 // (finalSink). The supervisor then starts the next run on the same ports
 // without scrape_on_shutdown: the job's later steps' ends and the job's
 // own phase spans, and whatever the services still send over OTLP, still
-// have a collector until the epilog's drain. The hold socket's "sampled"
+// have a collector until the epilog's drain. The control socket's "sampled"
 // answer follows metrics.jsonl, so the hold ends once the final samples
 // are in the file.
 //
@@ -42,10 +42,10 @@ import (
 // finalRequests is the hold server's channel of final-scrape requests
 // (nil without a hold server, which never delivers).
 func (s *supervisor) finalRequests() <-chan struct{} {
-	if s.hold == nil {
+	if s.control == nil {
 		return nil
 	}
-	return s.hold.finals
+	return s.control.finals
 }
 
 // finalScrape stops the running collector (which scrapes every target as

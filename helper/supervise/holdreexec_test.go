@@ -13,7 +13,7 @@ import (
 // TestHoldSurvivesSignalReexec: a supervisor started with ignored signals
 // (a slurmd started from a shell's background job passes SIG_IGN for
 // SIGINT and SIGQUIT on to its prologs) re-executes itself to clear them
-// (proc.ClearSignals); the hold socket's listener it was handed must
+// (proc.ClearSignals); the control socket's listener it was handed must
 // survive that re-exec and be served. Before, the listener was taken
 // first and lost in the re-exec: every job of such a node ran without its
 // phase spans and with the full final-scrape wait.
@@ -27,7 +27,7 @@ func TestHoldSurvivesSignalReexec(t *testing.T) {
 	s := harness.StartSup(t, harness.Job{JobID: "8282", Record: rec})
 	signal.Reset(syscall.SIGINT)
 	s.MustReady(t)
-	if !s.Report.Hold {
-		t.Fatalf("the supervisor started with SIGINT ignored does not serve the hold socket it was handed (%s)", s.HoldPath)
+	if !s.Report.Control {
+		t.Fatalf("the supervisor started with SIGINT ignored does not serve the control socket it was handed (%s)", s.ControlPath)
 	}
 }

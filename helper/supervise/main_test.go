@@ -8,7 +8,7 @@ import (
 )
 
 // TestMain builds the real CLI for the tests that start the supervisor;
-// a child run of this binary (TestHoldInheritedChild) needs none.
+// a child run of this binary (TestControlInheritedChild) needs none.
 func TestMain(m *testing.M) {
 	if os.Getenv("GOS_HOLD_CHILD") != "" {
 		os.Exit(m.Run())

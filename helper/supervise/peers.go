@@ -87,17 +87,17 @@ func peerMAC(secret []byte, job, restart, nonce string) string {
 // peerServer is a non-batch node's listener for the batch node's
 // final-scrape request.
 type peerServer struct {
-	ln     net.Listener
-	secret []byte
-	job    string
-	run    string
-	hold   *holdServer
-	slots  chan struct{}
+	ln      net.Listener
+	secret  []byte
+	job     string
+	run     string
+	control *controlServer
+	slots   chan struct{}
 }
 
 // newPeerServer listens on a free TCP port of every interface and writes
 // the peer file into out.
-func newPeerServer(out, job, restart string, hold *holdServer) (*peerServer, error) {
+func newPeerServer(out, job, restart string, control *controlServer) (*peerServer, error) {
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
 		return nil, err
@@ -110,7 +110,7 @@ func newPeerServer(out, job, restart string, hold *holdServer) (*peerServer, err
 	if err != nil {
 		return nil, err
 	}
-	p := &peerServer{ln: ln, secret: secret, job: job, run: restart, hold: hold, slots: make(chan struct{}, PeerConns)}
+	p := &peerServer{ln: ln, secret: secret, job: job, run: restart, control: control, slots: make(chan struct{}, PeerConns)}
 	port := ln.Addr().(*net.TCPAddr).Port
 	body := fmt.Sprintf("host=%s\nport=%d\nsecret=%s\n", host, port, hex.EncodeToString(secret))
 	if err := atomicfile.Write(filepath.Join(out, PeerFile), []byte(body), 0o600); err != nil {
@@ -173,13 +173,13 @@ func (p *peerServer) answer(c net.Conn) {
 	asked := time.Now()
 	_ = c.SetDeadline(asked.Add(PeerAnswerWait + time.Second))
 	select {
-	case p.hold.finals <- struct{}{}:
+	case p.control.finals <- struct{}{}:
 	default:
 	}
 	for end := asked.Add(PeerAnswerWait); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		// This node's clock on both sides: the samples came after the
 		// request, which came after the script's end.
-		if targets, at := p.hold.targets.Load(), p.hold.at.Load(); targets == 0 || targets > 0 && at >= asked.UnixMilli() {
+		if targets, at := p.control.targets.Load(), p.control.at.Load(); targets == 0 || targets > 0 && at >= asked.UnixMilli() {
 			_, _ = fmt.Fprintf(c, "done %d %s\n", targets, peerMAC(p.secret, p.job, p.run, fmt.Sprintf("done %d %s", targets, nonce)))
 			return
 		}
@@ -346,5 +346,5 @@ func (s *supervisor) askPeers(nodes int, since time.Time) {
 		return
 	}
 	s.log.Infof("final scrape on every node: the job's %d other nodes have every target sampled after the script's end (%d targets)", nodes-1, targets)
-	s.hold.setPeers(targets, since)
+	s.control.setPeers(targets, since)
 }

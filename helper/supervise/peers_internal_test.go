@@ -17,8 +17,8 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 )
 
-// holdSay sends one line on hold server srv's socket and returns its answer.
-func holdSay(t *testing.T, srv *holdServer, line string) string {
+// controlSay sends one line on hold server srv's socket and returns its answer.
+func controlSay(t *testing.T, srv *controlServer, line string) string {
 	t.Helper()
 	c, err := net.DialTimeout("unix", srv.ln.Addr().String(), time.Second)
 	if err != nil {
@@ -46,7 +46,7 @@ func TestPeerFinal(t *testing.T) {
 	if err := os.MkdirAll(nodeOut, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	hold, _ := startHold(t)
+	hold, _ := startControl(t)
 	hold.set(2, time.Now().Add(-time.Minute))
 	p, err := newPeerServer(nodeOut, "77", "0", hold)
 	if err != nil {
@@ -135,15 +135,15 @@ func TestPeerFinal(t *testing.T) {
 
 	// The batch node: "final 3" with one other node's file: no answer to
 	// the hold (the step waits its bound); "final 2": the job's answer.
-	batch, _ := startHold(t)
+	batch, _ := startControl(t)
 	batch.set(1, time.Now().Add(time.Hour)) // this node: sampled; the other nodes decide
-	s := &supervisor{out: out, hold: batch, log: logrus.New(), opt: Options{Facts: jobfacts.Facts{JobID: "77", RestartCount: "0"}}}
-	if got := holdSay(t, batch, "final 3"); got != "ok\n" {
+	s := &supervisor{out: out, control: batch, log: logrus.New(), opt: Options{Facts: jobfacts.Facts{JobID: "77", RestartCount: "0"}}}
+	if got := controlSay(t, batch, "final 3"); got != "ok\n" {
 		t.Fatalf("final 3: %q", got)
 	}
 	<-batch.finals
 	s.askPeers(3, time.Now())
-	if got := holdSay(t, batch, "sampled"); got != "" {
+	if got := controlSay(t, batch, "sampled"); got != "" {
 		t.Errorf("a 3-node job with one other node's file: the hold got %q, want no answer", got)
 	}
 	go func() {
@@ -152,7 +152,7 @@ func TestPeerFinal(t *testing.T) {
 	}()
 	since := time.Now()
 	s.askPeers(2, since)
-	if got, want := holdSay(t, batch, "sampled"), string(sampledText(3, since.UnixMilli())); got != want {
+	if got, want := controlSay(t, batch, "sampled"), string(sampledText(3, since.UnixMilli())); got != want {
 		t.Errorf("every node answered: the hold got %q, want %q", got, want)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
-// TestPhaseC: the steps' C code (spank/phase.c through spank/holdsock.c,
+// TestPhaseC: the steps' C code (spank/phase.c through spank/controlsock.c,
 // as slurmstepd runs it) against this side's real handler of the hold
 // socket, on a socket of root's in a root-only dir as the prolog makes it:
 // before the collector is ready the step's lines are not taken and its
@@ -25,10 +25,10 @@ import (
 // another user's step gets nothing and makes no span.
 func TestPhaseC(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the steps trust root's hold socket only: run as root")
+		t.Skip("the steps trust root's control socket only: run as root")
 	}
 	bin := testenv.PhaseDriver(t)
-	srv, path := startHold(t)
+	srv, path := startControl(t)
 	step := func(as []string, id uint32, statuses ...string) (traceparent, debug string) {
 		t.Helper()
 		argv := append(append(as, bin, path, strconv.FormatUint(uint64(id), 10)), statuses...)

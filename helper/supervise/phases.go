@@ -30,16 +30,16 @@ import (
 // Root's side only hands facts on: the prolog's start time comes in the
 // supervisor's environment (launch.EnvPrologStart, taken by the plugin's C prolog
 // before it loads the Go core); each step's slurmstepd (spank/phase.c, C
-// only, never in a forked task) tells the supervisor on its hold socket
-// (holdsock.go) one line at the step's start and one at its end:
+// only, never in a forked task) tells the supervisor on its control socket
+// (controlsock.go) one line at the step's start and one at its end:
 //
 //	step start <step id> <unix ms>
 //	step end <step id> <start ms> <end ms> <tasks end ms|0> <final wait end ms|0> <exit code|-1> <signal|0> <tasks>
 //
 // and reads "ok"; the start's answer is "ok <traceparent>" when the step
 // has a span to run its tasks in (stepStart), which the step sets as its
-// tasks' TRACEPARENT (spank/taskenv.c) unless one is set already. Only root's lines count (slurmstepd's; holdsock.go):
-// no other user, the job's own neither, can connect to the hold socket,
+// tasks' TRACEPARENT (spank/taskenv.c) unless one is set already. Only root's lines count (slurmstepd's; controlsock.go):
+// no other user, the job's own neither, can connect to the control socket,
 // and a step line of any other peer gets no answer and makes no span, so
 // no process of the job can add a step that never ran.
 //
@@ -224,17 +224,17 @@ func (p *phases) ready(at time.Time) {
 }
 
 // handle serves one of the steps' and the epilog's lines of the hold
-// socket (holdVerbs): the answer, or "" when line is none of them.
+// socket (controlVerbs): the answer, or "" when line is none of them.
 func (p *phases) handle(line string) string {
-	v, args := holdVerbOf(line)
+	v, args := controlVerbOf(line)
 	if v == nil || v.phase == nil {
 		return ""
 	}
 	return v.phase(p, args)
 }
 
-// okLine is the answer that takes a line (contract.HoldOK).
-const okLine = contract.HoldOK + "\n"
+// okLine is the answer that takes a line (contract.ControlOK).
+const okLine = contract.ControlOK + "\n"
 
 // stepStartLine serves "step start <step id> <unix ms>": "ok", or "ok
 // <traceparent>" when the step has a span to run its tasks in.
@@ -251,7 +251,7 @@ func (p *phases) stepStartLine(args []string) string {
 		return "bad time\n"
 	}
 	if tp := p.stepStart(id, time.UnixMilli(t)); tp != "" {
-		return contract.HoldOK + " " + tp + "\n"
+		return contract.ControlOK + " " + tp + "\n"
 	}
 	return okLine
 }
@@ -576,8 +576,8 @@ func (s *supervisor) startPhases(ctx context.Context) (stop func()) {
 	}
 	s.phases = newPhases(s.opt.Facts, launch.ParsePrologStart(os.Getenv(launch.EnvPrologStart)), s.started)
 	s.phases.ready(time.Now())
-	if s.hold != nil {
-		s.hold.phases.Store(s.phases)
+	if s.control != nil {
+		s.control.phases.Store(s.phases)
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})

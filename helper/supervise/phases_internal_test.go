@@ -191,11 +191,11 @@ func attr(s *tracev1.Span, k string) any {
 	return ""
 }
 
-// The steps' lines reach the phases through the hold socket, which answers
+// The steps' lines reach the phases through the control socket, which answers
 // "ok"; before the collector is ready (no phases yet) a line gets no
 // answer. The exchange's cost is logged (a step pays two).
-func TestHoldSocketPhaseLines(t *testing.T) {
-	s, path := startHold(t)
+func TestControlSocketPhaseLines(t *testing.T) {
+	s, path := startControl(t)
 	say := func(line string) string {
 		c, err := net.Dial("unix", path)
 		if err != nil {
@@ -229,7 +229,7 @@ func TestHoldSocketPhaseLines(t *testing.T) {
 			t.Fatalf("answer %q", got)
 		}
 	}
-	t.Logf("one phase line on the hold socket: %v (connect, line, answer)", time.Since(t0)/n)
+	t.Logf("one phase line on the control socket: %v (connect, line, answer)", time.Since(t0)/n)
 	if got := say("sampled\n"); got != "" {
 		t.Errorf("sampled before the follower knows: %q", got)
 	}

@@ -156,16 +156,16 @@ func (f *sampleFollower) sampledAt() time.Time {
 	return time.Unix(0, oldest)
 }
 
-// sampledText is the hold socket's answer (holdsock.go); ms is unix ms,
+// sampledText is the control socket's answer (controlsock.go); ms is unix ms,
 // 0 for not yet.
 func sampledText(targets int, ms int64) []byte {
-	return fmt.Appendf(nil, "%s=%d\n%s=%d\n", contract.HoldTargets, targets, contract.HoldSampledMs, ms)
+	return fmt.Appendf(nil, "%s=%d\n%s=%d\n", contract.ControlTargets, targets, contract.ControlSampledMs, ms)
 }
 
 // followSamples keeps srv's answer up to date from metricsPath until ctx
 // ends. Errors reading the file are retried at the next poll; without
 // targets there is nothing to follow.
-func followSamples(ctx context.Context, srv *holdServer, metricsPath string, targets []render.Target, poll time.Duration) {
+func followSamples(ctx context.Context, srv *controlServer, metricsPath string, targets []render.Target, poll time.Duration) {
 	f := newSampleFollower(metricsPath, targets)
 	srv.set(len(targets), time.Time{})
 	if len(targets) == 0 {
@@ -190,14 +190,14 @@ func followSamples(ctx context.Context, srv *holdServer, metricsPath string, tar
 	}
 }
 
-// followSampled keeps the hold socket's answer up to date (when the
+// followSampled keeps the control socket's answer up to date (when the
 // supervisor serves one) and returns the function that stops it.
 func (s *supervisor) followSampled(ctx context.Context) (stop func()) {
-	if s.hold == nil {
+	if s.control == nil {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	targets := render.Targets(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)})
-	go followSamples(ctx, s.hold, s.path(jobdir.SignalFile("metrics")), targets, DefaultSampledPoll)
+	go followSamples(ctx, s.control, s.path(jobdir.SignalFile("metrics")), targets, DefaultSampledPoll)
 	return cancel
 }

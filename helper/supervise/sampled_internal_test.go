@@ -74,23 +74,23 @@ func TestSampleFollower(t *testing.T) {
 	}
 }
 
-// TestHoldServer: the supervisor's hold socket, asked by the batch step's
-// C code (spank/holdsock.c) on a socket of root's in a root-only dir (as
+// TestControlServer: the supervisor's control socket, asked by the batch step's
+// C code (spank/controlsock.c) on a socket of root's in a root-only dir (as
 // the prolog makes it): it answers the number of targets and the time of
 // the follower, targets=0 when the node has none; another user (nobody)
 // cannot reach it; it takes the final-scrape request from root only, one
-// pending at most; while HoldConns connections sit idle, one more is
+// pending at most; while ControlConns connections sit idle, one more is
 // still answered within the step's bound (the oldest idle one is closed
-// to make room), and the idle ones are closed within HoldConnTimeout.
-func TestHoldServer(t *testing.T) {
+// to make room), and the idle ones are closed within ControlConnTimeout.
+func TestControlServer(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the steps trust root's hold socket only: run as root")
+		t.Skip("the steps trust root's control socket only: run as root")
 	}
 	bin := testenv.HoldDriver(t)
 	dir := t.TempDir()
 	metrics := filepath.Join(dir, "metrics.jsonl")
 	os.WriteFile(metrics, []byte(upLine("node", "n1:9100", 1700000000123456789)), 0o600)
-	srv, path := startHold(t)
+	srv, path := startControl(t)
 	ask := func(since string, as ...string) string {
 		t.Helper()
 		argv := append(as, bin, path, since)
@@ -140,27 +140,27 @@ func TestHoldServer(t *testing.T) {
 			t.Errorf("root's final request %d: %s, %d pending; want 1, 1", i+1, got, len(srv.finals))
 		}
 	}
-	// The connection cap: HoldConns idle connections (root's, stuck), then
+	// The connection cap: ControlConns idle connections (root's, stuck), then
 	// one more asks: answered within the step's own bound all the same.
 	var idle []net.Conn
-	for i := 0; i < HoldConns; i++ {
+	for i := 0; i < ControlConns; i++ {
 		c, err := net.Dial("unix", path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		idle = append(idle, c)
 	}
-	for deadline := time.Now().Add(10 * time.Second); len(srv.slots) < HoldConns; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); len(srv.slots) < ControlConns; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the server took %d of %d idle connections", len(srv.slots), HoldConns)
+			t.Fatalf("the server took %d of %d idle connections", len(srv.slots), ControlConns)
 		}
 	}
 	if got := ask("9999999999999"); got != "2" {
 		t.Errorf("past the connection cap, with every slot idle: %s, want 2", got)
 	}
-	// The idle ones are closed by the server within HoldConnTimeout.
+	// The idle ones are closed by the server within ControlConnTimeout.
 	for _, c := range idle {
-		c.SetReadDeadline(time.Now().Add(HoldConnTimeout + 5*time.Second))
+		c.SetReadDeadline(time.Now().Add(ControlConnTimeout + 5*time.Second))
 		if _, err := c.Read(make([]byte, 1)); err == nil || os.IsTimeout(err) {
 			t.Errorf("an idle connection was not closed by the server: %v", err)
 		}

@@ -22,8 +22,8 @@ import (
 
 // TestSampledHint: with the real collector, a vLLM stand-in and
 // node_exporter scraped every second, the supervisor started with a record
-// and the hold socket's listener (as the plugin starts it) answers on its
-// hold socket: two targets, and a
+// and the control socket's listener (as the plugin starts it) answers on its
+// control socket: two targets, and a
 // time that advances with the scrapes and is never later than the newest
 // up point of either target in metrics.jsonl. Also reports the
 // supervisor's CPU time with and without the samples to follow.
@@ -37,11 +37,11 @@ func TestSampledHint(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := harness.StartSup(t, harness.Job{JobID: "8181", VLLMPort: vllm, NodePort: node, Record: rec}).MustReady(t)
-	if !s.Report.Hold {
-		t.Fatalf("report: no hold socket on the listener handed on (%s)", s.HoldPath)
+	if !s.Report.Control {
+		t.Fatalf("report: no control socket on the listener handed on (%s)", s.ControlPath)
 	}
 	read := func() (targets int, at time.Time) {
-		c, err := net.DialTimeout("unix", s.HoldPath, time.Second)
+		c, err := net.DialTimeout("unix", s.ControlPath, time.Second)
 		if err != nil {
 			return 0, time.Time{}
 		}
@@ -98,11 +98,11 @@ func TestSampledHint(t *testing.T) {
 		t.Fatal(err)
 	}
 	withHint := supCPU(t, s)
-	// The same run without a record and a listener (no hold socket, no
+	// The same run without a record and a listener (no control socket, no
 	// follower), for the cost.
 	b := harness.StartSup(t, harness.Job{JobID: "8182", VLLMPort: vllm, NodePort: node}).MustReady(t)
-	if b.Report.Hold {
-		t.Errorf("a hold socket without a listener handed on")
+	if b.Report.Control {
+		t.Errorf("a control socket without a listener handed on")
 	}
 	time.Sleep(time.Until(b.Started.Add(ran)))
 	if _, err := b.Drain(t, 30*time.Second); err != nil {
@@ -243,7 +243,7 @@ func counterValues(t testing.TB, dir, name string) []float64 {
 }
 
 // TestFinalScrapeNow: with the real collector scraping a vLLM stand-in and
-// node_exporter at a 60 s interval, root's "final" line on the hold socket
+// node_exporter at a 60 s interval, root's "final" line on the control socket
 // (the batch step's, at the script's end) is answered "ok", and the
 // supervisor stops the collector run, which scrapes both targets as it
 // stops: the hold's answer then says every target has a sample at or
@@ -275,7 +275,7 @@ func TestFinalScrapeNow(t *testing.T) {
 		t.Fatalf("the first run's collector.yaml does not set scrape_on_shutdown:\n%s", cfg())
 	}
 	say := func(line string) string {
-		c, err := net.DialTimeout("unix", s.HoldPath, time.Second)
+		c, err := net.DialTimeout("unix", s.ControlPath, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

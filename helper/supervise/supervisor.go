@@ -139,12 +139,12 @@ type Options struct {
 	// NoCgroupMetrics: the supervisor serves no cgroup metrics
 	// (cgroupmetrics.go) and the collector scrapes none.
 	NoCgroupMetrics bool
-	// HoldListener is the hold socket's listener the prolog made as root
-	// and handed on (InheritedHoldListener; holdsock.go): the supervisor
+	// ControlListener is the control socket's listener the prolog made as root
+	// and handed on (InheritedControlListener; controlsock.go): the supervisor
 	// serves root's lines on it and closes it at its end. nil: no hold
 	// socket (the batch step waits its bound, the steps' phases are not
 	// told).
-	HoldListener *net.UnixListener
+	ControlListener *net.UnixListener
 	// SpanCountMaxBytes is the most bytes of traces.jsonl and
 	// metrics.jsonl together that the drain reads to count the spans the
 	// span metrics connector did not (0: SpanCountMaxBytes, the
@@ -204,7 +204,7 @@ type supervisor struct {
 	// The receipt's figures (see receipt.go).
 	final      *finalSink           // receives the collector's export at shutdown
 	cgroups    *cgroupServer        // serves the job's cgroups (nil: not served)
-	hold       *holdServer          // answers the batch step's hold (nil: not started by the plugin)
+	control    *controlServer       // answers the batch step's hold (nil: not started by the plugin)
 	lastRead   selfmetrics.Counters // the running collector's last read counters
 	lastReadAt time.Time
 	figures    selfmetrics.Counters // the ended collector runs' counters, summed
@@ -269,8 +269,8 @@ func Run(ctx context.Context, opt Options) error {
 		if s.final != nil {
 			s.final.close()
 		}
-		if s.hold != nil {
-			s.hold.close()
+		if s.control != nil {
+			s.control.close()
 		}
 		if s.peer != nil {
 			s.peer.close()
@@ -514,20 +514,20 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 			meter.run(time.Duration(s.o.ScrapeIntervalSeconds) * time.Second)
 		}
 	}
-	if s.opt.HoldListener != nil {
+	if s.opt.ControlListener != nil {
 		// Started by the plugin, with the listener its prolog made: root's
 		// steps tell their phases and the batch step asks how far the
-		// scrapes are (holdsock.go). Without it the step waits its bound.
-		s.hold = newHoldServer(s.opt.HoldListener)
+		// scrapes are (controlsock.go). Without it the step waits its bound.
+		s.control = newControlServer(s.opt.ControlListener)
 	}
-	// With a hold socket the batch step asks for the final scrape at the
+	// With a control socket the batch step asks for the final scrape at the
 	// script's end: the first run scrapes every target as it stops. A
 	// node without targets (the hold ends at once) has none to do.
-	s.scrapeOnShutdown = s.hold != nil && len(render.Targets(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)})) > 0
-	if s.hold != nil && s.opt.Facts.NodeIndex > 0 {
+	s.scrapeOnShutdown = s.control != nil && len(render.Targets(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)})) > 0
+	if s.control != nil && s.opt.Facts.NodeIndex > 0 {
 		// The batch node's supervisor asks this one for its final
 		// scrape through the job dir (peers.go).
-		if s.peer, err = newPeerServer(s.at, s.opt.Facts.JobID, s.opt.Facts.RestartCount, s.hold); err != nil {
+		if s.peer, err = newPeerServer(s.at, s.opt.Facts.JobID, s.opt.Facts.RestartCount, s.control); err != nil {
 			s.log.Warnf("no final-scrape listener for the batch node (the batch step waits its full bound): %v", err)
 		}
 	}
@@ -968,10 +968,6 @@ func (s *supervisor) launch(ctx context.Context) error {
 	return fmt.Errorf("otel.health_check_timeout_seconds: the collector was not healthy within %ds; last lines of %s:\n%s", s.o.HealthCheckTimeoutSeconds, s.logName(), tail)
 }
 
-// provePorts proves that every port of the job is listened on by collector
-// c's process group (verifyListeners): at the first start and after every
-// restart, since whatever answers on a port is trusted with the job's
-// telemetry and its receiver token.
 // versionEnv is the environment of `otel.binary --version`.
 var versionEnv = []string{"PATH=/usr/bin:/bin"}
 
@@ -1003,6 +999,10 @@ func (s *supervisor) checkStartedVersion(ctx context.Context, logStart int64) er
 	return err
 }
 
+// provePorts proves that every port of the job is listened on by collector
+// c's process group (verifyListeners): at the first start and after every
+// restart, since whatever answers on a port is trusted with the job's
+// telemetry and its receiver token.
 func (s *supervisor) provePorts(c *collector) error {
 	ports := []int{s.ports.OTLPGRPC, s.ports.OTLPHTTP, s.ports.Health, s.ports.Plugin}
 	if s.ports.Telemetry != 0 {
@@ -1054,7 +1054,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	s.sendReadiness(launch.Readiness{
 		Status: launch.StatusReady, Ports: s.ports,
 		SupervisorPID: os.Getpid(), CollectorPID: s.coll.pid, CollectorStart: s.coll.start,
-		OutputDir: s.out, ReadyMillis: ready.Milliseconds(), Hold: s.hold != nil,
+		OutputDir: s.out, ReadyMillis: ready.Milliseconds(), Control: s.control != nil,
 		Steps: s.steps.String(),
 	})
 	if s.opt.SlurmdAlive != nil {
@@ -1095,7 +1095,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 			s.drainCause = "stopped"
 			return s.drain()
 		case <-s.finalRequests():
-			if n := s.hold.nodes.Load(); n > 1 && s.opt.Facts.NodeIndex == 0 && !s.peersAsked {
+			if n := s.control.nodes.Load(); n > 1 && s.opt.Facts.NodeIndex == 0 && !s.peersAsked {
 				s.peersAsked = true
 				go s.askPeers(int(n), time.Now())
 			}

@@ -8,7 +8,7 @@
 // the appended lines, the Slurm queries, a failed start's stop, the kill
 // of a group, the epilog's reserves). The cap the C front reads too (the
 // final wait's) is helper/contract's MaxFinalWait; the bounds of one
-// protocol stay with it (the hold socket's in helper/contract and
+// protocol stay with it (the control socket's in helper/contract and
 // helper/launch, the token socket's and the peers' in helper/supervise).
 package timing
 

@@ -414,7 +414,7 @@ type Job struct {
 	Memory      int    // memory_limit_mib, default 512
 	Output      string // --output; default <shared dir>/out
 	User        string // --user
-	Record      string // --record; with it, a hold socket's listener at fd 4 (Sup.HoldPath), as the plugin's prolog hands one on
+	Record      string // --record; with it, a control socket's listener at fd 4 (Sup.ControlPath), as the plugin's prolog hands one on
 	Env         []string
 	// Container and ContainerRuntime are otel.container and
 	// otel.container_runtime ("": the host binary).
@@ -440,10 +440,10 @@ type Sup struct {
 	Dir    string // the job's shared dir
 	Out    string // output dir
 	Report launch.Readiness
-	// HoldPath is the hold socket the supervisor was handed the listener
+	// ControlPath is the control socket the supervisor was handed the listener
 	// of (with a Record), "" for none.
-	HoldPath string
-	Started  time.Time
+	ControlPath string
+	Started     time.Time
 	// ReportAfter is the time from start to the Report line.
 	ReportAfter time.Duration
 	// ReceiverToken is the receiver token handed to the supervisor in its
@@ -579,9 +579,9 @@ func StartSup(t testing.TB, j Job) *Sup {
 	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if j.Record != "" {
 		// As the plugin's prolog: the listener made here, handed on at
-		// launch.HoldListenerFD, this process's copy closed.
-		s.HoldPath = filepath.Join(dir, "hold.sock")
-		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.HoldPath, Net: "unix"})
+		// launch.ControlListenerFD, this process's copy closed.
+		s.ControlPath = filepath.Join(dir, "hold.sock")
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.ControlPath, Net: "unix"})
 		if err != nil {
 			t.Fatal(err)
 		}

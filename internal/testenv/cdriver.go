@@ -47,16 +47,16 @@ func BuildCProgram(t *testing.T, dir, name, driver string, sources ...string) st
 	return bin
 }
 
-// HoldDriver compiles spank/holdsock.c (root's exchanges with the
-// supervisor on its hold socket) with BuildCDriver and a driver that
+// HoldDriver compiles spank/controlsock.c (root's exchanges with the
+// supervisor on its control socket) with BuildCDriver and a driver that
 // prints gos_hold_sampled's answer, `hold <path> <since_ms>`, or
 // gos_hold_final's for a one-node job, `hold <path> final`.
 func HoldDriver(t *testing.T) string {
 	t.Helper()
-	return BuildCDriver(t, t.TempDir(), "hold", "holdsock.c", `#include <stdio.h>
+	return BuildCDriver(t, t.TempDir(), "hold", "controlsock.c", `#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "holdsock.h"
+#include "controlsock.h"
 int main(int argc, char **argv) {
 	if (argc != 3)
 		return 2;
@@ -70,8 +70,8 @@ int main(int argc, char **argv) {
 }
 
 // PhaseDriver compiles spank/phase.c (a step's start and end told to the
-// supervisor) with spank/holdsock.c, its client of the hold socket, and a
-// driver that plays slurmstepd's calls for one step on the hold socket at
+// supervisor) with spank/controlsock.c, its client of the control socket, and a
+// driver that plays slurmstepd's calls for one step on the control socket at
 // path: `phase <path> <step id> <wait status|-> ...`, one task_exit per
 // status ("-": none). It prints "traceparent=<what the step's tasks get>"
 // on stdout, and the plugin's debug lines (slurm_debug) on stderr.
@@ -120,5 +120,5 @@ int main(int argc, char **argv) {
 	gos_phase_step_end();
 	return 0;
 }
-`, "phase.c", "holdsock.c")
+`, "phase.c", "controlsock.c")
 }

@@ -28,8 +28,8 @@ func holdSocketOf(t *testing.T, node, job string) (path string, pid int) {
 	deadline := time.Now().Add(patience)
 	for {
 		rec, err := record.Read(record.JobDir(recordDir, node, uint32(id)))
-		if err == nil && rec.Status == "ready" && rec.HoldSocket != "" {
-			return rec.HoldSocket, rec.SupervisorPID
+		if err == nil && rec.Status == "ready" && rec.ControlSocket != "" {
+			return rec.ControlSocket, rec.SupervisorPID
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("job %s on %s: no ready record with a hold socket (%v)", job, node, err)

@@ -351,7 +351,7 @@ func TestStaleRecordSwept(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The crashed job's hold socket, its listener long gone.
-	hold, err := record.MakeHoldDir(stale)
+	hold, err := record.MakeControlDir(stale)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +363,7 @@ func TestStaleRecordSwept(t *testing.T) {
 	ln.Close()
 	// A supervisor pid that is not the recorded process (start time 1).
 	if err := record.Write(stale, &record.Record{Status: "ready", OnFailure: "continue", UID: 2001,
-		SupervisorPID: os.Getpid(), SupervisorStart: 1, HoldSocket: hold}); err != nil {
+		SupervisorPID: os.Getpid(), SupervisorStart: 1, ControlSocket: hold}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(stale) })

@@ -390,18 +390,18 @@ for i in $(seq 1 %[2]d); do srun -n1 true || exit 5; done
 	if !waitFor(patience, func() bool {
 		var err error
 		rec, err = record.Read(record.JobDir(recDir, node, uint32(jid)))
-		return err == nil && rec.Status == record.StatusReady && rec.HoldSocket != ""
+		return err == nil && rec.Status == record.StatusReady && rec.ControlSocket != ""
 	}) {
 		t.Fatalf("job %s: no ready record with a hold socket in %s", job, recDir)
 	}
 	var sock, dir syscall.Stat_t
-	if err := syscall.Lstat(rec.HoldSocket, &sock); err != nil || sock.Mode&syscall.S_IFMT != syscall.S_IFSOCK || sock.Uid != 0 || sock.Mode&0o777 != 0o600 {
-		t.Errorf("%s: mode %#o uid %d (%v); want a socket of root's, 0600", rec.HoldSocket, sock.Mode, sock.Uid, err)
+	if err := syscall.Lstat(rec.ControlSocket, &sock); err != nil || sock.Mode&syscall.S_IFMT != syscall.S_IFSOCK || sock.Uid != 0 || sock.Mode&0o777 != 0o600 {
+		t.Errorf("%s: mode %#o uid %d (%v); want a socket of root's, 0600", rec.ControlSocket, sock.Mode, sock.Uid, err)
 	}
-	if err := syscall.Lstat(filepath.Dir(rec.HoldSocket), &dir); err != nil || dir.Uid != 0 || dir.Mode&0o777 != 0o700 {
-		t.Errorf("%s: mode %#o uid %d (%v); want a dir of root's, 0700", filepath.Dir(rec.HoldSocket), dir.Mode, dir.Uid, err)
+	if err := syscall.Lstat(filepath.Dir(rec.ControlSocket), &dir); err != nil || dir.Uid != 0 || dir.Mode&0o777 != 0o700 {
+		t.Errorf("%s: mode %#o uid %d (%v); want a dir of root's, 0700", filepath.Dir(rec.ControlSocket), dir.Mode, dir.Uid, err)
 	}
-	env := []string{"GOS_SOCKET=" + rec.HoldSocket, "GOS_STOP=" + stop}
+	env := []string{"GOS_SOCKET=" + rec.ControlSocket, "GOS_STOP=" + stop}
 	who := map[string]string{"nobody": other, jobUser: userID(t, jobUser)}
 	type flood struct {
 		cmd *exec.Cmd

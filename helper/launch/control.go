@@ -13,37 +13,37 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
 )
 
-// CheckHoldSocket returns an error unless path (from root's record) is a
+// CheckControlSocket returns an error unless path (from root's record) is a
 // socket owned by root in a directory owned by root that neither group nor
 // others can write, neither of them a symbolic link: then only root can
 // have bound it, and the listener is the one the prolog made and handed to
 // the job's supervisor. The steps check the same in C
-// (spank/holdsock.c).
-func CheckHoldSocket(path string) error {
-	if !filepath.IsAbs(path) || len(path) > contract.HoldPathMax {
-		return fmt.Errorf("hold socket %q: not an absolute path of at most %d bytes", path, contract.HoldPathMax)
+// (spank/controlsock.c).
+func CheckControlSocket(path string) error {
+	if !filepath.IsAbs(path) || len(path) > contract.ControlPathMax {
+		return fmt.Errorf("control socket %q: not an absolute path of at most %d bytes", path, contract.ControlPathMax)
 	}
 	dir := filepath.Dir(path)
 	fi, err := os.Lstat(dir)
 	if err != nil {
-		return fmt.Errorf("hold socket: %w", err)
+		return fmt.Errorf("control socket: %w", err)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || !fi.IsDir() || st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("hold socket: %s is not a directory of root's that only root can write (%s)", dir, fi.Mode())
+		return fmt.Errorf("control socket: %s is not a directory of root's that only root can write (%s)", dir, fi.Mode())
 	}
 	fi, err = os.Lstat(path)
 	if err != nil {
-		return fmt.Errorf("hold socket: %w", err)
+		return fmt.Errorf("control socket: %w", err)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || fi.Mode().Type() != os.ModeSocket || st.Uid != 0 {
-		return fmt.Errorf("hold socket: %s is not a socket of root's (%s)", path, fi.Mode())
+		return fmt.Errorf("control socket: %s is not a socket of root's (%s)", path, fi.Mode())
 	}
 	return nil
 }
 
-// HoldConnTimeout bounds one connection's request and answer on the hold
+// ControlConnTimeout bounds one connection's request and answer on the hold
 // socket (the supervisor's server closes a connection after it).
-const HoldConnTimeout = time.Second
+const ControlConnTimeout = time.Second
 
 // JobExit is the job's exit as slurmd gives it to the job epilog's
 // environment (Slurm 22.05 to 26.05, prep/script's slurmd part, when the
@@ -76,29 +76,29 @@ func JobExitFromEnv(getenv func(string) string) *JobExit {
 	return &JobExit{Status: uint32(st), Derived: uint32(de)}
 }
 
-// TellEpilogStart tells the job's supervisor on its hold socket (path, as
+// TellEpilogStart tells the job's supervisor on its control socket (path, as
 // root's record has it) that the epilog started at at, and the job's exit
-// when known (exit; nil: not known): one line, contract.HoldEpilogStart's
+// when known (exit; nil: not known): one line, contract.ControlEpilogStart's
 // "epilog start <unix ms> [<status> <derived>]", answered "ok", within
-// HoldConnTimeout/4. A supervisor of an earlier release (a job started
+// ControlConnTimeout/4. A supervisor of an earlier release (a job started
 // before the node's upgrade) knows only the line without the exit: when
 // it does not answer "ok" to the line with it, that line is sent once
-// more without it, within another HoldConnTimeout/4. The path must pass
-// CheckHoldSocket (a socket of root's in a dir only root can write: the
+// more without it, within another ControlConnTimeout/4. The path must pass
+// CheckControlSocket (a socket of root's in a dir only root can write: the
 // prolog's listener, which the supervisor serves), or nothing is sent.
 // Errors: not such a socket, no listener, no answer in time.
 func TellEpilogStart(path string, at time.Time, exit *JobExit) error {
-	if err := CheckHoldSocket(path); err != nil {
+	if err := CheckControlSocket(path); err != nil {
 		return err
 	}
-	line := fmt.Sprintf("%s %d", contract.HoldEpilogStart, at.UnixMilli())
+	line := fmt.Sprintf("%s %d", contract.ControlEpilogStart, at.UnixMilli())
 	if exit == nil {
-		return tellHold(path, line)
+		return tellControl(path, line)
 	}
-	err := tellHold(path, line+fmt.Sprintf(" %d %d", exit.Status, exit.Derived))
+	err := tellControl(path, line+fmt.Sprintf(" %d %d", exit.Status, exit.Derived))
 	var refused errNotOK
 	if errors.As(err, &refused) {
-		return tellHold(path, line)
+		return tellControl(path, line)
 	}
 	return err
 }
@@ -108,27 +108,27 @@ type errNotOK struct{ answer []byte }
 
 func (e errNotOK) Error() string { return fmt.Sprintf("the supervisor answered %q", e.answer) }
 
-// tellHold sends line on the hold socket at path and reads the answer,
-// within HoldConnTimeout/4; an answer other than "ok" (the connection
+// tellControl sends line on the control socket at path and reads the answer,
+// within ControlConnTimeout/4; an answer other than "ok" (the connection
 // closed unanswered among them) is errNotOK, no answer in time another
 // error.
-func tellHold(path, line string) error {
-	d := net.Dialer{Timeout: HoldConnTimeout / 4}
+func tellControl(path, line string) error {
+	d := net.Dialer{Timeout: ControlConnTimeout / 4}
 	c, err := d.Dial("unix", path)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(HoldConnTimeout / 4))
+	_ = c.SetDeadline(time.Now().Add(ControlConnTimeout / 4))
 	if _, err := fmt.Fprintf(c, "%s\n", line); err != nil {
 		return err
 	}
 	buf := make([]byte, 16)
 	n, err := c.Read(buf)
 	if os.IsTimeout(err) {
-		return fmt.Errorf("the supervisor did not answer within %v", HoldConnTimeout/4)
+		return fmt.Errorf("the supervisor did not answer within %v", ControlConnTimeout/4)
 	}
-	if string(buf[:n]) != contract.HoldOK+"\n" {
+	if string(buf[:n]) != contract.ControlOK+"\n" {
 		return errNotOK{buf[:n]}
 	}
 	return nil

@@ -21,36 +21,36 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 )
 
-// The hold socket: how root's side of the job talks to the job's
+// The control socket: how root's side of the job talks to the job's
 // supervisor on the node. The batch step learns there, after the
 // script's last line, that every scrape target (on every node of the job)
-// has a sample taken after that line (spank/holdsock.c asks, for
+// has a sample taken after that line (spank/controlsock.c asks, for
 // spank/hold.c); every step tells its start and end (spank/phase.c); the
 // job epilog tells its start (afterdrain.go).
 //
 // The socket is a pathname socket in root's record dir of the job:
-// <record_dir>/<node>/<job id>/hold/sock (helper/record's HoldSocketPath),
+// <record_dir>/<node>/<job id>/hold/sock (helper/record's ControlSocketPath),
 // its dir root's and 0700. The prolog, as root, makes the dir, binds and
 // listens, and hands the listener to the supervisor as an inherited
-// descriptor (launch.HoldListenerFD, after the readiness pipe); the supervisor
-// only accepts on it (InheritedHoldListener) and never sees the path.
+// descriptor (launch.ControlListenerFD, after the readiness pipe); the supervisor
+// only accepts on it (InheritedControlListener) and never sees the path.
 // Only root can connect: the dir's permission shuts out every other user,
 // the job's own too, so no one else can take the supervisor's connection
 // slots or read its answers. Root's record holds the path; the epilog
 // removes it with the record, and a stale one of a crashed job goes with
 // its stale record (or when the job's id runs again on the node). The
-// clients (spank/holdsock.c's gos_control_exchange in the steps,
+// clients (spank/controlsock.c's gos_control_exchange in the steps,
 // launch.TellEpilogStart in the epilog) connect only when the path is a socket
 // owned by root in a dir owned by root that neither group nor others can
-// write (launch.CheckHoldSocket). A supervisor started without the plugin (the
+// write (launch.CheckControlSocket). A supervisor started without the plugin (the
 // CLI's supervise by hand, or tests) has no inherited listener and serves
-// no hold socket: the batch step then waits its bound.
+// no control socket: the batch step then waits its bound.
 //
-// Every line it takes is in holdVerbs, with its words from helper/contract
+// Every line it takes is in controlVerbs, with its words from helper/contract
 // (Hold*), which also writes them into the C front's header; the answer
-// that takes a line is contract.HoldOK. The batch step sends the request
-// line "sampled" and reads less than contract.HoldAnswerMax (256) bytes of
-// answer within contract.HoldExchangeMs (250 ms):
+// that takes a line is contract.ControlOK. The batch step sends the request
+// line "sampled" and reads less than contract.ControlAnswerMax (256) bytes of
+// answer within contract.ControlExchangeMs (250 ms):
 //
 //	targets=<number of scrape targets on this node>
 //	sampled_ms=<unix ms: every target has a sample stamped at or after it; 0: not yet>
@@ -59,7 +59,7 @@ import (
 // own wait, never past one scrape interval plus 1 s.
 //
 // Once the script has ended, the batch step first sends the line "final
-// <the job's node count>" (contract.HoldFinal) and reads "ok": the
+// <the job's node count>" (contract.ControlFinal) and reads "ok": the
 // supervisor then scrapes every target at once (finalscrape.go: the
 // collector is stopped with scrape_on_shutdown, which scrapes each target
 // as it stops, and started again without it), so the hold's "sampled"
@@ -75,33 +75,33 @@ import (
 // (SO_PEERCRED: root or its own user, whose "step" and "final" lines do
 // not count) although only root can reach the socket.
 //
-// At most HoldConns connections are served at once, each closed within
-// HoldConnTimeout. Connections beyond that wait in the listen queue for a
+// At most ControlConns connections are served at once, each closed within
+// ControlConnTimeout. Connections beyond that wait in the listen queue for a
 // slot instead of being closed unanswered; and while every slot is taken,
 // the connection that has waited longest for its request line is closed to
 // make room (root's clients send their line right after connecting: one
 // still silent when another arrives is stuck or gone), so a slow or stuck
 // root client cannot keep the others unanswered.
 const (
-	// HoldConns bounds the connections served at once; more wait for a
-	// slot (holdServer.admit).
-	HoldConns = 4
-	// HoldConnTimeout bounds one connection's request and answer.
-	HoldConnTimeout = launch.HoldConnTimeout
+	// ControlConns bounds the connections served at once; more wait for a
+	// slot (controlServer.admit).
+	ControlConns = 4
+	// ControlConnTimeout bounds one connection's request and answer.
+	ControlConnTimeout = launch.ControlConnTimeout
 )
 
 // DefaultSampledPoll is how often the supervisor reads the new lines of
-// metrics.jsonl for the hold socket's answer.
+// metrics.jsonl for the control socket's answer.
 const DefaultSampledPoll = 250 * time.Millisecond
 
-// InheritedHoldListener takes the hold socket's listener the prolog
-// handed on at HoldListenerFD: nil and no error when that descriptor is
-// closed (no listener: the supervisor serves no hold socket); nil and an
+// InheritedControlListener takes the control socket's listener the prolog
+// handed on at ControlListenerFD: nil and no error when that descriptor is
+// closed (no listener: the supervisor serves no control socket); nil and an
 // error, leaving the descriptor alone, when it is something else than a
 // listening unix stream socket. The listener is close-on-exec (the
 // collector never holds it) and the descriptor itself is closed.
-func InheritedHoldListener() (*net.UnixListener, error) {
-	fd := launch.HoldListenerFD
+func InheritedControlListener() (*net.UnixListener, error) {
+	fd := launch.ControlListenerFD
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
 		return nil, nil
@@ -129,8 +129,8 @@ func InheritedHoldListener() (*net.UnixListener, error) {
 	return ul, nil
 }
 
-// holdServer answers root's lines on the hold socket.
-type holdServer struct {
+// controlServer answers root's lines on the control socket.
+type controlServer struct {
 	ln      *net.UnixListener
 	targets atomic.Int64 // -1 until the follower knows
 	at      atomic.Int64 // unix ms, 0: not yet
@@ -156,21 +156,21 @@ type holdServer struct {
 	stepUID uint32
 }
 
-// newHoldServer serves the hold socket on ln (the prolog's listener,
-// InheritedHoldListener) until close.
-func newHoldServer(ln *net.UnixListener) *holdServer {
-	s := &holdServer{ln: ln, slots: make(chan struct{}, HoldConns), waiting: map[*net.UnixConn]time.Time{}, finals: make(chan struct{}, 1)}
+// newControlServer serves the control socket on ln (the prolog's listener,
+// InheritedControlListener) until close.
+func newControlServer(ln *net.UnixListener) *controlServer {
+	s := &controlServer{ln: ln, slots: make(chan struct{}, ControlConns), waiting: map[*net.UnixConn]time.Time{}, finals: make(chan struct{}, 1)}
 	s.targets.Store(-1)
 	s.peerTargets.Store(-1)
 	go s.serve()
 	return s
 }
 
-func (s *holdServer) close() { s.ln.Close() }
+func (s *controlServer) close() { s.ln.Close() }
 
 // set records the node's number of targets and the time at or after which
 // every one has a sample (zero: not yet).
-func (s *holdServer) set(targets int, at time.Time) {
+func (s *controlServer) set(targets int, at time.Time) {
 	var ms int64
 	if !at.IsZero() {
 		ms = at.UnixMilli()
@@ -179,7 +179,7 @@ func (s *holdServer) set(targets int, at time.Time) {
 	s.targets.Store(int64(targets))
 }
 
-func (s *holdServer) serve() {
+func (s *controlServer) serve() {
 	for {
 		c, err := s.ln.AcceptUnix()
 		if err != nil {
@@ -193,22 +193,22 @@ func (s *holdServer) serve() {
 	}
 }
 
-// admit serves c in one of the HoldConns slots. While every slot is
+// admit serves c in one of the ControlConns slots. While every slot is
 // taken, the connection that has waited longest for its request line and
-// is silent (nothing to read, holdSilent or more since its accept) is
+// is silent (nothing to read, controlSilent or more since its accept) is
 // closed to make room, and c waits for the next free slot, at most
-// HoldConnTimeout; meanwhile later connections wait in the listen queue.
+// ControlConnTimeout; meanwhile later connections wait in the listen queue.
 // A connection whose line is there but not yet read (a burst of steps) is
 // never closed for another.
-func (s *holdServer) admit(c *net.UnixConn) {
-	deadline := time.Now().Add(HoldConnTimeout)
+func (s *controlServer) admit(c *net.UnixConn) {
+	deadline := time.Now().Add(ControlConnTimeout)
 	for !s.takeSlot() {
 		if time.Now().After(deadline) {
 			c.Close()
 			return
 		}
 		s.closeSilent()
-		time.Sleep(holdAdmitPoll)
+		time.Sleep(controlAdmitPoll)
 	}
 	s.mu.Lock()
 	s.waiting[c] = time.Now()
@@ -219,8 +219,8 @@ func (s *holdServer) admit(c *net.UnixConn) {
 	}()
 }
 
-// takeSlot takes one of the HoldConns slots if one is free.
-func (s *holdServer) takeSlot() bool {
+// takeSlot takes one of the ControlConns slots if one is free.
+func (s *controlServer) takeSlot() bool {
 	select {
 	case s.slots <- struct{}{}:
 		return true
@@ -229,25 +229,25 @@ func (s *holdServer) takeSlot() bool {
 	}
 }
 
-// holdSilent is how long a served connection may send nothing before
+// controlSilent is how long a served connection may send nothing before
 // admit may close it for another: root's clients send their line right
 // after connecting.
-const holdSilent = 50 * time.Millisecond
+const controlSilent = 50 * time.Millisecond
 
-// holdAdmitPoll is how often admit looks again for a slot or a silent
+// controlAdmitPoll is how often admit looks again for a slot or a silent
 // connection.
-const holdAdmitPoll = 5 * time.Millisecond
+const controlAdmitPoll = 5 * time.Millisecond
 
 // closeSilent closes the served connection that has waited longest for its
-// request line among those silent for holdSilent or more (nothing to
+// request line among those silent for controlSilent or more (nothing to
 // read), if any.
-func (s *holdServer) closeSilent() {
+func (s *controlServer) closeSilent() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var oldest *net.UnixConn
 	var at time.Time
 	for c, t := range s.waiting {
-		if time.Since(t) >= holdSilent && (oldest == nil || t.Before(at)) && unread(c) == 0 {
+		if time.Since(t) >= controlSilent && (oldest == nil || t.Before(at)) && unread(c) == 0 {
 			oldest, at = c, t
 		}
 	}
@@ -275,14 +275,14 @@ func unread(c *net.UnixConn) int {
 }
 
 // lineCame takes c off the connections waiting for their request line.
-func (s *holdServer) lineCame(c *net.UnixConn) {
+func (s *controlServer) lineCame(c *net.UnixConn) {
 	s.mu.Lock()
 	delete(s.waiting, c)
 	s.mu.Unlock()
 }
 
-// holdVerb is one line the hold socket takes (holdVerbs).
-type holdVerb struct {
+// controlVerb is one line the control socket takes (controlVerbs).
+type controlVerb struct {
 	// words are the line's first words (contract.Hold*); the others are
 	// the verb's arguments.
 	words []string
@@ -291,30 +291,30 @@ type holdVerb struct {
 	root bool
 	// hold answers a line of the server's own (the batch step's hold);
 	// "": no answer (the connection is closed unanswered).
-	hold func(s *holdServer, args []string) string
+	hold func(s *controlServer, args []string) string
 	// phase answers a line of the phase spans (phases.go), once the
 	// collector is ready (no answer before).
 	phase func(p *phases, args []string) string
 }
 
-// holdVerbs is every line the hold socket takes, the one table of its
+// controlVerbs is every line the control socket takes, the one table of its
 // protocol on this side (contract's Hold* names the words, the C client
-// spank/holdsock.c and launch.TellEpilogStart send them). A line that
+// spank/controlsock.c and launch.TellEpilogStart send them). A line that
 // starts with none of them gets no answer.
-var holdVerbs = []holdVerb{
-	{words: []string{contract.HoldQuestion}, hold: (*holdServer).sampledAnswer},
-	{words: []string{contract.HoldFinal}, root: true, hold: (*holdServer).finalAnswer},
-	{words: strings.Fields(contract.HoldStepStart), root: true, phase: (*phases).stepStartLine},
-	{words: strings.Fields(contract.HoldStepEnd), root: true, phase: (*phases).stepEndLine},
-	{words: strings.Fields(contract.HoldEpilogStart), root: true, phase: (*phases).epilogLine},
+var controlVerbs = []controlVerb{
+	{words: []string{contract.ControlQuestion}, hold: (*controlServer).sampledAnswer},
+	{words: []string{contract.ControlFinal}, root: true, hold: (*controlServer).finalAnswer},
+	{words: strings.Fields(contract.ControlStepStart), root: true, phase: (*phases).stepStartLine},
+	{words: strings.Fields(contract.ControlStepEnd), root: true, phase: (*phases).stepEndLine},
+	{words: strings.Fields(contract.ControlEpilogStart), root: true, phase: (*phases).epilogLine},
 }
 
-// holdVerbOf finds line's verb in holdVerbs and its arguments (nil: no
+// controlVerbOf finds line's verb in controlVerbs and its arguments (nil: no
 // verb of the socket).
-func holdVerbOf(line string) (*holdVerb, []string) {
+func controlVerbOf(line string) (*controlVerb, []string) {
 	f := strings.Fields(line)
-	for i := range holdVerbs {
-		v := &holdVerbs[i]
+	for i := range controlVerbs {
+		v := &controlVerbs[i]
 		if len(f) >= len(v.words) && slices.Equal(f[:len(v.words)], v.words) {
 			return v, f[len(v.words):]
 		}
@@ -323,23 +323,23 @@ func holdVerbOf(line string) (*holdVerb, []string) {
 }
 
 // answer serves one connection: root or this user only, one request line,
-// answered by its verb (holdVerbs).
-func (s *holdServer) answer(c *net.UnixConn) {
+// answered by its verb (controlVerbs).
+func (s *controlServer) answer(c *net.UnixConn) {
 	defer func() {
 		s.lineCame(c)
 		c.Close()
 	}()
-	_ = c.SetDeadline(time.Now().Add(HoldConnTimeout))
+	_ = c.SetDeadline(time.Now().Add(ControlConnTimeout))
 	uid, ok := proc.UnixPeerUID(c)
 	if !ok || (uid != 0 && uid != uint32(os.Getuid())) {
 		return
 	}
-	line, err := bufio.NewReaderSize(&limitedReader{c, contract.HoldRequestMax}, 16).ReadString('\n')
+	line, err := bufio.NewReaderSize(&limitedReader{c, contract.ControlRequestMax}, 16).ReadString('\n')
 	s.lineCame(c)
 	if err != nil {
 		return
 	}
-	v, args := holdVerbOf(line)
+	v, args := controlVerbOf(line)
 	if v == nil || (v.root && uid != s.stepUID) {
 		return
 	}
@@ -357,7 +357,7 @@ func (s *holdServer) answer(c *net.UnixConn) {
 // finalAnswer serves the batch step's "final [<job's node count>]": it
 // queues one final scrape (one pending at most) and answers "ok"; a bad
 // count gets no answer.
-func (s *holdServer) finalAnswer(args []string) string {
+func (s *controlServer) finalAnswer(args []string) string {
 	nodes, ok := finalNodes(args)
 	if !ok {
 		return ""
@@ -375,7 +375,7 @@ func (s *holdServer) finalAnswer(args []string) string {
 // sampledAnswer serves "sampled": the job's targets and the time at or
 // after which each has a sample (sampledText), none while not known (the
 // step keeps waiting) or with arguments.
-func (s *holdServer) sampledAnswer(args []string) string {
+func (s *controlServer) sampledAnswer(args []string) string {
 	if len(args) != 0 {
 		return ""
 	}
@@ -403,7 +403,7 @@ func (s *holdServer) sampledAnswer(args []string) string {
 
 // setPeers records the other nodes' part of the answer: their number of
 // targets, each sampled after at.
-func (s *holdServer) setPeers(targets int64, at time.Time) {
+func (s *controlServer) setPeers(targets int64, at time.Time) {
 	s.peersAt.Store(at.UnixMilli())
 	s.peerTargets.Store(targets)
 }

@@ -22,10 +22,10 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 )
 
-// holdListen listens on a socket in a fresh dir of the test's (root's and
+// controlListen listens on a socket in a fresh dir of the test's (root's and
 // 0700 when the test runs as root, as the prolog makes it) and returns the
 // listener and the socket's path.
-func holdListen(t *testing.T) (*net.UnixListener, string) {
+func controlListen(t *testing.T) (*net.UnixListener, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sock")
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
@@ -36,17 +36,17 @@ func holdListen(t *testing.T) (*net.UnixListener, string) {
 	return ln, path
 }
 
-// startHold serves a hold socket (holdListen) until the test's end.
-func startHold(t *testing.T) (*holdServer, string) {
+// startControl serves a control socket (controlListen) until the test's end.
+func startControl(t *testing.T) (*controlServer, string) {
 	t.Helper()
-	ln, path := holdListen(t)
-	s := newHoldServer(ln)
+	ln, path := controlListen(t)
+	s := newControlServer(ln)
 	t.Cleanup(s.close)
 	return s, path
 }
 
-// holdChildReport is what TestHoldInheritedChild prints.
-type holdChildReport struct {
+// controlChildReport is what TestControlInheritedChild prints.
+type controlChildReport struct {
 	Listener bool   `json:"listener"`
 	Err      string `json:"err"`
 	FD4Open  bool   `json:"fd4_open"` // the inherited descriptor is still open
@@ -54,22 +54,22 @@ type holdChildReport struct {
 	Children string `json:"children"` // what a child of this process holds: its /proc/self/fd links
 }
 
-// TestHoldInheritedChild is the supervisor's side of
-// TestHoldInheritedListener, in a process of its own (the test binary
-// again): it takes the listener at launch.HoldListenerFD (InheritedHoldListener),
+// TestControlInheritedChild is the supervisor's side of
+// TestControlInheritedListener, in a process of its own (the test binary
+// again): it takes the listener at launch.ControlListenerFD (InheritedControlListener),
 // reports, and with GOS_HOLD_CHILD=serve answers "sampled" on it (3
 // targets) until its stdin closes.
-func TestHoldInheritedChild(t *testing.T) {
+func TestControlInheritedChild(t *testing.T) {
 	mode := os.Getenv("GOS_HOLD_CHILD")
 	if mode == "" {
-		t.Skip("run by TestHoldInheritedListener")
+		t.Skip("run by TestControlInheritedListener")
 	}
-	ln, err := InheritedHoldListener()
-	r := holdChildReport{Listener: ln != nil}
+	ln, err := InheritedControlListener()
+	r := controlChildReport{Listener: ln != nil}
 	if err != nil {
 		r.Err = err.Error()
 	}
-	_, ferr := unix.FcntlInt(uintptr(launch.HoldListenerFD), unix.F_GETFD, 0)
+	_, ferr := unix.FcntlInt(uintptr(launch.ControlListenerFD), unix.F_GETFD, 0)
 	r.FD4Open = ferr == nil
 	if ln != nil {
 		raw, _ := ln.SyscallConn()
@@ -85,24 +85,24 @@ func TestHoldInheritedChild(t *testing.T) {
 	if mode != "serve" || ln == nil {
 		return
 	}
-	s := newHoldServer(ln)
+	s := newControlServer(ln)
 	s.set(3, time.UnixMilli(1700000000123))
 	io.Copy(io.Discard, os.Stdin)
 	s.close()
 }
 
-// TestHoldInheritedListener: the supervisor serves the hold socket on the
-// listener its starter made and handed on at launch.HoldListenerFD (as the
+// TestControlInheritedListener: the supervisor serves the control socket on the
+// listener its starter made and handed on at launch.ControlListenerFD (as the
 // prolog does): a process of its own takes it (its fd 4 then closed, its
 // copy close-on-exec, so that a child of it, the collector, holds none),
 // answers on it, and once that process ends nothing answers at the path
 // any more (connects are refused: no one else holds the listener). A
 // descriptor 4 not handed on gives no listener; one that is a file, a datagram socket or a socket that does not listen gives no
 // listener, an error, and is left open.
-func TestHoldInheritedListener(t *testing.T) {
-	child := func(mode string, fd4 *os.File) (*exec.Cmd, io.WriteCloser, holdChildReport) {
+func TestControlInheritedListener(t *testing.T) {
+	child := func(mode string, fd4 *os.File) (*exec.Cmd, io.WriteCloser, controlChildReport) {
 		t.Helper()
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHoldInheritedChild$", "-test.count=1")
+		cmd := exec.Command(os.Args[0], "-test.run=^TestControlInheritedChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "GOS_HOLD_CHILD="+mode)
 		cmd.ExtraFiles = []*os.File{nil, fd4} // fd 3 closed, fd 4 = fd4
 		in, err := cmd.StdinPipe()
@@ -116,7 +116,7 @@ func TestHoldInheritedListener(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		var r holdChildReport
+		var r controlChildReport
 		line, err := bufio.NewReader(out).ReadString('\n')
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("%s: the child's report %q: %v", mode, line, err)
@@ -124,7 +124,7 @@ func TestHoldInheritedListener(t *testing.T) {
 		go io.Copy(io.Discard, out)
 		return cmd, in, r
 	}
-	ln, path := holdListen(t)
+	ln, path := controlListen(t)
 	f, err := ln.File()
 	if err != nil {
 		t.Fatal(err)
@@ -202,14 +202,14 @@ func TestHoldInheritedListener(t *testing.T) {
 	}
 }
 
-// TestHoldStuckClients: with only root able to connect, root's own
+// TestControlStuckClients: with only root able to connect, root's own
 // clients are never left unanswered by the connection bound: while
-// HoldConns+2 connections sit idle (a stuck or stopped client), a client
+// ControlConns+2 connections sit idle (a stuck or stopped client), a client
 // that sends its line at once is still answered within the steps' bound
 // (250 ms); and a burst of 64 steps telling their start at the same
 // moment (a job's many parallel steps) gets 64 answers "ok".
-func TestHoldStuckClients(t *testing.T) {
-	s, path := startHold(t)
+func TestControlStuckClients(t *testing.T) {
+	s, path := startControl(t)
 	s.stepUID = uint32(os.Getuid())
 	s.set(1, time.UnixMilli(1700000000123))
 	s.phases.Store(newPhases(jobfacts.Facts{JobID: "1", Node: "n"}, time.Now(), time.Now()))
@@ -228,7 +228,7 @@ func TestHoldStuckClients(t *testing.T) {
 		return string(b), err
 	}
 	var idle []net.Conn
-	for i := 0; i < HoldConns+2; i++ {
+	for i := 0; i < ControlConns+2; i++ {
 		c, err := net.Dial("unix", path)
 		if err != nil {
 			t.Fatal(err)

@@ -1,6 +1,6 @@
 /*
- * holdsock.c: the steps' one client of the job's supervisor on the node,
- * on the supervisor's control socket (helper/supervise/holdsock.go serves it;
+ * controlsock.c: the steps' one client of the job's supervisor on the node,
+ * on the supervisor's control socket (helper/supervise/controlsock.go serves it;
  * the words are helper/contract's, GOS_HOLD_* in gym_otel_contract.h),
  * pure C in slurmstepd: the batch step's question (has every scrape
  * target a sample stamped at or after the script's end? hold.c asks it
@@ -40,7 +40,7 @@
 
 #include "clock.h"
 #include "gym_otel_contract.h"
-#include "holdsock.h"
+#include "controlsock.h"
 
 /* The answer that takes a line. */
 #define OK_LINE GOS_HOLD_OK "\n"

@@ -1,11 +1,11 @@
 /*
- * holdsock.h: the steps' one client of the job's supervisor on its control
- * socket (holdsock.c, pure C): the batch step's question and final-scrape
+ * controlsock.h: the steps' one client of the job's supervisor on its control
+ * socket (controlsock.c, pure C): the batch step's question and final-scrape
  * request, and every step's start and end (phase.c). The words and bounds
  * are helper/contract's (GOS_HOLD_* in gym_otel_contract.h).
  */
-#ifndef GYM_OTEL_HOLDSOCK_H
-#define GYM_OTEL_HOLDSOCK_H
+#ifndef GYM_OTEL_CONTROLSOCK_H
+#define GYM_OTEL_CONTROLSOCK_H
 
 #include <stdint.h>
 #include <sys/types.h>

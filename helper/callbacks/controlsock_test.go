@@ -15,15 +15,15 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 )
 
-// TestHoldListener: the prolog's hold socket is root's, 0600, in a dir of
+// TestControlListener: the prolog's control socket is root's, 0600, in a dir of
 // root's of mode 0700 inside the job's record dir, at the path the record
 // names; the listener it returns serves on after the prolog's own copy is
 // closed (as the supervisor's inherited one does), passes the epilog's
-// check (launch.CheckHoldSocket), and another user cannot connect. A
+// check (launch.CheckControlSocket), and another user cannot connect. A
 // record dir too long for a socket's path is refused, naming record_dir.
-func TestHoldListener(t *testing.T) {
+func TestControlListener(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the prolog's hold socket is root's: run as root")
+		t.Skip("the prolog's control socket is root's: run as root")
 	}
 	// A base others can search (as /run), so that only the hold dir's
 	// own mode keeps another user out.
@@ -35,13 +35,13 @@ func TestHoldListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, path, err := holdListener(dir)
+	f, path, err := controlListener(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if path != record.HoldSocketPath(dir) {
-		t.Errorf("path %s, want %s", path, record.HoldSocketPath(dir))
+	if path != record.ControlSocketPath(dir) {
+		t.Errorf("path %s, want %s", path, record.ControlSocketPath(dir))
 	}
 	var st syscall.Stat_t
 	if err := syscall.Lstat(path, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK || st.Uid != 0 || st.Mode&0o777 != 0o600 {
@@ -50,7 +50,7 @@ func TestHoldListener(t *testing.T) {
 	if err := syscall.Lstat(filepath.Dir(path), &st); err != nil || st.Uid != 0 || st.Mode&0o777 != 0o700 {
 		t.Errorf("socket dir: mode %#o uid %d %v", st.Mode, st.Uid, err)
 	}
-	if err := launch.CheckHoldSocket(path); err != nil {
+	if err := launch.CheckControlSocket(path); err != nil {
 		t.Errorf("the epilog's check: %v", err)
 	}
 	// The listener the supervisor would inherit.
@@ -88,7 +88,7 @@ func TestHoldListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := holdListener(deep); err == nil || !strings.Contains(err.Error(), "record_dir") {
+	if _, _, err := controlListener(deep); err == nil || !strings.Contains(err.Error(), "record_dir") {
 		t.Errorf("a socket path past a unix socket's: %v", err)
 	}
 }

@@ -8,34 +8,34 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 )
 
-// holdListener makes the job's hold socket (helper/supervise's
-// holdsock.go) as root, before the supervisor starts: the dir
-// <dir>/hold (root's, 0700: record.MakeHoldDir) and in it the socket,
+// controlListener makes the job's control socket (helper/supervise's
+// controlsock.go) as root, before the supervisor starts: the dir
+// <dir>/hold (root's, 0700: record.MakeControlDir) and in it the socket,
 // bound, listening and 0600. It returns the listener as a file for the
-// supervisor to inherit (at launch.HoldListenerFD) and the socket's
+// supervisor to inherit (at launch.ControlListenerFD) and the socket's
 // path for root's record. The caller closes the file once the supervisor
 // has started; the socket file stays until the epilog removes the record
 // dir. Only root can connect: no other user, the job's own neither, can
 // reach the supervisor's connection slots.
-func holdListener(dir string) (*os.File, string, error) {
-	path, err := record.MakeHoldDir(dir)
+func controlListener(dir string) (*os.File, string, error) {
+	path, err := record.MakeControlDir(dir)
 	if err != nil {
 		return nil, "", err
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		return nil, "", fmt.Errorf("hold socket: %w", err)
+		return nil, "", fmt.Errorf("control socket: %w", err)
 	}
 	ln.SetUnlinkOnClose(false) // the supervisor serves it on after this copy is closed
 	defer ln.Close()
 	if err := os.Chmod(path, 0o600); err != nil {
 		os.Remove(path)
-		return nil, "", fmt.Errorf("hold socket: %w", err)
+		return nil, "", fmt.Errorf("control socket: %w", err)
 	}
 	f, err := ln.File()
 	if err != nil {
 		os.Remove(path)
-		return nil, "", fmt.Errorf("hold socket: %w", err)
+		return nil, "", fmt.Errorf("control socket: %w", err)
 	}
 	return f, path, nil
 }

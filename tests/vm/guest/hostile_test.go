@@ -26,8 +26,8 @@ import (
 )
 
 // The test binary also plays the other user's flooding processes (the
-// guest has no python3): GOS_GUEST_ROLE=connflood or unixflood, started by
-// a test as another uid (asRole).
+// guest has no python3): GOS_GUEST_ROLE=connflood, unixflood or
+// finalflood, started by a test as another uid (asRole).
 func TestMain(m *testing.M) {
 	switch os.Getenv("GOS_GUEST_ROLE") {
 	case "connflood":
@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 		return
 	case "unixflood":
 		unixFlood()
+		return
+	case "finalflood":
+		finalFlood()
 		return
 	}
 	os.Exit(m.Run())

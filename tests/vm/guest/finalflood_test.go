@@ -1,0 +1,287 @@
+//go:build vmguest
+
+package guest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
+)
+
+// finalFloodResult is what the finalflood role prints: the tries and
+// connections of each kind, the bytes received, the longest time a
+// connected IPv4-mapped client waited for the server to close it, and the
+// failures by errno name (SELF: a connect that reached its own socket).
+type finalFloodResult struct {
+	Mapped          int            `json:"mapped"`
+	MappedConnected int            `json:"mapped_connected"`
+	Flood           int            `json:"flood"`
+	FloodConnected  int            `json:"flood_connected"`
+	Received        int            `json:"received"`
+	HeldMaxMS       int64          `json:"held_max_ms"`
+	Errors          map[string]int `json:"errors"`
+}
+
+// finalFlood is another user's flood of a job's final-figures port
+// (GOS_PORT) until GOS_STOP exists (at most 10 minutes), the guest's port
+// of the host's python one (tests/plugin/finalflood_test.go): 16 workers
+// connect from AF_INET6 sockets to ::ffff:127.0.0.1 (a peer the kernel
+// lists only in /proc/net/tcp6; raw sockets, as Go's dialer would connect
+// an IPv4-mapped address from an AF_INET socket) and hold each connection
+// until the server closes it (at most 10 s), then again; 2 workers connect
+// to 127.0.0.1 and close at once, again and again (1 ms after a refusal).
+// After the job the port is free and the kernel may connect a socket to
+// itself: that is counted as the error SELF, not as a connection.
+func finalFlood() {
+	port, _ := strconv.Atoi(os.Getenv("GOS_PORT"))
+	end := time.Now().Add(10 * time.Minute)
+	var mu sync.Mutex
+	res := finalFloodResult{Errors: map[string]int{}}
+	note := func(mapped, ok bool, errName string, got int, held time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if mapped {
+			res.Mapped++
+		} else {
+			res.Flood++
+		}
+		switch {
+		case ok && mapped:
+			res.MappedConnected++
+		case ok:
+			res.FloodConnected++
+		default:
+			res.Errors[errName]++
+		}
+		res.Received += got
+		res.HeldMaxMS = max(res.HeldMaxMS, held.Milliseconds())
+	}
+	errName := func(err error) string {
+		var errno unix.Errno
+		if errors.As(err, &errno) {
+			return errnoName(errno)
+		}
+		return "other"
+	}
+	mapped := func() {
+		for !stopped(end) {
+			fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				note(true, false, errName(err), 0, 0)
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			tv := unix.NsecToTimeval(int64(10 * time.Second))
+			_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+			_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+			sa := &unix.SockaddrInet6{Port: port, Addr: [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1}}
+			err = unix.Connect(fd, sa)
+			if err == nil && selfConnected(fd) {
+				unix.Close(fd)
+				note(true, false, "SELF", 0, 0)
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			if err != nil {
+				unix.Close(fd)
+				note(true, false, errName(err), 0, 0)
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			at, got := time.Now(), 0
+			buf := make([]byte, 4096)
+			for {
+				n, err := unix.Read(fd, buf)
+				if n > 0 {
+					got += n
+				}
+				if n <= 0 || err != nil {
+					break
+				}
+			}
+			held := time.Since(at)
+			unix.Close(fd)
+			note(true, true, "", got, held)
+		}
+	}
+	flood := func() {
+		for !stopped(end) {
+			c, err := net.DialTimeout("tcp4", "127.0.0.1:"+strconv.Itoa(port), 2*time.Second)
+			if err != nil {
+				note(false, false, errName(err), 0, 0)
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			c.Close()
+			note(false, true, "", 0, 0)
+		}
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 18; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i < 16 {
+				mapped()
+			} else {
+				flood()
+			}
+		}()
+	}
+	wg.Wait()
+	b, _ := json.Marshal(res)
+	fmt.Println(string(b))
+}
+
+// selfConnected reports whether the socket fd is connected to itself.
+func selfConnected(fd int) bool {
+	own, err1 := unix.Getsockname(fd)
+	peer, err2 := unix.Getpeername(fd)
+	a, ok1 := own.(*unix.SockaddrInet6)
+	b, ok2 := peer.(*unix.SockaddrInet6)
+	return err1 == nil && err2 == nil && ok1 && ok2 && a.Port == b.Port && a.Addr == b.Addr
+}
+
+// plugstackConf is the plugin's line in the guest's plugstack.
+const plugstackConf = "/etc/slurm/plugstack.conf.d/gym-otel.conf"
+
+// withPlugstackArg appends arg to the plugin's plugstack line until the
+// test ends (slurmd reads the plugstack at each job's prolog).
+func withPlugstackArg(t *testing.T, arg string) {
+	t.Helper()
+	orig, err := os.ReadFile(plugstackConf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(orig), "\n") {
+		if strings.HasPrefix(l, "required ") || strings.HasPrefix(l, "optional ") {
+			l += " " + arg
+		}
+		lines = append(lines, l)
+	}
+	if err := os.WriteFile(plugstackConf, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(plugstackConf, orig, 0o644); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// TestFinalPortFloodOtherUser: the host's TestFinalPortFloodOtherUser on
+// cgroup v2 under systemd. Another user (nobody) floods a running job's
+// final-figures port (the supervisor's loopback port that takes the
+// collector's last export of its own metrics: the receipt's final figures)
+// from the job's first step until its collector has ended: 16 clients on
+// IPv4-mapped IPv6 sockets that hold every connection they get and
+// reconnect as it closes, and 2 loops of connections closed at once.
+// Twice: with the node's packet filter (port_filter=auto), and without it
+// (port_filter=off), where the supervisor's uid guard stands alone.
+// Asserted: nobody receives not one byte; with the filter none of its
+// connects completes; without it every connection it gets is closed at
+// accept (none held 2 s: an HTTP server that let it in waits 5 s for its
+// headers); the job's receipt has its final figures, complete and without
+// trouble.
+func TestFinalPortFloodOtherUser(t *testing.T) {
+	for _, filter := range []string{"auto", "off"} {
+		t.Run("port_filter="+filter, func(t *testing.T) {
+			if filter != "auto" {
+				withPlugstackArg(t, "port_filter="+filter)
+			}
+			finalPortFlood(t, filter == "auto")
+		})
+	}
+}
+
+// finalPortFlood is one case of TestFinalPortFloodOtherUser; filtered says
+// the node's packet filter is on.
+func finalPortFlood(t *testing.T, filtered bool) {
+	waitIdle(t)
+	d := jobDir(t, "finalflood")
+	sh := script(t, filepath.Join(d, "job.sh"), fmt.Sprintf(`#!/bin/bash
+touch %[1]s/ready
+for i in $(seq 1 1800); do [ -e %[1]s/flooding ] && break; sleep 0.1; done
+sleep 2
+for i in $(seq 1 5); do srun -n1 true || exit 5; done
+sleep 3
+true
+`, d))
+	done := make(chan result, 1)
+	go func() {
+		done <- asUser(t, 2*patience, fmt.Sprintf("sbatch --wait -n1 --mem=200M --gym-otel=job_dir=%s/run -o %s/job.out %s", d, d, sh))
+	}()
+	stop := filepath.Join(d, "stop")
+	defer os.WriteFile(stop, nil, 0o644)
+	defer os.WriteFile(d+"/flooding", nil, 0o644)
+	if !waitFor(patience, func() bool { _, err := os.Stat(d + "/ready"); return err == nil }) {
+		t.Fatalf("the batch script never started\nslurmd:\n%s", tail(slurmd(t), 40))
+	}
+	otel := filepath.Join(d, "run", "otel")
+	var st jobdir.State
+	if b, err := os.ReadFile(filepath.Join(otel, jobdir.StateFile)); err != nil || json.Unmarshal(b, &st) != nil || st.Ports.Final == 0 {
+		t.Fatalf("state.json: no final-figures port: %v %s", err, b)
+	}
+	cmd, out := asRole(t, other, "finalflood", "GOS_PORT="+strconv.Itoa(st.Ports.Final), "GOS_STOP="+stop)
+	time.Sleep(2 * time.Second) // the flood running before the job's steps
+	if err := os.WriteFile(d+"/flooding", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	waitNoCollector(t) // the collector's last export is done
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r.code != 0 {
+		jo, _ := os.ReadFile(d + "/job.out")
+		t.Fatalf("the job failed (exit %d): %s\n%s", r.code, r.stderr, jo)
+	}
+	job := jobIDOf(t, r)
+	_ = cmd.Wait()
+	var f finalFloodResult
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out.String())), &f); err != nil {
+		t.Fatalf("nobody's flood: %v: %q", err, out.String())
+	}
+	t.Logf("job %s, nobody on port %d: %d IPv4-mapped connects (%d connected, held at most %d ms), %d flood connects (%d connected), %d bytes received, errors %v",
+		job, st.Ports.Final, f.Mapped, f.MappedConnected, f.HeldMaxMS, f.Flood, f.FloodConnected, f.Received, f.Errors)
+	for _, l := range strings.Split(jobLines(slurmd(t), job), "\n") {
+		if strings.Contains(l, "final-figures port") || strings.Contains(l, "packet filter") || strings.Contains(l, "loopback ports") {
+			t.Logf("slurmd: %s", l)
+		}
+	}
+	if f.Mapped < 100 || f.Flood < 100 {
+		t.Errorf("nobody's flood made only %d mapped and %d flood connects", f.Mapped, f.Flood)
+	}
+	if f.Received != 0 {
+		t.Errorf("nobody received %d bytes from the job's final-figures port", f.Received)
+	}
+	if filtered && f.MappedConnected+f.FloodConnected != 0 {
+		t.Errorf("with the packet filter nobody connected %d times to the job's final-figures port", f.MappedConnected+f.FloodConnected)
+	}
+	if !filtered && f.HeldMaxMS >= 2000 {
+		t.Errorf("without the packet filter an IPv4-mapped connection of nobody's was held %d ms: let in, not closed at accept", f.HeldMaxMS)
+	}
+	rc, err := receipt.Read(otel)
+	if err != nil {
+		t.Fatalf("receipt: %v", err)
+	}
+	t.Logf("receipt:\n%s", strings.Join(rc.Summary(), "\n"))
+	if !rc.Complete() || rc.Trouble() {
+		t.Errorf("the receipt under the flood: complete %v, trouble %v: want the final figures without trouble", rc.Complete(), rc.Trouble())
+	}
+	waitIdle(t)
+}

@@ -3,3 +3,7 @@ package heldir
 // UseOpenat makes openNoFollow use openat(O_NOFOLLOW) as on a kernel
 // without openat2 (on), or try openat2 first again (off).
 func UseOpenat(on bool) { noOpenat2.Store(on) }
+
+// AfterMkdir sets the hook that runs between the making of a component
+// and its opening (nil: none).
+func AfterMkdir(f func(parent int, name string)) { afterMkdir = f }

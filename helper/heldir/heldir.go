@@ -163,9 +163,17 @@ func step(parent int, name, path, out string, mode os.FileMode) (int, error) {
 	if err := unix.Mkdirat(parent, name, uint32(mode.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
 		return -1, fmt.Errorf("output dir %s: making %s: %w", out, path, err)
 	}
+	if afterMkdir != nil {
+		afterMkdir(parent, name)
+	}
 	fd, err := openNoFollow(parent, name)
 	if err == nil {
 		return fd, nil
+	}
+	if errors.Is(err, unix.ENOENT) {
+		// It was there a moment ago (made here, or found made): someone
+		// who can write the parent renamed or removed it.
+		return -1, fmt.Errorf("output dir %s: %s was moved or removed between its making and its opening: refusing to go on: whoever can write its parent could have done it", out, path)
 	}
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV) {
 		var st unix.Stat_t
@@ -178,6 +186,11 @@ func step(parent int, name, path, out string, mode os.FileMode) (int, error) {
 	}
 	return -1, fmt.Errorf("output dir %s: opening %s: %w", out, path, err)
 }
+
+// afterMkdir, when set (by tests only), runs between the making of a
+// component and its opening: the moment another user who writes the parent
+// can rename it away.
+var afterMkdir func(parent int, name string)
 
 // noOpenat2 is set once openat2 was found missing or refused.
 var noOpenat2 atomic.Bool

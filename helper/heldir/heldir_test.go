@@ -254,3 +254,29 @@ func TestNotBelowJobDir(t *testing.T) {
 		}
 	}
 }
+
+// A component renamed away between its making and its opening (the
+// moment another user who writes its parent can take) is refused, and the
+// refusal says why, with openat2 and with openat(O_NOFOLLOW); nothing is
+// opened or made in its place.
+func TestMovedAwayBeforeOpenRefused(t *testing.T) {
+	for _, openat := range []bool{false, true} {
+		heldir.UseOpenat(openat)
+		job := jobDir(t)
+		heldir.AfterMkdir(func(parent int, name string) {
+			if name == "otel" {
+				_ = os.Rename(filepath.Join(job, "otel"), filepath.Join(job, ".stolen"))
+			}
+		})
+		_, err := heldir.Open(job, filepath.Join(job, "otel"), 0o700)
+		heldir.AfterMkdir(nil)
+		if err == nil || !strings.Contains(err.Error(), "was moved or removed between its making and its opening") {
+			t.Errorf("openat %v: %v, want the move refused", openat, err)
+		}
+		if _, err := os.Lstat(filepath.Join(job, "otel")); err == nil {
+			t.Errorf("openat %v: otel made again after the move", openat)
+		}
+		empty(t, filepath.Join(job, ".stolen"))
+	}
+	heldir.UseOpenat(false)
+}

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 )
 
@@ -221,10 +222,57 @@ func TestFinalPortFloodOtherUser(t *testing.T) {
 	}
 }
 
+// mappedPeerLookup is the guard's proof on this kernel: a listener on
+// 127.0.0.1 accepts a connection from an AF_INET6 socket to
+// ::ffff:127.0.0.1 and one from an AF_INET socket, and asks
+// proc.TCPPeerUID (one sock_diag lookup) for each peer's owner, this
+// process's uid; it logs what each lookup returned and took.
+func mappedPeerLookup(t *testing.T) {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	for _, mapped := range []bool{true, false} {
+		var fd int
+		var cerr error
+		if mapped {
+			fd, cerr = unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if cerr == nil {
+				cerr = unix.Connect(fd, &unix.SockaddrInet6{Port: port, Addr: [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1}})
+			}
+		} else {
+			fd, cerr = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if cerr == nil {
+				cerr = unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
+			}
+		}
+		if cerr != nil {
+			t.Fatalf("connect (IPv4-mapped %v): %v", mapped, cerr)
+		}
+		c, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		uid, err := proc.TCPPeerUID(c)
+		took := time.Since(start)
+		t.Logf("the guard's lookup of a peer (IPv4-mapped %v, %v): uid %d, error %v, %v", mapped, c.RemoteAddr(), uid, err, took)
+		if err != nil || uid != uint32(os.Getuid()) {
+			t.Errorf("the guard's lookup of a peer of this process (IPv4-mapped %v): uid %d, %v; want %d", mapped, uid, err, os.Getuid())
+		}
+		c.Close()
+		unix.Close(fd)
+	}
+}
+
 // finalPortFlood is one case of TestFinalPortFloodOtherUser; filtered says
 // the node's packet filter is on.
 func finalPortFlood(t *testing.T, filtered bool) {
 	waitIdle(t)
+	mappedPeerLookup(t)
 	d := jobDir(t, "finalflood")
 	sh := script(t, filepath.Join(d, "job.sh"), fmt.Sprintf(`#!/bin/bash
 touch %[1]s/ready
@@ -254,7 +302,25 @@ true
 	if err := os.WriteFile(d+"/flooding", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
+	// The final-figures listener's accept queue while the job runs (ss's
+	// Recv-Q of a listening socket: connections the kernel completed that
+	// the supervisor has not accepted yet).
+	var r result
+	var queue, samples int
+	for got := false; !got; {
+		select {
+		case r = <-done:
+			got = true
+		case <-time.After(time.Second):
+			o, _ := run("ss", "-ltnH", fmt.Sprintf("sport = :%d", st.Ports.Final))
+			if f := strings.Fields(o); len(f) > 2 {
+				n, _ := strconv.Atoi(f[1])
+				queue = max(queue, n)
+				samples++
+			}
+		}
+	}
+	t.Logf("the final-figures listener's accept queue: at most %d connections in %d samples a second apart", queue, samples)
 	waitNoCollector(t) // the collector's last export is done
 	if err := os.WriteFile(stop, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -287,6 +353,14 @@ true
 	}
 	if !filtered && f.HeldMaxMS >= 2000 {
 		t.Errorf("without the packet filter an IPv4-mapped connection of nobody's was held %d ms: let in, not closed at accept", f.HeldMaxMS)
+	}
+	for _, f := range []string{jobdir.SupervisorLogFile, jobdir.LogFile} {
+		b, _ := os.ReadFile(filepath.Join(otel, f))
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "final-figures") || strings.Contains(l, "final figures") || strings.Contains(l, ":"+strconv.Itoa(st.Ports.Final)) {
+				t.Logf("%s: %.400s", f, l)
+			}
+		}
 	}
 	rc, err := receipt.Read(otel)
 	if err != nil {

@@ -180,7 +180,8 @@ func TestHostileOutputDirSwapGuest(t *testing.T) {
 			refused++
 			t.Logf("job %s: %s; refused: %s", id, counts, firstMatch(out, "output dir"))
 			if !strings.Contains(out, "owned by") && !strings.Contains(out, "whoever can write its parent could have") {
-				t.Errorf("job %s has no receipt and no refusal that says why:\n%s", id, out)
+				tree, _ := run("find", job, "-printf", "%M %u %p %l\n")
+				t.Errorf("job %s has no receipt and no refusal that says why:\n%s\nthe job dir:\n%s", id, out, tree)
 			}
 		}
 	}

@@ -163,21 +163,46 @@ func step(parent int, name, path, out string, mode os.FileMode) (int, error) {
 	if err := unix.Mkdirat(parent, name, uint32(mode.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
 		return -1, fmt.Errorf("output dir %s: making %s: %w", out, path, err)
 	}
+	if afterMkdir != nil {
+		afterMkdir(parent, name)
+	}
 	fd, err := openNoFollow(parent, name)
 	if err == nil {
 		return fd, nil
 	}
+	if errors.Is(err, unix.ENOENT) {
+		// It was there a moment ago (made here, or found made): someone
+		// who can write the parent renamed or removed it.
+		return -1, fmt.Errorf("output dir %s: %s was moved or removed between its making and its opening: refusing to go on: whoever can write its parent could have done it", out, path)
+	}
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV) {
+		if beforeLook != nil {
+			beforeLook(parent, name)
+		}
 		var st unix.Stat_t
-		if unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		serr := unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if serr == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
 			buf := make([]byte, 4096)
 			n, _ := unix.Readlinkat(parent, name, buf)
 			return -1, fmt.Errorf("output dir %s: %s is a symbolic link (to %q, owned by %s): refusing to follow it: whoever can write its parent could have put it there", out, path, buf[:max(n, 0)], who(st.Uid))
+		}
+		if errors.Is(serr, unix.ENOENT) {
+			// A link (or a file) at the open, gone a moment later.
+			return -1, fmt.Errorf("output dir %s: %s was replaced while it was being opened (not a directory at the open, gone a moment later): refusing to go on: whoever can write its parent could have done it", out, path)
 		}
 		return -1, fmt.Errorf("output dir %s: %s is not a directory", out, path)
 	}
 	return -1, fmt.Errorf("output dir %s: opening %s: %w", out, path, err)
 }
+
+// afterMkdir, when set (by tests only), runs between the making of a
+// component and its opening: the moment another user who writes the parent
+// can rename it away.
+var afterMkdir func(parent int, name string)
+
+// beforeLook, when set (by tests only), runs between an open that found no
+// directory and the look at what was there instead.
+var beforeLook func(parent int, name string)
 
 // noOpenat2 is set once openat2 was found missing or refused.
 var noOpenat2 atomic.Bool

@@ -254,3 +254,57 @@ func TestNotBelowJobDir(t *testing.T) {
 		}
 	}
 }
+
+// A component renamed away between its making and its opening (the
+// moment another user who writes its parent can take) is refused, and the
+// refusal says why, with openat2 and with openat(O_NOFOLLOW); nothing is
+// opened or made in its place.
+func TestMovedAwayBeforeOpenRefused(t *testing.T) {
+	for _, openat := range []bool{false, true} {
+		heldir.UseOpenat(openat)
+		job := jobDir(t)
+		heldir.AfterMkdir(func(parent int, name string) {
+			if name == "otel" {
+				_ = os.Rename(filepath.Join(job, "otel"), filepath.Join(job, ".stolen"))
+			}
+		})
+		_, err := heldir.Open(job, filepath.Join(job, "otel"), 0o700)
+		heldir.AfterMkdir(nil)
+		if err == nil || !strings.Contains(err.Error(), "was moved or removed between its making and its opening") {
+			t.Errorf("openat %v: %v, want the move refused", openat, err)
+		}
+		if _, err := os.Lstat(filepath.Join(job, "otel")); err == nil {
+			t.Errorf("openat %v: otel made again after the move", openat)
+		}
+		empty(t, filepath.Join(job, ".stolen"))
+	}
+	heldir.UseOpenat(false)
+}
+
+// A link put in place of otel after its making, and removed again right
+// after the open refused it (the race another user who writes the parent
+// runs), is refused saying the dir was replaced, not that it is "not a
+// directory"; with openat2 and with openat(O_NOFOLLOW).
+func TestReplacedWhileOpeningRefused(t *testing.T) {
+	for _, openat := range []bool{false, true} {
+		heldir.UseOpenat(openat)
+		job := jobDir(t)
+		elsewhere := t.TempDir()
+		heldir.AfterMkdir(func(parent int, name string) {
+			if name == "otel" {
+				_ = os.Rename(filepath.Join(job, "otel"), filepath.Join(job, ".stolen"))
+				_ = os.Symlink(elsewhere, filepath.Join(job, "otel"))
+			}
+		})
+		heldir.BeforeLook(func(parent int, name string) { _ = os.Remove(filepath.Join(job, "otel")) })
+		_, err := heldir.Open(job, filepath.Join(job, "otel"), 0o700)
+		heldir.AfterMkdir(nil)
+		heldir.BeforeLook(nil)
+		if err == nil || !strings.Contains(err.Error(), "was replaced while it was being opened") {
+			t.Errorf("openat %v: %v, want the replacement refused", openat, err)
+		}
+		empty(t, elsewhere)
+		empty(t, filepath.Join(job, ".stolen"))
+	}
+	heldir.UseOpenat(false)
+}

@@ -67,6 +67,9 @@ install -m 0755 "$repo/build/otelcol-gym" "$pl/bin/otelcol-gym"
 (cd "$repo" && CGO_ENABLED=0 go test -c -o "$pl/bin/cgroup.test" ./helper/cgroup &&
 	CGO_ENABLED=0 go test -c -o "$pl/bin/portfilter.test" ./helper/portfilter &&
 	CGO_ENABLED=0 go test -c -tags vmguest -o "$pl/bin/guest.test" ./tests/vm/guest)
+# The other user's attacker of the output-dir swap race (the host's
+# tests/standins dirswap-standin, static).
+(cd "$repo/tests/standins" && CGO_ENABLED=0 go build -o "$pl/bin/dirswap" ./cmd/dirswap-standin)
 # The other user's listener of the port filter's tests (static: the guest
 # has no compiler).
 gcc -O2 -static -o "$pl/bin/squat" "$repo/tests/plugin/testdata/squat.c"

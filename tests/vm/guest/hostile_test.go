@@ -26,8 +26,8 @@ import (
 )
 
 // The test binary also plays the other user's flooding processes (the
-// guest has no python3): GOS_GUEST_ROLE=connflood or unixflood, started by
-// a test as another uid (asRole).
+// guest has no python3): GOS_GUEST_ROLE=connflood, unixflood or
+// finalflood, started by a test as another uid (asRole).
 func TestMain(m *testing.M) {
 	switch os.Getenv("GOS_GUEST_ROLE") {
 	case "connflood":
@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 		return
 	case "unixflood":
 		unixFlood()
+		return
+	case "finalflood":
+		finalFlood()
 		return
 	}
 	os.Exit(m.Run())
@@ -64,10 +67,13 @@ func (f *flooder) note(err error) {
 	}
 	name := "other"
 	var errno syscall.Errno
+	var ne net.Error
 	switch {
 	case errors.As(err, &errno):
 		name = errnoName(errno)
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		// The dialer's deadline passed before a connect was made or
+		// answered (a guest under TCG stalls for a second at times).
 		name = "timeout"
 	}
 	f.res.Errors[name]++
@@ -152,7 +158,7 @@ func unixFlood() {
 		go func() {
 			defer wg.Done()
 			for !stopped(end) {
-				c, err := net.DialTimeout("unix", os.Getenv("GOS_SOCKET"), time.Second)
+				c, err := net.DialTimeout("unix", os.Getenv("GOS_SOCKET"), 5*time.Second)
 				f.note(err)
 				if err != nil {
 					time.Sleep(time.Millisecond)
@@ -362,7 +368,9 @@ func mib(n int64) float64 { return float64(n) / (1 << 20) }
 // connection they get for 200 ms, from before the first step to after the
 // job's end (the path from root's record; /proc/net/unix shows it to all).
 // Neither ever connects: every try fails with EACCES (the socket's dir is
-// root's, 0700), or ENOENT once the epilog removed the record dir. Root's
+// root's, 0700), or ENOENT once the epilog removed the record dir (or, at
+// most once in 100 tries, the dialer's 5 s deadline passes before the
+// connect is made: a guest under TCG stalls at times). Root's
 // exchanges are all answered: every step (the 8 and the batch step) has its
 // slurm.step span, and the final-scrape wait ends once the supervisor says
 // the samples are in, well before its bound.
@@ -423,8 +431,10 @@ for i in $(seq 1 %[2]d); do srun -n1 true || exit 5; done
 	for name, fl := range floods {
 		f := floodDone(t, name, fl.cmd, fl.out)
 		t.Logf("%s: %d connects, %d connected, errors %v", name, f.Tries, f.Connected, f.Errors)
-		if f.Errors["EACCES"] < 100 || f.Connected != 0 || f.Errors["EACCES"]+f.Errors["ENOENT"] != f.Tries {
-			t.Errorf("%s: %d connects, %d connected, errors %v; want at least 100, every one refused with EACCES (ENOENT once the record is gone)", name, f.Tries, f.Connected, f.Errors)
+		// A timeout is a connect the dialer's deadline overtook (the
+		// guest stalled), never one that got through: at most 1 in 100.
+		if f.Errors["EACCES"] < 100 || f.Connected != 0 || f.Errors["EACCES"]+f.Errors["ENOENT"]+f.Errors["timeout"] != f.Tries || f.Errors["timeout"]*100 > f.Tries {
+			t.Errorf("%s: %d connects, %d connected, errors %v; want at least 100, every one refused with EACCES (ENOENT once the record is gone; a timeout at most once in 100)", name, f.Tries, f.Connected, f.Errors)
 		}
 	}
 	waitNoCollector(t)

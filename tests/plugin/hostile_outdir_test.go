@@ -20,6 +20,9 @@ import (
 // evilConfig is the attacker's collector configuration: loaded by a
 // victim's collector, it writes the backend token (OTEL_TOKEN, the site's
 // token_env) into the attacker's dir with the collector's own log lines.
+// The jobs ask delivery=collector, the one delivery whose collector holds
+// the backend token (under files it holds the receiver token only), so
+// that a loaded configuration would have the token to write.
 func evilConfig(attacker string) string {
 	return fmt.Sprintf(`receivers:
   otlp:
@@ -106,7 +109,7 @@ func TestHostileOutputDirSwap(t *testing.T) {
 		})
 		time.Sleep(200 * time.Millisecond) // the loop is running
 		outFile := filepath.Join(base, name+".out")
-		r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait --gym-otel=job_dir=%s -o %s %s", job, outFile, script))
+		r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait --gym-otel=job_dir=%s,delivery=collector -o %s %s", job, outFile, script))
 		os.WriteFile(stop, nil, 0o644)
 		select {
 		case <-done:

@@ -135,7 +135,7 @@ echo done
 // opens its memory and attaches to it with ptrace; it can do none of that
 // to the job's supervisor or collector, which hold the plugin's token
 // (what root tells reaches the files by it: a task that had it could
-// forge the Slurm phases) and root's hold socket's listener. A nested
+// forge the Slurm phases) and root's control socket's listener. A nested
 // submit still takes the backend token over (TestGymAutoResumeChain),
 // from the supervisor's token socket.
 func TestTasksCannotReadPluginSecrets(t *testing.T) {

@@ -268,7 +268,7 @@ func checkTwoNodePhases(t *testing.T, job string, dirs map[string]string) {
 	}
 }
 
-// holdPoke is run by python3 as a local user against a hold socket (a
+// holdPoke is run by python3 as a local user against a control socket (a
 // path, or an abstract name without its leading NUL as an older record
 // held): each named attempt connects, sends its bytes, and reads the
 // answer (at most 4 KiB, 3 s); it prints one JSON object of attempt ->
@@ -320,7 +320,7 @@ r["flood"] = "".join(say(b"step end 4345 %d %d 0 0 0 0 1\n" % (now, now), 1.0) f
 print(json.dumps(r))
 `
 
-// TestHoldSocketForgedLines: the hold socket takes a step's phase lines
+// TestControlSocketForgedLines: the control socket takes a step's phase lines
 // from root (slurmstepd) only. While a job runs, another local user (who
 // may find the socket's path in /proc/net/unix) and a process of the
 // job's own user each try to send well-formed step lines of steps that
@@ -329,7 +329,7 @@ print(json.dumps(r))
 // can connect (EACCES: the socket's dir is root's, 0700), so none is
 // answered; the supervisor lives on, the job's real step after the attack
 // has its span, and no forged step has one.
-func TestHoldSocketForgedLines(t *testing.T) {
+func TestControlSocketForgedLines(t *testing.T) {
 	waitIdle(t)
 	other := otherUser(t)
 	d := markerDir(t, "holdforge")
@@ -343,7 +343,7 @@ func TestHoldSocketForgedLines(t *testing.T) {
 	}
 	job := jobIDOf(t, r)
 	waitJobState(t, job, patience, "RUNNING")
-	name, supPID := holdSocketOf(t, "gn1", job)
+	name, supPID := controlSocketOf(t, "gn1", job)
 	pid := strconv.Itoa(supPID)
 	// Another user may see the path: /proc/net/unix lists sockets to all.
 	if o := asOther(t, other, 30*time.Second, nil, "grep -c "+name+" /proc/net/unix"); strings.TrimSpace(o.stdout) != "1" {

@@ -21,7 +21,7 @@ import (
 // with the batch script and the final wait on c1 and the queue wait
 // there only; every span with the run's identity (slurm_job_id, run_id,
 // Lens' nv.dl.job.uuid) and its node. The step spans come from
-// slurmstepd's lines on the hold socket, which the supervisor takes from
+// slurmstepd's lines on the control socket, which the supervisor takes from
 // root only: steps with exit codes on a node prove slurmstepd sends them as
 // root on this release. The backend holds both nodes' job spans.
 //

@@ -362,9 +362,9 @@ true
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
-// TestHoldSocketFloodOtherUser: while a job of 8 steps runs on cgroup v2
+// TestControlSocketFloodOtherUser: while a job of 8 steps runs on cgroup v2
 // under systemd, another user (nobody) and the job's own user each loop
-// connect and close on its hold socket in 4 workers, keeping each
+// connect and close on its control socket in 4 workers, keeping each
 // connection they get for 200 ms, from before the first step to after the
 // job's end (the path from root's record; /proc/net/unix shows it to all).
 // Neither ever connects: every try fails with EACCES (the socket's dir is
@@ -374,9 +374,9 @@ func mib(n int64) float64 { return float64(n) / (1 << 20) }
 // exchanges are all answered: every step (the 8 and the batch step) has its
 // slurm.step span, and the final-scrape wait ends once the supervisor says
 // the samples are in, well before its bound.
-func TestHoldSocketFloodOtherUser(t *testing.T) {
+func TestControlSocketFloodOtherUser(t *testing.T) {
 	waitIdle(t)
-	d := jobDir(t, "holdflood")
+	d := jobDir(t, "controlflood")
 	const steps = 8
 	sh := script(t, filepath.Join(d, "job.sh"), fmt.Sprintf(`#!/bin/bash
 touch %[1]s/started
@@ -400,7 +400,7 @@ for i in $(seq 1 %[2]d); do srun -n1 true || exit 5; done
 		rec, err = record.Read(record.JobDir(recDir, node, uint32(jid)))
 		return err == nil && rec.Status == record.StatusReady && rec.ControlSocket != ""
 	}) {
-		t.Fatalf("job %s: no ready record with a hold socket in %s", job, recDir)
+		t.Fatalf("job %s: no ready record with a control socket in %s", job, recDir)
 	}
 	var sock, dir syscall.Stat_t
 	if err := syscall.Lstat(rec.ControlSocket, &sock); err != nil || sock.Mode&syscall.S_IFMT != syscall.S_IFSOCK || sock.Uid != 0 || sock.Mode&0o777 != 0o600 {

@@ -3,6 +3,7 @@ package plugin_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -172,8 +173,8 @@ date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > $D/last
 	spans := phaseSpans(t, filepath.Join(d, "run", "otel"))
 	seen := map[string]bool{}
 	for _, s := range spans {
-		if s.Name == "slurm.step" {
-			seen[s.Attrs["slurm.step.id"]] = true
+		if s.Name == vocab.SpanStep {
+			seen[s.Attrs[vocab.AttrStepID]] = true
 		}
 	}
 	var missing []string

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"net"
 	"os"
 	"os/exec"
@@ -440,8 +441,8 @@ for i in $(seq 1 %[2]d); do srun -n1 true || exit 5; done
 	waitNoCollector(t)
 	seen := map[string]bool{}
 	for _, s := range slurmkit.PhaseSpans(t, filepath.Join(d, "run", "otel")) {
-		if s.Name == "slurm.step" {
-			seen[s.Attrs["slurm.step.id"]] = true
+		if s.Name == vocab.SpanStep {
+			seen[s.Attrs[vocab.AttrStepID]] = true
 		}
 	}
 	var missing []string
@@ -494,9 +495,9 @@ func TestForgedPhaseSpansGuest(t *testing.T) {
 	body := `{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"slurm"}},` +
 		`{"key":"host.name","value":{"stringValue":"` + node + `"}},{"key":"` + contract.SourceKey + `","value":{"stringValue":"` + contract.SourceSlurm + `"}}]},` +
 		`"scopeSpans":[{"scope":{"name":"` + contract.PhaseScope + `"},"spans":[` +
-		span("f000000000000001", "slurm.job", "") + "," +
-		span("f000000000000002", "slurm.prolog", `,{"key":"slurm.start_known","value":{"boolValue":true}}`) + "," +
-		span("f000000000000003", "slurm.step", `,{"key":"slurm.step.id","value":{"stringValue":"0"}}`) + `]}]}]}`
+		span("f000000000000001", vocab.SpanJob, "") + "," +
+		span("f000000000000002", vocab.SpanProlog, `,{"key":"slurm.start_known","value":{"boolValue":true}}`) + "," +
+		span("f000000000000003", vocab.SpanStep, `,{"key":"slurm.step.id","value":{"stringValue":"0"}}`) + `]}]}]}`
 	if err := os.WriteFile(filepath.Join(d, "forged.json"), []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -566,7 +567,7 @@ echo done
 	got := map[string]int{}
 	for _, p := range np.Phases {
 		got[p.Name+"/"+p.Step]++
-		if p.Name == "slurm.step" && p.Step == "0" && p.DurationSeconds.Known() && float64(p.DurationSeconds) > 30 {
+		if p.Name == vocab.SpanStep && p.Step == "0" && p.DurationSeconds.Known() && float64(p.DurationSeconds) > 30 {
 			t.Errorf("step 0 lasted %v s in inspect: the task's lookalike (60 s) taken for Slurm's", float64(p.DurationSeconds))
 		}
 	}

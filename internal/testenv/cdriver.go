@@ -50,7 +50,8 @@ func BuildCProgram(t *testing.T, dir, name, driver string, sources ...string) st
 // HoldDriver compiles spank/controlsock.c (root's exchanges with the
 // supervisor on its control socket) with BuildCDriver and a driver that
 // prints gos_hold_sampled's answer, `hold <path> <since_ms>`, or
-// gos_hold_final's for a one-node job, `hold <path> final`.
+// gos_hold_final's with a node count of 1, `hold <path> final`
+// (FinalWaitDriver runs the whole final wait of spank/hold.c).
 func HoldDriver(t *testing.T) string {
 	t.Helper()
 	return BuildCDriver(t, t.TempDir(), "hold", "controlsock.c", `#include <stdio.h>

@@ -281,7 +281,7 @@ func TestScancelDuringFinalWait(t *testing.T) {
 	// waits) after the script; on two nodes, with gn2's peer file removed
 	// by the script (as if the job dir were not shared), it holds the
 	// whole wait (told at once, every node's final scrape would end it
-	// early; a one-node job with no scrape target would hold none). The
+	// early; a job with no scrape target would hold none). The
 	// scancel comes once the wait is logged, well within it on a loaded
 	// machine.
 	jobDir := filepath.Join(jobsDir, "fw-"+tag+".run")

@@ -19,6 +19,11 @@
  *     in the batch step, the final-scrape wait (hold.c), and its end
  *     (phase.c)
  *   exit (slurm_spank_exit): tell the supervisor the step's end (phase.c)
+ *
+ * In gym_otel_step.so (-DGOS_STEP_ONLY, a prototype) the job has no
+ * prolog or epilog: the first step's init_post_opt on a node starts the
+ * collector, the steps' tasks wait for its record (task_init), and the
+ * extern step's exit drains it (stepstart.c).
  */
 #define _GNU_SOURCE
 #include <stdio.h>

@@ -23,6 +23,7 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"path/filepath"
 	"sort"
@@ -68,21 +69,21 @@ const (
 	IOPressureFull     = "io_pressure_full_seconds"
 )
 
-// Families group the stat names by what keeps them: a family not kept is
-// reported once (Stats.NotKept), not per name.
+// Families group the stat names by what keeps them (vocab.CgroupFamilies):
+// a family not kept is reported once (Stats.NotKept), not per name.
 var Families = map[string][]string{
-	"cpu_usage":       {CPUSeconds},
-	"cpu_throttling":  {CPUPeriods, CPUThrottledPeriods, CPUThrottledSeconds},
-	"memory_current":  {MemoryCurrentBytes},
-	"memory_peak":     {MemoryPeakBytes},
-	"oom_kills":       {OOMKills},
-	"cpu_pressure":    {CPUPressureSome, CPUPressureFull},
-	"memory_pressure": {MemoryPressureSome, MemoryPressureFull},
-	"io_pressure":     {IOPressureSome, IOPressureFull},
+	vocab.CgroupFamilyCPUUsage:       {CPUSeconds},
+	vocab.CgroupFamilyCPUThrottling:  {CPUPeriods, CPUThrottledPeriods, CPUThrottledSeconds},
+	vocab.CgroupFamilyMemoryCurrent:  {MemoryCurrentBytes},
+	vocab.CgroupFamilyMemoryPeak:     {MemoryPeakBytes},
+	vocab.CgroupFamilyOOMKills:       {OOMKills},
+	vocab.CgroupFamilyCPUPressure:    {CPUPressureSome, CPUPressureFull},
+	vocab.CgroupFamilyMemoryPressure: {MemoryPressureSome, MemoryPressureFull},
+	vocab.CgroupFamilyIOPressure:     {IOPressureSome, IOPressureFull},
 }
 
-// familyOrder is Families' keys in a stable order.
-var familyOrder = []string{"cpu_usage", "cpu_throttling", "memory_current", "memory_peak", "oom_kills", "cpu_pressure", "memory_pressure", "io_pressure"}
+// familyOrder is Families' keys in a stable order (vocab's).
+var familyOrder = vocab.CgroupFamilies
 
 // FamilyNames are the families in a stable order.
 func FamilyNames() []string { return append([]string(nil), familyOrder...) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"io"
 	"net"
 	"net/http"
@@ -825,7 +826,7 @@ func TestRealJobFiles(t *testing.T) {
 	if len(bt.Spans) != len(tr.Spans) || bm.Points() != m.Points() || len(bl.Logs) != len(lg.Logs) {
 		t.Errorf("the backend holds %d spans, %d points, %d log records; the files %d, %d, %d", len(bt.Spans), bm.Points(), len(bl.Logs), len(tr.Spans), m.Points(), len(lg.Logs))
 	}
-	for _, n := range []string{"gym.rollout", "slurm.drain", "slurm.job"} {
+	for _, n := range []string{"gym.rollout", vocab.SpanDrain, vocab.SpanJob} {
 		if bt.SpanCount(n) != tr.SpanCount(n) || tr.SpanCount(n) == 0 {
 			t.Errorf("%s: %d spans at the backend, %d in the files", n, bt.SpanCount(n), tr.SpanCount(n))
 		}

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -338,11 +339,11 @@ func pointCount(m metric) int {
 // metric takes one metric of a resource; slurm says whether the resource
 // carries the plugin's mark (fromPlugin).
 func (a *aggregator) metric(name string, m metric, node, producer, instance string, slurm bool) {
-	if producer == cgroupJob && strings.HasPrefix(name, "cgroup_") && !slurm {
+	if producer == cgroupJob && strings.HasPrefix(name, vocab.CgroupPrefix) && !slurm {
 		// Looks like the cgroup scrape's, but the job sent it: kept as
 		// the job's own series, never as its cgroups.
 		a.lookalikePoints += pointCount(m)
-	} else if producer == cgroupJob && strings.HasPrefix(name, "cgroup_") {
+	} else if producer == cgroupJob && strings.HasPrefix(name, vocab.CgroupPrefix) {
 		// The job's cgroups (cgroups.go).
 		if m.Gauge != nil {
 			for _, p := range m.Gauge.DataPoints {

@@ -24,7 +24,7 @@ import (
 // The cgroup scrape job's name (its series' service.name.override) and
 // its metric names as the supervisor serves them.
 const (
-	cgroupJob            = "cgroup"
+	cgroupJob            = vocab.CgroupScrapeJob
 	mCgCPU               = vocab.CgroupCPUSeconds
 	mCgPeriods           = vocab.CgroupCPUPeriods
 	mCgThrottledPeriods  = vocab.CgroupThrottledPeriods
@@ -40,7 +40,7 @@ const (
 	mCgIOPressureSome    = vocab.CgroupIOPressureSome
 	mCgIOPressureFull    = vocab.CgroupIOPressureFull
 	mCgNotKept           = vocab.CgroupNotKept
-	cgFamilyAll          = "all"
+	cgFamilyAll          = vocab.CgroupFamilyAll
 	maxCgroupGroups      = 4096 // groups kept over all nodes
 	maxCgroupStepsShown  = 8    // step groups the text shows per node
 	maxCgroupReasonBytes = 300  // a not-kept reason as kept
@@ -49,12 +49,12 @@ const (
 // cgFamilyOf is each metric's family: what keeps it, as cgroup_not_kept
 // names it (helper/cgroup.FamilyNames).
 var cgFamilyOf = map[string]string{
-	mCgCPU: "cpu_usage", mCgPeriods: "cpu_throttling", mCgThrottledPeriods: "cpu_throttling", mCgThrottledSeconds: "cpu_throttling",
-	mCgMemCurrent: "memory_current", mCgMemPeak: "memory_peak", mCgOOMKills: "oom_kills",
-	mCgCPUPressureSome: "cpu_pressure", mCgCPUPressureFull: "cpu_pressure",
-	mCgMemPressureSome: "memory_pressure", mCgMemPressureFull: "memory_pressure",
-	mCgIOPressureSome: "io_pressure", mCgIOPressureFull: "io_pressure",
-	mCgMemLimit: "memory_limit",
+	mCgCPU: vocab.CgroupFamilyCPUUsage, mCgPeriods: vocab.CgroupFamilyCPUThrottling, mCgThrottledPeriods: vocab.CgroupFamilyCPUThrottling, mCgThrottledSeconds: vocab.CgroupFamilyCPUThrottling,
+	mCgMemCurrent: vocab.CgroupFamilyMemoryCurrent, mCgMemPeak: vocab.CgroupFamilyMemoryPeak, mCgOOMKills: vocab.CgroupFamilyOOMKills,
+	mCgCPUPressureSome: vocab.CgroupFamilyCPUPressure, mCgCPUPressureFull: vocab.CgroupFamilyCPUPressure,
+	mCgMemPressureSome: vocab.CgroupFamilyMemoryPressure, mCgMemPressureFull: vocab.CgroupFamilyMemoryPressure,
+	mCgIOPressureSome: vocab.CgroupFamilyIOPressure, mCgIOPressureFull: vocab.CgroupFamilyIOPressure,
+	mCgMemLimit: vocab.CgroupFamilyMemoryLimit,
 }
 
 // CgroupUsage is what one of the job's cgroups on one node cost over the
@@ -157,7 +157,7 @@ func (a *aggregator) cgroupPoint(name, node string, p numberPoint) {
 	if !ok {
 		return
 	}
-	k := cgKey{a.cur.src.Link, node, p.Attributes.get("cgroup"), p.Attributes.get("step")}
+	k := cgKey{a.cur.src.Link, node, p.Attributes.get(vocab.LabelCgroup), p.Attributes.get(vocab.LabelStep)}
 	if k.group == "" {
 		return
 	}
@@ -173,11 +173,11 @@ func (a *aggregator) cgroupPoint(name, node string, p numberPoint) {
 	ms := p.Time.ms()
 	if name == mCgNotKept {
 		if v == 1 {
-			why := p.Attributes.get("reason")
+			why := p.Attributes.get(vocab.LabelReason)
 			if len(why) > maxCgroupReasonBytes {
 				why = why[:maxCgroupReasonBytes] + "..."
 			}
-			g.notKept[orNone(p.Attributes.get("family"))] = why
+			g.notKept[orNone(p.Attributes.get(vocab.LabelFamily))] = why
 		}
 		return
 	}
@@ -199,11 +199,11 @@ func (a *aggregator) cgroupPoint(name, node string, p numberPoint) {
 // groupRank orders a node's groups: the job's, its steps, the collector's.
 func groupRank(g string) int {
 	switch g {
-	case "job":
+	case vocab.CgroupJob:
 		return 0
-	case "step":
+	case vocab.CgroupStep:
 		return 1
-	case "collector":
+	case vocab.CgroupCollector:
 		return 2
 	}
 	return 3

@@ -3,6 +3,7 @@ package inspect
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"math"
 	"os"
 	"path/filepath"
@@ -95,52 +96,52 @@ func writePhaseJob(t *testing.T) string {
 	}
 	const root1, root2, batch = "1000000000000001", "2000000000000001", "1000000000000005"
 	t1 := phaseLine("gn1",
-		phase("gn1", "slurm.prolog", "1000000000000002", root1, 2300, 2800, "", "", bAttr("slurm.start_known", true)),
-		phase("gn1", "slurm.queue_wait", "1000000000000003", root1, 0, 2000, "", "", sAttr("slurm.time_precision", "1s")),
-		phase("gn1", "slurm.step", "1000000000000004", root1, 2810, 12000, "the step's end was not seen on this node (the job was cancelled, timed out or lost the node): ended at the drain", "",
-			sAttr("slurm.step.id", "extern"), bAttr("slurm.end_known", false)),
-		phase("gn1", "slurm.step", "1000000000000006", root1, 3500, 4500, "", "", sAttr("slurm.step.id", "0"), bAttr("slurm.end_known", true), iAttr("slurm.step.tasks", 1), iAttr("slurm.step.exit_code", 0)),
-		phase("gn1", "slurm.step", "1000000000000007", root1, 4600, 5700, "exit code 3", "", sAttr("slurm.step.id", "1"), bAttr("slurm.end_known", true), iAttr("slurm.step.tasks", 1), iAttr("slurm.step.exit_code", 3)))
+		phase("gn1", vocab.SpanProlog, "1000000000000002", root1, 2300, 2800, "", "", bAttr(vocab.AttrStartKnown, true)),
+		phase("gn1", vocab.SpanQueueWait, "1000000000000003", root1, 0, 2000, "", "", sAttr(vocab.AttrTimePrecision, "1s")),
+		phase("gn1", vocab.SpanStep, "1000000000000004", root1, 2810, 12000, "the step's end was not seen on this node (the job was cancelled, timed out or lost the node): ended at the drain", "",
+			sAttr(vocab.AttrStepID, "extern"), bAttr(vocab.AttrEndKnown, false)),
+		phase("gn1", vocab.SpanStep, "1000000000000006", root1, 3500, 4500, "", "", sAttr(vocab.AttrStepID, "0"), bAttr(vocab.AttrEndKnown, true), iAttr(vocab.AttrStepTasks, 1), iAttr(vocab.AttrStepExitCode, 0)),
+		phase("gn1", vocab.SpanStep, "1000000000000007", root1, 4600, 5700, "exit code 3", "", sAttr(vocab.AttrStepID, "1"), bAttr(vocab.AttrEndKnown, true), iAttr(vocab.AttrStepTasks, 1), iAttr(vocab.AttrStepExitCode, 3)))
 	t1 += phaseLine("gn1",
-		phase("gn1", "slurm.step", batch, root1, 3000, 11000, "", "", sAttr("slurm.step.id", "batch"), bAttr("slurm.end_known", true), iAttr("slurm.step.tasks", 1), iAttr("slurm.step.exit_code", 0)),
-		phase("gn1", "slurm.batch_script", "1000000000000008", batch, 3000, 10000, "", "", bAttr("slurm.end_known", true)),
-		phase("gn1", "slurm.final_wait", "1000000000000009", batch, 10000, 11000, "", ""),
-		phase("gn1", "slurm.job", root1, "", 0, 12000, "", "", sAttr("slurm.job.id", "42"), bAttr("slurm.start_known", true)))
+		phase("gn1", vocab.SpanStep, batch, root1, 3000, 11000, "", "", sAttr(vocab.AttrStepID, "batch"), bAttr(vocab.AttrEndKnown, true), iAttr(vocab.AttrStepTasks, 1), iAttr(vocab.AttrStepExitCode, 0)),
+		phase("gn1", vocab.SpanBatchScript, "1000000000000008", batch, 3000, 10000, "", "", bAttr(vocab.AttrEndKnown, true)),
+		phase("gn1", vocab.SpanFinalWait, "1000000000000009", batch, 10000, 11000, "", ""),
+		phase("gn1", vocab.SpanJob, root1, "", 0, 12000, "", "", sAttr(vocab.AttrJobID, "42"), bAttr(vocab.AttrStartKnown, true)))
 	t1 += spanLine("gn1", sp("gym.rollout", "t1", 7, 300, "", ""), sp("gym.rollout", "t2", 8, 500, "", ""))
 	t2 := phaseLine("gn2",
-		phase("gn2", "slurm.prolog", "2000000000000002", root2, 2600, 2900, "", "the prolog's start was not handed on: the span starts at the supervisor's start", bAttr("slurm.start_known", false)),
-		phase("gn2", "slurm.step", "2000000000000003", root2, 3600, 12100, "the step's end was not seen on this node (the job was cancelled, timed out or lost the node): ended at the drain", "",
-			sAttr("slurm.step.id", "0"), bAttr("slurm.end_known", false)),
-		phase("gn2", "slurm.job", root2, "", 2600, 12100, "", "", sAttr("slurm.job.id", "42"), bAttr("slurm.start_known", false)))
+		phase("gn2", vocab.SpanProlog, "2000000000000002", root2, 2600, 2900, "", "the prolog's start was not handed on: the span starts at the supervisor's start", bAttr(vocab.AttrStartKnown, false)),
+		phase("gn2", vocab.SpanStep, "2000000000000003", root2, 3600, 12100, "the step's end was not seen on this node (the job was cancelled, timed out or lost the node): ended at the drain", "",
+			sAttr(vocab.AttrStepID, "0"), bAttr(vocab.AttrEndKnown, false)),
+		phase("gn2", vocab.SpanJob, root2, "", 2600, 12100, "", "", sAttr(vocab.AttrJobID, "42"), bAttr(vocab.AttrStartKnown, false)))
 	job1, step0, coll := sAttr("cgroup", "job"), []string{sAttr("cgroup", "step"), sAttr("step", "0")}, sAttr("cgroup", "collector")
 	nk := func(group []string, fam, why string) string {
-		return cgPoint("cgroup_not_kept", false, 3000, 1, append(append([]string{}, group...), sAttr("family", fam), sAttr("reason", why))...)
+		return cgPoint(vocab.CgroupNotKept, false, 3000, 1, append(append([]string{}, group...), sAttr("family", fam), sAttr("reason", why))...)
 	}
 	var m1, m2 strings.Builder
 	for i, at := range []int64{3000, 5000, 7000} {
 		m1.WriteString(cgLine("gn1",
-			cgPoint("cgroup_cpu_usage_seconds_total", true, at, 1.5*float64(i+1), job1),
-			cgPoint("cgroup_memory_current_bytes", false, at, float64(100+50*i)*(1<<20), job1),
-			cgPoint("cgroup_memory_peak_bytes", false, at, float64(150+50*i)*(1<<20), job1),
-			cgPoint("cgroup_memory_limit_bytes", false, at, 500*(1<<20), job1),
-			cgPoint("cgroup_oom_kills_total", true, at, 0, job1),
-			cgPoint("cgroup_cpu_usage_seconds_total", true, at, 0.2*float64(i+1), coll),
-			cgPoint("cgroup_cpu_throttled_seconds_total", true, at, 0.1*float64(i), coll),
-			cgPoint("cgroup_cpu_periods_total", true, at, 100*float64(i), coll),
-			cgPoint("cgroup_cpu_throttled_periods_total", true, at, 5*float64(i), coll),
-			cgPoint("cgroup_cpu_pressure_some_seconds_total", true, at, 1+0.5*float64(i), coll),
-			cgPoint("cgroup_cpu_pressure_full_seconds_total", true, at, 0.5, coll),
-			cgPoint("cgroup_memory_pressure_some_seconds_total", true, at, 0, coll),
-			cgPoint("cgroup_memory_current_bytes", false, at, 30*(1<<20), coll),
+			cgPoint(vocab.CgroupCPUSeconds, true, at, 1.5*float64(i+1), job1),
+			cgPoint(vocab.CgroupMemoryCurrent, false, at, float64(100+50*i)*(1<<20), job1),
+			cgPoint(vocab.CgroupMemoryPeak, false, at, float64(150+50*i)*(1<<20), job1),
+			cgPoint(vocab.CgroupMemoryLimit, false, at, 500*(1<<20), job1),
+			cgPoint(vocab.CgroupOOMKills, true, at, 0, job1),
+			cgPoint(vocab.CgroupCPUSeconds, true, at, 0.2*float64(i+1), coll),
+			cgPoint(vocab.CgroupThrottledSeconds, true, at, 0.1*float64(i), coll),
+			cgPoint(vocab.CgroupCPUPeriods, true, at, 100*float64(i), coll),
+			cgPoint(vocab.CgroupThrottledPeriods, true, at, 5*float64(i), coll),
+			cgPoint(vocab.CgroupCPUPressureSome, true, at, 1+0.5*float64(i), coll),
+			cgPoint(vocab.CgroupCPUPressureFull, true, at, 0.5, coll),
+			cgPoint(vocab.CgroupMemoryPressureSome, true, at, 0, coll),
+			cgPoint(vocab.CgroupMemoryCurrent, false, at, 30*(1<<20), coll),
 			nk([]string{job1}, "cpu_pressure", v1NoPSI), nk([]string{job1}, "memory_pressure", v1NoPSI), nk([]string{job1}, "io_pressure", v1NoPSI),
 			nk([]string{coll}, "memory_peak", "memory.peak: not in this kernel (5.15.0; Linux 5.19 has it)")))
 		if i < 2 {
-			m1.WriteString(cgLine("gn1", cgPoint("cgroup_cpu_usage_seconds_total", true, at, 0.7*float64(i+1), step0...),
-				cgPoint("cgroup_memory_peak_bytes", false, at, 80*(1<<20), step0...)))
+			m1.WriteString(cgLine("gn1", cgPoint(vocab.CgroupCPUSeconds, true, at, 0.7*float64(i+1), step0...),
+				cgPoint(vocab.CgroupMemoryPeak, false, at, 80*(1<<20), step0...)))
 		}
 	}
 	m2.WriteString(cgLine("gn2", nk([]string{job1}, "all", "no Slurm cgroup of job 42 on this node yet")))
-	m2.WriteString(cgLine("gn2", cgPoint("cgroup_memory_peak_bytes", false, 6000, 300*(1<<20), job1), nk([]string{job1}, "cpu_usage", "cpuacct: no such group")))
+	m2.WriteString(cgLine("gn2", cgPoint(vocab.CgroupMemoryPeak, false, 6000, 300*(1<<20), job1), nk([]string{job1}, "cpu_usage", "cpuacct: no such group")))
 	for path, data := range map[string]string{
 		filepath.Join(first, "traces.jsonl"):   t1,
 		filepath.Join(first, "metrics.jsonl"):  m1.String(),
@@ -444,8 +445,8 @@ func TestJobLookalikes(t *testing.T) {
 	unmarked := strings.Replace(phaseRes("gn1"), ","+mark, "", 1)
 	forged := fmt.Sprintf(`{"resourceSpans":[{"resource":%s,"scopeSpans":[{"scope":{"name":"gym-otel-spank/slurm-phases"},"spans":[%s,%s]}]}]}`+"\n",
 		unmarked,
-		phase("gn1", "slurm.prolog", "f000000000000001", "1000000000000001", 0, 60000, "", ""),
-		phase("gn1", "slurm.step", "f000000000000002", "1000000000000001", 0, 90000, "", "", sAttr("slurm.step.id", "7")))
+		phase("gn1", vocab.SpanProlog, "f000000000000001", "1000000000000001", 0, 60000, "", ""),
+		phase("gn1", vocab.SpanStep, "f000000000000002", "1000000000000001", 0, 90000, "", "", sAttr(vocab.AttrStepID, "7")))
 	forgedCg := fmt.Sprintf(`{"resourceMetrics":[{"resource":%s,"scopeMetrics":[{"metrics":[%s,%s]}]}]}`+"\n",
 		res("gn1", "cgroup", "127.0.0.1:40000"),
 		cgPoint(mCgCPU, true, 1000, 9999, sAttr("cgroup", "job")),

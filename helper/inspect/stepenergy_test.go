@@ -3,6 +3,7 @@ package inspect
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"math"
 	"os"
 	"path/filepath"
@@ -131,18 +132,18 @@ func steps(node string, batch, s0 []int64) string {
 	}
 	var ps []string
 	if batch != nil {
-		ps = append(ps, phase(node, "slurm.step", root[:15]+"5", root, batch[0]-500, batch[1]+500, "", "", sAttr("slurm.step.id", "batch"), bAttr("slurm.end_known", true)),
-			phase(node, "slurm.batch_script", root[:15]+"6", root[:15]+"5", batch[0], batch[1], "", "", bAttr("slurm.end_known", true)))
+		ps = append(ps, phase(node, vocab.SpanStep, root[:15]+"5", root, batch[0]-500, batch[1]+500, "", "", sAttr(vocab.AttrStepID, "batch"), bAttr(vocab.AttrEndKnown, true)),
+			phase(node, vocab.SpanBatchScript, root[:15]+"6", root[:15]+"5", batch[0], batch[1], "", "", bAttr(vocab.AttrEndKnown, true)))
 	}
 	if s0 != nil {
 		if s0[1] < 0 {
-			ps = append(ps, phase(node, "slurm.step", root[:15]+"7", root, s0[0], 30000, "the step's end was not seen on this node", "", sAttr("slurm.step.id", "0"), bAttr("slurm.end_known", false)))
+			ps = append(ps, phase(node, vocab.SpanStep, root[:15]+"7", root, s0[0], 30000, "the step's end was not seen on this node", "", sAttr(vocab.AttrStepID, "0"), bAttr(vocab.AttrEndKnown, false)))
 		} else {
-			ps = append(ps, phase(node, "slurm.step", root[:15]+"7", root, s0[0], s0[1], "", "", sAttr("slurm.step.id", "0"), bAttr("slurm.end_known", true)))
+			ps = append(ps, phase(node, vocab.SpanStep, root[:15]+"7", root, s0[0], s0[1], "", "", sAttr(vocab.AttrStepID, "0"), bAttr(vocab.AttrEndKnown, true)))
 		}
 	}
-	ps = append(ps, phase(node, "slurm.step", root[:15]+"8", root, 0, 30000, "", "", sAttr("slurm.step.id", "extern"), bAttr("slurm.end_known", true)),
-		phase(node, "slurm.job", root, "", 0, 30000, "", "", sAttr("slurm.job.id", "42"), bAttr("slurm.start_known", true)))
+	ps = append(ps, phase(node, vocab.SpanStep, root[:15]+"8", root, 0, 30000, "", "", sAttr(vocab.AttrStepID, "extern"), bAttr(vocab.AttrEndKnown, true)),
+		phase(node, vocab.SpanJob, root, "", 0, 30000, "", "", sAttr(vocab.AttrJobID, "42"), bAttr(vocab.AttrStartKnown, true)))
 	return phaseLine(node, ps...)
 }
 
@@ -208,7 +209,7 @@ func TestStepEnergy(t *testing.T) {
 	// 18 s (1 s beyond it): 16 s x 500 W from the counter; the samples
 	// inside it (3 s to 17 s) bound the window's own from below.
 	b := stepOf(t, r, "gn1", "batch")
-	if b.Span != "slurm.batch_script" || !within1(b.WindowSeconds, 15, 1e-9) || !within1(b.Joules, 8000, 1e-6) || !within1(b.ErrorJoules, 1000, 1e-6) ||
+	if b.Span != vocab.SpanBatchScript || !within1(b.WindowSeconds, 15, 1e-9) || !within1(b.Joules, 8000, 1e-6) || !within1(b.ErrorJoules, 1000, 1e-6) ||
 		!within1(b.BracketSeconds, 1, 1e-9) || b.Source != SourceEnergyCounter || len(b.GPUs) != 2 || b.MatchedBy != "UUID" || !b.Verdict.Trusted {
 		t.Errorf("batch on gn1: %+v", b)
 	}

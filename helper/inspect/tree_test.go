@@ -3,6 +3,7 @@ package inspect
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,10 +65,10 @@ func TestTraceTree(t *testing.T) {
 		tspan("gym.rollout", rollout4, "r000000000000004", "", 5000, 5100, user+"/"+procU),
 		tspan("gym.run", user, procU, "b7ad6b7169203331", 4950, 5200)))
 	b.WriteString(phaseLine("gn1",
-		phase("gn1", "slurm.step", step0, root, 3500, 4500, "", "", sAttr("slurm.step.id", "0"), bAttr("slurm.end_known", true)),
-		phase("gn1", "slurm.step", batch, root, 3000, 11000, "", "", sAttr("slurm.step.id", "batch"), bAttr("slurm.end_known", true)),
-		phase("gn1", "slurm.batch_script", script, batch, 3000, 10000, "", "", bAttr("slurm.end_known", true)),
-		phase("gn1", "slurm.job", root, "", 0, 12000, "", "", sAttr("slurm.job.id", "42"), bAttr("slurm.start_known", true))))
+		phase("gn1", vocab.SpanStep, step0, root, 3500, 4500, "", "", sAttr(vocab.AttrStepID, "0"), bAttr(vocab.AttrEndKnown, true)),
+		phase("gn1", vocab.SpanStep, batch, root, 3000, 11000, "", "", sAttr(vocab.AttrStepID, "batch"), bAttr(vocab.AttrEndKnown, true)),
+		phase("gn1", vocab.SpanBatchScript, script, batch, 3000, 10000, "", "", bAttr(vocab.AttrEndKnown, true)),
+		phase("gn1", vocab.SpanJob, root, "", 0, 12000, "", "", sAttr(vocab.AttrJobID, "42"), bAttr(vocab.AttrStartKnown, true))))
 	dir := filepath.Join(t.TempDir(), "otel")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

@@ -5,8 +5,9 @@
 // and State, which the supervisor writes (WriteState) and inspect, replay
 // and a nested submit read (ReadState). receipt.json has its own package
 // (helper/receipt). jobdir imports only helper/atomicfile (a leaf, its
-// writer of whole files) of the project: every package that writes or
-// reads a job's files can import it.
+// writer of whole files) and helper/gpudev (the job's GPUs as State
+// records them) of the project: every package that writes or reads a
+// job's files can import it.
 package jobdir
 
 import (

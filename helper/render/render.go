@@ -39,6 +39,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -876,14 +877,14 @@ func cgroupScrape(in Input) omap {
 	timeout := min(interval, 10)
 	if in.Ports.Cgroup != 0 {
 		job := omap{
-			{"job_name", CgroupScrapeJob},
+			{"job_name", vocab.CgroupScrapeJob},
 			{"scrape_interval", fmt.Sprintf("%ds", interval)},
 			{"scrape_timeout", fmt.Sprintf("%ds", timeout)},
 			{"metrics_path", "/metrics"},
 		}
 		job = append(job, scrapeLimits(in.Resolved.Otel)...)
 		labels := [][2]string{{"instance", in.Job.Node + ":" + strconv.Itoa(in.Ports.Cgroup)}}
-		return staticTarget(in, job, CgroupScrapeJob, in.Ports.Cgroup, labels)
+		return staticTarget(in, job, vocab.CgroupScrapeJob, in.Ports.Cgroup, labels)
 	}
 	return nil
 }
@@ -915,10 +916,6 @@ func staticTarget(in Input, job omap, name string, port int, labels [][2]string)
 		{"labels", ls},
 	}}})
 }
-
-// CgroupScrapeJob is the scrape job of the job's cgroup metrics on the
-// node (Ports.Cgroup), and the service.name.override of its series.
-const CgroupScrapeJob = "cgroup"
 
 // identityActions are the resource processor's actions that stamp the run
 // identity on every resource, in order: the producer's service.name kept as

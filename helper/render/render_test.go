@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -304,7 +305,7 @@ func TestCgroupScrape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(without), "scrape_configs") || strings.Contains(string(without), "job_name: "+render.CgroupScrapeJob) {
+	if strings.Contains(string(without), "scrape_configs") || strings.Contains(string(without), "job_name: "+vocab.CgroupScrapeJob) {
 		t.Errorf("no targets and no cgroup port: a Prometheus receiver or a cgroup scrape:\n%s", without)
 	}
 	in.Ports.Cgroup = 41006

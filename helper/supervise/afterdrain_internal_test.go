@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"errors"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,13 +31,13 @@ func TestAfterSpans(t *testing.T) {
 	p := newPhases(f, t0, t0)
 	d := drainEnd{start: t0.Add(10 * time.Second), exit: t0.Add(12 * time.Second), cause: "signal terminated", exitKnown: true, clean: true}
 	spans := p.afterSpans(d, t0.Add(13*time.Second))
-	if len(spans) != 1 || spans[0].Name != "slurm.drain" || spans[0].Status != nil {
+	if len(spans) != 1 || spans[0].Name != vocab.SpanDrain || spans[0].Status != nil {
 		t.Fatalf("without the epilog's word: %v", spans)
 	}
 	ds := spans[0]
 	if string(ds.ParentSpanId) != string(p.root) || string(ds.TraceId) != string(JobTraceID(f)) ||
 		ds.StartTimeUnixNano != uint64(d.start.UnixNano()) || ds.EndTimeUnixNano != uint64(d.exit.UnixNano()) ||
-		!attrBool(ds, "slurm.end_known") || attr(ds, "slurm.drain.cause") != "signal terminated" {
+		!attrBool(ds, vocab.AttrEndKnown) || attr(ds, vocab.AttrDrainCause) != "signal terminated" {
 		t.Errorf("drain span %v", ds)
 	}
 	for _, bad := range []string{"epilog start x\n", "epilog start -1\n", "epilog start 1000\n",
@@ -56,23 +57,23 @@ func TestAfterSpans(t *testing.T) {
 	}
 	d.killed, d.clean = true, false
 	spans = p.afterSpans(d, t0.Add(13*time.Second))
-	if len(spans) != 2 || spans[1].Name != "slurm.epilog" {
+	if len(spans) != 2 || spans[1].Name != vocab.SpanEpilog {
 		t.Fatalf("with the epilog's word: %v", spans)
 	}
-	if ds = spans[0]; ds.Status.GetCode() != 2 || !attrBool(ds, "slurm.drain.collector_killed") || attr(ds, "slurm.drain.cause") != "epilog (signal terminated)" {
+	if ds = spans[0]; ds.Status.GetCode() != 2 || !attrBool(ds, vocab.AttrDrainCollectorKilled) || attr(ds, vocab.AttrDrainCause) != "epilog (signal terminated)" {
 		t.Errorf("killed collector's drain: %v", ds)
 	}
 	e := spans[1]
 	if e.StartTimeUnixNano != uint64(time.UnixMilli(es.UnixMilli()).UnixNano()) || e.EndTimeUnixNano != uint64(t0.Add(13*time.Second).UnixNano()) ||
-		attrBool(e, "slurm.end_known") || !attrBool(e, "slurm.start_known") || string(e.ParentSpanId) != string(p.root) || e.Status.GetMessage() == "" {
+		attrBool(e, vocab.AttrEndKnown) || !attrBool(e, vocab.AttrStartKnown) || string(e.ParentSpanId) != string(p.root) || e.Status.GetMessage() == "" {
 		t.Errorf("epilog span %v", e)
 	}
-	if attrInt(e, "slurm.job.exit_code") != 3 || attrInt(e, "slurm.job.signal") != 0 || attrInt(e, "slurm.job.derived_exit_code") != 3 ||
-		attr(e, "slurm.job.exit_from") != "SLURM_JOB_EXIT_CODE" {
+	if attrInt(e, vocab.AttrJobExitCode) != 3 || attrInt(e, vocab.AttrJobSignal) != 0 || attrInt(e, vocab.AttrJobDerivedExitCode) != 3 ||
+		attr(e, vocab.AttrJobExitFrom) != "SLURM_JOB_EXIT_CODE" {
 		t.Errorf("epilog span without the job's exit code 3: %v", e.Attributes)
 	}
 	d.exitKnown = false
-	if ds = p.afterSpans(d, time.Now())[0]; attrBool(ds, "slurm.end_known") || ds.Status.GetCode() != 2 {
+	if ds = p.afterSpans(d, time.Now())[0]; attrBool(ds, vocab.AttrEndKnown) || ds.Status.GetCode() != 2 {
 		t.Errorf("a collector gone before the drain: %v", ds)
 	}
 }
@@ -113,7 +114,7 @@ func TestTracesLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d.Spans) != 1 || d.Spans[0].Name != "slurm.drain" || len(d.Spans[0].TraceID) != 32 {
+	if len(d.Spans) != 1 || d.Spans[0].Name != vocab.SpanDrain || len(d.Spans[0].TraceID) != 32 {
 		t.Fatalf("read back: %+v", d.Spans)
 	}
 	r := d.Spans[0].Resource

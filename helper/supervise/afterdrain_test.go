@@ -2,6 +2,7 @@ package supervise_test
 
 import (
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,11 +53,11 @@ func TestDrainSpanCollectorKilled(t *testing.T) {
 	jobSpans := 0
 	for _, sp := range d.Spans {
 		switch sp.Name {
-		case "slurm.job":
+		case vocab.SpanJob:
 			jobSpans++
-		case "slurm.drain":
+		case vocab.SpanDrain:
 			drain = append(drain, sp)
-		case "slurm.epilog":
+		case vocab.SpanEpilog:
 			t.Errorf("an epilog span without an epilog: %+v", sp)
 		}
 	}
@@ -67,8 +68,8 @@ func TestDrainSpanCollectorKilled(t *testing.T) {
 		t.Fatalf("%d slurm.drain and %d slurm.job spans in traces.jsonl (refused spans appended: %v), want one drain span and the job's span with the refused ones", len(drain), jobSpans, refused)
 	}
 	a := drain[0].Attributes.Text()
-	if a["slurm.drain.collector_killed"] != "true" || a["slurm.drain.clean"] != "false" || a["slurm.end_known"] != "true" ||
-		a["slurm.drain.cause"] != "signal terminated" {
+	if a[vocab.AttrDrainCollectorKilled] != "true" || a[vocab.AttrDrainClean] != "false" || a[vocab.AttrEndKnown] != "true" ||
+		a[vocab.AttrDrainCause] != "signal terminated" {
 		t.Errorf("drain span attributes %v", a)
 	}
 	if id, _ := drain[0].Resource.Str("slurm_job_id"); id != "8383" {
@@ -89,7 +90,7 @@ func TestDrainSpanCollectorKilled(t *testing.T) {
 		t.Fatal(rerr)
 	}
 	calls, hist := spanCalls(m)
-	if calls["slurm.drain"] != 1 || hist["slurm.drain"] != 1 || calls["slurm.job"] != float64(jobSpans) {
+	if calls[vocab.SpanDrain] != 1 || hist[vocab.SpanDrain] != 1 || calls[vocab.SpanJob] != float64(jobSpans) {
 		t.Errorf("metrics.jsonl: span metrics calls %v, duration counts %v; want slurm.drain 1 and slurm.job %d", calls, hist, jobSpans)
 	}
 }
@@ -157,7 +158,7 @@ func TestCollectorDrainSpansDelivered(t *testing.T) {
 				}
 				harness.WaitFor(t, 10*time.Second, "the drain span and its span metrics at the backend", func() bool {
 					d, err := otlptest.Read(filepath.Join(be.Dir, "traces.jsonl"))
-					if err != nil || d.SpanCount("slurm.drain") != 1 {
+					if err != nil || d.SpanCount(vocab.SpanDrain) != 1 {
 						return false
 					}
 					m, err := otlptest.Read(filepath.Join(be.Dir, "metrics.jsonl"))
@@ -165,7 +166,7 @@ func TestCollectorDrainSpansDelivered(t *testing.T) {
 						return false
 					}
 					calls, hist := spanCalls(m)
-					return calls["slurm.drain"] == 1 && hist["slurm.drain"] == 1
+					return calls[vocab.SpanDrain] == 1 && hist[vocab.SpanDrain] == 1
 				})
 				be.Stop(t)
 				assertCallsMatchSpans(t, "the backend", otlptest.MustRead(t, be.Dir, "traces"), otlptest.MustRead(t, be.Dir, "metrics"))

@@ -145,23 +145,23 @@ func (r *cgroupReader) read() []cgroupGroup {
 		if why == "" {
 			why = fmt.Sprintf("the Slurm cgroup of job %s on this node is gone (the job is ending)", r.job.JobID)
 		}
-		gs = append(gs, cgroupGroup{kind: "job", why: why})
+		gs = append(gs, cgroupGroup{kind: vocab.CgroupJob, why: why})
 	} else {
-		gs = append(gs, cgroupGroup{kind: "job", st: r.jobDirs.Read(r.kernel)})
+		gs = append(gs, cgroupGroup{kind: vocab.CgroupJob, st: r.jobDirs.Read(r.kernel)})
 		steps := r.jobDirs.Steps()
 		names := cgroup.SortedSteps(steps)
 		for i, n := range names {
 			if i == r.stepMax {
-				gs = append(gs, cgroupGroup{kind: "step", why: fmt.Sprintf("%d more step groups than %d on this node now: not read", len(names)-r.stepMax, r.stepMax)})
+				gs = append(gs, cgroupGroup{kind: vocab.CgroupStep, why: fmt.Sprintf("%d more step groups than %d on this node now: not read", len(names)-r.stepMax, r.stepMax)})
 				break
 			}
-			gs = append(gs, cgroupGroup{kind: "step", step: n, st: steps[n].Read(r.kernel)})
+			gs = append(gs, cgroupGroup{kind: vocab.CgroupStep, step: n, st: steps[n].Read(r.kernel)})
 		}
 	}
 	if r.ownWhy != "" {
-		gs = append(gs, cgroupGroup{kind: "collector", why: r.ownWhy})
+		gs = append(gs, cgroupGroup{kind: vocab.CgroupCollector, why: r.ownWhy})
 	} else {
-		gs = append(gs, cgroupGroup{kind: "collector", st: r.own.Read(r.kernel)})
+		gs = append(gs, cgroupGroup{kind: vocab.CgroupCollector, st: r.own.Read(r.kernel)})
 	}
 	return gs
 }
@@ -186,12 +186,12 @@ func writeCgroupText(w io.Writer, gs []cgroupGroup) error {
 	fmt.Fprintf(&b, "# HELP %s What this node does not keep for the group (family \"all\": the whole group), and why; 1 per family.\n# TYPE %s gauge\n", vocab.CgroupNotKept, vocab.CgroupNotKept)
 	for _, g := range gs {
 		if g.why != "" {
-			fmt.Fprintf(&b, "%s{%s,family=\"all\",reason=%s} 1\n", vocab.CgroupNotKept, groupLabels(g), quoteLabel(g.why))
+			fmt.Fprintf(&b, "%s{%s,%s=%q,%s=%s} 1\n", vocab.CgroupNotKept, groupLabels(g), vocab.LabelFamily, vocab.CgroupFamilyAll, vocab.LabelReason, quoteLabel(g.why))
 			continue
 		}
 		for _, fam := range cgroup.FamilyNames() {
 			if why, ok := g.st.NotKept[fam]; ok {
-				fmt.Fprintf(&b, "%s{%s,family=%q,reason=%s} 1\n", vocab.CgroupNotKept, groupLabels(g), fam, quoteLabel(why))
+				fmt.Fprintf(&b, "%s{%s,%s=%q,%s=%s} 1\n", vocab.CgroupNotKept, groupLabels(g), vocab.LabelFamily, fam, vocab.LabelReason, quoteLabel(why))
 			}
 		}
 	}
@@ -200,10 +200,10 @@ func writeCgroupText(w io.Writer, gs []cgroupGroup) error {
 }
 
 func groupLabels(g cgroupGroup) string {
-	if g.kind == "step" && g.step != "" {
-		return fmt.Sprintf("cgroup=%q,step=%s", g.kind, quoteLabel(g.step))
+	if g.kind == vocab.CgroupStep && g.step != "" {
+		return fmt.Sprintf("%s=%q,%s=%s", vocab.LabelCgroup, g.kind, vocab.LabelStep, quoteLabel(g.step))
 	}
-	return fmt.Sprintf("cgroup=%q", g.kind)
+	return fmt.Sprintf("%s=%q", vocab.LabelCgroup, g.kind)
 }
 
 // quoteLabel quotes a label value as the text format wants (\\, \", \n),

@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"io"
 	"net/http"
 	"os"
@@ -145,7 +146,7 @@ func TestCgroupServerAnotherUser(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(b), "cgroup_not_kept") {
+	if !strings.Contains(string(b), vocab.CgroupNotKept) {
 		t.Errorf("the page to the supervisor's own user: %q", b)
 	}
 	if f := srv.ln.Foreign(); f != n {

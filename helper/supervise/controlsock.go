@@ -144,8 +144,9 @@ type controlServer struct {
 	// finals receives the batch step's final-scrape request (one slot:
 	// requests beyond a pending one are dropped).
 	finals chan struct{}
-	// nodes is the job's node count the batch step's request named (0:
-	// none yet, or a one-node job's request without it).
+	// nodes is the job's node count the batch step's request named, when
+	// more than one (0: no request yet, a job on one node, or a request
+	// without a count, which finalNodes takes as one node).
 	nodes atomic.Int64
 	// peerTargets and peersAt are the other nodes' part of the answer in
 	// a job on several nodes (peers.go): -1 until every node answered.

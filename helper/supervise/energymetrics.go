@@ -32,28 +32,9 @@ import (
 // Options.SpanCountMaxBytes where that is lower: the tests' hook).
 const EnergyMaxBytes = 16 << 20
 
+// The points are vocab.GPUEnergy and vocab.GPUEnergyEstimate, with the
+// attributes of vocab.GPUEnergyAttrs.
 const (
-	// EnergyMetric is the measured energy of the job's GPUs on the node
-	// over one step's window: a gauge in J, one point per step, its start
-	// and time the window's ends. Attributes: EnergyStepKey,
-	// EnergyRoleKey (the Gym roles the node's model servers serve, comma
-	// separated, "" none), EnergySourceKey ("counter", "power" or
-	// "counter+power"), EnergyTrustedKey (the verdict) and
-	// EnergyReasonKey (the verdict's reasons, "; " separated, "" when
-	// trusted). Only where the figure is known.
-	EnergyMetric = "gym_otel.gpu.energy"
-	// EnergyEstimateMetric is the estimate given where EnergyMetric is
-	// refused because the GPUs are MIG instances of the job's own (J;
-	// the same attributes, and EnergyMethodKey).
-	EnergyEstimateMetric = "gym_otel.gpu.energy.estimate"
-
-	EnergyStepKey    = vocab.AttrStepID
-	EnergyRoleKey    = "gym.role"
-	EnergySourceKey  = "gym_otel.energy.source"
-	EnergyTrustedKey = "gym_otel.energy.trusted"
-	EnergyReasonKey  = "gym_otel.energy.why"
-	EnergyMethodKey  = "gym_otel.energy.method"
-
 	// energyScope is the points' instrumentation scope.
 	energyScope = "gym-otel-spank/energy"
 )
@@ -77,7 +58,7 @@ type (
 
 // EnergyMetricsLine is the figures of steps (one node's, inspect's
 // StepEnergy) as one OTLP-JSON line (newline included) for metrics.jsonl:
-// resource identity, EnergyMetric and EnergyEstimateMetric points, roles
+// resource identity, vocab.GPUEnergy and vocab.GPUEnergyEstimate points, roles
 // the node's roles. nil when no step has a figure or an estimate. Errors:
 // an Int attribute of identity that is not one.
 func EnergyMetricsLine(identity []render.Attr, steps []inspect.StepEnergy, roles []string) ([]byte, int, error) {
@@ -85,8 +66,8 @@ func EnergyMetricsLine(identity []render.Attr, steps []inspect.StepEnergy, roles
 	if err != nil {
 		return nil, 0, err
 	}
-	measured := jsonGaugeMetric{Name: EnergyMetric, Unit: "J", Description: "Energy of the job's GPUs on the node over a Slurm step (dcgm-exporter's counter, else its power integrated)"}
-	estimated := jsonGaugeMetric{Name: EnergyEstimateMetric, Unit: "J", Description: "Estimated energy of the job's MIG instances on the node over a Slurm step (the parent GPU's times their compute share)"}
+	measured := jsonGaugeMetric{Name: vocab.GPUEnergy, Unit: "J", Description: "Energy of the job's GPUs on the node over a Slurm step (dcgm-exporter's counter, else its power integrated)"}
+	estimated := jsonGaugeMetric{Name: vocab.GPUEnergyEstimate, Unit: "J", Description: "Estimated energy of the job's MIG instances on the node over a Slurm step (the parent GPU's times their compute share)"}
 	points := 0
 	for _, se := range steps {
 		if se.Start == nil || se.End == nil || se.Link != "" {
@@ -95,8 +76,8 @@ func EnergyMetricsLine(identity []render.Attr, steps []inspect.StepEnergy, roles
 		p := jsonGaugePoint{Start: strconv.FormatInt(se.Start.UnixNano(), 10), Time: strconv.FormatInt(se.End.UnixNano(), 10)}
 		source := strings.NewReplacer(inspect.SourceEnergyCounter, "counter", inspect.SourcePower, "power", " + ", "+").Replace(se.Source)
 		verdict := func(v inspect.Verdict) []jsonKV {
-			return []jsonKV{jsonStr(EnergyStepKey, se.Step), jsonStr(EnergyRoleKey, strings.Join(roles, ",")), jsonStr(EnergySourceKey, source),
-				{Key: EnergyTrustedKey, Value: jsonValue{BoolValue: &v.Trusted}}, jsonStr(EnergyReasonKey, strings.Join(v.Why, "; "))}
+			return []jsonKV{jsonStr(vocab.AttrStepID, se.Step), jsonStr(vocab.AttrEnergyRole, strings.Join(roles, ",")), jsonStr(vocab.AttrEnergySource, source),
+				{Key: vocab.AttrEnergyTrusted, Value: jsonValue{BoolValue: &v.Trusted}}, jsonStr(vocab.AttrEnergyWhy, strings.Join(v.Why, "; "))}
 		}
 		switch {
 		case se.Joules.Known():
@@ -104,7 +85,7 @@ func EnergyMetricsLine(identity []render.Attr, steps []inspect.StepEnergy, roles
 			measured.Gauge.DataPoints = append(measured.Gauge.DataPoints, p)
 			points++
 		case se.Estimate != nil && se.Estimate.Joules.Known():
-			p.Attributes, p.AsDouble = append(verdict(se.Estimate.Verdict), jsonStr(EnergyMethodKey, se.Estimate.Method)), float64(se.Estimate.Joules)
+			p.Attributes, p.AsDouble = append(verdict(se.Estimate.Verdict), jsonStr(vocab.AttrEnergyMethod, se.Estimate.Method)), float64(se.Estimate.Joules)
 			estimated.Gauge.DataPoints = append(estimated.Gauge.DataPoints, p)
 			points++
 		}

@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"path/filepath"
 	"testing"
@@ -47,17 +48,17 @@ func TestAppendEnergyMetrics(t *testing.T) {
 	line := filepath.Join(t.TempDir(), "metrics.jsonl")
 	os.WriteFile(line, al.line, 0o600)
 	d := otlptest.MustRead(t, filepath.Dir(line), "metrics")
-	m := d.Named(EnergyMetric)
+	m := d.Named(vocab.GPUEnergy)
 	if len(m) != 1 || m[0].Gauge == nil || len(m[0].Gauge.DataPoints) != 2 {
-		t.Fatalf("%s: %+v", EnergyMetric, m)
+		t.Fatalf("%s: %+v", vocab.GPUEnergy, m)
 	}
 	want := map[string]float64{"batch": 8000, "0": 4000}
 	for _, p := range m[0].Gauge.DataPoints {
 		a := p.Attributes.Text()
-		if w, ok := want[a[EnergyStepKey]]; !ok || p.Value() < w-1e-6 || p.Value() > w+1e-6 || a[EnergyTrustedKey] != "true" || a[EnergyRoleKey] != "policy" || a[EnergySourceKey] != "counter" {
+		if w, ok := want[a[vocab.AttrStepID]]; !ok || p.Value() < w-1e-6 || p.Value() > w+1e-6 || a[vocab.AttrEnergyTrusted] != "true" || a[vocab.AttrEnergyRole] != "policy" || a[vocab.AttrEnergySource] != "counter" {
 			t.Errorf("point %v = %v J", a, p.Value())
 		}
-		delete(want, a[EnergyStepKey])
+		delete(want, a[vocab.AttrStepID])
 	}
 	if len(want) != 0 {
 		t.Errorf("steps without a point: %v", want)

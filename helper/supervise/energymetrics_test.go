@@ -1,6 +1,7 @@
 package supervise_test
 
 import (
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"math"
 	"os"
 	"path/filepath"
@@ -43,26 +44,26 @@ func TestEnergyMetricsLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := otlptest.MustRead(t, dir, "metrics")
-	m := d.Named(supervise.EnergyMetric)
+	m := d.Named(vocab.GPUEnergy)
 	if len(m) != 1 || m[0].Gauge == nil || len(m[0].Gauge.DataPoints) != 2 {
-		t.Fatalf("%s: %+v", supervise.EnergyMetric, m)
+		t.Fatalf("%s: %+v", vocab.GPUEnergy, m)
 	}
 	if r, _ := m[0].Resource.Str("run_id"); r != "run-7" {
 		t.Errorf("resource %v: want the run's identity", m[0].Resource)
 	}
 	p0, pb := m[0].Gauge.DataPoints[0], m[0].Gauge.DataPoints[1]
-	if p0.Value() != 4000 || !p0.At().Equal(*at(10)) || p0.Attributes.Text()[supervise.EnergyStepKey] != "0" || p0.Attributes.Text()[supervise.EnergyRoleKey] != "policy" ||
-		p0.Attributes.Text()[supervise.EnergySourceKey] != "counter" || p0.Attributes.Text()[supervise.EnergyTrustedKey] != "true" {
+	if p0.Value() != 4000 || !p0.At().Equal(*at(10)) || p0.Attributes.Text()[vocab.AttrStepID] != "0" || p0.Attributes.Text()[vocab.AttrEnergyRole] != "policy" ||
+		p0.Attributes.Text()[vocab.AttrEnergySource] != "counter" || p0.Attributes.Text()[vocab.AttrEnergyTrusted] != "true" {
 		t.Errorf("step 0: %+v %v", p0, p0.Attributes.Text())
 	}
-	if pb.Value() != 8000 || pb.Attributes.Text()[supervise.EnergyTrustedKey] != "false" || pb.Attributes.Text()[supervise.EnergySourceKey] != "power" ||
-		pb.Attributes.Text()[supervise.EnergyReasonKey] == "" {
+	if pb.Value() != 8000 || pb.Attributes.Text()[vocab.AttrEnergyTrusted] != "false" || pb.Attributes.Text()[vocab.AttrEnergySource] != "power" ||
+		pb.Attributes.Text()[vocab.AttrEnergyWhy] == "" {
 		t.Errorf("batch: %+v %v", pb, pb.Attributes.Text())
 	}
-	e := d.Named(supervise.EnergyEstimateMetric)
+	e := d.Named(vocab.GPUEnergyEstimate)
 	if len(e) != 1 || len(e[0].Gauge.DataPoints) != 1 || e[0].Gauge.DataPoints[0].Value() != 1500 ||
-		e[0].Gauge.DataPoints[0].Attributes.Text()[supervise.EnergyMethodKey] == "" {
-		t.Fatalf("%s: %+v", supervise.EnergyEstimateMetric, e)
+		e[0].Gauge.DataPoints[0].Attributes.Text()[vocab.AttrEnergyMethod] == "" {
+		t.Fatalf("%s: %+v", vocab.GPUEnergyEstimate, e)
 	}
 	if line, points, err := supervise.EnergyMetricsLine(id, steps[3:], nil); line != nil || points != 0 || err != nil {
 		t.Errorf("no figure: %q, %d, %v", line, points, err)

@@ -2,6 +2,7 @@ package supervise_test
 
 import (
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -48,7 +49,7 @@ func TestForgedSlurmTelling(t *testing.T) {
 	postTraces(t, s, forgedSpan)
 	forgedPoint := fmt.Sprintf(`{"resourceMetrics":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"%s"}},%s]},`+
 		`"scopeMetrics":[{"metrics":[{"name":"cgroup_forged_probe_bytes","gauge":{"dataPoints":[{"timeUnixNano":"%d","asDouble":1,`+
-		`"attributes":[{"key":"cgroup","value":{"stringValue":"job"}}]}]}}]}]}]}`, render.CgroupScrapeJob, mark, time.Now().UnixNano())
+		`"attributes":[{"key":"cgroup","value":{"stringValue":"job"}}]}]}}]}]}]}`, vocab.CgroupScrapeJob, mark, time.Now().UnixNano())
 	post(t, s.Report.Ports.OTLPHTTP, "metrics", s.ReceiverToken, forgedPoint, http.StatusOK)
 	// The tasks' token at the plugin's receiver, and at the sink of the
 	// collector's final figures (the receipt's).
@@ -60,11 +61,11 @@ func TestForgedSlurmTelling(t *testing.T) {
 
 	harness.WaitFor(t, 20*time.Second, "the supervisor's phase spans and a cgroup scrape in the files", func() bool {
 		d, err := otlptest.ReadGrowing(filepath.Join(s.Out, "traces.jsonl"))
-		if err != nil || d.SpanCount("slurm.prolog") < 2 {
+		if err != nil || d.SpanCount(vocab.SpanProlog) < 2 {
 			return false
 		}
 		m, err := otlptest.ReadGrowing(filepath.Join(s.Out, "metrics.jsonl"))
-		return err == nil && len(m.Named("cgroup_not_kept"))+len(m.Named("cgroup_memory_current_bytes")) > 0
+		return err == nil && len(m.Named(vocab.CgroupNotKept))+len(m.Named(vocab.CgroupMemoryCurrent)) > 0
 	})
 	// The plugin's token: in the collector's environment, nowhere the
 	// tasks can see (the readiness report root turns into the task
@@ -125,7 +126,7 @@ func TestForgedSlurmTelling(t *testing.T) {
 			t.Errorf("the supervisor's %s span without the identity: %v", sp.Name, sp.Resource.Text())
 		}
 	}
-	if forged != 1 || theirs["slurm.job"] != 1 || theirs["slurm.prolog"] != 1 || theirs["slurm.drain"] != 1 {
+	if forged != 1 || theirs[vocab.SpanJob] != 1 || theirs[vocab.SpanProlog] != 1 || theirs[vocab.SpanDrain] != 1 {
 		t.Errorf("%d forged spans, the supervisor's %v: want 1, and one slurm.job, slurm.prolog and slurm.drain", forged, theirs)
 	}
 	m := otlptest.MustRead(t, s.Out, "metrics")
@@ -133,9 +134,9 @@ func TestForgedSlurmTelling(t *testing.T) {
 		t.Errorf("the forged cgroup point: %d in metrics.jsonl, want 1 without %s", len(p), contract.SourceKey)
 	}
 	cg := 0
-	for _, name := range []string{"cgroup_not_kept", "cgroup_memory_current_bytes", "up"} {
+	for _, name := range []string{vocab.CgroupNotKept, vocab.CgroupMemoryCurrent, "up"} {
 		for _, mt := range m.Named(name) {
-			if o, _ := mt.Resource.Str("service.name.override"); o != render.CgroupScrapeJob {
+			if o, _ := mt.Resource.Str("service.name.override"); o != vocab.CgroupScrapeJob {
 				continue
 			}
 			cg++

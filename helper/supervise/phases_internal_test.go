@@ -3,6 +3,7 @@ package supervise
 import (
 	"context"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"io"
 	"net"
 	"net/http"
@@ -60,7 +61,7 @@ func TestPhasesSpans(t *testing.T) {
 	if n := len(spans); n != 7 {
 		t.Fatalf("%d spans, want 7 (job, prolog, 3 steps, batch script, final wait)", n)
 	}
-	root := byName(spans, "slurm.job")[0]
+	root := byName(spans, vocab.SpanJob)[0]
 	for _, s := range spans {
 		if string(s.TraceId) != string(JobTraceID(f)) {
 			t.Errorf("%s: trace %x", s.Name, s.TraceId)
@@ -77,8 +78,8 @@ func TestPhasesSpans(t *testing.T) {
 		t.Error("a requeued run shares the trace")
 	}
 	steps := map[string]*tracev1.Span{}
-	for _, s := range byName(spans, "slurm.step") {
-		steps[attr(s, "slurm.step.id").(string)] = s
+	for _, s := range byName(spans, vocab.SpanStep) {
+		steps[attr(s, vocab.AttrStepID).(string)] = s
 	}
 	if s := steps["0"]; s == nil || s.Status.GetCode() != tracev1.Status_STATUS_CODE_ERROR || time.Duration(s.EndTimeUnixNano-s.StartTimeUnixNano) != 2*time.Second {
 		t.Errorf("step 0: %v", s)
@@ -87,14 +88,14 @@ func TestPhasesSpans(t *testing.T) {
 		t.Errorf("step 1 (never ended): %v", s)
 	}
 	b := steps["batch"]
-	bs, fw := byName(spans, "slurm.batch_script")[0], byName(spans, "slurm.final_wait")[0]
+	bs, fw := byName(spans, vocab.SpanBatchScript)[0], byName(spans, vocab.SpanFinalWait)[0]
 	if string(bs.ParentSpanId) != string(b.SpanId) || string(fw.ParentSpanId) != string(b.SpanId) {
 		t.Error("batch script and final wait not under the batch step")
 	}
 	if time.Duration(fw.EndTimeUnixNano-fw.StartTimeUnixNano) != 2*time.Second || b.Status != nil {
 		t.Errorf("final wait %v, batch status %v", fw, b.Status)
 	}
-	if pr := byName(spans, "slurm.prolog")[0]; time.Duration(pr.EndTimeUnixNano-pr.StartTimeUnixNano) != 300*time.Millisecond {
+	if pr := byName(spans, vocab.SpanProlog)[0]; time.Duration(pr.EndTimeUnixNano-pr.StartTimeUnixNano) != 300*time.Millisecond {
 		t.Errorf("prolog: %v", pr)
 	}
 }
@@ -116,20 +117,20 @@ func TestPhasesBounded(t *testing.T) {
 	}
 	p.end(t0.Add(time.Hour * 2))
 	spans := p.take()
-	if n := len(byName(spans, "slurm.step")); n != MaxStepSpans {
+	if n := len(byName(spans, vocab.SpanStep)); n != MaxStepSpans {
 		t.Errorf("%d step spans, want %d", n, MaxStepSpans)
 	}
-	agg := byName(spans, "slurm.steps.aggregated")
+	agg := byName(spans, vocab.SpanStepsAggregated)
 	if len(agg) != 1 {
 		t.Fatalf("%d aggregated spans", len(agg))
 	}
-	want := map[string]int64{"slurm.steps.count": 4900, "slurm.steps.failed": 490, "slurm.steps.worst_exit_code": 1, "slurm.steps.total_ms": 4900 * 500}
+	want := map[string]int64{vocab.AttrStepsCount: 4900, vocab.AttrStepsFailed: 490, vocab.AttrStepsWorstExitCode: 1, vocab.AttrStepsTotalMs: 4900 * 500}
 	for _, a := range agg[0].Attributes {
 		if w, ok := want[a.Key]; ok && a.Value.GetIntValue() != w {
 			t.Errorf("%s = %d, want %d", a.Key, a.Value.GetIntValue(), w)
 		}
 	}
-	if r := byName(spans, "slurm.job")[0]; r.StartTimeUnixNano != uint64(t0.UnixNano()) || attrBool(r, "slurm.start_known") {
+	if r := byName(spans, vocab.SpanJob)[0]; r.StartTimeUnixNano != uint64(t0.UnixNano()) || attrBool(r, vocab.AttrStartKnown) {
 		t.Error("an unknown prolog start is not marked")
 	}
 }
@@ -176,7 +177,7 @@ func TestPhasesExport(t *testing.T) {
 		t.Fatal("a refused export reported no error")
 	}
 	fail = false
-	if n, err := p.export(context.Background(), port, "tok"); err != nil || n != 1 || len(got) != 1 || got[0].Name != "slurm.prolog" {
+	if n, err := p.export(context.Background(), port, "tok"); err != nil || n != 1 || len(got) != 1 || got[0].Name != vocab.SpanProlog {
 		t.Fatalf("n=%d err=%v got=%v", n, err, got)
 	}
 }
@@ -234,7 +235,7 @@ func TestControlSocketPhaseLines(t *testing.T) {
 		t.Errorf("sampled before the follower knows: %q", got)
 	}
 	p.end(time.Now())
-	if n := len(byName(p.take(), "slurm.step")); n != MaxStepSpans {
+	if n := len(byName(p.take(), vocab.SpanStep)); n != MaxStepSpans {
 		t.Errorf("%d step spans", n)
 	}
 }
@@ -250,11 +251,11 @@ func TestPhasesQueueWait(t *testing.T) {
 	})
 	p.end(t0.Add(time.Minute))
 	spans := p.take()
-	q := byName(spans, "slurm.queue_wait")
+	q := byName(spans, vocab.SpanQueueWait)
 	if len(q) != 1 || time.Duration(q[0].EndTimeUnixNano-q[0].StartTimeUnixNano) != 99*time.Second {
 		t.Fatalf("queue wait: %v", q)
 	}
-	if r := byName(spans, "slurm.job")[0]; r.StartTimeUnixNano != q[0].StartTimeUnixNano {
+	if r := byName(spans, vocab.SpanJob)[0]; r.StartTimeUnixNano != q[0].StartTimeUnixNano {
 		t.Error("the job's span does not start at the submit")
 	}
 	p = newPhases(jobfacts.Facts{JobID: "9", Node: "n"}, t0, t0)
@@ -263,7 +264,7 @@ func TestPhasesQueueWait(t *testing.T) {
 	})
 	p.end(t0.Add(time.Minute))
 	spans = p.take()
-	if len(byName(spans, "slurm.queue_wait")) != 0 || attr(byName(spans, "slurm.job")[0], "slurm.queue_wait.unknown") != "squeue: no answer" {
+	if len(byName(spans, vocab.SpanQueueWait)) != 0 || attr(byName(spans, vocab.SpanJob)[0], vocab.AttrQueueUnknown) != "squeue: no answer" {
 		t.Error("an unanswered query is not marked")
 	}
 }
@@ -307,15 +308,15 @@ func TestPhasesStepContext(t *testing.T) {
 	p.handle(fmt.Sprintf("step end %d %d %d %d 0 0 0 1\n", uint32(stepBatch), ms(time.Second), ms(5*time.Second), ms(4*time.Second)))
 	p.end(t0.Add(10 * time.Second))
 	spans := p.take()
-	bs := byName(spans, "slurm.batch_script")
+	bs := byName(spans, vocab.SpanBatchScript)
 	if len(bs) != 1 || fmt.Sprintf("%x", bs[0].SpanId) != bsid {
 		t.Errorf("the batch step's tasks got span %s, the batch script span is %v", bsid, bs)
 	}
 	got := map[string]string{}
-	for _, s := range byName(spans, "slurm.step") {
-		got[attr(s, "slurm.step.id").(string)] = fmt.Sprintf("%x", s.SpanId)
+	for _, s := range byName(spans, vocab.SpanStep) {
+		got[attr(s, vocab.AttrStepID).(string)] = fmt.Sprintf("%x", s.SpanId)
 	}
-	agg := byName(spans, "slurm.steps.aggregated")
+	agg := byName(spans, vocab.SpanStepsAggregated)
 	if len(agg) != 1 {
 		t.Fatalf("%d aggregated spans", len(agg))
 	}

@@ -3,6 +3,7 @@ package supervise_test
 import (
 	"bytes"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"io"
 	"net"
 	"os"
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
@@ -141,7 +141,7 @@ func newestUp(t testing.TB, dir string) map[string]otlptest.NumberPoint {
 	out := map[string]otlptest.NumberPoint{}
 	for _, m := range d.Named("up") {
 		name, _ := m.Resource.Str("service.name.override")
-		if m.Gauge == nil || name == render.CgroupScrapeJob {
+		if m.Gauge == nil || name == vocab.CgroupScrapeJob {
 			continue // the supervisor's own scrape: not the job's target
 		}
 		for _, dp := range m.Gauge.DataPoints {

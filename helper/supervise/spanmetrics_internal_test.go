@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,11 +28,11 @@ func TestSpanMetricsLine(t *testing.T) {
 	id := render.Identity(render.Input{Resolved: res, Job: render.JobOf(res, f)}, "slurm")
 	p := newPhases(f, time.Now(), time.Now())
 	t0 := time.Unix(1_700_000_000, 0)
-	ok := p.span("slurm.drain", p.spanID("a"), p.root, t0, t0.Add(10*time.Millisecond))    // bucket 4 (8 < 10 <= 10)
-	ok2 := p.span("slurm.drain", p.spanID("b"), p.root, t0, t0.Add(10*time.Millisecond+1)) // bucket 5 (10 < d <= 50)
-	failed := p.span("slurm.drain", p.spanID("c"), p.root, t0, t0.Add(20*time.Second))     // the last bucket (> 15000)
+	ok := p.span(vocab.SpanDrain, p.spanID("a"), p.root, t0, t0.Add(10*time.Millisecond))    // bucket 4 (8 < 10 <= 10)
+	ok2 := p.span(vocab.SpanDrain, p.spanID("b"), p.root, t0, t0.Add(10*time.Millisecond+1)) // bucket 5 (10 < d <= 50)
+	failed := p.span(vocab.SpanDrain, p.spanID("c"), p.root, t0, t0.Add(20*time.Second))     // the last bucket (> 15000)
 	failed.Status = errStatus("killed")
-	epilog := p.span("slurm.epilog", p.spanID("d"), p.root, t0, t0.Add(-time.Second)) // end before start: 0 ms
+	epilog := p.span(vocab.SpanEpilog, p.spanID("d"), p.root, t0, t0.Add(-time.Second)) // end before start: 0 ms
 	line, err := SpanMetricsLine(id, []*tracev1.Span{ok, ok2, failed, epilog}, t0.Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -76,9 +77,9 @@ func TestSpanMetricsLine(t *testing.T) {
 		}
 	}
 	want := map[key]string{
-		{"slurm.drain", "STATUS_CODE_UNSET"}:  "calls=2 n=2 b=00001100000000000",
-		{"slurm.drain", "STATUS_CODE_ERROR"}:  "calls=1 n=1 b=00000000000000001",
-		{"slurm.epilog", "STATUS_CODE_UNSET"}: "calls=1 n=1 b=10000000000000000",
+		{vocab.SpanDrain, "STATUS_CODE_UNSET"}:  "calls=2 n=2 b=00001100000000000",
+		{vocab.SpanDrain, "STATUS_CODE_ERROR"}:  "calls=1 n=1 b=00000000000000001",
+		{vocab.SpanEpilog, "STATUS_CODE_UNSET"}: "calls=1 n=1 b=10000000000000000",
 	}
 	if len(got) != len(want) {
 		t.Errorf("series %v, want %v", got, want)

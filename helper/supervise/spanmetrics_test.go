@@ -2,6 +2,7 @@ package supervise_test
 
 import (
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -94,7 +95,7 @@ func lateSpansJob(t *testing.T, late, record, large bool) {
 			return false
 		}
 		c, _ := spanCalls(m)
-		return c["early.work"] == 1 && (!record || c["slurm.prolog"] == 1)
+		return c["early.work"] == 1 && (!record || c[vocab.SpanProlog] == 1)
 	})
 	if !record {
 		// Past the settle of the early span: nothing is late.
@@ -128,7 +129,7 @@ func lateSpansJob(t *testing.T, late, record, large bool) {
 		t.Errorf("drain took %v, waited %v: files over the threshold should make it wait about %v for the connector's flushes\n%s", took, waited, s.Policy().SpanMetricsSettle, s.Output())
 	}
 	tr := otlptest.MustRead(t, s.Out, "traces")
-	want := map[string]int{"early.work": 1, "slurm.prolog": 1, "slurm.job": 1, "slurm.drain": 1}
+	want := map[string]int{"early.work": 1, vocab.SpanProlog: 1, vocab.SpanJob: 1, vocab.SpanDrain: 1}
 	if !record {
 		want = map[string]int{"early.work": 1}
 	}
@@ -197,7 +198,7 @@ func assertAppendedShape(t *testing.T, m otlptest.Data) {
 		}
 		return out
 	}
-	conn, ours := of("slurm.prolog"), of("slurm.drain")
+	conn, ours := of(vocab.SpanProlog), of(vocab.SpanDrain)
 	if len(conn) != 2 || len(ours) != 2 {
 		t.Fatalf("span metrics of slurm.prolog (the connector's) %v, of slurm.drain (appended) %v: want calls and duration of each", conn, ours)
 	}

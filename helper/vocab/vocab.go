@@ -1,12 +1,15 @@
 // Package vocab is the plugin's own telemetry vocabulary: the names of the
-// job's Slurm phase spans and the keys of their attributes, and the metric
-// families of the job's cgroups (the supervisor's cgroup scrape job). The supervisor
-// writes them (helper/supervise), inspect reads them (helper/inspect), the
-// test kit checks them (internal/slurmkit, internal/jobgen), and the user
-// guide's table of phase spans is checked against Spans; a rename here is
-// a rename everywhere. The marks that tell the plugin's telling apart
-// (gym_otel.source, nemo.lens.emitter, the phase scope) are shared with C
-// and live in helper/contract. A leaf: it imports nothing of the module.
+// job's Slurm phase spans and the keys of their attributes, the metric
+// families of the job's cgroups (the supervisor's cgroup scrape job), their
+// labels and what keeps them, and the energy of the job's GPUs per step.
+// The supervisor writes them (helper/supervise, helper/cgroup), inspect
+// reads them (helper/inspect), the test kit checks them (internal/slurmkit,
+// internal/jobgen), and the docs are checked against them (vocab's tests:
+// the user guide's tables, and every such name the docs write); a rename
+// here is a rename everywhere. The marks that tell the plugin's telling
+// apart (gym_otel.source, nemo.lens.emitter, the phase scope) are shared
+// with C and live in helper/contract. A leaf: it imports nothing of the
+// module.
 package vocab
 
 // The job's Slurm phases, one span each per node (the step spans per step,
@@ -81,6 +84,102 @@ const (
 	CgroupIOPressureFull     = "cgroup_io_pressure_full_seconds_total"
 	CgroupNotKept            = "cgroup_not_kept" // what is not kept, and why
 )
+
+// CgroupMetricFamilies is every metric family of the cgroup page with a
+// figure, in the order served (CgroupNotKept, the series of what is not
+// kept, is not among them).
+var CgroupMetricFamilies = []string{CgroupCPUSeconds, CgroupCPUPeriods, CgroupThrottledPeriods, CgroupThrottledSeconds,
+	CgroupMemoryCurrent, CgroupMemoryPeak, CgroupMemoryLimit, CgroupOOMKills,
+	CgroupCPUPressureSome, CgroupCPUPressureFull, CgroupMemoryPressureSome, CgroupMemoryPressureFull, CgroupIOPressureSome, CgroupIOPressureFull}
+
+// The cgroup scrape job and its series' labels.
+const (
+	// CgroupScrapeJob is the collector's scrape job of the cgroup page
+	// (render's job_name), the service.name.override of its series.
+	CgroupScrapeJob = "cgroup"
+	// CgroupPrefix begins the name of every cgroup metric family.
+	CgroupPrefix = "cgroup_"
+
+	// LabelCgroup names the group of a series: CgroupJob, CgroupStep or
+	// CgroupCollector.
+	LabelCgroup = "cgroup"
+	// LabelStep is a step group's step id ("batch", "extern", "0", ...);
+	// absent for a series that stands for step groups not read.
+	LabelStep = "step"
+	// LabelFamily (CgroupNotKept only) is the family not kept: one of
+	// CgroupFamilies, or CgroupFamilyAll for a whole group.
+	LabelFamily = "family"
+	// LabelReason (CgroupNotKept only) is why, one sentence.
+	LabelReason = "reason"
+
+	CgroupJob       = "job"       // Slurm's group of the job on the node
+	CgroupStep      = "step"      // a step's group, with LabelStep
+	CgroupCollector = "collector" // the collector's own group
+)
+
+// CgroupLabels is every label of the cgroup series, in the order served.
+var CgroupLabels = []string{LabelCgroup, LabelStep, LabelFamily, LabelReason}
+
+// CgroupGroups is every value of LabelCgroup.
+var CgroupGroups = []string{CgroupJob, CgroupStep, CgroupCollector}
+
+// The cgroup families: the figures grouped by what keeps them (helper/cgroup
+// reads them; a family not kept is one CgroupNotKept series, its
+// LabelFamily one of these).
+const (
+	CgroupFamilyCPUUsage       = "cpu_usage"       // CgroupCPUSeconds
+	CgroupFamilyCPUThrottling  = "cpu_throttling"  // CgroupCPUPeriods, CgroupThrottledPeriods, CgroupThrottledSeconds
+	CgroupFamilyMemoryCurrent  = "memory_current"  // CgroupMemoryCurrent
+	CgroupFamilyMemoryPeak     = "memory_peak"     // CgroupMemoryPeak
+	CgroupFamilyOOMKills       = "oom_kills"       // CgroupOOMKills
+	CgroupFamilyCPUPressure    = "cpu_pressure"    // CgroupCPUPressureSome, CgroupCPUPressureFull
+	CgroupFamilyMemoryPressure = "memory_pressure" // CgroupMemoryPressureSome, CgroupMemoryPressureFull
+	CgroupFamilyIOPressure     = "io_pressure"     // CgroupIOPressureSome, CgroupIOPressureFull
+	// CgroupFamilyAll is LabelFamily of a group not there at all.
+	CgroupFamilyAll = "all"
+	// CgroupFamilyMemoryLimit is CgroupMemoryLimit's family: never not
+	// kept (no bound is no reason), so not in CgroupFamilies.
+	CgroupFamilyMemoryLimit = "memory_limit"
+)
+
+// CgroupFamilies is every family that can be not kept, in a stable order.
+var CgroupFamilies = []string{CgroupFamilyCPUUsage, CgroupFamilyCPUThrottling, CgroupFamilyMemoryCurrent, CgroupFamilyMemoryPeak,
+	CgroupFamilyOOMKills, CgroupFamilyCPUPressure, CgroupFamilyMemoryPressure, CgroupFamilyIOPressure}
+
+// The energy of the job's GPUs per Slurm step, which the supervisor sends
+// to the backend at the drain (helper/supervise's energymetrics.go, from
+// inspect's figures): one gauge point per node and step.
+const (
+	// GPUEnergy is the measured energy of the job's GPUs on the node over
+	// one step's window: a gauge in J, its start and time the window's
+	// ends. Attributes: AttrStepID, AttrEnergyRole, AttrEnergySource,
+	// AttrEnergyTrusted, AttrEnergyWhy. Only where the figure is known.
+	GPUEnergy = "gym_otel.gpu.energy"
+	// GPUEnergyEstimate is the estimate given where GPUEnergy is refused
+	// because the GPUs are MIG instances of the job's own (J; the same
+	// attributes, and AttrEnergyMethod).
+	GPUEnergyEstimate = "gym_otel.gpu.energy.estimate"
+
+	// AttrEnergyRole (string) is the Gym roles the node's model servers
+	// serve, comma separated ("" none).
+	AttrEnergyRole = "gym.role"
+	// AttrEnergySource (string) is "counter", "power" or "counter+power".
+	AttrEnergySource = "gym_otel.energy.source"
+	// AttrEnergyTrusted (bool) is the verdict.
+	AttrEnergyTrusted = "gym_otel.energy.trusted"
+	// AttrEnergyWhy (string) is the verdict's reasons, "; " separated, ""
+	// when trusted.
+	AttrEnergyWhy = "gym_otel.energy.why"
+	// AttrEnergyMethod (string, GPUEnergyEstimate only) is the estimate's
+	// method and shares.
+	AttrEnergyMethod = "gym_otel.energy.method"
+)
+
+// GPUEnergyMetrics is every GPU energy metric.
+var GPUEnergyMetrics = []string{GPUEnergy, GPUEnergyEstimate}
+
+// GPUEnergyAttrs is every attribute of the GPU energy points.
+var GPUEnergyAttrs = []string{AttrStepID, AttrEnergyRole, AttrEnergySource, AttrEnergyTrusted, AttrEnergyWhy, AttrEnergyMethod}
 
 // The node's host energy, served by the supervisor on the same page as the
 // cgroups where root handed it the node's RAPL counters (plugstack

@@ -225,7 +225,7 @@ func encode(m obj) ([]byte, error) {
 // by f, the slowed ones also by slow.
 func varyMetrics(l []byte, f, slow float64) ([]byte, error) {
 	if !bytes.Contains(l, []byte(`"vllm_`)) && !bytes.Contains(l, []byte(`"DCGM_`)) && !bytes.Contains(l, []byte(`"node_load`)) &&
-		!bytes.Contains(l, []byte(`"cgroup_`)) {
+		!bytes.Contains(l, []byte(`"`+vocab.CgroupPrefix)) {
 		return l, nil
 	}
 	m, err := decode(l)

@@ -50,7 +50,8 @@ func BuildCProgram(t *testing.T, dir, name, driver string, sources ...string) st
 // HoldDriver compiles spank/controlsock.c (root's exchanges with the
 // supervisor on its control socket) with BuildCDriver and a driver that
 // prints gos_hold_sampled's answer, `hold <path> <since_ms>`, or
-// gos_hold_final's for a one-node job, `hold <path> final`.
+// gos_hold_final's with a node count of 1, `hold <path> final`
+// (FinalWaitDriver runs the whole final wait of spank/hold.c).
 func HoldDriver(t *testing.T) string {
 	t.Helper()
 	return BuildCDriver(t, t.TempDir(), "hold", "controlsock.c", `#include <stdio.h>
@@ -121,4 +122,78 @@ int main(int argc, char **argv) {
 	return 0;
 }
 `, "phase.c", "controlsock.c")
+}
+
+// FinalWaitDriver compiles spank/hold.c (the batch step's final wait after
+// the script's last line) with spank/controlsock.c, its client of the
+// control socket, and a driver that plays slurmstepd's task_exit of a
+// batch script that exited 0 in job 42 on node n1: `final-wait <path>
+// <seconds> <nodes>` runs gos_hold for up to seconds with the job's node
+// count nodes (SLURM_JOB_NUM_NODES; "0": not known) against the control
+// socket at path. slurmctld never answers (the wait is not cut short as
+// ending). The plugin's log lines (slurm_info, slurm_debug) go to stderr.
+func FinalWaitDriver(t *testing.T) string {
+	t.Helper()
+	return BuildCProgram(t, t.TempDir(), "final-wait", `#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "compat.h"
+#include "hold.h"
+static const char *nodes;
+spank_err_t spank_get_item(spank_t sp, spank_item_t item, ...) {
+	va_list ap;
+	(void)sp;
+	if (item != S_TASK_EXIT_STATUS)
+		return ESPANK_ERROR;
+	va_start(ap, item);
+	*va_arg(ap, int *) = 0;
+	va_end(ap);
+	return ESPANK_SUCCESS;
+}
+spank_err_t spank_getenv(spank_t sp, const char *var, char *buf, int len) {
+	(void)sp;
+	if (strcmp(var, "SLURM_JOB_NUM_NODES") || (int)strlen(nodes) >= len)
+		return ESPANK_ENV_NOEXIST;
+	strcpy(buf, nodes);
+	return ESPANK_SUCCESS;
+}
+#if GOS_SLURM_AT_LEAST(26, 5)
+int slurm_load_job(job_info_msg_t **resp, slurm_step_id_t id, uint16_t show_flags) {
+	(void)id;
+#else
+int slurm_load_job(job_info_msg_t **resp, uint32_t job_id, uint16_t show_flags) {
+	(void)job_id;
+#endif
+	(void)show_flags;
+	*resp = NULL;
+	return SLURM_ERROR;
+}
+void slurm_free_job_info_msg(job_info_msg_t *msg) {
+	(void)msg;
+}
+static void say(const char *fmt, va_list ap) {
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+void slurm_info(const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	say(fmt, ap);
+	va_end(ap);
+}
+void slurm_debug(const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	say(fmt, ap);
+	va_end(ap);
+}
+int main(int argc, char **argv) {
+	if (argc != 4)
+		return 2;
+	nodes = argv[3];
+	gos_hold(NULL, 42, atoi(argv[2]), "n1", argv[1]);
+	return 0;
+}
+`, "hold.c", "controlsock.c")
 }

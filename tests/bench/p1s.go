@@ -67,7 +67,7 @@ func flaggedSteps(n int, flag bool) ([]float64, error) {
 // the same in an allocation without the flag, the plugin installed
 // throughout: rounds of three blocks, flag / no flag / flag again (the
 // A-against-A control), n steps each. Each flagged step tells the job's
-// supervisor its start and its end on the hold socket (spank/phase.c); a
+// supervisor its start and its end on the control socket (spank/phase.c); a
 // last flagged step under strace gives the time of those two exchanges.
 //
 // base, when not "", is a checkout whose build/ holds an earlier plugin,
@@ -218,7 +218,7 @@ func runP1s(rounds, n int, base string) ([]Row, error) {
 
 // phaseExchanges runs one flagged allocation of three steps on gn1 while
 // strace follows its slurmd (and so each step's slurmstepd), and returns
-// the wall time in ms of each phase exchange on the hold socket, from
+// the wall time in ms of each phase exchange on the control socket, from
 // connect to the close of its descriptor, by phase ("start", "end").
 func phaseExchanges() (map[string][]float64, error) {
 	// The bench's slurmd of gn1 (other Slurm instances may run a gn1 too).
@@ -267,7 +267,7 @@ func clockMs(h, m, s string) float64 {
 }
 
 // parseExchanges finds, in an strace -f -tt log, each connect to a unix
-// socket (the hold socket's path) followed on the same pid and descriptor by a
+// socket (the control socket's path) followed on the same pid and descriptor by a
 // "step start|end" send, and returns connect-to-close in ms by phase.
 func parseExchanges(log string) map[string][]float64 {
 	type open struct {

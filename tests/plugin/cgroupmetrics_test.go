@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"path/filepath"
 	"sort"
@@ -170,10 +171,10 @@ wait
 	peak := map[string]float64{}
 	for node, dir := range dirs {
 		path := filepath.Join(dir, "metrics.jsonl")
-		ps := cgroupPoints(t, path, "cgroup_memory_peak_bytes")
+		ps := cgroupPoints(t, path, vocab.CgroupMemoryPeak)
 		job := of(ps, map[string]string{"cgroup": "job"})
 		if len(job) == 0 {
-			nk := cgroupPoints(t, path, "cgroup_not_kept")
+			nk := cgroupPoints(t, path, vocab.CgroupNotKept)
 			t.Fatalf("%s: no job memory peak in %s; not kept: %v", node, path, nk)
 		}
 		for _, p := range job {
@@ -186,10 +187,10 @@ wait
 		peak[node] = maxOf(job)
 		t.Logf("%s: %d distinct series of the cgroup scrape over the job", node, cgroupSeries(t, path))
 		t.Logf("%s: job memory peak %.1f MiB over %d points; step peaks: %v", node, peak[node]/(1<<20), len(job), stepPeaks(ps))
-		if own := of(cgroupPoints(t, path, "cgroup_memory_current_bytes"), map[string]string{"cgroup": "collector"}); maxOf(own) <= 0 {
+		if own := of(cgroupPoints(t, path, vocab.CgroupMemoryCurrent), map[string]string{"cgroup": "collector"}); maxOf(own) <= 0 {
 			t.Errorf("%s: no memory of the collector's own group", node)
 		}
-		nk := cgroupPoints(t, path, "cgroup_not_kept")
+		nk := cgroupPoints(t, path, vocab.CgroupNotKept)
 		var pressure bool
 		for _, p := range of(nk, map[string]string{"cgroup": "job", "family": "memory_pressure"}) {
 			pressure = pressure || strings.Contains(p.attrs["reason"], "cgroup v1 keeps no pressure")
@@ -197,13 +198,13 @@ wait
 		if !pressure {
 			t.Errorf("%s: the job's memory pressure is not said to be not kept on v1: %v", node, of(nk, map[string]string{"cgroup": "job"}))
 		}
-		if ps := cgroupPoints(t, path, "cgroup_memory_pressure_some_seconds_total"); len(of(ps, map[string]string{"cgroup": "job"})) > 0 {
+		if ps := cgroupPoints(t, path, vocab.CgroupMemoryPressureSome); len(of(ps, map[string]string{"cgroup": "job"})) > 0 {
 			t.Errorf("%s: a memory pressure value for Slurm's v1 job group", node)
 		}
 	}
 	stepPeak := map[string]float64{}
 	for node, dir := range dirs {
-		stepPeak[node] = maxOf(of(cgroupPoints(t, filepath.Join(dir, "metrics.jsonl"), "cgroup_memory_peak_bytes"), map[string]string{"cgroup": "step", "step": "0"}))
+		stepPeak[node] = maxOf(of(cgroupPoints(t, filepath.Join(dir, "metrics.jsonl"), vocab.CgroupMemoryPeak), map[string]string{"cgroup": "step", "step": "0"}))
 	}
 	if stepPeak["gn2"] < holdMiB<<20 || stepPeak["gn1"] != 0 {
 		t.Errorf("the hungry step 0's own peak: gn2 %.1f MiB (want >= %d), gn1 %.1f MiB (want none: it ran on gn2)",
@@ -216,7 +217,7 @@ wait
 	if peak["gn1"] >= holdMiB<<20 {
 		t.Errorf("gn1's job memory peak %.1f MiB: the hungry step ran on gn2", peak["gn1"]/(1<<20))
 	}
-	cpu := of(cgroupPoints(t, filepath.Join(dirs["gn1"], "metrics.jsonl"), "cgroup_cpu_usage_seconds_total"), map[string]string{"cgroup": "job"})
+	cpu := of(cgroupPoints(t, filepath.Join(dirs["gn1"], "metrics.jsonl"), vocab.CgroupCPUSeconds), map[string]string{"cgroup": "job"})
 	if len(cpu) < 2 {
 		t.Fatalf("gn1: %d points of the job's CPU time, want several", len(cpu))
 	}

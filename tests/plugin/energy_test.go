@@ -3,6 +3,7 @@ package plugin_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"math"
 	"os"
 	"os/exec"
@@ -415,13 +416,13 @@ wait
 		}
 		got = got[:0]
 		for _, x := range m.Metrics {
-			if x.Name != "gym_otel.gpu.energy" || x.Gauge == nil || x.Resource.Text()["slurm_job_id"] != jobID {
+			if x.Name != vocab.GPUEnergy || x.Gauge == nil || x.Resource.Text()["slurm_job_id"] != jobID {
 				continue
 			}
 			for _, p := range x.Gauge.DataPoints {
 				a := p.Attributes.Text()
-				if a["slurm.step.id"] == "0" || a["slurm.step.id"] == "1" {
-					got = append(got, fmt.Sprintf("%s %.3f %s", a["slurm.step.id"], p.Value(), a["gym_otel.energy.trusted"]))
+				if a[vocab.AttrStepID] == "0" || a[vocab.AttrStepID] == "1" {
+					got = append(got, fmt.Sprintf("%s %.3f %s", a[vocab.AttrStepID], p.Value(), a[vocab.AttrEnergyTrusted]))
 				}
 			}
 		}

@@ -2,6 +2,7 @@ package plugin_test
 
 import (
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/inspect"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/otlptest"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
@@ -153,7 +153,7 @@ func TestShortJobFinalSample(t *testing.T) {
 				// The node scrapes its own stand-in only (and its
 				// supervisor's cgroup metrics).
 				ts, err := inspect.Targets(dir)
-				ts = slices.DeleteFunc(ts, func(t inspect.Target) bool { return t.Job == render.CgroupScrapeJob })
+				ts = slices.DeleteFunc(ts, func(t inspect.Target) bool { return t.Job == vocab.CgroupScrapeJob })
 				if err != nil || len(ts) != 1 || ts[0].Instance != fmt.Sprintf("%s:%d", node, tc.port+i) {
 					t.Fatalf("%s: scrape targets %+v (%v), want only %s:%d", node, ts, err, node, tc.port+i)
 				}

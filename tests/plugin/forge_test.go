@@ -3,6 +3,7 @@ package plugin_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,9 +40,9 @@ func TestForgedPhaseSpans(t *testing.T) {
 	body := `{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"slurm"}},` +
 		`{"key":"host.name","value":{"stringValue":"gn1"}},{"key":"` + contract.SourceKey + `","value":{"stringValue":"` + contract.SourceSlurm + `"}}]},` +
 		`"scopeSpans":[{"scope":{"name":"` + contract.PhaseScope + `"},"spans":[` +
-		span("f000000000000001", "slurm.job", "") + "," +
-		span("f000000000000002", "slurm.prolog", `,{"key":"slurm.start_known","value":{"boolValue":true}}`) + "," +
-		span("f000000000000003", "slurm.step", `,{"key":"slurm.step.id","value":{"stringValue":"0"}}`) + `]}]}]}`
+		span("f000000000000001", vocab.SpanJob, "") + "," +
+		span("f000000000000002", vocab.SpanProlog, `,{"key":"slurm.start_known","value":{"boolValue":true}}`) + "," +
+		span("f000000000000003", vocab.SpanStep, `,{"key":"slurm.step.id","value":{"stringValue":"0"}}`) + `]}]}]}`
 	if err := os.WriteFile(filepath.Join(d, "forged.json"), []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ echo done
 	got := map[string]int{}
 	for _, p := range np.Phases {
 		got[p.Name+"/"+p.Step]++
-		if p.Name == "slurm.step" && p.Step == "0" && p.DurationSeconds.Known() && float64(p.DurationSeconds) > 30 {
+		if p.Name == vocab.SpanStep && p.Step == "0" && p.DurationSeconds.Known() && float64(p.DurationSeconds) > 30 {
 			t.Errorf("step 0 lasted %v s in inspect: the task's lookalike (60 s) taken for Slurm's", float64(p.DurationSeconds))
 		}
 	}
@@ -135,7 +136,7 @@ echo done
 // opens its memory and attaches to it with ptrace; it can do none of that
 // to the job's supervisor or collector, which hold the plugin's token
 // (what root tells reaches the files by it: a task that had it could
-// forge the Slurm phases) and root's hold socket's listener. A nested
+// forge the Slurm phases) and root's control socket's listener. A nested
 // submit still takes the backend token over (TestGymAutoResumeChain),
 // from the supervisor's token socket.
 func TestTasksCannotReadPluginSecrets(t *testing.T) {

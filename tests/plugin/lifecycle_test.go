@@ -281,7 +281,7 @@ func TestScancelDuringFinalWait(t *testing.T) {
 	// waits) after the script; on two nodes, with gn2's peer file removed
 	// by the script (as if the job dir were not shared), it holds the
 	// whole wait (told at once, every node's final scrape would end it
-	// early; a one-node job with no scrape target would hold none). The
+	// early; a job with no scrape target would hold none). The
 	// scancel comes once the wait is logged, well within it on a loaded
 	// machine.
 	jobDir := filepath.Join(jobsDir, "fw-"+tag+".run")
@@ -342,7 +342,7 @@ func TestTimeLimit(t *testing.T) {
 
 // A record left by a job whose epilog never ran on the node (the node died
 // and came back with /run intact): the next job's prolog removes it, and
-// the hold socket file beside it, once slurmctld says that job is over,
+// the control socket file beside it, once slurmctld says that job is over,
 // and leaves a live job's record alone.
 func TestStaleRecordSwept(t *testing.T) {
 	waitIdle(t)
@@ -350,7 +350,7 @@ func TestStaleRecordSwept(t *testing.T) {
 	if _, err := record.MakeJobDir(recordDir, "gn1", 999001); err != nil {
 		t.Fatal(err)
 	}
-	// The crashed job's hold socket, its listener long gone.
+	// The crashed job's control socket, its listener long gone.
 	hold, err := record.MakeControlDir(stale)
 	if err != nil {
 		t.Fatal(err)
@@ -377,7 +377,7 @@ func TestStaleRecordSwept(t *testing.T) {
 		t.Errorf("%s: the stale record is still there", stale)
 	}
 	if _, err := os.Lstat(hold); err == nil {
-		t.Errorf("%s: the stale hold socket is still there", hold)
+		t.Errorf("%s: the stale control socket is still there", hold)
 	}
 	if !strings.Contains(slurmdLogs(t), "removed the stale record of job 999001") {
 		t.Errorf("no log line for the stale record")

@@ -3,6 +3,7 @@ package plugin_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -47,14 +48,14 @@ echo done
 	batch := 0
 	for i, s := range spans {
 		switch {
-		case s.Name == "slurm.job":
+		case s.Name == vocab.SpanJob:
 			root = &spans[i]
-		case s.Name == "slurm.steps.aggregated":
+		case s.Name == vocab.SpanStepsAggregated:
 			agg = append(agg, s)
-		case s.Name == "slurm.step" && s.Attrs["slurm.step.id"] == "batch":
+		case s.Name == vocab.SpanStep && s.Attrs[vocab.AttrStepID] == "batch":
 			batch++
-		case s.Name == "slurm.step":
-			if _, err := strconv.Atoi(s.Attrs["slurm.step.id"]); err == nil {
+		case s.Name == vocab.SpanStep:
+			if _, err := strconv.Atoi(s.Attrs[vocab.AttrStepID]); err == nil {
 				numbered = append(numbered, s)
 			}
 		}
@@ -69,11 +70,11 @@ echo done
 		t.Fatalf("%d slurm.steps.aggregated spans, want 1", len(agg))
 	}
 	a := agg[0]
-	count, _ := strconv.Atoi(a.Attrs["slurm.steps.count"])
-	failed, _ := strconv.Atoi(a.Attrs["slurm.steps.failed"])
+	count, _ := strconv.Atoi(a.Attrs[vocab.AttrStepsCount])
+	failed, _ := strconv.Atoi(a.Attrs[vocab.AttrStepsFailed])
 	t.Logf("aggregate: %v .. %v count=%s failed=%s worst_exit=%s total_ms=%s kept=%s; the job span's untracked=%q",
-		a.Start.Format("15:04:05.000"), a.End.Format("15:04:05.000"), a.Attrs["slurm.steps.count"], a.Attrs["slurm.steps.failed"],
-		a.Attrs["slurm.steps.worst_exit_code"], a.Attrs["slurm.steps.total_ms"], a.Attrs["slurm.steps.kept"], root.Attrs["slurm.steps.untracked"])
+		a.Start.Format("15:04:05.000"), a.End.Format("15:04:05.000"), a.Attrs[vocab.AttrStepsCount], a.Attrs[vocab.AttrStepsFailed],
+		a.Attrs[vocab.AttrStepsWorstExitCode], a.Attrs[vocab.AttrStepsTotalMs], a.Attrs[vocab.AttrStepsKept], root.Attrs[vocab.AttrStepsUntracked])
 	if len(numbered)+count != steps {
 		// A step whose end the supervisor did not answer within 250 ms
 		// loses its span; say how many.
@@ -83,13 +84,13 @@ echo done
 	// hold 2 of them, the aggregate the other 4.
 	keptFailed := 0
 	for _, s := range numbered {
-		if s.Attrs["slurm.step.exit_code"] == "4" {
+		if s.Attrs[vocab.AttrStepExitCode] == "4" {
 			keptFailed++
 		}
 	}
-	if keptFailed+failed != steps/50 || a.Attrs["slurm.steps.worst_exit_code"] != "4" {
+	if keptFailed+failed != steps/50 || a.Attrs[vocab.AttrStepsWorstExitCode] != "4" {
 		t.Errorf("failed steps: %d kept + %d aggregated, worst exit %s; want %d in all, worst 4", keptFailed, failed,
-			a.Attrs["slurm.steps.worst_exit_code"], steps/50)
+			a.Attrs[vocab.AttrStepsWorstExitCode], steps/50)
 	}
 	if a.Parent != root.ID || a.Start.Before(root.Start) || a.End.After(root.End) || !a.Start.Before(a.End) {
 		t.Errorf("the aggregate (%v .. %v, parent %s) is not inside the job's span (%v .. %v, %s)", a.Start, a.End, a.Parent, root.Start, root.End, root.ID)
@@ -178,13 +179,13 @@ func checkTwoNodePhases(t *testing.T, job string, dirs map[string]string) {
 				t.Errorf("%s: %s with host.name %q slurm_job_id %q", node, s.Name, s.Resource["host.name"], s.Resource["slurm_job_id"])
 			}
 			switch s.Name {
-			case "slurm.job":
+			case vocab.SpanJob:
 				if root != nil {
 					t.Fatalf("%s: two job spans", node)
 				}
 				root = &spans[i]
-			case "slurm.step":
-				steps[s.Attrs["slurm.step.id"]] = s
+			case vocab.SpanStep:
+				steps[s.Attrs[vocab.AttrStepID]] = s
 			}
 		}
 		if root == nil {
@@ -197,13 +198,13 @@ func checkTwoNodePhases(t *testing.T, job string, dirs map[string]string) {
 			if s.Trace != trace {
 				t.Errorf("%s: %s in trace %s, the job's is %s", node, s.Name, s.Trace, trace)
 			}
-			within := map[string]bool{"slurm.prolog": true, "slurm.step": true, "slurm.batch_script": true, "slurm.final_wait": true}
+			within := map[string]bool{vocab.SpanProlog: true, vocab.SpanStep: true, vocab.SpanBatchScript: true, vocab.SpanFinalWait: true}
 			if within[s.Name] && (s.Start.Before(root.Start) || s.End.After(root.End) || s.End.Before(s.Start)) {
-				t.Errorf("%s: %s %s (%v .. %v) not inside the node's job span (%v .. %v)", node, s.Name, s.Attrs["slurm.step.id"],
+				t.Errorf("%s: %s %s (%v .. %v) not inside the node's job span (%v .. %v)", node, s.Name, s.Attrs[vocab.AttrStepID],
 					s.Start.Format("15:04:05.000"), s.End.Format("15:04:05.000"), root.Start.Format("15:04:05.000"), root.End.Format("15:04:05.000"))
 			}
-			if s.Name == "slurm.step" && s.Parent != root.ID {
-				t.Errorf("%s: step %s's parent %s is not the node's job span %s", node, s.Attrs["slurm.step.id"], s.Parent, root.ID)
+			if s.Name == vocab.SpanStep && s.Parent != root.ID {
+				t.Errorf("%s: step %s's parent %s is not the node's job span %s", node, s.Attrs[vocab.AttrStepID], s.Parent, root.ID)
 			}
 		}
 		if _, ok := steps["extern"]; !ok {
@@ -225,7 +226,7 @@ func checkTwoNodePhases(t *testing.T, job string, dirs map[string]string) {
 		launch, lline := logTime(t, log, regexp.MustCompile(`launch task StepId=`+job+`\.`+mine+`\b`))
 		exited, eline := logTime(t, log, regexp.MustCompile(`\[`+job+`\.`+mine+`\] task 0 \(\d+\) exited`))
 		t.Logf("%s step %s: span %s .. %s exit=%s; slurmd: %q | %q", node, mine, s.Start.Format("15:04:05.000"), s.End.Format("15:04:05.000"),
-			s.Attrs["slurm.step.exit_code"], lline, eline)
+			s.Attrs[vocab.AttrStepExitCode], lline, eline)
 		if launch.IsZero() || exited.IsZero() {
 			t.Errorf("%s: slurmd's log has no launch or task exit line of step %s.%s", node, job, mine)
 			continue
@@ -239,7 +240,7 @@ func checkTwoNodePhases(t *testing.T, job string, dirs map[string]string) {
 		t.Logf("%s step %s: start %v after slurmd's launch line, end %v after the task's exit line", node, mine,
 			s.Start.Sub(launch).Round(time.Millisecond), s.End.Sub(exited).Round(time.Millisecond))
 		for _, p := range spans {
-			if p.Name != "slurm.prolog" {
+			if p.Name != vocab.SpanProlog {
 				continue
 			}
 			if alloc.IsZero() {
@@ -268,7 +269,7 @@ func checkTwoNodePhases(t *testing.T, job string, dirs map[string]string) {
 	}
 }
 
-// holdPoke is run by python3 as a local user against a hold socket (a
+// holdPoke is run by python3 as a local user against a control socket (a
 // path, or an abstract name without its leading NUL as an older record
 // held): each named attempt connects, sends its bytes, and reads the
 // answer (at most 4 KiB, 3 s); it prints one JSON object of attempt ->
@@ -320,7 +321,7 @@ r["flood"] = "".join(say(b"step end 4345 %d %d 0 0 0 0 1\n" % (now, now), 1.0) f
 print(json.dumps(r))
 `
 
-// TestHoldSocketForgedLines: the hold socket takes a step's phase lines
+// TestControlSocketForgedLines: the control socket takes a step's phase lines
 // from root (slurmstepd) only. While a job runs, another local user (who
 // may find the socket's path in /proc/net/unix) and a process of the
 // job's own user each try to send well-formed step lines of steps that
@@ -329,7 +330,7 @@ print(json.dumps(r))
 // can connect (EACCES: the socket's dir is root's, 0700), so none is
 // answered; the supervisor lives on, the job's real step after the attack
 // has its span, and no forged step has one.
-func TestHoldSocketForgedLines(t *testing.T) {
+func TestControlSocketForgedLines(t *testing.T) {
 	waitIdle(t)
 	other := otherUser(t)
 	d := markerDir(t, "holdforge")
@@ -343,7 +344,7 @@ func TestHoldSocketForgedLines(t *testing.T) {
 	}
 	job := jobIDOf(t, r)
 	waitJobState(t, job, patience, "RUNNING")
-	name, supPID := holdSocketOf(t, "gn1", job)
+	name, supPID := controlSocketOf(t, "gn1", job)
 	pid := strconv.Itoa(supPID)
 	// Another user may see the path: /proc/net/unix lists sockets to all.
 	if o := asOther(t, other, 30*time.Second, nil, "grep -c "+name+" /proc/net/unix"); strings.TrimSpace(o.stdout) != "1" {
@@ -383,11 +384,11 @@ func TestHoldSocketForgedLines(t *testing.T) {
 	spans := phaseSpans(t, dir)
 	seen := map[string]bool{}
 	for _, s := range spans {
-		if s.Name == "slurm.step" {
-			seen[s.Attrs["slurm.step.id"]] = true
+		if s.Name == vocab.SpanStep {
+			seen[s.Attrs[vocab.AttrStepID]] = true
 		}
-		if s.Name == "slurm.job" && s.Attrs["slurm.steps.untracked"] != "" {
-			t.Errorf("the job's span counts %s untracked steps", s.Attrs["slurm.steps.untracked"])
+		if s.Name == vocab.SpanJob && s.Attrs[vocab.AttrStepsUntracked] != "" {
+			t.Errorf("the job's span counts %s untracked steps", s.Attrs[vocab.AttrStepsUntracked])
 		}
 	}
 	t.Logf("step spans: %v", seen)
@@ -458,7 +459,7 @@ func TestCgroupPortAnotherUser(t *testing.T) {
 	t.Logf("another user on %s: %q", url, o.stdout)
 	// The HTTP status is the three digits before " exit=" (a port number
 	// in curl's messages may hold "200" too).
-	if strings.Contains(o.stdout, "cgroup_") || regexp.MustCompile(`(^|\n)200 exit=`).MatchString(o.stdout) {
+	if strings.Contains(o.stdout, vocab.CgroupPrefix) || regexp.MustCompile(`(^|\n)200 exit=`).MatchString(o.stdout) {
 		t.Errorf("another user read the job's cgroup page: %q", o.stdout)
 	}
 	// The decision's ground: Slurm's job group is world-readable anyway.
@@ -480,7 +481,7 @@ func TestCgroupPortAnotherUser(t *testing.T) {
 	}
 	waitJobsGone(t, patience, []string{job})
 	waitNoCollector(t)
-	ps := of(cgroupPoints(t, filepath.Join(d, "run", "otel", "metrics.jsonl"), "cgroup_memory_current_bytes"), map[string]string{"cgroup": "job"})
+	ps := of(cgroupPoints(t, filepath.Join(d, "run", "otel", "metrics.jsonl"), vocab.CgroupMemoryCurrent), map[string]string{"cgroup": "job"})
 	if len(ps) == 0 {
 		t.Errorf("the collector's scrape of the guarded page left no job memory in metrics.jsonl")
 	}

@@ -3,6 +3,7 @@ package plugin_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,7 +76,7 @@ func TestPhaseSpans(t *testing.T) {
 		Steps:    map[string]int{"0": 0, "1": 3}, Batch: true})
 	byName, root := ns.ByName, ns.Job
 	b, s1 := ns.Steps["batch"], ns.Steps["1"]
-	bs, fw := byName["slurm.batch_script"][0], byName["slurm.final_wait"][0]
+	bs, fw := byName[vocab.SpanBatchScript][0], byName[vocab.SpanFinalWait][0]
 	if d := s1.End.Sub(s1.Start); d < time.Second || d > 10*time.Second {
 		t.Errorf("step 1 (sleep 1) took %v", d)
 	}
@@ -83,9 +84,9 @@ func TestPhaseSpans(t *testing.T) {
 	// prolog starts at the allocation (StartTime, or up to 2 s later) and
 	// the batch step after the prolog; the batch step ends in the second
 	// of EndTime (give or take one).
-	pr := byName["slurm.prolog"][0]
-	if pst := pr.Start.Truncate(time.Second); pst.Before(start) || pst.After(start.Add(2*time.Second)) || pr.Attrs["slurm.start_known"] != "true" {
-		t.Errorf("prolog start %v (known %s), slurmctld's StartTime %v", pr.Start, pr.Attrs["slurm.start_known"], start)
+	pr := byName[vocab.SpanProlog][0]
+	if pst := pr.Start.Truncate(time.Second); pst.Before(start) || pst.After(start.Add(2*time.Second)) || pr.Attrs[vocab.AttrStartKnown] != "true" {
+		t.Errorf("prolog start %v (known %s), slurmctld's StartTime %v", pr.Start, pr.Attrs[vocab.AttrStartKnown], start)
 	}
 	// The prolog's start is the C prolog's stamp, handed on to the
 	// supervisor through the environment (the core reads it with C's
@@ -105,7 +106,7 @@ func TestPhaseSpans(t *testing.T) {
 	if d := b.End.Sub(end); d < -time.Second || d > 2*time.Second {
 		t.Errorf("batch step end %v, slurmctld's EndTime %v (off by %v)", b.End, end, d)
 	}
-	if q := byName["slurm.queue_wait"]; len(q) != 1 || !q[0].End.Equal(start) || q[0].Start.After(start) || q[0].Parent != root.ID || !root.Start.Equal(q[0].Start) {
+	if q := byName[vocab.SpanQueueWait]; len(q) != 1 || !q[0].End.Equal(start) || q[0].Start.After(start) || q[0].Parent != root.ID || !root.Start.Equal(q[0].Start) {
 		t.Errorf("queue wait %v (want one, ending at StartTime %v, under the job's span, which starts with it)", q, start)
 	}
 	checkPhaseSpanMetrics(t, filepath.Join(d, "run", "otel"), spans)
@@ -171,15 +172,15 @@ func TestPhaseSpansCancelled(t *testing.T) {
 	spans := phaseSpans(t, filepath.Join(d, "run", "otel"))
 	var root, step0, batch *phaseSpan
 	for i, s := range spans {
-		t.Logf("%-20s step=%-6s %s .. %s exit=%s signal=%s end_known=%s %s", s.Name, s.Attrs["slurm.step.id"],
-			s.Start.Format("15:04:05.000"), s.End.Format("15:04:05.000"), s.Attrs["slurm.step.exit_code"],
-			s.Attrs["slurm.step.signal"], s.Attrs["slurm.end_known"], s.Status)
+		t.Logf("%-20s step=%-6s %s .. %s exit=%s signal=%s end_known=%s %s", s.Name, s.Attrs[vocab.AttrStepID],
+			s.Start.Format("15:04:05.000"), s.End.Format("15:04:05.000"), s.Attrs[vocab.AttrStepExitCode],
+			s.Attrs[vocab.AttrStepSignal], s.Attrs[vocab.AttrEndKnown], s.Status)
 		switch {
-		case s.Name == "slurm.job":
+		case s.Name == vocab.SpanJob:
 			root = &spans[i]
-		case s.Name == "slurm.step" && s.Attrs["slurm.step.id"] == "0":
+		case s.Name == vocab.SpanStep && s.Attrs[vocab.AttrStepID] == "0":
 			step0 = &spans[i]
-		case s.Name == "slurm.step" && s.Attrs["slurm.step.id"] == "batch":
+		case s.Name == vocab.SpanStep && s.Attrs[vocab.AttrStepID] == "batch":
 			batch = &spans[i]
 		}
 	}
@@ -191,20 +192,20 @@ func TestPhaseSpansCancelled(t *testing.T) {
 	// killed first (the batch script's bash, by the order the signals
 	// land), or that its end is not known.
 	for _, s := range []*phaseSpan{step0, batch} {
-		if !s.Error || (s.Attrs["slurm.step.signal"] == "" && s.Attrs["slurm.step.exit_code"] != "143" && s.Attrs["slurm.end_known"] != "false") {
-			t.Errorf("step %s of a cancelled job: neither a signal, nor exit 143, nor its end marked unknown (%v)", s.Attrs["slurm.step.id"], s.Attrs)
+		if !s.Error || (s.Attrs[vocab.AttrStepSignal] == "" && s.Attrs[vocab.AttrStepExitCode] != "143" && s.Attrs[vocab.AttrEndKnown] != "false") {
+			t.Errorf("step %s of a cancelled job: neither a signal, nor exit 143, nor its end marked unknown (%v)", s.Attrs[vocab.AttrStepID], s.Attrs)
 		}
 		if s.End.Before(s.Start) || s.End.After(root.End) {
-			t.Errorf("step %s: %v .. %v, the job's span ends %v", s.Attrs["slurm.step.id"], s.Start, s.End, root.End)
+			t.Errorf("step %s: %v .. %v, the job's span ends %v", s.Attrs[vocab.AttrStepID], s.Start, s.End, root.End)
 		}
 	}
 	// No final wait for a script the signal killed; a script that exited
 	// (143) has its hold, cut short by the cancel within the job's span.
 	for _, s := range spans {
-		if s.Name != "slurm.final_wait" {
+		if s.Name != vocab.SpanFinalWait {
 			continue
 		}
-		if batch.Attrs["slurm.step.signal"] != "" {
+		if batch.Attrs[vocab.AttrStepSignal] != "" {
 			t.Errorf("a final wait for a killed script: %v", s)
 		} else if s.End.After(root.End) || s.End.Sub(s.Start) > 10*time.Second {
 			t.Errorf("the final wait of a cancelled job %v .. %v, the job's span ends %v", s.Start, s.End, root.End)
@@ -235,9 +236,9 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 	var drain, epilog []phaseSpan
 	for _, s := range spans {
 		switch s.Name {
-		case "slurm.drain":
+		case vocab.SpanDrain:
 			drain = append(drain, s)
-		case "slurm.epilog":
+		case vocab.SpanEpilog:
 			epilog = append(epilog, s)
 		}
 	}
@@ -246,9 +247,9 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 	}
 	dr, ep := drain[0], epilog[0]
 	t.Logf("epilog %s .. %s (%v) end_known=%s; drain %s .. %s (%v) cause %q end_known=%s killed=%s; job span ends %s",
-		ep.Start.Format("15:04:05.000"), ep.End.Format("15:04:05.000"), ep.End.Sub(ep.Start).Round(time.Millisecond), ep.Attrs["slurm.end_known"],
+		ep.Start.Format("15:04:05.000"), ep.End.Format("15:04:05.000"), ep.End.Sub(ep.Start).Round(time.Millisecond), ep.Attrs[vocab.AttrEndKnown],
 		dr.Start.Format("15:04:05.000"), dr.End.Format("15:04:05.000"), dr.End.Sub(dr.Start).Round(time.Millisecond),
-		dr.Attrs["slurm.drain.cause"], dr.Attrs["slurm.end_known"], dr.Attrs["slurm.drain.collector_killed"], root.End.Format("15:04:05.000"))
+		dr.Attrs[vocab.AttrDrainCause], dr.Attrs[vocab.AttrEndKnown], dr.Attrs[vocab.AttrDrainCollectorKilled], root.End.Format("15:04:05.000"))
 	for _, s := range []phaseSpan{dr, ep} {
 		if s.Trace != root.Trace || s.Parent != root.ID {
 			t.Errorf("%s: trace %s parent %s, want the job's span (%s %s)", s.Name, s.Trace, s.Parent, root.Trace, root.ID)
@@ -257,11 +258,11 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 			t.Errorf("%s: resource\n%v\nthe collector stamped on the job's span\n%v", s.Name, s.Resource, root.Resource)
 		}
 	}
-	if dr.Attrs["slurm.end_known"] != "true" || !strings.HasPrefix(dr.Attrs["slurm.drain.cause"], "epilog") ||
+	if dr.Attrs[vocab.AttrEndKnown] != "true" || !strings.HasPrefix(dr.Attrs[vocab.AttrDrainCause], "epilog") ||
 		dr.Start.After(root.End) || dr.End.Before(root.End) {
 		t.Errorf("drain %v .. %v %v: want begun by the epilog, its end known, around the job span's end %v", dr.Start, dr.End, dr.Attrs, root.End)
 	}
-	if ep.Attrs["slurm.end_known"] != "false" || ep.Attrs["slurm.start_known"] != "true" || ep.Start.Before(batch.End) ||
+	if ep.Attrs[vocab.AttrEndKnown] != "false" || ep.Attrs[vocab.AttrStartKnown] != "true" || ep.Start.Before(batch.End) ||
 		ep.Start.After(dr.Start) || ep.End.Before(dr.End) {
 		t.Errorf("epilog %v .. %v %v: want its start after the batch step's end %v and before the drain %v, its end unknown", ep.Start, ep.End, ep.Attrs, batch.End, dr.Start)
 	}
@@ -296,7 +297,7 @@ func checkAfterSpans(t *testing.T, job, jobDir string, spans []phaseSpan, root, 
 	}
 	inBackend := func() (n int) {
 		for _, s := range phaseSpans(t, backendDir) {
-			if s.Resource["slurm_job_id"] == job && (s.Name == "slurm.drain" || s.Name == "slurm.epilog") {
+			if s.Resource["slurm_job_id"] == job && (s.Name == vocab.SpanDrain || s.Name == vocab.SpanEpilog) {
 				n++
 			}
 		}
@@ -414,7 +415,7 @@ func TestJobExitCodeFromEpilog(t *testing.T) {
 	var epilog *phaseSpan
 	spans := phaseSpans(t, otel)
 	for i, s := range spans {
-		if s.Name == "slurm.epilog" {
+		if s.Name == vocab.SpanEpilog {
 			epilog = &spans[i]
 		}
 	}
@@ -422,8 +423,8 @@ func TestJobExitCodeFromEpilog(t *testing.T) {
 		t.Fatalf("no slurm.epilog span: %v", spans)
 	}
 	t.Logf("epilog span attributes %v", epilog.Attrs)
-	if epilog.Attrs["slurm.job.exit_code"] != "3" || epilog.Attrs["slurm.job.signal"] != "0" || epilog.Attrs["slurm.job.derived_exit_code"] == "" ||
-		epilog.Attrs["slurm.job.exit_from"] != "SLURM_JOB_EXIT_CODE" {
+	if epilog.Attrs[vocab.AttrJobExitCode] != "3" || epilog.Attrs[vocab.AttrJobSignal] != "0" || epilog.Attrs[vocab.AttrJobDerivedExitCode] == "" ||
+		epilog.Attrs[vocab.AttrJobExitFrom] != "SLURM_JOB_EXIT_CODE" {
 		t.Errorf("the epilog span lacks the job's exit code 3: %v", epilog.Attrs)
 	}
 	cli := filepath.Join(root, "build", "gym-otel-spank")

@@ -3,6 +3,7 @@ package plugin_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,12 +56,12 @@ TRACEPARENT=%[2]s srun -n1 %[1]s/gym-standin --server usergym --rollouts 1 || ex
 	stepSpan := map[string]string{} // step id -> span id
 	for _, s := range phases {
 		switch s.Name {
-		case "slurm.job":
+		case vocab.SpanJob:
 			jobTrace = s.Trace
-		case "slurm.batch_script":
+		case vocab.SpanBatchScript:
 			batchScript = s.ID
-		case "slurm.step":
-			stepSpan[s.Attrs["slurm.step.id"]] = s.ID
+		case vocab.SpanStep:
+			stepSpan[s.Attrs[vocab.AttrStepID]] = s.ID
 		}
 	}
 	if jobTrace == "" || batchScript == "" || stepSpan["0"] == "" || stepSpan["2"] == "" {

@@ -2,6 +2,7 @@ package slurmdocker
 
 import (
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,7 +22,7 @@ import (
 // with the batch script and the final wait on c1 and the queue wait
 // there only; every span with the run's identity (slurm_job_id, run_id,
 // Lens' nv.dl.job.uuid) and its node. The step spans come from
-// slurmstepd's lines on the hold socket, which the supervisor takes from
+// slurmstepd's lines on the control socket, which the supervisor takes from
 // root only: steps with exit codes on a node prove slurmstepd sends them as
 // root on this release. The backend holds both nodes' job spans.
 //
@@ -78,7 +79,7 @@ echo done
 	if d := got["c2"].Steps["1"].End.Sub(got["c2"].Steps["1"].Start); d < time.Second || d > 20*time.Second {
 		t.Errorf("c2: step 1 (sleep 1) took %v", d)
 	}
-	q1, q2 := got["c1"].ByName["slurm.queue_wait"], got["c2"].ByName["slurm.queue_wait"]
+	q1, q2 := got["c1"].ByName[vocab.SpanQueueWait], got["c2"].ByName[vocab.SpanQueueWait]
 	if len(q1) != 1 || len(q2) != 0 || q1[0].Parent != got["c1"].Job.ID || !q1[0].Start.Equal(got["c1"].Job.Start) {
 		t.Errorf("queue wait spans: %d on c1, %d on c2; want one on the batch node, under its job span, which starts with it", len(q1), len(q2))
 	}
@@ -87,7 +88,7 @@ echo done
 	// The cgroup scrape job: no Slurm cgroup here, said with its reason.
 	for _, n := range []string{"c1", "c2"} {
 		all := readOTLP(t, filepath.Join(otelDir[n], "metrics.jsonl"))
-		notKept := find(all, metricNamed("cgroup_not_kept"))
+		notKept := find(all, metricNamed(vocab.CgroupNotKept))
 		var jobReason string
 		var reasons []string
 		for _, it := range notKept {
@@ -106,7 +107,7 @@ echo done
 		}
 		var own []string
 		for _, it := range all {
-			if strings.HasPrefix(it.name, "cgroup_") && it.name != "cgroup_not_kept" {
+			if strings.HasPrefix(it.name, vocab.CgroupPrefix) && it.name != vocab.CgroupNotKept {
 				for _, a := range it.attrs {
 					if a["cgroup"] == "job" || a["cgroup"] == "step" {
 						t.Errorf("%s: %s of a %s group %v, but this node has no Slurm cgroup", n, it.name, a["cgroup"], a)
@@ -124,7 +125,7 @@ echo done
 	for {
 		nodes := map[string]bool{}
 		for _, it := range readOTLPLenient(t, filepath.Join(c.work, "backend", "traces.jsonl")) {
-			if it.signal == "span" && it.name == "slurm.job" && it.res["slurm_job_id"] == jobID && it.res["run_id"] == runID {
+			if it.signal == "span" && it.name == vocab.SpanJob && it.res["slurm_job_id"] == jobID && it.res["run_id"] == runID {
 				nodes[it.res["host.name"]] = true
 			}
 		}

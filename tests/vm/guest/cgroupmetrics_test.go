@@ -4,6 +4,7 @@ package guest
 
 import (
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -28,7 +29,7 @@ func cgroupSeries(t *testing.T, path string) map[string][]cgPoint {
 	}
 	out := map[string][]cgPoint{}
 	for _, m := range d.Metrics {
-		if !strings.HasPrefix(m.Name, "cgroup_") {
+		if !strings.HasPrefix(m.Name, vocab.CgroupPrefix) {
 			continue
 		}
 		var ps []otlptest.NumberPoint
@@ -118,7 +119,7 @@ srun -n1 sh -c 'cat /proc/self/cgroup > %[1]s/step.cgroup; (head -c %[2]dM /dev/
 	t.Logf("cgroup series: %s", strings.Join(names, " "))
 	// Before the job's first step (the prolog) and after its end the
 	// job's group is not there: said so, not asserted.
-	for _, p := range ser["cgroup_not_kept"] {
+	for _, p := range ser[vocab.CgroupNotKept] {
 		t.Logf("not kept: cgroup=%s step=%s family=%s: %s", p.attrs["cgroup"], p.attrs["step"], p.attrs["family"], p.attrs["reason"])
 	}
 	job, step0 := map[string]string{"cgroup": "job"}, map[string]string{"cgroup": "step", "step": "0"}
@@ -128,14 +129,14 @@ srun -n1 sh -c 'cat /proc/self/cgroup > %[1]s/step.cgroup; (head -c %[2]dM /dev/
 		labels map[string]string
 		least  float64
 	}{
-		{"cgroup_memory_peak_bytes", job, hold << 20},
-		{"cgroup_memory_peak_bytes", step0, hold << 20},
-		{"cgroup_memory_current_bytes", job, 1},
-		{"cgroup_memory_current_bytes", step0, 1},
-		{"cgroup_cpu_usage_seconds_total", job, 1e-9},
-		{"cgroup_cpu_usage_seconds_total", step0, 1e-9},
-		{"cgroup_memory_current_bytes", collector, 1 << 20},
-		{"cgroup_cpu_usage_seconds_total", collector, 1e-9},
+		{vocab.CgroupMemoryPeak, job, hold << 20},
+		{vocab.CgroupMemoryPeak, step0, hold << 20},
+		{vocab.CgroupMemoryCurrent, job, 1},
+		{vocab.CgroupMemoryCurrent, step0, 1},
+		{vocab.CgroupCPUSeconds, job, 1e-9},
+		{vocab.CgroupCPUSeconds, step0, 1e-9},
+		{vocab.CgroupMemoryCurrent, collector, 1 << 20},
+		{vocab.CgroupCPUSeconds, collector, 1e-9},
 	} {
 		v, n := maxWhere(ser[c.metric], c.labels)
 		t.Logf("%s%v: %d points, max %.6g", c.metric, c.labels, n, v)
@@ -143,15 +144,15 @@ srun -n1 sh -c 'cat /proc/self/cgroup > %[1]s/step.cgroup; (head -c %[2]dM /dev/
 			t.Errorf("%s%v: %d points, max %.6g; want at least %.6g", c.metric, c.labels, n, v, c.least)
 		}
 	}
-	if v, _ := maxWhere(ser["cgroup_memory_limit_bytes"], job); v != 400<<20 {
+	if v, _ := maxWhere(ser[vocab.CgroupMemoryLimit], job); v != 400<<20 {
 		t.Errorf("the job's group's memory bound %.0f, want --mem=400M (%d)", v, 400<<20)
 	}
 	// Pressure: kept by this kernel (psi on) or said not to be.
 	_, psiErr := os.ReadFile("/proc/pressure/memory")
 	for _, fam := range []string{"cpu", "memory", "io"} {
-		metric := "cgroup_" + fam + "_pressure_some_seconds_total"
+		metric := vocab.CgroupPrefix + fam + "_pressure_some_seconds_total"
 		_, n := maxWhere(ser[metric], job)
-		_, nk := maxWhere(ser["cgroup_not_kept"], map[string]string{"cgroup": "job", "family": fam + "_pressure"})
+		_, nk := maxWhere(ser[vocab.CgroupNotKept], map[string]string{"cgroup": "job", "family": fam + "_pressure"})
 		t.Logf("%s{cgroup=job}: %d points; not kept: %d (/proc/pressure/memory: %v)", metric, n, nk, psiErr)
 		switch {
 		case psiErr == nil && n == 0:

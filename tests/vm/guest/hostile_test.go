@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"net"
 	"os"
 	"os/exec"
@@ -362,9 +363,9 @@ true
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
-// TestHoldSocketFloodOtherUser: while a job of 8 steps runs on cgroup v2
+// TestControlSocketFloodOtherUser: while a job of 8 steps runs on cgroup v2
 // under systemd, another user (nobody) and the job's own user each loop
-// connect and close on its hold socket in 4 workers, keeping each
+// connect and close on its control socket in 4 workers, keeping each
 // connection they get for 200 ms, from before the first step to after the
 // job's end (the path from root's record; /proc/net/unix shows it to all).
 // Neither ever connects: every try fails with EACCES (the socket's dir is
@@ -374,9 +375,9 @@ func mib(n int64) float64 { return float64(n) / (1 << 20) }
 // exchanges are all answered: every step (the 8 and the batch step) has its
 // slurm.step span, and the final-scrape wait ends once the supervisor says
 // the samples are in, well before its bound.
-func TestHoldSocketFloodOtherUser(t *testing.T) {
+func TestControlSocketFloodOtherUser(t *testing.T) {
 	waitIdle(t)
-	d := jobDir(t, "holdflood")
+	d := jobDir(t, "controlflood")
 	const steps = 8
 	sh := script(t, filepath.Join(d, "job.sh"), fmt.Sprintf(`#!/bin/bash
 touch %[1]s/started
@@ -400,7 +401,7 @@ for i in $(seq 1 %[2]d); do srun -n1 true || exit 5; done
 		rec, err = record.Read(record.JobDir(recDir, node, uint32(jid)))
 		return err == nil && rec.Status == record.StatusReady && rec.ControlSocket != ""
 	}) {
-		t.Fatalf("job %s: no ready record with a hold socket in %s", job, recDir)
+		t.Fatalf("job %s: no ready record with a control socket in %s", job, recDir)
 	}
 	var sock, dir syscall.Stat_t
 	if err := syscall.Lstat(rec.ControlSocket, &sock); err != nil || sock.Mode&syscall.S_IFMT != syscall.S_IFSOCK || sock.Uid != 0 || sock.Mode&0o777 != 0o600 {
@@ -440,8 +441,8 @@ for i in $(seq 1 %[2]d); do srun -n1 true || exit 5; done
 	waitNoCollector(t)
 	seen := map[string]bool{}
 	for _, s := range slurmkit.PhaseSpans(t, filepath.Join(d, "run", "otel")) {
-		if s.Name == "slurm.step" {
-			seen[s.Attrs["slurm.step.id"]] = true
+		if s.Name == vocab.SpanStep {
+			seen[s.Attrs[vocab.AttrStepID]] = true
 		}
 	}
 	var missing []string
@@ -494,9 +495,9 @@ func TestForgedPhaseSpansGuest(t *testing.T) {
 	body := `{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"slurm"}},` +
 		`{"key":"host.name","value":{"stringValue":"` + node + `"}},{"key":"` + contract.SourceKey + `","value":{"stringValue":"` + contract.SourceSlurm + `"}}]},` +
 		`"scopeSpans":[{"scope":{"name":"` + contract.PhaseScope + `"},"spans":[` +
-		span("f000000000000001", "slurm.job", "") + "," +
-		span("f000000000000002", "slurm.prolog", `,{"key":"slurm.start_known","value":{"boolValue":true}}`) + "," +
-		span("f000000000000003", "slurm.step", `,{"key":"slurm.step.id","value":{"stringValue":"0"}}`) + `]}]}]}`
+		span("f000000000000001", vocab.SpanJob, "") + "," +
+		span("f000000000000002", vocab.SpanProlog, `,{"key":"slurm.start_known","value":{"boolValue":true}}`) + "," +
+		span("f000000000000003", vocab.SpanStep, `,{"key":"slurm.step.id","value":{"stringValue":"0"}}`) + `]}]}]}`
 	if err := os.WriteFile(filepath.Join(d, "forged.json"), []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -566,7 +567,7 @@ echo done
 	got := map[string]int{}
 	for _, p := range np.Phases {
 		got[p.Name+"/"+p.Step]++
-		if p.Name == "slurm.step" && p.Step == "0" && p.DurationSeconds.Known() && float64(p.DurationSeconds) > 30 {
+		if p.Name == vocab.SpanStep && p.Step == "0" && p.DurationSeconds.Known() && float64(p.DurationSeconds) > 30 {
 			t.Errorf("step 0 lasted %v s in inspect: the task's lookalike (60 s) taken for Slurm's", float64(p.DurationSeconds))
 		}
 	}

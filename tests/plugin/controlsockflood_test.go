@@ -3,6 +3,7 @@ package plugin_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,10 +17,10 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
-// holdSocketOf is the hold socket root's record of job on node names (the
+// controlSocketOf is the control socket root's record of job on node names (the
 // path the steps and the epilog connect to), once the prolog has written a
 // ready record; and the supervisor's pid.
-func holdSocketOf(t *testing.T, node, job string) (path string, pid int) {
+func controlSocketOf(t *testing.T, node, job string) (path string, pid int) {
 	t.Helper()
 	id, err := strconv.ParseUint(job, 10, 32)
 	if err != nil {
@@ -32,14 +33,14 @@ func holdSocketOf(t *testing.T, node, job string) (path string, pid int) {
 			return rec.ControlSocket, rec.SupervisorPID
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("job %s on %s: no ready record with a hold socket (%v)", job, node, err)
+			t.Fatalf("job %s on %s: no ready record with a control socket (%v)", job, node, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
 // holdFlood is run by python3 as a local user: 4 threads each connect to
-// the hold socket (argv 1: a path, or an abstract name without its
+// the control socket (argv 1: a path, or an abstract name without its
 // leading NUL as an older record held), keep a connection they got for
 // 200 ms (to hold one of the supervisor's connection slots), close, and
 // again (1 ms apart after a refusal), until the file argv 2 exists (at
@@ -83,8 +84,8 @@ type floodResult struct {
 	Errors    map[string]int `json:"errors"`
 }
 
-// TestHoldSocketFlood: while a job of 20 steps runs, another local user
-// and the job's own user each loop connect and close on its hold socket
+// TestControlSocketFlood: while a job of 20 steps runs, another local user
+// and the job's own user each loop connect and close on its control socket
 // in 4 threads, keeping each connection they get for 200 ms (the path
 // from root's record; they may see it in /proc/net/unix), from before the
 // first step to after the job's end. Neither ever connects:
@@ -95,14 +96,14 @@ type floodResult struct {
 // stand-in to scrape, interval 15 s, bound 16 s) ends once the final
 // sample is in, well before its bound. While the job runs the socket is
 // root's, 0600, in a dir of root's of mode 0700.
-func TestHoldSocketFlood(t *testing.T) {
+func TestControlSocketFlood(t *testing.T) {
 	vllm := testenv.Standin(t, "vllm-standin")
 	if out, err := run("install", "-m", "0755", vllm, filepath.Join(plugDir, "vllm-standin")); err != nil {
 		t.Fatalf("install %s: %v %s", vllm, err, out)
 	}
 	waitIdle(t)
 	other := otherUser(t)
-	d := markerDir(t, "holdflood")
+	d := markerDir(t, "controlflood")
 	const steps = 20
 	port := 18171 + 100*atoiOr0(instance)
 	cfg := fmt.Sprintf("compute:\n  gymtest:\n    node_pools:\n      n0: {nodes: 1}\ndriver:\n  gym_install: /opt/gym\njob:\n  output_path: %[1]s/run\notel:\n  scrape_interval_seconds: 15\nservices:\n  svc0:\n    type: vllm\n    port: %[2]d\n    served_model_name: tiny-model\n    node_pool: n0\n", d, port)
@@ -129,8 +130,8 @@ date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > $D/last
 	defer os.WriteFile(d+"/stop", nil, 0o644)
 	defer os.WriteFile(d+"/flooding", nil, 0o644)
 	waitFile(t, patience, d+"/started")
-	path, pid := holdSocketOf(t, "gn1", job)
-	t.Logf("job %s: hold socket %s (supervisor %d)", job, path, pid)
+	path, pid := controlSocketOf(t, "gn1", job)
+	t.Logf("job %s: control socket %s (supervisor %d)", job, path, pid)
 	var sock, dir syscall.Stat_t
 	if err := syscall.Lstat(path, &sock); err != nil || sock.Mode&syscall.S_IFMT != syscall.S_IFSOCK || sock.Uid != 0 || sock.Mode&0o777 != 0o600 {
 		t.Errorf("%s: mode %#o uid %d (%v); want a socket of root's, 0600", path, sock.Mode, sock.Uid, err)
@@ -172,8 +173,8 @@ date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > $D/last
 	spans := phaseSpans(t, filepath.Join(d, "run", "otel"))
 	seen := map[string]bool{}
 	for _, s := range spans {
-		if s.Name == "slurm.step" {
-			seen[s.Attrs["slurm.step.id"]] = true
+		if s.Name == vocab.SpanStep {
+			seen[s.Attrs[vocab.AttrStepID]] = true
 		}
 	}
 	var missing []string

@@ -187,6 +187,8 @@ plugin-test: build
 
 vet:
 	$(GO) vet ./...
+	# the tests' build of the supervisor (hwmon_testbuild.go, built by TestHwmonScraped)
+	$(GO) vet -tags gymotel_hwmon_test ./helper/supervise
 	@out=$$(gofmt -l cmd helper internal spank tests collector); [ -z "$$out" ] || { echo "gofmt: $$out"; exit 1; }
 
 clean:

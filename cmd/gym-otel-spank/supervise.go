@@ -96,6 +96,10 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	// only, never reopened by path.
 	energy, energyErr := supervise.InheritedEnergyZones(os.Getenv(launch.EnvHostEnergy))
 	os.Unsetenv(launch.EnvHostEnergy)
+	// The node's hwmon power meter, where the prolog chose it: read by
+	// path, as this process's user (its files are world-readable).
+	hostHwmon := os.Getenv(launch.EnvHostPower) == launch.HostPowerHwmon
+	os.Unsetenv(launch.EnvHostPower)
 	if *userName != "" {
 		if err := proc.BecomeUser(*userName); err != nil {
 			return err
@@ -111,7 +115,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	if notDumpableErr != nil {
 		logrus.Warnf("not dumpable: %v (the job's tasks can read this process's memory)", notDumpableErr)
 	}
-	opt := supervise.Options{MainStart: mainStart, ControlListener: hold, HostEnergy: energy}
+	opt := supervise.Options{MainStart: mainStart, ControlListener: hold, HostEnergy: energy, HostHwmon: hostHwmon}
 	if energyErr != nil {
 		logrus.Warnf("host energy: %v", energyErr)
 	}

@@ -63,13 +63,18 @@ var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir"
 //	                     start of the job's output, where its telemetry is,
 //	                     where it is shipped and the command that reads it
 //	                     (spank/notice.c; read by C in the step, checked here)
-//	host_power=off|rapl  off (default): no host power. rapl: the prolog
-//	                     opens the node's RAPL energy counters (root only
-//	                     since CVE-2020-8694) read-only and hands them to
-//	                     the job's supervisor (launch.OpenRAPL): it
-//	                     reopens the side channel the CVE closed to the
-//	                     job's user, so only where the site accepts that
-//	                     (nodes given to one job at a time)
+//	host_power=off|rapl|hwmon|auto  off (default): no host power.
+//	                     rapl: the prolog opens the node's RAPL energy
+//	                     counters (root only since CVE-2020-8694)
+//	                     read-only and hands them to the job's supervisor
+//	                     (launch.OpenRAPL): it reopens the side channel the
+//	                     CVE closed to the job's user, so only where the
+//	                     site accepts that (nodes given to one job at a
+//	                     time). hwmon: the supervisor reads the node's
+//	                     ACPI power meter under the hwmon class itself
+//	                     (launch.ScanHwmon; world-readable, nothing handed
+//	                     down). auto: rapl where root finds a RAPL zone,
+//	                     else hwmon
 //	<otel key>=VALUE     inline site overrides, e.g. on_failure=fail
 type Args struct {
 	Site          string
@@ -89,9 +94,10 @@ type Args struct {
 	// front reads it in the step (spank/args.c); the Go core only
 	// validates it.
 	JobOutput bool
-	// HostPower is HostPowerOff or HostPowerRAPL (host_power=off|rapl,
-	// default off): whether the prolog hands the job's supervisor the
-	// node's RAPL energy counters.
+	// HostPower is HostPowerOff, HostPowerRAPL, HostPowerHwmon or
+	// HostPowerAuto (host_power=off|rapl|hwmon|auto, default off): whether
+	// the prolog hands the job's supervisor the node's RAPL energy
+	// counters, or has it read the node's hwmon power meter.
 	HostPower string
 	// SiteItems are the inline otel keys, in the order given.
 	SiteItems []config.Item
@@ -104,6 +110,13 @@ const (
 	// HostPowerRAPL: the prolog opens the node's RAPL zones' energy_uj
 	// (launch.OpenRAPL) and hands them to the supervisor read-only.
 	HostPowerRAPL = "rapl"
+	// HostPowerHwmon: the supervisor reads the node's ACPI power meter
+	// under the hwmon class itself (launch.EnvHostPower; its files are
+	// world-readable, so root hands nothing down).
+	HostPowerHwmon = "hwmon"
+	// HostPowerAuto: HostPowerRAPL where root finds a RAPL zone on the
+	// node, else HostPowerHwmon (served where the node has a power meter).
+	HostPowerAuto = "auto"
 )
 
 // ParseArgs parses plugstack.conf arguments. Every bad argument is reported
@@ -166,10 +179,10 @@ func ParseArgs(av []string) (Args, error) {
 			}
 		case "host_power":
 			switch v {
-			case HostPowerOff, HostPowerRAPL:
+			case HostPowerOff, HostPowerRAPL, HostPowerHwmon, HostPowerAuto:
 				a.HostPower = v
 			default:
-				bad(arg, "host_power wants off or rapl (rapl: the job's user reads the node's RAPL energy counters, which CVE-2020-8694 restricted to root)")
+				bad(arg, "host_power wants off, rapl, hwmon or auto (rapl: the job's user reads the node's RAPL energy counters, which CVE-2020-8694 restricted to root; hwmon: the node's ACPI power meter, world-readable; auto: rapl where the node has RAPL, else hwmon)")
 			}
 		case "cgroup":
 			switch v {

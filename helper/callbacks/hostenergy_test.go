@@ -17,7 +17,8 @@ import (
 // user: it notes the host energy variable root set, then for each
 // descriptor it names the descriptor's open flags and what it reads on it,
 // and whether the zone's path opens for it (root's only: it must not),
-// then reports ready on root's ports.
+// then the host power source root named (hwmon: read by the supervisor
+// itself), then reports ready on root's ports.
 const energySupervisor = `#!/bin/bash
 out=%DIR%/seen
 echo "env $GYM_OTEL_HOST_ENERGY" > $out
@@ -29,6 +30,7 @@ for z in "${zones[@]}"; do
 	echo "fd $fd flags $flags value $v" >> $out
 done
 if cat %TREE%/intel-rapl:0/energy_uj >/dev/null 2>&1; then echo "path readable" >> $out; else echo "path refused" >> $out; fi
+echo "power $GYM_OTEL_HOST_POWER" >> $out
 IFS=, read g h he te pl fi cg <<< "$GYM_OTEL_PORTS"
 printf '{"status":"ready","ports":{"otlp_grpc":%s,"otlp_http":%s,"health":%s,"telemetry":%s,"final":%s,"cgroup":%s,"plugin":%s},"supervisor_pid":%d,"output_dir":"/x"}\n' "$g" "$h" "$he" "$te" "$fi" "$cg" "$pl" $$ >&3
 exec 3>&-
@@ -40,7 +42,10 @@ exec sleep 60
 // the kernel has it since CVE-2020-8694) and hands the supervisor, run as
 // the job's user, read-only descriptors named in its environment with
 // their ranges: it reads the counters through them, and cannot open the
-// path itself. With host_power off it gets neither.
+// path itself, and no hwmon choice. With host_power=hwmon it gets no
+// descriptor and the hwmon choice (launch.EnvHostPower); with auto, the
+// zones where the node has RAPL, else the hwmon choice. With host_power
+// off it gets neither.
 func TestPrologHostEnergy(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (energy_uj root's only, a supervisor as another user)")
@@ -116,8 +121,8 @@ func TestPrologHostEnergy(t *testing.T) {
 	seen := run(HostPowerRAPL, 81)
 	lines := strings.Split(strings.TrimSpace(seen), "\n")
 	// fd 3 the readiness pipe, fd 4 the control socket, then the zones.
-	want := []string{"env 5:package-0:262143328850,6:package-0/dram:65712999613", "value 123456", "value 7890", "path refused"}
-	if len(lines) != 4 {
+	want := []string{"env 5:package-0:262143328850,6:package-0/dram:65712999613", "value 123456", "value 7890", "path refused", "power"}
+	if len(lines) != 5 || strings.TrimSpace(lines[4]) != "power" {
 		t.Fatalf("the supervisor saw:\n%s", seen)
 	}
 	for i, w := range want {
@@ -136,7 +141,24 @@ func TestPrologHostEnergy(t *testing.T) {
 			t.Errorf("%q: want a read-only descriptor", l)
 		}
 	}
-	if seen := run(HostPowerOff, 82); strings.TrimSpace(seen) != "env \npath refused" && strings.TrimSpace(seen) != "env\npath refused" {
+	none := func(seen string) string {
+		var l []string
+		for _, x := range strings.Split(strings.TrimSpace(seen), "\n") {
+			l = append(l, strings.TrimSpace(x))
+		}
+		return strings.Join(l, "|")
+	}
+	if seen := run(HostPowerOff, 82); none(seen) != "env|path refused|power" {
 		t.Errorf("host_power=off: the supervisor saw:\n%s", seen)
+	}
+	if seen := run(HostPowerHwmon, 83); none(seen) != "env|path refused|power hwmon" {
+		t.Errorf("host_power=hwmon: the supervisor saw:\n%s", seen)
+	}
+	if seen := run(HostPowerAuto, 84); !strings.HasPrefix(seen, want[0]+"\n") || !strings.HasSuffix(none(seen), "|path refused|power") {
+		t.Errorf("host_power=auto on a node with RAPL: the supervisor saw:\n%s\nwant the zones, no hwmon", seen)
+	}
+	powercapRoot = filepath.Join(base, "no-powercap")
+	if seen := run(HostPowerAuto, 85); none(seen) != "env|path refused|power hwmon" {
+		t.Errorf("host_power=auto on a node without RAPL: the supervisor saw:\n%s\nwant hwmon", seen)
 	}
 }

@@ -24,6 +24,11 @@ func TestParseArgs(t *testing.T) {
 	if !reflect.DeepEqual(a, want) {
 		t.Fatalf("got %+v\nwant %+v", a, want)
 	}
+	for _, v := range []string{HostPowerOff, HostPowerRAPL, HostPowerHwmon, HostPowerAuto} {
+		if a, err := ParseArgs([]string{"host_power=" + v}); err != nil || a.HostPower != v {
+			t.Errorf("host_power=%s: %q (%v)", v, a.HostPower, err)
+		}
+	}
 	if a, err := ParseArgs(nil); err != nil || !a.JobOutput || a.HostPower != HostPowerOff {
 		t.Errorf("no arguments: job_output %v, host_power %q (%v), want on and off by default", a.JobOutput, a.HostPower, err)
 	}
@@ -33,7 +38,7 @@ func TestParseArgs(t *testing.T) {
 		{"site=rel/x", "absolute path"},
 		{"default=maybe", "default wants on or off"},
 		{"cgroup=yes", "cgroup wants auto, required or off"},
-		{"host_power=on", "host_power wants off or rapl"},
+		{"host_power=on", "host_power wants off, rapl, hwmon or auto"},
 		{"prolog_timeout=0", "prolog_timeout wants"},
 		{"port_filter=on", `port_filter wants auto, require or off, not "on"`},
 		{"cgroup_memory_max_mib=0", "cgroup_memory_max_mib wants whole MiB, 32..1048576"},

@@ -164,6 +164,9 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	env = append(env, launch.EnvReceiverToken+"="+token)
 	st := &launchState{in: in, dir: dir, rec: rec, resolved: resolved, facts: facts, token: token, controlPath: controlPath, node: node, log: log}
 	st.energy = hostEnergy(in, node, log)
+	if hostHwmon(in.Args.HostPower, st.energy) {
+		env = append(env, launch.EnvHostPower+"="+launch.HostPowerHwmon)
+	}
 	defer closeZones(st.energy) // after the launch: the supervisor's copies serve on
 	clock.mark("facts+env")
 	sup, rep, err := st.start(ctx, env, groups, hold, timeout, clock)
@@ -445,22 +448,34 @@ var nvidiaRoot = func(node string) string { return "" }
 var powercapRoot = launch.PowercapRoot
 
 // hostEnergy opens the node's RAPL energy counters for the job's
-// supervisor where the site opted in (plugstack host_power=rapl): each
-// zone's energy_uj read-only (launch.OpenRAPL), to be handed down as
-// descriptors. A zone that cannot be opened is logged and left out; a node
-// without RAPL gets none (logged at debug). nil when host_power is off.
+// supervisor where the site opted in (plugstack host_power=rapl, or
+// auto): each zone's energy_uj read-only (launch.OpenRAPL), to be handed
+// down as descriptors. A zone that cannot be opened is logged and left
+// out; a node without RAPL gets none (logged at debug). nil when
+// host_power is off or hwmon.
 func hostEnergy(in PrologInput, node string, log logrus.FieldLogger) []launch.EnergyZone {
-	if in.Args.HostPower != HostPowerRAPL {
+	if in.Args.HostPower != HostPowerRAPL && in.Args.HostPower != HostPowerAuto {
 		return nil
 	}
 	zones, err := launch.OpenRAPL(powercapRoot)
 	if err != nil {
-		log.Warnf("job %d: host power on %s (plugstack host_power=rapl): %v", in.JobID, node, record.UserText(err.Error(), 600))
+		log.Warnf("job %d: host power on %s (plugstack host_power=%s): %v", in.JobID, node, in.Args.HostPower, record.UserText(err.Error(), 600))
 	}
 	if len(zones) == 0 {
-		log.Debugf("job %d: host power on %s (plugstack host_power=rapl): no RAPL zone under %s", in.JobID, node, powercapRoot)
+		then := ""
+		if in.Args.HostPower == HostPowerAuto {
+			then = "; the supervisor reads the node's hwmon power meter, where it has one"
+		}
+		log.Debugf("job %d: host power on %s (plugstack host_power=%s): no RAPL zone under %s%s", in.JobID, node, in.Args.HostPower, powercapRoot, then)
 	}
 	return zones
+}
+
+// hostHwmon reports whether the supervisor reads the node's hwmon power
+// meter itself (launch.EnvHostPower): host_power=hwmon, or auto where
+// root opened no RAPL zone (zones).
+func hostHwmon(hostPower string, zones []launch.EnergyZone) bool {
+	return hostPower == HostPowerHwmon || hostPower == HostPowerAuto && len(zones) == 0
 }
 
 // closeZones closes root's copies of the zones' files.

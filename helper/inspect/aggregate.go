@@ -437,6 +437,9 @@ func (a *aggregator) metric(name string, m metric, node, producer, instance stri
 				a.integratePower(s, p.Time.ms(), v)
 				a.keepSample(s, p.Time.ms(), v, false)
 			}
+			if name == mHostPower {
+				a.keepSample(s, p.Time.ms(), v, false)
+			}
 		}
 	case m.Histogram != nil:
 		for _, p := range m.Histogram.DataPoints {

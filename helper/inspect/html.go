@@ -146,21 +146,23 @@ func (r *Report) textString() string {
 }
 
 var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
-	"f":           func(v Value, p int) string { return f(v, p) },
-	"pct":         func(v Value) string { return pct(v) },
-	"q":           quantOrNot,
-	"dur":         func(v Value) string { return dur(v) },
-	"sub":         func(a, b Value) Value { return a - b },
-	"elapsed":     elapsed,
-	"deref":       func(p *int) int { return *p },
-	"dec":         func(i int) int { return i - 1 },
-	"join":        strings.Join,
-	"hostlist":    slurm.CompressHostlist,
-	"texts":       Texts,
-	"textForms":   textForms,
-	"foldSharing": foldSharing,
-	"foldReasons": foldNodeReasons,
-	"s3":          secs3,
+	"f":                func(v Value, p int) string { return f(v, p) },
+	"pct":              func(v Value) string { return pct(v) },
+	"q":                quantOrNot,
+	"dur":              func(v Value) string { return dur(v) },
+	"sub":              func(a, b Value) Value { return a - b },
+	"elapsed":          elapsed,
+	"deref":            func(p *int) int { return *p },
+	"dec":              func(i int) int { return i - 1 },
+	"join":             strings.Join,
+	"hostlist":         slurm.CompressHostlist,
+	"texts":            Texts,
+	"textForms":        textForms,
+	"foldSharing":      foldSharing,
+	"foldReasons":      foldNodeReasons,
+	"hostSources":      hostSources,
+	"hostAttributions": hostAttributions,
+	"s3":               secs3,
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
@@ -258,8 +260,8 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 {{end}}</table>{{end}}{{end}}
 {{if .R.StepEnergy}}<h2>Energy per step</h2>
 {{template "agg" index .Tables "step-energy"}}{{end}}
-{{if .R.HostEnergy}}<h2>Host energy (RAPL; the node's)</h2>
-<p id="host-attribution">` + HostAttributionNode + `</p>
+{{if .R.HostEnergy}}<h2>Host energy ({{hostSources .R.HostEnergy}}; the node's)</h2>
+{{range hostAttributions .R.HostEnergy}}<p class="host-attribution">{{.}}</p>{{end}}
 {{template "agg" index .Tables "host-energy"}}{{end}}
 {{if .R.RoleEnergy}}<h2>Energy per role</h2>
 <table id="role-energy"><tr><th class="l">role</th><th class="l">step</th><th class="l">nodes</th><th>J</th><th>generation tokens</th><th>J per 1,000 tokens</th><th class="l">from</th><th class="l">verdict</th></tr>

@@ -372,7 +372,9 @@ func (r *Report) htmlTables() map[string]aggTable {
 				return f(he[i].Joules-he[i].ErrorJoules, 1)
 			}},
 			{Head: "bracket s", Text: func(i int) string { return f(he[i].BracketSeconds, 2) }, Num: func(i int) float64 { return fv(he[i].BracketSeconds) }, Fmt: fmtP(2)},
-			{Head: "zones", Left: true, Text: func(i int) string { return strings.Join(he[i].Zones, " + ") }},
+			{Head: "max gap s", Text: func(i int) string { return f(he[i].MaxGapSeconds, 2) }, Num: func(i int) float64 { return fv(he[i].MaxGapSeconds) }, Fmt: fmtP(2)},
+			{Head: "from", Left: true, Text: func(i int) string { return he[i].Source }},
+			{Head: "zones or sensors", Left: true, Text: func(i int) string { return strings.Join(he[i].Zones, " + ") }},
 			{Head: "verdict", Left: true, Text: func(i int) string {
 				if he[i].Verdict.Trusted {
 					return "trusted"

@@ -234,13 +234,15 @@ type cgroupServer struct {
 	ln    *guardedListener
 	srv   *http.Server
 	meter *hostEnergyMeter // the node's host energy (nil: none)
+	hw    *hwmonPower      // the node's host power from hwmon (nil: none)
 }
 
 // newCgroupServer listens on 127.0.0.1:port (0: a free port) and serves r
-// (nil: no cgroup) and the host energy of meter (nil: none) at /metrics
-// to the supervisor's own user, at most CgroupMaxConns connections at
-// once. close stops meter.
-func newCgroupServer(r *cgroupReader, port int, meter *hostEnergyMeter) (*cgroupServer, error) {
+// (nil: no cgroup), the host energy of meter (nil: none) and the host
+// power of hw (nil: none; read at each request) at /metrics to the
+// supervisor's own user, at most CgroupMaxConns connections at once.
+// close stops meter.
+func newCgroupServer(r *cgroupReader, port int, meter *hostEnergyMeter, hw *hwmonPower) (*cgroupServer, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return nil, err
@@ -253,8 +255,9 @@ func newCgroupServer(r *cgroupReader, port int, meter *hostEnergyMeter) (*cgroup
 			_ = writeCgroupText(w, r.read())
 		}
 		_ = meter.writeText(w)
+		_ = hw.writeText(w)
 	})
-	s := &cgroupServer{meter: meter, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+	s := &cgroupServer{meter: meter, hw: hw, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second,
 		MaxHeaderBytes: 16 << 10}} // a scrape's headers are a few hundred bytes
 	go func() { _ = s.srv.Serve(ln) }()

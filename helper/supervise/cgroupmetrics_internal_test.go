@@ -57,7 +57,7 @@ var sampleLine = regexp.MustCompile(`^[a-z_]+\{cgroup="(job|step|collector)"(,st
 // no value.
 func TestCgroupText(t *testing.T) {
 	r := hostReader(t)
-	srv, err := newCgroupServer(r, 0, nil)
+	srv, err := newCgroupServer(r, 0, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestCgroupServerAnotherUser(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the attacker runs as another user")
 	}
-	srv, err := newCgroupServer(hostReader(t), 0, nil)
+	srv, err := newCgroupServer(hostReader(t), 0, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

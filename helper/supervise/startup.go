@@ -106,8 +106,13 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	}
 	s.final.guard.setLog(s.log.Warnf)
 	// The page serves the job's cgroups and the node's host energy
-	// (hostenergy.go), either alone where the other is not there.
+	// (hostenergy.go) or host power (hwmon.go), each alone where the
+	// others are not there.
 	meter := newHostEnergyMeter(s.opt.HostEnergy, s.log.Warnf)
+	var hw *hwmonPower
+	if s.opt.HostHwmon {
+		hw = newHwmonPower(hwmonRoot, s.log.Infof, s.log.Warnf)
+	}
 	var cgr *cgroupReader
 	if !s.opt.NoCgroupMetrics {
 		if cgr, err = newCgroupReader(s.opt.Facts); err != nil {
@@ -115,15 +120,15 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 			cgr = nil
 		}
 	}
-	if cgr != nil || meter != nil {
-		if s.cgroups, err = newCgroupServer(cgr, s.opt.Ports.Cgroup, meter); err != nil {
+	if cgr != nil || meter != nil || hw != nil {
+		if s.cgroups, err = newCgroupServer(cgr, s.opt.Ports.Cgroup, meter, hw); err != nil {
 			meter.close()
 			if perr := s.portErr(err); errors.Is(perr, errBindRace) {
 				// Root's port for the page, bound by another socket:
 				// the collector would scrape whoever holds it.
 				return fmt.Errorf("the cgroup page's loopback port: %w", perr)
 			}
-			s.log.Warnf("the job's cgroup metrics and host energy are not served: a loopback port: %v", err)
+			s.log.Warnf("the job's cgroup metrics and host energy or power are not served: a loopback port: %v", err)
 		} else {
 			s.cgroups.ln.setLog(s.log.Warnf)
 			meter.run(time.Duration(s.o.ScrapeIntervalSeconds) * time.Second)

@@ -147,6 +147,12 @@ type Options struct {
 	// on the cgroup page (hostenergy.go) and closed at the end. nil: no
 	// host energy.
 	HostEnergy []launch.EnergyZone
+	// HostHwmon: read the node's power meter under the hwmon class
+	// (launch.EnvHostPower is launch.HostPowerHwmon: plugstack
+	// host_power=hwmon, or auto without RAPL) and serve it on the cgroup
+	// page (hwmon.go). Nothing is handed down: its files are
+	// world-readable.
+	HostHwmon bool
 }
 
 // supervisor is one run's state.

@@ -196,3 +196,16 @@ const (
 	// the sum was 0.
 	HostEnergyStart = "gym_otel_host_energy_start_time_seconds"
 )
+
+// The node's host power from hwmon, served by the supervisor on the same
+// page as the cgroups where the plugstack chose it (host_power=hwmon, or
+// auto on a node without RAPL; helper/supervise's hwmon.go), read by
+// inspect.
+const (
+	// HostPowerWatts is a gauge per hwmon power sensor of the node's
+	// power meter (labels chip: the chip's name, power_meter; hwmon: its
+	// class directory, hwmon0; sensor: power1), W, read at each scrape
+	// from powerM_average (else powerM_input): the node's power, not the
+	// job's.
+	HostPowerWatts = "gym_otel_host_power_watts"
+)

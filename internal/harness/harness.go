@@ -431,6 +431,9 @@ type Job struct {
 	// prolog hands them (host_power=rapl): their files at descriptors 5
 	// on, named in launch.EnvHostEnergy.
 	HostEnergy []launch.EnergyZone
+	// CLI is the gym-otel-spank binary to start ("": the one Main built),
+	// e.g. a tests' build with a tag of its own.
+	CLI string
 }
 
 // Sup is one running `gym-otel-spank supervise`.
@@ -554,7 +557,11 @@ func StartSup(t testing.TB, j Job) *Sup {
 	if out == "" {
 		out = filepath.Join(dir, "out")
 	}
-	argv := append(append([]string{}, j.Wrap...), CLI(t), "supervise",
+	cli := j.CLI
+	if cli == "" {
+		cli = CLI(t)
+	}
+	argv := append(append([]string{}, j.Wrap...), cli, "supervise",
 		"--site", site, "--config", gym, "--job-id", j.JobID, "--node", j.Node, "--output", out)
 	if j.User != "" {
 		argv = append(argv, "--user", j.User)

@@ -201,9 +201,12 @@ var notVocab = map[string]string{
 }
 
 // docName finds the plugin's telemetry names in markdown: cgroup_* and
-// gym_otel_* (with brace lists, <placeholders> and a trailing *), and
-// gym_otel.gpu.* and gym_otel.energy.*.
-var docName = regexp.MustCompile(`(^|[^A-Za-z0-9_./-])((?:cgroup|gym_otel)_(?:[a-z0-9_*<>]|\{[a-z0-9_]+(?:,[a-z0-9_]+)+\})+|gym_otel\.(?:gpu|energy)[a-z0-9_.]*)`)
+// gym_otel_* (with brace lists after an underscore, <placeholders> and a
+// trailing *), and gym_otel.gpu.* and gym_otel.energy.*. Braces right
+// after a word's letter are a series' labels (Prometheus' form,
+// "gym_otel_host_power_watts{chip,hwmon,sensor}"), not a list: the name
+// ends there.
+var docName = regexp.MustCompile(`(^|[^A-Za-z0-9_./-])((?:cgroup|gym_otel)_(?:_\{[a-z0-9_]+(?:,[a-z0-9_]+)+\}|[a-z0-9_*<>])+|gym_otel\.(?:gpu|energy)[a-z0-9_.]*)`)
 
 // TestDocsEnergyAndCgroupNames: every cgroup_*, gym_otel_* and GPU energy
 // name the docs (docs/*.md and the README) write is a word of vocab (a

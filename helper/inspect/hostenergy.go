@@ -222,15 +222,7 @@ func hostOver(node string, zones map[string]*sampled, t0, t1 int64) HostEnergy {
 		bracketMs = max(bracketMs, (t0-pts[b0].ms)+(pts[b1].ms-t1))
 		lo, hi = min(lo, pts[b0].ms), max(hi, pts[b1].ms)
 	}
-	switch {
-	case len(missStart) == len(h.Zones) || len(missEnd) == len(h.Zones):
-		h.Verdict.add(ReasonNotBracketed, describeMissing(node, missStart, missEnd)...)
-	case len(missStart)+len(missEnd) > 0:
-		h.Verdict.add(ReasonZonesDiffer, describeMissing(node, missStart, missEnd)...)
-	}
-	if len(unordered) > 0 {
-		h.Verdict.add(ReasonNotMonotonic, node+" host zones "+strings.Join(unordered, ", "))
-	}
+	h.addBracketing(node, "zones", missStart, missEnd, unordered)
 	if len(resets) > 0 {
 		h.Verdict.add(ReasonReset, node+" host zones "+strings.Join(resets, ", ")+" (the supervisor's sum started again: the energy before its first new sample is not counted)")
 	}
@@ -244,6 +236,24 @@ func hostOver(node string, zones map[string]*sampled, t0, t1 int64) HostEnergy {
 	}
 	h.Verdict.done()
 	return h
+}
+
+// addBracketing adds the verdicts of a node's window that every series
+// (RAPL zones, hwmon sensors: what names them) must bracket: none
+// bracketed at one end (ReasonNotBracketed), some not (ReasonZonesDiffer),
+// samples out of time order (ReasonNotMonotonic). missStart and missEnd
+// name the series without a sample at or before the window's start and
+// at or after its end; unordered, those whose samples went back in time.
+func (h *HostEnergy) addBracketing(node, what string, missStart, missEnd, unordered []string) {
+	switch {
+	case len(missStart) == len(h.Zones) || len(missEnd) == len(h.Zones):
+		h.Verdict.add(ReasonNotBracketed, describeMissing(node, missStart, missEnd)...)
+	case len(missStart)+len(missEnd) > 0:
+		h.Verdict.add(ReasonZonesDiffer, describeMissing(node, missStart, missEnd)...)
+	}
+	if len(unordered) > 0 {
+		h.Verdict.add(ReasonNotMonotonic, node+" host "+what+" "+strings.Join(unordered, ", "))
+	}
 }
 
 // hostEnergy computes each node's host energy over its whole sampled run
@@ -376,15 +386,7 @@ func hwmonOver(node string, sensors map[string]*sampled, t0, t1 int64) HostEnerg
 		bracketMs = max(bracketMs, (t0-pts[b0].ms)+(pts[b1].ms-t1))
 		lo, hi = min(lo, pts[b0].ms), max(hi, pts[b1].ms)
 	}
-	switch {
-	case len(missStart) == len(h.Zones) || len(missEnd) == len(h.Zones):
-		h.Verdict.add(ReasonNotBracketed, describeMissing(node, missStart, missEnd)...)
-	case len(missStart)+len(missEnd) > 0:
-		h.Verdict.add(ReasonZonesDiffer, describeMissing(node, missStart, missEnd)...)
-	}
-	if len(unordered) > 0 {
-		h.Verdict.add(ReasonNotMonotonic, node+" host sensors "+strings.Join(unordered, ", "))
-	}
+	h.addBracketing(node, "sensors", missStart, missEnd, unordered)
 	if len(gaps) > 0 {
 		h.Verdict.add(ReasonGap, node+" host "+strings.Join(gaps, ", ")+": integrating hwmon power needs a sample every 3 s or less (otel.scrape_interval_seconds: 3 or less)")
 	}

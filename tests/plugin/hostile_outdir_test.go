@@ -116,8 +116,13 @@ func TestHostileOutputDirSwap(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%s: the swapper did not stop", name)
 		}
+		id := jobIDOf(t, r)
+		// sbatch --wait returns while the job is still COMPLETING (its
+		// epilog and the drain that writes the receipt): look once the
+		// job has left the queue.
+		waitJobsGone(t, 120*time.Second, []string{id})
 		o, _ := os.ReadFile(outFile)
-		return jobIDOf(t, r), r.stderr + string(o), strings.TrimSpace(sout.String())
+		return id, r.stderr + string(o), strings.TrimSpace(sout.String())
 	}
 
 	var swaps, links int

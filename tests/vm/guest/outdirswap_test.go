@@ -126,8 +126,13 @@ func TestHostileOutputDirSwapGuest(t *testing.T) {
 			t.Fatalf("%s: the attacker did not stop", name)
 		}
 		id := jobIDOf(t, r)
+		// sbatch --wait returns once the job is finished, which Slurm
+		// says while the job is still COMPLETING: its epilog, and the
+		// drain that writes the receipt, may still run. Look once the
+		// job has left the queue (squeue lists COMPLETING jobs).
+		waitJobsGone(t, []string{id})
 		o, _ := os.ReadFile(outFile)
-		t.Logf("%s: job %s, sbatch --wait %.1f s, exit %d", name, id, took.Seconds(), r.code)
+		t.Logf("%s: job %s, sbatch --wait %.1f s, out of the queue %.1f s, exit %d", name, id, took.Seconds(), time.Since(start).Seconds(), r.code)
 		return id, r.stderr + string(o) + jobLines(slurmd(t), id), strings.TrimSpace(sout.String())
 	}
 

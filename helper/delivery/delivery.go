@@ -335,14 +335,8 @@ var errSplit = errors.New("the request timed out: sending it in smaller parts")
 const SplitHold = time.Minute
 
 func newDeliverer(opt Options) (*deliverer, error) {
-	u, err := url.Parse(opt.Endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("endpoint %q: not an http:// or https:// URL with a host", opt.Endpoint)
-	}
-	switch opt.Compression {
-	case "", "none", "gzip":
-	default:
-		return nil, fmt.Errorf("compression %q: delivery sends gzip or none", opt.Compression)
+	if err := opt.checkWire(); err != nil {
+		return nil, err
 	}
 	if opt.Signals == nil {
 		opt.Signals = Signals
@@ -367,9 +361,7 @@ func newDeliverer(opt Options) (*deliverer, error) {
 	if opt.Retry.Max <= 0 {
 		opt.Retry.Max = 30 * time.Second
 	}
-	if opt.Client == nil {
-		opt.Client = &http.Client{Timeout: opt.Timeout}
-	}
+	opt.client()
 	if opt.MaxBatchItems <= 0 {
 		opt.MaxBatchItems = DefaultMaxBatchItems
 	}
@@ -404,6 +396,28 @@ func newDeliverer(opt Options) (*deliverer, error) {
 	}
 	return &deliverer{opt: opt, cp: cp, stats: stats, bucket: newBucket(opt.RateCap),
 		maxItems: opt.MaxBatchItems, maxBytes: int64(opt.MaxBatchBytes)}, nil
+}
+
+// checkWire checks what a request needs of the options: the endpoint
+// and the compression. Errors name the field and its value.
+func (o *Options) checkWire() error {
+	u, err := url.Parse(o.Endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("endpoint %q: not an http:// or https:// URL with a host", o.Endpoint)
+	}
+	switch o.Compression {
+	case "", "none", "gzip":
+	default:
+		return fmt.Errorf("compression %q: delivery sends gzip or none", o.Compression)
+	}
+	return nil
+}
+
+// client sets Client, when nil, to one bounded by Timeout.
+func (o *Options) client() {
+	if o.Client == nil {
+		o.Client = &http.Client{Timeout: o.Timeout}
+	}
 }
 
 // file delivers the complete lines of one signal's file past its offset,
@@ -747,15 +761,7 @@ func (d *deliverer) advance(pos, run *Position, b batch, acc, rej int64) error {
 // the attempts with errSplit (its items counted as possible duplicates):
 // the caller sends the lines again in smaller requests.
 func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int64, pos, run *Position, split bool) (acc, rej int64, err error) {
-	target := strings.TrimRight(d.opt.Endpoint, "/") + "/v1/" + sig
-	payload := body
-	if d.opt.Compression == "gzip" {
-		var b bytes.Buffer
-		zw, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed)
-		zw.Write(body)
-		zw.Close()
-		payload = b.Bytes()
-	}
+	target, payload := d.opt.request(sig, body)
 	start := time.Now()
 	wait := d.opt.Retry.Initial
 	for attempt := 0; ; attempt++ {
@@ -820,6 +826,20 @@ func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int
 		}
 		wait = min(2*wait, d.opt.Retry.Max)
 	}
+}
+
+// request is the URL of signal's requests and body as sent (gzip at its
+// fastest level when Compression says so).
+func (o *Options) request(sig string, body []byte) (target string, payload []byte) {
+	target = strings.TrimRight(o.Endpoint, "/") + "/v1/" + sig
+	if o.Compression != "gzip" {
+		return target, body
+	}
+	var b bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed)
+	zw.Write(body)
+	zw.Close()
+	return target, b.Bytes()
 }
 
 // post makes one request: the status and body of the backend's answer, or

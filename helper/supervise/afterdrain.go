@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,11 +19,11 @@ import (
 	tracev1 "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/contract"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/delivery"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/replay"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
 
@@ -42,8 +43,8 @@ import (
 // (spancount.go; spanmetrics.go when the files are too large to read), a
 // second line the receipt lists. The
 // collector never sent them to the backend, so the supervisor sends the
-// lines itself right after appending them (deliver: replay.Send with Once, the
-// job's own exporter settings and backend token, at most
+// lines itself right after appending them (deliver: delivery.Once, one
+// request per line with the job's endpoint and backend token, at most
 // timing.DeliveryBound, one attempt) and records in the receipt whether
 // the backend took it (receipt.Appended.Delivered, HTTPStatus, Cause);
 // `gym-otel-spank replay --appended DIR` sends the lines not delivered.
@@ -475,15 +476,18 @@ func spanSeriesCount(spans []*tracev1.Span) int {
 }
 
 // deliver sends lines, just appended (s.appended), to the job's backend
-// once, in one attempt within bound: replay.Send with Once (the one sender
-// of OTLP-JSON lines), the exporter settings of the job's own
-// collector.yaml (timeout, compression; the endpoint and the backend's
-// bearer token of the job, never the receiver token), no retries. It
-// records the outcome in each line's receipt.Appended: Delivered when the
-// backend accepted every item, else the cause and the HTTP status when the
-// backend answered with one. Nothing is sent without a backend, with a
-// collector run from otel.container (a second container does not start
-// within the bound), or with less than a tenth of a second left.
+// once, within bound: each line in one request (delivery.Once, the
+// request the files' sender makes: OTLP/HTTP JSON, gzip, the job's
+// endpoint and backend bearer token, never the receiver token; the token
+// as a resource attribute with otel.token_resource_attribute), no
+// retries, no second collector. The settings are the job's options, the
+// same the job's collector.yaml was rendered from (that file is the
+// user's and is not read back). It records the outcome in each line's
+// receipt.Appended: Delivered when the backend accepted every item, else
+// the cause and the HTTP status when the backend answered with one.
+// Nothing is sent without a backend, under delivery from the files (the
+// files' last pass sends them), with remote export off, or with less than
+// a tenth of a second left.
 func (s *supervisor) deliver(lines []appendedLine, bound time.Duration) {
 	start := time.Now()
 	cause := ""
@@ -494,8 +498,6 @@ func (s *supervisor) deliver(lines []appendedLine, bound time.Duration) {
 		return // remote export off: the files only (receipt.RemoteExportOff)
 	case s.o.Endpoint == "":
 		cause = "no backend configured (otel.endpoint): nothing sent"
-	case s.o.Container != "":
-		cause = "the collector runs from otel.container: the supervisor does not deliver (replay --appended sends it)"
 	case bound < 100*time.Millisecond:
 		cause = fmt.Sprintf("no time left within the epilog's wait for the drain (%v): not sent", bound.Round(time.Millisecond))
 	}
@@ -510,92 +512,56 @@ func (s *supervisor) deliver(lines []appendedLine, bound time.Duration) {
 		s.log.Infof("the appended phase spans: %s", cause)
 		return
 	}
-	cause, peak := s.send(lines, bound)
+	cause, status := s.send(lines, bound)
 	if cause == "" {
 		set("", 0)
-		s.log.Infof("the appended lines (%d) delivered to the backend %s in %d ms (%s)", len(lines), s.o.Endpoint, time.Since(start).Milliseconds(), peakNote(peak))
+		s.log.Infof("the appended lines (%d) delivered to the backend %s in %d ms (one request each, no second collector)", len(lines), s.o.Endpoint, time.Since(start).Milliseconds())
 		return
 	}
-	set(cause, replay.HTTPStatus(cause))
-	s.log.Warnf("the appended phase spans were not delivered to the backend: attempt of %d ms (bound %v): %s; `gym-otel-spank replay --appended` sends them; %s",
-		time.Since(start).Milliseconds(), bound, cause, peakNote(peak))
+	set(cause, status)
+	s.log.Warnf("the appended phase spans were not delivered to the backend: attempt of %d ms (bound %v): %s; `gym-otel-spank replay --appended` sends them",
+		time.Since(start).Milliseconds(), bound, cause)
 	appendLog(s.logPath, "gym-otel: the appended phase spans were not delivered to the backend: "+cause)
 }
 
-// peakNote is the delivering collector's peak RSS (KiB) for the log:
-// the cost of the drain's second collector (docs/performance.md, P3D,
-// reads this line).
-func peakNote(kib int64) string {
-	if kib <= 0 {
-		return "the delivering collector's peak RSS unknown"
-	}
-	return fmt.Sprintf("the delivering collector's peak RSS %.1f MiB", float64(kib)/1024)
-}
-
-// send is deliver's one attempt: "" when the backend accepted every item
-// of every line, else why not, in one line; and the peak RSS in KiB of
-// the collector that sent (replay.Result.CollectorMaxRSS; 0 when none
-// started).
-func (s *supervisor) send(lines []appendedLine, bound time.Duration) (string, int64) {
-	cause, res := s.sendOnce(lines, bound)
-	if res == nil {
-		return cause, 0
-	}
-	return cause, res.CollectorMaxRSS
-}
-
-// sendOnce is send's attempt and replay.Send's result (nil when the
-// collector did not start).
-func (s *supervisor) sendOnce(lines []appendedLine, bound time.Duration) (string, *replay.Result) {
-	be, err := replay.ReadBackend(s.configPath())
-	if err != nil {
-		return "the job's exporter settings: " + err.Error(), nil
-	}
-	be.Auth = s.o.TokenResourceAttribute
-	tmp, err := os.MkdirTemp("", "gym-otel-deliver.")
-	if err != nil {
-		return err.Error(), nil
-	}
-	defer os.RemoveAll(tmp)
-	var files []replay.File
-	for i, l := range lines {
-		f, err := replay.LineFile(tmp, i, l.signal, l.line)
-		if err != nil {
-			return err.Error(), nil
-		}
-		files = append(files, f)
-	}
+// send is deliver's one attempt, the lines in order, each in one request
+// within what is left of bound: "" when the backend accepted every item
+// of every line, else why not (in one line) and the HTTP status the
+// backend answered with (0: no answer). It stops at the first line not
+// taken.
+func (s *supervisor) send(lines []appendedLine, bound time.Duration) (cause string, status int) {
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	res, err := replay.Send(ctx, replay.SendOptions{
-		Files: files, Backend: be, Endpoint: s.o.Endpoint, TokenEnv: s.o.TokenEnv, Token: s.opt.Token,
-		Binary: s.o.Binary, WorkDir: tmp, Timeout: bound, Once: true,
-	})
-	switch {
-	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && res != nil && res.Cause != "":
-		return oneLine(fmt.Sprintf("no answer from the backend within %v: %s", bound.Round(time.Millisecond), res.Cause)), res
-	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return fmt.Sprintf("no answer from the backend within %v", bound.Round(time.Millisecond)), res
-	case err != nil && res != nil && res.Cause != "":
-		return oneLine(fmt.Sprintf("%s (%v)", res.Cause, firstLineOf(err))), res
-	case err != nil:
-		// Replay's advice (nothing was sent, replay again) is not the
-		// supervisor's to give.
-		l, _, _ := strings.Cut(firstLineOf(err), " (nothing was sent")
-		return oneLine(l), res
-	case !res.OK():
-		if res.Cause != "" {
-			return oneLine(res.Cause), res
-		}
-		return "the backend did not accept every item", res
+	timeout := bound
+	if t := time.Duration(s.o.ExportTimeoutSeconds) * time.Second; t > 0 {
+		timeout = min(timeout, t)
 	}
-	return "", res
-}
-
-// firstLineOf is err's first line.
-func firstLineOf(err error) string {
-	l, _, _ := strings.Cut(err.Error(), "\n")
-	return l
+	opt := delivery.Options{
+		Endpoint: s.o.Endpoint, Headers: map[string]string{"Authorization": "Bearer " + s.opt.Token},
+		Compression: "gzip", Timeout: timeout,
+	}
+	if s.o.TokenResourceAttribute {
+		// As the collector's resource/backend_auth (render.BackendAuth).
+		opt.ResourceAttributes = map[string]string{"Authorization": "Bearer " + s.opt.Token}
+	}
+	for _, l := range lines {
+		a, err := delivery.Once(ctx, opt, l.signal, l.line)
+		var ne net.Error
+		var op *net.OpError
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return fmt.Sprintf("no answer from the backend within %v", bound.Round(time.Millisecond)), 0
+		case err != nil && errors.As(err, &ne) && ne.Timeout():
+			return fmt.Sprintf("no answer from the backend within %v (the request's timeout)", timeout.Round(time.Millisecond)), 0
+		case err != nil && errors.As(err, &op) && op.Op == "dial":
+			return oneLine(fmt.Sprintf("the backend %s cannot be reached: %v", s.o.Endpoint, op.Err)), 0
+		case err != nil:
+			return oneLine(err.Error()), 0
+		case !a.OK():
+			return oneLine(a.Cause()), a.Status
+		}
+	}
+	return "", 0
 }
 
 // oneLine cuts a cause to 300 bytes.

@@ -128,10 +128,14 @@ func TestCollectorDrainSpansDelivered(t *testing.T) {
 			time.Sleep(time.Second)
 			took, err := s.Drain(t, 2*time.Minute)
 			t.Logf("drained in %v: %v", took.Round(time.Millisecond), err)
-			var line string
+			var line, sent string
 			for _, l := range strings.Split(s.Output(), "\n") {
 				if strings.Contains(l, "appended phase spans") {
 					line = l
+					t.Log(l)
+				}
+				if strings.Contains(l, "appended lines (2) delivered") {
+					sent = l
 					t.Log(l)
 				}
 			}
@@ -151,6 +155,10 @@ func TestCollectorDrainSpansDelivered(t *testing.T) {
 				t.Logf("receipt: %+v", a)
 			}
 			if c.mode == "" {
+				// The supervisor's own requests: no second collector.
+				if !strings.Contains(sent, "(one request each, no second collector)") {
+					t.Errorf("supervisor's log: %q, want the appended lines delivered in one request each, no second collector", sent)
+				}
 				for _, a := range rc.Appended {
 					if !a.Delivered || a.Cause != "" || a.HTTPStatus != 0 {
 						t.Errorf("not delivered to a working backend: %+v\n%s", a, s.Output())

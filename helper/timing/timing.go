@@ -34,8 +34,8 @@ const (
 	SupervisorSlack = 5 * time.Second
 	// DeliveryBound bounds the supervisor's delivery to the backend of the
 	// line it appends after the collector's exit (the drain's and the
-	// epilog's spans): a second collector's start, one export without
-	// retries, its stop. It is taken out of SupervisorSlack, so DrainWait
+	// epilog's spans): one request per line without retries
+	// (delivery.Once). It is taken out of SupervisorSlack, so DrainWait
 	// and the epilog's bounds are unchanged.
 	DeliveryBound = 2 * time.Second
 	// SlurmMargin is kept free below Slurm's PrologTimeout/EpilogTimeout

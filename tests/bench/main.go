@@ -19,8 +19,8 @@
 //	                            inspect of 1 GB of jsonl over 2 nodes (includes P7N: the same over 64), P8, the files and the backend's copy under five
 //	                            backend behaviours, with delivery collector and with delivery files (one replay after each), and
 //	                            P4M, the idle collector's memory by configuration and runtime setting,
-//	                            P4I, P4's two idle rows alone (no P5 load, no P4M), P3D, the drain's
-//	                            second collector (the delivery of the drain's spans): ms and peak RSS,
+//	                            P4I, P4's two idle rows alone (no P5 load, no P4M), P3D, the
+//	                            delivery of the drain's spans under delivery: collector: its ms,
 //	                            P9, node_exporter's bytes in metrics.jsonl with local_node_metrics,
 //	                            P10, delivery from the files through a 10-minute outage (quick: 1 minute),
 //	                            run without Slurm when alone)

@@ -88,7 +88,10 @@ func collectorOwnStart(cfg string, runs int) (wall, cpu []float64, err error) {
 	client := &http.Client{Timeout: time.Second}
 	for i := 0; i < runs; i++ {
 		cmd := exec.Command(filepath.Join(repo, "build/otelcol-gym"), "--config", own)
-		cmd.Env = []string{"OTEL_TOKEN=bench", "GYM_OTEL_RECEIVER_TOKEN=bench", "GOMEMLIMIT=409MiB", "PATH=/usr/bin:/bin"}
+		// Every token the rendered configuration names (the backend's,
+		// the receivers', the plugin's own receiver's): an unset one is
+		// refused at the start.
+		cmd.Env = []string{"OTEL_TOKEN=bench", "GYM_OTEL_RECEIVER_TOKEN=bench", "GYM_OTEL_PLUGIN_TOKEN=bench", "GOMEMLIMIT=409MiB", "PATH=/usr/bin:/bin"}
 		t0 := time.Now()
 		if err := cmd.Start(); err != nil {
 			return nil, nil, err
@@ -108,7 +111,7 @@ func collectorOwnStart(cfg string, runs int) (wall, cpu []float64, err error) {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 		if !healthy {
-			return nil, nil, fmt.Errorf("the collector was not healthy within 10 s (%s)", cfg)
+			return nil, nil, fmt.Errorf("the collector was not healthy within 10 s (%s; run it by hand to see why)", cfg)
 		}
 		if terr != nil {
 			return nil, nil, terr

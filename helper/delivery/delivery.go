@@ -614,15 +614,7 @@ func (d *deliverer) nextBatch(r *bufio.Reader, sig string, carry []byte) (b batc
 				return b, nil, err
 			}
 		}
-		body := bytes.TrimRight(line, "\r\n")
-		items, ok := countItems(sig, body)
-		var part []byte
-		if ok {
-			part, ok = resourceArray(body, resourceKeys[sig])
-		}
-		if ok && len(part) > 0 && len(d.opt.ResourceAttributes) > 0 {
-			part, ok = upsertResourceAttributes(part, d.opt.ResourceAttributes)
-		}
+		items, part, ok := d.opt.linePart(sig, line)
 		if b.lines > 0 && ok && (b.items+items > d.maxItems || b.bytes+int64(len(line)) > d.maxBytes) {
 			return b, line, nil
 		}
@@ -639,6 +631,22 @@ func (d *deliverer) nextBatch(r *bufio.Reader, sig string, carry []byte) (b batc
 			b.parts = append(b.parts, part)
 		}
 	}
+}
+
+// linePart reads one line of sig's file (its newline optional): its
+// items, and its resource array's content (without brackets, empty for
+// none) with ResourceAttributes upserted, as it goes into a request; ok
+// is false when the line is not OTLP-JSON.
+func (o *Options) linePart(sig string, line []byte) (items int64, part []byte, ok bool) {
+	body := bytes.TrimRight(line, "\r\n")
+	items, ok = countItems(sig, body)
+	if ok {
+		part, ok = resourceArray(body, resourceKeys[sig])
+	}
+	if ok && len(part) > 0 && len(o.ResourceAttributes) > 0 {
+		part, ok = upsertResourceAttributes(part, o.ResourceAttributes)
+	}
+	return items, part, ok
 }
 
 // resourceArray is the content of the export request's top-level array
@@ -776,7 +784,7 @@ func (d *deliverer) send(ctx context.Context, sig string, body []byte, items int
 			return 0, 0, err
 		}
 		t0 := time.Now()
-		status, respBody, after, unknown, err := d.post(ctx, target, payload)
+		status, respBody, after, unknown, err := d.opt.post(ctx, target, payload)
 		if err == nil {
 			pos.InFlight = 0
 			d.lastRTT = time.Since(t0)
@@ -846,19 +854,19 @@ func (o *Options) request(sig string, body []byte) (target string, payload []byt
 // an error, and whether the backend may have stored a request it did not
 // answer for (unknown: the connection was made and then failed or timed
 // out). after is the answer's Retry-After.
-func (d *deliverer) post(ctx context.Context, target string, payload []byte) (status int, body []byte, after time.Duration, unknown bool, err error) {
+func (o *Options) post(ctx context.Context, target string, payload []byte) (status int, body []byte, after time.Duration, unknown bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(payload))
 	if err != nil {
 		return 0, nil, 0, false, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if d.opt.Compression == "gzip" {
+	if o.Compression == "gzip" {
 		req.Header.Set("Content-Encoding", "gzip")
 	}
-	for k, v := range d.opt.Headers {
+	for k, v := range o.Headers {
 		req.Header.Set(k, v)
 	}
-	resp, err := d.opt.Client.Do(req)
+	resp, err := o.Client.Do(req)
 	if err != nil {
 		var op *net.OpError
 		dial := errors.As(err, &op) && op.Op == "dial"

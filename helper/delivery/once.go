@@ -1,12 +1,10 @@
 package delivery
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 )
 
 // Answer is the backend's answer to one request of Once.
@@ -22,8 +20,6 @@ type Answer struct {
 	// Message is a partial success's error message, or the start (at
 	// most 200 bytes) of a refusal's body.
 	Message string
-	// Took is the request's time, from its send to its answer.
-	Took time.Duration
 }
 
 // OK reports whether the backend accepted every item.
@@ -56,8 +52,7 @@ func (a Answer) Cause() string {
 // nothing was answered: the options (naming the field), a line that is
 // not OTLP-JSON of signal, no connection, the request's timeout or ctx.
 func Once(ctx context.Context, opt Options, signal string, line []byte) (Answer, error) {
-	key, ok := resourceKeys[signal]
-	if !ok {
+	if _, ok := resourceKeys[signal]; !ok {
 		return Answer{}, fmt.Errorf("signal %q: not traces, metrics or logs", signal)
 	}
 	if err := opt.checkWire(); err != nil {
@@ -67,27 +62,17 @@ func Once(ctx context.Context, opt Options, signal string, line []byte) (Answer,
 		opt.Timeout = DefaultTimeout
 	}
 	opt.client()
-	line = bytes.TrimRight(line, "\r\n")
-	items, ok := countItems(signal, line)
-	var part []byte
-	if ok {
-		part, ok = resourceArray(line, key)
-	}
-	if ok && len(part) > 0 && len(opt.ResourceAttributes) > 0 {
-		part, ok = upsertResourceAttributes(part, opt.ResourceAttributes)
-	}
+	items, part, ok := opt.linePart(signal, line)
 	if !ok {
 		return Answer{}, fmt.Errorf("the %s line is not an OTLP-JSON export request", signal)
 	}
-	b := batch{parts: [][]byte{part}}
-	if len(part) == 0 {
-		b.parts = nil
+	var b batch
+	if len(part) > 0 {
+		b.parts = [][]byte{part}
 	}
 	target, payload := opt.request(signal, b.body(signal))
-	d := &deliverer{opt: opt}
-	start := time.Now()
-	status, body, _, _, err := d.post(ctx, target, payload)
-	a := Answer{Items: items, Status: status, Took: time.Since(start)}
+	status, body, _, _, err := opt.post(ctx, target, payload)
+	a := Answer{Items: items, Status: status}
 	if err != nil {
 		return a, err
 	}

@@ -536,14 +536,7 @@ func (s *supervisor) send(lines []appendedLine, bound time.Duration) (cause stri
 	if t := time.Duration(s.o.ExportTimeoutSeconds) * time.Second; t > 0 {
 		timeout = min(timeout, t)
 	}
-	opt := delivery.Options{
-		Endpoint: s.o.Endpoint, Headers: map[string]string{"Authorization": "Bearer " + s.opt.Token},
-		Compression: "gzip", Timeout: timeout,
-	}
-	if s.o.TokenResourceAttribute {
-		// As the collector's resource/backend_auth (render.BackendAuth).
-		opt.ResourceAttributes = map[string]string{"Authorization": "Bearer " + s.opt.Token}
-	}
+	opt := s.backendRequests(timeout)
 	for _, l := range lines {
 		a, err := delivery.Once(ctx, opt, l.signal, l.line)
 		var ne net.Error

@@ -79,23 +79,34 @@ func (s *supervisor) startFileDelivery() *fileSender {
 	}
 	timeout := time.Duration(s.o.ExportTimeoutSeconds) * time.Second
 	base := http.DefaultTransport.(*http.Transport).Clone()
-	fs.opt = delivery.Options{
-		Dir: dir, Signals: s.signals(), Endpoint: s.o.Endpoint,
-		Headers:     map[string]string{"Authorization": "Bearer " + s.opt.Token},
-		Compression: "gzip", Timeout: timeout, RateCap: float64(s.o.RateCap()),
-		Retry:  delivery.Retry{Initial: time.Second, Max: RetryMax},
-		Client: &http.Client{Timeout: timeout, Transport: &watchTransport{base: base, fs: fs}},
-	}
-	if s.o.TokenResourceAttribute {
-		// As the collector's resource/backend_auth on its backend
-		// pipelines (render.BackendAuth): never in the files.
-		fs.opt.ResourceAttributes = map[string]string{"Authorization": "Bearer " + s.opt.Token}
-	}
+	fs.opt = s.backendRequests(timeout)
+	fs.opt.Dir, fs.opt.Signals, fs.opt.RateCap = dir, s.signals(), float64(s.o.RateCap())
+	fs.opt.Retry = delivery.Retry{Initial: time.Second, Max: RetryMax}
+	fs.opt.Client = &http.Client{Timeout: timeout, Transport: &watchTransport{base: base, fs: fs}}
 	ctx, cancel := context.WithCancel(context.Background())
 	fs.cancel = cancel
 	go fs.run(ctx)
 	s.log.Infof("delivery: the job's files go to the backend %s from the checkpoint %s (rate cap %d items/s)", s.o.Endpoint, delivery.CheckpointFile, s.o.RateCap())
 	return fs
+}
+
+// backendRequests are the job's requests to its backend, as the
+// collector's backend exporter would make them: the endpoint, the backend
+// token as a bearer header, gzip, timeout per request, and with
+// otel.token_resource_attribute the token as a resource attribute too (as
+// the collector's resource/backend_auth on its backend pipelines,
+// render.BackendAuth: never in the files). The files' sender and the
+// drain's delivery (deliver) both send with them.
+func (s *supervisor) backendRequests(timeout time.Duration) delivery.Options {
+	bearer := "Bearer " + s.opt.Token
+	opt := delivery.Options{
+		Endpoint: s.o.Endpoint, Headers: map[string]string{"Authorization": bearer},
+		Compression: "gzip", Timeout: timeout,
+	}
+	if s.o.TokenResourceAttribute {
+		opt.ResourceAttributes = map[string]string{"Authorization": bearer}
+	}
+	return opt
 }
 
 // pass is one delivery pass to the files' end; when it answered every

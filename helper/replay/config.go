@@ -138,13 +138,6 @@ const globChars = "*?[]{}\\"
 // collector's own metrics on 127.0.0.1:telemetryPort. Errors: no files, a
 // path with glob characters, an empty endpoint or a bad token variable.
 func Config(files []File, b *Backend, endpoint, tokenEnv string, telemetryPort int) ([]byte, error) {
-	return collectorConfig(files, b, endpoint, tokenEnv, telemetryPort, 0)
-}
-
-// collectorConfig is Config; once > 0 makes one attempt within once (Send's Once):
-// the exporter's retries and sending queue off, its timeout at most once,
-// the files polled every OncePoll.
-func collectorConfig(files []File, b *Backend, endpoint, tokenEnv string, telemetryPort int, once time.Duration) ([]byte, error) {
 	if endpoint == "" {
 		return nil, errors.New("--endpoint: no endpoint")
 	}
@@ -164,9 +157,6 @@ func collectorConfig(files []File, b *Backend, endpoint, tokenEnv string, teleme
 			"include_file_name": false,
 			"max_log_size":      f.MaxLine + 1<<20,
 			"poll_interval":     "200ms",
-		}
-		if once > 0 {
-			receivers[id].(map[string]any)["poll_interval"] = OncePoll.String()
 		}
 		bySig[f.Signal] = append(bySig[f.Signal], id)
 	}
@@ -188,15 +178,6 @@ func collectorConfig(files []File, b *Backend, endpoint, tokenEnv string, teleme
 		}
 	}
 	exp["sending_queue"] = nq
-	if once > 0 {
-		exp["sending_queue"] = map[string]any{"enabled": false}
-		exp["retry_on_failure"] = map[string]any{"enabled": false}
-		t := once
-		if d, err := time.ParseDuration(fmt.Sprint(exp["timeout"])); err == nil && d > 0 && d < t {
-			t = d
-		}
-		exp["timeout"] = t.String()
-	}
 	var procs []string
 	processors := map[string]any{}
 	if b.Auth {

@@ -80,7 +80,7 @@ func ScanAppended(dirs []string, tmp string, force bool, out io.Writer) (files [
 			if err != nil {
 				return nil, 0, fmt.Errorf("%s: the line the receipt lists at offset %d: %w", src, a.Offset, err)
 			}
-			f, err := LineFile(tmp, len(files), strings.TrimSuffix(a.File, ".jsonl"), line)
+			f, err := lineFile(tmp, len(files), strings.TrimSuffix(a.File, ".jsonl"), line)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -91,10 +91,10 @@ func ScanAppended(dirs []string, tmp string, force bool, out io.Writer) (files [
 	return files, delivered, nil
 }
 
-// LineFile writes line (one OTLP-JSON line of signal sig, its newline
-// included) to tmp/appended-<i>.<sig>.jsonl and counts it: a File for
-// Send. Errors: the file system's.
-func LineFile(tmp string, i int, sig string, line []byte) (File, error) {
+// lineFile writes line (one OTLP-JSON line of signal sig, its newline
+// included) to tmp/appended-<i>.<sig>.jsonl and counts it: a File to
+// send. Errors: the file system's.
+func lineFile(tmp string, i int, sig string, line []byte) (File, error) {
 	p := filepath.Join(tmp, fmt.Sprintf("appended-%d.%s", i, jobdir.SignalFile(sig)))
 	if err := os.WriteFile(p, line, 0o600); err != nil {
 		return File{Path: p, Signal: sig}, err

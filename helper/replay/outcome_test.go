@@ -123,20 +123,9 @@ func TestRunAppendedAllDelivered(t *testing.T) {
 	}
 }
 
-// Once (the supervisor's delivery): the exporter makes one attempt, no
-// queue, its timeout within the bound; the backend's HTTP status is read
-// from the exporter's error.
-func TestOnceConfigAndStatus(t *testing.T) {
-	b := &Backend{Exporter: map[string]any{"timeout": "5s", "retry_on_failure": map[string]any{"enabled": true}}}
-	y, err := collectorConfig([]File{{Path: "/r/traces.jsonl", Signal: "traces"}}, b, "http://127.0.0.1:9", "OTEL_TOKEN", 4242, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"retry_on_failure:\n            enabled: false", "sending_queue:\n            enabled: false", "timeout: 2s", "poll_interval: 25ms"} {
-		if !strings.Contains(string(y), want) {
-			t.Errorf("once config lacks %q:\n%s", want, y)
-		}
-	}
+// TestHTTPStatus: the backend's HTTP status is read from the exporter's
+// error; none without one.
+func TestHTTPStatus(t *testing.T) {
 	if s := HTTPStatus("Exporting failed: error exporting items, request to http://x/v1/traces responded with HTTP Status Code 503, Message=busy"); s != 503 {
 		t.Errorf("status %d, want 503", s)
 	}

@@ -8,10 +8,7 @@
 // the caller names both. The file receiver never finishes by itself;
 // Run decides from the collector's own counters that everything was read
 // (accepted + refused = the items of each file) and sent (sent + failed =
-// the items, the sending queue empty), then stops the collector. Send is
-// that sending alone: the one sender of OTLP-JSON lines, which the
-// supervisor also uses (with Once: one attempt, bounded) to deliver the
-// line it appends after the collector's exit.
+// the items, the sending queue empty), then stops the collector.
 package replay
 
 import (
@@ -127,10 +124,6 @@ type Result struct {
 	Done bool
 	// Took is the replay's duration.
 	Took time.Duration
-	// CollectorMaxRSS is the sending collector's peak resident set in KiB
-	// (its ru_maxrss, read once it was reaped; 0 when it did not start or
-	// the result was returned before its exit).
-	CollectorMaxRSS int64
 	// Cause is the backend exporter's last failure, in one line, from the
 	// collector's log ("" when it logged none).
 	Cause string
@@ -492,7 +485,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		res.Done, res.Took = true, time.Since(start)
 		return res, nil
 	}
-	return sendResult(send(ctx, SendOptions{
+	return sendResult(send(ctx, sendOptions{
 		Files: files, Backend: be, Endpoint: endpoint, TokenEnv: tokenEnv, Token: token, Binary: opt.Binary,
 		WorkDir: tmp, Timeout: opt.Timeout, Progress: opt.Progress, Out: opt.Out,
 	}, res, start))
@@ -507,8 +500,8 @@ func sendResult(res *Result, started bool, err error) (*Result, error) {
 	return res, err
 }
 
-// SendOptions configure Send: what to send, where, and how long.
-type SendOptions struct {
+// sendOptions configure send: what to send, where, and how long.
+type sendOptions struct {
 	// Files are the OTLP-JSON files to send whole (counted: Scan,
 	// ScanAppended, CountFile).
 	Files []File
@@ -527,26 +520,6 @@ type SendOptions struct {
 	// progress lines on Out (0: DefaultProgress; nil Out: none).
 	Timeout, Progress time.Duration
 	Out               io.Writer
-	// Once makes one attempt: the exporter's retries and sending queue
-	// off, its timeout within Timeout, the counters read every
-	// OncePoll, the collector killed as soon as everything was sent or
-	// failed (the supervisor's delivery at the drain).
-	Once bool
-}
-
-// OncePoll is how often Send reads the collector's counters with Once.
-const OncePoll = 25 * time.Millisecond
-
-// Send sends opt.Files to opt.Endpoint with the collector's own file
-// receiver and OTLP/HTTP exporter, the one sender of OTLP-JSON lines of
-// both `replay` and the supervisor's delivery of the lines it appends
-// after the collector's exit. The collector is stopped on every path.
-// Errors: the endpoint cannot be used or reached, the collector could not
-// start or exited, ctx ended or Timeout passed (the result then holds
-// what the counters said). A result whose OK is false without an error
-// means the backend refused or lost data; its Cause says why.
-func Send(ctx context.Context, opt SendOptions) (*Result, error) {
-	return sendResult(send(ctx, opt, newResult(opt.Endpoint, opt.TokenEnv, opt.Files), time.Now()))
 }
 
 // newResult is a result with the totals of files counted.
@@ -567,9 +540,15 @@ func newResult(endpoint, tokenEnv string, files []File) *Result {
 	return res
 }
 
-// send is Send filling res (its totals counted by the caller), timed from
-// start; started reports whether the collector was started.
-func send(ctx context.Context, opt SendOptions, res *Result, start time.Time) (_ *Result, started bool, err error) {
+// send sends opt.Files to opt.Endpoint with the collector's own file
+// receiver and OTLP/HTTP exporter, filling res (its totals counted by the
+// caller), timed from start; started reports whether the collector was
+// started. The collector is stopped on every path. Errors: the endpoint
+// cannot be used or reached, the collector could not start or exited, ctx
+// ended or Timeout passed (the result then holds what the counters said).
+// A result whose OK is false without an error means the backend refused
+// or lost data; its Cause says why.
+func send(ctx context.Context, opt sendOptions, res *Result, start time.Time) (_ *Result, started bool, err error) {
 	if opt.Timeout == 0 {
 		opt.Timeout = DefaultTimeout
 	}
@@ -588,13 +567,7 @@ func send(ctx context.Context, opt SendOptions, res *Result, start time.Time) (_
 	if err != nil {
 		return res, false, err
 	}
-	every, settle := poll, 2
-	var once time.Duration
-	if opt.Once {
-		every, settle = OncePoll, 1
-		once = opt.Timeout
-	}
-	cfg, err := collectorConfig(opt.Files, opt.Backend, opt.Endpoint, opt.TokenEnv, port, once)
+	cfg, err := Config(opt.Files, opt.Backend, opt.Endpoint, opt.TokenEnv, port)
 	if err != nil {
 		return res, false, err
 	}
@@ -606,14 +579,11 @@ func send(ctx context.Context, opt SendOptions, res *Result, start time.Time) (_
 	if err != nil {
 		return res, false, err
 	}
-	defer func() {
-		killCollector(c)
-		res.CollectorMaxRSS = maxRSS(c)
-	}()
+	defer killCollector(c)
 	defer func() { res.Cause, res.Refusals, res.Silences = exportFailures(logPath) }()
 	fmt.Fprintf(opt.Out, "replay: %d file(s) to %s (collector pid %d)\n", len(opt.Files), res.Endpoint, c.Cmd.Process.Pid)
 
-	tick := time.NewTicker(every)
+	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	lastProgress := time.Now()
 	stable := 0
@@ -661,12 +631,10 @@ func send(ctx context.Context, opt SendOptions, res *Result, start time.Time) (_
 			stable = 0
 		}
 		prev = state
-		if done && queue == 0 && stable >= settle {
+		if done && queue == 0 && stable >= 2 {
 			res.Done = true
 			res.Took = time.Since(start)
-			if !opt.Once {
-				c.StopGroup(stopBound, false)
-			}
+			c.StopGroup(stopBound, false)
 			return res, true, nil
 		}
 		if time.Since(lastProgress) >= opt.Progress {
@@ -761,18 +729,6 @@ func killCollector(c *proc.Child) {
 		c.KillGroup()
 		<-c.Exited()
 	}
-}
-
-// maxRSS is the exited child's peak resident set in KiB (ru_maxrss; 0
-// while it runs or when not known).
-func maxRSS(c *proc.Child) int64 {
-	if c.Running() || c.Cmd.ProcessState == nil {
-		return 0
-	}
-	if ru, ok := c.Cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		return ru.Maxrss
-	}
-	return 0
 }
 
 // collectorStatus is the status in dir/state.json ("" when there is none

@@ -501,35 +501,44 @@ func (s *supervisor) deliver(lines []appendedLine, bound time.Duration) {
 	case bound < 100*time.Millisecond:
 		cause = fmt.Sprintf("no time left within the epilog's wait for the drain (%v): not sent", bound.Round(time.Millisecond))
 	}
-	set := func(cause string, status int) {
+	if cause != "" {
 		for _, l := range lines {
 			a := &s.appended[l.index]
-			a.Delivered, a.HTTPStatus, a.Cause = cause == "", status, cause
+			a.Delivered, a.HTTPStatus, a.Cause = false, 0, cause
 		}
-	}
-	if cause != "" {
-		set(cause, 0)
 		s.log.Infof("the appended phase spans: %s", cause)
 		return
 	}
-	cause, status := s.send(lines, bound)
-	if cause == "" {
-		set("", 0)
+	failed := ""
+	for i, c := range s.send(lines, bound) {
+		a := &s.appended[lines[i].index]
+		a.Delivered, a.HTTPStatus, a.Cause = c.cause == "", c.status, c.cause
+		if c.cause != "" && failed == "" {
+			failed = c.cause
+		}
+	}
+	if failed == "" {
 		s.log.Infof("the appended lines (%d) delivered to the backend %s in %d ms (one request each, no second collector)", len(lines), s.o.Endpoint, time.Since(start).Milliseconds())
 		return
 	}
-	set(cause, status)
 	s.log.Warnf("the appended phase spans were not delivered to the backend: attempt of %d ms (bound %v): %s; `gym-otel-spank replay --appended` sends them",
-		time.Since(start).Milliseconds(), bound, cause)
-	appendLog(s.logPath, "gym-otel: the appended phase spans were not delivered to the backend: "+cause)
+		time.Since(start).Milliseconds(), bound, failed)
+	appendLog(s.logPath, "gym-otel: the appended phase spans were not delivered to the backend: "+failed)
 }
 
-// send is deliver's one attempt, the lines in order, each in one request
-// within what is left of bound: "" when the backend accepted every item
-// of every line, else why not (in one line) and the HTTP status the
-// backend answered with (0: no answer). It stops at the first line not
-// taken.
-func (s *supervisor) send(lines []appendedLine, bound time.Duration) (cause string, status int) {
+// lineOutcome is one appended line's delivery: cause is "" when the
+// backend accepted every item, else why not (one line); status is the
+// HTTP status the backend answered with (0: no answer).
+type lineOutcome struct {
+	cause  string
+	status int
+}
+
+// send is deliver's one attempt: each line in one request of its own, in
+// order, within what is left of bound (a request also within the job's
+// export timeout), and each line's outcome, so that a line the backend
+// took is never marked for `replay --appended` to send again.
+func (s *supervisor) send(lines []appendedLine, bound time.Duration) []lineOutcome {
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	timeout := bound
@@ -537,24 +546,25 @@ func (s *supervisor) send(lines []appendedLine, bound time.Duration) (cause stri
 		timeout = min(timeout, t)
 	}
 	opt := s.backendRequests(timeout)
-	for _, l := range lines {
+	out := make([]lineOutcome, len(lines))
+	for i, l := range lines {
 		a, err := delivery.Once(ctx, opt, l.signal, l.line)
 		var ne net.Error
 		var op *net.OpError
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return fmt.Sprintf("no answer from the backend within %v", bound.Round(time.Millisecond)), 0
+			out[i].cause = fmt.Sprintf("no answer from the backend within %v", bound.Round(time.Millisecond))
 		case err != nil && errors.As(err, &ne) && ne.Timeout():
-			return fmt.Sprintf("no answer from the backend within %v (the request's timeout)", timeout.Round(time.Millisecond)), 0
+			out[i].cause = fmt.Sprintf("no answer from the backend within %v (the request's timeout)", timeout.Round(time.Millisecond))
 		case err != nil && errors.As(err, &op) && op.Op == "dial":
-			return oneLine(fmt.Sprintf("the backend %s cannot be reached: %v", s.o.Endpoint, op.Err)), 0
+			out[i].cause = oneLine(fmt.Sprintf("the backend %s cannot be reached: %v", s.o.Endpoint, op.Err))
 		case err != nil:
-			return oneLine(err.Error()), 0
+			out[i].cause = oneLine(err.Error())
 		case !a.OK():
-			return oneLine(a.Cause()), a.Status
+			out[i].cause, out[i].status = oneLine(a.Cause()), a.Status
 		}
 	}
-	return "", 0
+	return out
 }
 
 // oneLine cuts a cause to 300 bytes.

@@ -3,6 +3,9 @@ package supervise_test
 import (
 	"fmt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -198,5 +201,45 @@ func TestCollectorDrainSpansDelivered(t *testing.T) {
 				t.Errorf("summary %q", rc.Summary())
 			}
 		})
+	}
+}
+
+// TestDrainDeliveryPerLine: each appended line is its own request and has
+// its own outcome in the receipt: a backend that takes traces and refuses
+// metrics (400) leaves the traces line delivered (so that `replay
+// --appended` never sends it twice) and the metrics line not, with the
+// status and the backend's words.
+func TestDrainDeliveryPerLine(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/v1/metrics" {
+			http.Error(w, "metrics refused here", http.StatusBadRequest)
+			return
+		}
+		io.WriteString(w, `{}`)
+	}))
+	defer srv.Close()
+	rec := filepath.Join(harness.SharedDir(t), "record")
+	if err := os.WriteFile(rec, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := harness.StartSup(t, harness.Job{JobID: "8485", Record: rec, Endpoint: srv.URL, Token: "per-line", Site: "  delivery: collector\n"}).MustReady(t)
+	time.Sleep(time.Second)
+	if _, err := s.Drain(t, 2*time.Minute); err != nil {
+		t.Fatalf("drain: %v\n%s", err, s.Output())
+	}
+	rc, err := receipt.Read(s.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rc.Appended) != 2 || rc.Appended[0].File != "traces.jsonl" || rc.Appended[1].File != "metrics.jsonl" {
+		t.Fatalf("receipt appended %+v: want the traces.jsonl line and the metrics.jsonl line", rc.Appended)
+	}
+	if a := rc.Appended[0]; !a.Delivered || a.Cause != "" || a.HTTPStatus != 0 {
+		t.Errorf("the traces line, which the backend took: %+v, want delivered", a)
+	}
+	if a := rc.Appended[1]; a.Delivered || a.HTTPStatus != 400 || !strings.Contains(a.Cause, "HTTP 400 Bad Request: metrics refused here") {
+		t.Errorf("the metrics line, which the backend refused: %+v, want not delivered, 400 and the backend's words", a)
 	}
 }

@@ -553,7 +553,9 @@ func (s *supervisor) send(lines []appendedLine, bound time.Duration) []lineOutco
 		var op *net.OpError
 		switch {
 		case err != nil && ctx.Err() != nil:
-			out[i].cause = fmt.Sprintf("no answer from the backend within %v", bound.Round(time.Millisecond))
+			// The bound is what the drain's wait has left (2 s less a
+			// few ms): said to a tenth of a second.
+			out[i].cause = fmt.Sprintf("no answer from the backend within %v", bound.Round(100*time.Millisecond))
 		case err != nil && errors.As(err, &ne) && ne.Timeout():
 			out[i].cause = fmt.Sprintf("no answer from the backend within %v (the request's timeout)", timeout.Round(time.Millisecond))
 		case err != nil && errors.As(err, &op) && op.Op == "dial":

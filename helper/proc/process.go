@@ -19,13 +19,17 @@ import (
 const cleanSignalsEnv = "GYM_OTEL_SIGNALS_CLEARED"
 
 // ClearSignals makes sure this process, and so every child it starts, runs
-// with an empty signal mask and no ignored signals. A process started under
-// slurmstepd or srun inherits a blocked SIGTERM, and Go restores the mask it
-// started with in every child it forks, so the only way to clear it for the
-// children is to re-exec this program from a thread whose mask is cleared
-// (execve keeps the calling thread's mask; handlers reset, SIG_IGN stays
-// unless un-ignored first). It returns only when nothing needed clearing or
-// the re-exec failed; on success the process image is replaced.
+// with an empty signal mask and no ignored signals. An ignored signal is
+// set back to its default action in place (SIG_IGN survives fork and
+// execve; the raw system call, as os/signal cannot touch 32 and 33, which
+// glibc reserves: the plugin's prolog hands the supervisor 32 ignored).
+// A blocked one needs more: a process started under slurmstepd or srun
+// inherits a blocked SIGTERM, and Go restores the mask it started with in
+// every child it forks, so the only way to clear it for the children is
+// to re-exec this program from a thread whose mask is cleared (execve
+// keeps the calling thread's mask). It returns when nothing needed
+// clearing, when only ignored signals did, or when the re-exec failed; on
+// a re-exec's success the process image is replaced.
 func ClearSignals() error {
 	blocked, ignored, err := procSignals("self")
 	if err != nil || (blocked == 0 && ignored == 0) {
@@ -34,10 +38,6 @@ func ClearSignals() error {
 	if os.Getenv(cleanSignalsEnv) != "" {
 		return fmt.Errorf("signals still blocked (%#x) or ignored (%#x) after re-exec", blocked, ignored)
 	}
-	runtime.LockOSThread()
-	// SIG_IGN survives execve; set those signals back to SIG_DFL with the
-	// raw system call (os/signal cannot touch 32 and 33, which glibc
-	// reserves and a parent may still have ignored).
 	for s := 1; s <= 64; s++ {
 		if ignored&(1<<(s-1)) == 0 || s == int(syscall.SIGKILL) || s == int(syscall.SIGSTOP) {
 			continue
@@ -46,6 +46,13 @@ func ClearSignals() error {
 			return fmt.Errorf("signal %d: %w", s, err)
 		}
 	}
+	if blocked == 0 {
+		if _, ignored, err = procSignals("self"); err == nil && ignored != 0 {
+			err = fmt.Errorf("signals still ignored (%#x)", ignored)
+		}
+		return err
+	}
+	runtime.LockOSThread()
 	var empty unix.Sigset_t
 	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &empty, nil); err != nil {
 		return err

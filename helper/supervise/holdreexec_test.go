@@ -12,11 +12,12 @@ import (
 
 // TestHoldSurvivesSignalReexec: a supervisor started with ignored signals
 // (a slurmd started from a shell's background job passes SIG_IGN for
-// SIGINT and SIGQUIT on to its prologs) re-executes itself to clear them
-// (proc.ClearSignals); the control socket's listener it was handed must
-// survive that re-exec and be served. Before, the listener was taken
-// first and lost in the re-exec: every job of such a node ran without its
-// phase spans and with the full final-scrape wait.
+// SIGINT and SIGQUIT on to its prologs) clears them (proc.ClearSignals:
+// in place, or by a re-exec where signals are blocked too); the control
+// socket's listener it was handed must survive that and be served.
+// Before, the listener was taken first and lost in the re-exec: every
+// job of such a node ran without its phase spans and with the full
+// final-scrape wait.
 func TestHoldSurvivesSignalReexec(t *testing.T) {
 	dir := harness.SharedDir(t)
 	rec := filepath.Join(dir, "record")

@@ -611,6 +611,32 @@ func TestSignalsCleared(t *testing.T) {
 	assertAllParse(t, s.Out)
 }
 
+// TestIgnoredSignalsClearedInPlace: started with SIGHUP ignored and
+// nothing blocked (as the plugin's prolog starts it: signal 32 ignored),
+// the supervisor sets the ignored signal back to its default in place,
+// without re-executing itself (a second start of the program), and the
+// collector runs with no ignored signal.
+func TestIgnoredSignalsClearedInPlace(t *testing.T) {
+	t.Parallel()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		testenv.Missing(t, "python3")
+	}
+	wrap := []string{py, "-c", "import os, signal, sys\n" +
+		"signal.signal(signal.SIGHUP, signal.SIG_IGN)\n" +
+		"os.execv(sys.argv[1], sys.argv[1:])\n"}
+	s := harness.StartSup(t, harness.Job{JobID: "4712", Wrap: wrap}).MustReady(t)
+	assertSignalsClear(t, s.Report.CollectorPID)
+	assertSignalsClear(t, s.Cmd.Process.Pid)
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", s.Cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(env), "GYM_OTEL_SIGNALS_CLEARED=") {
+		t.Errorf("the supervisor re-executed itself for an ignored signal alone")
+	}
+}
+
 // TestRunsAsUser: started as root with --user, the collector and every file
 // are the user's.
 func TestRunsAsUser(t *testing.T) {

@@ -217,15 +217,32 @@ add rule inet %[1]s input ip daddr 127.0.0.1 tcp flags & (syn | ack) == syn tcp 
 `, Table, Priority)
 }
 
+// TableScript is the nft script that makes the node's table (when new)
+// and sets its base chains' one rule each: EnsureTable's.
+func TableScript() string { return tableScript() }
+
 // AddScript is the nft script that installs j's rules: the table (when
-// new), j's two chains and j's ports in the two maps, one transaction.
-// Errors: j not nameable (check).
+// new, its base chains' rules set again), j's two chains and j's ports in
+// the two maps, one transaction. Errors: j not nameable (check).
 func AddScript(j Job) (string, error) {
+	js, err := JobScript(j)
+	if err != nil {
+		return "", err
+	}
+	return tableScript() + js, nil
+}
+
+// JobScript is the nft script that installs j's rules in the node's table
+// as it is: j's two chains and j's ports in the two maps, one transaction
+// that fails where the table or its maps are not there. It leaves the
+// base chains alone: setting their rules again, as AddScript does, makes
+// the kernel's commit wait for its readers (15-20 ms measured on an idle
+// node, against 5 ms for this script). Errors: j not nameable (check).
+func JobScript(j Job) (string, error) {
 	if err := j.check(); err != nil {
 		return "", err
 	}
 	var b strings.Builder
-	b.WriteString(tableScript())
 	out, in := j.Chain("out"), j.Chain("in")
 	fmt.Fprintf(&b, "add chain inet %s %s\n", Table, out)
 	fmt.Fprintf(&b, "flush chain inet %s %s\n", Table, out)
@@ -310,15 +327,23 @@ func runNft(ctx context.Context, path, stdin string, args ...string) ([]byte, er
 	return stdout.Bytes(), nil
 }
 
-// Install installs j's rules with run. A port of j still in the maps (a
-// job whose epilog could not remove its rules: the port is j's now, as
-// its collector holds it) is removed and the install tried once more.
-// Errors: the install's.
+// Install installs j's rules with run: into the node's table as it is
+// (JobScript), else with the table made or set again (AddScript: the
+// node's first job, a table someone removed). A port of j still in the
+// maps (a job whose epilog could not remove its rules: the port is j's
+// now, as its collector holds it) is removed and the install tried once
+// more. The base chains' rules of a table that is there are not set
+// again: EnsureTable does that, beside the job's start. Errors: the
+// install's.
 func Install(ctx context.Context, run Runner, j Job) error {
-	script, err := AddScript(j)
+	js, err := JobScript(j)
 	if err != nil {
 		return err
 	}
+	if run(ctx, js) == nil {
+		return nil
+	}
+	script := tableScript() + js
 	err = run(ctx, script)
 	if err == nil {
 		return nil
@@ -332,6 +357,15 @@ func Install(ctx context.Context, run Runner, j Job) error {
 		return fmt.Errorf("%w (and after removing stale entries of its ports: %v)", err, err2)
 	}
 	return nil
+}
+
+// EnsureTable makes the node's table with run when it is not there and
+// sets its base chains' one rule each again (TableScript), one
+// transaction: a base chain whose rule someone removed sends the job's
+// ports to their chains again. The jobs' chains and the maps' entries are
+// kept. Errors: nft's.
+func EnsureTable(ctx context.Context, run Runner) error {
+	return run(ctx, tableScript())
 }
 
 // Remove removes j's rules with run: one transaction, else statement by

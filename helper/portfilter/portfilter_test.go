@@ -144,6 +144,59 @@ func TestAddScript(t *testing.T) {
 	}
 }
 
+// TestInstallOrder: a job's install into the node's table as it is runs
+// the job's part alone (no base chain set again, which makes the kernel's
+// commit wait); where that fails (no table) the table's part goes first,
+// in the same transaction; a stale port of the job is removed and the
+// whole install tried once more. EnsureTable sets the base chains' rules
+// again and touches no job's.
+func TestInstallOrder(t *testing.T) {
+	j := portfilter.Job{ID: 42, Cluster: "c1", Node: "gn1", UID: 2001, Ports: []int{40001}, Group: "unified/gym_otel/c/n1/job_42", Level: 4}
+	for _, c := range []struct {
+		name  string
+		fails int // runs that fail first
+		want  []string
+	}{
+		{"table there", 0, []string{"job"}},
+		{"no table", 1, []string{"job", "table+job"}},
+		{"a stale port", 2, []string{"job", "table+job", "delete", "delete", "table+job"}},
+	} {
+		var runs []string
+		run := func(_ context.Context, script string) error {
+			kind := "job"
+			switch {
+			case strings.HasPrefix(script, "delete element"):
+				kind = "delete"
+			case strings.Contains(script, "add table"):
+				kind = "table+job"
+				if !strings.Contains(script, "add chain inet gym_otel job_42_") {
+					kind = "table"
+				}
+			case strings.Contains(script, "flush chain inet gym_otel output") || strings.Contains(script, "flush chain inet gym_otel input"):
+				kind = "job with the base chains flushed"
+			}
+			runs = append(runs, kind)
+			if len(runs) <= c.fails && kind != "delete" {
+				return fmt.Errorf("nft: exit status 1: No such file or directory")
+			}
+			return nil
+		}
+		if err := portfilter.Install(context.Background(), run, j); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		if strings.Join(runs, ",") != strings.Join(c.want, ",") {
+			t.Errorf("%s: runs %v, want %v", c.name, runs, c.want)
+		}
+	}
+	var got string
+	if err := portfilter.EnsureTable(context.Background(), func(_ context.Context, script string) error { got = script; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "flush chain inet gym_otel output\n") || !strings.Contains(got, "add rule inet gym_otel output ip daddr 127.0.0.1 tcp dport vmap @out_ports\n") || strings.Contains(got, "job_") {
+		t.Errorf("EnsureTable's script:\n%s", got)
+	}
+}
+
 func TestGroupName(t *testing.T) {
 	for _, c := range []struct {
 		dir, mount, name string

@@ -96,6 +96,10 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	// only, never reopened by path.
 	energy, energyErr := supervise.InheritedEnergyZones(os.Getenv(launch.EnvHostEnergy))
 	os.Unsetenv(launch.EnvHostEnergy)
+	// The gate root opens once the job's packet filter is in (its ports
+	// are bound only then), taken likewise.
+	gate, gateErr := supervise.InheritedGate(os.Getenv(launch.EnvGateFD))
+	os.Unsetenv(launch.EnvGateFD)
 	// The node's hwmon power meter, where the prolog chose it: read by
 	// path, as this process's user (its files are world-readable).
 	hostHwmon := os.Getenv(launch.EnvHostPower) == launch.HostPowerHwmon
@@ -115,7 +119,15 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	if notDumpableErr != nil {
 		logrus.Warnf("not dumpable: %v (the job's tasks can read this process's memory)", notDumpableErr)
 	}
-	opt := supervise.Options{MainStart: mainStart, ControlListener: hold, HostEnergy: energy, HostHwmon: hostHwmon}
+	opt := supervise.Options{MainStart: mainStart, ControlListener: hold, HostEnergy: energy, HostHwmon: hostHwmon, Gate: gate}
+	if gateErr != nil {
+		// Root's gate handed down but not usable: no port is bound
+		// without it.
+		if *fromEnv && syscall.Fstat(launch.ReadinessFD, new(syscall.Stat_t)) == nil {
+			launch.WriteReadiness(os.NewFile(launch.ReadinessFD, "report"), launch.Readiness{Status: launch.StatusFailed, Error: gateErr.Error(), SupervisorPID: os.Getpid()})
+		}
+		return gateErr
+	}
 	if energyErr != nil {
 		logrus.Warnf("host energy: %v", energyErr)
 	}

@@ -31,8 +31,10 @@ type supervisor struct {
 // groups; proc.StartAsUser: its own session, no_new_privs, no descriptor
 // of this process, oom_score_adj 0), with exactly env, fd 3 the write end
 // of the readiness pipe and fd 4 the control socket's listener hold when not
-// nil (launch.ControlListenerFD), then the node's RAPL zones' energy_uj
-// (read-only; named with their descriptors in launch.EnvHostEnergy), born inside group g when not nil
+// nil (launch.ControlListenerFD), then the gate's read end when not nil
+// (named with its descriptor in launch.EnvGateFD), then the node's RAPL
+// zones' energy_uj (read-only; named with their descriptors in
+// launch.EnvHostEnergy), born inside group g when not nil
 // (cgroup.Group.StartInside): on v2 placed there by clone3
 // (CLONE_INTO_CGROUP), on v1 forked by a thread of its own that alone
 // joins g around the fork and is discarded after; this process never
@@ -40,7 +42,7 @@ type supervisor struct {
 // or anything it starts, is outside it. A thread that cannot leave g
 // again fails the start. The supervisor lowers its resource limits to the
 // node's ordinary ones itself, first thing (see proc.LowerToNodeLimits).
-func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32, g *cgroup.Group, hold *os.File, energy []launch.EnergyZone) (*supervisor, error) {
+func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32, g *cgroup.Group, hold, gate *os.File, energy []launch.EnergyZone) (*supervisor, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -53,10 +55,15 @@ func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32,
 	if hold != nil {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, hold) // fd 4 = launch.ControlListenerFD
 	}
+	cmd.Env = append([]string(nil), env...)
+	if gate != nil {
+		cmd.Env = append(cmd.Env, launch.EnvGateFD+"="+launch.FormatGateFD(launch.ReadinessFD+len(cmd.ExtraFiles)))
+		cmd.ExtraFiles = append(cmd.ExtraFiles, gate)
+	}
 	if len(energy) > 0 {
 		// Read-only descriptors the supervisor reads and never reopens:
 		// named in its environment with the descriptor each lands on.
-		cmd.Env = append(append([]string(nil), env...), launch.EnvHostEnergy+"="+launch.FormatEnergyZones(energy, launch.ReadinessFD+len(cmd.ExtraFiles)))
+		cmd.Env = append(cmd.Env, launch.EnvHostEnergy+"="+launch.FormatEnergyZones(energy, launch.ReadinessFD+len(cmd.ExtraFiles)))
 		for _, z := range energy {
 			cmd.ExtraFiles = append(cmd.ExtraFiles, z.File)
 		}

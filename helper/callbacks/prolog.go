@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -18,6 +19,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/portfilter"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
@@ -102,8 +104,23 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	if err != nil {
 		return err
 	}
-	tidyNode(ctx, in, node, slurmBounds, log)
-	clock.mark("tidy")
+	// The node's housekeeping runs beside the collector's start, not
+	// before it (it concerns other jobs only), once the supervisor is
+	// forked and its gate open; the prolog returns once it ends.
+	tidied := make(chan time.Duration, 1)
+	tidy := func() {
+		t0 := time.Now()
+		tidyNode(ctx, in, node, slurmBounds, log)
+		tidied <- time.Since(t0)
+	}
+	var tidyTook time.Duration
+	var tidyOnce sync.Once
+	defer func() {
+		if tidyTook == 0 {
+			tidyOnce.Do(func() { go tidy() })
+			<-tidied
+		}
+	}()
 	rec := &record.Record{Status: record.StatusFailed, OnFailure: "continue", UID: in.UID}
 	fail := func(err error) error {
 		// A failed record carries no task env: nothing of what failed
@@ -163,12 +180,14 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	}
 	env = append(env, launch.EnvReceiverToken+"="+token)
 	st := &launchState{in: in, dir: dir, rec: rec, resolved: resolved, facts: facts, token: token, controlPath: controlPath, node: node, log: log}
+	defer st.tableDone()
 	st.energy = hostEnergy(in, node, log)
 	if hostHwmon(in.Args.HostPower, st.energy) {
 		env = append(env, launch.EnvHostPower+"="+launch.HostPowerHwmon)
 	}
 	defer closeZones(st.energy) // after the launch: the supervisor's copies serve on
 	clock.mark("facts+env")
+	st.beside = func() { tidyOnce.Do(func() { go tidy() }) }
 	sup, rep, err := st.start(ctx, env, groups, hold, timeout, clock)
 	if hold != nil {
 		hold.Close() // the supervisor's copy alone: once it ends, connects are refused
@@ -189,6 +208,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return fail(err)
 	}
 	clock.mark("record")
+	tidyTook = max(<-tidied, time.Nanosecond)
 	group := st.group
 	where := "no cgroup"
 	if group != nil {
@@ -196,8 +216,8 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	}
 	log.Infof("job %d: collector ready on %s (supervisor pid %d, OTLP http 127.0.0.1:%d, output %s, %d ms, %s)",
 		in.JobID, node, sup.pid, rep.Ports.OTLPHTTP, rep.OutputDir, rep.ReadyMillis, where)
-	log.Debugf("job %d: start steps on %s in ms: prolog %s; supervisor %s",
-		in.JobID, node, clock, record.UserText(rep.Steps, 256))
+	log.Debugf("job %d: start steps on %s in ms: prolog %s; supervisor %s; beside them the node's housekeeping %d",
+		in.JobID, node, clock, record.UserText(rep.Steps, 256), tidyTook.Milliseconds())
 	return nil
 }
 
@@ -369,6 +389,27 @@ type launchState struct {
 	// energy are the node's RAPL zones root opened for the supervisor
 	// (host_power=rapl; nil: none).
 	energy []launch.EnergyZone
+	// beside, when not nil, starts what runs beside the collector's
+	// start (the node's housekeeping) once the supervisor is forked and
+	// its gate open: not before, where its forks would wait for the
+	// supervisor's, and its CPU delay it. Idempotent.
+	beside func()
+	// tableSet, when not nil, ends with the node's table set again
+	// (portfilter.EnsureTable), begun once the job's rules went in.
+	tableSet chan error
+}
+
+// tableDone waits for the node's table to be set again, if that began,
+// and logs its failure: the job's rules are in, but a base chain someone
+// emptied may not send the job's ports to them.
+func (st *launchState) tableDone() {
+	if st.tableSet == nil {
+		return
+	}
+	if err := <-st.tableSet; err != nil {
+		st.log.Warnf("job %d: the packet filter's table on %s was not set again (a base chain emptied by hand keeps the job's ports open to other users): %v", st.in.JobID, st.node, err)
+	}
+	st.tableSet = nil
 }
 
 // start chooses the job's ports, keeps them to the job's group in the
@@ -394,21 +435,49 @@ func (st *launchState) start(ctx context.Context, env []string, groups []uint32,
 			dropGroup(group)
 			return nil, launch.Readiness{}, err
 		}
-		// The rules before the collector binds: whoever binds one of
-		// the ports in the gap is not in the job's group and gets no
-		// connection (portfilter's input rule), nor can another uid
-		// connect to the collector once it listens (the output rule).
-		if err := filterPorts(ctx, in.Args, in.Getenv("SLURM_CLUSTER_NAME"), st.node, in.JobID, in.UID, group, ports.Loopback(), rec, st.log); err != nil {
+		// The supervisor starts while root installs the rules: it binds
+		// none of the ports, and starts no collector, before root opens
+		// its gate once they are in. So the rules are in before the
+		// collector binds: whoever binds one of the ports in the gap is
+		// not in the job's group and gets no connection (portfilter's
+		// input rule), nor can another uid connect to the collector once
+		// it listens (the output rule).
+		gate, opener, err := os.Pipe()
+		if err != nil {
 			dropGroup(group)
 			return nil, launch.Readiness{}, err
 		}
-		clock.mark("filter")
-		sup, err := startSupervisor(in.Args.CLI, append(env, launch.EnvPorts+"="+launch.FormatPorts(ports), launch.EnvSpawned+"="+launch.SpawnedNow()), in.UID, in.GID, groups, group, hold, st.energy)
+		sup, err := startSupervisor(in.Args.CLI, append(env, launch.EnvPorts+"="+launch.FormatPorts(ports), launch.EnvSpawned+"="+launch.SpawnedNow()), in.UID, in.GID, groups, group, hold, gate, st.energy)
+		gate.Close()
 		if err != nil {
+			opener.Close()
 			dropGroup(group)
 			return nil, launch.Readiness{}, fmt.Errorf("starting %s supervise: %w", in.Args.CLI, err)
 		}
 		clock.mark("fork")
+		if err := filterPorts(ctx, in.Args, in.Getenv("SLURM_CLUSTER_NAME"), st.node, in.JobID, in.UID, group, ports.Loopback(), rec, st.log); err != nil {
+			opener.Close() // the gate's end without its byte: the supervisor ends its start
+			sup.kill()
+			return nil, launch.Readiness{}, err
+		}
+		clock.mark("filter")
+		if len(rec.FilterPorts) > 0 && st.tableSet == nil {
+			// The node's table as the job's rules need it, set again
+			// beside the start (portfilter.Install left it as it was):
+			// done before the prolog returns, so before any task.
+			st.tableSet = make(chan error, 1)
+			go func() { st.tableSet <- portfilter.EnsureTable(ctx, nftRunner()) }()
+		}
+		_, err = opener.Write([]byte{launch.GateOpen})
+		opener.Close()
+		if err != nil {
+			// The supervisor is gone already (the pipe's reader closed):
+			// its report, or its absence, says why.
+			st.log.Debugf("job %d: opening the supervisor's gate: %v", in.JobID, err)
+		}
+		if st.beside != nil {
+			st.beside()
+		}
 		if err := st.recordStarting(sup, ports); err != nil {
 			sup.kill()
 			return nil, launch.Readiness{}, err

@@ -120,3 +120,104 @@ func TestPrologRootChoices(t *testing.T) {
 		t.Errorf("no warning about the new ports: %v", hook.AllEntries())
 	}
 }
+
+// gateSupervisor is a `supervise --from-env` stand-in that notes its pid,
+// then waits on the gate root handed down (launch.EnvGateFD) and notes what
+// it read, and reports ready on root's ports only once the gate opened.
+const gateSupervisor = `#!/bin/bash
+seen=%DIR%/seen
+echo "pid $$" >> $seen
+if [ -z "$GYM_OTEL_GATE_FD" ]; then echo "no gate" >> $seen; exit 1; fi
+if read -r -n1 -u "$GYM_OTEL_GATE_FD" c; then echo "gate $c" >> $seen; else echo "gate shut" >> $seen; exit 1; fi
+IFS=, read g h he te pl fi cg <<< "$GYM_OTEL_PORTS"
+printf '{"status":"ready","ports":{"otlp_grpc":%s,"otlp_http":%s,"health":%s,"telemetry":%s,"final":%s,"cgroup":%s,"plugin":%s},"supervisor_pid":%d,"output_dir":"/x"}\n' "$g" "$h" "$he" "$te" "$fi" "$cg" "$pl" $$ >&3
+exec 3>&-
+exec sleep 60
+`
+
+// TestPrologGate: the prolog starts the supervisor while it installs the
+// packet filter and opens the supervisor's gate only once the filter's
+// step is done: with port_filter=auto on a node that cannot filter (no
+// cgroup) the gate opens and the start goes on; with port_filter=require
+// there the gate ends without opening, the supervisor is ended before it
+// reports, and root's record says why.
+func TestPrologGate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (root's record dir, a supervisor as another user)")
+	}
+	for _, c := range []struct {
+		mode      string
+		wantReady bool
+	}{{"auto", true}, {"require", false}} {
+		t.Run(c.mode, func(t *testing.T) {
+			base, err := os.MkdirTemp("", "gate")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(base) })
+			if err := os.Chmod(base, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			cli := filepath.Join(base, "cli")
+			if err := os.WriteFile(cli, []byte(strings.ReplaceAll(gateSupervisor, "%DIR%", base)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			site := filepath.Join(base, "site.yaml")
+			if err := os.WriteFile(site, []byte("otel:\n  endpoint: https://otlp.example.com\n  service_name: s\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			a := Args{Site: site, PrologTimeout: 20, CLI: cli, RecordDir: filepath.Join(base, "records"), Cgroup: CgroupOff, PortFilter: c.mode}
+			res, err := Submit(a, "", base, func(k string) (string, bool) {
+				if k == "OTEL_TOKEN" {
+					return "t", true
+				}
+				return "", false
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := map[string]string{"SLURMD_NODENAME": "n1", "SLURM_JOB_USER": "nobody", "SLURM_JOB_NODELIST": "n1"}
+			log, _ := test.NewNullLogger()
+			perr := Prolog(PrologInput{Args: a, Encoded: res.Encoded, Token: "t", JobID: 79, UID: 65534, GID: 65534,
+				Getenv: func(k string) string { return env[k] }}, log)
+			rec, rerr := record.Read(record.JobDir(a.RecordDir, "n1", 79))
+			if rerr != nil {
+				t.Fatalf("record: %v (prolog: %v)", rerr, perr)
+			}
+			seen, _ := os.ReadFile(filepath.Join(base, "seen"))
+			lines := strings.Split(strings.TrimSpace(string(seen)), "\n")
+			var pid int
+			if len(lines) > 0 {
+				pid, _ = strconv.Atoi(strings.TrimPrefix(lines[0], "pid "))
+			}
+			if pid > 1 {
+				t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+			}
+			if c.wantReady {
+				if perr != nil || rec.Status != record.StatusReady {
+					t.Fatalf("prolog: %v; record status %q: want ready", perr, rec.Status)
+				}
+				if len(lines) != 2 || lines[1] != "gate g" {
+					t.Fatalf("the supervisor saw %q: want its pid, then the gate open", lines)
+				}
+				return
+			}
+			if perr == nil || rec.Status != record.StatusFailed || !strings.Contains(rec.Reason, "port_filter=require") {
+				t.Fatalf("prolog: %v; record %q %q: want failed, port_filter=require named", perr, rec.Status, rec.Reason)
+			}
+			for _, l := range lines[1:] {
+				if l != "gate shut" {
+					t.Fatalf("the supervisor saw %q past a filter that did not go in: want the gate shut, or nothing before its end", lines)
+				}
+			}
+			// Ended before or after it noted its pid: either way, gone
+			// when the prolog returns.
+			procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+			for _, p := range procs {
+				if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), cli) {
+					t.Fatalf("the supervisor (%s: %q) outlived the failed prolog", p, b)
+				}
+			}
+		})
+	}
+}

@@ -109,7 +109,34 @@ const (
 	// times: a value that is missing, in the future or over 10 s old is
 	// ignored.
 	EnvSpawned = "GYM_OTEL_SPAWNED_US"
+	// EnvGateFD names the descriptor (decimal) of the supervisor's gate:
+	// the read end of a pipe whose write end the plugin's prolog holds
+	// while it installs the node's packet filter for the job's ports, so
+	// that the filter goes in while the supervisor starts rather than
+	// before it. The supervisor binds none of root's ports and starts no
+	// collector until it reads GateOpen there; end of file without it
+	// (root could not install the rules it requires) ends its start.
+	// Unset (a prolog of an earlier release, a supervisor started by
+	// hand): no gate.
+	EnvGateFD = "GYM_OTEL_GATE_FD"
 )
+
+// GateOpen is the one byte root writes on the supervisor's gate
+// (EnvGateFD) once the job's packet filter is in place, or not needed.
+const GateOpen = 'g'
+
+// FormatGateFD is EnvGateFD's value for descriptor fd.
+func FormatGateFD(fd int) string { return strconv.Itoa(fd) }
+
+// ParseGateFD reads EnvGateFD's value: a descriptor above the standard
+// three. Errors name the value.
+func ParseGateFD(v string) (int, error) {
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return 0, fmt.Errorf("%s=%q is not a descriptor above 2", EnvGateFD, v)
+	}
+	return fd, nil
+}
 
 // WriteReadiness writes r as one JSON line.
 func WriteReadiness(w io.Writer, r Readiness) error {

@@ -191,6 +191,7 @@ const (
 	startExec   startStage = iota // not started: the exec failed
 	startHealth                   // started, not healthy (waitHealthy's error)
 	startProof                    // healthy, a port not proven its own (provePorts' error)
+	startFile                     // healthy and proven, collector.yaml not written (configFileDone's error)
 )
 
 // startRun is the start of every collector run (the first, a restart, the
@@ -201,7 +202,9 @@ const (
 // every port of the job its own (provePorts): whatever answers on a port
 // is trusted with the job's telemetry and its receiver token. A run
 // started but not healthy or not proven is abandoned (stopped within
-// timing.FailedStartStop). The error is the failed stage's, as its
+// timing.FailedStartStop), as is one whose collector.yaml, written beside
+// its start (writeConfig), could not be written (startFile). The error is
+// the failed stage's, as its
 // function returned it; failed tells the stage. steps, when not nil, is
 // marked "exec", "healthy" and "proof" (the first start's ready report).
 func (s *supervisor) startRun(ctx context.Context, bound time.Duration, steps *stepTimes) (failed startStage, err error) {
@@ -210,6 +213,14 @@ func (s *supervisor) startRun(ctx context.Context, bound time.Duration, steps *s
 			steps.mark(name)
 		}
 	}
+	// collector.yaml, written beside the start (writeConfig): done by the
+	// time the run is in service, or the run is not taken.
+	defer func() {
+		if ferr := s.configFileDone(); ferr != nil && err == nil {
+			s.coll.abandon()
+			failed, err = startFile, ferr
+		}
+	}()
 	c, err := start(s.launchArgs)
 	if err != nil {
 		return startExec, err

@@ -81,6 +81,14 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	s.reserve()
 	s.writeState(jobdir.StatusStarting, "")
 	s.steps.mark("keep+state")
+	if s.opt.Gate != nil {
+		// Root installs the job's packet filter meanwhile: none of its
+		// ports is bound before the rules are in (launch.EnvGateFD).
+		if err := awaitGate(ctx, s.opt.Gate); err != nil {
+			return err
+		}
+		s.steps.mark("gate")
+	}
 	tok := make([]byte, 24)
 	var err error
 	s.rtoken = s.opt.ReceiverToken
@@ -233,7 +241,14 @@ func (s *supervisor) configPath() string { return s.path(jobdir.ConfigFile) }
 // (MAX_ARG_STRLEN); rendered configurations are 5 to 8 KiB.
 const maxConfigEnv = 120 << 10
 
+// writeConfig renders the collector's configuration for its next run
+// and writes collector.yaml: for a container's collector, which reads
+// that file, before it returns; for the host collector, which runs with
+// its configuration by content (s.collectorYAML), beside the collector's
+// start (configFileDone waits for it). An error is the render's, or the
+// container's file's write.
 func (s *supervisor) writeConfig() error {
+	_ = s.configFileDone() // an earlier run's file, superseded
 	s.firstScrape = nil
 	if s.fqdn != nil {
 		select {
@@ -262,23 +277,55 @@ func (s *supervisor) writeConfig() error {
 	// whoever can rename dirs on the way. A container's collector reads
 	// collector.yaml and writes the output dir through the runtime's binds,
 	// by path (otel.container_runtime's {config} and {output}).
-	y, err := render.Render(in)
-	if err != nil {
-		return err
-	}
-	if s.o.Container == "" {
-		in.FilesAt = heldir.ChildAt(0)
-		if s.collectorYAML, err = render.Render(in); err != nil {
+	if s.o.Container != "" {
+		y, err := render.Render(in)
+		if err != nil {
 			return err
 		}
-		if len(s.collectorYAML) > maxConfigEnv {
-			return fmt.Errorf("the collector's configuration is %d KiB, more than its environment can hold (%d KiB): fewer model services or scrape targets", len(s.collectorYAML)>>10, maxConfigEnv>>10)
+		if err := atomicfile.Write(s.configPath(), y, 0o600); err != nil {
+			return err
 		}
+		s.launchArgs = s.launchCmd()
+		return nil
 	}
-	if err := atomicfile.Write(s.configPath(), y, 0o600); err != nil {
+	held := in
+	held.FilesAt = heldir.ChildAt(0)
+	var err error
+	if s.collectorYAML, err = render.Render(held); err != nil {
 		return err
 	}
+	if len(s.collectorYAML) > maxConfigEnv {
+		return fmt.Errorf("the collector's configuration is %d KiB, more than its environment can hold (%d KiB): fewer model services or scrape targets", len(s.collectorYAML)>>10, maxConfigEnv>>10)
+	}
+	// collector.yaml, the same by content with the real paths, is read
+	// by none of the collector's start: it is made while the collector
+	// starts, off the job's start.
+	done := make(chan error, 1)
+	s.configFile = done
+	path := s.configPath()
+	go func() {
+		y, err := render.Render(in)
+		if err == nil {
+			err = atomicfile.Write(path, y, 0o600)
+		}
+		done <- err
+	}()
 	s.launchArgs = s.launchCmd()
+	return nil
+}
+
+// configFileDone waits for the write of collector.yaml that writeConfig
+// began for the host collector, if one is under way, and returns its
+// error.
+func (s *supervisor) configFileDone() error {
+	if s.configFile == nil {
+		return nil
+	}
+	err := <-s.configFile
+	s.configFile = nil
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", jobdir.ConfigFile, err)
+	}
 	return nil
 }
 
@@ -363,6 +410,8 @@ func (s *supervisor) launch(ctx context.Context) error {
 		}
 		s.steps.mark("version")
 		return nil
+	case failed == startFile:
+		return err
 	case failed == startExec:
 		if s.o.Container == "" {
 			return fmt.Errorf("otel.binary: starting %s: %w", s.o.Binary, unwrapPath(err))

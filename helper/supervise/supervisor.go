@@ -153,6 +153,11 @@ type Options struct {
 	// page (hwmon.go). Nothing is handed down: its files are
 	// world-readable.
 	HostHwmon bool
+	// Gate is the read end of the gate the prolog handed down
+	// (InheritedGate; launch.EnvGateFD): the start-up binds no port and
+	// starts no collector until root writes launch.GateOpen on it, and
+	// fails at its end without it. nil: no gate.
+	Gate *os.File
 }
 
 // supervisor is one run's state.
@@ -186,6 +191,10 @@ type supervisor struct {
 	// collectorYAML is the configuration the host collector runs with,
 	// its files under the dir it inherits (render.Input.FilesAt).
 	collectorYAML []byte
+	// configFile, when not nil, ends with the write of collector.yaml
+	// for the host collector, made while the collector starts
+	// (writeConfig, configFileDone).
+	configFile chan error
 	// writeFailSeen: the log said that the files cannot be written.
 	writeFailSeen bool
 	started       time.Time

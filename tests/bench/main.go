@@ -31,6 +31,8 @@
 //	GYM_OTEL_BENCH_BASELINE=DIR a checkout whose build/ holds an earlier plugin, core and CLI: P1S also
 //	                            measures its flagged and unflagged steps, against this build's
 //	GYM_OTEL_BENCH_P1S_ROUNDS=N P1S's rounds (default 6, quick 2), 15 steps per block
+//	GYM_OTEL_BENCH_P23_ROUNDS=N P2/P3's rounds (default 5, quick 2): more flagged jobs for the start's
+//	                            steps, each round four jobs and a Gym-style one of about 27 s
 //	GYM_OTEL_BENCH_P1V=R,J      P1V's rounds and empty jobs per block (default 8,25: 200 jobs per arm;
 //	                            quick 2,10). P1V (only when named in GYM_OTEL_BENCH_ONLY): an empty job's
 //	                            allocation to its end with no plugin, gym_otel_step.so (no job
@@ -114,6 +116,14 @@ func main() {
 		loadDur, idle, loadJobs = 15*time.Second, 10*time.Second, 2
 		scrapeWin = 60 * time.Second
 		p4mRounds, p4mWindow = 1, 15
+	}
+	if v := os.Getenv("GYM_OTEL_BENCH_P23_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: GYM_OTEL_BENCH_P23_ROUNDS=%q is not a positive number of rounds\n", v)
+			os.Exit(2)
+		}
+		p23Rounds = n
 	}
 
 	if v := os.Getenv("GYM_OTEL_BENCH_P1S_ROUNDS"); v != "" {

@@ -39,11 +39,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -54,6 +54,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/memory"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
 
 // MinCollectorVersion is the oldest collector release the rendered
@@ -1063,9 +1064,61 @@ func valueNode(v any) (*yaml.Node, error) {
 		}
 		return n, nil
 	}
+	if n := scalarNode(v); n != nil {
+		return n, nil
+	}
 	var n yaml.Node
 	if err := n.Encode(v); err != nil {
 		return nil, err
 	}
 	return &n, nil
+}
+
+// scalarNode is v as the node yaml.v3's Node.Encode makes of it, built
+// directly for the scalars a configuration is mostly made of (a bool, an
+// int, a string the encoder writes plain or quotes by its own rule, a list
+// of such strings); nil for any other value, which Node.Encode then
+// takes. Node.Encode starts an encoder and a parser for each value:
+// about 10 KiB of allocations per leaf, most of a Render's time.
+func scalarNode(v any) *yaml.Node {
+	switch x := v.(type) {
+	case bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(x)}
+	case int:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(x)}
+	case int64:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(x, 10)}
+	case string:
+		if !plainString(x) {
+			return nil
+		}
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: x}
+	case []string:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		for _, e := range x {
+			if !plainString(e) {
+				return nil
+			}
+			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: e})
+		}
+		return n
+	}
+	return nil
+}
+
+// plainString reports whether a string node of s encodes as Node.Encode's
+// would: valid UTF-8 on one line, not one of YAML 1.1's booleans
+// ("yes", "off", ...) nor the merge key "<<", and without a colon (a
+// sexagesimal number such as "1:20"), which the encoder writes otherwise
+// when it encodes a Go string than a node's value. Everything else it quotes by the same rule either way (a
+// value that would read back as another type).
+func plainString(s string) bool {
+	if !utf8.ValidString(s) || strings.ContainsAny(s, "\n:") {
+		return false
+	}
+	switch strings.ToLower(s) {
+	case "y", "yes", "n", "no", "on", "off", "<<":
+		return false
+	}
+	return true
 }

@@ -120,8 +120,9 @@ func TestPrologHostEnergy(t *testing.T) {
 	}
 	seen := run(HostPowerRAPL, 81)
 	lines := strings.Split(strings.TrimSpace(seen), "\n")
-	// fd 3 the readiness pipe, fd 4 the control socket, then the zones.
-	want := []string{"env 5:package-0:262143328850,6:package-0/dram:65712999613", "value 123456", "value 7890", "path refused", "power"}
+	// fd 3 the readiness pipe, fd 4 the control socket, fd 5 the gate,
+	// then the zones.
+	want := []string{"env 6:package-0:262143328850,7:package-0/dram:65712999613", "value 123456", "value 7890", "path refused", "power"}
 	if len(lines) != 5 || strings.TrimSpace(lines[4]) != "power" {
 		t.Fatalf("the supervisor saw:\n%s", seen)
 	}

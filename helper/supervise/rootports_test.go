@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
@@ -86,4 +89,87 @@ func TestRootPortsRefused(t *testing.T) {
 	if s.Report.Status != launch.StatusFailed || !strings.Contains(s.Report.Error, fmt.Sprintf("%s=%q", launch.EnvPorts, bad)) {
 		t.Fatalf("%s=%s: report %+v; output:\n%s", launch.EnvPorts, bad, s.Report, s.Output())
 	}
+}
+
+// TestGateHoldsPorts: started behind root's gate (launch.EnvGateFD), as the
+// plugin's prolog starts it while it installs the packet filter, the
+// supervisor listens on no port and starts no collector until root opens
+// the gate, and is ready on root's ports at once after; a gate closed
+// without opening ends its start with a failed report naming it, no port
+// ever bound.
+func TestGateHoldsPorts(t *testing.T) {
+	t.Parallel()
+	for _, open := range []bool{true, false} {
+		for attempt := 1; ; attempt++ {
+			chosen, err := launch.ChoosePorts()
+			if err != nil {
+				t.Fatal(err)
+			}
+			gate, opener, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			started := make(chan int, 1)
+			seen := make(chan string, 1)
+			go func() {
+				pid := <-started
+				// Well past the supervisor's start to its first bind
+				// (tens of ms), root still installing: nothing of it
+				// listens, no collector runs.
+				time.Sleep(1500 * time.Millisecond)
+				seen <- listensOrStarted(pid)
+				if open {
+					opener.Write([]byte{launch.GateOpen})
+				}
+				opener.Close()
+			}()
+			s := harness.StartSup(t, harness.Job{JobID: "8384", Env: []string{launch.EnvPorts + "=" + launch.FormatPorts(chosen)}, Gate: gate,
+				OnStart: func(pid int) { started <- pid }})
+			gate.Close()
+			if what := <-seen; what != "" {
+				t.Errorf("gate open=%v: before root opened the gate the supervisor %s", open, what)
+			}
+			if s.Report.PortTaken && attempt < 3 {
+				continue // another process of the host took one of the ports meanwhile
+			}
+			if s.ReportAfter < 1500*time.Millisecond {
+				t.Errorf("gate open=%v: a report %v after the start, before the gate was opened or closed: %+v", open, s.ReportAfter, s.Report)
+			}
+			if open {
+				s.MustReady(t)
+				if s.Report.Ports.OTLPHTTP != chosen.OTLPHTTP {
+					t.Errorf("ready on %+v, want root's %+v", s.Report.Ports, chosen)
+				}
+			} else if s.Report.Status != launch.StatusFailed || !strings.Contains(s.Report.Error, "did not open the gate") || s.Report.CollectorPID != 0 {
+				t.Errorf("gate closed: report %+v, want failed naming the gate, no collector", s.Report)
+			}
+			break
+		}
+	}
+}
+
+// listensOrStarted says what process pid did that it must not before its
+// gate opens: a TCP socket of it in LISTEN state, or a child started ("":
+// neither).
+func listensOrStarted(pid int) string {
+	if kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); strings.TrimSpace(string(kids)) != "" {
+		return "started a child (pid " + strings.TrimSpace(string(kids)) + ")"
+	}
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fd); err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, _ := os.ReadFile(table)
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) > 9 && f[3] == "0A" && inodes[f[9]] {
+				return "listened on " + f[1]
+			}
+		}
+	}
+	return ""
 }

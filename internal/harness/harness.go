@@ -431,6 +431,13 @@ type Job struct {
 	// prolog hands them (host_power=rapl): their files at descriptors 5
 	// on, named in launch.EnvHostEnergy.
 	HostEnergy []launch.EnergyZone
+	// Gate is the read end of a gate handed to the supervisor as the
+	// plugin's prolog hands it (launch.EnvGateFD): after the readiness
+	// pipe and the hold socket, before the zones. nil: none.
+	Gate *os.File
+	// OnStart, when not nil, is called with the supervisor's pid once it
+	// is started, before its report is awaited.
+	OnStart func(pid int)
 	// CLI is the gym-otel-spank binary to start ("": the one Main built),
 	// e.g. a tests' build with a tag of its own.
 	CLI string
@@ -601,9 +608,18 @@ func StartSup(t testing.TB, j Job) *Sup {
 		defer f.Close()
 		p.Cmd.ExtraFiles = []*os.File{nil, f}
 	}
-	if len(j.HostEnergy) > 0 {
+	if j.Gate != nil {
 		// As the plugin's prolog: after the readiness pipe and the hold
-		// socket (closed here when none), the zones read-only.
+		// socket (closed here when none).
+		for len(p.Cmd.ExtraFiles) < 2 {
+			p.Cmd.ExtraFiles = append(p.Cmd.ExtraFiles, nil)
+		}
+		p.Cmd.Env = append(p.Cmd.Env, launch.EnvGateFD+"="+launch.FormatGateFD(launch.ReadinessFD+len(p.Cmd.ExtraFiles)))
+		p.Cmd.ExtraFiles = append(p.Cmd.ExtraFiles, j.Gate)
+	}
+	if len(j.HostEnergy) > 0 {
+		// As the plugin's prolog: after the readiness pipe, the hold
+		// socket (closed here when none) and the gate, the zones read-only.
 		for len(p.Cmd.ExtraFiles) < 2 {
 			p.Cmd.ExtraFiles = append(p.Cmd.ExtraFiles, nil)
 		}
@@ -614,6 +630,9 @@ func StartSup(t testing.TB, j Job) *Sup {
 	}
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	if j.OnStart != nil {
+		j.OnStart(p.Cmd.Process.Pid)
 	}
 	go func() { p.Err = p.Cmd.Wait(); pw.Close(); close(p.Done) }()
 	s.Proc = p

@@ -31,11 +31,7 @@ for z in "${zones[@]}"; do
 done
 if cat %TREE%/intel-rapl:0/energy_uj >/dev/null 2>&1; then echo "path readable" >> $out; else echo "path refused" >> $out; fi
 echo "power $GYM_OTEL_HOST_POWER" >> $out
-IFS=, read g h he te pl fi cg <<< "$GYM_OTEL_PORTS"
-printf '{"status":"ready","ports":{"otlp_grpc":%s,"otlp_http":%s,"health":%s,"telemetry":%s,"final":%s,"cgroup":%s,"plugin":%s},"supervisor_pid":%d,"output_dir":"/x"}\n' "$g" "$h" "$he" "$te" "$fi" "$cg" "$pl" $$ >&3
-exec 3>&-
-exec sleep 60
-`
+` + standInReady
 
 // TestPrologHostEnergy: with host_power=rapl the prolog, as root, opens
 // the zones of a powercap tree the test writes (energy_uj mode 0400, as

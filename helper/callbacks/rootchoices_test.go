@@ -33,32 +33,39 @@ exec 3>&-
 exec sleep 60
 `
 
-// TestPrologRootChoices: the prolog chooses the job's ports and mints the
-// receiver token itself and hands both down in the supervisor's
-// environment; a report that a port was taken makes it choose new ports
-// and start again; the ready record names the ports and the token root
-// handed down in the second start, and the report it read carried none.
-func TestPrologRootChoices(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (root's record dir, a supervisor as another user)")
-	}
-	base, err := os.MkdirTemp("", "rootchoices")
+// standInRun is a prolog run with a stand-in supervisor (standInProlog).
+type standInRun struct {
+	base string // the stand-in's dir, world-writable: %DIR% in its script
+	cli  string // the stand-in's path
+	err  error  // the prolog's
+	rec  *record.Record
+	hook *test.Hook // the prolog's log, debug included
+}
+
+// standInProlog runs the prolog for job as uid and gid 65534 (nobody) on
+// node n1, with script (%DIR% its dir) as the supervisor and a site with
+// a remote endpoint, no cgroup and port_filter mode; it fails the test
+// unless root's record can be read, and kills the supervisor it names at
+// the test's end.
+func standInProlog(t *testing.T, prefix, script string, job uint32, mode string) standInRun {
+	t.Helper()
+	base, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	if err := os.Chmod(base, 0o777); err != nil { // the stand-in, as the job's user, writes seen
+	if err := os.Chmod(base, 0o777); err != nil { // the stand-in, as the job's user, writes there
 		t.Fatal(err)
 	}
-	cli := filepath.Join(base, "cli")
-	if err := os.WriteFile(cli, []byte(strings.ReplaceAll(fakeSupervisor, "%DIR%", base)), 0o755); err != nil {
+	r := standInRun{base: base, cli: filepath.Join(base, "cli")}
+	if err := os.WriteFile(r.cli, []byte(strings.ReplaceAll(script, "%DIR%", base)), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	site := filepath.Join(base, "site.yaml")
 	if err := os.WriteFile(site, []byte("otel:\n  endpoint: https://otlp.example.com\n  service_name: s\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a := Args{Site: site, PrologTimeout: 20, CLI: cli, RecordDir: filepath.Join(base, "records"), Cgroup: CgroupOff, PortFilter: "off"}
+	a := Args{Site: site, PrologTimeout: 20, CLI: r.cli, RecordDir: filepath.Join(base, "records"), Cgroup: CgroupOff, PortFilter: mode}
 	res, err := Submit(a, "", base, func(k string) (string, bool) {
 		if k == "OTEL_TOKEN" {
 			return "t", true
@@ -71,14 +78,32 @@ func TestPrologRootChoices(t *testing.T) {
 	env := map[string]string{"SLURMD_NODENAME": "n1", "SLURM_JOB_USER": "nobody", "SLURM_JOB_NODELIST": "n1"}
 	log, hook := test.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
-	perr := Prolog(PrologInput{Args: a, Encoded: res.Encoded, Token: "t", JobID: 78, UID: 65534, GID: 65534,
+	r.hook = hook
+	r.err = Prolog(PrologInput{Args: a, Encoded: res.Encoded, Token: "t", JobID: job, UID: 65534, GID: 65534,
 		Getenv: func(k string) string { return env[k] }}, log)
-	rec, rerr := record.Read(record.JobDir(a.RecordDir, "n1", 78))
-	if rerr == nil && rec.SupervisorPID > 1 {
-		t.Cleanup(func() { syscall.Kill(rec.SupervisorPID, syscall.SIGKILL) })
+	r.rec, err = record.Read(record.JobDir(a.RecordDir, "n1", job))
+	if err != nil {
+		t.Fatalf("record: %v (prolog: %v)", err, r.err)
 	}
-	if perr != nil || rerr != nil {
-		t.Fatalf("prolog: %v; record: %v", perr, rerr)
+	if pid := r.rec.SupervisorPID; pid > 1 {
+		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	}
+	return r
+}
+
+// TestPrologRootChoices: the prolog chooses the job's ports and mints the
+// receiver token itself and hands both down in the supervisor's
+// environment; a report that a port was taken makes it choose new ports
+// and start again; the ready record names the ports and the token root
+// handed down in the second start, and the report it read carried none.
+func TestPrologRootChoices(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (root's record dir, a supervisor as another user)")
+	}
+	run := standInProlog(t, "rootchoices", fakeSupervisor, 78, "off")
+	base, rec, hook := run.base, run.rec, run.hook
+	if run.err != nil {
+		t.Fatalf("prolog: %v", run.err)
 	}
 	seen, err := os.ReadFile(filepath.Join(base, "seen"))
 	if err != nil {
@@ -121,6 +146,14 @@ func TestPrologRootChoices(t *testing.T) {
 	}
 }
 
+// standInReady ends a stand-in supervisor's script: it reports ready on
+// the ports root handed down (on fd 3) and sleeps until killed.
+const standInReady = `IFS=, read g h he te pl fi cg <<< "$GYM_OTEL_PORTS"
+printf '{"status":"ready","ports":{"otlp_grpc":%s,"otlp_http":%s,"health":%s,"telemetry":%s,"final":%s,"cgroup":%s,"plugin":%s},"supervisor_pid":%d,"output_dir":"/x"}\n' "$g" "$h" "$he" "$te" "$fi" "$cg" "$pl" $$ >&3
+exec 3>&-
+exec sleep 60
+`
+
 // gateSupervisor is a `supervise --from-env` stand-in that notes its pid,
 // then waits on the gate root handed down (launch.EnvGateFD) and notes what
 // it read, and reports ready on root's ports only once the gate opened.
@@ -129,11 +162,7 @@ seen=%DIR%/seen
 echo "pid $$" >> $seen
 if [ -z "$GYM_OTEL_GATE_FD" ]; then echo "no gate" >> $seen; exit 1; fi
 if read -r -n1 -u "$GYM_OTEL_GATE_FD" c; then echo "gate $c" >> $seen; else echo "gate shut" >> $seen; exit 1; fi
-IFS=, read g h he te pl fi cg <<< "$GYM_OTEL_PORTS"
-printf '{"status":"ready","ports":{"otlp_grpc":%s,"otlp_http":%s,"health":%s,"telemetry":%s,"final":%s,"cgroup":%s,"plugin":%s},"supervisor_pid":%d,"output_dir":"/x"}\n' "$g" "$h" "$he" "$te" "$fi" "$cg" "$pl" $$ >&3
-exec 3>&-
-exec sleep 60
-`
+` + standInReady
 
 // TestPrologGate: the prolog starts the supervisor while it installs the
 // packet filter and opens the supervisor's gate only once the filter's
@@ -150,40 +179,8 @@ func TestPrologGate(t *testing.T) {
 		wantReady bool
 	}{{"auto", true}, {"require", false}} {
 		t.Run(c.mode, func(t *testing.T) {
-			base, err := os.MkdirTemp("", "gate")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { os.RemoveAll(base) })
-			if err := os.Chmod(base, 0o777); err != nil {
-				t.Fatal(err)
-			}
-			cli := filepath.Join(base, "cli")
-			if err := os.WriteFile(cli, []byte(strings.ReplaceAll(gateSupervisor, "%DIR%", base)), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			site := filepath.Join(base, "site.yaml")
-			if err := os.WriteFile(site, []byte("otel:\n  endpoint: https://otlp.example.com\n  service_name: s\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			a := Args{Site: site, PrologTimeout: 20, CLI: cli, RecordDir: filepath.Join(base, "records"), Cgroup: CgroupOff, PortFilter: c.mode}
-			res, err := Submit(a, "", base, func(k string) (string, bool) {
-				if k == "OTEL_TOKEN" {
-					return "t", true
-				}
-				return "", false
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			env := map[string]string{"SLURMD_NODENAME": "n1", "SLURM_JOB_USER": "nobody", "SLURM_JOB_NODELIST": "n1"}
-			log, _ := test.NewNullLogger()
-			perr := Prolog(PrologInput{Args: a, Encoded: res.Encoded, Token: "t", JobID: 79, UID: 65534, GID: 65534,
-				Getenv: func(k string) string { return env[k] }}, log)
-			rec, rerr := record.Read(record.JobDir(a.RecordDir, "n1", 79))
-			if rerr != nil {
-				t.Fatalf("record: %v (prolog: %v)", rerr, perr)
-			}
+			run := standInProlog(t, "gate", gateSupervisor, 79, c.mode)
+			base, cli, perr, rec := run.base, run.cli, run.err, run.rec
 			seen, _ := os.ReadFile(filepath.Join(base, "seen"))
 			lines := strings.Split(strings.TrimSpace(string(seen)), "\n")
 			var pid int

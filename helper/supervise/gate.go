@@ -48,9 +48,8 @@ var errGateShut = errors.New("the plugin's prolog did not open the gate (the job
 // end, a read's.
 func awaitGate(ctx context.Context, gate *os.File) error {
 	defer gate.Close()
-	if d, ok := ctx.Deadline(); ok {
-		_ = gate.SetReadDeadline(d)
-	}
+	// The read ends when ctx does (its deadline or a cancel): only then,
+	// so that ctx's error is set when the read returns.
 	stop := context.AfterFunc(ctx, func() { _ = gate.SetReadDeadline(time.Now()) })
 	defer stop()
 	var b [1]byte

@@ -367,6 +367,16 @@ func collectorGroup(in PrologInput, resolved *config.Resolved, node string, rec 
 	return group, nil
 }
 
+// afterGate runs once root has opened the supervisor's gate, before its
+// record names the supervisor: nothing in the product; a test's pause, in
+// which the supervisor ends its start.
+var afterGate = func() {}
+
+// recordFallbackWait bounds the prolog's read of the report of a
+// supervisor that was gone before root's record named it (it ended its
+// start early): its report is in the pipe already, or never comes.
+const recordFallbackWait = time.Second
+
 // portAttempts bounds the prolog's choices of ports for one job: a later
 // choice follows only a start that found one of the chosen ports bound by
 // another socket (launch.Readiness.PortTaken).
@@ -478,12 +488,20 @@ func (st *launchState) start(ctx context.Context, env []string, groups []uint32,
 		if st.beside != nil {
 			st.beside()
 		}
-		if err := st.recordStarting(sup, ports); err != nil {
-			sup.kill()
-			return nil, launch.Readiness{}, err
+		afterGate()
+		var rep launch.Readiness
+		if rerr := st.recordStarting(sup, ports); rerr != nil {
+			// A supervisor that ended its start while the filter went in
+			// (an output dir refused, a port taken) is gone before its
+			// record: its report says why, and a port taken is chosen
+			// anew. Else the record's error stands.
+			if rep, err = sup.wait(min(recordFallbackWait, max(time.Until(end), 0))); err != nil || rep.Status != launch.StatusFailed {
+				rep, err = launch.Readiness{}, rerr
+			}
+		} else {
+			clock.mark("starting")
+			rep, err = sup.wait(max(time.Until(end), 0))
 		}
-		clock.mark("starting")
-		rep, err := sup.wait(max(time.Until(end), 0))
 		if err == nil && rep.Status != launch.StatusReady {
 			err = fmt.Errorf("the collector failed to start: %s", rep.Error)
 		}

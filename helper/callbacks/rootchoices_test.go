@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
@@ -216,5 +217,50 @@ func TestPrologGate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// earlyEndSupervisor is a stand-in supervisor that, once its gate is
+// open, reports its start failed at once and exits (an output dir
+// refused): with a port taken on its first start, ready on its second.
+const earlyEndSupervisor = `#!/bin/bash
+seen=%DIR%/seen
+echo start >> $seen
+read -r -n1 -u "$GYM_OTEL_GATE_FD" c
+if [ "$(wc -l < $seen)" -lt 2 ] && [ -e %DIR%/port-taken ]; then
+	printf '{"status":"failed","error":"listen tcp 127.0.0.1:1: bind: address already in use","port_taken":true,"supervisor_pid":%d}\n' $$ >&3
+	exit 1
+fi
+if [ ! -e %DIR%/port-taken ]; then
+	printf '{"status":"failed","error":"output dir /x: is a symbolic link: refusing to follow it","supervisor_pid":%d}\n' $$ >&3
+	exit 1
+fi
+` + standInReady
+
+// TestPrologSupervisorGoneBeforeRecord: a supervisor that ends its start
+// while root opens its gate and before root's record names it (a refused
+// output dir, a port taken) is gone when root reads its process: the
+// prolog takes its report, so the record names the report's reason, not
+// "gone after its start", and a port taken is chosen anew.
+func TestPrologSupervisorGoneBeforeRecord(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (root's record dir, a supervisor as another user)")
+	}
+	old := afterGate
+	t.Cleanup(func() { afterGate = old })
+	// After the gate opens: until the stand-in has exited and been reaped.
+	afterGate = func() { time.Sleep(300 * time.Millisecond) }
+
+	run := standInProlog(t, "gone", earlyEndSupervisor, 80, "off")
+	if run.err == nil || run.rec.Status != record.StatusFailed || !strings.Contains(run.rec.Reason, "refusing to follow it") || strings.Contains(run.rec.Reason, "gone after its start") {
+		t.Errorf("refused dir: prolog %v; record %q %q: want failed with the supervisor's reason", run.err, run.rec.Status, run.rec.Reason)
+	}
+
+	// The same stand-in with a port taken first, in a dir made ready for it.
+	afterGate = func() { time.Sleep(300 * time.Millisecond) }
+	script := strings.Replace(earlyEndSupervisor, "seen=%DIR%/seen", "seen=%DIR%/seen\ntouch %DIR%/port-taken", 1)
+	run = standInProlog(t, "gone", script, 81, "off")
+	if run.err != nil || run.rec.Status != record.StatusReady {
+		t.Errorf("port taken, then ready: prolog %v; record %q %q: want ready on the second start", run.err, run.rec.Status, run.rec.Reason)
 	}
 }

@@ -107,20 +107,11 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	// The node's housekeeping runs beside the collector's start, not
 	// before it (it concerns other jobs only), once the supervisor is
 	// forked and its gate open; the prolog returns once it ends.
-	tidied := make(chan time.Duration, 1)
-	tidy := func() {
-		t0 := time.Now()
+	tidy := newSideTask(func() error {
 		tidyNode(ctx, in, node, slurmBounds, log)
-		tidied <- time.Since(t0)
-	}
-	var tidyTook time.Duration
-	var tidyOnce sync.Once
-	defer func() {
-		if tidyTook == 0 {
-			tidyOnce.Do(func() { go tidy() })
-			<-tidied
-		}
-	}()
+		return nil
+	})
+	defer tidy.wait()
 	rec := &record.Record{Status: record.StatusFailed, OnFailure: "continue", UID: in.UID}
 	fail := func(err error) error {
 		// A failed record carries no task env: nothing of what failed
@@ -187,7 +178,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	}
 	defer closeZones(st.energy) // after the launch: the supervisor's copies serve on
 	clock.mark("facts+env")
-	st.beside = func() { tidyOnce.Do(func() { go tidy() }) }
+	st.beside = tidy.start
 	sup, rep, err := st.start(ctx, env, groups, hold, timeout, clock)
 	if hold != nil {
 		hold.Close() // the supervisor's copy alone: once it ends, connects are refused
@@ -208,7 +199,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return fail(err)
 	}
 	clock.mark("record")
-	tidyTook = max(<-tidied, time.Nanosecond)
+	tidy.wait()
 	group := st.group
 	where := "no cgroup"
 	if group != nil {
@@ -217,7 +208,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	log.Infof("job %d: collector ready on %s (supervisor pid %d, OTLP http 127.0.0.1:%d, output %s, %d ms, %s)",
 		in.JobID, node, sup.pid, rep.Ports.OTLPHTTP, rep.OutputDir, rep.ReadyMillis, where)
 	log.Debugf("job %d: start steps on %s in ms: prolog %s; supervisor %s; beside them the node's housekeeping %d",
-		in.JobID, node, clock, record.UserText(rep.Steps, 256), tidyTook.Milliseconds())
+		in.JobID, node, clock, record.UserText(rep.Steps, 256), tidy.took.Milliseconds())
 	return nil
 }
 
@@ -404,22 +395,57 @@ type launchState struct {
 	// its gate open: not before, where its forks would wait for the
 	// supervisor's, and its CPU delay it. Idempotent.
 	beside func()
-	// tableSet, when not nil, ends with the node's table set again
+	// table, when not nil, sets the node's table again
 	// (portfilter.EnsureTable), begun once the job's rules went in.
-	tableSet chan error
+	table *sideTask
 }
 
 // tableDone waits for the node's table to be set again, if that began,
 // and logs its failure: the job's rules are in, but a base chain someone
 // emptied may not send the job's ports to them.
 func (st *launchState) tableDone() {
-	if st.tableSet == nil {
+	if st.table == nil {
 		return
 	}
-	if err := <-st.tableSet; err != nil {
+	if err := st.table.wait(); err != nil {
 		st.log.Warnf("job %d: the packet filter's table on %s was not set again (a base chain emptied by hand keeps the job's ports open to other users): %v", st.in.JobID, st.node, err)
 	}
-	st.tableSet = nil
+}
+
+// sideTask is work the prolog runs beside the collector's start, on a
+// goroutine of its own: begun once (start), waited for before the prolog
+// returns (wait).
+type sideTask struct {
+	once sync.Once
+	run  func() error
+	done chan struct{}
+	err  error         // run's, once done is closed
+	took time.Duration // run's wall time, once done is closed
+}
+
+// newSideTask is run as a sideTask, not yet begun.
+func newSideTask(run func() error) *sideTask {
+	return &sideTask{run: run, done: make(chan struct{})}
+}
+
+// start begins t's run unless it has begun.
+func (t *sideTask) start() {
+	t.once.Do(func() {
+		go func() {
+			t0 := time.Now()
+			t.err = t.run()
+			t.took = time.Since(t0)
+			close(t.done)
+		}()
+	})
+}
+
+// wait begins t's run unless it has begun, waits for its end and returns
+// its error; again, at once.
+func (t *sideTask) wait() error {
+	t.start()
+	<-t.done
+	return t.err
 }
 
 // start chooses the job's ports, keeps them to the job's group in the
@@ -471,12 +497,12 @@ func (st *launchState) start(ctx context.Context, env []string, groups []uint32,
 			return nil, launch.Readiness{}, err
 		}
 		clock.mark("filter")
-		if len(rec.FilterPorts) > 0 && st.tableSet == nil {
+		if len(rec.FilterPorts) > 0 && st.table == nil {
 			// The node's table as the job's rules need it, set again
 			// beside the start (portfilter.Install left it as it was):
 			// done before the prolog returns, so before any task.
-			st.tableSet = make(chan error, 1)
-			go func() { st.tableSet <- portfilter.EnsureTable(ctx, nftRunner()) }()
+			st.table = newSideTask(func() error { return portfilter.EnsureTable(ctx, nftRunner()) })
+			st.table.start()
 		}
 		_, err = opener.Write([]byte{launch.GateOpen})
 		opener.Close()

@@ -120,13 +120,13 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 		logrus.Warnf("not dumpable: %v (the job's tasks can read this process's memory)", notDumpableErr)
 	}
 	opt := supervise.Options{MainStart: mainStart, ControlListener: hold, HostEnergy: energy, HostHwmon: hostHwmon, Gate: gate}
-	if gateErr != nil {
-		// Root's gate handed down but not usable: no port is bound
-		// without it.
-		if *fromEnv && syscall.Fstat(launch.ReadinessFD, new(syscall.Stat_t)) == nil {
-			launch.WriteReadiness(os.NewFile(launch.ReadinessFD, "report"), launch.Readiness{Status: launch.StatusFailed, Error: gateErr.Error(), SupervisorPID: os.Getpid()})
+	// reportFailed reports a start that ends before the supervisor runs
+	// (on the readiness channel, once there is one) and returns err.
+	reportFailed := func(err error) error {
+		if opt.Readiness != nil {
+			launch.WriteReadiness(opt.Readiness, launch.Readiness{Status: launch.StatusFailed, Error: err.Error(), SupervisorPID: os.Getpid()})
 		}
-		return gateErr
+		return err
 	}
 	if energyErr != nil {
 		logrus.Warnf("host energy: %v", energyErr)
@@ -144,10 +144,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 		}
 		opt.LogToOutputDir = true
 		if err := optionsFromEnv(&opt); err != nil {
-			if opt.Readiness != nil {
-				launch.WriteReadiness(opt.Readiness, launch.Readiness{Status: launch.StatusFailed, Error: err.Error(), SupervisorPID: os.Getpid()})
-			}
-			return err
+			return reportFailed(err)
 		}
 	} else {
 		resolved, _, _, err := in.resolveJob(stderr, true)
@@ -168,14 +165,16 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 		}
 		opt.Readiness = stdout
 	}
+	if gateErr != nil {
+		// Root's gate handed down but not usable: no port is bound
+		// without it.
+		return reportFailed(gateErr)
+	}
 	if err := takeToken(&opt); err != nil {
 		return err
 	}
 	if err := takeRootChoices(&opt); err != nil {
-		if opt.Readiness != nil {
-			launch.WriteReadiness(opt.Readiness, launch.Readiness{Status: launch.StatusFailed, Error: err.Error(), SupervisorPID: os.Getpid()})
-		}
-		return err
+		return reportFailed(err)
 	}
 	if v := os.Getenv(envRecordPoll); v != "" {
 		d, err := time.ParseDuration(v)

@@ -49,7 +49,6 @@ func startSupervisor(cli string, env []string, uid, gid uint32, groups []uint32,
 	}
 	defer w.Close()
 	cmd := exec.Command(cli, "supervise", "--from-env")
-	cmd.Env = env
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{w} // fd 3 = launch.ReadinessFD
 	if hold != nil {

@@ -217,10 +217,6 @@ add rule inet %[1]s input ip daddr 127.0.0.1 tcp flags & (syn | ack) == syn tcp 
 `, Table, Priority)
 }
 
-// TableScript is the nft script that makes the node's table (when new)
-// and sets its base chains' one rule each: EnsureTable's.
-func TableScript() string { return tableScript() }
-
 // AddScript is the nft script that installs j's rules: the table (when
 // new, its base chains' rules set again), j's two chains and j's ports in
 // the two maps, one transaction. Errors: j not nameable (check).
@@ -343,7 +339,7 @@ func Install(ctx context.Context, run Runner, j Job) error {
 	if run(ctx, js) == nil {
 		return nil
 	}
-	script := tableScript() + js
+	script, _ := AddScript(j) // j checked by JobScript
 	err = run(ctx, script)
 	if err == nil {
 		return nil
@@ -360,7 +356,7 @@ func Install(ctx context.Context, run Runner, j Job) error {
 }
 
 // EnsureTable makes the node's table with run when it is not there and
-// sets its base chains' one rule each again (TableScript), one
+// sets its base chains' one rule each again, one
 // transaction: a base chain whose rule someone removed sends the job's
 // ports to their chains again. The jobs' chains and the maps' entries are
 // kept. Errors: nft's.

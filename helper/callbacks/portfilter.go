@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -63,7 +64,7 @@ func filterUnavailable(a Args, node string, err error, log logrus.FieldLogger) e
 	if a.PortFilter == portfilter.ModeRequire {
 		return fmt.Errorf("port_filter=require: the job's ports cannot be kept to the job on this node: %v", err)
 	}
-	warnOnce(a.RecordDir, node, ".port-filter-warned", digits.ReplaceAllString(err.Error(), "N"), func() {
+	warnOnce(a.RecordDir, node, ".port-filter-warned", digits().ReplaceAllString(err.Error(), "N"), func() {
 		log.Warnf("the job's loopback ports are not kept to the job on %s (plugstack port_filter=auto): %v; other local users can connect to a job's collector and take its ports before its start and after a restart (admin guide: the packet filter)", node, err)
 	})
 	return nil
@@ -158,7 +159,7 @@ func releasePorts(ctx context.Context, rec *record.Record, node string, jobID ui
 
 // digits are the job's own numbers in a reason (ids, ports, paths), so
 // that the once-per-node warning is once per kind of reason.
-var digits = regexp.MustCompile(`[0-9]+`)
+var digits = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[0-9]+`) })
 
 // warnOnce calls warn unless the marker file name in root's record dir for
 // the node already holds key (one line; written after the call): the

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // AlsoValidate is what a check reports when Resolve failed: resolveErr
@@ -31,15 +32,15 @@ func AlsoValidate(r *Resolved, in Inputs, resolveErr error, env LookupEnv) ([]st
 	}
 	named := map[string]bool{}
 	for _, e := range flatten(resolveErr) {
-		for _, m := range keyRE.FindAllStringSubmatch(e.Error(), -1) {
+		for _, m := range keyRE().FindAllStringSubmatch(e.Error(), -1) {
 			named[m[1]] = true
 		}
-		for _, m := range itemRE.FindAllStringSubmatch(e.Error(), -1) {
+		for _, m := range itemRE().FindAllStringSubmatch(e.Error(), -1) {
 			named[m[1]] = true
 		}
 		// A misspelt key names the one meant: its "not set" is the same
 		// mistake.
-		for _, m := range meantRE.FindAllStringSubmatch(e.Error(), -1) {
+		for _, m := range meantRE().FindAllStringSubmatch(e.Error(), -1) {
 			named[m[1]] = true
 		}
 	}
@@ -59,11 +60,11 @@ func AlsoValidate(r *Resolved, in Inputs, resolveErr error, env LookupEnv) ([]st
 	origins := Origins(in)
 	errs := []error{resolveErr}
 	for _, e := range flatten(verr) {
-		m := leadKeyRE.FindStringSubmatch(e.Error())
+		m := leadKeyRE().FindStringSubmatch(e.Error())
 		if m != nil && named[m[1]] {
 			continue
 		}
-		if m != nil && unread && (notSetRE.MatchString(e.Error()) || m[1] == "token_env" && origins["token_env"] == "") {
+		if m != nil && unread && (notSetRE().MatchString(e.Error()) || m[1] == "token_env" && origins["token_env"] == "") {
 			continue
 		}
 		if m != nil && origins[m[1]] != "" && !strings.HasPrefix(e.Error(), origins[m[1]]) {
@@ -84,7 +85,7 @@ func (r *Resolved) ValidateWhere(in Inputs, env LookupEnv) ([]string, error) {
 	origins := Origins(in)
 	var errs []error
 	for _, e := range flatten(err) {
-		if m := leadKeyRE.FindStringSubmatch(e.Error()); m != nil && origins[m[1]] != "" {
+		if m := leadKeyRE().FindStringSubmatch(e.Error()); m != nil && origins[m[1]] != "" {
 			e = prefixed{origins[m[1]], e}
 		}
 		errs = append(errs, e)
@@ -93,11 +94,13 @@ func (r *Resolved) ValidateWhere(in Inputs, env LookupEnv) ([]string, error) {
 }
 
 var (
-	keyRE     = regexp.MustCompile(`otel\.([a-z_]+)`)
-	itemRE    = regexp.MustCompile(`(?:^|: )([a-z_]+)(?:=[^:]*)?: (?:unknown|given twice)`)
-	leadKeyRE = regexp.MustCompile(`^otel\.([a-z_]+)`)
-	meantRE   = regexp.MustCompile(`did you mean "([a-z_]+)"`)
-	notSetRE  = regexp.MustCompile(`^otel\.[a-z_]+: not set\b`)
+	keyRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`otel\.([a-z_]+)`) })
+	itemRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?:^|: )([a-z_]+)(?:=[^:]*)?: (?:unknown|given twice)`)
+	})
+	leadKeyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^otel\.([a-z_]+)`) })
+	meantRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`did you mean "([a-z_]+)"`) })
+	notSetRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^otel\.[a-z_]+: not set\b`) })
 )
 
 type prefixed struct {

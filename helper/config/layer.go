@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"gopkg.in/yaml.v3"
 )
@@ -147,7 +148,7 @@ func readYAML(path string) (*yaml.Node, error) {
 }
 
 // yamlLineRE splits the YAML parser's message: "yaml: line N: problem".
-var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+var yamlLineRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^yaml: line (\d+): (.*)$`) })
 
 // maxYAMLRetries bounds the parses yamlErrorLine makes.
 const maxYAMLRetries = 2000
@@ -161,7 +162,7 @@ const maxYAMLRetries = 2000
 // syntax error with a line, or no such L is found (the parser's line is
 // then the one to give).
 func yamlErrorLine(data []byte, err error) (line int, msg string, ok bool) {
-	m := yamlLineRE.FindStringSubmatch(err.Error())
+	m := yamlLineRE().FindStringSubmatch(err.Error())
 	if m == nil {
 		return 0, "", false
 	}
@@ -171,7 +172,7 @@ func yamlErrorLine(data []byte, err error) (line int, msg string, ok bool) {
 	for l := max(from, 1); l <= len(lines) && l < from+maxYAMLRetries; l++ {
 		var doc yaml.Node
 		perr := yaml.Unmarshal([]byte(strings.Join(lines[:l], "")), &doc)
-		if pm := yamlLineRE.FindStringSubmatch(fmt.Sprint(perr)); pm != nil && pm[2] == msg {
+		if pm := yamlLineRE().FindStringSubmatch(fmt.Sprint(perr)); pm != nil && pm[2] == msg {
 			return l, msg, true
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/yamlnode"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Item is one key=value of a SPEC or of plugstack.conf, unescaped.
@@ -121,7 +122,7 @@ func SplitItems(s string) ([]Item, error) {
 		switch {
 		case !haveKey && raw == "":
 			errs = append(errs, fmt.Errorf("--gym-otel: empty item in %q", s))
-		case !haveKey && list != "" && listValueRE.MatchString(raw):
+		case !haveKey && list != "" && listValueRE().MatchString(raw):
 			// gym_span_groups=default,verify: the comma meant "and".
 			list += "+" + raw
 			errs = append(errs, fmt.Errorf("--gym-otel: %s: expected key=value (the values of a list item are joined with +, not with a comma: %s)", raw, list))
@@ -166,7 +167,7 @@ func SplitItems(s string) ([]Item, error) {
 var listKeys = map[string]bool{"gym_span_groups": true}
 
 // listValueRE is what one value of a list item looks like (a span group).
-var listValueRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+var listValueRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_.-]+$`) })
 
 // EscapeValue escapes a value for a SPEC item (the inverse of SplitItems).
 func EscapeValue(v string) string {

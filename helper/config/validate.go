@@ -8,13 +8,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // LookupEnv looks a variable up in the submitting environment (os.LookupEnv
 // in the CLI and the plugin's submit context).
 type LookupEnv func(name string) (string, bool)
 
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var identRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // Validate checks resolved settings before anything runs and normalises the
 // endpoint (see NormalizeEndpoint). It returns warnings (the job still runs)
@@ -62,7 +63,7 @@ func (r *Resolved) Validate(env LookupEnv) (warnings []string, err error) {
 		fail("otel.service_name: not set: set the service.name the backend routes by")
 	}
 	switch {
-	case !identRE.MatchString(o.TokenEnv):
+	case !identRE().MatchString(o.TokenEnv):
 		fail("otel.token_env: %q is not a variable name (letters, digits, _)", o.TokenEnv)
 	case strings.HasPrefix(o.TokenEnv, "LD_"), strings.HasPrefix(o.TokenEnv, "SLURM_"),
 		strings.HasPrefix(o.TokenEnv, "SPANK_"), strings.HasPrefix(o.TokenEnv, "GYM_OTEL_"):

@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // DefaultRoot is the NVIDIA driver's proc directory.
@@ -38,13 +39,15 @@ type GPU struct {
 	UUID string
 }
 
-var reBus = regexp.MustCompile(`^([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})\.([0-7])$`)
+var reBus = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})\.([0-7])$`)
+})
 
 // BusID reads a PCI bus id ("0000:3b:00.0" as Linux writes it, or
 // "00000000:3B:00.0" as NVML does) into NVML's form, dcgm-exporter's
 // pci_bus_id. ok is false when s is neither.
 func BusID(s string) (id string, ok bool) {
-	m := reBus.FindStringSubmatch(strings.TrimSpace(s))
+	m := reBus().FindStringSubmatch(strings.TrimSpace(s))
 	if m == nil {
 		return "", false
 	}
@@ -164,9 +167,11 @@ const (
 )
 
 var (
-	reGPUUUID = regexp.MustCompile(`^GPU-[0-9A-Fa-f-]{8,64}$`)
-	reMIGOld  = regexp.MustCompile(`^MIG-(GPU-[0-9A-Fa-f-]{8,64})/([0-9]{1,4})/([0-9]{1,4})$`)
-	reIndex   = regexp.MustCompile(`^[0-9]{1,4}$`)
+	reGPUUUID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^GPU-[0-9A-Fa-f-]{8,64}$`) })
+	reMIGOld  = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^MIG-(GPU-[0-9A-Fa-f-]{8,64})/([0-9]{1,4})/([0-9]{1,4})$`)
+	})
+	reIndex = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{1,4}$`) })
 )
 
 // Resolve names the job's devices (indexes: SLURM_JOB_GPUS; devices:
@@ -191,22 +196,22 @@ func Resolve(gpus []GPU, indexes, devices []string, minors map[string]int) (out 
 	named := false // a device named by UUID or as a MIG device
 	for _, d := range devices {
 		switch {
-		case reGPUUUID.MatchString(d):
+		case reGPUUUID().MatchString(d):
 			named = true
 			if g, ok := byUUID[strings.ToLower(d)]; ok {
 				out = append(out, Device{Slurm: d, By: ByUUID, Minor: g.Minor, PCIBusID: g.BusID, UUID: g.UUID})
 			} else {
 				unresolved = append(unresolved, d+": no GPU of the driver has this UUID")
 			}
-		case reMIGOld.MatchString(d):
+		case reMIGOld().MatchString(d):
 			named = true
-			m := reMIGOld.FindStringSubmatch(d)
+			m := reMIGOld().FindStringSubmatch(d)
 			if g, ok := byUUID[strings.ToLower(m[1])]; ok {
 				out = append(out, Device{Slurm: d, By: ByUUID, Minor: g.Minor, PCIBusID: g.BusID, UUID: g.UUID, Instance: m[2]})
 			} else {
 				unresolved = append(unresolved, d+": no GPU of the driver has its parent's UUID")
 			}
-		case reIndex.MatchString(d):
+		case reIndex().MatchString(d):
 		default:
 			named = true
 			unresolved = append(unresolved, d+": a MIG UUID (or a form not known) names no GPU the driver lists")

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
@@ -73,7 +74,7 @@ func (r *Report) WriteHTML(w io.Writer, chartJS []byte) error {
 	if sec := textSections(text, "Slurm phases"); strings.Contains(sec, "each phase over the nodes") {
 		phaseAgg = sec
 	}
-	return pageTemplate.Execute(w, struct {
+	return pageTemplate().Execute(w, struct {
 		R               *Report
 		Text            string
 		Data            template.JS
@@ -145,25 +146,28 @@ func (r *Report) textString() string {
 	return b.String()
 }
 
-var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
-	"f":                func(v Value, p int) string { return f(v, p) },
-	"pct":              func(v Value) string { return pct(v) },
-	"q":                quantOrNot,
-	"dur":              func(v Value) string { return dur(v) },
-	"sub":              func(a, b Value) Value { return a - b },
-	"elapsed":          elapsed,
-	"deref":            func(p *int) int { return *p },
-	"dec":              func(i int) int { return i - 1 },
-	"join":             strings.Join,
-	"hostlist":         slurm.CompressHostlist,
-	"texts":            Texts,
-	"textForms":        textForms,
-	"foldSharing":      foldSharing,
-	"foldReasons":      foldNodeReasons,
-	"hostSources":      hostSources,
-	"hostAttributions": hostAttributions,
-	"s3":               secs3,
-}).Parse(`<!DOCTYPE html>
+// pageTemplate is the page, parsed on its first use (not at the start
+// of every program that links this package: the supervisor does).
+var pageTemplate = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("page").Funcs(template.FuncMap{
+		"f":                func(v Value, p int) string { return f(v, p) },
+		"pct":              func(v Value) string { return pct(v) },
+		"q":                quantOrNot,
+		"dur":              func(v Value) string { return dur(v) },
+		"sub":              func(a, b Value) Value { return a - b },
+		"elapsed":          elapsed,
+		"deref":            func(p *int) int { return *p },
+		"dec":              func(i int) int { return i - 1 },
+		"join":             strings.Join,
+		"hostlist":         slurm.CompressHostlist,
+		"texts":            Texts,
+		"textForms":        textForms,
+		"foldSharing":      foldSharing,
+		"foldReasons":      foldNodeReasons,
+		"hostSources":      hostSources,
+		"hostAttributions": hostAttributions,
+		"s3":               secs3,
+	}).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
 <link rel="icon" href="data:,">
@@ -590,3 +594,4 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 </script>
 </body></html>
 `))
+})

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // MIG: dcgm-exporter serves a MIG instance's device-level fields (power,
@@ -39,7 +40,7 @@ type Estimate struct {
 	Verdict Verdict `json:"verdict"`
 }
 
-var reSlices = regexp.MustCompile(`^([1-8])g\.`)
+var reSlices = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([1-8])g\.`) })
 
 // gpuSlices is the compute slices of a MIG-capable GPU of model name
 // model: 4 on an A30, else 7 (A100, H100, H200, B200).
@@ -77,7 +78,7 @@ func migEstimate(node string, gpus []*gpuSeries, t0, t1 int64) *Estimate {
 			p.slices, p.total = 1, 1 // a whole GPU of the job's
 			continue
 		}
-		m := reSlices.FindStringSubmatch(g.profile)
+		m := reSlices().FindStringSubmatch(g.profile)
 		if m == nil {
 			return nil // no GPU_I_PROFILE: its share is not known
 		}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/receipt"
@@ -19,10 +20,12 @@ var (
 	// statusRE is the backend's answer in the OTLP/HTTP exporter's
 	// error, as the collector logs it ("... responded with HTTP Status
 	// Code 401, Message=...").
-	statusRE = regexp.MustCompile(`responded with HTTP Status Code (40[13])\b`)
+	statusRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`responded with HTTP Status Code (40[13])\b`) })
 	// tokenVarRE is the variable the backend exporter's bearer token
 	// comes from in collector.yaml (the submit's otel.token_env).
-	tokenVarRE = regexp.MustCompile(`Authorization: Bearer \$\{env:([A-Za-z_][A-Za-z0-9_]*)\}`)
+	tokenVarRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`Authorization: Bearer \$\{env:([A-Za-z_][A-Za-z0-9_]*)\}`)
+	})
 )
 
 // tokenHint is what to check when a node dir's collector had exports
@@ -47,14 +50,14 @@ func tokenHint(dir string, rc *receipt.Receipt) string {
 		_, _ = f.Seek(fi.Size()-tokenLogTail, io.SeekStart)
 	}
 	data, _ := io.ReadAll(io.LimitReader(f, tokenLogTail))
-	m := statusRE.FindAllSubmatch(data, -1)
+	m := statusRE().FindAllSubmatch(data, -1)
 	if len(m) == 0 {
 		return ""
 	}
 	status, _ := strconv.Atoi(string(m[len(m)-1][1]))
 	variable := "the token variable (otel.token_env)"
 	if cfg, err := os.ReadFile(filepath.Join(dir, jobdir.ConfigFile)); err == nil {
-		if v := tokenVarRE.FindSubmatch(cfg); v != nil {
+		if v := tokenVarRE().FindSubmatch(cfg); v != nil {
 			variable = fmt.Sprintf("$%s (otel.token_env)", v[1])
 		}
 	}

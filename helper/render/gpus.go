@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/gpudev"
 )
@@ -44,10 +45,12 @@ const (
 // On a node with MIG devices Slurm's indexes count MIG devices, so they
 // do not name dcgm-exporter's gpu (the parent GPU's index).
 var (
-	reGPUUUID = regexp.MustCompile(`^GPU-[0-9A-Fa-f-]{8,64}$`)
-	reMIGOld  = regexp.MustCompile(`^MIG-(GPU-[0-9A-Fa-f-]{8,64})/([0-9]{1,4})/([0-9]{1,4})$`)
-	reMIGUUID = regexp.MustCompile(`^MIG-[0-9A-Fa-f-]{8,64}$`)
-	reIndex   = regexp.MustCompile(`^[0-9]{1,4}$`)
+	reGPUUUID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^GPU-[0-9A-Fa-f-]{8,64}$`) })
+	reMIGOld  = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^MIG-(GPU-[0-9A-Fa-f-]{8,64})/([0-9]{1,4})/([0-9]{1,4})$`)
+	})
+	reMIGUUID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^MIG-[0-9A-Fa-f-]{8,64}$`) })
+	reIndex   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{1,4}$`) })
 )
 
 // gpuInstance is a MIG instance: its parent GPU's UUID and its GPU
@@ -97,14 +100,14 @@ func planGPUs(indexes, devices []string, pci []gpudev.Device) gpuPlan {
 	numeric := false
 	for _, d := range devices {
 		switch {
-		case reGPUUUID.MatchString(d):
+		case reGPUUUID().MatchString(d):
 			p.uuids = append(p.uuids, d)
-		case reMIGOld.MatchString(d):
-			m := reMIGOld.FindStringSubmatch(d)
+		case reMIGOld().MatchString(d):
+			m := reMIGOld().FindStringSubmatch(d)
 			p.instances = append(p.instances, gpuInstance{m[1], m[2]})
-		case reMIGUUID.MatchString(d):
+		case reMIGUUID().MatchString(d):
 			p.anyMIG = true
-		case reIndex.MatchString(d):
+		case reIndex().MatchString(d):
 			numeric = true
 		default: // a form not known: nothing of the node can be told apart
 			p.anyMIG, p.anyWhole = true, true

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Placeholder texts of a preview (Preview): values only the node knows,
@@ -79,9 +80,15 @@ const (
 var (
 	// resource/identity's actions (identityActions): "- key: K", then
 	// "value: V" on the next line.
-	restartLine = regexp.MustCompile(`(- key: (?:slurm_job_restart_count|` + regexp.QuoteMeta(LensRestartCount) + `)\n +value: )0\n`)
-	jobUUIDLine = regexp.MustCompile(`(- key: ` + regexp.QuoteMeta(LensJobUUID) + `\n +value: )"[0-9a-f-]{36}"`)
-	runUUIDLine = regexp.MustCompile(`(- key: ` + regexp.QuoteMeta(LensRunUUID) + `\n +value: )"[0-9a-f-]{36}"`)
+	restartLine = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(- key: (?:slurm_job_restart_count|` + regexp.QuoteMeta(LensRestartCount) + `)\n +value: )0\n`)
+	})
+	jobUUIDLine = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(- key: ` + regexp.QuoteMeta(LensJobUUID) + `\n +value: )"[0-9a-f-]{36}"`)
+	})
+	runUUIDLine = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(- key: ` + regexp.QuoteMeta(LensRunUUID) + `\n +value: )"[0-9a-f-]{36}"`)
+	})
 )
 
 // Preview renders what Render renders for in, except that what only the
@@ -131,14 +138,14 @@ func Preview(in Input) ([]byte, error) {
 		s = strings.ReplaceAll(s, "port: "+strconv.Itoa(p.sentinel)+"\n", "port: "+p.text+"\n")
 	}
 	if restart {
-		s = restartLine.ReplaceAllString(s, "${1}"+PlaceholderRestartCount+"\n")
+		s = restartLine().ReplaceAllString(s, "${1}"+PlaceholderRestartCount+"\n")
 	}
 	j := in.Job
 	if j.JobID == PlaceholderJobID || j.SlurmCluster == PlaceholderCluster || j.ArrayJobID == PlaceholderJobID {
-		s = jobUUIDLine.ReplaceAllString(s, `${1}"`+PlaceholderJobUUID+`"`)
-		s = runUUIDLine.ReplaceAllString(s, `${1}"`+PlaceholderRunUUID+`"`)
+		s = jobUUIDLine().ReplaceAllString(s, `${1}"`+PlaceholderJobUUID+`"`)
+		s = runUUIDLine().ReplaceAllString(s, `${1}"`+PlaceholderRunUUID+`"`)
 	} else if restart {
-		s = runUUIDLine.ReplaceAllString(s, `${1}"`+PlaceholderRunUUID+`"`)
+		s = runUUIDLine().ReplaceAllString(s, `${1}"`+PlaceholderRunUUID+`"`)
 	}
 	var head strings.Builder
 	head.WriteString(PreviewTag + ": the job's collector.yaml as each node writes it, with these placeholders\n")

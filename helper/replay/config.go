@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -50,7 +51,7 @@ func (b *Backend) Bounds() (request, retries time.Duration) {
 }
 
 // tokenEnvRE is a variable name replay accepts for the token.
-var tokenEnvRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var tokenEnvRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 var compressions = map[string]bool{"": true, "none": true, "gzip": true, "zstd": true, "snappy": true, "zlib": true, "deflate": true, "x-snappy-framed": true, "lz4": true}
 
@@ -141,7 +142,7 @@ func Config(files []File, b *Backend, endpoint, tokenEnv string, telemetryPort i
 	if endpoint == "" {
 		return nil, errors.New("--endpoint: no endpoint")
 	}
-	if !tokenEnvRE.MatchString(tokenEnv) {
+	if !tokenEnvRE().MatchString(tokenEnv) {
 		return nil, fmt.Errorf("--token-env %q: not a variable name (letters, digits, _)", tokenEnv)
 	}
 	receivers := map[string]any{}

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
@@ -76,12 +77,12 @@ func preflight(endpoint, binary string, dial time.Duration) error {
 }
 
 // statusRE finds the HTTP status in the OTLP/HTTP exporter's error.
-var statusRE = regexp.MustCompile(`(?i)HTTP Status Code (\d{3})`)
+var statusRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?i)HTTP Status Code (\d{3})`) })
 
 // HTTPStatus is the HTTP status the backend answered with in a Cause
 // (0: none named: no answer, a timeout, a refused connection).
 func HTTPStatus(cause string) int {
-	m := statusRE.FindStringSubmatch(cause)
+	m := statusRE().FindStringSubmatch(cause)
 	if m == nil {
 		return 0
 	}
@@ -136,7 +137,7 @@ func exportFailures(logPath string) (last string, answered, silent int) {
 		// The exporter's advice without retries and queue ("Try enabling
 		// retry_on_failure ...") would push the backend's answer out of
 		// the one line.
-		msg = adviceRE.ReplaceAllString(msg, "")
+		msg = adviceRE().ReplaceAllString(msg, "")
 		cause = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(msg), ".") + ": " + e)
 	}
 	return oneLine(cause, 300), answered, silent
@@ -150,7 +151,7 @@ func exportCause(logPath string) string {
 }
 
 // adviceRE matches the exporter's advice sentences in its failure message.
-var adviceRE = regexp.MustCompile(`\s*Try enabling [^.]*\.`)
+var adviceRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\s*Try enabling [^.]*\.`) })
 
 // oneLine joins s's lines and cuts it to n bytes.
 func oneLine(s string, n int) string {

@@ -97,7 +97,7 @@ func target(opt Options) (endpoint, tokenEnv string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("%s %q: %v", name, endpoint, err)
 	}
-	if !tokenEnvRE.MatchString(tokenEnv) {
+	if !tokenEnvRE().MatchString(tokenEnv) {
 		return "", "", fmt.Errorf("--token-env %q: not a variable name (letters, digits, _)", tokenEnv)
 	}
 	return ep, tokenEnv, nil

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // ConfMax bounds what ReadConf reads of a slurm.conf, bytes.
@@ -26,7 +27,9 @@ func (c Conf) Get(key string) (string, bool) {
 // keyvalue_pattern, the same in 22.05 to 26.05): spaces allowed around
 // "=", an operator before it ("+=", "-=", ...), a value in double quotes
 // with spaces, else up to the next space.
-var confKeyValue = regexp.MustCompile(`^[[:space:]]*([[:alnum:]_.]+)[[:space:]]*[-*+/]?=[[:space:]]*(?:"([^"]*)"|([^[:space:]]+))(?:[[:space:]]|$)`)
+var confKeyValue = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[[:space:]]*([[:alnum:]_.]+)[[:space:]]*[-*+/]?=[[:space:]]*(?:"([^"]*)"|([^[:space:]]+))(?:[[:space:]]|$)`)
+})
 
 // ReadConf reads the slurm.conf at path as Slurm's parser reads its lines
 // (every key=value pair of a line, a "#" not escaped by a backslash starts
@@ -48,7 +51,7 @@ func parseConf(r io.Reader) (Conf, error) {
 	for sc.Scan() {
 		line := stripConfComment(sc.Text())
 		for {
-			m := confKeyValue.FindStringSubmatchIndex(line)
+			m := confKeyValue().FindStringSubmatchIndex(line)
 			if m == nil {
 				break
 			}

@@ -94,7 +94,7 @@ func parseGresGPUs(r io.Reader, node string) ([]string, error) {
 		l := gresLine{kv: map[string]string{}}
 		rest := line
 		for {
-			m := confKeyValue.FindStringSubmatchIndex(rest)
+			m := confKeyValue().FindStringSubmatchIndex(rest)
 			if m == nil {
 				break
 			}

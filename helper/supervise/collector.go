@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -340,7 +341,7 @@ func tailFile(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-var versionRE = regexp.MustCompile(`version v?(\d+)\.(\d+)\.(\d+)`)
+var versionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`version v?(\d+)\.(\d+)\.(\d+)`) })
 
 // checkVersion runs `<binary> --version` within bound and refuses a
 // collector older than render.MinCollectorVersion. The bound is the start's
@@ -363,7 +364,7 @@ func checkVersion(ctx context.Context, binary string, env []string, bound time.D
 		}
 		return fmt.Errorf("otel.binary: %s --version failed: %v: %s", binary, err, firstLine(out))
 	}
-	m := versionRE.FindSubmatch(out)
+	m := versionRE().FindSubmatch(out)
 	if m == nil {
 		return fmt.Errorf("otel.binary: %s --version printed no version: %s", binary, firstLine(out))
 	}
@@ -373,7 +374,9 @@ func checkVersion(ctx context.Context, binary string, env []string, bound time.D
 // startedVersionRE is the collector's own line at its start, before any
 // extension or receiver starts (otelcol's service, console or json
 // encoding): `Starting <command>... {"Version": "0.161.0-gym1", ...}`.
-var startedVersionRE = regexp.MustCompile(`Starting [^ "]+\.\.\..*"[Vv]ersion": ?"v?(\d+)\.(\d+)\.(\d+)`)
+var startedVersionRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`Starting [^ "]+\.\.\..*"[Vv]ersion": ?"v?(\d+)\.(\d+)\.(\d+)`)
+})
 
 // maxStartLogBytes bounds what loggedVersion reads of the collector's log.
 const maxStartLogBytes = 256 << 10
@@ -391,7 +394,7 @@ func loggedVersion(binary, logPath string, offset int64) (found bool, err error)
 	defer f.Close()
 	b := make([]byte, maxStartLogBytes)
 	n, _ := f.ReadAt(b, offset)
-	m := startedVersionRE.FindSubmatch(b[:n])
+	m := startedVersionRE().FindSubmatch(b[:n])
 	if m == nil {
 		return false, nil
 	}

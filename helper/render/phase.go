@@ -33,10 +33,10 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/prometheus/common/model"
 )
 
 // PhaseParam is the scrape query parameter whose value Render chooses so
@@ -163,17 +163,66 @@ type scrapeTarget struct {
 	phaseParamValue string      // "" for none
 }
 
+// The labels Prometheus sets on a target before its relabelling, by the
+// names of github.com/prometheus/common/model (not linked here: it brings
+// the protobuf runtime into the plugin's core, which renders nothing of
+// this; TestPromLabelNames compares them).
+const (
+	promAddressLabel        = "__address__"
+	promJobLabel            = "job"
+	promScrapeIntervalLabel = "__scrape_interval__"
+	promScrapeTimeoutLabel  = "__scrape_timeout__"
+	promMetricsPathLabel    = "__metrics_path__"
+	promSchemeLabel         = "__scheme__"
+	promParamLabelPrefix    = "__param_"
+	promInstanceLabel       = "instance"
+)
+
+// promDuration is d as Prometheus writes a duration (model.Duration's
+// String: years and weeks only when exact, then days, hours, minutes,
+// seconds and milliseconds, "0s" for none; TestPromDuration compares).
+func promDuration(d time.Duration) string {
+	ms := int64(d / time.Millisecond)
+	if ms == 0 {
+		return "0s"
+	}
+	var b strings.Builder
+	if ms < 0 {
+		b.WriteByte('-')
+		ms = -ms
+	}
+	for _, u := range []struct {
+		unit  string
+		mult  int64
+		exact bool
+	}{
+		{"y", 1000 * 60 * 60 * 24 * 365, true}, {"w", 1000 * 60 * 60 * 24 * 7, true},
+		{"d", 1000 * 60 * 60 * 24, false}, {"h", 1000 * 60 * 60, false}, {"m", 1000 * 60, false},
+		{"s", 1000, false}, {"ms", 1, false},
+	} {
+		if u.exact && ms%u.mult != 0 {
+			continue
+		}
+		if v := ms / u.mult; v > 0 {
+			b.WriteString(strconv.FormatInt(v, 10))
+			b.WriteString(u.unit)
+			ms -= v * u.mult
+		}
+	}
+	return b.String()
+}
+
 // targetLabels are the labels Prometheus gives a static target of a scrape
 // job without relabel_configs (scrape/target.go PopulateLabels, defaults of
 // the receiver's configuration: scheme http, no native histograms).
 func (t scrapeTarget) targetLabels() map[string]string {
 	l := map[string]string{
-		model.AddressLabel:                       t.address,
-		model.JobLabel:                           t.job,
-		model.ScrapeIntervalLabel:                model.Duration(t.interval).String(),
-		model.ScrapeTimeoutLabel:                 model.Duration(t.timeout).String(),
-		model.MetricsPathLabel:                   t.metricsPath,
-		model.SchemeLabel:                        "http",
+		promAddressLabel:                         t.address,
+		promJobLabel:                             t.job,
+		promScrapeIntervalLabel:                  promDuration(t.interval),
+		promScrapeTimeoutLabel:                   promDuration(t.timeout),
+		promMetricsPathLabel:                     t.metricsPath,
+		promSchemeLabel:                          "http",
 		"__convert_classic_histograms_to_nhcb__": "false",
 		"__always_scrape_classic_histograms__":   "false",
 		"__scrape_native_histograms__":           "false",
@@ -182,10 +231,10 @@ func (t scrapeTarget) targetLabels() map[string]string {
 		l[kv[0]] = kv[1]
 	}
 	if t.phaseParamValue != "" {
-		l[model.ParamLabelPrefix+PhaseParam] = t.phaseParamValue
+		l[promParamLabelPrefix+PhaseParam] = t.phaseParamValue
 	}
-	if l[model.InstanceLabel] == "" {
-		l[model.InstanceLabel] = t.address
+	if l[promInstanceLabel] == "" {
+		l[promInstanceLabel] = t.address
 	}
 	return l
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/model"
 )
 
 // TestTargetPhaseMatchesPrometheus: the phases computed here equal those
@@ -62,6 +64,38 @@ func TestChoosePhase(t *testing.T) {
 		got := (tg.phase(OffsetSeed("n")) - time.Duration(at.UnixNano()%int64(tg.interval)) + tg.interval) % tg.interval
 		if got != wait {
 			t.Errorf("interval %d s: value %q gives wait %v, choosePhase said %v", iv, v, got, wait)
+		}
+	}
+}
+
+// TestPromDuration: promDuration writes every duration as Prometheus'
+// model.Duration does, the scrape jobs' intervals and timeouts among them.
+func TestPromDuration(t *testing.T) {
+	ds := []time.Duration{0, time.Millisecond, 999 * time.Millisecond, time.Second, 1500 * time.Millisecond,
+		5 * time.Second, 15 * time.Second, 59 * time.Second, time.Minute, 90 * time.Second, time.Hour,
+		time.Hour + time.Second, 24 * time.Hour, 7 * 24 * time.Hour, 8 * 24 * time.Hour, 90 * 24 * time.Hour,
+		365 * 24 * time.Hour, 366 * 24 * time.Hour, 2 * 365 * 24 * time.Hour, -time.Second, -90 * time.Second,
+		time.Microsecond, 1234567 * time.Microsecond}
+	for s := 1; s <= 7200; s += 7 {
+		ds = append(ds, time.Duration(s)*time.Second)
+	}
+	for _, d := range ds {
+		if got, want := promDuration(d), model.Duration(d).String(); got != want {
+			t.Errorf("promDuration(%v) = %q, model.Duration: %q", d, got, want)
+		}
+	}
+}
+
+// TestPromLabelNames: the target labels' names are Prometheus' own.
+func TestPromLabelNames(t *testing.T) {
+	for got, want := range map[string]model.LabelName{
+		promAddressLabel: model.AddressLabel, promJobLabel: model.JobLabel,
+		promScrapeIntervalLabel: model.ScrapeIntervalLabel, promScrapeTimeoutLabel: model.ScrapeTimeoutLabel,
+		promMetricsPathLabel: model.MetricsPathLabel, promSchemeLabel: model.SchemeLabel,
+		promParamLabelPrefix: model.ParamLabelPrefix, promInstanceLabel: model.InstanceLabel,
+	} {
+		if got != string(want) {
+			t.Errorf("label %q, Prometheus' is %q", got, want)
 		}
 	}
 }

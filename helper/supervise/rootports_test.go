@@ -2,6 +2,7 @@ package supervise_test
 
 import (
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -111,23 +112,30 @@ func TestGateHoldsPorts(t *testing.T) {
 			}
 			started := make(chan int, 1)
 			seen := make(chan string, 1)
+			rendered := make(chan string, 1)
+			out := filepath.Join(t.TempDir(), "out")
 			go func() {
 				pid := <-started
 				// Well past the supervisor's start to its first bind
 				// (tens of ms), root still installing: nothing of it
-				// listens, no collector runs.
+				// listens, no collector runs; its configuration, which
+				// binds nothing, is rendered already.
 				time.Sleep(1500 * time.Millisecond)
 				seen <- listensOrStarted(pid)
+				rendered <- renderedFor(out, chosen.OTLPHTTP)
 				if open {
 					opener.Write([]byte{launch.GateOpen})
 				}
 				opener.Close()
 			}()
 			s := harness.StartSup(t, harness.Job{JobID: "8384", Env: []string{launch.EnvPorts + "=" + launch.FormatPorts(chosen)}, Gate: gate,
-				OnStart: func(pid int) { started <- pid }})
+				Output: out, OnStart: func(pid int) { started <- pid }})
 			gate.Close()
 			if what := <-seen; what != "" {
 				t.Errorf("gate open=%v: before root opened the gate the supervisor %s", open, what)
+			}
+			if what := <-rendered; what != "" {
+				t.Errorf("gate open=%v: behind the gate %s", open, what)
 			}
 			if s.Report.PortTaken && attempt < 3 {
 				continue // another process of the host took one of the ports meanwhile
@@ -146,6 +154,30 @@ func TestGateHoldsPorts(t *testing.T) {
 			break
 		}
 	}
+}
+
+// renderedFor says how the collector.yaml under out falls short of a
+// configuration rendered for root's OTLP HTTP port ("": it is there and
+// names the port).
+func renderedFor(out string, port int) string {
+	var found []string
+	_ = filepath.WalkDir(out, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == jobdir.ConfigFile {
+			found = append(found, path)
+		}
+		return nil
+	})
+	if len(found) != 1 {
+		return fmt.Sprintf("%d %s under the output dir, want 1 (the configuration is rendered before the gate opens)", len(found), jobdir.ConfigFile)
+	}
+	data, err := os.ReadFile(found[0])
+	if err != nil {
+		return err.Error()
+	}
+	if want := fmt.Sprintf("127.0.0.1:%d", port); !strings.Contains(string(data), want) {
+		return fmt.Sprintf("%s does not name root's OTLP HTTP endpoint %s", found[0], want)
+	}
+	return ""
 }
 
 // listensOrStarted says what process pid did that it must not before its

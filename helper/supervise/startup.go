@@ -81,14 +81,6 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	s.reserve()
 	s.writeState(jobdir.StatusStarting, "")
 	s.steps.mark("keep+state")
-	if s.opt.Gate != nil {
-		// Root installs the job's packet filter meanwhile: none of its
-		// ports is bound before the rules are in (launch.EnvGateFD).
-		if err := awaitGate(ctx, s.opt.Gate); err != nil {
-			return err
-		}
-		s.steps.mark("gate")
-	}
 	tok := make([]byte, 24)
 	var err error
 	s.rtoken = s.opt.ReceiverToken
@@ -109,10 +101,6 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		return err
 	}
 	s.ptoken = "gos_" + hex.EncodeToString(tok)
-	if s.final, err = newFinalSink(s.ptoken, s.opt.Ports.Final); err != nil {
-		return s.portErr(fmt.Errorf("a loopback port for the collector's final figures: %w", err))
-	}
-	s.final.guard.setLog(s.log.Warnf)
 	// The page serves the job's cgroups and the node's host energy
 	// (hostenergy.go) or host power (hwmon.go), each alone where the
 	// others are not there.
@@ -128,7 +116,40 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 			cgr = nil
 		}
 	}
-	if cgr != nil || meter != nil || hw != nil {
+	page := cgr != nil || meter != nil || hw != nil
+	// With a control socket the batch step asks for the final scrape at the
+	// script's end: the first run scrapes every target as it stops. A
+	// node without targets (the hold ends at once) has none to do.
+	s.scrapeOnShutdown = s.opt.ControlListener != nil && len(render.Targets(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)})) > 0
+	// With root's ports the configuration is known before any bind: it
+	// is rendered while root installs the packet filter, off the start's
+	// path. It is rendered again below if a bind does not go as planned
+	// (the cgroup page not served).
+	var planned render.Ports
+	if s.rootPorts() {
+		s.ports = s.opt.Ports
+		if !page {
+			s.ports.Cgroup = 0
+		}
+		if err := s.writeConfig(); err != nil {
+			return err
+		}
+		planned = s.ports
+		s.steps.mark("config")
+	}
+	if s.opt.Gate != nil {
+		// Root installs the job's packet filter meanwhile: none of its
+		// ports is bound before the rules are in (launch.EnvGateFD).
+		if err := awaitGate(ctx, s.opt.Gate); err != nil {
+			return err
+		}
+		s.steps.mark("gate")
+	}
+	if s.final, err = newFinalSink(s.ptoken, s.opt.Ports.Final); err != nil {
+		return s.portErr(fmt.Errorf("a loopback port for the collector's final figures: %w", err))
+	}
+	s.final.guard.setLog(s.log.Warnf)
+	if page {
 		if s.cgroups, err = newCgroupServer(cgr, s.opt.Ports.Cgroup, meter, hw); err != nil {
 			meter.close()
 			if perr := s.portErr(err); errors.Is(perr, errBindRace) {
@@ -148,10 +169,6 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		// scrapes are (controlsock.go). Without it the step waits its bound.
 		s.control = newControlServer(s.opt.ControlListener)
 	}
-	// With a control socket the batch step asks for the final scrape at the
-	// script's end: the first run scrapes every target as it stops. A
-	// node without targets (the hold ends at once) has none to do.
-	s.scrapeOnShutdown = s.control != nil && len(render.Targets(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)})) > 0
 	if s.control != nil && s.opt.Facts.NodeIndex > 0 {
 		// The batch node's supervisor asks this one for its final
 		// scrape through the job dir (peers.go).
@@ -173,10 +190,12 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		if err := s.choosePorts(); err != nil {
 			return err
 		}
-		if err := s.writeConfig(); err != nil {
-			return err
+		if attempt > 0 || planned == (render.Ports{}) || s.ports != planned {
+			if err := s.writeConfig(); err != nil {
+				return err
+			}
+			s.steps.mark("config")
 		}
-		s.steps.mark("config")
 		err := s.launch(ctx)
 		if err == nil {
 			return nil

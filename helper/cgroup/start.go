@@ -94,13 +94,20 @@ func CloneIntoCgroup() bool {
 }
 
 // joinThread moves the calling OS thread alone into the v1 directories ds
-// (their tasks files) and returns how to move it back.
+// (their tasks files) and returns how to move it back (on the same
+// thread).
+//
+// It writes "0", the writing thread, not its id: for a single thread
+// named so, the kernel's cgroup_procs_write_start skips the global
+// cgroup_threadgroup_rwsem, whose write lock waits for an RCU grace
+// period at each migration (where the kernel has that shortcut; the same
+// move where it has not).
 func joinThread(ds []dir) (leave func() error, err error) {
 	none := func() error { return nil }
 	if len(ds) == 0 {
 		return none, nil
 	}
-	tid := strconv.Itoa(unix.Gettid())
+	const tid = "0"
 	data, err := readBounded("/proc/thread-self/cgroup", 64*1024)
 	if err != nil {
 		return nil, err

@@ -166,13 +166,49 @@ const (
 	ByGres = "gres.conf"
 )
 
+// Form is how Slurm named one device in CUDA_VISIBLE_DEVICES: with gres.conf
+// AutoDetect=nvml (src/plugins/gpu/nvml/gpu_nvml.c) a device's unique id
+// when it has one, else its index. A MIG device's unique id is its MIG
+// UUID, "MIG-<uuid>" (driver 470.42.01 and later), or
+// "MIG-GPU-<parent uuid>/<gi>/<ci>" (older drivers); from Slurm 25.11 a
+// whole GPU's is its "GPU-<uuid>".
+type Form int
+
+// The forms of a device's name (NameForm).
+const (
+	FormUnknown Form = iota // none of the others
+	FormGPUUUID             // "GPU-<uuid>": a whole GPU
+	FormMIGOld              // "MIG-GPU-<parent uuid>/<gi>/<ci>"
+	FormMIGUUID             // "MIG-<uuid>"
+	FormIndex               // a number of 1 to 4 digits
+)
+
 var (
 	reGPUUUID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^GPU-[0-9A-Fa-f-]{8,64}$`) })
 	reMIGOld  = sync.OnceValue(func() *regexp.Regexp {
 		return regexp.MustCompile(`^MIG-(GPU-[0-9A-Fa-f-]{8,64})/([0-9]{1,4})/([0-9]{1,4})$`)
 	})
-	reIndex = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{1,4}$`) })
+	reMIGUUID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^MIG-[0-9A-Fa-f-]{8,64}$`) })
+	reIndex   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{1,4}$`) })
 )
+
+// NameForm reads the name d Slurm gave a device: its form and, for
+// FormMIGOld, the parent GPU's UUID ("GPU-<uuid>") and the GPU instance
+// id (dcgm-exporter's GPU_I_ID); both "" for the other forms.
+func NameForm(d string) (f Form, parent, gi string) {
+	switch {
+	case reGPUUUID().MatchString(d):
+		return FormGPUUUID, "", ""
+	case reMIGOld().MatchString(d):
+		m := reMIGOld().FindStringSubmatch(d)
+		return FormMIGOld, m[1], m[2]
+	case reMIGUUID().MatchString(d):
+		return FormMIGUUID, "", ""
+	case reIndex().MatchString(d):
+		return FormIndex, "", ""
+	}
+	return FormUnknown, "", ""
+}
 
 // Resolve names the job's devices (indexes: SLURM_JOB_GPUS; devices:
 // CUDA_VISIBLE_DEVICES, both as the prolog saw them) by the node's gpus.
@@ -195,24 +231,23 @@ func Resolve(gpus []GPU, indexes, devices []string, minors map[string]int) (out 
 	}
 	named := false // a device named by UUID or as a MIG device
 	for _, d := range devices {
-		switch {
-		case reGPUUUID().MatchString(d):
+		switch form, parent, gi := NameForm(d); form {
+		case FormGPUUUID:
 			named = true
 			if g, ok := byUUID[strings.ToLower(d)]; ok {
 				out = append(out, Device{Slurm: d, By: ByUUID, Minor: g.Minor, PCIBusID: g.BusID, UUID: g.UUID})
 			} else {
 				unresolved = append(unresolved, d+": no GPU of the driver has this UUID")
 			}
-		case reMIGOld().MatchString(d):
+		case FormMIGOld:
 			named = true
-			m := reMIGOld().FindStringSubmatch(d)
-			if g, ok := byUUID[strings.ToLower(m[1])]; ok {
-				out = append(out, Device{Slurm: d, By: ByUUID, Minor: g.Minor, PCIBusID: g.BusID, UUID: g.UUID, Instance: m[2]})
+			if g, ok := byUUID[strings.ToLower(parent)]; ok {
+				out = append(out, Device{Slurm: d, By: ByUUID, Minor: g.Minor, PCIBusID: g.BusID, UUID: g.UUID, Instance: gi})
 			} else {
 				unresolved = append(unresolved, d+": no GPU of the driver has its parent's UUID")
 			}
-		case reIndex().MatchString(d):
-		default:
+		case FormIndex:
+		default: // FormMIGUUID, FormUnknown
 			named = true
 			unresolved = append(unresolved, d+": a MIG UUID (or a form not known) names no GPU the driver lists")
 		}

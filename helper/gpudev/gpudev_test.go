@@ -96,3 +96,28 @@ func TestResolve(t *testing.T) {
 		})
 	}
 }
+
+// TestNameForm: each form of a device name Slurm writes in
+// CUDA_VISIBLE_DEVICES, and the old MIG form's parent and GPU instance.
+func TestNameForm(t *testing.T) {
+	for _, c := range []struct {
+		d          string
+		form       gpudev.Form
+		parent, gi string
+	}{
+		{"GPU-6f2b8c1e-0d4a-4c55-9a2e-1b3c4d5e6f70", gpudev.FormGPUUUID, "", ""},
+		{"MIG-GPU-6f2b8c1e-0d4a-4c55-9a2e-1b3c4d5e6f70/3/0", gpudev.FormMIGOld, "GPU-6f2b8c1e-0d4a-4c55-9a2e-1b3c4d5e6f70", "3"},
+		{"MIG-9a1b2c3d-4e5f-5a6b-8c7d-9e0f1a2b3c4d", gpudev.FormMIGUUID, "", ""},
+		{"0", gpudev.FormIndex, "", ""},
+		{"1234", gpudev.FormIndex, "", ""},
+		{"12345", gpudev.FormUnknown, "", ""},
+		{"GPU-xyz", gpudev.FormUnknown, "", ""},
+		{"MIG-GPU-6f2b8c1e-0d4a-4c55-9a2e-1b3c4d5e6f70/3", gpudev.FormUnknown, "", ""},
+		{"", gpudev.FormUnknown, "", ""},
+	} {
+		form, parent, gi := gpudev.NameForm(c.d)
+		if form != c.form || parent != c.parent || gi != c.gi {
+			t.Errorf("NameForm(%q) = %v %q %q, want %v %q %q", c.d, form, parent, gi, c.form, c.parent, c.gi)
+		}
+	}
+}

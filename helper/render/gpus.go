@@ -2,9 +2,7 @@ package render
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
-	"sync"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/gpudev"
 )
@@ -43,15 +41,8 @@ const (
 // (driver 470.42.01 and later), or "MIG-GPU-<parent uuid>/<gi>/<ci>"
 // (older drivers); from Slurm 25.11 a whole GPU's is its "GPU-<uuid>".
 // On a node with MIG devices Slurm's indexes count MIG devices, so they
-// do not name dcgm-exporter's gpu (the parent GPU's index).
-var (
-	reGPUUUID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^GPU-[0-9A-Fa-f-]{8,64}$`) })
-	reMIGOld  = sync.OnceValue(func() *regexp.Regexp {
-		return regexp.MustCompile(`^MIG-(GPU-[0-9A-Fa-f-]{8,64})/([0-9]{1,4})/([0-9]{1,4})$`)
-	})
-	reMIGUUID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^MIG-[0-9A-Fa-f-]{8,64}$`) })
-	reIndex   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{1,4}$`) })
-)
+// do not name dcgm-exporter's gpu (the parent GPU's index). gpudev.NameForm
+// tells the forms apart.
 
 // gpuInstance is a MIG instance: its parent GPU's UUID and its GPU
 // instance id (dcgm-exporter's UUID and GPU_I_ID labels).
@@ -99,15 +90,14 @@ func planGPUs(indexes, devices []string, pci []gpudev.Device) gpuPlan {
 	p := gpuPlan{named: len(indexes) > 0 || len(devices) > 0}
 	numeric := false
 	for _, d := range devices {
-		switch {
-		case reGPUUUID().MatchString(d):
+		switch form, parent, gi := gpudev.NameForm(d); form {
+		case gpudev.FormGPUUUID:
 			p.uuids = append(p.uuids, d)
-		case reMIGOld().MatchString(d):
-			m := reMIGOld().FindStringSubmatch(d)
-			p.instances = append(p.instances, gpuInstance{m[1], m[2]})
-		case reMIGUUID().MatchString(d):
+		case gpudev.FormMIGOld:
+			p.instances = append(p.instances, gpuInstance{parent, gi})
+		case gpudev.FormMIGUUID:
 			p.anyMIG = true
-		case reIndex().MatchString(d):
+		case gpudev.FormIndex:
 			numeric = true
 		default: // a form not known: nothing of the node can be told apart
 			p.anyMIG, p.anyWhole = true, true

@@ -190,7 +190,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		if err := s.choosePorts(); err != nil {
 			return err
 		}
-		if attempt > 0 || planned == (render.Ports{}) || s.ports != planned {
+		if s.ports != planned { // planned is empty unless rendered before the gate
 			if err := s.writeConfig(); err != nil {
 				return err
 			}

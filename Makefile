@@ -47,11 +47,11 @@ PLUGIN_LDFLAGS = -shared -Wl,--version-script=spank/gym_otel.map $(HARDEN_LDFLAG
 PLUGIN_SRCS = spank/gym_otel.c spank/args.c spank/core.c spank/submit.c \
 	spank/prolog.c spank/step.c spank/node.c spank/record.c spank/taskenv.c \
 	spank/cgroup.c spank/bound.c spank/notice.c spank/hold.c spank/controlsock.c \
-	spank/phase.c spank/stepstart.c
+	spank/phase.c spank/stepstart.c spank/handoff.c
 PLUGIN_HDRS = spank/args.h spank/core.h spank/submit.h spank/prolog.h \
 	spank/step.h spank/node.h spank/record.h spank/taskenv.h spank/cgroup.h \
 	spank/bound.h spank/notice.h spank/hold.h spank/controlsock.h spank/log.h \
-	spank/phase.h spank/clock.h spank/stepstart.h \
+	spank/phase.h spank/clock.h spank/stepstart.h spank/handoff.h \
 	spank/compat.h include/gym_otel_core.h include/gym_otel_contract.h
 
 .PHONY: all build install test unit-test plugin-test vet clean FORCE deps collector standins man rpm demo

@@ -76,5 +76,13 @@
 #define GOS_ENV_PROLOG_START "GYM_OTEL_PROLOG_START_MS"
 /* EnvEpilogStart */
 #define GOS_ENV_EPILOG_START "GYM_OTEL_EPILOG_START_MS"
+/* EnvSlurmdPID */
+#define GOS_ENV_SLURMD_PID "GYM_OTEL_SLURMD_PID"
+/* DefaultPrologTimeout */
+#define GOS_DEFAULT_PROLOG_TIMEOUT 60
+/* StartLockPrefix */
+#define GOS_START_LOCK_PREFIX ".start-"
+/* StartLockSuffix */
+#define GOS_START_LOCK_SUFFIX ".lock"
 
 #endif

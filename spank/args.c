@@ -2,7 +2,8 @@
  * args.c: the plugstack.conf arguments, parsed again in every context
  * (each is another process). C reads only the four it uses: default
  * (submit), record_dir (prolog, epilog, every step), core (where the Go
- * core is) and job_output (the batch step). Every argument, these
+ * core is), job_output (the batch step), collector_wait and
+ * prolog_timeout (the prolog, the steps and the epilog, spank/handoff.c). Every argument, these
  * included, is handed to the Go core, which validates them all
  * (helper/callbacks/args.go) with the same rules for these four: a key given twice is refused, a path must be absolute and is
  * cleaned as Go's filepath.Clean does, an empty argument is skipped.
@@ -102,6 +103,7 @@ int gos_args_parse(struct gos_args *a, int ac, char **av)
 	gos_args_free(a);
 	a->record_dir = strdup(GOS_DEFAULT_RECORD_DIR);
 	a->job_output = 1;
+	a->prolog_timeout = GOS_DEFAULT_PROLOG_TIMEOUT;
 	for (int i = 0; i < ac; i++)
 		len += strlen(av[i]) + 1;
 	a->joined = calloc(1, len);
@@ -130,8 +132,17 @@ int gos_args_parse(struct gos_args *a, int ac, char **av)
 			strcat(a->joined, "\n");
 		strcat(a->joined, arg);
 #define KEY_IS(k) (strlen(k) == n && !strncmp(arg, k, n))
+		if (KEY_IS("prolog_timeout")) {
+			/* the Go core checks it (1..3600) and reports it; C only
+			 * reads it, keeping the default for a bad value */
+			int t = atoi(v);
+
+			if (t >= 1 && t <= 3600)
+				a->prolog_timeout = t;
+			continue;
+		}
 		if (!KEY_IS("record_dir") && !KEY_IS("core") && !KEY_IS("default") &&
-		    !KEY_IS("job_output"))
+		    !KEY_IS("job_output") && !KEY_IS("collector_wait"))
 			continue; /* the Go core's, or an otel key: checked there */
 		if (given(av, i, arg, n)) {
 			snprintf(a->err, sizeof(a->err),
@@ -147,6 +158,14 @@ int gos_args_parse(struct gos_args *a, int ac, char **av)
 			} else {
 				snprintf(a->err, sizeof(a->err),
 					 "plugstack.conf argument \"%s\": job_output wants on or off", arg);
+				rc = -1;
+			}
+		} else if (KEY_IS("collector_wait")) {
+			if (!strcmp(v, "prolog") || !strcmp(v, "step")) {
+				a->wait_step = !strcmp(v, "step");
+			} else {
+				snprintf(a->err, sizeof(a->err),
+					 "plugstack.conf argument \"%s\": collector_wait wants prolog or step", arg);
 				rc = -1;
 			}
 		} else if (!strcmp(v, "on")) {

@@ -7,6 +7,8 @@
 struct gos_args {
 	int default_on;
 	int job_output; /* job_output=on (default): the batch step's line in the job's output */
+	int wait_step;  /* collector_wait=step: the steps, not the prolog, wait for the collector */
+	int prolog_timeout; /* prolog_timeout=, seconds (default GOS_DEFAULT_PROLOG_TIMEOUT) */
 	char *record_dir;
 	char *core;
 	char *joined; /* every argument, joined by '\n', for the Go core */

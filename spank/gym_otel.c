@@ -11,9 +11,12 @@
  *           GYM_OTEL_TOKEN
  *   prolog  (job_script: `slurmstepd spank prolog`, root)
  *           job_prolog: start the supervisor, write  prolog.c
- *           root's record
+ *           root's record; with collector_wait=step  handoff.c
+ *           a child does it and the prolog returns
  *   step    (remote: slurmstepd; pure C, never Go)   step.c
- *           init_post_opt: tell the supervisor the   phase.c
+ *           init_post_opt: with collector_wait=step, handoff.c
+ *           wait for the collector's start;
+ *           tell the supervisor the                  phase.c
  *           step's start, get its TRACEPARENT;
  *           task env from root's record;             taskenv.c
  *           task_init: the batch step names the job's notice.c
@@ -27,7 +30,8 @@
  *           exit: tell the supervisor the step's     phase.c
  *           end
  *   epilog  (job_script: `slurmstepd spank epilog`, root)
- *           job_epilog: stamp the epilog's start,    prolog.c
+ *           job_epilog: wait for a handed-off start, handoff.c
+ *           stamp the epilog's start,                prolog.c
  *           then the Go core tells the supervisor,
  *           stops it, removes the record
  *

@@ -5,7 +5,9 @@
  *
  * The Go core is loaded only for a job that carries encoded settings
  * (prolog) or has a record dir on this node (epilog). Both always return 0
- * to Slurm.
+ * to Slurm. With collector_wait=step the prolog hands the core's prolog to
+ * a child and returns at once (handoff.c); the epilog waits for that
+ * child first.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -14,11 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "clock.h"
 #include "core.h"
 #include "gym_otel_contract.h"
+#include "handoff.h"
 #include "log.h"
 #include "node.h"
 #include "prolog.h"
@@ -50,7 +54,8 @@ int gos_job_prolog(spank_t sp, int ac, char **av)
 	uid_t uid;
 	gid_t gid;
 	sigset_t old;
-	char started[24];
+	char started[24], ppid[24], node[256];
+	int held = -1;
 
 	encoded = job_control("SPANK_" GOS_JOB_CONTROL_SPEC);
 	if (!encoded)
@@ -70,10 +75,31 @@ int gos_job_prolog(spank_t sp, int ac, char **av)
 	}
 	token = job_control("SPANK_" GOS_JOB_CONTROL_TOKEN);
 	gos_debug("job %u: prolog: the job carries a spec", job_id);
+	/* The slurmd that runs this prolog, for the supervisor's anchor (the
+	 * core's parent is not slurmd when a child runs it). */
+	snprintf(ppid, sizeof(ppid), "%ld", (long)getppid());
+	setenv(GOS_ENV_SLURMD_PID, ppid, 1);
+	if (a.wait_step) {
+		if (gos_node_name(sp, node, sizeof(node)) == 0) {
+			int rc = gos_handoff_fork(&a, node, job_id, &held);
+
+			if (rc == 1)
+				goto out; /* the starter runs it; the steps wait */
+			if (rc == 0) {
+				unblock_all(&old);
+				if (gos_core_open(&a, &core) == 0)
+					core.prolog(a.joined, encoded, token ? token : "", job_id, uid, gid);
+				_exit(0); /* the kernel frees the start lock */
+			}
+		}
+		gos_error("job %u: collector_wait=step: the prolog starts the collector itself", job_id);
+	}
 	unblock_all(&old);
 	if (gos_core_open(&a, &core) == 0)
 		core.prolog(a.joined, encoded, token ? token : "", job_id, uid, gid);
 	sigprocmask(SIG_SETMASK, &old, NULL);
+	if (held >= 0)
+		close(held);
 out:
 	gos_args_free(&a);
 	return 0;
@@ -87,6 +113,7 @@ int gos_job_epilog(spank_t sp, int ac, char **av)
 	char node[256], dir[4400], started[24];
 	uint32_t job_id = 0;
 	sigset_t old;
+	long long waited = 0;
 
 	snprintf(started, sizeof(started), "%lld", gos_now_ms());
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS)
@@ -101,9 +128,19 @@ int gos_job_epilog(spank_t sp, int ac, char **av)
 	}
 	if (gos_node_name(sp, node, sizeof(node)))
 		goto out;
+	/* A start handed to a child (collector_wait=step) ends before the
+	 * epilog looks: its record is then ready or failed. The child is
+	 * bounded by prolog_timeout; past that and a margin, the epilog goes
+	 * on (it ends a starting record's collector). */
+	if (gos_handoff_wait(a.record_dir, node, job_id, a.prolog_timeout + 10, &waited) < 0)
+		gos_error("job %u: the collector's start still runs after %lld ms: the epilog goes on", job_id, waited);
+	else if (waited > 0)
+		gos_debug("job %u: epilog: waited %lld ms for the collector's start", job_id, waited);
 	snprintf(dir, sizeof(dir), "%s/%s/%u", a.record_dir, node, job_id);
-	if (lstat(dir, &st))
+	if (lstat(dir, &st)) {
+		gos_handoff_remove(a.record_dir, node, job_id);
 		goto out; /* no record: nothing to do, Go is never loaded */
+	}
 	gos_debug("job %u: epilog: record dir %s", job_id, dir);
 	/* The epilog's start, told to the supervisor (its phase spans). */
 	setenv(GOS_ENV_EPILOG_START, started, 1);
@@ -111,6 +148,7 @@ int gos_job_epilog(spank_t sp, int ac, char **av)
 	if (gos_core_open(&a, &core) == 0)
 		core.epilog(a.joined ? a.joined : "", a.record_dir, node, job_id);
 	sigprocmask(SIG_SETMASK, &old, NULL);
+	gos_handoff_remove(a.record_dir, node, job_id);
 out:
 	gos_args_free(&a);
 	return 0;

@@ -115,12 +115,14 @@ int gos_record_parse(char *data, struct gos_record *r, char *err, size_t errlen)
 	int rc = 0;
 
 	r->fail = 0;
+	r->starting = 0;
 	for (p = data; p && *p; p = nl) {
 		nl = strchr(p, '\n');
 		if (nl)
 			*nl++ = 0;
 		if (KEY(p, GOS_RECORD_STATUS)) {
 			r->ready = !strcmp(VAL(p, GOS_RECORD_STATUS), "ready");
+			r->starting = !strcmp(VAL(p, GOS_RECORD_STATUS), "starting");
 		} else if (KEY(p, GOS_RECORD_ON_FAILURE)) {
 			r->fail = !strcmp(VAL(p, GOS_RECORD_ON_FAILURE), "fail");
 		} else if (KEY(p, GOS_RECORD_REASON)) {

@@ -12,6 +12,7 @@
 
 struct gos_record {
 	int ready;      /* status=ready */
+	int starting;   /* status=starting: the prolog's start under way, or cut short */
 	int fail;       /* on_failure=fail */
 	char reason[1024];
 	int final_wait; /* seconds, 0..GOS_MAX_FINAL_WAIT */

@@ -5,7 +5,8 @@
  * here; each concern is in its own file:
  *
  *   init_post_opt (slurmstepd parent): find the node (node.c) and read
- *     root's record (record.c); tell the supervisor the step's start and
+ *     root's record (record.c), after the collector's start where the
+ *     prolog handed it to a child (collector_wait=step, handoff.c); tell the supervisor the step's start and
  *     get the span its tasks run in (phase.c); set the task env from
  *     the record and that span, TRACEPARENT (taskenv.c), and
  *     bound the collector's memory (cgroup.c); say what is missing
@@ -35,6 +36,7 @@
 #include "args.h"
 #include "cgroup.h"
 #include "gym_otel_contract.h"
+#include "handoff.h"
 #include "hold.h"
 #include "log.h"
 #include "node.h"
@@ -112,6 +114,23 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 		return 0;
 	}
 	rc = gos_record_read(a->record_dir, st.node, st.job_id, &r, err, sizeof(err));
+	if ((rc == 1 && a->wait_step) || (rc == 0 && r.starting)) {
+		/* collector_wait=step: the prolog handed the start to a child;
+		 * wait for it here, before any task (handoff.c). */
+		long long waited = 0;
+		int w = gos_handoff_wait(a->record_dir, st.node, st.job_id, a->prolog_timeout + 5, &waited);
+
+		if (w != 0) {
+			if (rc == 0)
+				gos_record_free(&r);
+			if (w < 0)
+				gos_error("job %u: step %u waited %lld ms for the collector's start on %s, which still runs: the step goes on without it",
+					  st.job_id, st.step_id, waited, st.node);
+			else
+				gos_debug("job %u: step %u waited %lld ms for the collector's start", st.job_id, st.step_id, waited);
+			rc = gos_record_read(a->record_dir, st.node, st.job_id, &r, err, sizeof(err));
+		}
+	}
 	if (rc == 1) {
 #ifdef GOS_STEP_ONLY
 		/* The first step of a job that asked starts its collector; the

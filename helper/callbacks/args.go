@@ -24,7 +24,7 @@ import (
 
 // Defaults of the plugstack.conf arguments.
 const (
-	DefaultPrologTimeout = 60 // seconds
+	DefaultPrologTimeout = contract.DefaultPrologTimeout // seconds
 	DefaultCLI           = "/usr/bin/gym-otel-spank"
 	// DefaultCgroupMemoryMaxMiB is the site's cap on the collector
 	// cgroup's memory bound (cgroup_memory_max_mib), MiB: 2 x the default
@@ -36,7 +36,7 @@ const (
 
 // ArgNames are the plugin's own plugstack.conf argument names (the rest are
 // otel keys).
-var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir", "core", "cgroup", "cgroup_memory_max_mib", "port_filter", "job_output", "host_power"}
+var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir", "core", "cgroup", "cgroup_memory_max_mib", "port_filter", "job_output", "host_power", "collector_wait"}
 
 // Args are the plugstack.conf arguments of the plugin:
 //
@@ -75,6 +75,13 @@ var ArgNames = []string{"site", "default", "prolog_timeout", "cli", "record_dir"
 //	                     (launch.ScanHwmon; world-readable, nothing handed
 //	                     down). auto: rapl where root finds a RAPL zone,
 //	                     else hwmon
+//	collector_wait=prolog|step  where a job waits for its collector's
+//	                     start: prolog (default): the job prolog returns
+//	                     once the collector is ready; step: the prolog
+//	                     hands the start to a child of its own and
+//	                     returns, Slurm launches the job's steps meanwhile,
+//	                     and each step waits for root's record before its
+//	                     tasks (spank/handoff.c; read by C, checked here)
 //	<otel key>=VALUE     inline site overrides, e.g. on_failure=fail
 type Args struct {
 	Site          string
@@ -99,6 +106,11 @@ type Args struct {
 	// the prolog hands the job's supervisor the node's RAPL energy
 	// counters, or has it read the node's hwmon power meter.
 	HostPower string
+	// CollectorWait is WaitProlog or WaitStep (collector_wait=, default
+	// prolog): where a job waits for its collector's start. The C front
+	// reads it in the prolog, the steps and the epilog (spank/args.c); the
+	// Go core only validates it.
+	CollectorWait string
 	// SiteItems are the inline otel keys, in the order given.
 	SiteItems []config.Item
 }
@@ -119,10 +131,21 @@ const (
 	HostPowerAuto = "auto"
 )
 
+// The values of collector_wait.
+const (
+	// WaitProlog: the job prolog waits for the collector's readiness
+	// (root's record ready or failed) before it returns.
+	WaitProlog = "prolog"
+	// WaitStep: the job prolog hands the start to a child and returns at
+	// once; each step waits for root's record in its slurmstepd before its
+	// tasks, so the collector starts while Slurm launches the step.
+	WaitStep = "step"
+)
+
 // ParseArgs parses plugstack.conf arguments. Every bad argument is reported
 // (joined), each naming the argument.
 func ParseArgs(av []string) (Args, error) {
-	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: contract.DefaultRecordDir, Cgroup: CgroupAuto, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, PortFilter: portfilter.ModeAuto, JobOutput: true, HostPower: HostPowerOff}
+	a := Args{PrologTimeout: DefaultPrologTimeout, CLI: DefaultCLI, RecordDir: contract.DefaultRecordDir, Cgroup: CgroupAuto, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, PortFilter: portfilter.ModeAuto, JobOutput: true, HostPower: HostPowerOff, CollectorWait: WaitProlog}
 	var errs []error
 	bad := func(arg, format string, v ...any) {
 		errs = append(errs, fmt.Errorf("plugstack.conf argument %q: %s", arg, fmt.Sprintf(format, v...)))
@@ -176,6 +199,13 @@ func ParseArgs(av []string) (Args, error) {
 				a.JobOutput = false
 			default:
 				bad(arg, "job_output wants on or off (off: no telemetry line in the jobs' output)")
+			}
+		case "collector_wait":
+			switch v {
+			case WaitProlog, WaitStep:
+				a.CollectorWait = v
+			default:
+				bad(arg, "collector_wait wants prolog or step (step: the job's steps, not its prolog, wait for the collector's start)")
 			}
 		case "host_power":
 			switch v {

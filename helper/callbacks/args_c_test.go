@@ -1,6 +1,7 @@
 package callbacks
 
 import (
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -9,7 +10,9 @@ import (
 )
 
 // TestArgsSameInC: the C front (spank/args.c) and the Go core (ParseArgs)
-// read the four arguments C uses (default, record_dir, core, job_output) alike: the
+// read the arguments C uses (default, record_dir, core, job_output,
+// collector_wait; prolog_timeout C only reads, keeping the default for a
+// value Go refuses) alike: the
 // same values after path cleaning, and the same arguments refused.
 func TestArgsSameInC(t *testing.T) {
 	bin := testenv.BuildCDriver(t, t.TempDir(), "args", "args.c", `#include <stdio.h>
@@ -21,7 +24,7 @@ int main(int argc, char **argv) {
 		gos_args_free(&a);
 		return 0;
 	}
-	printf("default=%d record_dir=%s core=%s job_output=%d\n", a.default_on, a.record_dir, a.core ? a.core : "", a.job_output);
+	printf("default=%d record_dir=%s core=%s job_output=%d wait_step=%d prolog_timeout=%d\n", a.default_on, a.record_dir, a.core ? a.core : "", a.job_output, a.wait_step, a.prolog_timeout);
 	gos_args_free(&a);
 	return 0;
 }
@@ -30,23 +33,27 @@ int main(int argc, char **argv) {
 		args []string
 		want string // the C driver's line: values, or "error" when both refuse
 	}{
-		{nil, "default=0 record_dir=/run/gym-otel core= job_output=1"},
-		{[]string{"default=on", "on_failure=fail"}, "default=1 record_dir=/run/gym-otel core= job_output=1"},
-		{[]string{"", "default=off"}, "default=0 record_dir=/run/gym-otel core= job_output=1"},
-		{[]string{"record_dir=/run//x/./y/../z/"}, "default=0 record_dir=/run/x/z core= job_output=1"},
-		{[]string{"core=/opt/a/../b.so"}, "default=0 record_dir=/run/gym-otel core=/opt/b.so job_output=1"},
-		{[]string{"record_dir=/.."}, "default=0 record_dir=/ core= job_output=1"},
-		{[]string{"record_dir=/a/b/../../../c"}, "default=0 record_dir=/c core= job_output=1"},
-		{[]string{"record_dir=///"}, "default=0 record_dir=/ core= job_output=1"},
-		{[]string{"record_dir=/a/..b/.c"}, "default=0 record_dir=/a/..b/.c core= job_output=1"},
-		{[]string{"job_output=off"}, "default=0 record_dir=/run/gym-otel core= job_output=0"},
-		{[]string{"job_output=on", "default=on"}, "default=1 record_dir=/run/gym-otel core= job_output=1"},
+		{nil, "default=0 record_dir=/run/gym-otel core= job_output=1 wait_step=0 prolog_timeout=60"},
+		{[]string{"default=on", "on_failure=fail"}, "default=1 record_dir=/run/gym-otel core= job_output=1 wait_step=0 prolog_timeout=60"},
+		{[]string{"", "default=off"}, "default=0 record_dir=/run/gym-otel core= job_output=1 wait_step=0 prolog_timeout=60"},
+		{[]string{"record_dir=/run//x/./y/../z/"}, "default=0 record_dir=/run/x/z core= job_output=1 wait_step=0 prolog_timeout=60"},
+		{[]string{"core=/opt/a/../b.so"}, "default=0 record_dir=/run/gym-otel core=/opt/b.so job_output=1 wait_step=0 prolog_timeout=60"},
+		{[]string{"record_dir=/.."}, "default=0 record_dir=/ core= job_output=1 wait_step=0 prolog_timeout=60"},
+		{[]string{"record_dir=/a/b/../../../c"}, "default=0 record_dir=/c core= job_output=1 wait_step=0 prolog_timeout=60"},
+		{[]string{"record_dir=///"}, "default=0 record_dir=/ core= job_output=1 wait_step=0 prolog_timeout=60"},
+		{[]string{"record_dir=/a/..b/.c"}, "default=0 record_dir=/a/..b/.c core= job_output=1 wait_step=0 prolog_timeout=60"},
+		{[]string{"job_output=off"}, "default=0 record_dir=/run/gym-otel core= job_output=0 wait_step=0 prolog_timeout=60"},
+		{[]string{"job_output=on", "default=on"}, "default=1 record_dir=/run/gym-otel core= job_output=1 wait_step=0 prolog_timeout=60"},
+		{[]string{"collector_wait=step"}, "default=0 record_dir=/run/gym-otel core= job_output=1 wait_step=1 prolog_timeout=60"},
+		{[]string{"collector_wait=prolog", "prolog_timeout=12"}, "default=0 record_dir=/run/gym-otel core= job_output=1 wait_step=0 prolog_timeout=12"},
+		{[]string{"collector_wait=tasks"}, "error"},
+		{[]string{"collector_wait=step", "collector_wait=step"}, "error"},
 		{[]string{"job_output=no"}, "error"},
 		{[]string{"job_output="}, "error"},
 		{[]string{"job_output=off", "job_output=off"}, "error"},
 		{[]string{"default=maybe"}, "error"},
 		{[]string{"record_dir=run"}, "error"},
-		{[]string{"core=lib.so job_output=1"}, "error"},
+		{[]string{"core=lib.so job_output=1 wait_step=0 prolog_timeout=60"}, "error"},
 		{[]string{"record_dir=/a", "record_dir=/b"}, "error"},
 		{[]string{"default=on", "default=on"}, "error"},
 		{[]string{"Default=on"}, "error"},
@@ -66,6 +73,11 @@ int main(int argc, char **argv) {
 		if a.JobOutput {
 			gline = strings.TrimSuffix(gline, "0") + "1"
 		}
+		gline += " wait_step=0"
+		if a.CollectorWait == WaitStep {
+			gline = strings.TrimSuffix(gline, "0") + "1"
+		}
+		gline += fmt.Sprintf(" prolog_timeout=%d", a.PrologTimeout)
 		if c.want == "error" {
 			if !strings.HasPrefix(line, "error=") || gerr == nil {
 				t.Errorf("%q: C %q, Go %v: both must refuse", c.args, line, gerr)

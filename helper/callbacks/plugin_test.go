@@ -15,12 +15,12 @@ import (
 
 func TestParseArgs(t *testing.T) {
 	a, err := ParseArgs([]string{"site=/etc/slurm/gym-otel.yaml", "default=on", "prolog_timeout=30",
-		"cli=/opt/bin/gym-otel-spank", "record_dir=/run/x", "cgroup=required", "port_filter=require", "job_output=off", "host_power=rapl", "on_failure=fail", "scrape_interval_seconds=5"})
+		"cli=/opt/bin/gym-otel-spank", "record_dir=/run/x", "cgroup=required", "port_filter=require", "job_output=off", "host_power=rapl", "collector_wait=step", "on_failure=fail", "scrape_interval_seconds=5"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Args{Site: "/etc/slurm/gym-otel.yaml", DefaultOn: true, PrologTimeout: 30, CLI: "/opt/bin/gym-otel-spank",
-		RecordDir: "/run/x", Cgroup: CgroupRequired, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, PortFilter: "require", HostPower: HostPowerRAPL, SiteItems: []config.Item{{Key: "on_failure", Value: "fail"}, {Key: "scrape_interval_seconds", Value: "5"}}}
+		RecordDir: "/run/x", Cgroup: CgroupRequired, CgroupMemoryMaxMiB: DefaultCgroupMemoryMaxMiB, PortFilter: "require", HostPower: HostPowerRAPL, CollectorWait: WaitStep, SiteItems: []config.Item{{Key: "on_failure", Value: "fail"}, {Key: "scrape_interval_seconds", Value: "5"}}}
 	if !reflect.DeepEqual(a, want) {
 		t.Fatalf("got %+v\nwant %+v", a, want)
 	}
@@ -29,8 +29,8 @@ func TestParseArgs(t *testing.T) {
 			t.Errorf("host_power=%s: %q (%v)", v, a.HostPower, err)
 		}
 	}
-	if a, err := ParseArgs(nil); err != nil || !a.JobOutput || a.HostPower != HostPowerOff {
-		t.Errorf("no arguments: job_output %v, host_power %q (%v), want on and off by default", a.JobOutput, a.HostPower, err)
+	if a, err := ParseArgs(nil); err != nil || !a.JobOutput || a.HostPower != HostPowerOff || a.CollectorWait != WaitProlog {
+		t.Errorf("no arguments: job_output %v, host_power %q, collector_wait %q (%v), want on, off and prolog by default", a.JobOutput, a.HostPower, a.CollectorWait, err)
 	}
 	for _, c := range []struct{ arg, want string }{
 		{"bogus", `"bogus": expected key=value`},
@@ -51,6 +51,8 @@ func TestParseArgs(t *testing.T) {
 		{"job_output=no", `"job_output=no": job_output wants on or off`},
 		{"job_output", `"job_output": expected key=value`},
 		{"joboutput=off", `(did you mean "job_output"?)`},
+		{"collector_wait=task", `"collector_wait=task": collector_wait wants prolog or step`},
+		{"collector_wait=", `collector_wait wants prolog or step`},
 	} {
 		_, err := ParseArgs([]string{c.arg})
 		if err == nil || !strings.Contains(err.Error(), c.want) {

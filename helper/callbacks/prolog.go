@@ -316,13 +316,14 @@ func supervisorEnv(in PrologInput, resolved *config.Resolved, factsJSON []byte, 
 		env = append(env, "SLURM_CONF="+c) // the supervisor's liveness queries
 	}
 	// What the node knows of the job's end: the slurmd that runs this
-	// prolog (its parent on 22.05 to 26.05: prep/script forks slurmd and
-	// execs slurmstepd) runs the epilog too; the supervisor asks Slurm only
+	// prolog (the C prolog's parent on 22.05 to 26.05: prep/script forks
+	// slurmd and execs slurmstepd) runs the epilog too; the supervisor asks Slurm only
 	// once that slurmd is gone or the job's end time is long past.
-	if a, err := launch.SlurmdAnchor(os.Getppid()); err == nil {
+	slurmd := slurmdPID(in.Getenv)
+	if a, err := launch.SlurmdAnchor(slurmd); err == nil {
 		env = append(env, launch.EnvSlurmd+"="+a)
 		// The binary a later slurmd of this node must run to be adopted.
-		if exe, err := launch.SlurmdExe(os.Getppid()); err == nil {
+		if exe, err := launch.SlurmdExe(slurmd); err == nil {
 			env = append(env, launch.EnvSlurmdExe+"="+exe)
 		}
 	} else {
@@ -335,6 +336,17 @@ func supervisorEnv(in PrologInput, resolved *config.Resolved, factsJSON []byte, 
 		env = append(env, launch.EnvNvidiaProc+"="+r)
 	}
 	return env, nil
+}
+
+// slurmdPID is the pid of the slurmd that runs the job prolog: the C
+// prolog's parent, which it sets in contract.EnvSlurmdPID (with
+// collector_wait=step the core runs in a child of its own, whose parent is
+// not slurmd); else this process's parent.
+func slurmdPID(getenv func(string) string) int {
+	if n, err := strconv.Atoi(getenv(contract.EnvSlurmdPID)); err == nil && n > 1 {
+		return n
+	}
+	return os.Getppid()
 }
 
 // collectorGroup makes the job's collector cgroup on this node (nil when

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -37,8 +38,10 @@ const MaxSweepQueries = 2
 // (squeue: no longer known, or in a final state), at most MaxSweepQueries
 // questions per call. Then it ends orphaned cgroups (sweepOrphanGroups).
 // Called by the prolog; best effort, logged, and done when ctx is: what it
-// did not reach is left for a later prolog or epilog.
+// did not reach is left for a later prolog or epilog. Last, it removes the
+// start locks of jobs that have no record dir (sweepStartLocks).
 func SweepStale(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
+	defer sweepStartLocks(recordDir, node, current, log)
 	sweepStaleRecords(ctx, recordDir, cluster, node, current, log)
 	sweepOrphanGroups(ctx, recordDir, cluster, node, current, log)
 	sweepOrphanRules(ctx, recordDir, cluster, node, current, log)
@@ -200,6 +203,59 @@ func sweepOrphanGroups(ctx context.Context, recordDir, cluster, node string, cur
 		}
 		log.Warnf("job %d: %d orphaned cgroups (jobs %s) left for a later prolog or epilog on this node: the deadline is near", current, len(left), ids)
 	}
+}
+
+// sweepStartLocks removes the start locks (collector_wait=step,
+// spank/handoff.c) in the node's record dir of jobs other than current
+// that have no record dir and whose lock no start holds: the epilog
+// removes a job's lock after its own, so such a lock is left by an
+// epilog that did not run, or by a start that ended before it made the
+// record dir. A lock still held (a start under way) and a file that is
+// not root's regular file are left. Best effort, logged at debug.
+func sweepStartLocks(recordDir, node string, current uint32, log logrus.FieldLogger) {
+	base := filepath.Join(recordDir, node)
+	if record.CheckRootDir(base) != nil {
+		return
+	}
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		id, ok := startLockJob(e.Name())
+		if !ok || id == current || !e.Type().IsRegular() {
+			continue
+		}
+		if _, err := os.Lstat(record.JobDir(recordDir, node, id)); !errors.Is(err, fs.ErrNotExist) {
+			continue // the job's epilog removes it
+		}
+		path := filepath.Join(base, e.Name())
+		f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			if err := os.Remove(path); err == nil {
+				log.Debugf("job %d: removed the start lock of job %d (no record dir on %s)", current, id, node)
+			}
+		}
+		f.Close()
+	}
+}
+
+// startLockJob is the job id of a start lock's file name
+// (contract.StartLockPrefix, the id, contract.StartLockSuffix).
+func startLockJob(name string) (uint32, bool) {
+	rest, ok := strings.CutPrefix(name, contract.StartLockPrefix)
+	if !ok {
+		return 0, false
+	}
+	digits, ok := strings.CutSuffix(rest, contract.StartLockSuffix)
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(digits, 10, 32)
+	return uint32(id), err == nil
 }
 
 // beforeBoot reports whether the record in dir was last written before

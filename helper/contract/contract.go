@@ -52,6 +52,24 @@ const (
 	// it to the supervisor on its control socket before stopping it: the
 	// start of the epilog's phase span.
 	EnvEpilogStart = "GYM_OTEL_EPILOG_START_MS"
+	// EnvSlurmdPID is the variable the job prolog (C, spank/prolog.c)
+	// sets to its parent's pid, the slurmd that runs the prolog, before the
+	// Go core runs: with collector_wait=step the core runs in a child that
+	// its parent no longer waits for, whose own parent is not slurmd.
+	EnvSlurmdPID = "GYM_OTEL_SLURMD_PID"
+	// DefaultPrologTimeout is the plugstack argument prolog_timeout's
+	// default, seconds: the bound of the prolog's start of the collector,
+	// and with collector_wait=step of the steps' wait for it.
+	DefaultPrologTimeout = 60
+	// StartLockPrefix and StartLockSuffix name a job's start lock in the
+	// node's record dir, <record_dir>/<node>/.start-<job id>.lock: with
+	// collector_wait=step the job prolog makes it (root, 0600) and the
+	// child that starts the collector holds an exclusive flock on it until
+	// root's record is ready or failed; each step, and the epilog, wait
+	// for that lock (spank/handoff.c). The prolog's sweep removes the
+	// lock files of jobs that have no record dir and whose lock is free.
+	StartLockPrefix = ".start-"
+	StartLockSuffix = ".lock"
 )
 
 // PhaseScope is the instrumentation scope of the job's Slurm phase spans
@@ -210,6 +228,10 @@ func defines() []define {
 		{"GOS_TRACEPARENT_LEN", "TraceparentLen", TraceparentLen},
 		{"GOS_ENV_PROLOG_START", "EnvPrologStart", EnvPrologStart},
 		{"GOS_ENV_EPILOG_START", "EnvEpilogStart", EnvEpilogStart},
+		{"GOS_ENV_SLURMD_PID", "EnvSlurmdPID", EnvSlurmdPID},
+		{"GOS_DEFAULT_PROLOG_TIMEOUT", "DefaultPrologTimeout", DefaultPrologTimeout},
+		{"GOS_START_LOCK_PREFIX", "StartLockPrefix", StartLockPrefix},
+		{"GOS_START_LOCK_SUFFIX", "StartLockSuffix", StartLockSuffix},
 	}
 }
 

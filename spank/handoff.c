@@ -2,8 +2,8 @@
  * handoff.c: collector_wait=step, the collector's start overlapped with
  * Slurm's launch of the job's steps (gym_otel.so).
  *
- *   the job prolog (root, `slurmstepd spank prolog`, before the core is
- *     loaded): makes the job's start lock <record_dir>/<node>/.start-<job>.lock
+ *   the job prolog (root, `slurmstepd spank prolog`, one thread, before
+ *     the core is loaded): makes the job's start lock <record_dir>/<node>/.start-<job>.lock
  *     (root's, 0600), takes an exclusive flock on it and forks a child in a
  *     session of its own that holds the lock, loads the Go core and runs
  *     the prolog's start as the prolog itself would (ports, packet filter,
@@ -82,6 +82,23 @@ static int trusted(int fd)
 	       !(st.st_mode & (S_IWGRP | S_IWOTH));
 }
 
+/* 1 when this process has one thread (/proc/self/status): a child of its
+ * fork may load the Go core, no lock of another thread held there. */
+static int single_threaded(void)
+{
+	char line[256];
+	int n = 0;
+	FILE *f = fopen("/proc/self/status", "re");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	fclose(f);
+	return n == 1;
+}
+
 int gos_handoff_fork(const struct gos_args *a, const char *node, uint32_t job_id, int *held)
 {
 	char dir[4300], path[4400];
@@ -89,6 +106,10 @@ int gos_handoff_fork(const struct gos_args *a, const char *node, uint32_t job_id
 	pid_t pid;
 
 	*held = -1;
+	if (!single_threaded()) {
+		gos_error("job %u: the prolog's process has more than one thread: no handoff", job_id);
+		return -1;
+	}
 	if (node_dir(a->record_dir, node, dir, sizeof(dir)) ||
 	    lock_path(a->record_dir, node, job_id, path, sizeof(path))) {
 		gos_error("job %u: record dir %s/%s unusable for the start's handoff", job_id, a->record_dir, node);

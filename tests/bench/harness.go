@@ -181,6 +181,20 @@ func usePlugin(on bool) error {
 	return err
 }
 
+// useCollectorWait rewrites the installed plugstack snippet with
+// collector_wait=step (step) or without it. No restart: every prolog,
+// epilog and step reads plugstack.conf anew (a slurmstepd of its own).
+func useCollectorWait(step bool) error {
+	data, err := os.ReadFile(conf)
+	if err != nil {
+		return err
+	}
+	if step {
+		data = append([]byte(strings.TrimRight(string(data), "\n")), " collector_wait=step\n"...)
+	}
+	return os.WriteFile(snippet, data, 0o644)
+}
+
 // waitIdle waits (bounded) until the queue is empty and every node idle;
 // a drained or down node is an error at once.
 func waitIdle(limit time.Duration) error { return kit.AwaitIdle(limit) }

@@ -169,6 +169,7 @@ func TestCollectorWaitStepCancel(t *testing.T) {
 	withCollectorWaitStep(t)
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	script := writeScript(t, "cwait-cancel-"+tag+".sh", "sleep 60\n")
+	var ids []string
 	for i := 0; i < 3; i++ {
 		id := jobIDOf(t, asUser(t, 30*time.Second, tokenEnv(), "sbatch -w gn1 -o /dev/null --gym-otel "+script))
 		lock := filepath.Join(recordDir, "gn1", ".start-"+id+".lock")
@@ -189,6 +190,20 @@ func TestCollectorWaitStepCancel(t *testing.T) {
 		waitNoCollector(t)
 		waitIdle(t)
 		checkNothingLeft(t, id)
+		ids = append(ids, id)
+	}
+	// At least one epilog came while its start ran, and waited for it
+	// (slurmd logs at debug level here).
+	waited := 0
+	log := slurmdLogs(t)
+	for _, id := range ids {
+		if regexp.MustCompile(`gym-otel: job ` + id + `: epilog: waited \d+ ms for the collector's start`).MatchString(log) {
+			waited++
+		}
+	}
+	t.Logf("%d of %d cancelled jobs' epilogs waited for their collector's start", waited, len(ids))
+	if waited == 0 {
+		t.Errorf("no epilog of jobs %v waited for the collector's start: none was cancelled while it ran", ids)
 	}
 
 	// A start lock of the job's user, as if planted: held to the job

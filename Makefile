@@ -102,6 +102,7 @@ install: build
 	printf '%s\n' \
 		'# gym-otel-spank: a per-job OpenTelemetry Collector (sbatch/srun/salloc --gym-otel).' \
 		'# Arguments: site=FILE default=off|on prolog_timeout=SECONDS (keep below PrologEpilogTimeout)' \
+		'#            collector_wait=prolog|step (step: the steps wait for the collector, not the prolog)' \
 		'#            cli=PATH record_dir=PATH core=PATH and inline otel keys (on_failure=fail, ...).' \
 		'# slurmd decides at start whether to run SPANK job prologs: restart it after adding the plugin.' \
 		'# Needs PrologFlags=Alloc in slurm.conf (the job prolog must see the job on every node).' \

@@ -12,12 +12,17 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
-// The slurm.conf variants besides alloc (lib.sh gen_slurm_conf), per suite.
+// The slurm.conf variants besides alloc (lib.sh gen_slurm_conf), per suite;
+// contain+wait_step is contain with collector_wait=step on the plugstack
+// line of every node.
 var variants = map[string][]string{
-	"bookworm": {"none", "contain"},
-	"trixie":   {"contain", "contain_spank", "runinjob"},
-	"sid":      {"contain", "contain_spank", "runinjob"},
+	"bookworm": {"none", "contain", "contain+wait_step"},
+	"trixie":   {"contain", "contain+wait_step", "contain_spank", "runinjob"},
+	"sid":      {"contain", "contain+wait_step", "contain_spank", "runinjob"},
 }
+
+// snippetPath is where make install puts the plugstack line on each node.
+const snippetPath = "/etc/slurm/plugstack.conf.d/gym-otel.conf"
 
 // A short smoke job on every other variant of the suite's Slurm; the
 // cluster goes back to alloc afterwards.
@@ -26,7 +31,13 @@ func TestVariants(t *testing.T) {
 	t.Cleanup(func() { c.switchVariant(t, "alloc") })
 	for _, v := range variants[c.suite] {
 		t.Run(v, func(t *testing.T) {
-			c.switchVariant(t, v)
+			conf, waitStep := strings.CutSuffix(v, "+wait_step")
+			c.switchVariant(t, conf)
+			if waitStep {
+				useWaitStep(t, c)
+				smokeWaitStep(t, c)
+				return
+			}
 			switch v {
 			case "none":
 				smokeNoAlloc(t, c)
@@ -120,6 +131,68 @@ func smokeFull(t *testing.T, c *cluster) {
 		t.Errorf("c1: no final-scrape wait for job %s", s.jobID)
 	}
 	c.waitNothingLeft(t, s.jobID)
+	c.waitIdle(t, 30*time.Second)
+}
+
+// useWaitStep appends collector_wait=step to the plugstack line on every
+// node (each prolog, epilog and step reads it anew) and takes it off at
+// the end of the test.
+func useWaitStep(t *testing.T, c *cluster) {
+	t.Helper()
+	nodes := []string{"ctl", "c1", "c2"}
+	for _, n := range nodes {
+		if out, err := c.on(n, "sed", "-i", "s/$/ collector_wait=step/", snippetPath); err != nil {
+			t.Fatalf("%s: %v %s", n, err, out)
+		}
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			if out, err := c.on(n, "sed", "-i", "s/ collector_wait=step$//", snippetPath); err != nil {
+				t.Errorf("%s: %v %s", n, err, out)
+			}
+		}
+	})
+}
+
+// smokeWaitStep: with collector_wait=step the smoke job runs as under
+// smokeFull, and on each node slurmd logs the prolog's end before the
+// collector's ready line: the prolog handed the start on and Slurm
+// launched the steps meanwhile, which waited for it (their env points at
+// each node's collector).
+func smokeWaitStep(t *testing.T, c *cluster) {
+	s := runSmoke(t, c, "smoke-wait-step")
+	dirs := map[string]string{"c1": filepath.Join(s.host, "otel"), "c2": filepath.Join(s.host, "otel", "nodes", "c2")}
+	for k, n := range map[string]string{"batch": "c1", "c1": "c1", "c2": "c2"} {
+		want := "http://127.0.0.1:" + statePort(t, dirs[n])
+		if got := s.env[k]["OTEL_EXPORTER_OTLP_ENDPOINT"]; got != want {
+			t.Errorf("env.%s: OTEL_EXPORTER_OTLP_ENDPOINT=%q, want %s (%s's collector)", k, got, want, n)
+		}
+	}
+	spans := find(readOTLP(t, filepath.Join(dirs["c1"], "traces.jsonl")), func(it item) bool {
+		return it.signal == "span" && it.name == "gym.rollout" && it.res["slurm_job_id"] == s.jobID
+	})
+	if len(spans) != 2 {
+		t.Errorf("c1: %d gym.rollout spans of job %s, want 2", len(spans), s.jobID)
+	}
+	for _, n := range []string{"c1", "c2"} {
+		log := c.slurmdLog(t, n)
+		end, ok1 := logTime(log, `debug:  Finished wait for job `+s.jobID+`'s prolog to complete`)
+		ready, ok2 := logTime(log, `gym-otel: job `+s.jobID+`: collector ready on `+n)
+		if !ok1 || !ok2 {
+			t.Errorf("%s: slurmd's log lacks job %s's prolog end (%v) or its ready line (%v)", n, s.jobID, ok1, ok2)
+			continue
+		}
+		t.Logf("%s: the prolog ended %v before the collector was ready", n, ready.Sub(end))
+		if !end.Before(ready) {
+			t.Errorf("%s: the prolog ended at %v, not before the collector was ready (%v)", n, end, ready)
+		}
+	}
+	c.waitNothingLeft(t, s.jobID)
+	for _, n := range []string{"c1", "c2"} {
+		if out, _ := c.on(n, "sh", "-c", "ls -a /run/gym-otel/*/ 2>/dev/null | grep -F .start-"+s.jobID+".lock"); strings.TrimSpace(out) != "" {
+			t.Errorf("%s: start lock left: %s", n, out)
+		}
+	}
 	c.waitIdle(t, 30*time.Second)
 }
 

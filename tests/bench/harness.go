@@ -147,8 +147,11 @@ func setup() error {
 	if err := backend.Start(repo); err != nil {
 		return err
 	}
-	if _, err := slurmkit.UpLocal(repo, slurmEnv(), "--nodes", strconv.Itoa(nodeCount), "--prolog-flags", "Alloc",
-		"--no-plugstack", "--plugstack", conf); err != nil {
+	up := []string{"--nodes", strconv.Itoa(nodeCount), "--prolog-flags", "Alloc", "--no-plugstack", "--plugstack", conf}
+	if os.Getenv("GYM_OTEL_BENCH_TASK_CGROUP") == "1" {
+		up = append(up, "--cgroup")
+	}
+	if _, err := slurmkit.UpLocal(repo, slurmEnv(), up...); err != nil {
 		return err
 	}
 	return os.Chmod(jobsDir, 0o1777)

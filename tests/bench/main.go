@@ -32,13 +32,15 @@
 //	                            measures its flagged and unflagged steps, against this build's
 //	GYM_OTEL_BENCH_P1S_ROUNDS=N P1S's rounds (default 6, quick 2), 15 steps per block
 //	GYM_OTEL_BENCH_P23_ROUNDS=N P2/P3's rounds (default 5, quick 2): more flagged jobs for the start's
-//	                            steps, each round four jobs and a Gym-style one of about 27 s
+//	                            steps, each round six jobs and a Gym-style one of about 27 s
 //	GYM_OTEL_BENCH_P1V=R,J      P1V's rounds and empty jobs per block (default 8,25: 200 jobs per arm;
 //	                            quick 2,10). P1V (only when named in GYM_OTEL_BENCH_ONLY): an empty job's
 //	                            allocation to its end with no plugin, gym_otel_step.so (no job
 //	                            prolog/epilog) and gym_otel.so, ratios with 95 % bootstrap intervals
 //	GYM_OTEL_BENCH_P1V_EMPTY=1  P1V also with a SPANK plugin that has slurm_spank_init only (built by
 //	                            the bench with gcc): the floor of any plugin
+//	GYM_OTEL_BENCH_TASK_CGROUP=1 the bench's Slurm with proctrack/cgroup and task/cgroup (tests/slurm/up.sh
+//	                            --cgroup, cgroup v1), as most sites run it: a step's launch that makes cgroups
 //	GYM_OTEL_BENCH_OUT=FILE     also write the table there (default build/bench/result.txt)
 package main
 
@@ -154,7 +156,7 @@ func main() {
 
 	t0 := time.Now()
 	load1, _ := os.ReadFile("/proc/loadavg")
-	logf("bench: setting up (quick=%v)", quick)
+	logf("bench: setting up (quick=%v, task/cgroup=%v)", quick, os.Getenv("GYM_OTEL_BENCH_TASK_CGROUP") == "1")
 	var rows []Row
 	// P7 needs no Slurm: alone, it runs without one.
 	slurm := want("P1", "P1S", "P1V", "P2", "P3", "P3B", "P3D", "P4", "P4I", "P5", "P6")

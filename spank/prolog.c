@@ -83,8 +83,11 @@ int gos_job_prolog(spank_t sp, int ac, char **av)
 		if (gos_node_name(sp, node, sizeof(node)) == 0) {
 			int rc = gos_handoff_fork(&a, node, job_id, &held);
 
-			if (rc == 1)
-				goto out; /* the starter runs it; the steps wait */
+			if (rc == 1) {
+				/* the starter runs it; the steps wait */
+				gos_debug("job %u: prolog: the collector's start goes on in a child (collector_wait=step)", job_id);
+				goto out;
+			}
 			if (rc == 0) {
 				unblock_all(&old);
 				if (gos_core_open(&a, &core) == 0)

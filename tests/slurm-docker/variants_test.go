@@ -155,8 +155,8 @@ func useWaitStep(t *testing.T, c *cluster) {
 }
 
 // smokeWaitStep: with collector_wait=step the smoke job runs as under
-// smokeFull, and on each node slurmd logs the prolog's end before the
-// collector's ready line: the prolog handed the start on and Slurm
+// smokeFull, and on each node slurmd logs the prolog's handoff (its last
+// line) before the collector's ready line: the prolog handed the start on and Slurm
 // launched the steps meanwhile, which waited for it (their env points at
 // each node's collector).
 func smokeWaitStep(t *testing.T, c *cluster) {
@@ -176,7 +176,9 @@ func smokeWaitStep(t *testing.T, c *cluster) {
 	}
 	for _, n := range []string{"c1", "c2"} {
 		log := c.slurmdLog(t, n)
-		end, ok1 := logTime(log, `debug:  Finished wait for job `+s.jobID+`'s prolog to complete`)
+		// The prolog's last line before it returns (a node's first
+		// "Finished wait for job N's prolog" comes with its first step).
+		end, ok1 := logTime(log, `debug:  gym-otel: job `+s.jobID+`: prolog: the collector's start goes on in a child \(collector_wait=step\)`)
 		ready, ok2 := logTime(log, `gym-otel: job `+s.jobID+`: collector ready on `+n)
 		if !ok1 || !ok2 {
 			t.Errorf("%s: slurmd's log lacks job %s's prolog end (%v) or its ready line (%v)", n, s.jobID, ok1, ok2)

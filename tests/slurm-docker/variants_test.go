@@ -135,21 +135,30 @@ func smokeFull(t *testing.T, c *cluster) {
 }
 
 // useWaitStep appends collector_wait=step to the plugstack line on every
-// node (each prolog, epilog and step reads it anew) and takes it off at
-// the end of the test.
+// node and restarts the daemons (24.11 and later hand slurmstepd the
+// plugstack.conf slurmd read at its start), and undoes both at the end of
+// the test.
 func useWaitStep(t *testing.T, c *cluster) {
 	t.Helper()
 	nodes := []string{"ctl", "c1", "c2"}
-	for _, n := range nodes {
-		if out, err := c.on(n, "sed", "-i", "s/$/ collector_wait=step/", snippetPath); err != nil {
-			t.Fatalf("%s: %v %s", n, err, out)
+	edit := func(expr string) error {
+		for _, n := range nodes {
+			if out, err := c.on(n, "sed", "-i", expr, snippetPath); err != nil {
+				return fmt.Errorf("%s: %v %s", n, err, out)
+			}
 		}
+		if out, err := run(filepath.Join(here, "variant.sh"), c.suite, c.variant); err != nil {
+			return fmt.Errorf("variant.sh %s %s: %v\n%s", c.suite, c.variant, err, out)
+		}
+		c.waitIdle(t, 60*time.Second)
+		return nil
+	}
+	if err := edit("s/^required .*/& collector_wait=step/"); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, n := range nodes {
-			if out, err := c.on(n, "sed", "-i", "s/ collector_wait=step$//", snippetPath); err != nil {
-				t.Errorf("%s: %v %s", n, err, out)
-			}
+		if err := edit("s/ collector_wait=step$//"); err != nil {
+			t.Error(err)
 		}
 	})
 }

@@ -43,28 +43,10 @@
 #include "gym_otel_contract.h"
 #include "handoff.h"
 #include "log.h"
+#include "node.h"
 
 /* The node's record dir <record_dir>/<node>, made when missing: root's,
  * not writable by group or others. 0, or -1. */
-static int node_dir(const char *record_dir, const char *node, char *buf, size_t len)
-{
-	struct stat st;
-	const char *dirs[2] = { record_dir, buf };
-
-	if (!node[0] || strchr(node, '/') || !strcmp(node, ".") || !strcmp(node, ".."))
-		return -1;
-	if ((size_t)snprintf(buf, len, "%s/%s", record_dir, node) >= len)
-		return -1;
-	for (int i = 0; i < 2; i++) {
-		if (mkdir(dirs[i], 0711) && errno != EEXIST)
-			return -1;
-		if (lstat(dirs[i], &st) || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
-		    (st.st_mode & (S_IWGRP | S_IWOTH)))
-			return -1;
-	}
-	return 0;
-}
-
 static int lock_path(const char *record_dir, const char *node, uint32_t job_id, char *buf, size_t len)
 {
 	if (!node[0] || strchr(node, '/') || !strcmp(node, ".") || !strcmp(node, ".."))
@@ -110,7 +92,7 @@ int gos_handoff_fork(const struct gos_args *a, const char *node, uint32_t job_id
 		gos_error("job %u: the prolog's process has more than one thread: no handoff", job_id);
 		return -1;
 	}
-	if (node_dir(a->record_dir, node, dir, sizeof(dir)) ||
+	if (gos_node_record_dir(a->record_dir, node, dir, sizeof(dir)) ||
 	    lock_path(a->record_dir, node, job_id, path, sizeof(path))) {
 		gos_error("job %u: record dir %s/%s unusable for the start's handoff", job_id, a->record_dir, node);
 		return -1;

@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,4 +140,29 @@ int gos_record_node(const char *record_dir, uint32_t job_id, char *buf, size_t l
 	}
 	closedir(d);
 	return found == 1 ? 0 : -1;
+}
+
+/*
+ * The node's record dir <record_dir>/<node> into buf, made when missing
+ * (0711): root's, a real directory, not writable by group or others, and
+ * so is record_dir. A node name with a slash, "." or ".." is refused.
+ * 0, or -1.
+ */
+int gos_node_record_dir(const char *record_dir, const char *node, char *buf, size_t len)
+{
+	struct stat st;
+	const char *dirs[2] = { record_dir, buf };
+
+	if (!node[0] || strchr(node, '/') || !strcmp(node, ".") || !strcmp(node, ".."))
+		return -1;
+	if ((size_t)snprintf(buf, len, "%s/%s", record_dir, node) >= len)
+		return -1;
+	for (int i = 0; i < 2; i++) {
+		if (mkdir(dirs[i], 0711) && errno != EEXIST)
+			return -1;
+		if (lstat(dirs[i], &st) || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
+		    (st.st_mode & (S_IWGRP | S_IWOTH)))
+			return -1;
+	}
+	return 0;
 }

@@ -42,6 +42,7 @@
 #include "core.h"
 #include "gym_otel_contract.h"
 #include "log.h"
+#include "node.h"
 #include "record.h"
 #include "stepstart.h"
 
@@ -56,24 +57,6 @@ static const char *const job_vars[] = {
 	"SLURM_JOB_RESTART_COUNT", "SLURM_JOB_END_TIME", "SLURM_CONF", "SLURM_JOB_PARTITION",
 	"SLURM_JOB_ACCOUNT", "SLURM_JOB_EXIT_CODE", "SLURM_JOB_DERIVED_EC", NULL,
 };
-
-static int node_dir(const char *record_dir, const char *node, char *buf, size_t len)
-{
-	struct stat st;
-	const char *dirs[2] = { record_dir, buf };
-
-	if (strchr(node, '/') || !strcmp(node, ".") || !strcmp(node, ".."))
-		return -1;
-	snprintf(buf, len, "%s/%s", record_dir, node);
-	for (int i = 0; i < 2; i++) {
-		if (mkdir(dirs[i], 0711) && errno != EEXIST)
-			return -1;
-		if (lstat(dirs[i], &st) || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
-		    (st.st_mode & (S_IWGRP | S_IWOTH)))
-			return -1;
-	}
-	return 0;
-}
 
 /* Every descriptor above 2 closes at an exec (the supervisor the core
  * starts inherits none of slurmstepd's). */
@@ -163,7 +146,7 @@ int gos_stepstart_begin(spank_t sp, const struct gos_args *a, const char *node, 
 
 	if (spank_getenv(sp, "SLURM_SPANK_" GOS_JOB_CONTROL_SPEC, spec, sizeof(spec)) != ESPANK_SUCCESS || !spec[0])
 		return -1; /* the job did not ask */
-	if (node_dir(a->record_dir, node, dir, sizeof(dir))) {
+	if (gos_node_record_dir(a->record_dir, node, dir, sizeof(dir))) {
 		gos_error("job %u: record dir %s/%s unusable: collector off", job_id, a->record_dir, node);
 		return -1;
 	}

@@ -61,22 +61,8 @@ func logStamp(t *testing.T, log string, re *regexp.Regexp) (time.Time, bool) {
 // on_failure=continue runs it without the env.
 func TestCollectorWaitStep(t *testing.T) {
 	withCollectorWaitStep(t)
-	gym := testenv.Standin(t, "gym-standin")
-	if out, err := run("install", "-m", "0755", gym, filepath.Join(plugDir, "gym-standin")); err != nil {
-		t.Fatalf("install %s: %v %s", gym, err, out)
-	}
-	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
-	base := filepath.Join(jobsDir, "cwait-"+tag)
+	base, script := stepsScript(t, "cwait")
 	jobDir := base + ".run"
-	script := writeScript(t, "cwait-"+tag+".sh", fmt.Sprintf(`
-date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > %[1]s.first
-port=${OTEL_EXPORTER_OTLP_ENDPOINT##*:}
-if (exec 3<>/dev/tcp/127.0.0.1/${port:-1}) 2>/dev/null; then echo up > %[1]s.port; else echo "down ${OTEL_EXPORTER_OTLP_ENDPOINT:-unset}" > %[1]s.port; fi
-env > %[1]s.batch.env
-srun -N1 bash -c 'env > %[1]s.step.env'
-%[2]s/gym-standin --rollouts 3 || exit 9
-exit 5
-`, base, plugDir))
 	r := asUser(t, 180*time.Second, tokenEnv(), fmt.Sprintf("sbatch -N1 -w gn1 --wait --gym-otel=job_dir=%s,run_id=cwait-%%j -o %s.out %s", jobDir, base, script))
 	if r.code != 5 {
 		out, _ := os.ReadFile(base + ".out")
@@ -102,20 +88,7 @@ exit 5
 	if !ready.Before(first) {
 		t.Errorf("collector ready at %v, after the script's first line at %v", ready, first)
 	}
-	for _, f := range []string{".batch.env", ".step.env"} {
-		data, err := os.ReadFile(base + f)
-		if err != nil {
-			t.Error(err)
-			continue
-		}
-		if strings.Contains(string(data), backendToken) {
-			t.Errorf("%s: the backend token is in the task env", f)
-		}
-		env := testenv.EnvOf(string(data))
-		if env["NEMO_GYM_OTEL_RUN_ID"] != "cwait-"+jobID || !strings.HasPrefix(env["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://127.0.0.1:") {
-			t.Errorf("%s: run id %q, endpoint %q", f, env["NEMO_GYM_OTEL_RUN_ID"], env["OTEL_EXPORTER_OTLP_ENDPOINT"])
-		}
-	}
+	checkStepEnvs(t, base, "cwait-"+jobID)
 	waitNoCollector(t)
 	waitIdle(t)
 	traces, _ := os.ReadFile(filepath.Join(jobDir, "otel", "traces.jsonl"))
@@ -130,7 +103,7 @@ exit 5
 	// The collector cannot start: on_failure=fail fails the job (the
 	// script never runs), continue runs it without the env.
 	out := base + "-fail"
-	plain := writeScript(t, "cwait-fail-"+tag+".sh", fmt.Sprintf("env > %s.env\n", out))
+	plain := writeScript(t, filepath.Base(base)+"-fail.sh", fmt.Sprintf("env > %s.env\n", out))
 	r = asUser(t, 120*time.Second, tokenEnv(), "sbatch -w gn1 --wait --gym-otel=binary=/nonexistent/otelcol,on_failure=fail -o "+out+".out "+plain)
 	data, _ := os.ReadFile(out + ".out")
 	if r.code == 0 {
@@ -255,4 +228,51 @@ func checkNothingLeft(t *testing.T, id string) {
 	if ents, _ := filepath.Glob(filepath.Join(recordDir, "*", ".start-"+id+".lock")); len(ents) > 0 {
 		t.Errorf("job %s: start locks left: %v", id, ents)
 	}
+}
+
+// checkStepEnvs checks the task env a job script wrote to base.batch.env
+// (the batch step) and base.step.env (an srun step): the run id runID, the
+// collector's endpoint on loopback, and no backend token.
+func checkStepEnvs(t *testing.T, base, runID string) {
+	t.Helper()
+	for _, f := range []string{".batch.env", ".step.env"} {
+		data, err := os.ReadFile(base + f)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if strings.Contains(string(data), backendToken) {
+			t.Errorf("%s: the backend token is in the task env", f)
+		}
+		env := testenv.EnvOf(string(data))
+		if env["NEMO_GYM_OTEL_RUN_ID"] != runID || !strings.HasPrefix(env["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://127.0.0.1:") {
+			t.Errorf("%s: run id %q (want %q), endpoint %q", f, env["NEMO_GYM_OTEL_RUN_ID"], runID, env["OTEL_EXPORTER_OTLP_ENDPOINT"])
+		}
+	}
+}
+
+// stepsScript installs the Gym stand-in in the plugin dir and writes a job
+// script that stamps its first line (base.first), says whether the
+// collector's OTLP port answers then (base.port: "up"), writes the batch
+// step's and an srun step's env (base.batch.env, base.step.env), runs the
+// Gym stand-in (exit 9 when it fails) and exits 5. It returns base (in the
+// jobs dir, named after prefix) and the script's path.
+func stepsScript(t *testing.T, prefix string) (base, script string) {
+	t.Helper()
+	gym := testenv.Standin(t, "gym-standin")
+	if out, err := run("install", "-m", "0755", gym, filepath.Join(plugDir, "gym-standin")); err != nil {
+		t.Fatalf("install %s: %v %s", gym, err, out)
+	}
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	base = filepath.Join(jobsDir, prefix+"-"+tag)
+	script = writeScript(t, prefix+"-"+tag+".sh", fmt.Sprintf(`
+date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > %[1]s.first
+port=${OTEL_EXPORTER_OTLP_ENDPOINT##*:}
+if (exec 3<>/dev/tcp/127.0.0.1/${port:-1}) 2>/dev/null; then echo up > %[1]s.port; else echo "down ${OTEL_EXPORTER_OTLP_ENDPOINT:-unset}" > %[1]s.port; fi
+env > %[1]s.batch.env
+srun -N1 bash -c 'env > %[1]s.step.env'
+%[2]s/gym-standin --rollouts 3 || exit 9
+exit 5
+`, base, plugDir))
+	return base, script
 }

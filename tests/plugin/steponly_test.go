@@ -49,22 +49,9 @@ func TestStepOnlyFlagged(t *testing.T) {
 		}
 	})
 	waitIdle(t)
-	gym := testenv.Standin(t, "gym-standin")
-	if out, err := run("install", "-m", "0755", gym, filepath.Join(plugDir, "gym-standin")); err != nil {
-		t.Fatalf("install %s: %v %s", gym, err, out)
-	}
-	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
-	base := filepath.Join(jobsDir, "steponly-"+tag)
+	base, script := stepsScript(t, "steponly")
+	tag := strings.TrimPrefix(filepath.Base(base), "steponly-")
 	jobDir := base + ".run"
-	script := writeScript(t, "steponly-"+tag+".sh", fmt.Sprintf(`
-date -u +%%Y-%%m-%%dT%%H:%%M:%%S.%%NZ > %[1]s.first
-port=${OTEL_EXPORTER_OTLP_ENDPOINT##*:}
-if (exec 3<>/dev/tcp/127.0.0.1/${port:-1}) 2>/dev/null; then echo up > %[1]s.port; else echo "down ${OTEL_EXPORTER_OTLP_ENDPOINT:-unset}" > %[1]s.port; fi
-env > %[1]s.batch.env
-srun -N1 bash -c 'env > %[1]s.step.env'
-%[2]s/gym-standin --rollouts 3 || exit 9
-exit 5
-`, base, plugDir))
 	start := time.Now()
 	r := asUser(t, 180*time.Second, tokenEnv(), fmt.Sprintf("sbatch -N1 --wait --gym-otel=job_dir=%s,run_id=step-%%j -o %s.out %s", jobDir, base, script))
 	if r.code != 5 {
@@ -90,20 +77,7 @@ exit 5
 			t.Errorf("collector ready at %v, script's first line at %v", ready, first)
 		}
 	}
-	for _, f := range []string{".batch.env", ".step.env"} {
-		data, err := os.ReadFile(base + f)
-		if err != nil {
-			t.Error(err)
-			continue
-		}
-		if strings.Contains(string(data), backendToken) {
-			t.Errorf("%s: the backend token is in the task env", f)
-		}
-		env := testenv.EnvOf(string(data))
-		if env["NEMO_GYM_OTEL_RUN_ID"] != "step-"+jobID || !strings.HasPrefix(env["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://127.0.0.1:") {
-			t.Errorf("%s: run id %q, endpoint %q", f, env["NEMO_GYM_OTEL_RUN_ID"], env["OTEL_EXPORTER_OTLP_ENDPOINT"])
-		}
-	}
+	checkStepEnvs(t, base, "step-"+jobID)
 	waitNoCollector(t)
 	waitIdle(t)
 	traces, _ := os.ReadFile(filepath.Join(jobDir, "otel", "traces.jsonl"))

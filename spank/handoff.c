@@ -9,8 +9,9 @@
  *     the prolog's start as the prolog itself would (ports, packet filter,
  *     supervisor, root's record, the proof, the ready record); the prolog
  *     returns once the child is forked. The child ends when the core's
- *     prolog returns (bounded by its deadline, prolog_timeout): the kernel
- *     releases the lock then, whatever the child's end.
+ *     prolog returns (bounded by its deadline, prolog_timeout; and by an
+ *     alarm at prolog_timeout + 15 s, prolog.c): the kernel releases the
+ *     lock then, whatever the child's end.
  *   each step but the extern one (init_post_opt, slurmstepd, root, before
  *     any task is forked): where root's record is missing or says
  *     starting and the job's start lock exists, waits until the lock is

@@ -89,6 +89,12 @@ int gos_job_prolog(spank_t sp, int ac, char **av)
 				goto out;
 			}
 			if (rc == 0) {
+				/* The core's prolog keeps its own deadline (at most
+				 * prolog_timeout); no Slurm bound is left on this
+				 * child, so SIGALRM's default action ends it should
+				 * that ever fail. */
+				signal(SIGALRM, SIG_DFL);
+				alarm(a.prolog_timeout + 15);
 				unblock_all(&old);
 				if (gos_core_open(&a, &core) == 0)
 					core.prolog(a.joined, encoded, token ? token : "", job_id, uid, gid);

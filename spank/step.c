@@ -140,7 +140,7 @@ int gos_step_init_post_opt(spank_t sp, struct gos_args *a)
 		if (fd >= 0) {
 			st.pending = 1;
 			st.pending_fd = fd;
-			st.pending_timeout = gos_stepstart_timeout(a);
+			st.pending_timeout = a->prolog_timeout;
 			snprintf(jobbuf, sizeof(jobbuf), "%u", st.job_id);
 			spank_setenv(sp, GOS_ENV_IN_JOB, jobbuf, 1);
 			spank_unsetenv(sp, "SLURM_SPANK_" GOS_JOB_CONTROL_TOKEN);

@@ -282,20 +282,3 @@ void gos_stepstart_drain(spank_t sp, const struct gos_args *a, const char *node,
 	snprintf(path, sizeof(path), "%s/%s/.start-%u.lock", a->record_dir, node, job_id);
 	unlink(path);
 }
-
-int gos_stepstart_timeout(const struct gos_args *a)
-{
-	const char *p = a->joined;
-
-	while (p && *p) {
-		if (!strncmp(p, "prolog_timeout=", 15)) {
-			int v = atoi(p + 15);
-
-			return v > 0 ? v : 30;
-		}
-		p = strchr(p, '\n');
-		if (p)
-			p++;
-	}
-	return 30;
-}

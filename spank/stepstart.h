@@ -25,7 +25,5 @@ int gos_stepstart_wait(int fd, int timeout_s, struct gos_record *r, char *err, s
 /* The extern step's exit: the core's epilog where root's record dir
  * exists, then the ready and lock files go. */
 void gos_stepstart_drain(spank_t sp, const struct gos_args *a, const char *node, uint32_t job_id);
-/* The wait's bound: the plugstack's prolog_timeout, else 30 s. */
-int gos_stepstart_timeout(const struct gos_args *a);
 
 #endif

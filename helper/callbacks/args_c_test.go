@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
 		{[]string{"job_output=off", "job_output=off"}, "error"},
 		{[]string{"default=maybe"}, "error"},
 		{[]string{"record_dir=run"}, "error"},
-		{[]string{"core=lib.so job_output=1 wait_step=0 prolog_timeout=60"}, "error"},
+		{[]string{"core=lib.so job_output=1"}, "error"},
 		{[]string{"record_dir=/a", "record_dir=/b"}, "error"},
 		{[]string{"default=on", "default=on"}, "error"},
 		{[]string{"Default=on"}, "error"},

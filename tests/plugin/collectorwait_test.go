@@ -88,48 +88,17 @@ func TestCollectorWaitStep(t *testing.T) {
 	if !ready.Before(first) {
 		t.Errorf("collector ready at %v, after the script's first line at %v", ready, first)
 	}
-	checkStepEnvs(t, base, "cwait-"+jobID)
-	waitNoCollector(t)
-	waitIdle(t)
-	traces, _ := os.ReadFile(filepath.Join(jobDir, "otel", "traces.jsonl"))
-	if !strings.Contains(string(traces), "gym.rollout") {
-		t.Errorf("no gym.rollout span in the job's traces.jsonl (%d bytes)", len(traces))
-	}
-	if _, err := os.Stat(filepath.Join(jobDir, "otel", "receipt.json")); err != nil {
-		t.Errorf("no receipt (the epilog's drain did not run?): %v", err)
-	}
+	checkStepsJob(t, base, jobDir, "cwait-"+jobID)
 	checkNothingLeft(t, jobID)
 
 	// The collector cannot start: on_failure=fail fails the job (the
 	// script never runs), continue runs it without the env.
 	out := base + "-fail"
 	plain := writeScript(t, filepath.Base(base)+"-fail.sh", fmt.Sprintf("env > %s.env\n", out))
-	r = asUser(t, 120*time.Second, tokenEnv(), "sbatch -w gn1 --wait --gym-otel=binary=/nonexistent/otelcol,on_failure=fail -o "+out+".out "+plain)
-	data, _ := os.ReadFile(out + ".out")
-	if r.code == 0 {
-		t.Errorf("on_failure=fail: the job succeeded; output %s", data)
-	}
-	if _, err := os.Stat(out + ".env"); err == nil {
-		t.Errorf("on_failure=fail: the script ran")
-	}
-	if !strings.Contains(string(data), "on_failure=fail") {
-		t.Errorf("on_failure=fail: the job's output does not say why:\n%s", data)
-	}
+	failed, continued := checkCollectorFailure(t, out, plain, "-w gn1")
 	waitIdle(t)
-	checkNothingLeft(t, jobIDOf(t, r))
-	r = asUser(t, 120*time.Second, tokenEnv(), "sbatch -w gn1 --wait --gym-otel=binary=/nonexistent/otelcol -o "+out+".out "+plain)
-	if r.code != 0 {
-		t.Fatalf("on_failure=continue: exit %d %s", r.code, r.stderr)
-	}
-	env, err := os.ReadFile(out + ".env")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e := testenv.EnvOf(string(env)); e["OTEL_EXPORTER_OTLP_ENDPOINT"] != "" || e["GYM_OTEL_JOB"] == "" {
-		t.Errorf("on_failure=continue: endpoint %q, GYM_OTEL_JOB %q", e["OTEL_EXPORTER_OTLP_ENDPOINT"], e["GYM_OTEL_JOB"])
-	}
-	waitIdle(t)
-	checkNothingLeft(t, jobIDOf(t, r))
+	checkNothingLeft(t, failed)
+	checkNothingLeft(t, continued)
 }
 
 // TestCollectorWaitStepCancel: with collector_wait=step, a job cancelled
@@ -227,6 +196,26 @@ func checkNothingLeft(t *testing.T, id string) {
 	}
 	if ents, _ := filepath.Glob(filepath.Join(recordDir, "*", ".start-"+id+".lock")); len(ents) > 0 {
 		t.Errorf("job %s: start locks left: %v", id, ents)
+	}
+}
+
+// checkStepsJob checks a job of stepsScript's once it has ended: the task
+// envs (checkStepEnvs), no supervisor or collector left and the nodes
+// idle, the Gym stand-in's spans in jobDir's traces.jsonl and the drain's
+// receipt.
+func checkStepsJob(t *testing.T, base, jobDir, runID string) {
+	t.Helper()
+	checkStepEnvs(t, base, runID)
+	waitNoCollector(t)
+	waitIdle(t)
+	traces, _ := os.ReadFile(filepath.Join(jobDir, "otel", "traces.jsonl"))
+	if !strings.Contains(string(traces), "gym.rollout") {
+		t.Errorf("no gym.rollout span in the job's traces.jsonl (%d bytes)", len(traces))
+	}
+	if rc, err := os.ReadFile(filepath.Join(jobDir, "otel", "receipt.json")); err != nil {
+		t.Errorf("no receipt (the drain did not run?): %v", err)
+	} else {
+		t.Logf("receipt: %d bytes", len(rc))
 	}
 }
 

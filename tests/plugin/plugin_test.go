@@ -231,12 +231,26 @@ func TestCollectorFailure(t *testing.T) {
 	waitIdle(t)
 	out := filepath.Join(jobsDir, "fail")
 	script := writeScript(t, "fail.sh", fmt.Sprintf("env > %s.env\necho ran\n", out))
+	checkCollectorFailure(t, out, script, "")
+	waitNoCollector(t)
+	waitIdle(t)
+}
+
+// checkCollectorFailure submits script (which writes out.env) twice, with
+// sbatch's extra arguments and a collector that cannot start
+// (binary=/nonexistent/otelcol): under on_failure=fail the job fails,
+// its output says why and the script never runs; under continue the job
+// runs without the collector's env (GYM_OTEL_JOB set), slurmd's log warns
+// and the job's output warns exactly once. It returns the two jobs' ids.
+func checkCollectorFailure(t *testing.T, out, script, sbatchArgs string) (failed, continued string) {
+	t.Helper()
 	os.Remove(out + ".env")
-	r := asUser(t, 120*time.Second, tokenEnv(), "sbatch --wait --gym-otel=binary=/nonexistent/otelcol,on_failure=fail -o "+out+".out "+script)
+	r := asUser(t, 120*time.Second, tokenEnv(), "sbatch --wait "+sbatchArgs+" --gym-otel=binary=/nonexistent/otelcol,on_failure=fail -o "+out+".out "+script)
 	data, _ := os.ReadFile(out + ".out")
 	if r.code == 0 {
 		t.Fatalf("on_failure=fail: the job succeeded; output %s", data)
 	}
+	failed = jobIDOf(t, r)
 	if _, err := os.Stat(out + ".env"); err == nil {
 		t.Errorf("on_failure=fail: the script ran")
 	}
@@ -245,10 +259,11 @@ func TestCollectorFailure(t *testing.T) {
 	}
 	waitIdle(t)
 
-	r = asUser(t, 120*time.Second, tokenEnv(), "sbatch --wait --gym-otel=binary=/nonexistent/otelcol -o "+out+".out "+script)
+	r = asUser(t, 120*time.Second, tokenEnv(), "sbatch --wait "+sbatchArgs+" --gym-otel=binary=/nonexistent/otelcol -o "+out+".out "+script)
 	if r.code != 0 {
 		t.Fatalf("on_failure=continue: exit %d %s", r.code, r.stderr)
 	}
+	continued = jobIDOf(t, r)
 	env, err := os.ReadFile(out + ".env")
 	if err != nil {
 		t.Fatal(err)
@@ -262,8 +277,7 @@ func TestCollectorFailure(t *testing.T) {
 	if data, _ := os.ReadFile(out + ".out"); strings.Count(string(data), "gym-otel: warning: no collector") != 1 {
 		t.Errorf("on_failure=continue: the job's output does not warn exactly once:\n%s", data)
 	}
-	waitNoCollector(t)
-	waitIdle(t)
+	return failed, continued
 }
 
 // Jobs without the flag never map the Go core: not in sbatch or srun

@@ -77,18 +77,7 @@ func TestStepOnlyFlagged(t *testing.T) {
 			t.Errorf("collector ready at %v, script's first line at %v", ready, first)
 		}
 	}
-	checkStepEnvs(t, base, "step-"+jobID)
-	waitNoCollector(t)
-	waitIdle(t)
-	traces, _ := os.ReadFile(filepath.Join(jobDir, "otel", "traces.jsonl"))
-	if !strings.Contains(string(traces), "gym.rollout") {
-		t.Errorf("no gym.rollout span in the job's traces.jsonl (%d bytes)", len(traces))
-	}
-	if rc, err := os.ReadFile(filepath.Join(jobDir, "otel", "receipt.json")); err != nil {
-		t.Errorf("no receipt (the extern step's drain did not run?): %v", err)
-	} else {
-		t.Logf("receipt: %d bytes", len(rc))
-	}
+	checkStepsJob(t, base, jobDir, "step-"+jobID)
 	if ents, _ := filepath.Glob(filepath.Join(recordDir, "*", jobID)); len(ents) > 0 {
 		t.Errorf("record dirs left: %v", ents)
 	}

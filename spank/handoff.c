@@ -46,11 +46,9 @@
 #include "log.h"
 #include "node.h"
 
-/* The node's record dir <record_dir>/<node>, made when missing: root's,
- * not writable by group or others. 0, or -1. */
-static int lock_path(const char *record_dir, const char *node, uint32_t job_id, char *buf, size_t len)
+int gos_start_lock_path(const char *record_dir, const char *node, uint32_t job_id, char *buf, size_t len)
 {
-	if (!node[0] || strchr(node, '/') || !strcmp(node, ".") || !strcmp(node, ".."))
+	if (!gos_node_name_safe(node))
 		return -1;
 	return (size_t)snprintf(buf, len, "%s/%s/" GOS_START_LOCK_PREFIX "%u" GOS_START_LOCK_SUFFIX,
 				record_dir, node, job_id) >= len ? -1 : 0;
@@ -94,7 +92,7 @@ int gos_handoff_fork(const struct gos_args *a, const char *node, uint32_t job_id
 		return -1;
 	}
 	if (gos_node_record_dir(a->record_dir, node, dir, sizeof(dir)) ||
-	    lock_path(a->record_dir, node, job_id, path, sizeof(path))) {
+	    gos_start_lock_path(a->record_dir, node, job_id, path, sizeof(path))) {
 		gos_error("job %u: record dir %s/%s unusable for the start's handoff", job_id, a->record_dir, node);
 		return -1;
 	}
@@ -144,15 +142,15 @@ int gos_handoff_fork(const struct gos_args *a, const char *node, uint32_t job_id
 	return 1;
 }
 
-/* Polls for the lock on fd until it is free or timeout_s passed: 0 free,
- * -1 still held. */
-static int await_free(int fd, int op, int timeout_s)
+/* Polls for a shared lock on fd until no start holds it or timeout_s
+ * passed: 0 free, -1 still held. */
+static int await_free(int fd, int timeout_s)
 {
 	long long deadline = gos_mono_ms() + 1000LL * timeout_s;
 	struct timespec pause = { 0, 2 * 1000 * 1000 }; /* 2 ms */
 
 	for (;;) {
-		if (flock(fd, op | LOCK_NB) == 0)
+		if (flock(fd, LOCK_SH | LOCK_NB) == 0)
 			return 0;
 		if (errno != EWOULDBLOCK && errno != EINTR)
 			return 0; /* not a lock anyone holds */
@@ -169,7 +167,7 @@ int gos_handoff_wait(const char *record_dir, const char *node, uint32_t job_id, 
 	int fd, rc;
 
 	*waited_ms = 0;
-	if (lock_path(record_dir, node, job_id, path, sizeof(path)))
+	if (gos_start_lock_path(record_dir, node, job_id, path, sizeof(path)))
 		return 0;
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
@@ -178,7 +176,7 @@ int gos_handoff_wait(const char *record_dir, const char *node, uint32_t job_id, 
 		close(fd);
 		return 0;
 	}
-	rc = await_free(fd, LOCK_SH, timeout_s);
+	rc = await_free(fd, timeout_s);
 	close(fd);
 	*waited_ms = gos_mono_ms() - t0;
 	return rc ? -1 : 1;
@@ -189,7 +187,7 @@ void gos_handoff_remove(const char *record_dir, const char *node, uint32_t job_i
 	char path[4400];
 	int fd;
 
-	if (lock_path(record_dir, node, job_id, path, sizeof(path)))
+	if (gos_start_lock_path(record_dir, node, job_id, path, sizeof(path)))
 		return;
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)

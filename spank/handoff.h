@@ -9,6 +9,9 @@
 
 #include "args.h"
 
+/* The job's start lock's path, <record_dir>/<node>/.start-<job>.lock, into
+ * buf: 0, or -1 (a node name that is not one path element, or too long). */
+int gos_start_lock_path(const char *record_dir, const char *node, uint32_t job_id, char *buf, size_t len);
 /*
  * The job prolog (root): makes and locks the job's start lock and forks
  * the starter, a child in a session of its own that holds the lock.

@@ -148,12 +148,17 @@ int gos_record_node(const char *record_dir, uint32_t job_id, char *buf, size_t l
  * so is record_dir. A node name with a slash, "." or ".." is refused.
  * 0, or -1.
  */
+int gos_node_name_safe(const char *node)
+{
+	return node[0] && !strchr(node, '/') && strcmp(node, ".") && strcmp(node, "..");
+}
+
 int gos_node_record_dir(const char *record_dir, const char *node, char *buf, size_t len)
 {
 	struct stat st;
 	const char *dirs[2] = { record_dir, buf };
 
-	if (!node[0] || strchr(node, '/') || !strcmp(node, ".") || !strcmp(node, ".."))
+	if (!gos_node_name_safe(node))
 		return -1;
 	if ((size_t)snprintf(buf, len, "%s/%s", record_dir, node) >= len)
 		return -1;

@@ -55,7 +55,7 @@ int gos_job_prolog(spank_t sp, int ac, char **av)
 	gid_t gid;
 	sigset_t old;
 	char started[24], ppid[24], node[256];
-	int held = -1;
+	int held = -1, starter = 0;
 
 	encoded = job_control("SPANK_" GOS_JOB_CONTROL_SPEC);
 	if (!encoded)
@@ -80,32 +80,32 @@ int gos_job_prolog(spank_t sp, int ac, char **av)
 	snprintf(ppid, sizeof(ppid), "%ld", (long)getppid());
 	setenv(GOS_ENV_SLURMD_PID, ppid, 1);
 	if (a.wait_step) {
-		if (gos_node_name(sp, node, sizeof(node)) == 0) {
-			int rc = gos_handoff_fork(&a, node, job_id, &held);
+		int rc = -1;
 
-			if (rc == 1) {
-				/* the starter runs it; the steps wait */
-				gos_debug("job %u: prolog: the collector's start goes on in a child (collector_wait=step)", job_id);
-				goto out;
-			}
-			if (rc == 0) {
-				/* The core's prolog keeps its own deadline (at most
-				 * prolog_timeout); no Slurm bound is left on this
-				 * child, so SIGALRM's default action ends it should
-				 * that ever fail. */
-				signal(SIGALRM, SIG_DFL);
-				alarm(a.prolog_timeout + 15);
-				unblock_all(&old);
-				if (gos_core_open(&a, &core) == 0)
-					core.prolog(a.joined, encoded, token ? token : "", job_id, uid, gid);
-				_exit(0); /* the kernel frees the start lock */
-			}
+		if (gos_node_name(sp, node, sizeof(node)) == 0)
+			rc = gos_handoff_fork(&a, node, job_id, &held);
+		if (rc == 1) {
+			/* the starter runs it; the steps wait */
+			gos_debug("job %u: prolog: the collector's start goes on in a child (collector_wait=step)", job_id);
+			goto out;
 		}
-		gos_error("job %u: collector_wait=step: the prolog starts the collector itself", job_id);
+		if (rc == 0) {
+			/* The starter. The core's prolog keeps its own deadline
+			 * (at most prolog_timeout); no Slurm bound is left on this
+			 * child, so SIGALRM's default action ends it should that
+			 * ever fail. */
+			starter = 1;
+			signal(SIGALRM, SIG_DFL);
+			alarm(a.prolog_timeout + 15);
+		} else {
+			gos_error("job %u: collector_wait=step: the prolog starts the collector itself", job_id);
+		}
 	}
 	unblock_all(&old);
 	if (gos_core_open(&a, &core) == 0)
 		core.prolog(a.joined, encoded, token ? token : "", job_id, uid, gid);
+	if (starter)
+		_exit(0); /* the kernel frees the start lock */
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	if (held >= 0)
 		close(held);
@@ -146,17 +146,15 @@ int gos_job_epilog(spank_t sp, int ac, char **av)
 	else if (waited > 0)
 		gos_debug("job %u: epilog: waited %lld ms for the collector's start", job_id, waited);
 	snprintf(dir, sizeof(dir), "%s/%s/%u", a.record_dir, node, job_id);
-	if (lstat(dir, &st)) {
-		gos_handoff_remove(a.record_dir, node, job_id);
-		goto out; /* no record: nothing to do, Go is never loaded */
-	}
-	gos_debug("job %u: epilog: record dir %s", job_id, dir);
-	/* The epilog's start, told to the supervisor (its phase spans). */
-	setenv(GOS_ENV_EPILOG_START, started, 1);
-	unblock_all(&old);
-	if (gos_core_open(&a, &core) == 0)
-		core.epilog(a.joined ? a.joined : "", a.record_dir, node, job_id);
-	sigprocmask(SIG_SETMASK, &old, NULL);
+	if (lstat(dir, &st) == 0) {
+		gos_debug("job %u: epilog: record dir %s", job_id, dir);
+		/* The epilog's start, told to the supervisor (its phase spans). */
+		setenv(GOS_ENV_EPILOG_START, started, 1);
+		unblock_all(&old);
+		if (gos_core_open(&a, &core) == 0)
+			core.epilog(a.joined ? a.joined : "", a.record_dir, node, job_id);
+		sigprocmask(SIG_SETMASK, &old, NULL);
+	} /* else no record: nothing to do, Go is never loaded */
 	gos_handoff_remove(a.record_dir, node, job_id);
 out:
 	gos_args_free(&a);

@@ -6,8 +6,9 @@
  *
  *   init_post_opt (slurmstepd parent): find the node (node.c) and read
  *     root's record (record.c), after the collector's start where the
- *     prolog handed it to a child (collector_wait=step, handoff.c); tell the supervisor the step's start and
- *     get the span its tasks run in (phase.c); set the task env from
+ *     prolog handed it to a child (collector_wait=step, handoff.c); tell
+ *     the supervisor the step's start and get the span its tasks run in
+ *     (phase.c); set the task env from
  *     the record and that span, TRACEPARENT (taskenv.c), and
  *     bound the collector's memory (cgroup.c); say what is missing
  *     (notice.c)

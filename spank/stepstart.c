@@ -41,6 +41,7 @@
 #include "clock.h"
 #include "core.h"
 #include "gym_otel_contract.h"
+#include "handoff.h"
 #include "log.h"
 #include "node.h"
 #include "record.h"
@@ -150,7 +151,7 @@ int gos_stepstart_begin(spank_t sp, const struct gos_args *a, const char *node, 
 		gos_error("job %u: record dir %s/%s unusable: collector off", job_id, a->record_dir, node);
 		return -1;
 	}
-	snprintf(lock, sizeof(lock), "%s/.start-%u.lock", dir, job_id);
+	snprintf(lock, sizeof(lock), "%s/" GOS_START_LOCK_PREFIX "%u" GOS_START_LOCK_SUFFIX, dir, job_id);
 	snprintf(ready, sizeof(ready), "%s/.start-%u.ready", dir, job_id);
 	lfd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (lfd < 0 || flock(lfd, LOCK_EX)) {
@@ -279,6 +280,6 @@ void gos_stepstart_drain(spank_t sp, const struct gos_args *a, const char *node,
 	}
 	snprintf(path, sizeof(path), "%s/%s/.start-%u.ready", a->record_dir, node, job_id);
 	unlink(path);
-	snprintf(path, sizeof(path), "%s/%s/.start-%u.lock", a->record_dir, node, job_id);
-	unlink(path);
+	if (gos_start_lock_path(a->record_dir, node, job_id, path, sizeof(path)) == 0)
+		unlink(path);
 }

@@ -100,12 +100,8 @@ func sweepOrphanRules(ctx context.Context, recordDir, cluster, node string, curr
 }
 
 func sweepStaleRecords(ctx context.Context, recordDir, cluster, node string, current uint32, log logrus.FieldLogger) {
-	base := filepath.Join(recordDir, node)
-	if record.CheckRootDir(base) != nil {
-		return
-	}
-	ents, err := os.ReadDir(base)
-	if err != nil {
+	base, ents := nodeRecordEntries(recordDir, node)
+	if len(ents) == 0 {
 		return
 	}
 	boot := proc.BootTime()
@@ -205,6 +201,21 @@ func sweepOrphanGroups(ctx context.Context, recordDir, cluster, node string, cur
 	}
 }
 
+// nodeRecordEntries is the node's record dir, <recordDir>/<node>, and its
+// entries: none when the dir is not root's (record.CheckRootDir) or
+// cannot be read.
+func nodeRecordEntries(recordDir, node string) (string, []os.DirEntry) {
+	base := filepath.Join(recordDir, node)
+	if record.CheckRootDir(base) != nil {
+		return base, nil
+	}
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		return base, nil
+	}
+	return base, ents
+}
+
 // sweepStartLocks removes the start locks (collector_wait=step,
 // spank/handoff.c) in the node's record dir of jobs other than current
 // that have no record dir and whose lock no start holds: the epilog
@@ -213,14 +224,7 @@ func sweepOrphanGroups(ctx context.Context, recordDir, cluster, node string, cur
 // record dir. A lock still held (a start under way) and a file that is
 // not root's regular file are left. Best effort, logged at debug.
 func sweepStartLocks(recordDir, node string, current uint32, log logrus.FieldLogger) {
-	base := filepath.Join(recordDir, node)
-	if record.CheckRootDir(base) != nil {
-		return
-	}
-	ents, err := os.ReadDir(base)
-	if err != nil {
-		return
-	}
+	base, ents := nodeRecordEntries(recordDir, node)
 	for _, e := range ents {
 		id, ok := startLockJob(e.Name())
 		if !ok || id == current || !e.Type().IsRegular() {

@@ -185,8 +185,10 @@ func usePlugin(on bool) error {
 }
 
 // useCollectorWait rewrites the installed plugstack snippet with
-// collector_wait=step (step) or without it. No restart: every prolog,
-// epilog and step reads plugstack.conf anew (a slurmstepd of its own).
+// collector_wait=step (step) or without it. No restart: on the bench's
+// Slurm 22.05 every prolog, epilog and step reads plugstack.conf anew (a
+// slurmstepd of its own); 24.11's job prolog kept slurmd's copy until
+// slurmd restarted.
 func useCollectorWait(step bool) error {
 	data, err := os.ReadFile(conf)
 	if err != nil {

@@ -19,18 +19,7 @@ import (
 // must not hold the batch step's launch) for one test.
 func withCollectorWaitStep(t *testing.T) {
 	t.Helper()
-	conf := strings.TrimRight(goodConf, "\n") + " collector_wait=step\n"
-	if err := os.WriteFile(clusterConf, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	withCluster(t, "--prolog-flags", "Alloc,Contain")
-	// Runs before withCluster's cleanup brings the default back up.
-	t.Cleanup(func() {
-		if err := os.WriteFile(clusterConf, []byte(goodConf), 0o644); err != nil {
-			t.Error(err)
-		}
-	})
-	waitIdle(t)
+	withClusterConf(t, strings.TrimRight(goodConf, "\n")+" collector_wait=step\n", "--prolog-flags", "Alloc,Contain")
 }
 
 // logStamp is the time of slurmd's first log line matching re ([ms] stamps).

@@ -234,6 +234,24 @@ func withCluster(t testing.TB, extra ...string) {
 	})
 }
 
+// withClusterConf brings the cluster up (as withCluster, with extra)
+// with conf as the plugin's plugstack snippet, and puts the default
+// snippet (goodConf) back at the test's end, before withCluster's cleanup
+// brings the default cluster back up. It waits for the nodes to be idle.
+func withClusterConf(t testing.TB, conf string, extra ...string) {
+	t.Helper()
+	if err := os.WriteFile(clusterConf, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	withCluster(t, extra...)
+	t.Cleanup(func() {
+		if err := os.WriteFile(clusterConf, []byte(goodConf), 0o644); err != nil {
+			t.Error(err)
+		}
+	})
+	waitIdle(t)
+}
+
 func teardown() {
 	otlpBackend.Stop(root)
 	if os.Getenv("GYM_OTEL_KEEP_SLURM") == "1" {

@@ -38,17 +38,7 @@ func TestStepOnlyFlagged(t *testing.T) {
 	if stepConf == goodConf {
 		t.Fatalf("no gym_otel.so in %q", goodConf)
 	}
-	if err := os.WriteFile(clusterConf, []byte(stepConf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	withCluster(t, "--prolog-flags", "Alloc,Contain")
-	// Runs before withCluster's cleanup brings the default back up.
-	t.Cleanup(func() {
-		if err := os.WriteFile(clusterConf, []byte(goodConf), 0o644); err != nil {
-			t.Error(err)
-		}
-	})
-	waitIdle(t)
+	withClusterConf(t, stepConf, "--prolog-flags", "Alloc,Contain")
 	base, script := stepsScript(t, "steponly")
 	tag := strings.TrimPrefix(filepath.Base(base), "steponly-")
 	jobDir := base + ".run"

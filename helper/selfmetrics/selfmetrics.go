@@ -155,11 +155,19 @@ func keyOf(name string, label func(string) string) *Key {
 }
 
 // Scrape reads the collector's Prometheus endpoint on 127.0.0.1:port
-// (the rendered telemetry port), within ScrapeTimeout. Errors: the
-// connection, an HTTP status other than 200, or ParseText's.
+// (the rendered telemetry port), within ScrapeTimeout, uncompressed: Go's
+// client would otherwise ask for gzip, and the collector would compress
+// every read of the supervisor's liveness check (each second) over
+// loopback. Errors: the connection, an HTTP status other than 200, or
+// ParseText's.
 func Scrape(port int) (Counters, error) {
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", port), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept-Encoding", "identity")
 	client := &http.Client{Timeout: ScrapeTimeout}
-	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
 	}

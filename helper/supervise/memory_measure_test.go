@@ -19,6 +19,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/selfmetrics"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
@@ -55,6 +57,11 @@ import (
 // sampling window of each run after 16 s of warm-up, default 20) size it;
 // GYM_OTEL_MEASURE_BINARIES=NAME=PATH,... adds collector binaries, each run
 // on the rendered configuration as is in every round.
+// GYM_OTEL_MEASURE_TARGETS=none measures P4's idle row instead: a job with
+// no scrape target of its own (the cgroup scrape only). The variants named
+// "with the supervisor's reads" read the collector's own metrics every
+// second by hand, as the supervisor's liveness check does (pollSelf); the
+// other runs by hand have no such reader.
 func TestMeasureMemory(t *testing.T) {
 	if os.Getenv("GYM_OTEL_MEASURE") != "memory" {
 		t.Skip("set GYM_OTEL_MEASURE=memory to measure")
@@ -87,13 +94,17 @@ func TestMeasureMemory(t *testing.T) {
 		}
 	}
 
-	vllm := harness.StartVLLM(t)
-	neBin := testenv.Binary(t, "prometheus-node-exporter", "/usr/bin/prometheus-node-exporter")
-	nodePort := harness.FreePort(t)
-	harness.StartProc(t, "node_exporter", nil, neBin, "--web.listen-address=127.0.0.1:"+strconv.Itoa(nodePort))
-	harness.WaitFor(t, 10*time.Second, "node_exporter", func() bool {
-		return harness.HTTPOK(fmt.Sprintf("http://127.0.0.1:%d/metrics", nodePort))
-	})
+	idle := os.Getenv("GYM_OTEL_MEASURE_TARGETS") == "none"
+	var vllm, nodePort int
+	if !idle {
+		vllm = harness.StartVLLM(t)
+		neBin := testenv.Binary(t, "prometheus-node-exporter", "/usr/bin/prometheus-node-exporter")
+		nodePort = harness.FreePort(t)
+		harness.StartProc(t, "node_exporter", nil, neBin, "--web.listen-address=127.0.0.1:"+strconv.Itoa(nodePort))
+		harness.WaitFor(t, 10*time.Second, "node_exporter", func() bool {
+			return harness.HTTPOK(fmt.Sprintf("http://127.0.0.1:%d/metrics", nodePort))
+		})
+	}
 	token := "tok-" + harness.RandHex(8)
 	backend := harness.StartBackend(t, token)
 
@@ -180,9 +191,11 @@ func TestMeasureMemory(t *testing.T) {
 	}))
 
 	type variant struct {
-		name string
-		edit func(cfg map[string]any)
-		env  []string
+		name  string
+		edit  func(cfg map[string]any)
+		env   []string
+		reads time.Duration // the supervisor's liveness reads by hand, this often (0: none)
+		gzip  bool          // those reads ask for gzip (Go's client's default)
 	}
 	variants := []variant{
 		{name: "as rendered"},
@@ -202,6 +215,13 @@ func TestMeasureMemory(t *testing.T) {
 		{name: "with the start's garbage collection (GOGC=100)", env: []string{"GOGC=100"}},
 		{name: "with the start's garbage collection and pages (GOGC=100, keeping the pages)",
 			env: []string{"GOGC=100", "GYM_OTEL_KEEP_START_PAGES=1"}},
+		{name: "with the supervisor's reads", reads: time.Second},
+		{name: "with the supervisor's reads, without the cgroup scrape", reads: time.Second, edit: dropCgroupScrape},
+		{name: "with the supervisor's reads every 5 s", reads: 5 * time.Second},
+		{name: "with the supervisor's reads, gzip", reads: time.Second, gzip: true},
+		{name: "without the cgroup scrape", edit: dropCgroupScrape},
+		{name: "without the plugin pipeline's OTTL processors", edit: dropPluginOTTL},
+		{name: "with the counters pushed every second, no pull reader", edit: pushCounters},
 	}
 	if only := os.Getenv("GYM_OTEL_MEASURE_VARIANTS"); only != "" {
 		variants = slices.DeleteFunc(variants, func(v variant) bool {
@@ -259,8 +279,13 @@ func TestMeasureMemory(t *testing.T) {
 				}
 				return harness.HTTPOK(s.HealthURL())
 			})
+			stopReads := func() {}
+			if r.reads > 0 {
+				stopReads = readSelfEvery(ports.Telemetry, r.reads, r.gzip)
+			}
 			time.Sleep(warm)
 			v, charge, err := sample(p.Cmd.Process.Pid, window, group)
+			stopReads()
 			if err != nil {
 				t.Fatalf("%s: %v\n%s", r.name, err, p.Out.String())
 			}
@@ -278,7 +303,7 @@ func TestMeasureMemory(t *testing.T) {
 				t.Fatalf("%s: exit: %v\n%s", r.name, err, p.Out.String())
 			}
 			groups.remove(group)
-			if round == 1 && i == 0 {
+			if round == 1 && i == 0 && !idle {
 				if m, err := os.ReadFile(filepath.Join(dir, "metrics.jsonl")); err != nil || !strings.Contains(string(m), "num_requests_running") ||
 					!strings.Contains(string(m), `"name":"node_`) {
 					t.Fatalf("%s: the vLLM stand-in's and node_exporter's metrics are not in metrics.jsonl (%v)", r.name, err)
@@ -413,6 +438,76 @@ func dropFromPipelines(cfg map[string]any, drop func(string) bool) {
 			pm[key] = kept
 		}
 	}
+}
+
+// dropCgroupScrape removes the plugin's Prometheus receiver (the cgroup
+// scrape job) and the pipelines it leaves without a receiver.
+func dropCgroupScrape(cfg map[string]any) {
+	delete(sub(cfg, "receivers"), render.PluginScrapeReceiver)
+	dropFromPipelines(cfg, func(s string) bool { return s == render.PluginScrapeReceiver })
+	pipes := sub(cfg, "service", "pipelines")
+	for name, p := range pipes {
+		if pm, _ := p.(map[string]any); len(pm["receivers"].([]any)) == 0 {
+			delete(pipes, name)
+		}
+	}
+}
+
+// dropPluginOTTL removes the OTTL processors (filter/stale,
+// transform/names) from the plugin's metrics pipeline (the cgroup scrape's).
+func dropPluginOTTL(cfg map[string]any) {
+	p, _ := sub(cfg, "service", "pipelines")[render.PluginPipeline("metrics")].(map[string]any)
+	list, _ := p["processors"].([]any)
+	var kept []any
+	for _, c := range list {
+		if c != "filter/stale" && c != "transform/names" {
+			kept = append(kept, c)
+		}
+	}
+	p["processors"] = kept
+}
+
+// pushCounters replaces the pull reader of the collector's own metrics
+// with the periodic reader's export every second.
+func pushCounters(cfg map[string]any) {
+	m := sub(cfg, "service", "telemetry", "metrics")
+	readers, _ := m["readers"].([]any)
+	var kept []any
+	for _, r := range readers {
+		if rm, _ := r.(map[string]any); rm["periodic"] != nil {
+			rm["periodic"].(map[string]any)["interval"] = 1000
+			kept = append(kept, r)
+		}
+	}
+	m["readers"] = kept
+}
+
+// readSelfEvery reads the collector's own metrics on port every d, as
+// the supervisor's liveness check does (selfmetrics.Scrape), or with Go's
+// client's default Accept-Encoding (gzip), until the returned func is
+// called.
+func readSelfEvery(port int, d time.Duration, gzip bool) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(d)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				if !gzip {
+					_, _ = selfmetrics.Scrape(port)
+				} else if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port)); err == nil {
+					_, _ = selfmetrics.ParseText(resp.Body)
+					resp.Body.Close()
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 // dropReceiptReader removes the periodic reader that exports the

@@ -23,7 +23,7 @@
 //   - processors: memory_limiter first; filter/stale drops the staleness
 //     markers of failed scrapes (points without a value); filter/dcgm keeps only the job's GPUs
 //     and GPU instances when Slurm named them, and transform/dcgm stamps gpu_attribution on
-//     each dcgm series kept (gpus.go); transform/names renames "<prefix>:<name>" metrics
+//     each dcgm series kept (gpus.go); transform/names (the job's pipelines) renames "<prefix>:<name>" metrics
 //     to "<prefix>_<name>" after parsing, so types survive; resource/identity
 //     stamps the identity on every resource; batch last.
 //   - connector span_metrics: a call counter and a duration histogram per span
@@ -381,7 +381,10 @@ func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
 		}},
 	}
 	metricsProcs := []string{"memory_limiter", UnsourceProcessor}
-	pluginMetricsProcs := []string{"memory_limiter", "filter/stale", "transform/names", SourceProcessor, IdentityProcessor}
+	// The plugin's pipeline carries the supervisor's cgroup page only,
+	// whose names (helper/vocab) and the scrape's own (up, scrape_*) have
+	// no ":": no transform/names there (an OTTL run per scrape for nothing).
+	pluginMetricsProcs := []string{"memory_limiter", "filter/stale", SourceProcessor, IdentityProcessor}
 	if scraping || cgroups {
 		// A scrape that fails (a service killed at the job's end, before
 		// the epilog's drain) makes the Prometheus receiver emit a

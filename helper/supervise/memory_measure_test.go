@@ -58,10 +58,13 @@ import (
 // GYM_OTEL_MEASURE_BINARIES=NAME=PATH,... adds collector binaries, each run
 // on the rendered configuration as is in every round.
 // GYM_OTEL_MEASURE_TARGETS=none measures P4's idle row instead: a job with
-// no scrape target of its own (the cgroup scrape only). The variants named
-// "with the supervisor's reads" read the collector's own metrics every
-// second by hand, as the supervisor's liveness check does (pollSelf); the
-// other runs by hand have no such reader.
+// no scrape target of its own (the cgroup scrape only), with more
+// variants: the supervisor's reads of the collector's own metrics by hand
+// (as its liveness check, pollSelf, does: every second; asking for gzip;
+// every 5 s; without the cgroup scrape), without the cgroup scrape,
+// without the plugin pipeline's OTTL processors, and the counters pushed
+// by the periodic reader every second instead of pulled. The other runs
+// by hand have no reader.
 func TestMeasureMemory(t *testing.T) {
 	if os.Getenv("GYM_OTEL_MEASURE") != "memory" {
 		t.Skip("set GYM_OTEL_MEASURE=memory to measure")
@@ -215,13 +218,18 @@ func TestMeasureMemory(t *testing.T) {
 		{name: "with the start's garbage collection (GOGC=100)", env: []string{"GOGC=100"}},
 		{name: "with the start's garbage collection and pages (GOGC=100, keeping the pages)",
 			env: []string{"GOGC=100", "GYM_OTEL_KEEP_START_PAGES=1"}},
-		{name: "with the supervisor's reads", reads: time.Second},
-		{name: "with the supervisor's reads, without the cgroup scrape", reads: time.Second, edit: dropCgroupScrape},
-		{name: "with the supervisor's reads every 5 s", reads: 5 * time.Second},
-		{name: "with the supervisor's reads, gzip", reads: time.Second, gzip: true},
-		{name: "without the cgroup scrape", edit: dropCgroupScrape},
-		{name: "without the plugin pipeline's OTTL processors", edit: dropPluginOTTL},
-		{name: "with the counters pushed every second, no pull reader", edit: pushCounters},
+	}
+	if idle {
+		// What the supervisor asks of an idle job's collector.
+		variants = append(variants,
+			variant{name: "with the supervisor's reads", reads: time.Second},
+			variant{name: "with the supervisor's reads, without the cgroup scrape", reads: time.Second, edit: dropCgroupScrape},
+			variant{name: "with the supervisor's reads every 5 s", reads: 5 * time.Second},
+			variant{name: "with the supervisor's reads, gzip", reads: time.Second, gzip: true},
+			variant{name: "without the cgroup scrape", edit: dropCgroupScrape},
+			variant{name: "without the plugin pipeline's OTTL processors", edit: dropPluginOTTL},
+			variant{name: "with the counters pushed every second, no pull reader", edit: pushCounters},
+		)
 	}
 	if only := os.Getenv("GYM_OTEL_MEASURE_VARIANTS"); only != "" {
 		variants = slices.DeleteFunc(variants, func(v variant) bool {

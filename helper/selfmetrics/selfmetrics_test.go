@@ -181,6 +181,43 @@ service:
 	if sum := text.Add(otlp).Of(selfmetrics.ExporterSent, "traces", render.BackendExporter); sum != 2*n {
 		t.Errorf("Add: %d, want %d", sum, 2*n)
 	}
+	// The collector compresses its text when asked (why Scrape does not
+	// ask), and not otherwise.
+	for enc, want := range map[string]string{"gzip": "gzip", "identity": ""} {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", prom), nil)
+		req.Header.Set("Accept-Encoding", enc)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("Content-Encoding"); got != want {
+			t.Errorf("Accept-Encoding %s: the collector answered with Content-Encoding %q, want %q", enc, got, want)
+		}
+	}
+}
+
+// TestScrapeAsksForNoCompression: Scrape asks for the text uncompressed
+// (Go's client would ask for gzip) and reads it.
+func TestScrapeAsksForNoCompression(t *testing.T) {
+	var asked []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = append(asked, r.Header.Get("Accept-Encoding"))
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		fmt.Fprintln(w, `otelcol_receiver_accepted_spans_total{receiver="otlp/in",transport="http"} 3`)
+	}))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	m, err := selfmetrics.Scrape(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Of(selfmetrics.ReceiverAccepted, "traces", "otlp/in"); got != 3 {
+		t.Errorf("accepted spans: %d, want 3 (%v)", got, m)
+	}
+	if len(asked) != 1 || asked[0] != "identity" {
+		t.Errorf("Accept-Encoding asked: %q, want [identity]", asked)
+	}
 }
 
 // A text that is not the exposition format is an error, not zero figures.

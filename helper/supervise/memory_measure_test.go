@@ -461,8 +461,9 @@ func dropCgroupScrape(cfg map[string]any) {
 	}
 }
 
-// dropPluginOTTL removes the OTTL processors (filter/stale,
-// transform/names) from the plugin's metrics pipeline (the cgroup scrape's).
+// dropPluginOTTL removes the OTTL processors from the plugin's metrics
+// pipeline (the cgroup scrape's): filter/stale, and transform/names where a
+// configuration rendered before that pipeline dropped it is measured.
 func dropPluginOTTL(cfg map[string]any) {
 	p, _ := sub(cfg, "service", "pipelines")[render.PluginPipeline("metrics")].(map[string]any)
 	list, _ := p["processors"].([]any)
@@ -478,12 +479,24 @@ func dropPluginOTTL(cfg map[string]any) {
 // pushCounters replaces the pull reader of the collector's own metrics
 // with the periodic reader's export every second.
 func pushCounters(cfg map[string]any) {
+	keepReaders(cfg, func(periodic map[string]any) bool {
+		if periodic != nil {
+			periodic["interval"] = 1000
+		}
+		return periodic != nil
+	})
+}
+
+// keepReaders keeps the readers of the collector's own metrics for which
+// keep, given the reader's "periodic" settings (nil for a pull reader),
+// is true.
+func keepReaders(cfg map[string]any, keep func(periodic map[string]any) bool) {
 	m := sub(cfg, "service", "telemetry", "metrics")
 	readers, _ := m["readers"].([]any)
 	var kept []any
 	for _, r := range readers {
-		if rm, _ := r.(map[string]any); rm["periodic"] != nil {
-			rm["periodic"].(map[string]any)["interval"] = 1000
+		rm, _ := r.(map[string]any)
+		if periodic, _ := rm["periodic"].(map[string]any); keep(periodic) {
 			kept = append(kept, r)
 		}
 	}
@@ -522,15 +535,7 @@ func readSelfEvery(port int, d time.Duration, gzip bool) (stop func()) {
 // collector's own metrics to the supervisor at shutdown (the receipt's
 // final figures).
 func dropReceiptReader(cfg map[string]any) {
-	m := sub(cfg, "service", "telemetry", "metrics")
-	readers, _ := m["readers"].([]any)
-	var kept []any
-	for _, r := range readers {
-		if rm, _ := r.(map[string]any); rm["periodic"] == nil {
-			kept = append(kept, r)
-		}
-	}
-	m["readers"] = kept
+	keepReaders(cfg, func(periodic map[string]any) bool { return periodic == nil })
 }
 
 // dropFileExporters removes the file exporters (the job's jsonl files).

@@ -21,7 +21,9 @@ const madvDontneed = 4
 //
 // A Go binary's start runs the init functions of its ~1,800 packages, spread
 // over the whole text, and the kernel maps up to 64 KiB of the page cache
-// around each page faulted (fault-around): about 30 MiB of text and 37 MiB
+// around each page faulted (fault-around; on Linux 6.18, a whole large folio
+// where the page cache holds the file in one, as it does the Go linker's
+// output: docs/performance.md, P4): about 30 MiB of text and 37 MiB
 // of read-only data are resident after the start, of which the running
 // collector touches about 11 and 30 (docs/performance.md, P4). madvise
 // MADV_DONTNEED on a private file mapping drops the process's page table

@@ -209,7 +209,7 @@ vet:
 	@out=$$(gofmt -l cmd helper internal spank tests collector); [ -z "$$out" ] || { echo "gofmt: $$out"; exit 1; }
 
 clean:
-	rm -f $(BUILD)/gym_otel.so $(BUILD)/gym_otel_core.so $(BUILD)/gym-otel-spank
+	rm -f $(BUILD)/gym_otel.so $(BUILD)/gym_otel_core.so $(BUILD)/gym-otel-spank $(BUILD)/gym-otel-spank.link
 
 FORCE:
 

@@ -89,8 +89,8 @@ SLURM_VERSION ?= $(shell n=$$(awk '/define SLURM_VERSION_NUMBER/ {print $$3}' $(
 
 # The Go linker writes its output through a shared mapping of the file, and
 # on Linux 6.18 the page cache then holds it in large folios, each of which
-# a process running the binary maps whole at a fault (about 270 KiB per
-# fault against fault-around's 64 KiB): the collector run from the linker's
+# a process running the binary maps whole at a fault (265-407 KiB per
+# fault measured, against fault-around's 64 KiB): the collector run from the linker's
 # output maps 31-35 MiB of its file against 22-23 MiB for a copy
 # (docs/performance.md, P4). A node runs the copy install(1) or rpm wrote,
 # so the two Go executables are linked to NAME.link (which Go does not link

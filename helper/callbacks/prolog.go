@@ -619,12 +619,9 @@ func dropGroup(g *cgroup.Group) {
 }
 
 // sameHeld checks that a ready report's ports are root's choice: each
-// port the supervisor reports in use is the one root chose for that use
-// (the cgroup page's 0: none served). Errors name the port.
+// port the supervisor reports in use is the one root chose for that use.
+// Errors name the port.
 func sameHeld(chosen, reported jobdir.Ports) error {
-	if reported.Cgroup == 0 {
-		chosen.Cgroup = 0
-	}
 	if chosen != reported {
 		return fmt.Errorf("the supervisor's report names ports %v, not the ports root chose (%v)", reported.Loopback(), chosen.Loopback())
 	}

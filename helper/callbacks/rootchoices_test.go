@@ -24,12 +24,12 @@ import (
 const fakeSupervisor = `#!/bin/bash
 seen=%DIR%/seen
 echo "$GYM_OTEL_PORTS $GYM_OTEL_RECEIVER_TOKEN" >> $seen
-IFS=, read g h he te pl fi cg <<< "$GYM_OTEL_PORTS"
+IFS=, read g h he te pl fi <<< "$GYM_OTEL_PORTS"
 if [ "$(wc -l < $seen)" -lt 2 ]; then
 	printf '{"status":"failed","error":"listen tcp 127.0.0.1:%s: bind: address already in use","port_taken":true,"supervisor_pid":%d}\n' "$h" $$ >&3
 	exit 1
 fi
-printf '{"status":"ready","ports":{"otlp_grpc":%s,"otlp_http":%s,"health":%s,"telemetry":%s,"final":%s,"cgroup":%s,"plugin":%s},"supervisor_pid":%d,"output_dir":"/x"}\n' "$g" "$h" "$he" "$te" "$fi" "$cg" "$pl" $$ >&3
+printf '{"status":"ready","ports":{"otlp_grpc":%s,"otlp_http":%s,"health":%s,"telemetry":%s,"final":%s,"plugin":%s},"supervisor_pid":%d,"output_dir":"/x"}\n' "$g" "$h" "$he" "$te" "$fi" "$pl" $$ >&3
 exec 3>&-
 exec sleep 60
 `
@@ -149,8 +149,8 @@ func TestPrologRootChoices(t *testing.T) {
 
 // standInReady ends a stand-in supervisor's script: it reports ready on
 // the ports root handed down (on fd 3) and sleeps until killed.
-const standInReady = `IFS=, read g h he te pl fi cg <<< "$GYM_OTEL_PORTS"
-printf '{"status":"ready","ports":{"otlp_grpc":%s,"otlp_http":%s,"health":%s,"telemetry":%s,"final":%s,"cgroup":%s,"plugin":%s},"supervisor_pid":%d,"output_dir":"/x"}\n' "$g" "$h" "$he" "$te" "$fi" "$cg" "$pl" $$ >&3
+const standInReady = `IFS=, read g h he te pl fi <<< "$GYM_OTEL_PORTS"
+printf '{"status":"ready","ports":{"otlp_grpc":%s,"otlp_http":%s,"health":%s,"telemetry":%s,"final":%s,"plugin":%s},"supervisor_pid":%d,"output_dir":"/x"}\n' "$g" "$h" "$he" "$te" "$fi" "$pl" $$ >&3
 exec 3>&-
 exec sleep 60
 `

@@ -81,8 +81,8 @@ const PhaseScope = "gym-otel-spank/slurm-phases"
 // tells (the supervisor's Slurm phase spans and the job's cgroup series),
 // with the value SourceSlurm. The node's collector stamps it in the
 // pipelines of the supervisor's own receivers (the OTLP/HTTP receiver
-// behind a token only the supervisor and the collector are given, and the
-// cgroup scrape) and deletes it from everything the job's tasks send, so
+// behind a token only the supervisor and the collector are given: its
+// phase spans and its readings of the node) and deletes it from everything the job's tasks send, so
 // inspect counts a phase or a cgroup series as Slurm's only when it
 // carries it. A resource attribute, not a span or scope attribute: the
 // collector's resource processor sets and deletes it without OTTL, it is

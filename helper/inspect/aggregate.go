@@ -162,9 +162,9 @@ type aggregator struct {
 	phaseNodes       map[phaseKey]*phaseNode // the Slurm phase spans by node (phases.go)
 	phaseOrder       []*phaseNode
 	phasesDropped    int                // phase spans of nodes past maxPhaseNodes
-	cgGroups         map[cgKey]*cgGroup // the cgroup scrape job's groups (cgroups.go)
+	cgGroups         map[cgKey]*cgGroup // the cgroup readings' groups (cgroups.go)
 	cgDropped        int                // cgroup points of groups past maxCgroupGroups
-	// Spans of the phase scope and points of the cgroup scrape job's
+	// Spans of the phase scope and points of the cgroup readings'
 	// names without the plugin's mark (contract.SourceKey): sent by the
 	// job, not Slurm's (JobLookalikes).
 	lookalikeSpans, lookalikePoints int
@@ -340,7 +340,7 @@ func pointCount(m metric) int {
 // carries the plugin's mark (fromPlugin).
 func (a *aggregator) metric(name string, m metric, node, producer, instance string, slurm bool) {
 	if producer == cgroupJob && strings.HasPrefix(name, vocab.CgroupPrefix) && !slurm {
-		// Looks like the cgroup scrape's, but the job sent it: kept as
+		// Looks like the cgroup readings', but the job sent it: kept as
 		// the job's own series, never as its cgroups.
 		a.lookalikePoints += pointCount(m)
 	} else if producer == cgroupJob && strings.HasPrefix(name, vocab.CgroupPrefix) {

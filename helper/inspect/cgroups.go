@@ -18,13 +18,13 @@ import (
 // (PSI) totals, each a series only where the node keeps it; what is not
 // kept is one cgroup_not_kept{family, reason} series, never a 0. Only
 // series whose resource carries the plugin's mark (contract.SourceKey,
-// stamped by the node's collector on its own cgroup scrape) count; the
+// stamped by the node's collector on the supervisor's readings) count; the
 // same names without it were sent by the job (JobLookalikes).
 
-// The cgroup scrape job's name (its series' service.name.override) and
-// its metric names as the supervisor serves them.
+// The readings' producer (its series' service.name.override) and
+// its metric names as the supervisor pushes them.
 const (
-	cgroupJob            = vocab.CgroupScrapeJob
+	cgroupJob            = vocab.CgroupProducer
 	mCgCPU               = vocab.CgroupCPUSeconds
 	mCgPeriods           = vocab.CgroupCPUPeriods
 	mCgThrottledPeriods  = vocab.CgroupThrottledPeriods
@@ -58,7 +58,7 @@ var cgFamilyOf = map[string]string{
 }
 
 // CgroupUsage is what one of the job's cgroups on one node cost over the
-// run, from the cgroup scrape job. Totals are the kernel's (since the
+// run, from the cgroup readings. Totals are the kernel's (since the
 // group was made) at the last scrape; a figure the node does not keep is
 // null, and NotKept says why.
 type CgroupUsage struct {
@@ -148,7 +148,7 @@ type cgGroup struct {
 	seenRank int
 }
 
-// cgroupPoint keeps one point of the cgroup scrape job (bounded in groups).
+// cgroupPoint keeps one point of the cgroup readings (bounded in groups).
 func (a *aggregator) cgroupPoint(name, node string, p numberPoint) {
 	if _, ok := cgFamilyOf[name]; !ok && name != mCgNotKept {
 		return

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// hostPt is a line of the cgroup scrape job's host energy counter on node:
+// hostPt is a line of the cgroup readings' host energy counter on node:
 // zone's sum at ms (J).
 func hostLine(node, zone string, ms int64, j float64) string {
 	return metricsLine(node, "cgroup", fmt.Sprintf(`{"name":%q,"sum":{"dataPoints":[{"attributes":[%s],"timeUnixNano":"%d","asDouble":%v}],"aggregationTemporality":2,"isMonotonic":true}}`,
@@ -145,7 +145,7 @@ func TestHostEnergy(t *testing.T) {
 	}
 }
 
-// hwmonLine is a line of the cgroup scrape job's hwmon power gauge on
+// hwmonLine is a line of the cgroup readings' hwmon power gauge on
 // node: the power meter's sensor power1 at ms (W).
 func hwmonLine(node string, ms int64, w float64) string {
 	return metricsLine(node, "cgroup", fmt.Sprintf(`{"name":%q,"gauge":{"dataPoints":[{"attributes":[%s,%s,%s],"timeUnixNano":"%d","asDouble":%v}]}}`,

@@ -15,7 +15,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
-// The Slurm phase spans and the cgroup scrape as the supervisor sends them
+// The Slurm phase spans and the cgroup readings as the supervisor sends them
 // and the collector's file exporter writes them (helper/supervise's
 // phases.go, queuewait.go and cgroupmetrics.go; OTLP JSON: ids in hex,
 // 64-bit integers as strings). Times are ms after ns(0).
@@ -28,10 +28,10 @@ func phaseRes(node string) string {
 }
 
 // mark is the plugin's mark (contract.SourceKey), which the node's
-// collector stamps on the supervisor's phase spans and cgroup scrape only.
+// collector stamps on the supervisor's phase spans and cgroup readings only.
 var mark = sAttr(contract.SourceKey, contract.SourceSlurm)
 
-// plugRes is res with the plugin's mark: the cgroup scrape's resource.
+// plugRes is res with the plugin's mark: the cgroup readings' resource.
 func plugRes(node, producer, instance string) string {
 	r := res(node, producer, instance)
 	return strings.TrimSuffix(r, "]}") + "," + mark + "]}"
@@ -64,7 +64,7 @@ func iAttr(k string, v int) string {
 }
 func bAttr(k string, v bool) string { return fmt.Sprintf(`{"key":%q,"value":{"boolValue":%v}}`, k, v) }
 
-// cgPoint is one point of the cgroup scrape.
+// cgPoint is one point of the cgroup readings.
 func cgPoint(name string, sum bool, ms int64, v float64, attrs ...string) string {
 	dp := fmt.Sprintf(`{"dataPoints":[{"attributes":[%s],"timeUnixNano":"%d","asDouble":%v}]`, strings.Join(attrs, ","), ns(0)+ms*1e6, v)
 	if sum {

@@ -363,7 +363,7 @@ func secs3(v Value) string {
 func (t *textOut) cgroupLines(r *Report) {
 	lookalikes := func() {
 		if n := r.JobLookalikes.CgroupPoints; n > 0 {
-			t.wrap("  ", fmt.Sprintf("%d metric points looked like the plugin's cgroup series but were sent by the job and are not counted as the job's cgroups (they lack %s=%s, which only the plugin's own cgroup scrape stamps)",
+			t.wrap("  ", fmt.Sprintf("%d metric points looked like the plugin's cgroup series but were sent by the job and are not counted as the job's cgroups (they lack %s=%s, which the node's collector stamps only on the supervisor's own readings)",
 				n, contract.SourceKey, contract.SourceSlurm))
 		}
 	}

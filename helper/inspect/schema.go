@@ -97,7 +97,7 @@ type Report struct {
 	// job's (hostenergy.go). Empty when no node has host energy.
 	HostEnergy []HostEnergy `json:"host_energy"`
 	// Cgroups are the job's cgroups' usage and pressure per node and
-	// group, from the cgroup scrape job (cgroups.go).
+	// group, from the cgroup readings (cgroups.go).
 	Cgroups []CgroupUsage `json:"cgroups"`
 	// JobLookalikes counts what looked like the plugin's own telling but
 	// was sent by the job: not counted as Slurm's phases or cgroups.
@@ -475,6 +475,6 @@ type JobLookalikes struct {
 	// without the mark.
 	PhaseSpans int `json:"phase_spans"`
 	// CgroupPoints counts metric points of a cgroup_* name of producer
-	// "cgroup" (the cgroup scrape job's) without the mark.
+	// "cgroup" (the cgroup readings') without the mark.
 	CgroupPoints int `json:"cgroup_points"`
 }

@@ -180,12 +180,9 @@ type Ports struct {
 	// the final figures of the receipt, flushed after every pipeline has
 	// shut down. 0 (or Telemetry 0) renders no such reader.
 	Final int `json:"final,omitempty"`
-	// Cgroup is the supervisor's own loopback port that serves the job's
-	// cgroups on this node as Prometheus text at /metrics, scraped as the
-	// job "cgroup"; 0 renders no such scrape.
-	Cgroup int `json:"cgroup,omitempty"`
 	// Plugin is the port of the collector's OTLP/HTTP receiver of the
-	// supervisor's own telling (the job's Slurm phase spans), behind a
+	// supervisor's own telling (the job's Slurm phase spans and its
+	// readings of the node: cgroups, host energy and power), behind a
 	// bearer token only the supervisor and the collector are given (never in
 	// the task environment); 0 renders no such receiver.
 	Plugin int `json:"plugin,omitempty"`
@@ -197,7 +194,7 @@ type Ports struct {
 // field added to Ports must be added here.
 func (p Ports) Loopback() []int {
 	var out []int
-	for _, n := range []int{p.OTLPGRPC, p.OTLPHTTP, p.Health, p.Telemetry, p.Final, p.Cgroup, p.Plugin} {
+	for _, n := range []int{p.OTLPGRPC, p.OTLPHTTP, p.Health, p.Telemetry, p.Final, p.Plugin} {
 		if n != 0 {
 			out = append(out, n)
 		}

@@ -43,7 +43,7 @@ type Readiness struct {
 	// and ends with the last lines of collector.log when there are any.
 	Error string `json:"error,omitempty"`
 	// Ports are the job's loopback ports in use when ready: root's choice
-	// (EnvPorts), the cgroup page's 0 when the supervisor serves none.
+	// (EnvPorts).
 	// Root checks them against its choice and proves them
 	// (ListenersIn). The line carries no secret: the receiver token is
 	// root's (EnvReceiverToken), handed down.
@@ -199,10 +199,10 @@ const (
 // portFields are the ports of jobdir.Ports that EnvPorts carries, in its
 // order.
 func portFields(p *jobdir.Ports) []*int {
-	return []*int{&p.OTLPGRPC, &p.OTLPHTTP, &p.Health, &p.Telemetry, &p.Plugin, &p.Final, &p.Cgroup}
+	return []*int{&p.OTLPGRPC, &p.OTLPHTTP, &p.Health, &p.Telemetry, &p.Plugin, &p.Final}
 }
 
-// ChoosePorts returns seven distinct free TCP ports on 127.0.0.1 (FreePorts)
+// ChoosePorts returns six distinct free TCP ports on 127.0.0.1 (FreePorts)
 // for every field of jobdir.Ports: root's choice for the job on this node.
 // Errors: the kernel's, when it has no free port.
 func ChoosePorts() (jobdir.Ports, error) {

@@ -86,7 +86,7 @@ var Signals = []string{"traces", "metrics", "logs"}
 type Counts struct {
 	// Received is otelcol_receiver_accepted_* summed over the receivers
 	// (the job's OTLP and Prometheus scrapes, and the plugin's own:
-	// otlp/plugin's phase spans, prometheus/plugin's cgroup scrape): items
+	// otlp/plugin's phase spans, otlp/plugin's readings of the node): items
 	// that entered a pipeline. The job's pipeline and the plugin's of a
 	// signal share its file and backend exporters, so Written and Sent
 	// count both. The

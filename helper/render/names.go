@@ -24,15 +24,12 @@ const (
 	// every resource (identityActions), in every pipeline.
 	IdentityProcessor = "resource/identity"
 	// PluginReceiver is the OTLP/HTTP receiver of the supervisor's own
-	// telling (the Slurm phase spans, Ports.Plugin), behind PluginAuth.
+	// telling (the Slurm phase spans and the node's readings,
+	// Ports.Plugin), behind PluginAuth.
 	PluginReceiver = "otlp/plugin"
 	// PluginAuth is PluginReceiver's bearer-token authenticator (the token
 	// in PluginTokenEnv, which the job's tasks are not given).
 	PluginAuth = "bearertokenauth/plugin"
-	// PluginScrapeReceiver is the Prometheus receiver of the cgroup scrape
-	// job (Ports.Cgroup, the supervisor's page), apart from the one that
-	// scrapes the job's services.
-	PluginScrapeReceiver = "prometheus/plugin"
 	// SourceProcessor stamps contract.SourceKey=contract.SourceSlurm on
 	// every resource of the plugin's pipelines (PluginPipelines).
 	SourceProcessor = "resource/source"

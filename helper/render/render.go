@@ -10,12 +10,12 @@
 //     whose targets are scraped every interval from the collector's start
 //     (discovery_reload_on_startup), each at the phase chosen with a
 //     query parameter when Input.FirstScrape asks (phase.go).
-//   - the plugin's own receivers, apart from the job's: otlp/plugin
+//   - the plugin's own receiver, apart from the job's: otlp/plugin
 //     (OTLP/HTTP on 127.0.0.1 at Ports.Plugin, behind a second bearer
 //     token, ${env:GYM_OTEL_PLUGIN_TOKEN}, that only the supervisor and
-//     the collector are given: the supervisor's Slurm phase spans) and
-//     prometheus/plugin (the scrape job "cgroup" of the supervisor's page
-//     at Ports.Cgroup). Their pipelines (traces/plugin, metrics/plugin)
+//     the collector are given: the supervisor's Slurm phase spans and its
+//     readings of the job's cgroups and the node's energy, producer
+//     "cgroup"). Its pipelines (traces/plugin, metrics/plugin)
 //     stamp gym_otel.source=slurm on every resource (resource/source); the
 //     job's pipelines delete that key from everything they receive
 //     (resource/unsource), so nothing a task sends carries it. Both share
@@ -54,7 +54,6 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/memory"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
 
 // MinCollectorVersion is the oldest collector release the rendered
@@ -209,14 +208,13 @@ func Render(in Input) ([]byte, error) {
 		return nil, err
 	}
 	scrapes := scrapeJobs(in)
-	cg := cgroupScrape(in)
-	procs, metricsProcs, pluginMetricsProcs := processors(in, len(scrapes) > 0, cg != nil)
+	procs, metricsProcs, pluginMetricsProcs := processors(in, len(scrapes) > 0)
 	exts := []string{"health_check", ReceiverAuth}
 	if in.Ports.Plugin != 0 {
 		exts = append(exts, PluginAuth)
 	}
 	doc := omap{
-		{"receivers", receivers(in, scrapes, cg)},
+		{"receivers", receivers(in, scrapes)},
 		{"processors", procs},
 		{"connectors", connectors()},
 		{"exporters", exporters(in)},
@@ -224,7 +222,7 @@ func Render(in Input) ([]byte, error) {
 		{"service", omap{
 			{"extensions", exts},
 			{"telemetry", telemetry(in)},
-			{"pipelines", pipelines(in, len(scrapes) > 0, cg != nil, metricsProcs, pluginMetricsProcs)},
+			{"pipelines", pipelines(in, len(scrapes) > 0, metricsProcs, pluginMetricsProcs)},
 		}},
 	}
 	var buf bytes.Buffer
@@ -306,9 +304,8 @@ const (
 // receivers: OTLP (gRPC and HTTP, each behind the per-job token and with
 // the bounds of one connection above) and, when the job has scrape jobs,
 // the Prometheus receiver; the plugin's own: OTLP/HTTP behind the plugin's
-// token (with the same bounds) when Ports.Plugin is set, and a Prometheus
-// receiver of the cgroup scrape job (cg) when Ports.Cgroup is.
-func receivers(in Input, scrapes []omap, cg omap) omap {
+// token (with the same bounds) when Ports.Plugin is set.
+func receivers(in Input, scrapes []omap) omap {
 	auth := omap{{"authenticator", ReceiverAuth}}
 	receivers := omap{
 		{"otlp", omap{{"protocols", omap{
@@ -359,9 +356,6 @@ func receivers(in Input, scrapes []omap, cg omap) omap {
 			}},
 		}}}})
 	}
-	if cg != nil {
-		receivers = append(receivers, kv{PluginScrapeReceiver, prom([]omap{cg})})
-	}
 	return receivers
 }
 
@@ -369,9 +363,8 @@ func receivers(in Input, scrapes []omap, cg omap) omap {
 // and metrics/plugin's (the traces and logs pipelines use memory_limiter,
 // resource/unsource and resource/identity only; traces/plugin
 // memory_limiter, resource/source and resource/identity). scraping: the
-// job has scrape jobs of its own; cgroups: the cgroup scrape job is
-// rendered.
-func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
+// job has scrape jobs of its own.
+func processors(in Input, scraping bool) (omap, []string, []string) {
 	o := in.Resolved.Otel
 	processors := omap{
 		{"memory_limiter", omap{
@@ -381,11 +374,11 @@ func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
 		}},
 	}
 	metricsProcs := []string{"memory_limiter", UnsourceProcessor}
-	// The plugin's pipeline carries the supervisor's cgroup page only,
-	// whose names (helper/vocab) and the scrape's own (up, scrape_*) have
-	// no ":": no transform/names there (an OTTL run per scrape for nothing).
-	pluginMetricsProcs := []string{"memory_limiter", "filter/stale", SourceProcessor, IdentityProcessor}
-	if scraping || cgroups {
+	// The plugin's pipeline carries the supervisor's readings only, whose
+	// names (helper/vocab) have no ":" and which are never stale: no
+	// transform/names or filter/stale there.
+	pluginMetricsProcs := []string{"memory_limiter", SourceProcessor, IdentityProcessor}
+	if scraping {
 		// A scrape that fails (a service killed at the job's end, before
 		// the epilog's drain) makes the Prometheus receiver emit a
 		// staleness marker for every series of the target: a point with
@@ -396,9 +389,7 @@ func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
 			{"error_mode", "ignore"},
 			{"metrics", omap{{"datapoint", []string{"flags == 1"}}}},
 		}})
-		if scraping {
-			metricsProcs = append(metricsProcs, "filter/stale")
-		}
+		metricsProcs = append(metricsProcs, "filter/stale")
 	}
 	if o.GPUMetricsPort != 0 {
 		// The job's GPUs (gpus.go): drop the others' series, then say of
@@ -443,7 +434,7 @@ func processors(in Input, scraping, cgroups bool) (omap, []string, []string) {
 		{"key", contract.SourceKey},
 		{"action", "delete"},
 	}}}}})
-	if in.Ports.Plugin != 0 || cgroups {
+	if in.Ports.Plugin != 0 {
 		processors = append(processors, kv{SourceProcessor, omap{{"attributes", []omap{{
 			{"key", contract.SourceKey},
 			{"value", quoted(contract.SourceSlurm)},
@@ -602,8 +593,9 @@ func extensions(in Input) omap {
 }
 
 // pipelines: traces, metrics and (with gym_logs) logs, each to its file
-// and the backend; traces/plugin (with Ports.Plugin) and metrics/plugin
-// (with the cgroup scrape job) to the same exporters; with
+// and the backend; traces/plugin and metrics/plugin (with Ports.Plugin:
+// the supervisor's phase spans and its readings of the node) to the same
+// exporters; with
 // token_resource_attribute the backend gets its own pipeline per
 // pipeline, which adds the token as a resource attribute.
 //
@@ -611,7 +603,7 @@ func extensions(in Input) omap {
 // whatever the number of pipelines that name it: the job's pipeline and
 // the plugin's of a signal write one file through one file exporter, and
 // its counters count both.
-func pipelines(in Input, scraping, cgroups bool, metricsProcs, pluginMetricsProcs []string) omap {
+func pipelines(in Input, scraping bool, metricsProcs, pluginMetricsProcs []string) omap {
 	o := in.Resolved.Otel
 	pipelines := omap{}
 	// fileOnly are processors of the file's pipeline alone (the node
@@ -656,8 +648,8 @@ func pipelines(in Input, scraping, cgroups bool, metricsProcs, pluginMetricsProc
 		nodeLocal = []string{NodeLocalFilter}
 	}
 	addPipeline("metrics", "metrics", metricsRecv, metricsProcs, nil, nodeLocal)
-	if cgroups {
-		addPipeline(PluginPipeline("metrics"), "metrics", []string{PluginScrapeReceiver}, pluginMetricsProcs, nil, nil)
+	if in.Ports.Plugin != 0 {
+		addPipeline(PluginPipeline("metrics"), "metrics", []string{PluginReceiver}, pluginMetricsProcs, nil, nil)
 	}
 	if o.GymLogs {
 		addPipeline("logs", "logs", []string{"otlp"}, jobProcs, nil, nil)
@@ -868,29 +860,6 @@ func scrapeJobs(in Input) []omap {
 		jobs = append(jobs, staticTarget(in, job, t.Job, t.Port, labels))
 	}
 	return jobs
-}
-
-// cgroupScrape returns the scrape job of the job's cgroups on this node,
-// served by the supervisor (Ports.Cgroup), nil without that port: never a
-// model service's target, so not in Targets (the batch step's final hold
-// does not wait for it), and scraped by the plugin's own Prometheus
-// receiver (PluginScrapeReceiver), whose pipeline marks its series as
-// Slurm's.
-func cgroupScrape(in Input) omap {
-	interval := in.Resolved.Otel.ScrapeIntervalSeconds
-	timeout := min(interval, 10)
-	if in.Ports.Cgroup != 0 {
-		job := omap{
-			{"job_name", vocab.CgroupScrapeJob},
-			{"scrape_interval", fmt.Sprintf("%ds", interval)},
-			{"scrape_timeout", fmt.Sprintf("%ds", timeout)},
-			{"metrics_path", "/metrics"},
-		}
-		job = append(job, scrapeLimits(in.Resolved.Otel)...)
-		labels := [][2]string{{"instance", in.Job.Node + ":" + strconv.Itoa(in.Ports.Cgroup)}}
-		return staticTarget(in, job, vocab.CgroupScrapeJob, in.Ports.Cgroup, labels)
-	}
-	return nil
 }
 
 // staticTarget completes scrape job job (named name) with its one static

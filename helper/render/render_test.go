@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,12 +37,6 @@ const scrapeOnShutdown = "scrape-on-shutdown"
 // firstScrapeAt asks, for the variants named, for the targets' first
 // scrapes at that instant (render.FirstScrape, host gn1.example.org).
 var firstScrapeAt = map[string]time.Time{"first-scrape": time.Unix(1700000000, 123456789)}
-
-// withCgroup names the variants rendered with the supervisor's cgroup port
-// (Ports.Cgroup 41006: the cgroup scrape in the plugin's own Prometheus
-// receiver and metrics pipeline); the others have none, as the configs
-// other packages' tests read.
-var withCgroup = map[string]bool{"cgroup-scrape": true, "collector-cgroup-scrape": true, "collector-token-resource-attribute-cgroup": true}
 
 var variants = []variant{
 	{"no-model-service", "", nil},
@@ -86,8 +79,6 @@ var variants = []variant{
 	}},
 	// The first run, stopped at the batch script's end for the final scrape.
 	{scrapeOnShutdown, "config=testdata/gym-two-services.yaml", nil},
-	// The supervisor's cgroup page scraped by the plugin's own receiver.
-	{"cgroup-scrape", "config=testdata/gym-two-services.yaml", nil},
 	// The configuration the collector runs with: its files under the
 	// output dir it inherited as descriptor 3 (Input.FilesAt).
 	{filesAtHeld, "", nil},
@@ -117,9 +108,6 @@ func renderVariant(t *testing.T, v variant, gpus []string) []byte {
 		Ports:            render.Ports{OTLPGRPC: 41001, OTLPHTTP: 41002, Health: 41003, Telemetry: 41004, Final: 41005, Plugin: 41007},
 		OutputDir:        "/home/alice/runs/gym-otel-1234/otel",
 		ScrapeOnShutdown: v.name == scrapeOnShutdown,
-	}
-	if withCgroup[v.name] {
-		in.Ports.Cgroup = 41006
 	}
 	if v.name == filesAtHeld {
 		in.FilesAt = "/proc/self/fd/3"
@@ -193,7 +181,7 @@ func TestRenderShape(t *testing.T) {
 		}
 	}
 	noScrape := string(renderVariant(t, variants[2], nil))
-	// The cgroup scrape is the plugin's own receiver's (prometheus/plugin).
+	// The node's readings are pushed to the plugin's own OTLP receiver.
 	if strings.Contains(noScrape, "\n  prometheus:\n") || strings.Contains(noScrape, "- prometheus\n") {
 		t.Error("a Prometheus receiver with nothing to scrape")
 	}
@@ -290,47 +278,56 @@ func TestCollectorValidates(t *testing.T) {
 	}
 }
 
-// TestCgroupScrape: with the supervisor's cgroup port, the node's
-// collector scrapes it as the job "cgroup" (instance <node>:<port>) into
-// the metrics pipeline, even with no other target; without the port
-// nothing changes. The real collector accepts the configuration.
-func TestCgroupScrape(t *testing.T) {
+// TestNodeReadingsPipeline: with no target of the job's, the collector
+// has no Prometheus receiver at all; the supervisor's readings of the
+// node (producer "cgroup") enter metrics/plugin by the plugin's own OTLP
+// receiver, the one of its phase spans. The real collector accepts the
+// configuration.
+func TestNodeReadingsPipeline(t *testing.T) {
 	r, err := config.Resolve(config.Inputs{SiteFile: "testdata/site.yaml", WorkDir: "/w"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.Otel.GPUMetricsPort, r.Otel.NodeMetricsPort = 0, 0
-	in := render.Input{Resolved: r, Job: render.Job{JobID: "77", Node: "gn1", RunID: "r"}, Ports: render.Ports{OTLPGRPC: 1, OTLPHTTP: 2, Health: 3, Telemetry: 4}, OutputDir: "/w/otel"}
-	without, err := render.Render(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(string(without), "scrape_configs") || strings.Contains(string(without), "job_name: "+vocab.CgroupScrapeJob) {
-		t.Errorf("no targets and no cgroup port: a Prometheus receiver or a cgroup scrape:\n%s", without)
-	}
-	in.Ports.Cgroup = 41006
+	in := render.Input{Resolved: r, Job: render.Job{JobID: "77", Node: "gn1", RunID: "r"}, Ports: render.Ports{OTLPGRPC: 1, OTLPHTTP: 2, Health: 3, Telemetry: 4, Plugin: 5}, OutputDir: "/w/otel"}
 	y, err := render.Render(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"job_name: cgroup", "localhost:41006", "instance: gn1:41006"} {
-		if !strings.Contains(string(y), w) {
-			t.Errorf("lacks %q:\n%s", w, y)
+	var recv struct{ Receivers map[string]any }
+	if err := yaml.Unmarshal(y, &recv); err != nil {
+		t.Fatal(err)
+	}
+	for id := range recv.Receivers {
+		if id != "otlp" && id != render.PluginReceiver {
+			t.Errorf("no targets: receiver %s:\n%s", id, y)
 		}
+	}
+	if strings.Contains(string(y), "scrape_configs") {
+		t.Errorf("no targets: a scrape job:\n%s", y)
 	}
 	var doc struct {
 		Service struct {
-			Pipelines map[string]struct{ Receivers []string }
+			Pipelines map[string]struct{ Receivers, Processors []string }
 		}
 	}
 	if err := yaml.Unmarshal(y, &doc); err != nil {
 		t.Fatal(err)
 	}
-	if m := doc.Service.Pipelines["metrics"].Receivers; slices.Contains(m, "prometheus") {
-		t.Errorf("metrics pipeline receivers %v: a job's Prometheus receiver without a target of the job's", m)
+	mp := doc.Service.Pipelines[render.PluginPipeline("metrics")]
+	if !slices.Equal(mp.Receivers, []string{render.PluginReceiver}) {
+		t.Errorf("%s receivers %v, want [%s]", render.PluginPipeline("metrics"), mp.Receivers, render.PluginReceiver)
 	}
-	if m := doc.Service.Pipelines[render.PluginPipeline("metrics")].Receivers; !slices.Equal(m, []string{render.PluginScrapeReceiver}) {
-		t.Errorf("%s receivers %v, want [%s]", render.PluginPipeline("metrics"), m, render.PluginScrapeReceiver)
+	if want := []string{"memory_limiter", render.SourceProcessor, render.IdentityProcessor, "batch"}; !slices.Equal(mp.Processors, want) {
+		t.Errorf("%s processors %v, want %v", render.PluginPipeline("metrics"), mp.Processors, want)
+	}
+	in.Ports.Plugin = 0
+	without, err := render.Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(without), render.PluginReceiver) || strings.Contains(string(without), render.PluginPipeline("metrics")) {
+		t.Errorf("no plugin port: a plugin receiver or pipeline:\n%s", without)
 	}
 	path := filepath.Join(t.TempDir(), "collector.yaml")
 	if err := os.WriteFile(path, y, 0o600); err != nil {
@@ -367,8 +364,8 @@ func identityAction(t *testing.T, y []byte, key string) (any, string, bool) {
 	return nil, "", false
 }
 
-// TestPluginPipelines: what the supervisor tells (its phase spans on
-// Ports.Plugin, the cgroup scrape) enters by receivers of its own, behind
+// TestPluginPipelines: what the supervisor tells (its phase spans and its
+// readings of the node, on Ports.Plugin) enters by a receiver of its own, behind
 // the plugin's token, in pipelines that stamp contract.SourceKey; every
 // pipeline of the job's receivers deletes that key before anything else
 // sees the data; every pipeline stamps the identity; the plugin's
@@ -376,7 +373,7 @@ func identityAction(t *testing.T, y []byte, key string) (any, string, bool) {
 // span_metrics. The real collector accepts it, with
 // token_resource_attribute too.
 func TestPluginPipelines(t *testing.T) {
-	for _, v := range []variant{{"cgroup-scrape", "", nil}, {"collector-cgroup-scrape", "delivery=collector", nil}, {"collector-token-resource-attribute-cgroup", "delivery=collector,token_resource_attribute=true", nil}} {
+	for _, v := range []variant{{"plugin", "", nil}, {"collector-plugin", "delivery=collector", nil}, {"collector-token-resource-attribute-plugin", "delivery=collector,token_resource_attribute=true", nil}} {
 		t.Run(v.name, func(t *testing.T) {
 			y := renderVariant(t, v, nil)
 			var doc struct {
@@ -430,7 +427,7 @@ func TestPluginPipelines(t *testing.T) {
 				if !slices.Contains(p.Processors, render.IdentityProcessor) {
 					t.Errorf("pipeline %s: no %s: %v", id, render.IdentityProcessor, p.Processors)
 				}
-				mine := slices.Contains(p.Receivers, render.PluginReceiver) || slices.Contains(p.Receivers, render.PluginScrapeReceiver)
+				mine := slices.Contains(p.Receivers, render.PluginReceiver)
 				if mine {
 					plugins++
 					if len(p.Receivers) != 1 {
@@ -449,7 +446,7 @@ func TestPluginPipelines(t *testing.T) {
 				}
 			}
 			want := 2
-			if v.name == "collector-token-resource-attribute-cgroup" {
+			if v.name == "collector-token-resource-attribute-plugin" {
 				want = 4
 			}
 			if plugins != want {
@@ -459,7 +456,7 @@ func TestPluginPipelines(t *testing.T) {
 			// The backend exporter only with delivery "collector" and
 			// in the same pipeline only without the token attribute.
 			wantExp := []string{"span_metrics", render.FileExporter("traces")}
-			if v.name == "collector-cgroup-scrape" {
+			if v.name == "collector-plugin" {
 				wantExp = append(wantExp, render.BackendExporter)
 			}
 			if !slices.Equal(tp.Exporters, wantExp) {

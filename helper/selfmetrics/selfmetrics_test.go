@@ -248,7 +248,7 @@ func TestUnits(t *testing.T) {
 }
 
 // TestPluginReceiverCounted: the receivers' series of the job's and the
-// plugin's own receivers (otlp, otlp/plugin, prometheus/plugin) are kept
+// plugin's own receivers (otlp, otlp/plugin) are kept
 // apart by id (Of) and summed by Sum, what the receipt's Received is; the
 // file exporter the two pipelines of a signal share is one series.
 func TestPluginReceiverCounted(t *testing.T) {
@@ -260,7 +260,7 @@ otelcol_receiver_accepted_spans_total{receiver=%q,transport="http"} 9
 otelcol_receiver_accepted_metric_points_total{receiver=%q,transport="http"} 40
 # TYPE otelcol_exporter_sent_spans_total counter
 otelcol_exporter_sent_spans_total{exporter=%q} 16
-`, render.PluginReceiver, render.PluginScrapeReceiver, render.FileExporter("traces"))
+`, render.PluginReceiver, render.PluginReceiver, render.FileExporter("traces"))
 	m, err := selfmetrics.ParseText(strings.NewReader(text))
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +271,7 @@ otelcol_exporter_sent_spans_total{exporter=%q} 16
 	if s := m.Sum(selfmetrics.ReceiverAccepted, "traces"); s != 16 || s != m.Of(selfmetrics.ExporterSent, "traces", render.FileExporter("traces")) {
 		t.Errorf("accepted spans summed: %d, want 16, the file exporter's", s)
 	}
-	if p := m.Of(selfmetrics.ReceiverAccepted, "metrics", render.PluginScrapeReceiver); p != 40 {
-		t.Errorf("%s accepted %d points, want 40", render.PluginScrapeReceiver, p)
+	if p := m.Of(selfmetrics.ReceiverAccepted, "metrics", render.PluginReceiver); p != 40 {
+		t.Errorf("%s accepted %d points, want 40", render.PluginReceiver, p)
 	}
 }

@@ -2,12 +2,11 @@ package supervise
 
 // The job's cgroups as metrics.
 //
-// The supervisor serves what the job's cgroups on this node have cost
+// The supervisor reads what the job's cgroups on this node have cost
 // (helper/cgroup's stats.go: Slurm's job and step groups, and the
-// collector's own group) as Prometheus text on a 127.0.0.1 port of its
-// own, read afresh at every request; the collector scrapes it as the
-// scrape job "cgroup" at scrape_interval_seconds (render: Ports.Cgroup),
-// so the series carry the run's identity like every other scrape.
+// collector's own group) every scrape_interval_seconds and pushes the
+// reading to the collector (nodemetrics.go), so the series carry the
+// run's identity like every other.
 //
 // Why here and not in a collector receiver: no receiver of the collector
 // (core or contrib) reads a given cgroup directory. hostmetrics reads the
@@ -28,28 +27,22 @@ package supervise
 // reason} 1 says why.
 
 import (
-	"bytes"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
-	"strconv"
-	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
 
-// MaxCgroupSteps bounds the step groups read per scrape (a job's steps
+// MaxCgroupSteps bounds the step groups read per reading (a job's steps
 // on a node at one time; ended steps' groups are gone). The rest are
 // counted in one cgroup_not_kept series.
 const MaxCgroupSteps = 64
 
-// maxReasonBytes bounds a reason label (below the scrape's
-// label_value_length_limit).
+// maxReasonBytes bounds a reason attribute.
 const maxReasonBytes = 512
 
 // cgroupMetric is one metric family of the text.
@@ -166,114 +159,50 @@ func (r *cgroupReader) read() []cgroupGroup {
 	return gs
 }
 
-// writeCgroupText writes gs as Prometheus text (version 0.0.4).
-func writeCgroupText(w io.Writer, gs []cgroupGroup) error {
-	var b bytes.Buffer
+// cgroupFamilies turns gs into metric families: each family of
+// cgroupMetricFamilies that some group keeps, then vocab.CgroupNotKept
+// (always, with a point per family a group does not keep).
+func cgroupFamilies(gs []cgroupGroup) []family {
+	var fams []family
 	for _, m := range cgroupMetricFamilies {
-		head := false
 		for _, g := range gs {
-			v, ok := g.st.Values[m.stat]
-			if !ok {
-				continue
+			if v, ok := g.st.Values[m.stat]; ok {
+				fams = addPoint(fams, m.name, m.help, m.typ == "counter", point{labels: groupLabels(g), value: v})
 			}
-			if !head {
-				fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)
-				head = true
-			}
-			fmt.Fprintf(&b, "%s{%s} %s\n", m.name, groupLabels(g), strconv.FormatFloat(v, 'g', -1, 64))
 		}
 	}
-	fmt.Fprintf(&b, "# HELP %s What this node does not keep for the group (family \"all\": the whole group), and why; 1 per family.\n# TYPE %s gauge\n", vocab.CgroupNotKept, vocab.CgroupNotKept)
+	notKept := family{name: vocab.CgroupNotKept, help: "What this node does not keep for the group (family \"all\": the whole group), and why; 1 per family."}
 	for _, g := range gs {
 		if g.why != "" {
-			fmt.Fprintf(&b, "%s{%s,%s=%q,%s=%s} 1\n", vocab.CgroupNotKept, groupLabels(g), vocab.LabelFamily, vocab.CgroupFamilyAll, vocab.LabelReason, quoteLabel(g.why))
+			notKept.points = append(notKept.points, point{labels: append(groupLabels(g), [2]string{vocab.LabelFamily, vocab.CgroupFamilyAll}, [2]string{vocab.LabelReason, clipLabel(g.why)}), value: 1})
 			continue
 		}
 		for _, fam := range cgroup.FamilyNames() {
 			if why, ok := g.st.NotKept[fam]; ok {
-				fmt.Fprintf(&b, "%s{%s,%s=%q,%s=%s} 1\n", vocab.CgroupNotKept, groupLabels(g), vocab.LabelFamily, fam, vocab.LabelReason, quoteLabel(why))
+				notKept.points = append(notKept.points, point{labels: append(groupLabels(g), [2]string{vocab.LabelFamily, fam}, [2]string{vocab.LabelReason, clipLabel(why)}), value: 1})
 			}
 		}
 	}
-	_, err := w.Write(b.Bytes())
-	return err
+	return append(fams, notKept)
 }
 
-func groupLabels(g cgroupGroup) string {
+// groupLabels are a group's attributes: cgroup, and step for a step's.
+func groupLabels(g cgroupGroup) [][2]string {
 	if g.kind == vocab.CgroupStep && g.step != "" {
-		return fmt.Sprintf("%s=%q,%s=%s", vocab.LabelCgroup, g.kind, vocab.LabelStep, quoteLabel(g.step))
+		return [][2]string{{vocab.LabelCgroup, g.kind}, {vocab.LabelStep, g.step}}
 	}
-	return fmt.Sprintf("%s=%q", vocab.LabelCgroup, g.kind)
+	return [][2]string{{vocab.LabelCgroup, g.kind}}
 }
 
-// quoteLabel quotes a label value as the text format wants (\\, \", \n),
-// at most maxReasonBytes.
-func quoteLabel(s string) string {
-	if len(s) > maxReasonBytes {
-		s = s[:maxReasonBytes]
+// clipLabel is s, at most maxReasonBytes (cut before a rune that would
+// cross the bound).
+func clipLabel(s string) string {
+	if len(s) <= maxReasonBytes {
+		return s
 	}
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	return `"` + r.Replace(s) + `"`
-}
-
-// CgroupMaxConns caps the connections the cgroup page serves at once (its
-// one client is the job's collector, one scrape per interval).
-const CgroupMaxConns = 4
-
-// cgroupServer serves a cgroupReader on a 127.0.0.1 port.
-//
-// Only the job's user is served (its collector scrapes the page): a
-// connection whose peer socket is not proven this uid's (another uid's, or
-// not found) is closed at accept, as on the final-figures port
-// (guardedListener). The
-// numbers are no secret (cgroupfs files are world-readable, and Slurm's
-// job directories are open to all on a node), but the page is the job's
-// and every read of it costs the supervisor a walk of the job's groups;
-// another user gets neither.
-type cgroupServer struct {
-	ln    *guardedListener
-	srv   *http.Server
-	meter *hostEnergyMeter // the node's host energy (nil: none)
-	hw    *hwmonPower      // the node's host power from hwmon (nil: none)
-}
-
-// newCgroupServer listens on 127.0.0.1:port (0: a free port) and serves r
-// (nil: no cgroup), the host energy of meter (nil: none) and the host
-// power of hw (nil: none; read at each request) at /metrics to the
-// supervisor's own user, at most CgroupMaxConns connections at once.
-// close stops meter.
-func newCgroupServer(r *cgroupReader, port int, meter *hostEnergyMeter, hw *hwmonPower) (*cgroupServer, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil {
-		return nil, err
+	n := maxReasonBytes
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
-	ln := newGuardedListener(l, CgroupMaxConns, "the cgroup page")
-	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		if r != nil {
-			_ = writeCgroupText(w, r.read())
-		}
-		_ = meter.writeText(w)
-		_ = hw.writeText(w)
-	})
-	s := &cgroupServer{meter: meter, hw: hw, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second,
-		MaxHeaderBytes: 16 << 10}} // a scrape's headers are a few hundred bytes
-	go func() { _ = s.srv.Serve(ln) }()
-	return s, nil
-}
-
-func (s *cgroupServer) port() int {
-	if s == nil {
-		return 0
-	}
-	return s.ln.Addr().(*net.TCPAddr).Port
-}
-
-func (s *cgroupServer) close() {
-	if s != nil {
-		_ = s.srv.Close()
-		s.meter.close()
-	}
+	return s[:n]
 }

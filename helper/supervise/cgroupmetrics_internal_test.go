@@ -1,19 +1,15 @@
 package supervise
 
 import (
-	"fmt"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
@@ -50,40 +46,26 @@ func hostReader(t testing.TB) *cgroupReader {
 
 var sampleLine = regexp.MustCompile(`^[a-z_]+\{cgroup="(job|step|collector)"(,step="[^"]*")?(,family="[a-z_]+",reason="(\\.|[^"\\])*")?\} [0-9.e+-]+$`)
 
-// TestCgroupText serves the real groups of this host as Prometheus text:
-// every line a HELP, a TYPE or a sample of the families; values of the
-// "collector" group (the test process's own) present; the job, which has
-// no Slurm group here, is one cgroup_not_kept series with the reason and
-// no value.
-func TestCgroupText(t *testing.T) {
+// TestCgroupReading reads the real groups of this host: every point one
+// of the families' with its labels; values of the "collector" group (the
+// test process's own) present; the job, which has no Slurm group here, is
+// one cgroup_not_kept point with the reason and no value.
+func TestCgroupReading(t *testing.T) {
 	r := hostReader(t)
-	srv, err := newCgroupServer(r, 0, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.close()
-	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(srv.port()) + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	text := string(b)
+	text := readingText(cgroupFamilies(r.read()))
 	t.Logf("%s", text)
 	seen := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
-		if strings.HasPrefix(line, "# HELP ") || strings.HasPrefix(line, "# TYPE ") {
+		if strings.HasPrefix(line, "# TYPE ") {
 			name := strings.Fields(line)[2]
-			if strings.HasPrefix(line, "# TYPE ") && seen[name] {
-				t.Errorf("family %s typed twice", name)
+			if seen[name] {
+				t.Errorf("family %s twice", name)
 			}
-			if strings.HasPrefix(line, "# TYPE ") {
-				seen[name] = true
-			}
+			seen[name] = true
 			continue
 		}
 		if !sampleLine.MatchString(line) {
-			t.Errorf("not a sample of ours: %q", line)
+			t.Errorf("not a point of ours: %q", line)
 		}
 	}
 	if !regexp.MustCompile(`(?m)^cgroup_memory_current_bytes\{cgroup="collector"\} [1-9]`).MatchString(text) {
@@ -97,59 +79,23 @@ func TestCgroupText(t *testing.T) {
 	}
 }
 
-// BenchmarkCgroupScrape is the reader's cost per scrape on this host:
-// finding the job's Slurm groups, reading the collector's, and writing
-// the text.
-func BenchmarkCgroupScrape(b *testing.B) {
+// BenchmarkCgroupReading is the reader's cost per reading on this host:
+// finding the job's Slurm groups, reading the collector's, and encoding
+// the OTLP request.
+func BenchmarkCgroupReading(b *testing.B) {
 	r := hostReader(b)
 	var ru0, ru1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
-		_ = writeCgroupText(io.Discard, r.read())
+		n := &nodeMetrics{cg: r, starts: map[string]int64{}}
+		if _, err := proto.Marshal(n.request(n.read(), time.Now())); err != nil {
+			b.Fatal(err)
+		}
 	}
 	wall := time.Since(start)
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
-	b.ReportMetric(float64(wall.Microseconds())/float64(b.N), "wall-µs/scrape")
-	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/scrape")
-}
-
-// The attack: another local user holds connections to the job's cgroup
-// page. Each is closed at accept (its peer is not the supervisor's uid),
-// and the page is served to the supervisor's own user meanwhile.
-func TestCgroupServerAnotherUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the attacker runs as another user")
-	}
-	srv, err := newCgroupServer(hostReader(t), 0, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.close()
-	const n = 40
-	dir := openDir(t)
-	cmd := exec.Command(CopyTestBinary(t, dir), "-test.run=^TestFinalSinkAttackerChild$")
-	cmd.Env = []string{"GOS_FINAL_PORT=" + strconv.Itoa(srv.port()), "GOS_FINAL_CONNS=" + strconv.Itoa(n)}
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("the attacker: %v: %s", err, out)
-	}
-	if !strings.Contains(string(out), fmt.Sprintf("CLOSED=%d", n)) {
-		t.Errorf("attacker: %s, want all %d connections closed by the server", out, n)
-	}
-	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(srv.port()) + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(b), vocab.CgroupNotKept) {
-		t.Errorf("the page to the supervisor's own user: %q", b)
-	}
-	if f := srv.ln.Foreign(); f != n {
-		t.Errorf("%d connections closed for their uid, want %d", f, n)
-	}
+	b.ReportMetric(float64(wall.Microseconds())/float64(b.N), "wall-µs/reading")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/reading")
 }

@@ -67,6 +67,7 @@ func (s *supervisor) drain() error {
 	drainStart := time.Now()
 	s.writeState(jobdir.StatusDraining, "")
 	s.endPhases()
+	s.endNodeMetrics()
 	s.pollSelf()
 	// The span metrics of the last spans are counted from the files
 	// after the collector's exit, unless the files are too large to read

@@ -66,6 +66,9 @@ func (s *supervisor) finalScrape(ctx context.Context) {
 	if !s.coll.Running() {
 		return // the monitor's restart comes first
 	}
+	// The node's readings have no target to scrape: one more is pushed
+	// now, so that the job's groups are in the files at the script's end.
+	s.pushNodeMetrics(ctx)
 	start := time.Now()
 	clean, _, exit := s.stopRun(stopAtFinalScrape)
 	stopped := exit.Sub(start)

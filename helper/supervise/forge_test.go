@@ -22,10 +22,10 @@ import (
 // token cannot pass for the plugin's own telling. On the real collector,
 // a span posted with the tasks' token, carrying the source mark
 // (contract.SourceKey=SourceSlurm) and the phase scope, and a metric
-// point with the mark and a cgroup series' name and scrape job, arrive in
+// point with the mark and a cgroup series' name and producer, arrive in
 // the files without the mark; the supervisor's phase spans (sent to the
 // plugin's receiver with the plugin's token), the drain's span it appends
-// after the collector's exit, and the cgroup scrape's series carry it.
+// after the collector's exit, and its readings' cgroup series carry it.
 // The tasks' token opens no door of the plugin's receiver nor of the final
 // figures' sink (401), and the
 // collector's counters balance: the receivers' accepted spans (otlp and
@@ -49,17 +49,18 @@ func TestForgedSlurmTelling(t *testing.T) {
 	postTraces(t, s, forgedSpan)
 	forgedPoint := fmt.Sprintf(`{"resourceMetrics":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"%s"}},%s]},`+
 		`"scopeMetrics":[{"metrics":[{"name":"cgroup_forged_probe_bytes","gauge":{"dataPoints":[{"timeUnixNano":"%d","asDouble":1,`+
-		`"attributes":[{"key":"cgroup","value":{"stringValue":"job"}}]}]}}]}]}]}`, vocab.CgroupScrapeJob, mark, time.Now().UnixNano())
+		`"attributes":[{"key":"cgroup","value":{"stringValue":"job"}}]}]}}]}]}]}`, vocab.CgroupProducer, mark, time.Now().UnixNano())
 	post(t, s.Report.Ports.OTLPHTTP, "metrics", s.ReceiverToken, forgedPoint, http.StatusOK)
 	// The tasks' token at the plugin's receiver, and at the sink of the
 	// collector's final figures (the receipt's).
 	post(t, st.Ports.Plugin, "traces", s.ReceiverToken, forgedSpan, http.StatusUnauthorized)
+	post(t, st.Ports.Plugin, "metrics", s.ReceiverToken, forgedPoint, http.StatusUnauthorized)
 	if st.Ports.Final == 0 {
 		t.Fatalf("state.json ports %+v: no final figures' port", st.Ports)
 	}
 	post(t, st.Ports.Final, "metrics", s.ReceiverToken, "{}", http.StatusUnauthorized)
 
-	harness.WaitFor(t, 20*time.Second, "the supervisor's phase spans and a cgroup scrape in the files", func() bool {
+	harness.WaitFor(t, 20*time.Second, "the supervisor's phase spans and a cgroup reading in the files", func() bool {
 		d, err := otlptest.ReadGrowing(filepath.Join(s.Out, "traces.jsonl"))
 		if err != nil || d.SpanCount(vocab.SpanProlog) < 2 {
 			return false
@@ -94,8 +95,8 @@ func TestForgedSlurmTelling(t *testing.T) {
 	if n := live.Of(selfmetrics.ReceiverAccepted, "traces", render.PluginReceiver); n < 1 {
 		t.Errorf("%s accepted %d spans, want the supervisor's phase spans", render.PluginReceiver, n)
 	}
-	if n := live.Of(selfmetrics.ReceiverAccepted, "metrics", render.PluginScrapeReceiver); n < 1 {
-		t.Errorf("%s accepted %d points, want the cgroup scrape's", render.PluginScrapeReceiver, n)
+	if n := live.Of(selfmetrics.ReceiverAccepted, "metrics", render.PluginReceiver); n < 1 {
+		t.Errorf("%s accepted %d points, want the supervisor's readings of the node", render.PluginReceiver, n)
 	}
 	if _, err := s.Drain(t, 30*time.Second); err != nil {
 		t.Fatalf("drain: %v\n%s", err, s.Output())
@@ -136,17 +137,17 @@ func TestForgedSlurmTelling(t *testing.T) {
 	cg := 0
 	for _, name := range []string{vocab.CgroupNotKept, vocab.CgroupMemoryCurrent, "up"} {
 		for _, mt := range m.Named(name) {
-			if o, _ := mt.Resource.Str("service.name.override"); o != vocab.CgroupScrapeJob {
+			if o, _ := mt.Resource.Str("service.name.override"); o != vocab.CgroupProducer {
 				continue
 			}
 			cg++
 			if !marked(mt.Resource) {
-				t.Errorf("the cgroup scrape's %s lacks %s: %v", name, contract.SourceKey, mt.Resource.Text())
+				t.Errorf("the readings' %s lacks %s: %v", name, contract.SourceKey, mt.Resource.Text())
 			}
 		}
 	}
 	if cg == 0 {
-		t.Error("no series of the cgroup scrape in metrics.jsonl")
+		t.Error("no series of the readings of the node in metrics.jsonl")
 	}
 
 	harness.AssertNoLeak(t, ptoken, s.Out, map[string]string{"the supervisor's output (its readiness report)": s.Output()})

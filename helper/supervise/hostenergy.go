@@ -9,20 +9,17 @@ package supervise
 // them through those descriptors only (pread at offset 0), never a path:
 // it cannot open energy_uj itself, and nothing it is told names one. It
 // reads every zone at min(scrape interval, hostEnergyMaxEvery) and at
-// every scrape of the cgroup page, adds the increases between reads (a
-// wrap past max_energy_range_uj handled: launch.EnergyDeltaUJ) and serves
-// their sum since its first read on the cgroup page, which the collector
-// scrapes into the job's files with the run's identity:
+// every reading of the node (nodemetrics.go), adds the increases between
+// reads (a wrap past max_energy_range_uj handled: launch.EnergyDeltaUJ) and
+// pushes their sum since its first read to the collector, which writes it
+// into the job's files with the run's identity:
 // vocab.HostEnergyJoules{zone} (J). It is the node's energy, not the
 // job's: inspect attributes it to the job only as the node's whole.
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -169,37 +166,31 @@ func (m *hostEnergyMeter) close() {
 	}
 }
 
-// writeText samples and writes the sums as Prometheus text: one
-// vocab.HostEnergyJoules series per zone read (J since the first read),
-// vocab.HostEnergyWraps (the counter's wraps handled) and
-// vocab.HostEnergyStart (the first read's time, at which the sum was 0 by
-// construction: inspect's sample before the collector's first scrape).
-func (m *hostEnergyMeter) writeText(w io.Writer) error {
+// families samples and returns the sums: one vocab.HostEnergyJoules
+// point per zone read (J since the first read), vocab.HostEnergyWraps
+// (the counter's wraps handled) and vocab.HostEnergyStart (the first
+// read's time, at which the sum was 0 by construction: inspect's sample
+// before the collector's first reading). None from a nil meter.
+func (m *hostEnergyMeter) families() []family {
 	if m == nil {
 		return nil
 	}
 	m.sample()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "# HELP %s The node's energy by RAPL zone since the supervisor's first read, joules (the node's, not the job's).\n# TYPE %s counter\n", vocab.HostEnergyJoules, vocab.HostEnergyJoules)
+	joules := family{name: vocab.HostEnergyJoules, help: "The node's energy by RAPL zone since the supervisor's first read, joules (the node's, not the job's).", counter: true}
+	wraps := family{name: vocab.HostEnergyWraps, help: "Wraps of the zone's counter past max_energy_range_uj that the sum carries.", counter: true}
+	start := family{name: vocab.HostEnergyStart, help: "When the sum began (the zone's first read), seconds since the epoch: the sum was 0 then."}
 	for i, z := range m.zones {
 		if m.read[i] && m.why[i] == "" {
-			fmt.Fprintf(&b, "%s{zone=%s} %s\n", vocab.HostEnergyJoules, quoteLabel(z.Name), strconv.FormatFloat(float64(m.sumUJ[i])/1e6, 'f', 6, 64))
+			zone := [][2]string{{"zone", z.Name}}
+			joules.points = append(joules.points, point{labels: zone, value: float64(m.sumUJ[i]) / 1e6})
+			wraps.points = append(wraps.points, point{labels: zone, value: float64(m.wraps[i])})
+			start.points = append(start.points, point{labels: zone, value: float64(m.first[i].UnixMicro()) / 1e6})
 		}
 	}
-	fmt.Fprintf(&b, "# HELP %s Wraps of the zone's counter past max_energy_range_uj that the sum carries.\n# TYPE %s counter\n", vocab.HostEnergyWraps, vocab.HostEnergyWraps)
-	for i, z := range m.zones {
-		if m.read[i] && m.why[i] == "" {
-			fmt.Fprintf(&b, "%s{zone=%s} %d\n", vocab.HostEnergyWraps, quoteLabel(z.Name), m.wraps[i])
-		}
+	if len(joules.points) == 0 {
+		return nil
 	}
-	fmt.Fprintf(&b, "# HELP %s When the sum began (the zone's first read), seconds since the epoch: the sum was 0 then.\n# TYPE %s gauge\n", vocab.HostEnergyStart, vocab.HostEnergyStart)
-	for i, z := range m.zones {
-		if m.read[i] && m.why[i] == "" {
-			fmt.Fprintf(&b, "%s{zone=%s} %s\n", vocab.HostEnergyStart, quoteLabel(z.Name), strconv.FormatFloat(float64(m.first[i].UnixMicro())/1e6, 'f', 6, 64))
-		}
-	}
-	_, err := w.Write(b.Bytes())
-	return err
+	return []family{joules, wraps, start}
 }

@@ -6,7 +6,8 @@ package supervise
 // where root found no RAPL zone: launch.EnvHostPower), the supervisor
 // finds the node's power meter under the hwmon class (launch.ScanHwmon)
 // and reads its powerM_average (else powerM_input; µW) as the job's user
-// at every scrape of the cgroup page, served as vocab.HostPowerWatts (W).
+// at every reading of the node (nodemetrics.go), pushed as
+// vocab.HostPowerWatts (W).
 // The ACPI power meter's attributes are world-readable (drivers/hwmon/
 // acpi_power_meter.c: mode 0444), so root hands nothing down, and nothing
 // here reads what any user of the node could not. Only the power_meter
@@ -16,10 +17,7 @@ package supervise
 // the node's whole.
 
 import (
-	"bytes"
 	"fmt"
-	"io"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -77,17 +75,16 @@ func newHwmonPower(root string, info, warn func(string, ...any)) *hwmonPower {
 	return &hwmonPower{sensors: scan.Added, why: make([]string, len(scan.Added)), warn: warn}
 }
 
-// writeText reads every sensor now and writes one vocab.HostPowerWatts
-// series per sensor read (W); a sensor whose read fails is absent (and
-// warned of once until a read succeeds again).
-func (h *hwmonPower) writeText(w io.Writer) error {
+// families reads every sensor now and returns one vocab.HostPowerWatts
+// point per sensor read (W); a sensor whose read fails is absent (and
+// warned of once until a read succeeds again). None from a nil h.
+func (h *hwmonPower) families() []family {
 	if h == nil {
 		return nil
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "# HELP %s The node's power by hwmon sensor of its power meter (powerM_average, else powerM_input), watts (the node's, not the job's).\n# TYPE %s gauge\n", vocab.HostPowerWatts, vocab.HostPowerWatts)
+	f := family{name: vocab.HostPowerWatts, help: "The node's power by hwmon sensor of its power meter (powerM_average, else powerM_input), watts (the node's, not the job's)."}
 	for i, s := range h.sensors {
 		v, err := launch.ReadHwmonWatts(s.Path)
 		if err != nil {
@@ -98,8 +95,10 @@ func (h *hwmonPower) writeText(w io.Writer) error {
 			continue
 		}
 		h.why[i] = ""
-		fmt.Fprintf(&b, "%s{chip=%s,hwmon=%s,sensor=%s} %s\n", vocab.HostPowerWatts, quoteLabel(s.Chip), quoteLabel(s.Hwmon), quoteLabel(s.Sensor), strconv.FormatFloat(v, 'f', 6, 64))
+		f.points = append(f.points, point{labels: [][2]string{{"chip", s.Chip}, {"hwmon", s.Hwmon}, {"sensor", s.Sensor}}, value: v})
 	}
-	_, err := w.Write(b.Bytes())
-	return err
+	if len(f.points) == 0 {
+		return nil
+	}
+	return []family{f}
 }

@@ -263,7 +263,7 @@ func TestFullJob(t *testing.T) {
 
 	// Identity on every resource of every file.
 	id := identity{user: harness.CurrentUser(), jobID: j.JobID, node: j.Node,
-		overrides: map[string]bool{"nemo-gym/agent": true, "gym-vllm/policy": true, "dcgm": true, "node": true, vocab.CgroupScrapeJob: true}}
+		overrides: map[string]bool{"nemo-gym/agent": true, "gym-vllm/policy": true, "dcgm": true, "node": true, vocab.CgroupProducer: true}}
 	checkIdentity(t, "metrics.jsonl", m, id)
 	checkIdentity(t, "traces.jsonl", tr, id)
 	checkIdentity(t, "logs.jsonl", lg, id)
@@ -700,7 +700,7 @@ func TestRunsAsUser(t *testing.T) {
 	}
 	d := otlptest.MustRead(t, s.Out, "metrics")
 	checkIdentity(t, "metrics.jsonl", d, identity{user: "gymuser", jobID: "2001", node: "gn7",
-		overrides: map[string]bool{"gym-vllm/policy": true, "nemo-gym/agent": true, vocab.CgroupScrapeJob: true}})
+		overrides: map[string]bool{"gym-vllm/policy": true, "nemo-gym/agent": true, vocab.CgroupProducer: true}})
 }
 
 // statusField parses a hex field of a /proc/<pid>/status text.
@@ -856,7 +856,7 @@ func TestTwoSupervisors(t *testing.T) {
 	}
 	for _, s := range []*harness.Sup{a, b} {
 		server := map[string]string{"1001": "nemo-gym/agent", "1002": "nemo-gym/judge"}[s.Job.JobID]
-		id := identity{user: harness.CurrentUser(), jobID: s.Job.JobID, node: "gn7", overrides: map[string]bool{server: true, "gym-vllm/policy": true, vocab.CgroupScrapeJob: true}}
+		id := identity{user: harness.CurrentUser(), jobID: s.Job.JobID, node: "gn7", overrides: map[string]bool{server: true, "gym-vllm/policy": true, vocab.CgroupProducer: true}}
 		for _, sig := range []string{"metrics", "traces", "logs"} {
 			d := otlptest.MustRead(t, s.Out, sig)
 			checkIdentity(t, s.Job.JobID+" "+sig, d, id)

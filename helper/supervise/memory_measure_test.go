@@ -19,7 +19,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/selfmetrics"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
@@ -58,13 +57,13 @@ import (
 // GYM_OTEL_MEASURE_BINARIES=NAME=PATH,... adds collector binaries, each run
 // on the rendered configuration as is in every round.
 // GYM_OTEL_MEASURE_TARGETS=none measures P4's idle row instead: a job with
-// no scrape target of its own (the cgroup scrape only), with more
-// variants: the supervisor's reads of the collector's own metrics by hand
-// (as its liveness check, pollSelf, does: every second; asking for gzip;
-// every 5 s; without the cgroup scrape), without the cgroup scrape,
-// without the plugin pipeline's OTTL processors, and the counters pushed
-// by the periodic reader every second instead of pulled. The other runs
-// by hand have no reader.
+// no scrape target of its own, with more variants: the supervisor's reads
+// of the collector's own metrics by hand (as its liveness check,
+// pollSelf, does: every second; asking for gzip; every 5 s), and the
+// counters pushed by the periodic reader every second instead of pulled.
+// The other runs by hand have no reader. The runs by hand receive none of
+// the supervisor's readings of the node (nodemetrics.go: a few dozen
+// points per interval, pushed to otlp/plugin); the supervised run does.
 func TestMeasureMemory(t *testing.T) {
 	if os.Getenv("GYM_OTEL_MEASURE") != "memory" {
 		t.Skip("set GYM_OTEL_MEASURE=memory to measure")
@@ -178,16 +177,11 @@ func TestMeasureMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	ports := s.Report.Ports
-	cgroupText := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", ports.Cgroup))
 	if _, err := s.Drain(t, 60*time.Second); err != nil {
 		t.Fatalf("drain: %v\n%s", err, s.Output())
 	}
-	// The supervisor's two ports, for the runs by hand: its cgroup scrape
-	// target (the text it served) and the receipt's sink at shutdown.
-	serveOn(t, ports.Cgroup, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		w.Write(cgroupText)
-	}))
+	// The supervisor's port for the runs by hand: the receipt's sink at
+	// shutdown.
 	serveOn(t, ports.Final, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/x-protobuf")
@@ -223,11 +217,8 @@ func TestMeasureMemory(t *testing.T) {
 		// What the supervisor asks of an idle job's collector.
 		variants = append(variants,
 			variant{name: "with the supervisor's reads", reads: time.Second},
-			variant{name: "with the supervisor's reads, without the cgroup scrape", reads: time.Second, edit: dropCgroupScrape},
 			variant{name: "with the supervisor's reads every 5 s", reads: 5 * time.Second},
 			variant{name: "with the supervisor's reads, gzip", reads: time.Second, gzip: true},
-			variant{name: "without the cgroup scrape", edit: dropCgroupScrape},
-			variant{name: "without the plugin pipeline's OTTL processors", edit: dropPluginOTTL},
 			variant{name: "with the counters pushed every second, no pull reader", edit: pushCounters},
 		)
 	}
@@ -373,21 +364,6 @@ func cpuSeconds(t *testing.T, pid int) float64 {
 	return float64(st.UTime+st.STime) / 100 // USER_HZ
 }
 
-// httpGet is the body of url.
-func httpGet(t *testing.T, url string) []byte {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s %v", url, resp.Status, err)
-	}
-	return b
-}
-
 // serveOn serves h on 127.0.0.1:port until the end of the test.
 func serveOn(t *testing.T, port int, h http.Handler) {
 	t.Helper()
@@ -446,34 +422,6 @@ func dropFromPipelines(cfg map[string]any, drop func(string) bool) {
 			pm[key] = kept
 		}
 	}
-}
-
-// dropCgroupScrape removes the plugin's Prometheus receiver (the cgroup
-// scrape job) and the pipelines it leaves without a receiver.
-func dropCgroupScrape(cfg map[string]any) {
-	delete(sub(cfg, "receivers"), render.PluginScrapeReceiver)
-	dropFromPipelines(cfg, func(s string) bool { return s == render.PluginScrapeReceiver })
-	pipes := sub(cfg, "service", "pipelines")
-	for name, p := range pipes {
-		if pm, _ := p.(map[string]any); len(pm["receivers"].([]any)) == 0 {
-			delete(pipes, name)
-		}
-	}
-}
-
-// dropPluginOTTL removes the OTTL processors from the plugin's metrics
-// pipeline (the cgroup scrape's): filter/stale, and transform/names where a
-// configuration rendered before that pipeline dropped it is measured.
-func dropPluginOTTL(cfg map[string]any) {
-	p, _ := sub(cfg, "service", "pipelines")[render.PluginPipeline("metrics")].(map[string]any)
-	list, _ := p["processors"].([]any)
-	var kept []any
-	for _, c := range list {
-		if c != "filter/stale" && c != "transform/names" {
-			kept = append(kept, c)
-		}
-	}
-	p["processors"] = kept
 }
 
 // pushCounters replaces the pull reader of the collector's own metrics

@@ -36,6 +36,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	defer s.followSampled(ctx)()
 	s.files = s.startFileDelivery()
 	s.phasesStop = s.startPhases(ctx)
+	s.nodeMetricsStop = s.startNodeMetrics(ctx)
 	// The supervisor lives as long as the job: the pages of its binary
 	// that only its start mapped go once the loops above have run their
 	// first rounds, and once more when the first minute's one-off work is

@@ -141,7 +141,7 @@ func newestUp(t testing.TB, dir string) map[string]otlptest.NumberPoint {
 	out := map[string]otlptest.NumberPoint{}
 	for _, m := range d.Named("up") {
 		name, _ := m.Resource.Str("service.name.override")
-		if m.Gauge == nil || name == vocab.CgroupScrapeJob {
+		if m.Gauge == nil || name == vocab.CgroupProducer {
 			continue // the supervisor's own scrape: not the job's target
 		}
 		for _, dp := range m.Gauge.DataPoints {

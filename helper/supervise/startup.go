@@ -101,9 +101,10 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		return err
 	}
 	s.ptoken = "gos_" + hex.EncodeToString(tok)
-	// The page serves the job's cgroups and the node's host energy
+	// The node's readings: the job's cgroups and the node's host energy
 	// (hostenergy.go) or host power (hwmon.go), each alone where the
-	// others are not there.
+	// others are not there, pushed to the collector once it is ready
+	// (nodemetrics.go).
 	meter := newHostEnergyMeter(s.opt.HostEnergy, s.log.Warnf)
 	var hw *hwmonPower
 	if s.opt.HostHwmon {
@@ -112,25 +113,21 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	var cgr *cgroupReader
 	if !s.opt.NoCgroupMetrics {
 		if cgr, err = newCgroupReader(s.opt.Facts); err != nil {
-			s.log.Warnf("the job's cgroup metrics are not served: the node's cgroup mounts: %v", err)
+			s.log.Warnf("the job's cgroup metrics are not read: the node's cgroup mounts: %v", err)
 			cgr = nil
 		}
 	}
-	page := cgr != nil || meter != nil || hw != nil
+	s.nodeMetrics = newNodeMetrics(cgr, meter, hw, s.opt.Facts.Node)
 	// With a control socket the batch step asks for the final scrape at the
 	// script's end: the first run scrapes every target as it stops. A
 	// node without targets (the hold ends at once) has none to do.
 	s.scrapeOnShutdown = s.opt.ControlListener != nil && len(render.Targets(render.Input{Resolved: s.opt.Resolved, Job: render.JobOf(s.opt.Resolved, s.opt.Facts)})) > 0
 	// With root's ports the configuration is known before any bind: it
 	// is rendered while root installs the packet filter, off the start's
-	// path. It is rendered again below if a bind does not go as planned
-	// (the cgroup page not served).
+	// path.
 	var planned render.Ports
 	if s.rootPorts() {
 		s.ports = s.opt.Ports
-		if !page {
-			s.ports.Cgroup = 0
-		}
 		if err := s.writeConfig(); err != nil {
 			return err
 		}
@@ -149,19 +146,8 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		return s.portErr(fmt.Errorf("a loopback port for the collector's final figures: %w", err))
 	}
 	s.final.guard.setLog(s.log.Warnf)
-	if page {
-		if s.cgroups, err = newCgroupServer(cgr, s.opt.Ports.Cgroup, meter, hw); err != nil {
-			meter.close()
-			if perr := s.portErr(err); errors.Is(perr, errBindRace) {
-				// Root's port for the page, bound by another socket:
-				// the collector would scrape whoever holds it.
-				return fmt.Errorf("the cgroup page's loopback port: %w", perr)
-			}
-			s.log.Warnf("the job's cgroup metrics and host energy or power are not served: a loopback port: %v", err)
-		} else {
-			s.cgroups.ln.setLog(s.log.Warnf)
-			meter.run(time.Duration(s.o.ScrapeIntervalSeconds) * time.Second)
-		}
+	if s.nodeMetrics != nil {
+		meter.run(time.Duration(s.o.ScrapeIntervalSeconds) * time.Second)
 	}
 	if s.opt.ControlListener != nil {
 		// Started by the plugin, with the listener its prolog made: root's
@@ -234,7 +220,6 @@ func (s *supervisor) portErr(err error) error {
 func (s *supervisor) choosePorts() error {
 	if s.rootPorts() {
 		s.ports = s.opt.Ports
-		s.ports.Cgroup = s.cgroups.port()
 		return nil
 	}
 	p, err := launch.FreePorts(5)
@@ -248,7 +233,6 @@ func (s *supervisor) choosePorts() error {
 	if s.final != nil {
 		s.ports.Final = s.final.port()
 	}
-	s.ports.Cgroup = s.cgroups.port()
 	return nil
 }
 

@@ -143,8 +143,8 @@ type Options struct {
 	// connector's flushes instead. A test hook for large files.
 	SpanCountMaxBytes int64
 	// HostEnergy are the node's RAPL zones root handed down
-	// (InheritedEnergyZones; plugstack host_power=rapl): served, summed,
-	// on the cgroup page (hostenergy.go) and closed at the end. nil: no
+	// (InheritedEnergyZones; plugstack host_power=rapl): summed, pushed
+	// with the node's readings (hostenergy.go) and closed at the end. nil: no
 	// host energy.
 	HostEnergy []launch.EnergyZone
 	// HostHwmon: read the node's power meter under the hwmon class
@@ -208,14 +208,15 @@ type supervisor struct {
 	rundir string
 
 	// The receipt's figures (see receipt.go).
-	final      *finalSink           // receives the collector's export at shutdown
-	cgroups    *cgroupServer        // serves the job's cgroups (nil: not served)
-	control    *controlServer       // answers the batch step's hold (nil: not started by the plugin)
-	lastRead   selfmetrics.Counters // the running collector's last read counters
-	lastReadAt time.Time
-	figures    selfmetrics.Counters // the ended collector runs' counters, summed
-	runs       int                  // collector runs ended (counted in figures)
-	unknown    []string             // what the figures lack, one sentence each
+	final           *finalSink   // receives the collector's export at shutdown
+	nodeMetrics     *nodeMetrics // the job's cgroups, host energy and power (nil: none read)
+	nodeMetricsStop func()
+	control         *controlServer       // answers the batch step's hold (nil: not started by the plugin)
+	lastRead        selfmetrics.Counters // the running collector's last read counters
+	lastReadAt      time.Time
+	figures         selfmetrics.Counters // the ended collector runs' counters, summed
+	runs            int                  // collector runs ended (counted in figures)
+	unknown         []string             // what the figures lack, one sentence each
 
 	phases     *phases // the job's Slurm phases as spans (phases.go)
 	phasesStop func()
@@ -270,7 +271,7 @@ func Run(ctx context.Context, opt Options) error {
 			os.Remove(s.path(PeerFile))
 		}
 		s.tokens.close()
-		s.cgroups.close()
+		s.nodeMetrics.close()
 		if s.files != nil {
 			s.files.cancel()
 		}

@@ -127,14 +127,14 @@ func TestUserGuideCgroupTable(t *testing.T) {
 	}
 }
 
-// TestUserGuideCgroupLabels: the user guide names the cgroup scrape job,
+// TestUserGuideCgroupLabels: the user guide names the cgroup readings' producer,
 // the groups of the cgroup label, the labels of CgroupNotKept as served
 // (CgroupLabels, in order) and its families (CgroupFamilies and
 // CgroupFamilyAll), as vocab spells them.
 func TestUserGuideCgroupLabels(t *testing.T) {
 	guide := repoFile(t, "docs/user-guide.md")
-	if !strings.Contains(guide, "as the scrape job\n`"+CgroupScrapeJob+"`") && !strings.Contains(guide, "as the scrape job `"+CgroupScrapeJob+"`") {
-		t.Errorf("the user guide does not name the scrape job %q", CgroupScrapeJob)
+	if !strings.Contains(guide, "as the producer\n`"+CgroupProducer+"`") && !strings.Contains(guide, "as the producer `"+CgroupProducer+"`") {
+		t.Errorf("the user guide does not name the producer %q", CgroupProducer)
 	}
 	i := strings.Index(guide, "attribute `"+LabelCgroup+"`:")
 	if i < 0 {

@@ -1,6 +1,6 @@
 // Package vocab is the plugin's own telemetry vocabulary: the names of the
 // job's Slurm phase spans and the keys of their attributes, the metric
-// families of the job's cgroups (the supervisor's cgroup scrape job), their
+// families of the job's cgroups (the supervisor's readings), their
 // labels and what keeps them, and the energy of the job's GPUs per step.
 // The supervisor writes them (helper/supervise, helper/cgroup), inspect
 // reads them (helper/inspect), the test kit checks them (internal/slurmkit,
@@ -64,9 +64,9 @@ const (
 	AttrDrainCollectorKilled = "slurm.drain.collector_killed"
 )
 
-// The metric families of the job's cgroups, served by the supervisor for
-// the collector's cgroup scrape job (Prometheus text; helper/supervise's
-// cgroupmetrics.go gives each its type and help), read by inspect.
+// The metric families of the job's cgroups, pushed by the supervisor to
+// the collector (OTLP; helper/supervise's cgroupmetrics.go gives each its
+// type and help), read by inspect.
 const (
 	CgroupCPUSeconds         = "cgroup_cpu_usage_seconds_total"
 	CgroupCPUPeriods         = "cgroup_cpu_periods_total"
@@ -85,18 +85,20 @@ const (
 	CgroupNotKept            = "cgroup_not_kept" // what is not kept, and why
 )
 
-// CgroupMetricFamilies is every metric family of the cgroup page with a
+// CgroupMetricFamilies is every metric family of the cgroup readings with a
 // figure, in the order served (CgroupNotKept, the series of what is not
 // kept, is not among them).
 var CgroupMetricFamilies = []string{CgroupCPUSeconds, CgroupCPUPeriods, CgroupThrottledPeriods, CgroupThrottledSeconds,
 	CgroupMemoryCurrent, CgroupMemoryPeak, CgroupMemoryLimit, CgroupOOMKills,
 	CgroupCPUPressureSome, CgroupCPUPressureFull, CgroupMemoryPressureSome, CgroupMemoryPressureFull, CgroupIOPressureSome, CgroupIOPressureFull}
 
-// The cgroup scrape job and its series' labels.
+// The producer of the node's readings and its series' labels.
 const (
-	// CgroupScrapeJob is the collector's scrape job of the cgroup page
-	// (render's job_name), the service.name.override of its series.
-	CgroupScrapeJob = "cgroup"
+	// CgroupProducer is the service.name of the node's readings (the
+	// job's cgroups, host energy and host power) that the supervisor
+	// pushes to the collector, the service.name.override of their series
+	// in the files.
+	CgroupProducer = "cgroup"
 	// CgroupPrefix begins the name of every cgroup metric family.
 	CgroupPrefix = "cgroup_"
 
@@ -181,8 +183,8 @@ var GPUEnergyMetrics = []string{GPUEnergy, GPUEnergyEstimate}
 // GPUEnergyAttrs is every attribute of the GPU energy points.
 var GPUEnergyAttrs = []string{AttrStepID, AttrEnergyRole, AttrEnergySource, AttrEnergyTrusted, AttrEnergyWhy, AttrEnergyMethod}
 
-// The node's host energy, served by the supervisor on the same page as the
-// cgroups where root handed it the node's RAPL counters (plugstack
+// The node's host energy, pushed by the supervisor with the cgroups'
+// readings where root handed it the node's RAPL counters (plugstack
 // host_power=rapl; helper/supervise's hostenergy.go), read by inspect.
 const (
 	// HostEnergyJoules is a counter per RAPL zone (label zone: package-0,
@@ -197,14 +199,14 @@ const (
 	HostEnergyStart = "gym_otel_host_energy_start_time_seconds"
 )
 
-// The node's host power from hwmon, served by the supervisor on the same
-// page as the cgroups where the plugstack chose it (host_power=hwmon, or
+// The node's host power from hwmon, pushed by the supervisor with the
+// cgroups' readings where the plugstack chose it (host_power=hwmon, or
 // auto on a node without RAPL; helper/supervise's hwmon.go), read by
 // inspect.
 const (
 	// HostPowerWatts is a gauge per hwmon power sensor of the node's
 	// power meter (labels chip: the chip's name, power_meter; hwmon: its
-	// class directory, hwmon0; sensor: power1), W, read at each scrape
+	// class directory, hwmon0; sensor: power1), W, read at each reading
 	// from powerM_average (else powerM_input): the node's power, not the
 	// job's.
 	HostPowerWatts = "gym_otel_host_power_watts"

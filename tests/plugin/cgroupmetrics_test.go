@@ -185,7 +185,7 @@ wait
 			}
 		}
 		peak[node] = maxOf(job)
-		t.Logf("%s: %d distinct series of the cgroup scrape over the job", node, cgroupSeries(t, path))
+		t.Logf("%s: %d distinct series of the cgroup readings over the job", node, cgroupSeries(t, path))
 		t.Logf("%s: job memory peak %.1f MiB over %d points; step peaks: %v", node, peak[node]/(1<<20), len(job), stepPeaks(ps))
 		if own := of(cgroupPoints(t, path, vocab.CgroupMemoryCurrent), map[string]string{"cgroup": "collector"}); maxOf(own) <= 0 {
 			t.Errorf("%s: no memory of the collector's own group", node)
@@ -229,7 +229,7 @@ wait
 }
 
 // cgroupSeries counts the distinct series (name and point attributes) of
-// the cgroup scrape job in path, the scrape's own (up, scrape_*) included.
+// the cgroup producer in path.
 func cgroupSeries(t *testing.T, path string) int {
 	t.Helper()
 	data, err := os.ReadFile(path)

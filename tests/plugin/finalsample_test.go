@@ -153,7 +153,7 @@ func TestShortJobFinalSample(t *testing.T) {
 				// The node scrapes its own stand-in only (and its
 				// supervisor's cgroup metrics).
 				ts, err := inspect.Targets(dir)
-				ts = slices.DeleteFunc(ts, func(t inspect.Target) bool { return t.Job == vocab.CgroupScrapeJob })
+				ts = slices.DeleteFunc(ts, func(t inspect.Target) bool { return t.Job == vocab.CgroupProducer })
 				if err != nil || len(ts) != 1 || ts[0].Instance != fmt.Sprintf("%s:%d", node, tc.port+i) {
 					t.Fatalf("%s: scrape targets %+v (%v), want only %s:%d", node, ts, err, node, tc.port+i)
 				}

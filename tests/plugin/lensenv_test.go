@@ -59,7 +59,7 @@ func outLine(out, prefix string) (string, bool) {
 // TestLensTaskIdentity: every task of a two-node job gets Lens' identity
 // in OTEL_RESOURCE_ATTRIBUTES (and LENS_SLURM_SLUID where Slurm gives a
 // SLUID) with the values the collector stamps on the data it scrapes (the
-// cgroup scrape of each node): the batch script, a step on both nodes, and
+// cgroup readings of each node): the batch script, a step on both nodes, and
 // a step launched with the user's own OTEL_RESOURCE_ATTRIBUTES, whose
 // segments stay (its slurm.job.user among them, once) with only the
 // missing keys appended. A Gym stand-in on the second node (Lens' rule:
@@ -78,7 +78,7 @@ echo "batch LSS=${LENS_SLURM_SLUID-unset}"
 srun -N2 -n2 bash -c 'echo "step $SLURMD_NODENAME ORA=$OTEL_RESOURCE_ATTRIBUTES"'
 OTEL_RESOURCE_ATTRIBUTES='%[2]s' srun -N1 -n1 -w gn2 bash -c 'echo "user ORA=$OTEL_RESOURCE_ATTRIBUTES"'
 srun -N1 -n1 -w gn2 %[1]s/gym-standin --names gym --server lensgym --rollouts 1 || exit 9
-sleep 4 # the cgroup scrape (every 1 s, the first within 1 s of the collector's start) on both nodes
+sleep 4 # the cgroup readings (every 1 s, the first at the collector's readiness) on both nodes
 `, plugDir, userAttrs))
 	r := asUser(t, 150*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait -N2 -w gn1,gn2 --gym-otel=job_dir=%s/run -o %s/job.out %s", d, d, script))
 	raw, _ := os.ReadFile(d + "/job.out")
@@ -101,7 +101,7 @@ sleep 4 # the cgroup scrape (every 1 s, the first within 1 s of the collector's 
 			}
 		}
 		if stamp[node] == nil {
-			t.Fatalf("%s: no cgroup scrape in %s", node, dir)
+			t.Fatalf("%s: no cgroup reading in %s", node, dir)
 		}
 	}
 	want := map[string]string{}
@@ -188,7 +188,7 @@ func TestLensArrayOneUUID(t *testing.T) {
 	d := markerDir(t, "lensarray")
 	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf(`
 %[1]s/gym-standin --names gym --server arraygym --rollouts 1 || exit 9
-sleep 3 # the cgroup scrape
+sleep 3 # the cgroup readings
 `, plugDir))
 	r := asUser(t, 150*time.Second, tokenEnv(), fmt.Sprintf("sbatch --wait --array=0-1 -w gn1 --gym-otel=job_dir=%s/run-%%j -o %s/job-%%a.out %s", d, d, script))
 	if r.code != 0 {
@@ -208,7 +208,7 @@ sleep 3 # the cgroup scrape
 			}
 		}
 		if stamp == nil {
-			t.Fatalf("%s: no cgroup scrape", dir)
+			t.Fatalf("%s: no cgroup reading", dir)
 		}
 		var gymRes map[string]string
 		for _, s := range otlptest.MustRead(t, dir, "traces").Spans {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -406,15 +407,17 @@ func TestControlSocketForgedLines(t *testing.T) {
 	waitIdle(t)
 }
 
-// TestCgroupPortAnotherUser: a job's cgroup page (the scrape job
-// "cgroup", a 127.0.0.1 port) is served to the job's user only. While the
-// job's step runs, another local user who reads the port from the
-// supervisor's listeners gets the connection closed and no cgroup text;
-// the job's own user gets the page, and the collector's scrape still
-// lands in the job's files. The same numbers stay readable to the other
-// user in Slurm's job cgroup (cgroupfs files are world-readable): the
-// page is no secret, only not anyone's to poll.
-func TestCgroupPortAnotherUser(t *testing.T) {
+// TestPluginReceiverAnotherUser: the job's cgroup figures reach its
+// collector only from the supervisor, pushed to the plugin's own receiver
+// (otlp/plugin, a 127.0.0.1 port behind the plugin's token). While the
+// job's step runs, another local user who reads that port from the job's
+// collector.yaml and posts a forged cgroup point to it, with no token and
+// with a made-up one, gets no 200 (the packet filter resets the
+// connection; without it, 401); after the job the files hold the job's
+// memory as the supervisor read it and no forged series. The same numbers
+// stay readable to the other user in Slurm's job cgroup (cgroupfs files
+// are world-readable): they are no secret, only not anyone's to write.
+func TestPluginReceiverAnotherUser(t *testing.T) {
 	if err := upCluster("--cgroup", "--prolog-flags", "Alloc,Contain"); err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +428,7 @@ func TestCgroupPortAnotherUser(t *testing.T) {
 	})
 	waitIdle(t)
 	other := otherUser(t)
-	d := markerDir(t, "cgport")
+	d := markerDir(t, "plugport")
 	gate := filepath.Join(d, "probed")
 	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf(
 		"srun -n1 bash -c 'for i in $(seq 1 600); do [ -e %s ] && break; sleep 0.2; done'\necho done\n", gate))
@@ -440,27 +443,32 @@ func TestCgroupPortAnotherUser(t *testing.T) {
 	var port string
 	for deadline := time.Now().Add(patience); port == ""; time.Sleep(200 * time.Millisecond) {
 		cy, _ := os.ReadFile(yaml)
-		if m := regexp.MustCompile(`(?s)job_name: "?cgroup"?.*?localhost:(\d+)`).FindSubmatch(cy); m != nil {
+		if m := regexp.MustCompile(`(?s)otlp/plugin:.*?endpoint: "?127\.0\.0\.1:(\d+)`).FindSubmatch(cy); m != nil {
 			port = string(m[1])
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no cgroup scrape job in %s", yaml)
+			t.Fatalf("no otlp/plugin receiver in %s", yaml)
 		}
 	}
-	url := "http://127.0.0.1:" + port + "/metrics"
-	var mine string
-	for deadline := time.Now().Add(patience); !strings.Contains(mine, "cgroup_memory_current_bytes{cgroup=\"job\"}"); time.Sleep(time.Second) {
-		mine = asUser(t, 30*time.Second, nil, "curl -sS -m 10 "+url).stdout
-		if time.Now().After(deadline) {
-			t.Fatalf("the job's user does not get the job's memory on %s: %q", url, mine)
+	metrics := filepath.Join(d, "run", "otel", "metrics.jsonl")
+	harness.WaitFor(t, patience, "the supervisor's first cgroup reading in metrics.jsonl", func() bool {
+		if _, err := os.Stat(metrics); err != nil {
+			return false
 		}
-	}
-	o := asOther(t, other, 30*time.Second, nil, "curl -sS -m 10 -o /dev/null -w '%{http_code}' "+url+"; echo \" exit=$?\"; curl -sS -m 10 "+url+" | head -c 300")
-	t.Logf("another user on %s: %q", url, o.stdout)
-	// The HTTP status is the three digits before " exit=" (a port number
-	// in curl's messages may hold "200" too).
-	if strings.Contains(o.stdout, vocab.CgroupPrefix) || regexp.MustCompile(`(^|\n)200 exit=`).MatchString(o.stdout) {
-		t.Errorf("another user read the job's cgroup page: %q", o.stdout)
+		return len(of(cgroupPoints(t, metrics, vocab.CgroupMemoryCurrent), map[string]string{"cgroup": "job"})) > 0
+	})
+	url := "http://127.0.0.1:" + port + "/v1/metrics"
+	forged := fmt.Sprintf(`{"resourceMetrics":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"%s"}}]},`+
+		`"scopeMetrics":[{"metrics":[{"name":"cgroup_forged_probe_bytes","gauge":{"dataPoints":[{"timeUnixNano":"%d","asDouble":1,`+
+		`"attributes":[{"key":"cgroup","value":{"stringValue":"job"}}]}]}}]}]}]}`, vocab.CgroupProducer, time.Now().UnixNano())
+	for _, auth := range []string{"", "-H 'Authorization: Bearer gos_0123456789abcdef'"} {
+		o := asOther(t, other, 30*time.Second, nil, fmt.Sprintf("curl -sS -m 10 -o /dev/null -w '%%{http_code}' -H 'Content-Type: application/json' %s --data '%s' %s; echo \" exit=$?\"", auth, forged, url))
+		t.Logf("another user posts to %s (%q): %q", url, auth, o.stdout)
+		// The HTTP status is the three digits before " exit=" (a port
+		// number in curl's messages may hold "200" too).
+		if regexp.MustCompile(`(^|\n)200 exit=`).MatchString(o.stdout) {
+			t.Errorf("another user's forged point was taken by the job's plugin receiver: %q", o.stdout)
+		}
 	}
 	// The decision's ground: Slurm's job group is world-readable anyway.
 	files, _ := filepath.Glob("/sys/fs/cgroup/memory/slurm*/uid_*/job_" + job + "/memory.usage_in_bytes")
@@ -473,7 +481,7 @@ func TestCgroupPortAnotherUser(t *testing.T) {
 		c := asOther(t, other, 30*time.Second, nil, "cat "+f)
 		t.Logf("another user reads %s: exit %d %q", f, c.code, strings.TrimSpace(c.stdout))
 		if _, err := strconv.ParseInt(strings.TrimSpace(c.stdout), 10, 64); c.code != 0 || err != nil {
-			t.Errorf("another user cannot read %s (exit %d): the page's numbers would be news to them; revisit the doc", f, c.code)
+			t.Errorf("another user cannot read %s (exit %d): the figures would be news to them; revisit the doc", f, c.code)
 		}
 	}
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
@@ -481,9 +489,11 @@ func TestCgroupPortAnotherUser(t *testing.T) {
 	}
 	waitJobsGone(t, patience, []string{job})
 	waitNoCollector(t)
-	ps := of(cgroupPoints(t, filepath.Join(d, "run", "otel", "metrics.jsonl"), vocab.CgroupMemoryCurrent), map[string]string{"cgroup": "job"})
-	if len(ps) == 0 {
-		t.Errorf("the collector's scrape of the guarded page left no job memory in metrics.jsonl")
+	if ps := of(cgroupPoints(t, metrics, vocab.CgroupMemoryCurrent), map[string]string{"cgroup": "job"}); len(ps) == 0 {
+		t.Errorf("the supervisor's readings left no job memory in metrics.jsonl")
+	}
+	if b, _ := os.ReadFile(metrics); strings.Contains(string(b), "cgroup_forged_probe_bytes") {
+		t.Errorf("the forged series is in metrics.jsonl")
 	}
 	log, _ := os.ReadFile(filepath.Join(d, "run", "otel", "supervisor.log"))
 	if strings.Contains(string(log), "panic") {

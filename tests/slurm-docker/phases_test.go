@@ -26,7 +26,7 @@ import (
 // root only: steps with exit codes on a node prove slurmstepd sends them as
 // root on this release. The backend holds both nodes' job spans.
 //
-// The cgroup scrape job: these nodes run no Slurm cgroup plugin
+// The cgroup readings: these nodes run no Slurm cgroup plugin
 // (proctrack/linuxproc, task/none; CgroupPlugin=disabled on 24.11 and
 // 26.05), so each node's files say the job's group is not kept here, with
 // the reason, and hold no job cgroup usage.
@@ -85,7 +85,7 @@ echo done
 	}
 	t.Logf("job %s on Slurm %s: c1 %d phase spans, c2 %d", jobID, c.slurmVersion, len(slurmkit.PhaseSpans(t, otelDir["c1"])), len(slurmkit.PhaseSpans(t, otelDir["c2"])))
 
-	// The cgroup scrape job: no Slurm cgroup here, said with its reason.
+	// The cgroup readings: no Slurm cgroup here, said with its reason.
 	for _, n := range []string{"c1", "c2"} {
 		all := readOTLP(t, filepath.Join(otelDir[n], "metrics.jsonl"))
 		notKept := find(all, metricNamed(vocab.CgroupNotKept))

@@ -85,7 +85,7 @@ const HostAttributionNode = "the node's: the whole node's RAPL packages and DRAM
 	"the job's only where it had the node alone (an exclusive allocation, which the files do not say); not split by a CPU share"
 
 // noHostPowerWhy says why a node has no host energy.
-const noHostPowerWhy = "its supervisor served no " + mHostEnergy + " or " + mHostPower + " (plugstack host_power is off there, the node has no RAPL zone " +
+const noHostPowerWhy = "its supervisor sent no " + mHostEnergy + " or " + mHostPower + " (plugstack host_power is off there, the node has no RAPL zone " +
 	"or hwmon power meter, or root could not open one: slurmd's and the supervisor's logs say which)"
 
 // HostEnergy is the host energy of one node over one window: a Slurm

@@ -91,7 +91,7 @@ func TestHostEnergy(t *testing.T) {
 	}
 	sec2 := flat(textSections(text.String(), "host energy"))
 	for _, want := range []string{"gn1 step batch 3360.0 J (210.0 W), the window's own 2520.0 to 3360.0 J (samples 1.00 s beyond it), package-0 + package-0/dram + package-1; trusted",
-		"gn2 run -; NOT TRUSTED: " + ReasonNoHostPower + ": gn2: its supervisor served no"} {
+		"gn2 run -; NOT TRUSTED: " + ReasonNoHostPower + ": gn2: its supervisor sent no"} {
 		if !strings.Contains(sec2, want) {
 			t.Errorf("text lacks %q:\n%s", want, sec2)
 		}

@@ -242,7 +242,7 @@ on <b id="outcome-nodes">{{.Nodes}} {{if eq .Nodes 1}}node{{else}}nodes{{end}} {
 {{end}}{{end}}{{end}}</table>
 <p class="absent">{{.R.TraceTree.Rollouts}} rollouts: {{.R.TraceTree.Linked}} by link, {{.R.TraceTree.ByResource}} by resource, {{.R.TraceTree.Unplaced}} not placed.</p>{{end}}
 {{if .R.Cgroups}}<h2>Cgroups</h2>
-<p class="absent">From the scrape job cgroup: totals since each group was made; "not kept" where the node does not keep the figure (the reason is in the last column).</p>
+<p class="absent">From the producer cgroup: totals since each group was made; "not kept" where the node does not keep the figure (the reason is in the last column).</p>
 {{template "agg" index .Tables "cgroups"}}{{end}}
 {{if .R.ModelServers}}<h2>Model servers</h2>
 {{template "agg" index .Tables "servers"}}{{end}}

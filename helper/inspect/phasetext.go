@@ -375,7 +375,7 @@ func (t *textOut) cgroupLines(r *Report) {
 		return
 	}
 	defer lookalikes()
-	t.section("cgroups (scrape job cgroup; the kernel's totals since each group was made)")
+	t.section("cgroups (producer cgroup; the kernel's totals since each group was made)")
 	// Past maxTableRows groups: each kind of group's figures aggregated over
 	// the nodes, the outliers' rows, and the reasons for what is not kept
 	// with the node's name folded ("<node>").

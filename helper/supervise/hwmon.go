@@ -12,7 +12,7 @@ package supervise
 // acpi_power_meter.c: mode 0444), so root hands nothing down, and nothing
 // here reads what any user of the node could not. Only the power_meter
 // chip is served; the other chips' power sensors (a GPU driver's, counted
-// by dcgm-exporter already) are named in the log, not served. It is the
+// by dcgm-exporter already) are named in the log, not read. It is the
 // node's power, not the job's: inspect attributes it to the job only as
 // the node's whole.
 
@@ -53,7 +53,7 @@ func newHwmonPower(root string, info, warn func(string, ...any)) *hwmonPower {
 		for _, s := range scan.Listed {
 			l = append(l, s.Chip+" "+s.Hwmon+" "+s.Attr)
 		}
-		info("host power (hwmon): not served (a GPU's is dcgm-exporter's; other chips are parts of the node): %s", strings.Join(l, ", "))
+		info("host power (hwmon): not read (a GPU's is dcgm-exporter's; other chips are parts of the node): %s", strings.Join(l, ", "))
 	}
 	if len(scan.Added) == 0 {
 		if info != nil {
@@ -70,7 +70,7 @@ func newHwmonPower(root string, info, warn func(string, ...any)) *hwmonPower {
 			}
 			l = append(l, d)
 		}
-		info("host power (hwmon): serving %s", strings.Join(l, ", "))
+		info("host power (hwmon): reading %s", strings.Join(l, ", "))
 	}
 	return &hwmonPower{sensors: scan.Added, why: make([]string, len(scan.Added)), warn: warn}
 }

@@ -79,11 +79,11 @@ func TestHwmonScraped(t *testing.T) {
 		}
 	}
 	if points < 5 {
-		t.Errorf("%d points of %s: want a scrape a second for over 5 s", points, vocab.HostPowerWatts)
+		t.Errorf("%d points of %s: want a reading a second for over 5 s", points, vocab.HostPowerWatts)
 	}
-	if out := s.Proc.Out.String(); !strings.Contains(out, "not served (a GPU's is dcgm-exporter's; other chips are parts of the node): amdgpu hwmon0 power1_average") ||
-		!strings.Contains(out, "serving power_meter hwmon3 power1_average (averaged over 1000 ms)") {
-		t.Errorf("the supervisor's log does not name the meter served and the GPU's sensor not served:\n%s", out)
+	if out := s.Proc.Out.String(); !strings.Contains(out, "not read (a GPU's is dcgm-exporter's; other chips are parts of the node): amdgpu hwmon0 power1_average") ||
+		!strings.Contains(out, "reading power_meter hwmon3 power1_average (averaged over 1000 ms)") {
+		t.Errorf("the supervisor's log does not name the meter read and the GPU's sensor not read:\n%s", out)
 	}
 	r, err := inspect.Build(s.Out)
 	if err != nil {

@@ -410,7 +410,7 @@ wait
 		}
 	}
 	for _, want := range []string{"== Slurm phases (s since the submit, ", "== submit to first rollout (batch node " + fr.Node + ")",
-		"== cgroups (scrape job cgroup"} {
+		"== cgroups (producer cgroup"} {
 		if !strings.Contains(string(text), want) {
 			t.Errorf("text lacks %q", want)
 		}

@@ -77,15 +77,16 @@ type cgroupReader struct {
 	ownWhy  string
 	kernel  string
 	stepMax int
-	// The job's group once found (Find globs directories: at most once
-	// per jobSearchEvery while it is not found in every hierarchy).
+	// The job's group once found (Find globs directories: at every
+	// reading while it is not found, then at most once per jobSearchEvery
+	// while it is not found in every hierarchy).
 	jobDirs    cgroup.StatsDirs
 	jobWhy     string
 	searchedAt time.Time
 }
 
-// jobSearchEvery is how often a job group not found (in every hierarchy)
-// is looked for again.
+// jobSearchEvery is how often a job group found in some hierarchies but
+// not in every one is looked for again.
 const jobSearchEvery = 5 * time.Second
 
 // newCgroupReader finds the node's hierarchies and the supervisor's own
@@ -121,12 +122,16 @@ type cgroupGroup struct {
 // read reads every group now.
 func (r *cgroupReader) read() []cgroupGroup {
 	var gs []cgroupGroup
-	// Looked for again while not found, and while found in fewer
-	// hierarchies than the node has: Slurm makes the job's directory in
-	// each hierarchy on its own (task/cgroup's memory one at the first
-	// step, jobacct_gather's cpuacct one a moment later), so a group first
-	// seen in one may appear in another after.
-	if (!r.jobDirs.Exists() || len(r.jobDirs) < len(r.hs)) && time.Since(r.searchedAt) >= jobSearchEvery {
+	// Looked for again at every reading while not found (the first
+	// reading, at the collector's readiness, comes before the job's first
+	// step makes it), and while found in fewer hierarchies than the node
+	// has: Slurm makes the job's directory in each hierarchy on its own
+	// (task/cgroup's memory one at the first step, jobacct_gather's
+	// cpuacct one a moment later), so a group first seen in one may appear
+	// in another after. The readings come only from the supervisor's own
+	// schedule (nodemetrics.go): at most one per scrape interval, and the
+	// final scrape's and the drain's.
+	if !r.jobDirs.Exists() || len(r.jobDirs) < len(r.hs) && time.Since(r.searchedAt) >= jobSearchEvery {
 		dirs, why := r.job.Find(r.hs)
 		if !r.jobDirs.Exists() || len(dirs) >= len(r.jobDirs) {
 			r.jobDirs, r.jobWhy = dirs, why

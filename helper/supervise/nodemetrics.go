@@ -67,7 +67,7 @@ type point struct {
 	value  float64
 }
 
-// add appends a point to the family named name in fams (created, with
+// addPoint appends p to the family named name in fams (created, with
 // help and counter, at its first point), keeping the families' order.
 func addPoint(fams []family, name, help string, counter bool, p point) []family {
 	for i := range fams {

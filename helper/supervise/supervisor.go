@@ -127,8 +127,8 @@ type Options struct {
 	// <output dir>/supervisor.log once the dir exists (the plugin's prolog
 	// gives the supervisor no stderr).
 	LogToOutputDir bool
-	// NoCgroupMetrics: the supervisor serves no cgroup metrics
-	// (cgroupmetrics.go) and the collector scrapes none.
+	// NoCgroupMetrics: the supervisor reads no cgroup metrics
+	// (cgroupmetrics.go) and pushes none.
 	NoCgroupMetrics bool
 	// ControlListener is the control socket's listener the prolog made as root
 	// and handed on (InheritedControlListener; controlsock.go): the supervisor
@@ -208,15 +208,16 @@ type supervisor struct {
 	rundir string
 
 	// The receipt's figures (see receipt.go).
-	final           *finalSink   // receives the collector's export at shutdown
-	nodeMetrics     *nodeMetrics // the job's cgroups, host energy and power (nil: none read)
+	final      *finalSink           // receives the collector's export at shutdown
+	control    *controlServer       // answers the batch step's hold (nil: not started by the plugin)
+	lastRead   selfmetrics.Counters // the running collector's last read counters
+	lastReadAt time.Time
+	figures    selfmetrics.Counters // the ended collector runs' counters, summed
+	runs       int                  // collector runs ended (counted in figures)
+	unknown    []string             // what the figures lack, one sentence each
+
+	nodeMetrics     *nodeMetrics // the job's cgroups, host energy and power (nodemetrics.go; nil: none read)
 	nodeMetricsStop func()
-	control         *controlServer       // answers the batch step's hold (nil: not started by the plugin)
-	lastRead        selfmetrics.Counters // the running collector's last read counters
-	lastReadAt      time.Time
-	figures         selfmetrics.Counters // the ended collector runs' counters, summed
-	runs            int                  // collector runs ended (counted in figures)
-	unknown         []string             // what the figures lack, one sentence each
 
 	phases     *phases // the job's Slurm phases as spans (phases.go)
 	phasesStop func()

@@ -30,10 +30,7 @@ package supervise
 // the counters' whole values.
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -41,7 +38,6 @@ import (
 	commonv1 "go.opentelemetry.io/proto/otlp/common/v1"
 	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 	resourcev1 "go.opentelemetry.io/proto/otlp/resource/v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
@@ -176,37 +172,13 @@ func (n *nodeMetrics) push(ctx context.Context, port int, token string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	at := time.Now()
-	err := postMetrics(ctx, port, token, n.request(n.read(), at))
+	err := postPlugin(ctx, port, token, "/v1/metrics", n.request(n.read(), at), NodeMetricsExportTimeout)
 	if err != nil {
 		n.failures++
 		n.lastErr = err.Error()
 		return err
 	}
 	n.pushed++
-	return nil
-}
-
-func postMetrics(ctx context.Context, port int, token string, req *metricsv1.MetricsData) error {
-	b, err := proto.Marshal(req)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, NodeMetricsExportTimeout)
-	defer cancel()
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/metrics", port), bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	r.Header.Set("Content-Type", "application/x-protobuf")
-	r.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(r)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("the collector's receiver answered HTTP %d", resp.StatusCode)
-	}
 	return nil
 }
 

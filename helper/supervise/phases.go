@@ -524,7 +524,7 @@ func (p *phases) export(ctx context.Context, port int, token string) (int, error
 	if len(spans) == 0 {
 		return 0, nil
 	}
-	err := postTraces(ctx, port, token, p.request(spans))
+	err := postPlugin(ctx, port, token, "/v1/traces", p.request(spans), PhaseExportTimeout)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.busy = false
@@ -541,14 +541,18 @@ func (p *phases) export(ctx context.Context, port int, token string) (int, error
 	return len(spans), nil
 }
 
-func postTraces(ctx context.Context, port int, token string, req *tracev1.TracesData) error {
+// postPlugin posts req, an OTLP export request, as protobuf to path
+// ("/v1/traces" or "/v1/metrics") of the collector's receiver of the
+// plugin's own telling at port, with the plugin's token, within timeout.
+// Errors: the request's, or an answer other than 200.
+func postPlugin(ctx context.Context, port int, token, path string, req proto.Message, timeout time.Duration) error {
 	b, err := proto.Marshal(req)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, PhaseExportTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/traces", port), bytes.NewReader(b))
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d%s", port, path), bytes.NewReader(b))
 	if err != nil {
 		return err
 	}

@@ -195,23 +195,7 @@ func (s *supervisor) startNodeMetrics(ctx context.Context) (stop func()) {
 	if s.nodeMetrics == nil {
 		return func() {}
 	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		s.pushNodeMetrics(ctx)
-		t := time.NewTicker(time.Duration(s.o.ScrapeIntervalSeconds) * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				s.pushNodeMetrics(ctx)
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
+	return tickEvery(time.Duration(s.o.ScrapeIntervalSeconds)*time.Second, true, func() { s.pushNodeMetrics(ctx) })
 }
 
 // pushNodeMetrics pushes one reading; a failure is logged at debug level

@@ -583,24 +583,35 @@ func (s *supervisor) startPhases(ctx context.Context) (stop func()) {
 	if s.control != nil {
 		s.control.phases.Store(s.phases)
 	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
 	if s.opt.Facts.NodeIndex == 0 {
 		// The job's first node: one query.
 		go s.phases.queueWait(ctx, squeueSubmit)
 	}
+	return tickEvery(PhaseFlush, false, func() {
+		if _, err := s.phases.export(ctx, s.ports.Plugin, s.ptoken); err != nil {
+			s.log.Debugf("phase spans: %v", err)
+		}
+	})
+}
+
+// tickEvery runs f every d in a goroutine of its own (and once at once
+// when now) until the returned stop, which waits for a run under way.
+func tickEvery(d time.Duration, now bool, f func()) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		t := time.NewTicker(PhaseFlush)
+		if now {
+			f()
+		}
+		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
-				if _, err := s.phases.export(ctx, s.ports.Plugin, s.ptoken); err != nil {
-					s.log.Debugf("phase spans: %v", err)
-				}
+				f()
 			}
 		}
 	}()

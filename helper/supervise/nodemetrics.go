@@ -112,9 +112,13 @@ func (n *nodeMetrics) read() []family {
 
 // request turns fams, read at at, into one export request (MetricsData:
 // wire-identical to ExportMetricsServiceRequest). A counter series' start
-// is its first reading's time.
+// is its first reading's time; only the series of this reading are kept
+// (a step's group gone with its step is forgotten, so a job of many steps
+// does not grow the map).
 func (n *nodeMetrics) request(fams []family, at time.Time) *metricsv1.MetricsData {
 	now := uint64(at.UnixNano())
+	starts := make(map[string]int64, len(n.starts))
+	defer func() { n.starts = starts }()
 	var ms []*metricsv1.Metric
 	for _, f := range fams {
 		var dps []*metricsv1.NumberDataPoint
@@ -130,8 +134,8 @@ func (n *nodeMetrics) request(fams []family, at time.Time) *metricsv1.MetricsDat
 				start, ok := n.starts[key]
 				if !ok {
 					start = at.UnixNano()
-					n.starts[key] = start
 				}
+				starts[key] = start
 				dp.StartTimeUnixNano = uint64(start)
 			}
 			dps = append(dps, dp)
@@ -162,7 +166,8 @@ func seriesKey(name string, labels [][2]string) string {
 }
 
 // push reads every source now and sends the reading to the collector's
-// receiver of the plugin's own telling (port, token); nil receiver: no-op.
+// receiver of the plugin's own telling (port, token); a nil n does
+// nothing.
 // Errors: the request's or the collector's answer (the reading is
 // dropped).
 func (n *nodeMetrics) push(ctx context.Context, port int, token string) error {

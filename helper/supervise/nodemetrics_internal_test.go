@@ -82,7 +82,8 @@ func (s *otlpSink) port() int { return s.srv.Listener.Addr().(*net.TCPAddr).Port
 // every later push; the job without a Slurm group here one
 // cgroup_not_kept point with its reason and no value of its own; a
 // reason that is not UTF-8 made valid (OTLP's strings must be, or the
-// whole request fails). A refused push is counted, not kept.
+// whole request fails). A refused push is counted, not kept; a series no
+// longer read is forgotten.
 func TestNodeMetricsPush(t *testing.T) {
 	sink := newOTLPSink(t, "gos_tok")
 	r := hostReader(t)
@@ -144,5 +145,13 @@ func TestNodeMetricsPush(t *testing.T) {
 	}
 	if len(starts) != 2 || starts[0] != starts[1] {
 		t.Errorf("the collector group's CPU starts %v: want one start, its first reading's", starts)
+	}
+	// A series gone from a reading (a step's group after its step) is
+	// forgotten: the starts kept are the last reading's counters.
+	gone := []family{{name: vocab.CgroupCPUSeconds, counter: true, points: []point{{labels: [][2]string{{"cgroup", "step"}, {"step", "7"}}, value: 1}}}}
+	n.request(gone, time.Now())
+	n.request(nil, time.Now())
+	if len(n.starts) != 0 {
+		t.Errorf("%d counter starts kept after a reading without counters, want 0", len(n.starts))
 	}
 }

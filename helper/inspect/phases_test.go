@@ -328,7 +328,7 @@ func TestPhasesText(t *testing.T) {
 			"  gn1 job                    4.50           -   250.0 MiB   500.0 MiB         0\n" +
 			"  gn1 step 0                 1.40           -    80.0 MiB        none         -\n" +
 			"  gn1 collector              0.60        0.20  >=30.0 MiB        none         -\n" +
-			"    pressure some/full (share of the time scraped): cpu 2.00/0.50 s (25.0%/0.0%), memory 0.00/- s\n",
+			"    pressure some/full (share of the time read): cpu 2.00/0.50 s (25.0%/0.0%), memory 0.00/- s\n",
 		"  gn2 job                not kept           -   300.0 MiB        none         -\n" +
 			"  not kept here, and why:\n" +
 			"    cpu_pressure, io_pressure, memory_pressure of gn1 job:\n" +

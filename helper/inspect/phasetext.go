@@ -542,6 +542,6 @@ func (t *textOut) cgroupRow(name string, u CgroupUsage) {
 		psi = append(psi, s)
 	}
 	if len(psi) > 0 {
-		t.wrap("    pressure some/full (share of the time scraped): ", strings.Join(psi, ", "))
+		t.wrap("    pressure some/full (share of the time read): ", strings.Join(psi, ", "))
 	}
 }

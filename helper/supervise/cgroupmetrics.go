@@ -42,7 +42,8 @@ import (
 // counted in one cgroup_not_kept series.
 const MaxCgroupSteps = 64
 
-// maxReasonBytes bounds a reason attribute.
+// maxReasonBytes bounds a point's attribute value as pushed (a reason is
+// the long one).
 const maxReasonBytes = 512
 
 // cgroupMetric is one metric family of the text.
@@ -179,12 +180,12 @@ func cgroupFamilies(gs []cgroupGroup) []family {
 	notKept := family{name: vocab.CgroupNotKept, help: "What this node does not keep for the group (family \"all\": the whole group), and why; 1 per family."}
 	for _, g := range gs {
 		if g.why != "" {
-			notKept.points = append(notKept.points, point{labels: append(groupLabels(g), [2]string{vocab.LabelFamily, vocab.CgroupFamilyAll}, [2]string{vocab.LabelReason, clipLabel(g.why)}), value: 1})
+			notKept.points = append(notKept.points, point{labels: append(groupLabels(g), [2]string{vocab.LabelFamily, vocab.CgroupFamilyAll}, [2]string{vocab.LabelReason, g.why}), value: 1})
 			continue
 		}
 		for _, fam := range cgroup.FamilyNames() {
 			if why, ok := g.st.NotKept[fam]; ok {
-				notKept.points = append(notKept.points, point{labels: append(groupLabels(g), [2]string{vocab.LabelFamily, fam}, [2]string{vocab.LabelReason, clipLabel(why)}), value: 1})
+				notKept.points = append(notKept.points, point{labels: append(groupLabels(g), [2]string{vocab.LabelFamily, fam}, [2]string{vocab.LabelReason, why}), value: 1})
 			}
 		}
 	}
@@ -200,7 +201,7 @@ func groupLabels(g cgroupGroup) [][2]string {
 }
 
 // clipLabel is s, at most maxReasonBytes (cut before a rune that would
-// cross the bound).
+// cross the bound): nodemetrics.go applies it to every attribute value.
 func clipLabel(s string) string {
 	if len(s) <= maxReasonBytes {
 		return s

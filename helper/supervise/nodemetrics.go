@@ -118,7 +118,6 @@ func (n *nodeMetrics) read() []family {
 func (n *nodeMetrics) request(fams []family, at time.Time) *metricsv1.MetricsData {
 	now := uint64(at.UnixNano())
 	starts := make(map[string]int64, len(n.starts))
-	defer func() { n.starts = starts }()
 	var ms []*metricsv1.Metric
 	for _, f := range fams {
 		var dps []*metricsv1.NumberDataPoint
@@ -127,7 +126,8 @@ func (n *nodeMetrics) request(fams []family, at time.Time) *metricsv1.MetricsDat
 			for _, l := range p.labels {
 				// OTLP's strings are UTF-8 (a step's or a reason's
 				// bytes may not be): the whole request would fail.
-				dp.Attributes = append(dp.Attributes, strAttr(l[0], strings.ToValidUTF8(l[1], "\uFFFD")))
+				// Every value is bounded, as the page's labels were.
+				dp.Attributes = append(dp.Attributes, strAttr(l[0], clipLabel(strings.ToValidUTF8(l[1], "\uFFFD"))))
 			}
 			if f.counter {
 				key := seriesKey(f.name, p.labels)
@@ -149,6 +149,7 @@ func (n *nodeMetrics) request(fams []family, at time.Time) *metricsv1.MetricsDat
 		}
 		ms = append(ms, m)
 	}
+	n.starts = starts
 	return &metricsv1.MetricsData{ResourceMetrics: []*metricsv1.ResourceMetrics{{
 		Resource: &resourcev1.Resource{Attributes: []*commonv1.KeyValue{
 			strAttr("service.name", vocab.CgroupProducer), strAttr("service.instance.id", n.node)}},

@@ -82,8 +82,9 @@ func (s *otlpSink) port() int { return s.srv.Listener.Addr().(*net.TCPAddr).Port
 // every later push; the job without a Slurm group here one
 // cgroup_not_kept point with its reason and no value of its own; a
 // reason that is not UTF-8 made valid (OTLP's strings must be, or the
-// whole request fails). A refused push is counted, not kept; a series no
-// longer read is forgotten.
+// whole request fails), and every attribute value at most maxReasonBytes.
+// A refused push is counted, not kept; a series no longer read is
+// forgotten.
 func TestNodeMetricsPush(t *testing.T) {
 	sink := newOTLPSink(t, "gos_tok")
 	r := hostReader(t)
@@ -149,7 +150,15 @@ func TestNodeMetricsPush(t *testing.T) {
 	// A series gone from a reading (a step's group after its step) is
 	// forgotten: the starts kept are the last reading's counters.
 	gone := []family{{name: vocab.CgroupCPUSeconds, counter: true, points: []point{{labels: [][2]string{{"cgroup", "step"}, {"step", "7"}}, value: 1}}}}
-	n.request(gone, time.Now())
+	long := n.request(gone, time.Now())
+	if v := long.ResourceMetrics[0].ScopeMetrics[0].Metrics[0].GetSum().DataPoints[0].Attributes[1].Value.GetStringValue(); v != "7" {
+		t.Errorf("step %q, want 7", v)
+	}
+	gone[0].points[0].labels[1][1] = strings.Repeat("é", maxReasonBytes)
+	long = n.request(gone, time.Now())
+	if v := long.ResourceMetrics[0].ScopeMetrics[0].Metrics[0].GetSum().DataPoints[0].Attributes[1].Value.GetStringValue(); len(v) > maxReasonBytes || !utf8.ValidString(v) || len(v) < maxReasonBytes-1 {
+		t.Errorf("a %d-byte step pushed as %d bytes (valid UTF-8 %v), want at most %d, cut at a rune", 2*maxReasonBytes, len(v), utf8.ValidString(v), maxReasonBytes)
+	}
 	n.request(nil, time.Now())
 	if len(n.starts) != 0 {
 		t.Errorf("%d counter starts kept after a reading without counters, want 0", len(n.starts))

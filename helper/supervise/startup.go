@@ -146,9 +146,7 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 		return s.portErr(fmt.Errorf("a loopback port for the collector's final figures: %w", err))
 	}
 	s.final.guard.setLog(s.log.Warnf)
-	if s.nodeMetrics != nil {
-		meter.run(time.Duration(s.o.ScrapeIntervalSeconds) * time.Second)
-	}
+	meter.run(time.Duration(s.o.ScrapeIntervalSeconds) * time.Second) // none without zones
 	if s.opt.ControlListener != nil {
 		// Started by the plugin, with the listener its prolog made: root's
 		// steps tell their phases and the batch step asks how far the

@@ -93,7 +93,9 @@ func proveFilter(ctx context.Context, a Args, node string, jobID uint32, group *
 	return nil
 }
 
-// installFilter installs the rules for ports, kept to group. Errors: why
+// installFilter installs the rules for ports, kept to group. The nft
+// program is required (the epilog and the sweep remove the rules with
+// it), though the prolog's own writes go through netlink. Errors: why
 // not (no nft, no v2 group, nft's).
 func installFilter(ctx context.Context, cluster, node string, jobID, uid uint32, group *cgroup.Group, ports []int) error {
 	run := nftRunner()
@@ -111,7 +113,32 @@ func installFilter(ctx context.Context, cluster, node string, jobID, uid uint32,
 	if err != nil {
 		return err
 	}
-	return portfilter.Install(ctx, run, portfilter.Job{ID: jobID, Cluster: cluster, Node: node, UID: uid, Ports: ports, Group: name, Level: level})
+	j := portfilter.Job{ID: jobID, Cluster: cluster, Node: node, UID: uid, Ports: ports, Group: name, Level: level}
+	// Through netlink, no program run: into the table as it is, else
+	// with the table set first (the node's first job). The nft program
+	// for what is left: a port of a job whose epilog could not remove
+	// its rules (Install removes it), and the error to report.
+	if portfilter.AddJob(j) == nil {
+		return nil
+	}
+	if portfilter.SetTable() == nil && portfilter.AddJob(j) == nil {
+		return nil
+	}
+	return portfilter.Install(ctx, run, j)
+}
+
+// setTable sets the node's table again (portfilter.SetTable, through
+// netlink), else with the nft program (portfilter.EnsureTable), whose
+// error is returned.
+func setTable(ctx context.Context) error {
+	if portfilter.SetTable() == nil {
+		return nil
+	}
+	run := nftRunner()
+	if run == nil {
+		return fmt.Errorf("no nft program (the nftables package)")
+	}
+	return portfilter.EnsureTable(ctx, run)
 }
 
 // listenersOurs proves that processes of group, and only they, listen on

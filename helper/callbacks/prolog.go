@@ -19,7 +19,6 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/portfilter"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
@@ -407,8 +406,8 @@ type launchState struct {
 	// its gate open: not before, where its forks would wait for the
 	// supervisor's, and its CPU delay it. Idempotent.
 	beside func()
-	// table, when not nil, sets the node's table again
-	// (portfilter.EnsureTable), begun once the job's rules went in.
+	// table, when not nil, sets the node's table again (setTable),
+	// begun once the job's rules went in.
 	table *sideTask
 }
 
@@ -511,9 +510,9 @@ func (st *launchState) start(ctx context.Context, env []string, groups []uint32,
 		clock.mark("filter")
 		if len(rec.FilterPorts) > 0 && st.table == nil {
 			// The node's table as the job's rules need it, set again
-			// beside the start (portfilter.Install left it as it was):
+			// beside the start (installFilter left it as it was):
 			// done before the prolog returns, so before any task.
-			st.table = newSideTask(func() error { return portfilter.EnsureTable(ctx, nftRunner()) })
+			st.table = newSideTask(func() error { return setTable(ctx) })
 			st.table.start()
 		}
 		_, err = opener.Write([]byte{launch.GateOpen})

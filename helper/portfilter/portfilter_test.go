@@ -345,11 +345,20 @@ func dialAs(t *testing.T, port int, uid uint32) string {
 	return strings.TrimSpace(string(out))
 }
 
-// TestFilterKernel installs a job's rules on this node's kernel and plays
-// the job's collector (a listener of the job's uid inside the job's cgroup
-// v2 group), the job's tasks (the job's uid outside it), another user, and
-// squatters of both uids on a port of the job that its collector freed.
+// TestFilterKernel installs a job's rules on this node's kernel, once with
+// the nft program (Install) and once through netlink as the job prolog
+// does (SetTable, AddJob), and plays the job's collector (a listener of
+// the job's uid inside the job's cgroup v2 group), the job's tasks (the
+// job's uid outside it), another user, and squatters of both uids on a
+// port of the job that its collector freed. The nft program removes
+// either's rules (Remove).
 func TestFilterKernel(t *testing.T) {
+	for _, way := range []string{"nft", "netlink"} {
+		t.Run(way, func(t *testing.T) { filterKernel(t, way) })
+	}
+}
+
+func filterKernel(t *testing.T, way string) {
 	if os.Geteuid() != 0 {
 		testenv.Missing(t, "root (the kernel's packet filter)")
 		return
@@ -387,10 +396,42 @@ func TestFilterKernel(t *testing.T) {
 	ctx := context.Background()
 	j := portfilter.Job{ID: 4000000000 - uint32(os.Getpid()%1000), Cluster: "pftest", Node: "pftest", UID: jobUID, Ports: []int{held, freed}, Group: name, Level: level}
 	start := time.Now()
-	if err := portfilter.Install(ctx, run, j); err != nil {
+	if way == "netlink" {
+		if err := portfilter.SetTable(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("table: %v", time.Since(start))
+		start = time.Now()
+		if err := portfilter.AddJob(j); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := portfilter.Install(ctx, run, j); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("install: %v", time.Since(start))
+	listing, err := exec.Command(nft, "list", "table", "inet", portfilter.Table).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list: %v: %s", err, listing)
+	}
+	t.Logf("%s", listing)
+	if way == "netlink" {
+		// A port still in the maps (a job whose epilog could not remove
+		// its rules) fails the whole transaction: nothing of it is left,
+		// and the prolog falls back to Install, which removes the entry.
+		stale := j
+		stale.ID++
+		stale.Ports = []int{freed}
+		if err := portfilter.AddJob(stale); err == nil {
+			t.Errorf("AddJob over a port of another job's: no error")
+		}
+		out, err := exec.Command(nft, "list", "table", "inet", portfilter.Table).CombinedOutput()
+		if err != nil {
+			t.Fatalf("nft list: %v: %s", err, out)
+		}
+		if strings.Contains(string(out), fmt.Sprintf("job_%d_", stale.ID)) {
+			t.Errorf("a failed AddJob left its chains:\n%s", out)
+		}
+	}
 	removed := false
 	t.Cleanup(func() {
 		if !removed {

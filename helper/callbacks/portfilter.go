@@ -174,14 +174,23 @@ func releasePorts(ctx context.Context, rec *record.Record, node string, jobID ui
 	if rec == nil || len(rec.FilterPorts) == 0 {
 		return
 	}
-	run := nftRunner()
-	if run == nil {
-		log.Warnf("job %d: the packet filter of ports %v is left: no nft program", jobID, rec.FilterPorts)
-		return
-	}
-	if err := portfilter.Remove(ctx, run, portfilter.Job{ID: jobID, Cluster: rec.FilterCluster, Node: node, Legacy: rec.FilterLegacy, Ports: rec.FilterPorts}); err != nil {
+	if err := removeRules(ctx, portfilter.Job{ID: jobID, Cluster: rec.FilterCluster, Node: node, Legacy: rec.FilterLegacy, Ports: rec.FilterPorts}); err != nil {
 		log.Warnf("job %d: removing the packet filter of ports %v: %v", jobID, rec.FilterPorts, err)
 	}
+}
+
+// removeRules removes j's rules through netlink (portfilter.RemoveJob),
+// else with the nft program (portfilter.Remove), whose error is returned;
+// tests replace it.
+var removeRules = func(ctx context.Context, j portfilter.Job) error {
+	err := portfilter.RemoveJob(j)
+	if err == nil {
+		return nil
+	}
+	if run := nftRunner(); run != nil {
+		return portfilter.Remove(ctx, run, j)
+	}
+	return err
 }
 
 // digits are the job's own numbers in a reason (ids, ports, paths), so

@@ -77,7 +77,6 @@ func sweepOrphanRules(ctx context.Context, recordDir, cluster, node string, curr
 		return
 	}
 	listen, _ := launch.NodeListeners()
-	run := portfilter.NftRunner(nft)
 	for _, j := range orphans {
 		kind := ""
 		if j.Legacy {
@@ -91,7 +90,7 @@ func sweepOrphanRules(ctx context.Context, recordDir, cluster, node string, curr
 				continue
 			}
 		}
-		if err := portfilter.Remove(ctx, run, j); err != nil {
+		if err := removeRules(ctx, j); err != nil {
 			log.Warnf("job %d: removing its orphaned packet filter rules%s (ports %v; the job has no record on %s): %v", j.ID, kind, j.Ports, node, err)
 			continue
 		}

@@ -2,6 +2,7 @@ package portfilter
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -208,4 +209,54 @@ func addJob(c *nftables.Conn, t *nftables.Table, j Job, group uint64) {
 		// Elements of a map with verdicts marshal without error.
 		_ = c.SetAddElements(portMap(t, m.name), elems)
 	}
+}
+
+// RemoveJob removes j's rules as Remove does, through netlink: j's ports
+// from the two maps and j's two chains, one transaction; where that fails
+// (some of it gone already: a second epilog, a sweep), each statement in
+// a transaction of its own, what is not there being no error. Errors: the
+// statements that failed for another reason than their object's absence.
+func RemoveJob(j Job) error {
+	t := table()
+	ops := removeOps(t, j)
+	c, err := dial()
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		op(c)
+	}
+	if c.Flush() == nil {
+		return nil
+	}
+	var errs []error
+	for _, op := range ops {
+		if c, err = dial(); err != nil {
+			return err
+		}
+		op(c)
+		if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeOps are removeStatements' statements, each queueing its message
+// on a connection.
+func removeOps(t *nftables.Table, j Job) []func(*nftables.Conn) {
+	var ops []func(*nftables.Conn)
+	for _, p := range j.Ports {
+		for _, m := range []string{"out_ports", "in_ports"} {
+			ops = append(ops, func(c *nftables.Conn) {
+				// A key's element marshals without error.
+				_ = c.SetDeleteElements(portMap(t, m), []nftables.SetElement{{Key: port(p)}})
+			})
+		}
+	}
+	for _, h := range []string{"out", "in"} {
+		ch := &nftables.Chain{Table: t, Name: j.Chain(h)}
+		ops = append(ops, func(c *nftables.Conn) { c.FlushChain(ch) }, func(c *nftables.Conn) { c.DelChain(ch) })
+	}
+	return ops
 }

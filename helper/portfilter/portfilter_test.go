@@ -432,10 +432,19 @@ func filterKernel(t *testing.T, way string) {
 			t.Errorf("a failed AddJob left its chains:\n%s", out)
 		}
 	}
+	// Each way's rules are removed by the other's: an epilog through
+	// netlink removes a job's rules that nft made (a prolog before the
+	// upgrade), and nft (the sweep's fallback) the rules netlink made.
+	remove := func() error {
+		if way == "netlink" {
+			return portfilter.Remove(ctx, run, j)
+		}
+		return portfilter.RemoveJob(j)
+	}
 	removed := false
 	t.Cleanup(func() {
 		if !removed {
-			portfilter.Remove(ctx, run, j)
+			remove()
 		}
 	})
 	if err := portfilter.Probe(held, time.Second); err != nil {
@@ -473,7 +482,7 @@ func filterKernel(t *testing.T, way string) {
 	// Removed, the same squatter gets the connection: the rules were what
 	// stopped it.
 	start = time.Now()
-	if err := portfilter.Remove(ctx, run, j); err != nil {
+	if err := remove(); err != nil {
 		t.Fatal(err)
 	}
 	removed = true
@@ -490,8 +499,11 @@ func filterKernel(t *testing.T, way string) {
 		t.Errorf("without the rules, the squatter's port: %s (want answered: the test would not show the filter)", got)
 	}
 	stop()
-	// A second Remove finds nothing and is no error.
+	// A second removal, either way, finds nothing and is no error.
 	if err := portfilter.Remove(ctx, run, j); err != nil {
 		t.Errorf("a second Remove: %v", err)
+	}
+	if err := portfilter.RemoveJob(j); err != nil {
+		t.Errorf("a second RemoveJob: %v", err)
 	}
 }

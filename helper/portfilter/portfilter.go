@@ -35,6 +35,12 @@
 // packet to the job's chain by a verdict map from the destination port,
 // and two regular chains per job. The table's base chains only ever
 // reset; a site's own firewall in other tables is untouched.
+//
+// The prolog and the epilog write the rules through the kernel's nftables
+// netlink interface (AddJob, SetTable, RemoveJob: no program run on the
+// start's path); the nft program writes the same rules from the scripts
+// here where netlink refuses (Install, EnsureTable, Remove), and lists the
+// table for the sweep (Orphans).
 package portfilter
 
 import (

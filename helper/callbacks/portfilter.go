@@ -94,9 +94,9 @@ func proveFilter(ctx context.Context, a Args, node string, jobID uint32, group *
 }
 
 // installFilter installs the rules for ports, kept to group. The nft
-// program is required (the epilog and the sweep remove the rules with
-// it), though the prolog's own writes go through netlink. Errors: why
-// not (no nft, no v2 group, nft's).
+// program is required (the sweep lists the table with it, and it writes
+// where netlink refuses), though the prolog's own writes go through
+// netlink. Errors: why not (no nft, no v2 group, nft's).
 func installFilter(ctx context.Context, cluster, node string, jobID, uid uint32, group *cgroup.Group, ports []int) error {
 	run := nftRunner()
 	if run == nil {

@@ -16,16 +16,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The job prolog's two writes to the node's table go to the kernel's
-// nftables netlink interface directly, without the nft program: nft's
-// exec, its library's start and its parse of the script took 10-30 ms of
-// CPU at each prolog (46-87 ms on a slow host), on the path to the
-// collector's start or beside it on a node of few CPUs, where one netlink
-// transaction takes well under a millisecond of CPU. The rules are the
-// very ones the nft scripts make (JobScript, tableScript: nft's own
-// bytecode for them, read with nft --debug=netlink), so that nft lists
-// them the same and removes them (Remove, the sweep's Orphans), which
-// stay with the nft program: they are off the start's path.
+// The job prolog's two writes to the node's table and the epilog's
+// removal go to the kernel's nftables netlink interface directly, without
+// the nft program: nft's exec, its library's start and its parse of the
+// script took 10-30 ms at each prolog (32-74 ms on a slow host), on the
+// path to the collector's start or beside it on a node of few CPUs, where
+// one netlink transaction takes 1-2 ms. The rules are the very ones the
+// nft scripts make (JobScript, tableScript: nft's own bytecode for them,
+// read with nft --debug=netlink) but for the uids' match (a rule per uid
+// where nft makes an anonymous set), so that nft lists them and removes
+// them (Remove) as its own. The sweep's listing (Orphans) stays with the
+// nft program, beside the start.
 
 // netlinkTimeout bounds one netlink transaction. A commit that changes a
 // base chain waits for the kernel's readers (15-20 ms on an idle node);

@@ -96,7 +96,7 @@ func cgroupID(path string) (uint64, error) {
 	var st syscall.Stat_t
 	full := filepath.Join(CgroupMount, path)
 	if err := syscall.Stat(full, &st); err != nil {
-		return 0, fmt.Errorf("the cgroup %s: %w", full, &os.PathError{Op: "stat", Path: full, Err: err})
+		return 0, fmt.Errorf("the job's cgroup: %w", &os.PathError{Op: "stat", Path: full, Err: err})
 	}
 	return st.Ino, nil
 }

@@ -23,13 +23,15 @@ package cgroup
 import (
 	"errors"
 	"fmt"
-	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/gym-otel-spank/gym-otel-spank/helper/vocab"
 )
 
 // Stat names: the quantities a group's reading may hold (Stats.Values
@@ -448,7 +450,17 @@ func (j SlurmJob) jobDir(h Hierarchy) (string, []string) {
 		}
 		// Another CgroupPrepend: one match, never a guess between
 		// several (two slurmd of one host each have the job's group).
-		if m, _ := filepath.Glob(filepath.Join(h.Mount, "*", sub)); len(m) == 1 && isDir(m[0]) {
+		// Where this node's own name can be looked for, a slurm_<name>
+		// directory is another node's (CgroupPrepend=/slurm_%n on a host
+		// of several slurmd): before this node's first step of the job
+		// makes its group, the other node's is the only match.
+		m, _ := filepath.Glob(filepath.Join(h.Mount, "*", sub))
+		if safeName(j.Node) {
+			m = slices.DeleteFunc(m, func(p string) bool {
+				return strings.HasPrefix(filepath.Base(filepath.Dir(filepath.Dir(p))), "slurm_")
+			})
+		}
+		if len(m) == 1 && isDir(m[0]) {
 			return m[0], cands
 		}
 		return "", append(cands, filepath.Join(h.Mount, "*", sub))

@@ -247,6 +247,18 @@ func TestFindSlurmJob(t *testing.T) {
 		t.Errorf("26.05 SLUID dir: job %v steps %v", job, steps)
 	}
 
+	// Before gn1's first step of job 9 makes its group, gn2's (another
+	// slurmd of the same host) is the only directory of the job: never
+	// gn1's. A site's own prefix is still found.
+	mk("memory/slurm_gn2/uid_1000/job_9/step_0")
+	mk("cpuacct/site_prefix/uid_1000/job_9/step_0")
+	j9 := j
+	j9.JobID = "9"
+	job, _ = j9.Find([]Hierarchy{v1("memory", "memory"), v1("cpuacct", "cpuacct")})
+	if len(job) != 1 || !strings.HasSuffix(job[0].Path, "cpuacct/site_prefix/uid_1000/job_9") {
+		t.Errorf("job 9 on gn1, only gn2's group and a site prefix's there: %v, want the site prefix's only", job)
+	}
+
 	j.JobID = "8"
 	if _, why := j.Find(hs); !strings.Contains(why, "no Slurm cgroup of job 8") || !strings.Contains(why, "slurm_gn1/uid_1000/job_8") {
 		t.Errorf("missing job: %q", why)

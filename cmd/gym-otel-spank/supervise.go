@@ -91,6 +91,9 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	// close-on-exec), and before this process starts anything that could
 	// inherit it.
 	hold, holdErr := supervise.InheritedControlListener()
+	// The collector this process's start exec'd (early.c), watched from
+	// here: nothing has waited for a child yet.
+	early, earlyErr := takeEarlyCollector()
 	// The node's RAPL counters root opened and handed down (plugstack
 	// host_power=rapl), taken likewise: read through these descriptors
 	// only, never reopened by path.
@@ -105,6 +108,11 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	hostHwmon := os.Getenv(launch.EnvHostPower) == launch.HostPowerHwmon
 	os.Unsetenv(launch.EnvHostPower)
 	if *userName != "" {
+		if early != nil {
+			// Exec'd as this process's user, not the one it becomes.
+			early.Abandon()
+			early = nil
+		}
 		if err := proc.BecomeUser(*userName); err != nil {
 			return err
 		}
@@ -119,7 +127,10 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	if notDumpableErr != nil {
 		logrus.Warnf("not dumpable: %v (the job's tasks can read this process's memory)", notDumpableErr)
 	}
-	opt := supervise.Options{MainStart: mainStart, ControlListener: hold, HostEnergy: energy, HostHwmon: hostHwmon, Gate: gate}
+	if earlyErr != nil {
+		logrus.Warnf("%v (the collector is exec'd when its run starts)", earlyErr)
+	}
+	opt := supervise.Options{MainStart: mainStart, Early: early, ControlListener: hold, HostEnergy: energy, HostHwmon: hostHwmon, Gate: gate}
 	// reportFailed reports a start that ends before the supervisor runs
 	// (on the readiness channel, once there is one) and returns err.
 	reportFailed := func(err error) error {

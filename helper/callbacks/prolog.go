@@ -334,7 +334,22 @@ func supervisorEnv(in PrologInput, resolved *config.Resolved, factsJSON []byte, 
 	if r := nvidiaRoot(NodeName(in.Getenv)); r != "" {
 		env = append(env, launch.EnvNvidiaProc+"="+r)
 	}
+	if bin := earlyCollector(resolved.Otel); bin != "" {
+		env = append(env, launch.EnvEarlyCollector+"="+bin)
+	}
 	return env, nil
+}
+
+// earlyCollector is the collector the supervisor's process execs at its
+// start (launch.EnvEarlyCollector): otel.binary where the collector runs
+// on the host, is named by an absolute path and is the product's own
+// (launch.EarlyCollectorName, whose init takes the hand-over); else ""
+// (the supervisor execs its collector once it has the run to give).
+func earlyCollector(o config.Otel) string {
+	if o.Container != "" || !filepath.IsAbs(o.Binary) || filepath.Base(o.Binary) != launch.EarlyCollectorName {
+		return ""
+	}
+	return o.Binary
 }
 
 // slurmdPID is the pid of the slurmd that runs the job prolog: the C

@@ -119,7 +119,36 @@ const (
 	// Unset (a prolog of an earlier release, a supervisor started by
 	// hand): no gate.
 	EnvGateFD = "GYM_OTEL_GATE_FD"
+	// EnvEarlyCollector is the supervisor's environment variable naming
+	// the host collector (an absolute path) that its process execs at its
+	// very start, before its Go runtime (the collector's early exec:
+	// cmd/gym-otel-spank/early.c), so that the collector's own
+	// initialisation overlaps the supervisor's start. That collector waits
+	// in its init for the hand-over (EnvHandover) and takes nothing before
+	// it. Set by the plugin's prolog for a host collector named
+	// EarlyCollectorName; unset: the collector is exec'd when the
+	// supervisor starts it, as for every later run.
+	EnvEarlyCollector = "GYM_OTEL_EARLY_COLLECTOR"
+	// EnvHandover is the early collector's one environment variable before
+	// its hand-over: the descriptor of its end of the hand-over socket
+	// (a SOCK_SEQPACKET pair with the supervisor). The collector's own
+	// init (collector/handover.go) receives one message there: its whole
+	// environment, its resource limits and umask, and its log and held
+	// output dir as descriptors; it answers HandoverAck once it took them,
+	// and exits 0 at an end of file without one.
+	EnvHandover = "GYM_OTEL_HANDOVER_FD"
 )
+
+// EarlyCollectorName is the file name of the host collector the
+// prolog has exec'd early (EnvEarlyCollector): the product's collector,
+// whose init takes the hand-over. Another binary (a site's own build of
+// the upstream collector, a test's stand-in) is exec'd only when the
+// supervisor starts it.
+const EarlyCollectorName = "otelcol-gym"
+
+// HandoverAck is the byte the early collector answers the hand-over
+// with once its descriptors, environment and limits are in place.
+const HandoverAck = 'h'
 
 // GateOpen is the one byte root writes on the supervisor's gate
 // (EnvGateFD) once the job's packet filter is in place, or not needed.

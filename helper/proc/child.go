@@ -2,6 +2,7 @@ package proc
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"syscall"
 	"time"
@@ -27,6 +28,29 @@ func Watch(cmd *exec.Cmd) *Child {
 		close(c.exited)
 	}()
 	return c
+}
+
+// WatchPID waits in the background for pid, a child of this process that
+// was not started through os/exec (the collector's early exec), as Watch
+// does: Err is then an *exec.ExitError for an exit other than 0, and Cmd
+// holds the process and name (Path, Args) only. The error is
+// os.FindProcess's.
+func WatchPID(pid int, name string) (*Child, error) {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return nil, err
+	}
+	c := &Child{Cmd: &exec.Cmd{Path: name, Args: []string{name}, Process: p}, Pid: pid, exited: make(chan struct{})}
+	go func() {
+		st, err := p.Wait()
+		if err == nil && !st.Success() {
+			err = &exec.ExitError{ProcessState: st}
+		}
+		c.Cmd.ProcessState = st
+		c.err = err
+		close(c.exited)
+	}()
+	return c, nil
 }
 
 // Exited is closed once the child has exited and been reaped.

@@ -126,9 +126,9 @@ func containerEnv(env, names []string) []string {
 // ClearSignals), and exactly env as its environment. SIGTERM reaches it if
 // the supervisor dies (Pdeathsig; the supervisor's main thread is locked).
 func start(ls launchCmd) (*collector, error) {
-	logf, err := os.OpenFile(ls.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+	logf, err := openCollectorLog(ls.log)
 	if err != nil {
-		return nil, fmt.Errorf("collector log %s: %w", ls.log, err)
+		return nil, err
 	}
 	defer logf.Close()
 	path := ls.argv[0]
@@ -161,6 +161,16 @@ func start(ls launchCmd) (*collector, error) {
 	c := &collector{Child: proc.Watch(cmd), pid: cmd.Process.Pid}
 	c.start, _ = proc.StartTime(c.pid)
 	return c, nil
+}
+
+// openCollectorLog opens the collector's log, path, to append to (created
+// 0600, not through a symbolic link).
+func openCollectorLog(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("collector log %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // stop sends SIGTERM to the collector's process group and waits up to bound
@@ -222,7 +232,7 @@ func (s *supervisor) startRun(ctx context.Context, bound time.Duration, steps *s
 			failed, err = startFile, ferr
 		}
 	}()
-	c, err := start(s.launchArgs)
+	c, err := s.startCollector(ctx)
 	if err != nil {
 		return startExec, err
 	}

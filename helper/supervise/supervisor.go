@@ -57,6 +57,11 @@ type Options struct {
 	// start-up's steps tell the process's start ("spawn") from its
 	// options ("options").
 	MainStart time.Time
+	// Early is the host collector this process exec'd at its start
+	// (WatchEarlyCollector), or nil: the first run hands it its run
+	// instead of exec'ing one, where the run's argv is the one it was
+	// exec'd with.
+	Early *EarlyCollector
 	// Resolved is the job's validated resolved settings.
 	Resolved *config.Resolved
 	// Facts are the job's facts on this node. Where Facts.GPUPCI is nil

@@ -170,6 +170,13 @@ exit 7
 			t.Errorf("collector output: %v", err)
 		}
 	}
+	// Each node's collector is the one its supervisor's process exec'd
+	// at its start (launch.EnvEarlyCollector), handed the run.
+	for _, p := range []string{"otel/supervisor.log", "otel/nodes/gn2/supervisor.log"} {
+		if log, _ := os.ReadFile(filepath.Join(jobDir, p)); !strings.Contains(string(log), "the collector exec'd at the supervisor's start took its run") {
+			t.Errorf("%s: the early collector did not take the run:\n%s", p, log)
+		}
+	}
 	waitNoCollector(t)
 	// The epilog removes the record last, after the collector's group
 	// and rules: look once the nodes are idle (their epilogs done).

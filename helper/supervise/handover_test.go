@@ -97,9 +97,10 @@ func TestEarlyCollectorTakesTheRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(env) != launch.EnvHandover+"=3\x00" {
-		t.Errorf("the collector's exec environment is %q, want only %s", env, launch.EnvHandover)
+	if string(env) != launch.EnvHandover+"=3\x00GOGC=off\x00" {
+		t.Errorf("the collector's exec environment is %q, want only %s and GOGC=off", env, launch.EnvHandover)
 	}
+
 	if code := httpExport(t, s.Report.Ports.OTLPHTTP, "Bearer "+s.ReceiverToken); code != http.StatusOK {
 		t.Errorf("OTLP/HTTP with the receiver token: HTTP %d, want 200", code)
 	}

@@ -217,7 +217,9 @@ const (
 // its start (writeConfig), could not be written (startFile). The error is
 // the failed stage's, as its
 // function returned it; failed tells the stage. steps, when not nil, is
-// marked "exec", "healthy" and "proof" (the first start's ready report).
+// marked "exec" (the collector exec'd, or the early collector's answer to
+// the hand-over: startCollector), "healthy" and "proof" (the first
+// start's ready report).
 func (s *supervisor) startRun(ctx context.Context, bound time.Duration, steps *stepTimes) (failed startStage, err error) {
 	mark := func(name string) {
 		if steps != nil {

@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"strconv"
@@ -106,5 +107,37 @@ func TestStartAsUser(t *testing.T) {
 	}
 	if nnp != 0 {
 		t.Fatal("this thread got no_new_privs")
+	}
+}
+
+// WatchPID: a child started without os/exec is reaped once, its exit
+// status read as Watch reads one (an *exec.ExitError with the code), and
+// it can be stopped as a Child.
+func TestWatchPID(t *testing.T) {
+	p, err := os.StartProcess("/bin/sh", []string{"sh", "-c", "exit 3"}, &os.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := WatchPID(p.Pid, "/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.WaitExit(5 * time.Second) {
+		t.Fatal("no exit seen")
+	}
+	var ee *exec.ExitError
+	if !errors.As(c.Err(), &ee) || ee.ExitCode() != 3 || c.Running() {
+		t.Fatalf("Err %v, want exit status 3", c.Err())
+	}
+	p, err = os.StartProcess("/bin/sleep", []string{"sleep", "60"}, &os.ProcAttr{Sys: &syscall.SysProcAttr{Setsid: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err = WatchPID(p.Pid, "/bin/sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if killed := c.StopGroup(2*time.Second, true); killed || !TerminatedBy(c.Err(), syscall.SIGTERM) {
+		t.Fatalf("stop: killed %v, Err %v; want ended by SIGTERM", killed, c.Err())
 	}
 }

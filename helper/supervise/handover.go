@@ -60,9 +60,6 @@ func WatchEarlyCollector(binary string, pid int, sock *os.File) (*EarlyCollector
 	return &EarlyCollector{argv: []string{binary, "--config", "env:" + render.ConfigEnv}, child: child, conn: uc}, nil
 }
 
-// Argv is the argv the early collector was exec'd with.
-func (e *EarlyCollector) Argv() []string { return slices.Clone(e.argv) }
-
 // Abandon ends an early collector that is not handed its run: the end of
 // its socket (its init exits 0 at it), then its group stopped within
 // timing.FailedStartStop.

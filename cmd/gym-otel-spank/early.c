@@ -25,7 +25,6 @@
 int gos_early_pid = -1;
 int gos_early_fd = -1;
 int gos_early_errno = 0;
-char *gos_early_binary = NULL;
 
 // The collector's argv after its binary: its configuration by content,
 // from the environment the hand-over gives it (render.ConfigEnv; a test
@@ -110,7 +109,6 @@ __attribute__((constructor)) static void gos_early_exec(int argc, char **argv, c
 		child(bin, sv[1], parent);
 	}
 	close(sv[1]);
-	gos_early_binary = strdup(bin);
 	gos_early_pid = pid;
 	gos_early_fd = sv[0];
 }

@@ -2,7 +2,6 @@
 
 package main
 
-// #include <stdlib.h>
 // #include "early.h"
 import "C"
 
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"syscall"
-	"unsafe"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/supervise"
@@ -26,6 +24,9 @@ var earlyNames = [3]string{C.GOS_EARLY_COLLECTOR_ENV, C.GOS_EARLY_HANDOVER_ENV, 
 // says why; the supervisor then starts its collector itself). Call it
 // once, before anything waits for any child.
 func takeEarlyCollector() (*supervise.EarlyCollector, error) {
+	// The constructor exec'd this value: the environment is the one it
+	// read, unchanged until here.
+	bin := os.Getenv(launch.EnvEarlyCollector)
 	os.Unsetenv(launch.EnvEarlyCollector)
 	if C.gos_early_pid < 0 {
 		if C.gos_early_errno != 0 {
@@ -33,9 +34,7 @@ func takeEarlyCollector() (*supervise.EarlyCollector, error) {
 		}
 		return nil, nil
 	}
-	bin := C.GoString(C.gos_early_binary)
-	C.free(unsafe.Pointer(C.gos_early_binary))
 	pid, fd := int(C.gos_early_pid), int(C.gos_early_fd)
-	C.gos_early_binary, C.gos_early_pid, C.gos_early_fd = nil, -1, -1
+	C.gos_early_pid, C.gos_early_fd = -1, -1
 	return supervise.WatchEarlyCollector(bin, pid, os.NewFile(uintptr(fd), "handover"))
 }

@@ -10,11 +10,11 @@
 #define GOS_EARLY_CONFIG_ENV "GYM_OTEL_COLLECTOR_CONFIG"
 
 // The collector's pid and this process's end of the hand-over socket,
-// -1 when none was exec'd; errno of a failed socketpair or fork, else 0;
-// the binary exec'd (malloc'd), NULL when none.
+// -1 when none was exec'd; errno of a failed socketpair or fork, else 0.
+// The binary exec'd is GOS_EARLY_COLLECTOR_ENV's value, which the Go side
+// reads from the same environment.
 extern int gos_early_pid;
 extern int gos_early_fd;
 extern int gos_early_errno;
-extern char *gos_early_binary;
 
 #endif

@@ -193,18 +193,8 @@ func TestEarlyCollectorEndsWithAFailedStart(t *testing.T) {
 
 // processesOf lists the live processes whose executable is exe.
 func processesOf(exe string) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && l == exe {
-			if st, err := proc.ReadStat(pid); err == nil && st.State != 'Z' {
-				out = append(out, pid)
-			}
-		}
-	}
-	return out
+	return harness.LiveProcesses(func(pid int) bool {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		return err == nil && l == exe
+	})
 }

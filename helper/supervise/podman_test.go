@@ -310,19 +310,10 @@ func cgroupsOf(t *testing.T, pid int) string {
 
 // userProcs lists the live processes of uid.
 func userProcs(uid int) []int {
-	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	return harness.LiveProcesses(func(pid int) bool {
 		var st syscall.Stat_t
-		if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid && harness.ProcState(pid) != "Z" {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+		return syscall.Stat("/proc/"+strconv.Itoa(pid), &st) == nil && int(st.Uid) == uid
+	})
 }
 
 func mustCmdline(pid int) []byte {

@@ -789,6 +789,21 @@ func ProcState(pid int) string {
 
 // SessionMembers lists the live processes of session sid.
 func SessionMembers(sid int) []int {
+	return LiveProcesses(func(pid int) bool {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		i := bytes.LastIndexByte(data, ')')
+		f := strings.Fields(string(data[i+1:]))
+		// f[0] state, f[1] ppid, f[2] pgrp, f[3] session
+		return len(f) > 3 && f[3] == strconv.Itoa(sid)
+	})
+}
+
+// LiveProcesses lists the processes of /proc, zombies left out, for which
+// keep is true.
+func LiveProcesses(keep func(pid int) bool) []int {
 	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -796,14 +811,7 @@ func SessionMembers(sid int) []int {
 		if err != nil {
 			continue
 		}
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(data, ')')
-		f := strings.Fields(string(data[i+1:]))
-		// f[0] state, f[1] ppid, f[2] pgrp, f[3] session
-		if len(f) > 3 && f[3] == strconv.Itoa(sid) && f[0] != "Z" {
+		if keep(pid) && ProcState(pid) != "Z" {
 			pids = append(pids, pid)
 		}
 	}

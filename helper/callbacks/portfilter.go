@@ -54,6 +54,9 @@ func filterPorts(ctx context.Context, a Args, cluster, node string, jobID, uid u
 		rec.FilterPorts, rec.FilterCluster, rec.FilterLegacy = ports, cluster, false
 		return nil
 	}
+	if errors.Is(err, portfilter.ErrPortHeld) {
+		return err // the start chooses new ports
+	}
 	return filterUnavailable(a, node, err, log)
 }
 
@@ -118,11 +121,18 @@ func installFilter(ctx context.Context, cluster, node string, jobID, uid uint32,
 	// with the table set first (the node's first job). The nft program
 	// for what is left: a port of a job whose epilog could not remove
 	// its rules (Install removes it), and the error to report.
-	if portfilter.AddJob(j) == nil {
-		return nil
+	// A port the table keeps to another job already is that job's (the
+	// ports were chosen among the others, portSkip: it came in since, a
+	// concurrent prolog's): the start chooses again (ErrPortHeld), and
+	// Install, which would take the entry over, is not run.
+	err = portfilter.AddJob(j)
+	if err == nil || errors.Is(err, portfilter.ErrPortHeld) {
+		return err
 	}
-	if portfilter.SetTable() == nil && portfilter.AddJob(j) == nil {
-		return nil
+	if portfilter.SetTable() == nil {
+		if err = portfilter.AddJob(j); err == nil || errors.Is(err, portfilter.ErrPortHeld) {
+			return err
+		}
 	}
 	return portfilter.Install(ctx, run, j)
 }
@@ -209,4 +219,30 @@ func warnOnce(recordDir, node, name, key string, warn func()) {
 	}
 	warn()
 	_ = os.WriteFile(marker, []byte(want), 0o600)
+}
+
+// portSkip is what the job's ports are not chosen among (launch.
+// ChoosePorts): slurm.conf's SrunPortRange, where sruns on this node
+// listen (a job's stale rule there would reset an srun's launch answer),
+// and the ports the node's packet filter keeps to a job already (a port
+// of a job whose epilog never ran, or of a concurrent prolog's choice),
+// whose rules the job's would take over. A table that cannot be read
+// (none yet, port_filter=off, no netlink) skips none of its ports.
+func (st *launchState) portSkip() func(port int) bool {
+	var srun launch.PortRange
+	if st.srunPorts != "" {
+		r, err := launch.ParsePortRange(st.srunPorts)
+		if err != nil {
+			st.log.Debugf("slurm.conf SrunPortRange: %v", err)
+		}
+		srun = r
+	}
+	var held map[int]bool
+	if st.in.Args.PortFilter != portfilter.ModeOff {
+		var err error
+		if held, err = portfilter.HeldPorts(); err != nil {
+			st.log.Debugf("job %d: the packet filter's ports on %s: %v", st.in.JobID, st.node, err)
+		}
+	}
+	return func(port int) bool { return srun.Has(port) || held[port] }
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobfacts"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/portfilter"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/record"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/render"
@@ -93,7 +94,8 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 	clock.mark("load")
 	// One deadline for everything below (timing.Policy; why it is the
 	// plugstack's prolog_timeout: timeoutwarn.go).
-	slurmBounds := slurm.ReadTimeouts(in.Getenv("SLURM_CONF"))
+	slurmConf := slurm.ReadSettings(in.Getenv("SLURM_CONF"))
+	slurmBounds := slurmConf.Timeouts
 	bounds := timing.Bounds{PrologTimeout: time.Duration(in.Args.PrologTimeout) * time.Second, SlurmProlog: slurmBounds.Prolog, SlurmEpilog: slurmBounds.Epilog}
 	ctx, cancel := context.WithTimeout(context.Background(), timing.Deadline(bounds.PrologTimeout, bounds.SlurmProlog))
 	defer cancel()
@@ -169,7 +171,7 @@ func Prolog(in PrologInput, log logrus.FieldLogger) error {
 		return fail(err)
 	}
 	env = append(env, launch.EnvReceiverToken+"="+token)
-	st := &launchState{in: in, dir: dir, rec: rec, resolved: resolved, facts: facts, token: token, controlPath: controlPath, node: node, log: log}
+	st := &launchState{in: in, dir: dir, rec: rec, resolved: resolved, facts: facts, token: token, controlPath: controlPath, node: node, log: log, srunPorts: slurmConf.SrunPortRange}
 	defer st.tableDone()
 	st.energy = hostEnergy(in, node, log)
 	if hostHwmon(in.Args.HostPower, st.energy) {
@@ -396,7 +398,8 @@ const recordFallbackWait = time.Second
 
 // portAttempts bounds the prolog's choices of ports for one job: a later
 // choice follows only a start that found one of the chosen ports bound by
-// another socket (launch.Readiness.PortTaken).
+// another socket (launch.Readiness.PortTaken), or kept to another job by
+// the node's packet filter (portfilter.ErrPortHeld).
 const portAttempts = 3
 
 // launchState is what the prolog's start of the supervisor needs and
@@ -424,6 +427,8 @@ type launchState struct {
 	// table, when not nil, sets the node's table again (setTable),
 	// begun once the job's rules went in.
 	table *sideTask
+	// srunPorts is slurm.conf's SrunPortRange ("": not set).
+	srunPorts string
 }
 
 // tableDone waits for the node's table to be set again, if that began,
@@ -492,7 +497,7 @@ func (st *launchState) start(ctx context.Context, env []string, groups []uint32,
 		}
 		st.group = group
 		clock.mark("cgroup")
-		ports, err := launch.ChoosePorts()
+		ports, err := launch.ChoosePorts(st.portSkip())
 		if err != nil {
 			dropGroup(group)
 			return nil, launch.Readiness{}, err
@@ -520,7 +525,11 @@ func (st *launchState) start(ctx context.Context, env []string, groups []uint32,
 		if err := filterPorts(ctx, in.Args, in.Getenv("SLURM_CLUSTER_NAME"), st.node, in.JobID, in.UID, group, ports.Loopback(), rec, st.log); err != nil {
 			opener.Close() // the gate's end without its byte: the supervisor ends its start
 			sup.kill()
-			return nil, launch.Readiness{}, err
+			if !errors.Is(err, portfilter.ErrPortHeld) || attempt >= portAttempts || time.Until(end) < timeout/2 {
+				return nil, launch.Readiness{}, err
+			}
+			st.log.Warnf("job %d: %v; choosing new ports (attempt %d of %d)", in.JobID, err, attempt+1, portAttempts)
+			continue
 		}
 		clock.mark("filter")
 		if len(rec.FilterPorts) > 0 && st.table == nil {

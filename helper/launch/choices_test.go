@@ -10,7 +10,7 @@ import (
 // TestChoosePorts: root's choice is six distinct loopback ports, every
 // field of the job's ports set, and EnvPorts' value reads back the same.
 func TestChoosePorts(t *testing.T) {
-	p, err := launch.ChoosePorts()
+	p, err := launch.ChoosePorts(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

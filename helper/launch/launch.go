@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -231,13 +230,14 @@ func portFields(p *jobdir.Ports) []*int {
 	return []*int{&p.OTLPGRPC, &p.OTLPHTTP, &p.Health, &p.Telemetry, &p.Plugin, &p.Final}
 }
 
-// ChoosePorts returns six distinct free TCP ports on 127.0.0.1 (FreePorts)
-// for every field of jobdir.Ports: root's choice for the job on this node.
-// Errors: the kernel's, when it has no free port.
-func ChoosePorts() (jobdir.Ports, error) {
+// ChoosePorts returns six distinct free TCP ports on 127.0.0.1 (FreePorts,
+// passing over every port skip reports: nil, none) for every field of
+// jobdir.Ports: root's choice for the job on this node. Errors: the
+// kernel's, when it has no free port.
+func ChoosePorts(skip func(port int) bool) (jobdir.Ports, error) {
 	var p jobdir.Ports
 	fields := portFields(&p)
-	free, err := FreePorts(len(fields))
+	free, err := FreePorts(len(fields), skip)
 	if err != nil {
 		return p, err
 	}
@@ -277,36 +277,6 @@ func ParsePorts(v string) (jobdir.Ports, error) {
 		*fields[i] = n
 	}
 	return p, nil
-}
-
-// FreePorts returns n distinct free TCP ports on 127.0.0.1, none of them a
-// collector default (4317, 4318, 13133, 8888, 55679, 1777): each one the
-// kernel gave a listener on port 0, all held until the last is chosen, then
-// closed. Nothing holds them after: on a shared node the packet filter
-// (helper/portfilter), installed before the collector binds them, keeps
-// them to the job's group. Errors: the kernel's.
-func FreePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("choosing a loopback port: %w", err)
-		}
-		ls = append(ls, l)
-		p := l.Addr().(*net.TCPAddr).Port
-		switch p {
-		case 4317, 4318, 13133, 8888, 55679, 1777:
-			continue
-		}
-		ports = append(ports, p)
-	}
-	return ports, nil
 }
 
 // MintToken returns a new receiver token: "gos_" and 48 hex digits of 24

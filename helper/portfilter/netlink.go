@@ -40,8 +40,8 @@ const netlinkTimeout = Timeout
 // (the directory's inode below CgroupMount). Errors: j not nameable
 // (check), its group gone, the table or its maps not there (ENOENT: the
 // node's first job, a table removed by hand; Install makes it), a port
-// still in a map (EEXIST: a job whose epilog could not remove its rules),
-// the kernel's refusal.
+// still in a map (ErrPortHeld: another job's, live, or stale where its
+// epilog could not remove its rules), the kernel's refusal.
 func AddJob(j Job) error {
 	if err := j.check(); err != nil {
 		return err
@@ -56,10 +56,17 @@ func AddJob(j Job) error {
 	}
 	addJob(c, table(), j, id)
 	if err := c.Flush(); err != nil {
+		if errors.Is(err, syscall.EEXIST) {
+			return fmt.Errorf("installing job %d's rules on ports %v: %w (%w)", j.ID, j.Ports, ErrPortHeld, err)
+		}
 		return fmt.Errorf("installing job %d's rules: %w", j.ID, err)
 	}
 	return nil
 }
+
+// ErrPortHeld marks AddJob's refusal of a port that the table keeps to
+// another job already (the kernel's EEXIST for the map's entry).
+var ErrPortHeld = errors.New("a port is kept to another job already")
 
 // SetTable makes the node's table, its maps and base chains where they
 // are not, and sets each base chain's one rule again, as tableScript
@@ -260,4 +267,27 @@ func removeOps(t *nftables.Table, j Job) []func(*nftables.Conn) {
 		ops = append(ops, func(c *nftables.Conn) { c.FlushChain(ch) }, func(c *nftables.Conn) { c.DelChain(ch) })
 	}
 	return ops
+}
+
+// HeldPorts returns the ports the node's table keeps to some job, live or
+// stale (the in_ports map's keys), through netlink: a new job's ports are
+// chosen among others, so that its rules never take over another job's
+// port. No table: an error, as every failure to read (netlink's, the
+// kernel's); the caller chooses without.
+func HeldPorts() (map[int]bool, error) {
+	c, err := dial()
+	if err != nil {
+		return nil, err
+	}
+	elems, err := c.GetSetElements(portMap(table(), "in_ports"))
+	if err != nil {
+		return nil, fmt.Errorf("listing the ports of %s: %w", Table, err)
+	}
+	held := make(map[int]bool, len(elems))
+	for _, e := range elems {
+		if len(e.Key) >= 2 {
+			held[int(binary.BigEndian.Uint16(e.Key))] = true
+		}
+	}
+	return held, nil
 }

@@ -415,14 +415,22 @@ func filterKernel(t *testing.T, way string) {
 	}
 	t.Logf("%s", listing)
 	if way == "netlink" {
-		// A port still in the maps (a job whose epilog could not remove
-		// its rules) fails the whole transaction: nothing of it is left,
-		// and the prolog falls back to Install, which removes the entry.
+		// The table's ports, as the prolog reads them to choose among
+		// the others.
+		start := time.Now()
+		heldPorts, err := portfilter.HeldPorts()
+		t.Logf("held ports: %v", time.Since(start))
+		if err != nil || !heldPorts[held] || !heldPorts[freed] {
+			t.Errorf("HeldPorts = %v, %v; want %d and %d among them", heldPorts, err, held, freed)
+		}
+		// A port still in the maps (another job's, live or stale) fails
+		// the whole transaction with ErrPortHeld: nothing of it is left,
+		// and the prolog chooses other ports.
 		stale := j
 		stale.ID++
 		stale.Ports = []int{freed}
-		if err := portfilter.AddJob(stale); err == nil {
-			t.Errorf("AddJob over a port of another job's: no error")
+		if err := portfilter.AddJob(stale); !errors.Is(err, portfilter.ErrPortHeld) {
+			t.Errorf("AddJob over a port of another job's: %v, want ErrPortHeld", err)
 		}
 		out, err := exec.Command(nft, "list", "table", "inet", portfilter.Table).CombinedOutput()
 		if err != nil {

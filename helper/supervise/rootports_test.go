@@ -24,7 +24,7 @@ import (
 // line (printed on its standard output here) carries no token.
 func TestRootChosenPorts(t *testing.T) {
 	t.Parallel()
-	chosen, err := launch.ChoosePorts()
+	chosen, err := launch.ChoosePorts(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestRootPortTaken(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			chosen, err := launch.ChoosePorts()
+			chosen, err := launch.ChoosePorts(nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +98,7 @@ func TestGateHoldsPorts(t *testing.T) {
 	t.Parallel()
 	for _, open := range []bool{true, false} {
 		for attempt := 1; ; attempt++ {
-			chosen, err := launch.ChoosePorts()
+			chosen, err := launch.ChoosePorts(nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -220,7 +220,7 @@ func (s *supervisor) choosePorts() error {
 		s.ports = s.opt.Ports
 		return nil
 	}
-	p, err := launch.FreePorts(5)
+	p, err := launch.FreePorts(5, nil)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/jobdir"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/launch"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/portfilter"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/slurm"
 )
 
 // TestPortFilterOtherUsers plays another local user (nobody) against a
@@ -62,6 +64,7 @@ true
 	if len(ports) < 4 {
 		t.Fatalf("state.json ports: %+v", st.Ports)
 	}
+	checkPortPlace(t, ports)
 	jobID := envJobID(t, d+"/job.env")
 	list, err := exec.Command(portfilter.Nft(), "list", "map", "inet", portfilter.Table, "in_ports").CombinedOutput()
 	if err != nil {
@@ -264,4 +267,35 @@ add element inet %[1]s out_ports { %[4]d : jump %[3]s, %[5]d : jump %[3]s, %[8]d
 		t.Errorf("no line of the sweep in slurmd's log:\n%s", lastLines(slurmdLogs(t), "orphaned", 5))
 	}
 	waitIdle(t)
+}
+
+// checkPortPlace checks where root chose the job's ports: above the
+// kernel's ephemeral range, where no process is handed a port it did not
+// name (so a rule the job leaves behind never resets an srun's or any
+// other kernel-chosen port), and outside the cluster's SrunPortRange
+// (tests/slurm/up.sh sets 61000-62999, inside that span).
+func checkPortPlace(t *testing.T, ports []int) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eph, err := launch.ParsePortRange(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := slurm.ReadConf(slurmEnv["SLURM_CONF"])
+	if err != nil {
+		t.Fatalf("the cluster's slurm.conf: %v", err)
+	}
+	v, _ := conf.Get("SrunPortRange")
+	srun, err := launch.ParsePortRange(v)
+	if err != nil {
+		t.Fatalf("the cluster's SrunPortRange: %v", err)
+	}
+	for _, p := range ports {
+		if p <= eph.High || srun.Has(p) {
+			t.Errorf("job port %d: want above the ephemeral range %d-%d and outside SrunPortRange %d-%d", p, eph.Low, eph.High, srun.Low, srun.High)
+		}
+	}
 }

@@ -183,6 +183,11 @@ HOST=$(hostname -s)
 	NODELIST="gn[1-$NODES]"
 	[ "$NODES" -eq 1 ] && NODELIST=gn1
 	echo "PartitionName=debug Nodes=$NODELIST Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
+	# sruns listen in a range of their own, as a site that filters its
+	# network sets it, above the kernel's ephemeral ports where the jobs'
+	# collector ports are chosen too: the prolog passes over it
+	# (tests/plugin: TestPortFilterOtherUsers).
+	echo "SrunPortRange=61000-62999"
 	if [ $CGROUP -eq 1 ]; then
 		# Slurm's own cgroup containment (cgroup v1 here): tasks in
 		# <ctrl>/slurm_<node>/uid_<uid>/job_<id>/step_<n>, bounded by --mem.

@@ -97,8 +97,8 @@ func proveFilter(ctx context.Context, a Args, node string, jobID uint32, group *
 }
 
 // installFilter installs the rules for ports, kept to group. The nft
-// program is required (the sweep lists the table with it, and it writes
-// where netlink refuses), though the prolog's own writes go through
+// program is required (it writes where netlink refuses, and the sweep
+// lists the table with it where netlink cannot), though the prolog's own writes go through
 // netlink. Errors: why not (no nft, no v2 group, nft's).
 func installFilter(ctx context.Context, cluster, node string, jobID, uid uint32, group *cgroup.Group, ports []int) error {
 	run := nftRunner()

@@ -25,8 +25,8 @@ import (
 // nft scripts make (JobScript, tableScript: nft's own bytecode for them,
 // read with nft --debug=netlink) but for the uids' match (a rule per uid
 // where nft makes an anonymous set), so that nft lists them and removes
-// them (Remove) as its own. The sweep's listing (Orphans) stays with the
-// nft program, beside the start.
+// them (Remove) as its own. The sweep lists the table through netlink too
+// (Orphans, HeldPorts), with nft's JSON listing where netlink fails.
 
 // netlinkTimeout bounds one netlink transaction. A commit that changes a
 // base chain waits for the kernel's readers (15-20 ms on an idle node);

@@ -38,9 +38,10 @@
 //
 // The prolog and the epilog write the rules through the kernel's nftables
 // netlink interface (AddJob, SetTable, RemoveJob: no program run on the
-// start's path); the nft program writes the same rules from the scripts
-// here where netlink refuses (Install, EnsureTable, Remove), and lists the
-// table for the sweep (Orphans).
+// start's path), and the prolog lists it there (HeldPorts, Orphans); the
+// nft program writes the same rules from the scripts here where netlink
+// refuses (Install, EnsureTable, Remove), and lists the table where
+// netlink cannot (Orphans).
 package portfilter
 
 import (

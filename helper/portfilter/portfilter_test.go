@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -414,6 +415,18 @@ func filterKernel(t *testing.T, way string) {
 		t.Fatalf("nft list: %v: %s", err, listing)
 	}
 	t.Logf("%s", listing)
+	// The sweep's listing through netlink (no nft program named) reads
+	// the job's chains and ports, however they were made; live, it is no
+	// orphan.
+	start = time.Now()
+	orphans, err := portfilter.Orphans(ctx, "", j.Cluster, j.Node, func(uint32) bool { return false })
+	t.Logf("orphans through netlink: %v", time.Since(start))
+	if err != nil || len(orphans) != 1 || orphans[0].ID != j.ID || !slices.Equal(sorted(orphans[0].Ports), sorted(j.Ports)) {
+		t.Errorf("Orphans through netlink = %+v, %v; want job %d with ports %v", orphans, err, j.ID, j.Ports)
+	}
+	if orphans, err := portfilter.Orphans(ctx, "", j.Cluster, j.Node, func(id uint32) bool { return id == j.ID }); err != nil || len(orphans) != 0 {
+		t.Errorf("Orphans with the job live = %+v, %v; want none", orphans, err)
+	}
 	if way == "netlink" {
 		// The table's ports, as the prolog reads them to choose among
 		// the others.
@@ -514,4 +527,11 @@ func filterKernel(t *testing.T, way string) {
 	if err := portfilter.RemoveJob(j); err != nil {
 		t.Errorf("a second RemoveJob: %v", err)
 	}
+}
+
+// sorted is a sorted copy of ports.
+func sorted(ports []int) []int {
+	out := slices.Clone(ports)
+	slices.Sort(out)
+	return out
 }

@@ -98,8 +98,9 @@ func proveFilter(ctx context.Context, a Args, node string, jobID uint32, group *
 
 // installFilter installs the rules for ports, kept to group. The nft
 // program is required (it writes where netlink refuses, and the sweep
-// lists the table with it where netlink cannot), though the prolog's own writes go through
-// netlink. Errors: why not (no nft, no v2 group, nft's).
+// lists the table with it where netlink cannot), though the prolog's own
+// writes go through netlink. Errors: why not (no nft, no v2 group, nft's),
+// portfilter.ErrPortHeld.
 func installFilter(ctx context.Context, cluster, node string, jobID, uid uint32, group *cgroup.Group, ports []int) error {
 	run := nftRunner()
 	if run == nil {
@@ -119,9 +120,8 @@ func installFilter(ctx context.Context, cluster, node string, jobID, uid uint32,
 	j := portfilter.Job{ID: jobID, Cluster: cluster, Node: node, UID: uid, Ports: ports, Group: name, Level: level}
 	// Through netlink, no program run: into the table as it is, else
 	// with the table set first (the node's first job). The nft program
-	// for what is left: a port of a job whose epilog could not remove
-	// its rules (Install removes it), and the error to report.
-	// A port the table keeps to another job already is that job's (the
+	// for what is left (netlink refused), and the error to report. A
+	// port the table keeps to another job already is that job's (the
 	// ports were chosen among the others, portSkip: it came in since, a
 	// concurrent prolog's): the start chooses again (ErrPortHeld), and
 	// Install, which would take the entry over, is not run.

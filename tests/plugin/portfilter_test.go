@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -298,4 +300,108 @@ func checkPortPlace(t *testing.T, ports []int) {
 			t.Errorf("job port %d: want above the ephemeral range %d-%d and outside SrunPortRange %d-%d", p, eph.Low, eph.High, srun.Low, srun.High)
 		}
 	}
+}
+
+// TestPortSpanTakenByAnotherUser: another local user (nobody) binds every
+// port it can above the kernel's ephemeral range, where the prolog
+// chooses the jobs' ports (SrunPortRange left to the sruns), before a job
+// starts. The job still gets its collector, on ports that user does not
+// hold: the kernel's choice in its own range once no port above it is
+// free; the job's export through its receiver succeeds.
+func TestPortSpanTakenByAnotherUser(t *testing.T) {
+	waitIdle(t)
+	d := markerDir(t, "portspan")
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eph, err := launch.ParsePortRange(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := slurm.ReadConf(slurmEnv["SLURM_CONF"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := conf.Get("SrunPortRange")
+	srun, err := launch.ParsePortRange(v)
+	if err != nil {
+		t.Fatalf("the cluster's SrunPortRange: %v", err)
+	}
+	holder := `
+import os, resource, socket, sys, time
+lo, hi, slo, shi = map(int, sys.argv[1:5])
+d = sys.argv[5]
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+socks, held = [], []
+for p in range(lo, hi + 1):
+    if slo <= p <= shi:
+        continue
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+        s.listen(1)
+    except OSError:
+        s.close()
+        continue
+    socks.append(s)
+    held.append(p)
+with open(d + "/held", "w") as f:
+    f.write("\n".join(map(str, held)))
+open(d + "/held.ready", "w").close()
+while not os.path.exists(d + "/held.stop"):
+    time.sleep(0.2)
+`
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "python3", "-c", holder,
+		strconv.Itoa(eph.High+1), "65535", strconv.Itoa(srun.Low), strconv.Itoa(srun.High), d)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var holderErr strings.Builder
+	cmd.Stderr = &holderErr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = os.WriteFile(d+"/held.stop", nil, 0o644)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	waitFile(t, 60*time.Second, d+"/held.ready")
+	heldText, _ := os.ReadFile(d + "/held")
+	held := map[int]bool{}
+	for _, l := range strings.Fields(string(heldText)) {
+		n, _ := strconv.Atoi(l)
+		held[n] = true
+	}
+	span := 65535 - eph.High - (srun.High - srun.Low + 1)
+	t.Logf("nobody holds %d of the %d ports above %d outside SrunPortRange", len(held), span, eph.High)
+	if len(held) < span-200 {
+		t.Fatalf("nobody holds only %d of %d ports (%s)", len(held), span, holderErr.String())
+	}
+
+	script := writeScript(t, filepath.Base(d)+".sh", fmt.Sprintf(`
+auth=${OTEL_EXPORTER_OTLP_HEADERS#Authorization=}; auth=${auth//%%20/ }
+curl -s -m 5 -o /dev/null -w '%%{http_code}' -XPOST -H "Authorization: $auth" -H 'Content-Type: application/json' --data '{"resourceSpans":[]}' "$OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces" > %[1]s/post.code
+`, d))
+	r := asUser(t, 120*time.Second, tokenEnv(), fmt.Sprintf("sbatch -N1 --wait --gym-otel=job_dir=%s/run -o %s/job.out %s", d, d, script))
+	if r.code != 0 {
+		out, _ := os.ReadFile(d + "/job.out")
+		t.Fatalf("the job failed (exit %d): %s\n%s\n%s", r.code, r.stderr, out, lastLines(slurmdLogs(t), "gym-otel", 10))
+	}
+	if code, _ := os.ReadFile(d + "/post.code"); string(code) != "200" {
+		t.Errorf("the job's export to its receiver: HTTP %q, want 200", code)
+	}
+	var st jobdir.State
+	if b, err := os.ReadFile(filepath.Join(d, "run", "otel", "state.json")); err != nil || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("state.json: %v %s", err, b)
+	}
+	for _, p := range st.Ports.Loopback() {
+		if held[p] {
+			t.Errorf("job port %d is one nobody held", p)
+		}
+		if p > eph.High && !held[p] {
+			t.Logf("job port %d above the ephemeral range (one nobody could not bind)", p)
+		}
+	}
+	t.Logf("the job's ports with the span taken: %v", st.Ports.Loopback())
 }

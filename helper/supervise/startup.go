@@ -110,12 +110,10 @@ func (s *supervisor) startUp(ctx context.Context, sigs <-chan os.Signal) error {
 	if s.opt.HostHwmon {
 		hw = newHwmonPower(hwmonRoot, s.log.Infof, s.log.Warnf)
 	}
-	var cgr *cgroupReader
-	if !s.opt.NoCgroupMetrics {
-		if cgr, err = newCgroupReader(s.opt.Facts); err != nil {
-			s.log.Warnf("the job's cgroup metrics are not read: the node's cgroup mounts: %v", err)
-			cgr = nil
-		}
+	cgr, err := newCgroupReader(s.opt.Facts)
+	if err != nil {
+		s.log.Warnf("the job's cgroup metrics are not read: the node's cgroup mounts: %v", err)
+		cgr = nil
 	}
 	s.nodeMetrics = newNodeMetrics(cgr, meter, hw, s.opt.Facts.Node)
 	// With a control socket the batch step asks for the final scrape at the

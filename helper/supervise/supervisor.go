@@ -132,9 +132,6 @@ type Options struct {
 	// <output dir>/supervisor.log once the dir exists (the plugin's prolog
 	// gives the supervisor no stderr).
 	LogToOutputDir bool
-	// NoCgroupMetrics: the supervisor reads no cgroup metrics
-	// (cgroupmetrics.go) and pushes none.
-	NoCgroupMetrics bool
 	// ControlListener is the control socket's listener the prolog made as root
 	// and handed on (InheritedControlListener; controlsock.go): the supervisor
 	// serves root's lines on it and closes it at its end. nil: no hold

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,7 +20,7 @@ import (
 // table but for which has(jobID) is false (no record dir of the job on the
 // node: its epilog, or the sweep of its stale record, removed it without
 // removing the rules, or the rules outlived a state dir removed by hand),
-// each with the ports its rules keep. Such rules are harmful, not only
+// each with the ports its rules keep (ascending). Such rules are harmful, not only
 // untidy: once the job is gone its ports are free, and a later listener on
 // one of them gets every connection reset. The table is read through
 // netlink (listed, its chains and the in_ports map), else with the nft
@@ -238,7 +239,9 @@ func (l tableListing) orphans(cluster, node string, has func(jobID uint32) bool)
 	var orphans []Job
 	for _, k := range order {
 		if !has(k.id) {
-			orphans = append(orphans, *jobs[k])
+			j := *jobs[k]
+			slices.Sort(j.Ports) // as nft lists a map; netlink, in the kernel's order
+			orphans = append(orphans, j)
 		}
 	}
 	return orphans

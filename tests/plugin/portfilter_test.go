@@ -353,7 +353,7 @@ open(d + "/held.ready", "w").close()
 while not os.path.exists(d + "/held.stop"):
     time.sleep(0.2)
 `
-	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "python3", "-c", holder,
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", holder, // Debian's (.ci/install-deps.sh): a python3 first in root's PATH may be one nobody cannot run
 		strconv.Itoa(eph.High+1), "65535", strconv.Itoa(srun.Low), strconv.Itoa(srun.High), d)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var holderErr strings.Builder
@@ -361,12 +361,27 @@ while not os.path.exists(d + "/held.stop"):
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = os.WriteFile(d+"/held.stop", nil, 0o644)
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
+		<-exited
 	})
-	waitFile(t, 60*time.Second, d+"/held.ready")
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat(d + "/held.ready"); err == nil {
+			break
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("nobody's port holder ended before it held its ports: %v: %s", err, holderErr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nobody's port holder held no ports within 60 s: %s", holderErr.String())
+		}
+	}
 	heldText, _ := os.ReadFile(d + "/held")
 	held := map[int]bool{}
 	for _, l := range strings.Fields(string(heldText)) {

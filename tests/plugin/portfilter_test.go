@@ -278,11 +278,23 @@ add element inet %[1]s out_ports { %[4]d : jump %[3]s, %[5]d : jump %[3]s, %[8]d
 // (tests/slurm/up.sh sets 61000-62999, inside that span).
 func checkPortPlace(t *testing.T, ports []int) {
 	t.Helper()
+	eph, srun := portRanges(t)
+	for _, p := range ports {
+		if p <= eph.High || srun.Has(p) {
+			t.Errorf("job port %d: want above the ephemeral range %d-%d and outside SrunPortRange %d-%d", p, eph.Low, eph.High, srun.Low, srun.High)
+		}
+	}
+}
+
+// portRanges are this host's ephemeral range (ip_local_port_range) and
+// the test cluster's SrunPortRange.
+func portRanges(t *testing.T) (eph, srun launch.PortRange) {
+	t.Helper()
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
 		t.Fatal(err)
 	}
-	eph, err := launch.ParsePortRange(string(b))
+	eph, err = launch.ParsePortRange(string(b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,15 +303,11 @@ func checkPortPlace(t *testing.T, ports []int) {
 		t.Fatalf("the cluster's slurm.conf: %v", err)
 	}
 	v, _ := conf.Get("SrunPortRange")
-	srun, err := launch.ParsePortRange(v)
+	srun, err = launch.ParsePortRange(v)
 	if err != nil {
 		t.Fatalf("the cluster's SrunPortRange: %v", err)
 	}
-	for _, p := range ports {
-		if p <= eph.High || srun.Has(p) {
-			t.Errorf("job port %d: want above the ephemeral range %d-%d and outside SrunPortRange %d-%d", p, eph.Low, eph.High, srun.Low, srun.High)
-		}
-	}
+	return eph, srun
 }
 
 // TestPortSpanTakenByAnotherUser: another local user (nobody) binds every
@@ -311,23 +319,7 @@ func checkPortPlace(t *testing.T, ports []int) {
 func TestPortSpanTakenByAnotherUser(t *testing.T) {
 	waitIdle(t)
 	d := markerDir(t, "portspan")
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		t.Fatal(err)
-	}
-	eph, err := launch.ParsePortRange(string(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf, err := slurm.ReadConf(slurmEnv["SLURM_CONF"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, _ := conf.Get("SrunPortRange")
-	srun, err := launch.ParsePortRange(v)
-	if err != nil {
-		t.Fatalf("the cluster's SrunPortRange: %v", err)
-	}
+	eph, srun := portRanges(t)
 	holder := `
 import os, resource, socket, sys, time
 lo, hi, slo, shi = map(int, sys.argv[1:5])

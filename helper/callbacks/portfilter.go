@@ -126,13 +126,11 @@ func installFilter(ctx context.Context, cluster, node string, jobID, uid uint32,
 	// concurrent prolog's): the start chooses again (ErrPortHeld), and
 	// Install, which would take the entry over, is not run.
 	err = portfilter.AddJob(j)
+	if err != nil && !errors.Is(err, portfilter.ErrPortHeld) && portfilter.SetTable() == nil {
+		err = portfilter.AddJob(j)
+	}
 	if err == nil || errors.Is(err, portfilter.ErrPortHeld) {
 		return err
-	}
-	if portfilter.SetTable() == nil {
-		if err = portfilter.AddJob(j); err == nil || errors.Is(err, portfilter.ErrPortHeld) {
-			return err
-		}
 	}
 	return portfilter.Install(ctx, run, j)
 }

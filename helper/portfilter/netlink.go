@@ -279,15 +279,33 @@ func HeldPorts() (map[int]bool, error) {
 	if err != nil {
 		return nil, err
 	}
+	entries, err := inPorts(c)
+	if err != nil {
+		return nil, err
+	}
+	held := make(map[int]bool, len(entries))
+	for _, e := range entries {
+		held[e.port] = true
+	}
+	return held, nil
+}
+
+// inPorts lists the in_ports map's entries on c: each port, and the chain
+// its verdict jumps to ("" for another verdict). Errors: netlink's.
+func inPorts(c *nftables.Conn) ([]mapEntry, error) {
 	elems, err := c.GetSetElements(portMap(table(), "in_ports"))
 	if err != nil {
 		return nil, fmt.Errorf("listing the ports of %s: %w", Table, err)
 	}
-	held := make(map[int]bool, len(elems))
+	entries := make([]mapEntry, 0, len(elems))
 	for _, e := range elems {
 		if len(e.Key) >= 2 {
-			held[int(binary.BigEndian.Uint16(e.Key))] = true
+			var target string
+			if t, ok := jumpTarget(e.Val); ok {
+				target = t
+			}
+			entries = append(entries, mapEntry{int(binary.BigEndian.Uint16(e.Key)), target})
 		}
 	}
-	return held, nil
+	return entries, nil
 }

@@ -93,13 +93,13 @@ func listNetlink() (tableListing, error) {
 			l.chains = append(l.chains, ch.Name)
 		}
 	}
-	elems, err := c.GetSetElements(portMap(table(), "in_ports"))
+	entries, err := inPorts(c)
 	if err != nil {
-		return l, fmt.Errorf("listing the ports of %s: %w", Table, err)
+		return l, err
 	}
-	for _, e := range elems {
-		if target, ok := jumpTarget(e.Val); ok && len(e.Key) >= 2 {
-			l.entries = append(l.entries, mapEntry{int(binary.BigEndian.Uint16(e.Key)), target})
+	for _, e := range entries {
+		if e.target != "" {
+			l.entries = append(l.entries, e)
 		}
 	}
 	return l, nil

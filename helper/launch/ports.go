@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -125,16 +126,10 @@ func FreePorts(n int, skip func(port int) bool) ([]int, error) {
 	if span, ok := JobPortSpan(); ok {
 		reserved := reservedPorts()
 		size := span.High - span.Low + 1
-	pick:
 		for tries := 64 * n; tries > 0 && len(ports) < n; tries-- {
 			p := span.Low + rand.IntN(size)
-			if passed(p) {
+			if passed(p) || slices.ContainsFunc(reserved, func(r PortRange) bool { return r.Has(p) }) {
 				continue
-			}
-			for _, r := range reserved {
-				if r.Has(p) {
-					continue pick
-				}
 			}
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 			if err != nil {

@@ -775,29 +775,18 @@ func ProcAlive(pid int, start uint64) bool {
 
 // ProcState is the state letter of /proc/<pid>/stat.
 func ProcState(pid int) string {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := hproc.ReadStat(pid)
 	if err != nil {
 		return ""
 	}
-	i := bytes.LastIndexByte(data, ')')
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) == 0 {
-		return ""
-	}
-	return f[0]
+	return string(st.State)
 }
 
 // SessionMembers lists the live processes of session sid.
 func SessionMembers(sid int) []int {
 	return LiveProcesses(func(pid int) bool {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return false
-		}
-		i := bytes.LastIndexByte(data, ')')
-		f := strings.Fields(string(data[i+1:]))
-		// f[0] state, f[1] ppid, f[2] pgrp, f[3] session
-		return len(f) > 3 && f[3] == strconv.Itoa(sid)
+		st, err := hproc.ReadStat(pid)
+		return err == nil && st.Session == sid
 	})
 }
 

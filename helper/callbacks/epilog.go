@@ -116,17 +116,25 @@ func isOurs(rec *record.Record, g *cgroup.Group) bool {
 	return g == nil || !g.Exists() || g.Contains(rec.SupervisorPID)
 }
 
+// drainCutNoted is the least cut of the drain's bound that stopSupervisor
+// logs: a bound the prolog fitted to the same deadline (drain_timeout is
+// the epilog's budget less the kill and removal) is cut by the
+// milliseconds the epilog spent before it, which is no news.
+const drainCutNoted = time.Second
+
 // stopSupervisor signals the supervisor and waits for it: the record's
 // drain bound, cut where the group's kill and removal would no longer fit
-// before ctx's deadline (logged).
+// before ctx's deadline (logged when the cut is drainCutNoted or more).
 func stopSupervisor(ctx context.Context, rec *record.Record, g *cgroup.Group, jobID uint32, log logrus.FieldLogger) {
 	pid := rec.SupervisorPID
 	bound := time.Duration(max(rec.DrainTimeout, 1)) * time.Second
 	start := time.Now()
 	if deadline, ok := ctx.Deadline(); ok {
 		if left := max(0, time.Until(deadline)-timing.GroupKillBound-timing.RemoveReserve); left < bound {
-			log.Warnf("job %d: the supervisor's drain gets %s of its %s: the epilog's deadline is in %s, and the kill and removal of its cgroup need %s", jobID,
-				left.Round(time.Millisecond), bound, time.Until(deadline).Round(time.Millisecond), timing.GroupKillBound+timing.RemoveReserve)
+			if bound-left >= drainCutNoted {
+				log.Warnf("job %d: the supervisor's drain gets %s of its %s: the epilog's deadline is in %s, and the kill and removal of its cgroup need %s", jobID,
+					left.Round(time.Millisecond), bound, time.Until(deadline).Round(time.Millisecond), timing.GroupKillBound+timing.RemoveReserve)
+			}
 			bound = left
 		}
 	}

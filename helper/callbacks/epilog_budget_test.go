@@ -261,6 +261,39 @@ func TestEpilogBudgetDrainCut(t *testing.T) {
 	}
 }
 
+// TestEpilogBudgetDrainFitted: a drain bound that fits the epilog's
+// deadline but for the milliseconds the epilog spent before it (the
+// prolog fits drain_timeout to the same deadline) is not logged as cut.
+func TestEpilogBudgetDrainFitted(t *testing.T) {
+	withMountinfo(t, "") // a node without cgroups
+	recordDir := t.TempDir()
+	const id = 302
+	cmd := exec.Command("sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	st, err := proc.ReadStat(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const drain = 3
+	jobRecord(t, recordDir, id, &record.Record{Status: "ready", OnFailure: "continue", DrainTimeout: drain,
+		SupervisorPID: cmd.Process.Pid, SupervisorStart: st.StartTime, UID: uint32(os.Getuid())})
+	_, log := runEpilog(t, recordDir, id, timing.GroupKillBound+timing.RemoveReserve+drain*time.Second)
+	if strings.Contains(log, "the supervisor's drain gets") {
+		t.Errorf("a drain fitted to the deadline was logged as cut:\n%s", log)
+	}
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the supervisor survived the epilog")
+	}
+}
+
 // ignoresTERM reads SigIgn of /proc/<pid>/status.
 func ignoresTERM(pid int) bool {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/memory"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 	"github.com/gym-otel-spank/gym-otel-spank/helper/timing"
 )
 
@@ -185,9 +187,10 @@ func endJobGroup(ctx context.Context, g *cgroup.Group, jobID uint32, log logrus.
 		deadline = time.Now().Add(timing.GroupKillBound + timing.RemoveReserve)
 	}
 	u := g.Usage()
+	left := leftProcesses(g.Pids(), 4)
 	n, kerr := g.Kill(max(0, min(timing.GroupKillBound, time.Until(deadline)-timing.RemoveReserve)))
 	if n > 0 && kerr == nil {
-		log.Warnf("job %d: killed %d processes left in the collector's cgroup %s after the drain", jobID, n, g.Rel)
+		log.Warnf("job %d: killed %d processes left in the collector's cgroup %s after the drain (%s)", jobID, n, g.Rel, left)
 	}
 	log.Infof("job %d: collector cgroup %s: peak memory %.1f MiB (bound %.0f MiB), CPU %.2f s, %d OOM kills, CPUs %s",
 		jobID, g.Rel, float64(u.MemoryPeakBytes)/(1<<20), float64(u.MemoryLimitBytes)/(1<<20), u.CPUSeconds, u.OOMKills, u.CPUs)
@@ -203,4 +206,23 @@ func endJobGroup(ctx context.Context, g *cgroup.Group, jobID uint32, log logrus.
 		return fmt.Errorf("cgroup %s not ended by the deadline (directories left: %d), %w: %w", g.Rel, len(g.Dirs()), errGroupLeft, errors.Join(kerr, rerr))
 	}
 	return errors.Join(kerr, rerr)
+}
+
+// leftProcesses names at most max of pids as "comm pid, ..." (their
+// /proc/<pid>/comm, the user's choice of name: quoted), for the log line
+// of what the drain left.
+func leftProcesses(pids []int, max int) string {
+	var b strings.Builder
+	for i, pid := range pids {
+		if i == max {
+			fmt.Fprintf(&b, ", and %d more", len(pids)-max)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		c, _ := proc.Comm(pid)
+		fmt.Fprintf(&b, "%q %d", c, pid)
+	}
+	return b.String()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gym-otel-spank/gym-otel-spank/helper/cgroup"
+	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 )
 
 // withMountinfo points jobGroup at a mountinfo of the test's making.
@@ -136,5 +137,21 @@ func TestCgroupMemoryBytes(t *testing.T) {
 		if n, capped := cgroupMemoryBytes(c.mem, c.cap); n != c.want || capped != c.capped {
 			t.Errorf("memory_limit_mib=%d cap=%d: %d %v, want %d %v", c.mem, c.cap, n, capped, c.want, c.capped)
 		}
+	}
+}
+
+// TestLeftProcesses: the drain's leftovers named by comm and pid, at most
+// max of them, a gone pid with an empty name.
+func TestLeftProcesses(t *testing.T) {
+	self := os.Getpid()
+	comm, err := proc.Comm(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := leftProcesses([]int{self}, 4), fmt.Sprintf("%q %d", comm, self); got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	if got, want := leftProcesses([]int{self, 1 << 30, self, self}, 2), fmt.Sprintf("%q %d, \"\" %d, and 2 more", comm, self, 1<<30); got != want {
+		t.Errorf("%q, want %q", got, want)
 	}
 }

@@ -227,14 +227,7 @@ func TestEpilogBudgetDrainCut(t *testing.T) {
 	withMountinfo(t, "") // a node without cgroups
 	recordDir := t.TempDir()
 	const id = 301
-	cmd := exec.Command("sh", "-c", `trap "" TERM; while :; do sleep 1; done`)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	cmd, exited := startSession(t, "sh", "-c", `trap "" TERM; while :; do sleep 1; done`)
 	var st proc.Stat
 	var err error
 	for deadline := time.Now().Add(10 * time.Second); ; { // until the shell ignores SIGTERM
@@ -268,14 +261,7 @@ func TestEpilogBudgetDrainFitted(t *testing.T) {
 	withMountinfo(t, "") // a node without cgroups
 	recordDir := t.TempDir()
 	const id = 302
-	cmd := exec.Command("sleep", "60")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	cmd, exited := startSession(t, "sleep", "60")
 	st, err := proc.ReadStat(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
@@ -292,6 +278,22 @@ func TestEpilogBudgetDrainFitted(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the supervisor survived the epilog")
 	}
+}
+
+// startSession starts name with args in a session of its own (a stand-in
+// supervisor), killed with its session at the test's end; exited gets its
+// Wait's result.
+func startSession(t *testing.T, name string, args ...string) (*exec.Cmd, <-chan error) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	return cmd, exited
 }
 
 // ignoresTERM reads SigIgn of /proc/<pid>/status.

@@ -187,10 +187,12 @@ func endJobGroup(ctx context.Context, g *cgroup.Group, jobID uint32, log logrus.
 		deadline = time.Now().Add(timing.GroupKillBound + timing.RemoveReserve)
 	}
 	u := g.Usage()
-	left := leftProcesses(g.Pids(), 4)
+	// A supervisor that has just exited is a zombie in the group until
+	// its parent (PID 1 or a subreaper) reaps it: not a process left.
+	left := running(g.Pids())
 	n, kerr := g.Kill(max(0, min(timing.GroupKillBound, time.Until(deadline)-timing.RemoveReserve)))
-	if n > 0 && kerr == nil {
-		log.Warnf("job %d: killed %d processes left in the collector's cgroup %s after the drain (%s)", jobID, n, g.Rel, left)
+	if n > 0 && len(left) > 0 && kerr == nil {
+		log.Warnf("job %d: killed %d processes left in the collector's cgroup %s after the drain (%s)", jobID, len(left), g.Rel, leftProcesses(left, 4))
 	}
 	log.Infof("job %d: collector cgroup %s: peak memory %.1f MiB (bound %.0f MiB), CPU %.2f s, %d OOM kills, CPUs %s",
 		jobID, g.Rel, float64(u.MemoryPeakBytes)/(1<<20), float64(u.MemoryLimitBytes)/(1<<20), u.CPUSeconds, u.OOMKills, u.CPUs)
@@ -206,6 +208,17 @@ func endJobGroup(ctx context.Context, g *cgroup.Group, jobID uint32, log logrus.
 		return fmt.Errorf("cgroup %s not ended by the deadline (directories left: %d), %w: %w", g.Rel, len(g.Dirs()), errGroupLeft, errors.Join(kerr, rerr))
 	}
 	return errors.Join(kerr, rerr)
+}
+
+// running is pids less those that have exited (zombies, or gone).
+func running(pids []int) []int {
+	var out []int
+	for _, pid := range pids {
+		if st, err := proc.ReadStat(pid); err == nil && st.State != 'Z' {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // leftProcesses names at most max of pids as "comm pid, ..." (their

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -153,5 +155,26 @@ func TestLeftProcesses(t *testing.T) {
 	}
 	if got, want := leftProcesses([]int{self, 1 << 30, self, self}, 2), fmt.Sprintf("%q %d, \"\" %d, and 2 more", comm, self, 1<<30); got != want {
 		t.Errorf("%q, want %q", got, want)
+	}
+}
+
+// TestRunning: a zombie and a gone pid are not running; this process is.
+func TestRunning(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	zombie := cmd.Process.Pid
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st, err := proc.ReadStat(zombie); err == nil && st.State == 'Z' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child did not become a zombie")
+		}
+	}
+	if got := running([]int{zombie, os.Getpid(), 1 << 30}); len(got) != 1 || got[0] != os.Getpid() {
+		t.Errorf("running = %v, want [%d]", got, os.Getpid())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -210,15 +211,10 @@ func endJobGroup(ctx context.Context, g *cgroup.Group, jobID uint32, log logrus.
 	return errors.Join(kerr, rerr)
 }
 
-// running is pids less those that have exited (zombies, or gone).
+// running is pids less those that have exited (zombies, or gone:
+// notExited).
 func running(pids []int) []int {
-	var out []int
-	for _, pid := range pids {
-		if st, err := proc.ReadStat(pid); err == nil && st.State != 'Z' {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return slices.DeleteFunc(pids, func(pid int) bool { return !notExited(pid) })
 }
 
 // leftProcesses names at most max of pids as "comm pid, ..." (their

@@ -29,7 +29,9 @@
 //	                            ten times that, a minute each with the collector's delivery and about
 //	                            two and a half each with delivery from the files and its replay)
 //	GYM_OTEL_BENCH_BASELINE=DIR a checkout whose build/ holds an earlier plugin, core and CLI: P1S also
-//	                            measures its flagged and unflagged steps, against this build's
+//	                            measures its flagged and unflagged steps, against this build's; P2 also
+//	                            runs a one-node flagged job with that build (and its collector) in every
+//	                            round, beside this build's, and prints the two starts and their difference
 //	GYM_OTEL_BENCH_P1S_ROUNDS=N P1S's rounds (default 6, quick 2), 15 steps per block
 //	GYM_OTEL_BENCH_P23_ROUNDS=N P2/P3's rounds (default 5, quick 2): more flagged jobs for the start's
 //	                            steps, each round six jobs and a Gym-style one of about 27 s
@@ -194,7 +196,7 @@ func main() {
 	}
 	if err == nil && want("P2", "P3") {
 		var r []Row
-		if r, err = runP23(p23Rounds); err == nil {
+		if r, err = runP23(p23Rounds, os.Getenv("GYM_OTEL_BENCH_BASELINE")); err == nil {
 			rows = append(rows, r...)
 		}
 	}

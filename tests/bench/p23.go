@@ -2,8 +2,12 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"github.com/gym-otel-spank/gym-otel-spank/internal/slurmkit"
 )
 
 // gymStyleConfig is the collector the Gym-style script starts: fixed ports
@@ -78,7 +82,24 @@ type p23Job struct {
 // that rotates every round: on two nodes flag on, no flag twice and
 // Gym-style; on gn1 alone flag on, no flag, and flag on with
 // collector_wait=step.
-func runP23(rounds int) ([]Row, error) {
+//
+// base, when not "", is a checkout whose build/ holds an earlier plugin,
+// core, CLI and collector (GYM_OTEL_BENCH_BASELINE): every round then also
+// runs a one-node flagged job with that build (base1), so that the two
+// builds' starts are measured on the host as it is in the same minute (a
+// host's speed drifts by tens of percent within a quarter of an hour;
+// docs/performance.md, P2).
+func runP23(rounds int, base string) ([]Row, error) {
+	baseDir := installDir + "-baseline"
+	if base != "" {
+		if err := slurmkit.Install(base, baseDir, "build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank", "build/otelcol-gym"); err != nil {
+			return nil, fmt.Errorf("GYM_OTEL_BENCH_BASELINE=%s: %v", base, err)
+		}
+		site := strings.ReplaceAll(string(mustRead(filepath.Join(installDir, "site.yaml"))), installDir+"/otelcol-gym", baseDir+"/otelcol-gym")
+		if err := os.WriteFile(filepath.Join(baseDir, "site.yaml"), []byte(site), 0o644); err != nil {
+			return nil, err
+		}
+	}
 	if err := usePlugin(true); err != nil {
 		return nil, err
 	}
@@ -102,6 +123,9 @@ date +%%s%%N > %[1]s/last.$SLURM_JOB_ID
 	// step1: a one-node job on gn1 with collector_wait=step (the
 	// collector's start overlapped with the batch step's launch).
 	arms := []string{"ours", "noflag", "gym", "noflag2", "ours1", "noflag1", "step1"}
+	if base != "" {
+		arms = append(arms, "base1")
+	}
 	var jobs []p23Job
 	for r := 0; r < rounds; r++ {
 		for i := range arms {
@@ -124,6 +148,14 @@ date +%%s%%N > %[1]s/last.$SLURM_JOB_ID
 				if err := useCollectorWait(true); err != nil {
 					return nil, err
 				}
+			case "base1":
+				// The baseline's plugin from submit to epilog: every
+				// slurmstepd and sbatch reads the plugstack anew (no
+				// restart: the bench's Slurm is 22.05).
+				args, tok = "-N1 -w gn1 -o /dev/null --gym-otel "+plain, true
+				if err := os.WriteFile(snippet, []byte(slurmkit.PlugstackLine(baseDir, recordDir)), 0o644); err != nil {
+					return nil, err
+				}
 			}
 			id, ret, err := sbatch(args, tok)
 			if err != nil {
@@ -133,7 +165,7 @@ date +%%s%%N > %[1]s/last.$SLURM_JOB_ID
 			if err != nil {
 				return nil, err
 			}
-			if arm == "step1" {
+			if arm == "step1" || arm == "base1" {
 				if err := useCollectorWait(false); err != nil {
 					return nil, err
 				}
@@ -273,6 +305,9 @@ date +%%s%%N > %[1]s/last.$SLURM_JOB_ID
 			Figure: fmt.Sprintf("%+.3f s: %s; prolog %.3f s", s1add, beyond(s1add), median(prolog["step1"])),
 			Spread: fmt.Sprintf("rounds %+.2f..%+.2f s", s1lo, s1hi),
 			Target: "<= own start + 40 ms (issue 43)", Met: met(s1add)})
+	if base != "" {
+		rows = append(rows, baselineRows(base, rounds, prolog, allocRound))
+	}
 	rows = append(rows, []Row{
 		{ID: "P2", What: "the Gym-style script: sbatch's return to the driver's first line, added",
 			Figure: fmt.Sprintf("%+.2f s (%.2f s)", gadd, median(start["gym"])),
@@ -289,6 +324,25 @@ date +%%s%%N > %[1]s/last.$SLURM_JOB_ID
 			Target: "anchor (21.0 s before)", Met: "-"},
 	}...)
 	return rows, nil
+}
+
+// baselineRows compares this build's one-node flagged jobs (ours1) with
+// the baseline build's (base1), run beside them in every round: the job
+// prolog's medians and, per round, this build's allocation to the first
+// line less the baseline's.
+func baselineRows(base string, rounds int, prolog map[string][]float64, allocRound map[string][]float64) Row {
+	var diff []float64
+	for r := 0; r < rounds; r++ {
+		a, b := allocRound[fmt.Sprintf("ours1-%d", r)], allocRound[fmt.Sprintf("base1-%d", r)]
+		if len(a) > 0 && len(b) > 0 {
+			diff = append(diff, (median(a)-median(b))*1000)
+		}
+	}
+	lo, hi := minmax(diff)
+	return Row{ID: "P2", What: fmt.Sprintf("a one-node job, this build against the baseline build (%s) in the same rounds: the job prolog; the allocation to the first line, this build less the baseline", baseName(base)),
+		Figure: fmt.Sprintf("prolog %.3f s against %.3f s; %+.0f ms (median of %d rounds)", median(prolog["ours1"]), median(prolog["base1"]), median(diff), len(diff)),
+		Spread: fmt.Sprintf("rounds %+.0f..%+.0f ms", lo, hi),
+		Target: "-", Met: "-"}
 }
 
 // ids are the ids of jobs of arm.

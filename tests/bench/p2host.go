@@ -15,23 +15,52 @@ import (
 	"github.com/gym-otel-spank/gym-otel-spank/helper/proc"
 )
 
-// hostRows are P2's rows of what this host costs whatever the product does:
-// the collector's own start without Slurm (the job's collector.yaml of
-// job id, run by hand, median of runs), and a page's first touch. They
-// tell a P2 missed by the product from one missed by a slower host: the
-// collector's start is part of every flagged job's prolog. ownMs is the
-// collector's own start's median, ms (0: not measured).
-func hostRows(id string, runs int) (rows []Row, ownMs float64) {
+// ownStarts gathers the collector's own start without Slurm
+// (collectorOwnStart) through a P2 run: a few runs after each round's
+// one-node flagged job, with that job's collector.yaml, so that the row
+// it makes is the host's in the same minutes as the jobs' (a host's speed
+// drifts within a run; docs/performance.md, P2). err is the first
+// failure; samples taken before it stand.
+type ownStarts struct {
+	wall, cpu []float64 // ms
+	err       error
+}
+
+// add runs the collector of job id's collector.yaml runs times by hand.
+func (o *ownStarts) add(id string, runs int) {
 	wall, cpu, err := collectorOwnStart(filepath.Join(jobOtelDir(id), "collector.yaml"), runs)
-	start := Row{ID: "P2", What: "host: the collector's own start, no Slurm: exec to healthy with a flagged job's collector.yaml (its CPU, user+sys)",
+	if err != nil {
+		if o.err == nil {
+			o.err = err
+		}
+		return
+	}
+	o.wall, o.cpu = append(o.wall, wall...), append(o.cpu, cpu...)
+}
+
+// hostRows are P2's rows of what this host costs whatever the product does:
+// the collector's own start without Slurm (own: the flagged jobs'
+// collector.yaml, run by hand through the run, median), and a page's first
+// touch. They tell a P2 missed by the product from one missed by a slower
+// host: the collector's start is part of every flagged job's prolog. ownMs
+// is the collector's own start's median, ms (0: not measured).
+func hostRows(own ownStarts) (rows []Row, ownMs float64) {
+	wall, cpu, err := own.wall, own.cpu, own.err
+	if err == nil && len(wall) == 0 {
+		err = fmt.Errorf("no one-node flagged job")
+	}
+	start := Row{ID: "P2", What: "host: the collector's own start, no Slurm: exec to healthy with the one-node flagged jobs' collector.yaml, run by hand after each round's (its CPU, user+sys)",
 		Target: "-", Met: "-"}
 	if err != nil {
 		start.Figure = "not measured: " + err.Error()
 	} else {
+		if own.err != nil { // a run failed after others measured
+			start.Spread = "some runs failed: " + own.err.Error() + "; "
+		}
 		lo, hi := minmax(wall)
 		ownMs = median(wall)
 		start.Figure = fmt.Sprintf("%.0f ms (CPU %.0f ms)", median(wall), median(cpu))
-		start.Spread = fmt.Sprintf("%d runs, %.0f-%.0f ms", len(wall), lo, hi)
+		start.Spread += fmt.Sprintf("%d runs, %.0f-%.0f ms", len(wall), lo, hi)
 	}
 	us, err := firstTouch(16<<20, 3)
 	touch := Row{ID: "P2", What: "host: a page's first touch (16 MiB of new anonymous memory, page by page)", Target: "-", Met: "-"}

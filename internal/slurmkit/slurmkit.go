@@ -234,7 +234,8 @@ func (c *Cluster) WaitIdle(t testing.TB, within time.Duration) {
 }
 
 // UserProcs lists the job user's processes on node (`pgrep -a`: pid and
-// command line) whose command line contains pat (every one when pat is "").
+// command line) whose command line contains pat (every one when pat is ""),
+// zombies left out.
 func (c *Cluster) UserProcs(node, pat string) []string {
 	args := []string{"pgrep", "-a", "-u", c.User}
 	if pat != "" {
@@ -243,7 +244,10 @@ func (c *Cluster) UserProcs(node, pat string) []string {
 	out, _ := c.On(node, args...)
 	var procs []string
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		if l != "" {
+		// A zombie ("[comm] <defunct>") has exited: it holds nothing
+		// but its pid until its reaper waits for it, which after its
+		// parent's end is PID 1 or a subreaper, not the product.
+		if l != "" && !strings.HasSuffix(l, "<defunct>") {
 			procs = append(procs, l)
 		}
 	}

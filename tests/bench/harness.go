@@ -23,6 +23,7 @@ const (
 	benchBase     = "/var/lib/gym-otel-bench"
 	slurmState    = benchBase + "/slurm"
 	installDir    = benchBase + "/install"
+	baselineDir   = installDir + "-baseline" // GYM_OTEL_BENCH_BASELINE's build (P1S, P2)
 	backendDir    = benchBase + "/backend"
 	recordDir     = "/run/gym-otel-bench"
 	ctldPort      = "17817"

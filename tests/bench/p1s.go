@@ -74,7 +74,7 @@ func flaggedSteps(n int, flag bool) ([]float64, error) {
 // core and CLI (GYM_OTEL_BENCH_BASELINE): each round then also measures the
 // same pair of blocks with that build installed instead.
 func runP1s(rounds, n int, base string) ([]Row, error) {
-	baseDir := installDir + "-baseline"
+	baseDir := baselineDir
 	if base != "" {
 		if err := slurmkit.Install(base, baseDir, "build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank"); err != nil {
 			return nil, fmt.Errorf("GYM_OTEL_BENCH_BASELINE=%s: %v", base, err)

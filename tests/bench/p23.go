@@ -91,7 +91,7 @@ type p23Job struct {
 // host's speed drifts by tens of percent within a quarter of an hour;
 // docs/performance.md, P2).
 func runP23(rounds int, base string) ([]Row, error) {
-	baseDir := installDir + "-baseline"
+	baseDir := baselineDir
 	if base != "" {
 		if err := slurmkit.Install(base, baseDir, "build/gym_otel.so", "build/gym_otel_core.so", "build/gym-otel-spank", "build/otelcol-gym"); err != nil {
 			return nil, fmt.Errorf("GYM_OTEL_BENCH_BASELINE=%s: %v", base, err)

@@ -45,9 +45,13 @@ func (o *ownStarts) add(id string, runs int) {
 // host: the collector's start is part of every flagged job's prolog. ownMs
 // is the collector's own start's median, ms (0: not measured).
 func hostRows(own ownStarts) (rows []Row, ownMs float64) {
-	wall, cpu, err := own.wall, own.cpu, own.err
-	if err == nil && len(wall) == 0 {
-		err = fmt.Errorf("no one-node flagged job")
+	wall, cpu := own.wall, own.cpu
+	var err error
+	if len(wall) == 0 {
+		err = own.err
+		if err == nil {
+			err = fmt.Errorf("no one-node flagged job")
+		}
 	}
 	start := Row{ID: "P2", What: "host: the collector's own start, no Slurm: exec to healthy with the one-node flagged jobs' collector.yaml, run by hand after each round's (its CPU, user+sys)",
 		Target: "-", Met: "-"}

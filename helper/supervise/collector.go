@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -209,7 +208,7 @@ const (
 // final scrape's next run): it starts the collector with s.launchArgs
 // (start) and takes it as s.coll, waits until its health endpoint answers
 // within ctx and, when bound is not 0, within bound of the start
-// (waitHealthy, polling every Options.HealthPoll) and proves
+// (waitHealthy: the log's ReadyLine, else a poll every Options.HealthPoll) and proves
 // every port of the job its own (provePorts): whatever answers on a port
 // is trusted with the job's telemetry and its receiver token. A run
 // started but not healthy or not proven is abandoned (stopped within
@@ -234,6 +233,12 @@ func (s *supervisor) startRun(ctx context.Context, bound time.Duration, steps *s
 			failed, err = startFile, ferr
 		}
 	}()
+	// Where this run's lines begin in its log: waitHealthy reads from
+	// there.
+	var logFrom int64
+	if fi, err := os.Lstat(s.logPath); err == nil {
+		logFrom = fi.Size()
+	}
 	c, err := s.startCollector(ctx)
 	if err != nil {
 		return startExec, err
@@ -245,7 +250,7 @@ func (s *supervisor) startRun(ctx context.Context, bound time.Duration, steps *s
 		ctx, cancel = context.WithTimeout(ctx, bound)
 		defer cancel()
 	}
-	if err := waitHealthy(ctx, c, s.ports.Health, s.opt.HealthPoll); err != nil {
+	if err := waitHealthy(ctx, c.Exited(), s.ports.Health, s.opt.HealthPoll, s.logPath, logFrom); err != nil {
 		c.abandon()
 		return startHealth, err
 	}
@@ -311,31 +316,6 @@ func (s *supervisor) stopRun(at runStop) (clean, wasRunning bool, exit time.Time
 		s.endRun(final, "")
 	}
 	return clean, wasRunning, exit
-}
-
-// waitHealthy polls the health endpoint every poll until it answers 200,
-// the collector exits, or ctx ends.
-func waitHealthy(ctx context.Context, c *collector, port int, poll time.Duration) error {
-	client := &http.Client{Timeout: time.Second}
-	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
-	t := time.NewTicker(poll)
-	defer t.Stop()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := client.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.Exited():
-			return errExited
-		case <-t.C:
-		}
-	}
 }
 
 var errExited = errors.New("the collector exited before it was healthy")

@@ -29,9 +29,10 @@ import (
 
 // Defaults of Options.
 const (
-	// DefaultHealthPoll is how often the health endpoint is polled at start:
-	// its granularity adds to every job's start, and a refused loopback
-	// connect costs microseconds.
+	// DefaultHealthPoll is how often the health endpoint is polled at
+	// start where the collector's log cannot tell its readiness
+	// (waitHealthy): its granularity adds to every such start, and a
+	// refused loopback connect costs microseconds.
 	DefaultHealthPoll = 5 * time.Millisecond
 	// DefaultRecordPoll is how often the root record's presence is checked.
 	DefaultRecordPoll = 5 * time.Second

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gym-otel-spank/gym-otel-spank/internal/harness"
 	"github.com/gym-otel-spank/gym-otel-spank/internal/testenv"
 )
 
@@ -184,7 +185,7 @@ func TestWaitHealthyRealCollector(t *testing.T) {
 	noRecheck(t)
 	bin := testenv.Collector(t)
 	dir := t.TempDir()
-	port := freePort(t)
+	port := harness.FreePort(t)
 	cfg := fmt.Sprintf(`extensions:
   health_check:
     endpoint: 127.0.0.1:%d
@@ -205,7 +206,7 @@ service:
     traces:
       receivers: [otlp]
       exporters: [file]
-`, port, freePort(t), filepath.Join(dir, "traces.jsonl"))
+`, port, harness.FreePort(t), filepath.Join(dir, "traces.jsonl"))
 	cfgPath := filepath.Join(dir, "collector.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -232,14 +233,4 @@ service:
 		data, _ := os.ReadFile(logPath)
 		t.Fatalf("%v; its log:\n%s", err, data)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

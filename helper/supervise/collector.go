@@ -233,12 +233,7 @@ func (s *supervisor) startRun(ctx context.Context, bound time.Duration, steps *s
 			failed, err = startFile, ferr
 		}
 	}()
-	// Where this run's lines begin in its log: waitHealthy reads from
-	// there.
-	var logFrom int64
-	if fi, err := os.Lstat(s.logPath); err == nil {
-		logFrom = fi.Size()
-	}
+	logFrom := s.logSize() // this run's first byte: waitHealthy reads from there
 	c, err := s.startCollector(ctx)
 	if err != nil {
 		return startExec, err
@@ -319,6 +314,15 @@ func (s *supervisor) stopRun(at runStop) (clean, wasRunning bool, exit time.Time
 }
 
 var errExited = errors.New("the collector exited before it was healthy")
+
+// logSize is the collector log's size in bytes (0 when it does not exist
+// yet): where the next run's lines begin.
+func (s *supervisor) logSize() int64 {
+	if fi, err := os.Lstat(s.logPath); err == nil {
+		return fi.Size()
+	}
+	return 0
+}
 
 // tailFile returns the last n lines of path ("" when unreadable).
 func tailFile(path string, n int) string {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"syscall"
@@ -137,7 +136,7 @@ func (w *logWatch) sawReady() bool {
 			keep := min(len(chunk), len(ReadyLine)-1)
 			w.tail = append([]byte(nil), chunk[len(chunk)-keep:]...)
 		}
-		if err == io.EOF || n == 0 || err != nil {
+		if err != nil || n == 0 { // io.EOF at the log's end
 			return found
 		}
 	}

@@ -395,10 +395,7 @@ func (s *supervisor) launch(ctx context.Context) error {
 		return s.launchArgs.err
 	}
 	argv := s.launchArgs.argv
-	var logStart int64 // where this run's lines begin in the log
-	if fi, err := os.Lstat(s.logPath); err == nil {
-		logStart = fi.Size()
-	}
+	logStart := s.logSize() // where this run's lines begin in the log
 	// Healthy by whom? Fail closed unless every port is the collector's.
 	failed, err := s.startRun(ctx, 0, &s.steps)
 	switch {

@@ -59,6 +59,11 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	// line runs again; an execute-only install (mode 0711) has the kernel
 	// set it at the execve itself, before any instruction of this program.
 	notDumpableErr := proc.NotDumpable()
+	// No garbage collection until the collector is ready and Slurm has
+	// launched the job's first step: a few MiB of one-off start-up
+	// garbage (supervise.PauseGC, resumed by Run).
+	resumeGC := supervise.PauseGC()
+	defer resumeGC()
 	fs := newFlags("supervise", "--from-env | [--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH] [--gpus LIST] [--gpu-devices LIST]", stderr)
 	fromEnv := fs.Bool("from-env", false, "read the encoded settings from $"+envEncoded+", the job facts from $"+envFacts+", the record from $"+envRecord+", report on fd 3 and serve the control socket's listener on fd 4 (how the plugin's prolog starts it)")
 	var in inputFlags
@@ -130,7 +135,8 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	if earlyErr != nil {
 		logrus.Warnf("%v (the collector is exec'd when its run starts)", earlyErr)
 	}
-	opt := supervise.Options{MainStart: mainStart, Early: early, ControlListener: hold, HostEnergy: energy, HostHwmon: hostHwmon, Gate: gate}
+	opt := supervise.Options{MainStart: mainStart, Early: early, ControlListener: hold, HostEnergy: energy, HostHwmon: hostHwmon, Gate: gate,
+		ResumeGC: resumeGC}
 	// reportFailed reports a start that ends before the supervisor runs
 	// (on the readiness channel, once there is one) and returns err.
 	reportFailed := func(err error) error {

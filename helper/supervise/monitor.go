@@ -33,6 +33,10 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	if s.opt.SlurmdAlive != nil {
 		s.log.Infof("job %s: the epilog of this node's slurmd ends the collector; Slurm is asked only once that slurmd is gone or the job is past its end time", s.opt.Facts.JobID)
 	}
+	if s.opt.ResumeGC != nil {
+		t := time.AfterFunc(StartGCPause, s.opt.ResumeGC)
+		defer t.Stop() // Run's return resumes it then
+	}
 	defer s.followSampled(ctx)()
 	s.files = s.startFileDelivery()
 	s.phasesStop = s.startPhases(ctx)

@@ -146,6 +146,10 @@ type phases struct {
 	busy     bool      // an export is under way: exported is about to change
 	failures int       // exports that failed
 	lastErr  string
+	// queueAsked starts the queue-wait query once (askQueue); queueDone
+	// is closed at its answer.
+	queueAsked sync.Once
+	queueDone  chan struct{}
 	// epilogStart is the epilog's start as it told it (zero: not told).
 	epilogStart time.Time
 	// jobExit is the job's exit status and derived exit code as the
@@ -157,7 +161,7 @@ type phases struct {
 // newPhases starts the node's record; start is the prolog's start (zero:
 // unknown, the supervisor's start is used and marked).
 func newPhases(f jobfacts.Facts, prologStart, supervisorStart time.Time) *phases {
-	p := &phases{facts: f, open: map[uint32]openStep{}, start: prologStart, supervisorStart: supervisorStart}
+	p := &phases{facts: f, open: map[uint32]openStep{}, start: prologStart, supervisorStart: supervisorStart, queueDone: make(chan struct{})}
 	if p.start.IsZero() {
 		p.start, p.guessed = supervisorStart, true
 	}
@@ -584,8 +588,10 @@ func (s *supervisor) startPhases(ctx context.Context) (stop func()) {
 		s.control.phases.Store(s.phases)
 	}
 	if s.opt.Facts.NodeIndex == 0 {
-		// The job's first node: one query.
-		go s.phases.queueWait(ctx, squeueSubmit)
+		// The job's first node: one query, once Slurm has launched the
+		// job's first step (QueueWaitDelay), or at the drain.
+		p := s.phases
+		s.queueAsk = time.AfterFunc(QueueWaitDelay, func() { p.askQueue(ctx, squeueSubmit) })
 	}
 	return tickEvery(PhaseFlush, false, func() {
 		if _, err := s.phases.export(ctx, s.ports.Plugin, s.ptoken); err != nil {
@@ -627,6 +633,12 @@ func (s *supervisor) endPhases() {
 	if s.phasesStop != nil {
 		s.phasesStop()
 		s.phasesStop = nil
+	}
+	if s.queueAsk != nil {
+		// The job's first node: the queue wait's answer in the job's
+		// span, asked now if the job ends before QueueWaitDelay.
+		s.queueAsk.Stop()
+		s.phases.awaitQueue(s.phases.askQueue(context.Background(), squeueSubmit), QueueWaitDrainBound)
 	}
 	s.phases.end(time.Now())
 	if _, err := s.phases.export(context.Background(), s.ports.Plugin, s.ptoken); err != nil {

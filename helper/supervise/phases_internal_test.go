@@ -336,3 +336,47 @@ func TestPhasesStepContext(t *testing.T) {
 		t.Errorf("a step after the drain: %q, want no context", a)
 	}
 }
+
+// A job that drains before QueueWaitDelay asks for its queue wait at the
+// drain and waits for the answer; one not answered within the bound is
+// sent without it, the job's span saying why, and its late answer is
+// dropped. The query is asked once, however often the drain and the
+// timer ask.
+func TestPhasesQueueWaitAtTheDrain(t *testing.T) {
+	t0 := time.Unix(1_700_000_100, 0)
+	asked := 0
+	answer := func(context.Context, string) (time.Time, time.Time, error) {
+		asked++
+		return time.Unix(1700000000, 0), time.Unix(1700000099, 0), nil
+	}
+	p := newPhases(jobfacts.Facts{JobID: "9", Node: "n"}, t0, t0)
+	p.askQueue(context.Background(), answer)
+	p.awaitQueue(p.askQueue(context.Background(), answer), time.Minute)
+	p.end(t0.Add(time.Second))
+	if q := byName(p.take(), vocab.SpanQueueWait); len(q) != 1 || asked != 1 {
+		t.Fatalf("queue wait %v after %d queries: want one span, one query", q, asked)
+	}
+
+	release := make(chan struct{})
+	late := func(context.Context, string) (time.Time, time.Time, error) {
+		<-release
+		return time.Unix(1700000000, 0), time.Unix(1700000099, 0), nil
+	}
+	p = newPhases(jobfacts.Facts{JobID: "9", Node: "n"}, t0, t0)
+	done := p.askQueue(context.Background(), late)
+	start := time.Now()
+	p.awaitQueue(done, 50*time.Millisecond)
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("the drain waited %v for an unanswered query (bound 50ms)", waited)
+	}
+	p.end(t0.Add(time.Second))
+	close(release)
+	<-done
+	spans := p.take()
+	if len(byName(spans, vocab.SpanQueueWait)) != 0 {
+		t.Error("a late answer made a queue-wait span after the job's span was sent")
+	}
+	if why, _ := attr(byName(spans, vocab.SpanJob)[0], vocab.AttrQueueUnknown).(string); !strings.Contains(why, "no answer by the drain") {
+		t.Errorf("the job's span says %q of an unanswered query", why)
+	}
+}

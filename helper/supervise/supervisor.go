@@ -161,6 +161,10 @@ type Options struct {
 	// starts no collector until root writes launch.GateOpen on it, and
 	// fails at its end without it. nil: no gate.
 	Gate *os.File
+	// ResumeGC, when not nil, turns the process's garbage collector on
+	// again (PauseGC's result): called StartGCPause after the ready
+	// report, and at Run's return at the latest.
+	ResumeGC func()
 }
 
 // supervisor is one run's state.
@@ -225,6 +229,9 @@ type supervisor struct {
 	phases     *phases // the job's Slurm phases as spans (phases.go)
 	phasesStop func()
 	phaseBase  int64 // phase spans exported to the ended collector runs
+	// queueAsk asks for the queue wait QueueWaitDelay after the ready
+	// report (the job's first node; nil elsewhere).
+	queueAsk *time.Timer
 
 	// The final scrape at the batch script's end (finalscrape.go).
 	scrapeOnShutdown bool        // the configuration of the next start sets scrape_on_shutdown
@@ -255,6 +262,9 @@ func Run(ctx context.Context, opt Options) error {
 		s.log = logrus.StandardLogger()
 	}
 	s.defaults()
+	if opt.ResumeGC != nil {
+		defer opt.ResumeGC()
+	}
 	sigs := opt.Signals
 	if sigs == nil {
 		c := make(chan os.Signal, 2)

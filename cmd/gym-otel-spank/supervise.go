@@ -61,9 +61,9 @@ func runSupervise(args []string, stdout, stderr io.Writer) error {
 	notDumpableErr := proc.NotDumpable()
 	// No garbage collection until the collector is ready and Slurm has
 	// launched the job's first step: a few MiB of one-off start-up
-	// garbage (supervise.PauseGC, resumed by Run).
+	// garbage (supervise.PauseGC, resumed by Run; a start that fails
+	// before it ends the process).
 	resumeGC := supervise.PauseGC()
-	defer resumeGC()
 	fs := newFlags("supervise", "--from-env | [--plugstack FILE] [--site FILE] [--site-item KEY=VALUE...] [--config FILE] [--spec SPEC] --job-id ID [--node NAME] [--node-index N] [--output DIR] [--user NAME] [--record PATH] [--gpus LIST] [--gpu-devices LIST]", stderr)
 	fromEnv := fs.Bool("from-env", false, "read the encoded settings from $"+envEncoded+", the job facts from $"+envFacts+", the record from $"+envRecord+", report on fd 3 and serve the control socket's listener on fd 4 (how the plugin's prolog starts it)")
 	var in inputFlags

@@ -65,6 +65,11 @@ func completeLength(path string) (size, keep int64, err error) {
 // what the backend refused.
 func (s *supervisor) drain() error {
 	drainStart := time.Now()
+	if s.opt.ResumeGC != nil {
+		// A job that ends within StartGCPause: the drain reads the
+		// files with the garbage collector on.
+		s.opt.ResumeGC()
+	}
 	s.writeState(jobdir.StatusDraining, "")
 	s.endPhases()
 	s.endNodeMetrics()

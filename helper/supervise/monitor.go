@@ -35,7 +35,7 @@ func (s *supervisor) monitor(ctx context.Context, sigs <-chan os.Signal) error {
 	}
 	if s.opt.ResumeGC != nil {
 		t := time.AfterFunc(StartGCPause, s.opt.ResumeGC)
-		defer t.Stop() // Run's return resumes it then
+		defer t.Stop() // the drain resumes it then
 	}
 	defer s.followSampled(ctx)()
 	s.files = s.startFileDelivery()

@@ -23,8 +23,8 @@ const StartGCLimit = 64 << 20
 // start, unless GOGC is set in the environment (then it does nothing),
 // and returns what turns it on again as it was (GOGC's percent and the
 // memory limit; safe to call more than once, only the first call acts).
-// Run calls it StartGCPause after the ready report (Options.ResumeGC)
-// and at its return.
+// Run calls it StartGCPause after the ready report (Options.ResumeGC),
+// or at the drain's start when that comes first.
 func PauseGC() (resume func()) {
 	if os.Getenv("GOGC") != "" {
 		return func() {}

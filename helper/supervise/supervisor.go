@@ -163,7 +163,7 @@ type Options struct {
 	Gate *os.File
 	// ResumeGC, when not nil, turns the process's garbage collector on
 	// again (PauseGC's result): called StartGCPause after the ready
-	// report, and at Run's return at the latest.
+	// report, or at the drain's start when that comes first.
 	ResumeGC func()
 }
 
@@ -262,9 +262,6 @@ func Run(ctx context.Context, opt Options) error {
 		s.log = logrus.StandardLogger()
 	}
 	s.defaults()
-	if opt.ResumeGC != nil {
-		defer opt.ResumeGC()
-	}
 	sigs := opt.Signals
 	if sigs == nil {
 		c := make(chan os.Signal, 2)
